@@ -1,0 +1,367 @@
+"""config.ini and node.id.
+
+Every key is declared once in :data:`KEYS` (section, name, parser, default, help). The parser,
+the documentation in ``config.ini.example`` and its test are all driven by that table, so a key
+cannot exist in one place and be missing in another. Keys are upper case as in the seed and
+matched case-insensitively; every key is optional; an unknown key is a warning; a bad value
+is a :class:`ConfigError` that names ``[section] KEY``.
+
+Relative paths are taken relative to the directory of the config file.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from .errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CONFIG_ENV = "FABRICJOBS_CONFIG"
+
+
+# -- value parsers ---------------------------------------------------------------------------
+
+def _int(minimum: int | None = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {text!r}") from None
+        if minimum is not None and value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _float(minimum: float = 0.0) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ValueError(f"expected a number, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        t = text.strip().upper()
+        if t not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return t
+
+    return parse
+
+
+def _lower_choice(*choices: str) -> Callable[[str], str]:
+    upper = _choice(*(c.upper() for c in choices))
+    return lambda text: upper(text).lower()
+
+
+def _list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in re.split(r"[,\s]+", text) if p.strip())
+
+
+def _zone(text: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    t = text.strip()
+    if t:
+        try:
+            ZoneInfo(t)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {t!r} (expected an IANA name such as Europe/Paris)") from None
+    return t
+
+
+def _name(text: str) -> str:
+    t = text.strip()
+    if t and not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,200}", t):
+        raise ValueError(f"node names may use letters, digits and _ . : @ - only, got {text!r}")
+    return t
+
+
+# -- the key table ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Key:
+    section: str
+    name: str
+    parse: Callable[[str], Any]
+    default: Any
+    help: str
+    path: bool = False  # resolved against the config file's directory
+
+
+KEYS: tuple[Key, ...] = (
+    # [node]
+    Key("node", "NAME", _name, "", "This node's id in the cluster (worker_id of its jobs). Default: the host name."),
+    Key("node", "DC", _name, "DC1", "Data centre name; a job's AFFINITY may name it."),
+    Key("node", "TIME_ZONE", _zone, "", "IANA zone for cron and timestamp schedules and for times shown. Default: the host's zone."),
+    Key("node", "NODE_ID_FILE", _str, "node.id", "The node.id file with affinity limits (missing file: ANY only).", path=True),
+    # [jobs]
+    Key("jobs", "K2JOBS_POOL_SIZE", _int(1), 25, "Runs at once on this node."),
+    Key("jobs", "K2JOB_ARCHIVING_TIME_HOUR", _float(0.0), 720.0, "Hours an archived job row is kept before it is deleted."),
+    Key("jobs", "CLAIM_EXCEPTIONAL_INTERVAL_SEC", _float(0.0), 60.0, "A node at its recommended count for an affinity claims more (up to absolute) only for jobs waiting this long."),
+    Key("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES", _float(0.0), 1.0, "Lower bound of the random delay before a node over its recommended count gives a run back."),
+    Key("jobs", "MAX_GIVE_UP_EXCEPTIONAL_MINUTES", _float(0.0), 1440.0, "Upper bound of that delay."),
+    Key("jobs", "MAX_TRIES", _int(1), 10, "Runs of a failing job before it is FAILED (retry-until-max mode)."),
+    Key("jobs", "RETRY_DELAY_SEC", _float(0.0), 60.0, "A failed job is not re-claimed by the node that failed it for this long; others may take it at once."),
+    Key("jobs", "RECONCILE_INTERVAL_MS", _int(10), 1000, "Poll period of the reconcile loop (local events wake it sooner)."),
+    Key("jobs", "OWNER_PRECEDENCE_MS", _int(0), 2000, "A due job whose owner is alive is left to that owner this long before other nodes may claim it."),
+    Key("jobs", "STOP_GRACE_SEC", _float(0.0), 10.0, "STOPJOB: seconds a run may take to notice the abort before it is killed."),
+    Key("jobs", "SHUTDOWN_GRACE_SEC", _float(0.0), 10.0, "SIGTERM: seconds running jobs get to end before they are killed."),
+    Key("jobs", "USER_JOBS_DIR", _str, "", "Directory of user job modules: NAME 'Customer.userJob1' runs userJob1() of Customer.py.", path=True),
+    Key("jobs", "USER_JOB_MODULES", _list, (), "Allowlist of modules or packages whose functions may be named as 'package.module:function' (empty: none)."),
+    Key("jobs", "PROCESS_JOBS_DIR", _str, "", "Directory of executables for PROCESS jobs; nothing outside it may run.", path=True),
+    Key("jobs", "EXECUTION_MODE", _lower_choice("process", "thread"), "process", "process: each run in a worker process that can be killed (default). thread: in the node's threads; faster, but STOPJOB/KILL cannot end a blocked job and a paused node cannot fence its runs."),
+    Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),
+    Key("jobs", "WORKER_IDLE_SEC", _float(0.0), 60.0, "A worker process idle this long exits (started again on demand)."),
+    # [heartbeat]
+    Key("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS", _int(10), 5000, "Every node writes its heartbeat this often."),
+    Key("heartbeat", "FABRIC_HEARTBEAT_MISS", _int(3), 12, "A node is dead after this many missed beats (observed on the observer's own clock)."),
+    # [store]
+    Key("store", "BACKEND", _lower_choice("sqlite", "cassandra"), "sqlite", "sqlite (one host, any number of nodes) or cassandra."),
+    Key("store", "SQLITE_PATH", _str, "./fabricjobs.db", "The SQLite database file.", path=True),
+    Key("store", "SQLITE_SYNCHRONOUS", _choice("FULL", "NORMAL", "EXTRA"), "FULL", "FULL: an accepted STARTJOB survives a power cut. NORMAL is faster but may lose the last commits on power loss."),
+    Key("store", "SQLITE_BUSY_TIMEOUT_MS", _int(0), 10000, "How long a writer waits for the database lock."),
+    # [cassandra]
+    Key("cassandra", "HOSTS", _list, ("127.0.0.1",), "Contact points, comma separated."),
+    Key("cassandra", "PORT", _int(1), 9042, "Native protocol port."),
+    Key("cassandra", "KEYSPACE", _name, "k2system", "Keyspace of k2_jobs and nodes."),
+    Key("cassandra", "REPLICATION", _str, "SimpleStrategy:1", "Used when the keyspace is created: 'SimpleStrategy:<factor>' or 'NetworkTopologyStrategy:DC1=3,DC2=3'."),
+    Key("cassandra", "LOCAL_DC", _str, "", "The driver's local data centre (DC-aware load balancing)."),
+    Key("cassandra", "CONSISTENCY", _choice("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"), "LOCAL_QUORUM", "Consistency of reads and writes (and of the LWT commit)."),
+    Key("cassandra", "SERIAL_CONSISTENCY", _choice("SERIAL", "LOCAL_SERIAL"), "SERIAL", "Consistency of the Paxos phase of lightweight transactions."),
+    Key("cassandra", "USERNAME", _str, "", "Password authentication user (empty: none)."),
+    Key("cassandra", "PASSWORD", _str, "", "Password authentication password."),
+    Key("cassandra", "TLS", _bool, False, "Connect with TLS."),
+    Key("cassandra", "TLS_CA_FILE", _str, "", "CA bundle to verify the server certificate.", path=True),
+    Key("cassandra", "TLS_CERT_FILE", _str, "", "Client certificate (mutual TLS).", path=True),
+    Key("cassandra", "TLS_KEY_FILE", _str, "", "Client private key (mutual TLS).", path=True),
+    Key("cassandra", "TLS_VERIFY", _bool, True, "Verify the server certificate and host name."),
+    Key("cassandra", "CONNECT_TIMEOUT_SEC", _float(0.1), 10.0, "Connection timeout."),
+    Key("cassandra", "REQUEST_TIMEOUT_SEC", _float(0.1), 10.0, "Client-side request timeout."),
+    Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),
+    Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
+)
+
+SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS))
+_BY_NAME = {(k.section, k.name): k for k in KEYS}
+
+
+@dataclass(frozen=True)
+class Config:
+    """Parsed configuration. ``values`` maps (section, KEY) to a typed value."""
+
+    values: Mapping[tuple[str, str], Any]
+    source: Path | None = None
+    warnings: tuple[str, ...] = ()
+
+    def get(self, section: str, name: str) -> Any:
+        return self.values[(section, name.upper())]
+
+    # Short accessors for the keys used everywhere.
+    @property
+    def node_name(self) -> str:
+        return self.get("node", "NAME") or socket.gethostname()
+
+    @property
+    def store_backend(self) -> str:
+        return self.get("store", "BACKEND")
+
+    def with_overrides(self, **overrides: Any) -> "Config":
+        """A copy with ``section__KEY=value`` overrides (already typed), for tests and the CLI."""
+        values = dict(self.values)
+        for dotted, value in overrides.items():
+            section, name = dotted.split("__", 1)
+            key = (section, name.upper())
+            if key not in _BY_NAME:
+                raise KeyError(f"no such config key [{section}] {name}")
+            values[key] = value
+        return Config(MappingProxyType(values), self.source, self.warnings)
+
+    def section(self, section: str) -> dict[str, Any]:
+        return {name: v for (sec, name), v in self.values.items() if sec == section}
+
+
+def defaults() -> Config:
+    return Config(MappingProxyType({(k.section, k.name): k.default for k in KEYS}))
+
+
+def load_config(path: str | os.PathLike | None) -> Config:
+    """Read ``path`` (None: the built-in defaults). Bad values raise ConfigError."""
+    if path is None:
+        return _resolve_paths(defaults(), Path.cwd())
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
+    return parse_config(text, source=p)
+
+
+def parse_config(text: str, source: Path | None = None) -> Config:
+    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    parser.optionxform = str  # keep case; we compare case-insensitively ourselves
+    where = str(source) if source else "config"
+    try:
+        parser.read_string(text, source=where)
+    except configparser.Error as exc:
+        raise ConfigError(f"{where}: {exc}".replace("\n", " ")) from None
+    values = {(k.section, k.name): k.default for k in KEYS}
+    warnings: list[str] = []
+    for section in parser.sections():
+        sec = section.strip().lower()
+        if sec not in SECTIONS:
+            warnings.append(f"{where}: unknown section [{section}] ignored")
+            continue
+        for raw_name, raw_value in parser.items(section):
+            name = raw_name.strip().upper()
+            key = _BY_NAME.get((sec, name))
+            if key is None:
+                warnings.append(f"{where}: unknown key [{sec}] {raw_name} ignored")
+                continue
+            try:
+                values[(sec, name)] = key.parse(raw_value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: [{sec}] {name}: {exc}") from None
+    for w in warnings:
+        log.warning("%s", w)
+    base = source.parent if source else Path.cwd()
+    cfg = Config(MappingProxyType(values), source, tuple(warnings))
+    _check_cross(cfg, where)
+    return _resolve_paths(cfg, base)
+
+
+def _check_cross(cfg: Config, where: str) -> None:
+    lo = cfg.get("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES")
+    hi = cfg.get("jobs", "MAX_GIVE_UP_EXCEPTIONAL_MINUTES")
+    if lo > hi:
+        raise ConfigError(
+            f"{where}: [jobs] MIN_GIVE_UP_EXCEPTIONAL_MINUTES ({lo}) is larger than MAX_GIVE_UP_EXCEPTIONAL_MINUTES ({hi})"
+        )
+
+
+def _resolve_paths(cfg: Config, base: Path) -> Config:
+    values = dict(cfg.values)
+    for k in KEYS:
+        v = values[(k.section, k.name)]
+        if k.path and v:
+            values[(k.section, k.name)] = str((base / os.path.expanduser(v)).resolve())
+    return Config(MappingProxyType(values), cfg.source, cfg.warnings)
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """--config, else $FABRICJOBS_CONFIG, else ./config.ini if present, else None (defaults)."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    local = Path("config.ini")
+    return local if local.exists() else None
+
+
+# -- node.id ------------------------------------------------------------------------------------
+
+ANY = "ANY"
+_NODE_ID_LINE = re.compile(r"^([A-Za-z0-9_.@-]+)\s*:\s*(\d+)(?:\s+(\d+))?$")
+
+
+@dataclass(frozen=True)
+class AffinityLimit:
+    """``NAME:recommended [absolute]``. Without absolute, the recommended count is the cap."""
+
+    name: str
+    recommended: int
+    absolute: int
+
+    def __str__(self) -> str:
+        if self.absolute != self.recommended:
+            return f"{self.name}:{self.recommended} {self.absolute}"
+        return f"{self.name}:{self.recommended}"
+
+
+@dataclass(frozen=True)
+class NodeId:
+    """The parsed node.id: logical names this node answers to, with their limits.
+
+    ANY (jobs without affinity) is on by default with the pool size as its limit; ``ANY:0``
+    turns it off.
+    """
+
+    limits: Mapping[str, AffinityLimit] = field(default_factory=dict)
+
+    def limit(self, name: str, pool_size: int) -> AffinityLimit | None:
+        found = self.limits.get(name.upper())
+        if found is not None:
+            return found
+        if name.upper() == ANY:
+            return AffinityLimit(ANY, pool_size, pool_size)
+        return None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.limits)
+
+
+def parse_node_id(text: str, source: str = "node.id") -> NodeId:
+    limits: dict[str, AffinityLimit] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _NODE_ID_LINE.match(line)
+        if not m:
+            raise ConfigError(
+                f"{source}, line {lineno}: expected 'NAME:recommended [absolute]' (e.g. HANDLE_MSG:5 10 or ANY:0), got {raw.strip()!r}"
+            )
+        name, rec, absolute = m.group(1).upper(), int(m.group(2)), m.group(3)
+        absolute_n = int(absolute) if absolute is not None else rec
+        if absolute_n < rec:
+            raise ConfigError(
+                f"{source}, line {lineno}: absolute maximum {absolute_n} is below the recommended {rec} for {name}"
+            )
+        if name in limits:
+            raise ConfigError(f"{source}, line {lineno}: {name} is given twice")
+        limits[name] = AffinityLimit(name, rec, absolute_n)
+    return NodeId(MappingProxyType(limits))
+
+
+def load_node_id(path: str | os.PathLike | None) -> NodeId:
+    if not path:
+        return NodeId()
+    p = Path(path)
+    if not p.exists():
+        return NodeId()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read node.id file {str(p)!r}: {exc.strerror}") from None
+    return parse_node_id(text, source=str(p))

@@ -1,0 +1,86 @@
+"""The exceptions a user or an application can see.
+
+Every error that reaches a shell user is one of these and prints as one clear message;
+anything else is a bug and is logged with its traceback, never shown.
+"""
+
+from __future__ import annotations
+
+
+class FabricJobsError(Exception):
+    """Base of every error fabricjobs reports to its users."""
+
+
+class ConfigError(FabricJobsError):
+    """A config.ini or node.id value is wrong. The message names the key or line."""
+
+
+class ScheduleError(FabricJobsError, ValueError):
+    """An EXEC_INTERVAL text is not a valid schedule."""
+
+
+class StoreError(FabricJobsError):
+    """The store cannot be used (unreachable, schema too new, ...)."""
+
+
+class SchemaVersionError(StoreError):
+    """The store holds a schema newer than this code understands."""
+
+
+class CommandError(FabricJobsError):
+    """A command was understood but cannot be carried out."""
+
+
+class CommandSyntaxError(CommandError):
+    """The command text does not parse. Carries the position and what was expected."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        text: str = "",
+        line: int | None = None,
+        column: int | None = None,
+        expected: tuple[str, ...] = (),
+    ) -> None:
+        self.reason = message
+        self.text = text
+        self.line = line
+        self.column = column
+        self.expected = expected
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.line is None:
+            return self.reason
+        head = f"Syntax error at line {self.line}, column {self.column}: {self.reason}"
+        lines = self.text.splitlines() or [""]
+        if 1 <= self.line <= len(lines):
+            src = lines[self.line - 1]
+            caret = " " * max(0, (self.column or 1) - 1) + "^"
+            return f"{head}\n  {src}\n  {caret}"
+        return head
+
+
+class ValidationError(CommandError):
+    """A parameter value is wrong (bad JSON, unknown job type, invalid interval, ...)."""
+
+
+class JobAlreadyRunning(CommandError):
+    """STARTJOB / RESUMEJOB on a key that has a live (non-archived) row."""
+
+
+class JobNotFound(CommandError):
+    """The command names a job that does not exist (or is not in the needed state)."""
+
+
+class NodeNotFound(CommandError):
+    """PS / KILL name a node that is not alive in the cluster."""
+
+
+class TaskNotFound(CommandError):
+    """KILL names a task that the node does not run."""
+
+
+class WaitTimeout(CommandError):
+    """WAITJOB / STOPJOB WAIT gave up before the job reached the awaited state."""

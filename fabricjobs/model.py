@@ -1,0 +1,205 @@
+"""The job row, its key, its statuses and the transitions between them.
+
+These values are shared by every layer: the store persists :class:`Job`, the service and the
+node change it only through :func:`advance`, which refuses a transition that is not in
+:data:`TRANSITIONS` (SPEC section 3). Tests read the same table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Iterable
+
+
+class JobType(StrEnum):
+    USER_JOB = "USER_JOB"
+    PROCESS = "PROCESS"
+
+    @classmethod
+    def parse(cls, text: str) -> "JobType":
+        try:
+            return cls(text.upper())
+        except ValueError:
+            known = ", ".join(t.value for t in cls)
+            raise ValueError(f"unknown job type {text!r} (known types: {known})") from None
+
+
+class Status(StrEnum):
+    WAITING = "WAITING"
+    SCHEDULED = "SCHEDULED"
+    IN_PROCESS = "IN_PROCESS"
+    STOPPING = "STOPPING"
+    RESTART = "RESTART"
+    TERMINATED = "TERMINATED"
+    PROCESSED = "PROCESSED"
+    FAILED = "FAILED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset({Status.TERMINATED, Status.PROCESSED, Status.FAILED})
+LIVE_STATUSES = frozenset(Status) - FINAL_STATUSES
+#: Statuses during which a run may be going on (its node must be alive or be taken over).
+RUNNING_STATUSES = frozenset({Status.IN_PROCESS, Status.STOPPING, Status.RESTART})
+
+DEFAULT_PRIORITY = 4
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JobKey:
+    type: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:  # the seed's log form: USER_JOB.Customer.userJob3.uid3
+        return f"{self.type}.{self.name}.{self.uid}"
+
+    def describe(self) -> str:  # the seed's message form
+        return f"[type: {self.type}, name: {self.name}, uid: {self.uid}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One row of k2_jobs (SPEC section 2).
+
+    ``epoch`` is the fencing counter: +1 whenever the owner changes (every claim).
+    ``revision`` is +1 on every change of the row, so a compare-and-set conditioned on it sees
+    any concurrent write, also one that leaves status and epoch alone (UPDATEJOB).
+    ``next_run`` is the due time: when a SCHEDULED job fires, or since when a WAITING job may
+    be claimed. ``hold_until`` keeps ``worker_id`` from re-claiming the job before that time
+    (retry delay, give-up delay); other nodes may take it at once.
+    """
+
+    key: JobKey
+    status: Status
+    creation_time: datetime
+    archived: bool = False
+    affinity: str = ""
+    arguments: str = "{}"
+    execution_interval: str = ""
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    next_run: datetime | None = None
+    hold_until: datetime | None = None
+    error_msg: str = ""
+    output: str | None = None
+    tries: int = 0
+    worker_id: str | None = None
+    epoch: int = 0
+    revision: int = 0
+    priority: int = DEFAULT_PRIORITY
+
+    @property
+    def type(self) -> str:
+        return self.key.type
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    @property
+    def uid(self) -> str:
+        return self.key.uid
+
+    def replace(self, **changes) -> "Job":
+        return dataclasses.replace(self, **changes)
+
+
+class Event(StrEnum):
+    """What happened to a job; each names one row of the transition table."""
+
+    START = "START"  # STARTJOB, run now or on an HH:MM:SS interval
+    START_SCHEDULED = "START_SCHEDULED"  # STARTJOB with a cron or timestamp
+    DUE = "DUE"  # the owner's scheduler reached next_run
+    CLAIM = "CLAIM"  # a node takes a WAITING job to run it
+    DONE_ONCE = "DONE_ONCE"  # a run of a one-time job returned
+    DONE_RECURRING = "DONE_RECURRING"  # a run of a recurring job returned
+    FAIL_RETRY = "FAIL_RETRY"  # a run raised / exited non-zero / was killed; tries left
+    FAIL_FINAL = "FAIL_FINAL"  # same, no tries left or fail-no-retry
+    STOP = "STOP"  # STOPJOB on a job with a run going on
+    STOP_IDLE = "STOP_IDLE"  # STOPJOB on a job with no run: straight to TERMINATED
+    STOPPED = "STOPPED"  # the stopped run ended
+    RESTART = "RESTART"  # RESTARTJOB on a job with a run going on
+    RESTART_IDLE = "RESTART_IDLE"  # RESTARTJOB on a job with no run
+    RESTARTED = "RESTARTED"  # the restarted run ended: WAITING, no owner
+    RESUME = "RESUME"  # RESUMEJOB of an archived job, run now or on an interval
+    RESUME_SCHEDULED = "RESUME_SCHEDULED"  # RESUMEJOB of an archived cron / timestamp job
+    UPDATE = "UPDATE"  # UPDATEJOB: new affinity / args / schedule, status kept
+    RESCHEDULE = "RESCHEDULE"  # UPDATEJOB of a new schedule on a job with no run
+    TAKEOVER = "TAKEOVER"  # another node takes the job of a dead node (or its own, after restart)
+    RELEASE = "RELEASE"  # a node over its recommended count gives a run back
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    event: Event
+    sources: frozenset[Status | None]  # None: no row with that key
+    targets: frozenset[Status]  # empty: the status stays as it is
+
+
+def _t(event: Event, sources: Iterable[Status | None], targets: Iterable[Status] = ()) -> Transition:
+    return Transition(event, frozenset(sources), frozenset(targets))
+
+
+_NEW = (None, *FINAL_STATUSES)
+_IDLE = (Status.WAITING, Status.SCHEDULED)
+
+#: SPEC section 3, as data. The service and the node write rows only through these.
+TRANSITIONS: dict[Event, Transition] = {
+    t.event: t
+    for t in (
+        _t(Event.START, _NEW, [Status.WAITING]),
+        _t(Event.START_SCHEDULED, _NEW, [Status.SCHEDULED]),
+        _t(Event.DUE, [Status.SCHEDULED], [Status.WAITING]),
+        _t(Event.CLAIM, [Status.WAITING], [Status.IN_PROCESS]),
+        _t(Event.DONE_ONCE, [Status.IN_PROCESS], [Status.PROCESSED]),
+        _t(Event.DONE_RECURRING, [Status.IN_PROCESS], [Status.SCHEDULED]),
+        _t(Event.FAIL_RETRY, [Status.IN_PROCESS], [Status.WAITING]),
+        _t(Event.FAIL_FINAL, [Status.IN_PROCESS], [Status.FAILED]),
+        _t(Event.STOP, [Status.IN_PROCESS, Status.RESTART], [Status.STOPPING]),
+        _t(Event.STOP_IDLE, _IDLE, [Status.TERMINATED]),
+        _t(Event.STOPPED, [Status.STOPPING], [Status.TERMINATED]),
+        _t(Event.RESTART, [Status.IN_PROCESS, Status.STOPPING], [Status.RESTART]),
+        _t(Event.RESTART_IDLE, _IDLE, [Status.WAITING]),
+        _t(Event.RESTARTED, [Status.RESTART], [Status.WAITING]),
+        _t(Event.RESUME, FINAL_STATUSES, [Status.WAITING]),
+        _t(Event.RESUME_SCHEDULED, FINAL_STATUSES, [Status.SCHEDULED]),
+        _t(Event.UPDATE, LIVE_STATUSES),
+        # A new schedule may move a job with no run between WAITING and SCHEDULED
+        # (EXEC_INTERVAL='' makes a SCHEDULED job a one-time job that runs now).
+        _t(Event.RESCHEDULE, _IDLE, _IDLE),
+        _t(Event.TAKEOVER, [Status.WAITING, Status.SCHEDULED, *RUNNING_STATUSES]),
+        _t(Event.RELEASE, [Status.IN_PROCESS], [Status.WAITING]),
+    )
+}
+
+
+class TransitionError(RuntimeError):
+    """A code path tried a transition that SPEC section 3 does not allow (a bug)."""
+
+
+def check_transition(event: Event, source: Status | None, target: Status) -> None:
+    rule = TRANSITIONS[event]
+    if source not in rule.sources:
+        raise TransitionError(f"{event}: not allowed from {source}")
+    allowed = rule.targets or frozenset({source})
+    if target not in allowed:
+        raise TransitionError(f"{event}: {source} -> {target} is not allowed")
+
+
+def advance(job: Job | None, event: Event, new: Job) -> Job:
+    """Check that going from ``job`` to ``new`` is the transition ``event`` and return ``new``.
+
+    ``archived`` follows the status: set exactly when the new status is final.
+    """
+    source = None if job is None else job.status
+    check_transition(event, source, new.status)
+    archived = new.status.is_final
+    if new.archived != archived:
+        new = new.replace(archived=archived)
+    return new

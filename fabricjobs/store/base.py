@@ -1,0 +1,216 @@
+"""The store contract: the one seam between the domain and the databases.
+
+Every backend implements :class:`JobStore`; ``tests/store/test_contract.py`` runs the same
+tests against each. The store persists rows and makes compare-and-set atomic; it knows
+nothing of commands, shells, schedules or which transitions are legal (that is
+:mod:`fabricjobs.model`).
+
+Compare-and-set
+    A write names the row it read (``expected``) and the row it wants (``new``). It is applied
+    only if the stored row still has the expected ``status``, ``epoch``, ``worker_id`` and
+    ``revision``; the store then writes ``new`` with ``revision + 1``. Otherwise nothing is
+    written and the result carries the row's current :class:`Version`, so the caller can decide
+    again without another read (Cassandra returns exactly these columns from a failed LWT).
+    Because ``revision`` changes on every write, a CAS also fails if the row changed in a way
+    that left status and epoch alone (UPDATEJOB); ``epoch`` and ``worker_id`` are in the
+    condition because they are the fencing token of SPEC section 9.
+
+Reads for the reconcile loop
+    :meth:`waiting`, :meth:`by_status` and :meth:`by_owner` return only live (non-archived)
+    rows through indexes, so neither history nor other nodes' scheduled work makes a pass
+    slower. No method scans archived rows except :meth:`archived_since`, which is bounded by
+    time and only used by ``JOBSTATUS n DAYS AGO``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Collection, Iterable, Sequence
+
+from ..model import Job, JobKey, Status
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """The columns a compare-and-set is conditioned on, as currently stored."""
+
+    status: Status
+    epoch: int
+    worker_id: str | None
+    revision: int
+
+    @classmethod
+    def of(cls, job: Job) -> "Version":
+        return cls(job.status, job.epoch, job.worker_id, job.revision)
+
+
+@dataclass(frozen=True, slots=True)
+class CasResult:
+    """Outcome of one conditional write.
+
+    applied:     the write happened; ``row`` is the row as stored now.
+    not applied: ``current`` is the row's current version, or None if there is no such row
+                 (for :meth:`JobStore.insert`, ``row`` is the live row that blocked it).
+    """
+
+    applied: bool
+    row: Job | None = None
+    current: Version | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One row of ``nodes``: written by its node only (a plain write, no CAS needed).
+
+    ``beat`` is a counter the node increases on every heartbeat; observers judge liveness by
+    watching it change on their own monotonic clock. ``beat_time`` is set by the store's clock
+    at write time (informational: ages shown in NODES/PS, never used to declare a node dead).
+    ``capacity``, ``affinity`` and ``tasks`` are JSON texts owned by the node layer.
+    """
+
+    name: str
+    incarnation: str
+    dc: str
+    host: str
+    pid: int
+    started: datetime
+    version: str
+    beat: int
+    state: str = "running"  # running | stopped
+    running: int = 0
+    capacity: str = "{}"
+    affinity: str = "[]"
+    tasks: str = "[]"
+    beat_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KillRequest:
+    node: str
+    task: int
+    requested_at: datetime
+    requested_by: str
+
+
+class JobStore(ABC):
+    """Rows of ``k2_jobs`` and ``nodes``. Thread-safe: one store object serves all threads."""
+
+    #: Human name of the backend, for messages.
+    backend: str = "?"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections. The object must not be used afterwards."""
+
+    def store_time(self) -> datetime:
+        """Now, by the store's clock (SQLite: this host; Cassandra: the coordinator).
+
+        Used only for ages shown to people (last beat age, task duration), so that those do not
+        depend on the clock of whoever wrote the row.
+        """
+        raise NotImplementedError
+
+    # -- jobs: writes ----------------------------------------------------------------------
+
+    @abstractmethod
+    def insert(self, job: Job) -> CasResult:
+        """Insert ``job`` if no row has its key, or replace the row if it is archived.
+
+        Atomic. A replaced row keeps counting: the new row gets the old ``epoch + 1`` and
+        ``revision + 1`` (so no stale writer of an earlier life can match it); a new row gets
+        ``epoch = job.epoch`` and ``revision = 1``. If a live row has the key, nothing is written
+        and the result's ``row`` is that live row.
+        """
+
+    @abstractmethod
+    def cas(self, expected: Job, new: Job) -> CasResult:
+        """Write ``new`` if the stored row still matches ``expected`` (see the module docstring).
+
+        ``new.revision`` is ignored: the stored revision becomes ``expected.revision + 1``.
+        ``new.key`` must equal ``expected.key``.
+        """
+
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]]) -> list[CasResult]:
+        """Several independent CAS writes; one result per pair, in order.
+
+        Each is decided on its own (one failing does not undo the others). Backends make this
+        cheaper than a loop: SQLite commits them in one transaction, Cassandra sends the LWTs
+        concurrently.
+        """
+        return [self.cas(e, n) for e, n in pairs]
+
+    @abstractmethod
+    def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` archived rows whose ``end_time`` is before ``before``.
+
+        Returns how many were deleted. (Cassandra expires them by TTL instead and returns 0.)
+        """
+
+    # -- jobs: reads -----------------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, key: JobKey) -> Job | None:
+        """The row with this key, archived or not."""
+
+    @abstractmethod
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
+        """Non-archived rows, optionally narrowed by type, name, uid; ordered by key."""
+
+    @abstractmethod
+    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+        """Archived rows whose ``end_time`` is at or after ``since``; ordered by key."""
+
+    @abstractmethod
+    def waiting(self, limit: int) -> list[Job]:
+        """Up to ``limit`` WAITING rows, longest-due first (by ``next_run``): claim candidates."""
+
+    @abstractmethod
+    def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
+        """Live rows in any of ``statuses``."""
+
+    @abstractmethod
+    def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status]) -> list[Job]:
+        """Live rows in any of ``statuses`` owned by any of ``worker_ids`` (None: unowned)."""
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def write_node(self, node: NodeRow) -> None:
+        """Create or overwrite this node's row; ``beat_time`` is set from the store's clock."""
+
+    @abstractmethod
+    def nodes(self) -> list[NodeRow]:
+        """Every row of ``nodes``, ordered by name."""
+
+    @abstractmethod
+    def delete_node(self, name: str) -> None:
+        """Remove a node's row (and its kill requests)."""
+
+    # -- kill requests (KILL from any shell, carried out by the target node) ---------------
+
+    @abstractmethod
+    def add_kill_request(self, request: KillRequest) -> None:
+        """Record a request; idempotent per (node, task)."""
+
+    @abstractmethod
+    def kill_requests(self, node: str) -> list[KillRequest]:
+        """Pending requests for ``node``."""
+
+    @abstractmethod
+    def delete_kill_request(self, node: str, task: int) -> None:
+        """Forget a request once carried out (or found moot)."""
+
+
+def chunked(items: Iterable, size: int) -> Iterable[list]:
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -1,0 +1,449 @@
+"""The embedded store: one SQLite file shared by any number of node processes on one host.
+
+* WAL journal, ``synchronous=FULL`` by default: a commit (an accepted STARTJOB) survives a power
+  cut. ``[store] SQLITE_SYNCHRONOUS = NORMAL`` trades that for speed.
+* Every write transaction starts with ``BEGIN IMMEDIATE`` (takes the write lock up front, so
+  two writers never deadlock on a lock upgrade) and waits up to the busy timeout for it.
+* A CAS is one conditional ``UPDATE`` whose rowcount says whether it applied; :meth:`cas_many`
+  puts many of them in one transaction (one fsync: group commit).
+* Partial indexes cover exactly the live-row queries, so archived history never enters a
+  reconcile pass or a plain JOBSTATUS.
+* The schema is versioned with ``PRAGMA user_version``; a newer version than this code knows
+  is refused with a clear message instead of being misread.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Collection, Iterator, Sequence
+
+from contextlib import contextmanager
+
+from ..errors import SchemaVersionError, StoreError
+from ..model import Job, JobKey, Status
+from .base import CasResult, JobStore, KillRequest, NodeRow, Version, chunked
+
+UTC = timezone.utc
+SCHEMA_VERSION = 1
+
+_JOB_COLUMNS = (
+    "type", "name", "uid", "status", "archived", "affinity", "arguments", "execution_interval",
+    "creation_time", "start_time", "end_time", "next_run", "hold_until", "error_msg", "output",
+    "tries", "worker_id", "epoch", "revision", "priority",
+)
+_COLS = ", ".join(_JOB_COLUMNS)
+_PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
+_SET_ALL = ", ".join(f"{c} = ?" for c in _JOB_COLUMNS[3:])
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """
+        CREATE TABLE k2_jobs (
+            type TEXT NOT NULL,
+            name TEXT NOT NULL,
+            uid TEXT NOT NULL,
+            status TEXT NOT NULL,
+            archived INTEGER NOT NULL DEFAULT 0,
+            affinity TEXT NOT NULL DEFAULT '',
+            arguments TEXT NOT NULL DEFAULT '{}',
+            execution_interval TEXT NOT NULL DEFAULT '',
+            creation_time REAL NOT NULL,
+            start_time REAL,
+            end_time REAL,
+            next_run REAL,
+            hold_until REAL,
+            error_msg TEXT NOT NULL DEFAULT '',
+            output TEXT,
+            tries INTEGER NOT NULL DEFAULT 0,
+            worker_id TEXT,
+            epoch INTEGER NOT NULL DEFAULT 0,
+            revision INTEGER NOT NULL DEFAULT 1,
+            priority INTEGER NOT NULL DEFAULT 4,
+            PRIMARY KEY (type, name, uid)
+        ) WITHOUT ROWID
+        """,
+        # Claim candidates: WAITING rows by due time.
+        "CREATE INDEX k2_jobs_waiting ON k2_jobs (next_run) WHERE status = 'WAITING'",
+        # Live rows by status and owner: control requests, unowned / orphaned work.
+        "CREATE INDEX k2_jobs_live_status ON k2_jobs (status, worker_id) WHERE archived = 0",
+        # Live rows by key: JOBSTATUS without touching history.
+        "CREATE INDEX k2_jobs_live_key ON k2_jobs (type, name, uid) WHERE archived = 0",
+        # History by end time: JOBSTATUS n DAYS AGO and retention.
+        "CREATE INDEX k2_jobs_archive ON k2_jobs (end_time) WHERE archived = 1",
+        """
+        CREATE TABLE nodes (
+            name TEXT PRIMARY KEY,
+            incarnation TEXT NOT NULL,
+            dc TEXT NOT NULL,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started REAL NOT NULL,
+            version TEXT NOT NULL,
+            beat INTEGER NOT NULL,
+            beat_time REAL NOT NULL,
+            state TEXT NOT NULL,
+            running INTEGER NOT NULL,
+            capacity TEXT NOT NULL,
+            affinity TEXT NOT NULL,
+            tasks TEXT NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE kill_requests (
+            node TEXT NOT NULL,
+            task INTEGER NOT NULL,
+            requested_at REAL NOT NULL,
+            requested_by TEXT NOT NULL,
+            PRIMARY KEY (node, task)
+        )
+        """,
+    ),
+}
+
+# The store's clock, evaluated by SQLite itself (this host's real clock, whatever a node's
+# time source says).
+_STORE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def _ts(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def _dt(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def _job_params(job: Job) -> tuple:
+    return (
+        job.key.type, job.key.name, job.key.uid, job.status.value, int(job.archived), job.affinity,
+        job.arguments, job.execution_interval, _ts(job.creation_time), _ts(job.start_time),
+        _ts(job.end_time), _ts(job.next_run), _ts(job.hold_until), job.error_msg, job.output,
+        job.tries, job.worker_id, job.epoch, job.revision, job.priority,
+    )
+
+
+_STATUS = {s.value: s for s in Status}
+
+
+def _row_to_job(r: Sequence) -> Job:
+    return Job(
+        key=JobKey(r[0], r[1], r[2]),
+        status=_STATUS[r[3]],
+        archived=bool(r[4]),
+        affinity=r[5],
+        arguments=r[6],
+        execution_interval=r[7],
+        creation_time=_dt(r[8]),
+        start_time=_dt(r[9]),
+        end_time=_dt(r[10]),
+        next_run=_dt(r[11]),
+        hold_until=_dt(r[12]),
+        error_msg=r[13],
+        output=r[14],
+        tries=r[15],
+        worker_id=r[16],
+        epoch=r[17],
+        revision=r[18],
+        priority=r[19],
+    )
+
+
+class SqliteStore(JobStore):
+    backend = "sqlite"
+
+    def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
+        self.path = str(path)
+        self.synchronous = synchronous.upper()
+        if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"bad synchronous mode {synchronous!r}")
+        self.busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+        parent = Path(self.path).parent
+        if not parent.exists():
+            raise StoreError(f"cannot open SQLite store {self.path!r}: directory {str(parent)!r} does not exist")
+        self._migrate()
+
+    # -- connections -------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError("store is closed")
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self.busy_timeout_ms / 1000.0,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise StoreError(f"cannot put {self.path!r} in WAL mode (got {mode})")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from None
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
+        conn = self._conn()
+        for attempt in range(50):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                # The busy handler already waited busy_timeout; a few more tries cover a
+                # checkpoint storm. Anything else is not ours to retry.
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise StoreError(f"SQLite error: {exc}") from None
+                if attempt == 49:
+                    raise StoreError(f"SQLite store {self.path!r} stayed locked: {exc}") from None
+                time.sleep(0.01)
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence = ()) -> list:
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"SQLite error: {exc}") from None
+
+    def close(self) -> None:
+        self._closed = True
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            try:
+                c.close()
+            except sqlite3.Error:
+                pass
+        self._local = threading.local()
+
+    def _migrate(self) -> None:
+        with self._write() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"SQLite store {self.path!r} has schema version {version}, newer than this "
+                    f"fabricjobs understands ({SCHEMA_VERSION}); upgrade fabricjobs"
+                )
+            for v in range(version + 1, SCHEMA_VERSION + 1):
+                for stmt in _MIGRATIONS[v]:
+                    conn.execute(stmt)
+                conn.execute(f"PRAGMA user_version = {v}")
+
+    def schema_version(self) -> int:
+        return self._read("PRAGMA user_version")[0][0]
+
+    def store_time(self) -> datetime:
+        return _dt(self._read(f"SELECT {_STORE_NOW}")[0][0])
+
+    # -- jobs: writes --------------------------------------------------------------------------
+
+    def insert(self, job: Job) -> CasResult:
+        params = _job_params(job.replace(revision=1))
+        with self._write() as conn:
+            cur = conn.execute(
+                f"INSERT INTO k2_jobs ({_COLS}) VALUES ({_PLACEHOLDERS}) "
+                f"ON CONFLICT (type, name, uid) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision"))
+                + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1"
+                " WHERE k2_jobs.archived = 1",
+                params,
+            )
+            row = self._get(conn, job.key)
+        return CasResult(applied=cur.rowcount == 1, row=row)
+
+    def cas(self, expected: Job, new: Job) -> CasResult:
+        return self.cas_many([(expected, new)])[0]
+
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]]) -> list[CasResult]:
+        if not pairs:
+            return []
+        results: list[CasResult] = []
+        with self._write() as conn:
+            for expected, new in pairs:
+                if new.key != expected.key:
+                    raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+                written = new.replace(revision=expected.revision + 1)
+                cur = conn.execute(
+                    f"UPDATE k2_jobs SET {_SET_ALL} "
+                    "WHERE type = ? AND name = ? AND uid = ? "
+                    "AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?",
+                    _job_params(written)[3:]
+                    + (expected.key.type, expected.key.name, expected.key.uid,
+                       expected.status.value, expected.epoch, expected.worker_id, expected.revision),
+                )
+                if cur.rowcount == 1:
+                    results.append(CasResult(True, row=written))
+                else:
+                    r = conn.execute(
+                        "SELECT status, epoch, worker_id, revision FROM k2_jobs "
+                        "WHERE type = ? AND name = ? AND uid = ?",
+                        (expected.key.type, expected.key.name, expected.key.uid),
+                    ).fetchone()
+                    current = None if r is None else Version(_STATUS[r[0]], r[1], r[2], r[3])
+                    results.append(CasResult(False, current=current))
+        return results
+
+    def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
+        with self._write() as conn:
+            cur = conn.execute(
+                "DELETE FROM k2_jobs WHERE (type, name, uid) IN ("
+                " SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?)",
+                (_ts(before), limit),
+            )
+            return cur.rowcount
+
+    # -- jobs: reads ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _get(conn: sqlite3.Connection, key: JobKey) -> Job | None:
+        r = conn.execute(
+            f"SELECT {_COLS} FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
+            (key.type, key.name, key.uid),
+        ).fetchone()
+        return None if r is None else _row_to_job(r)
+
+    def get(self, key: JobKey) -> Job | None:
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
+            (key.type, key.name, key.uid),
+        )
+        return _row_to_job(rows[0]) if rows else None
+
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
+        where, params = ["archived = 0"], []
+        for col, value in (("type", type), ("name", name), ("uid", uid)):
+            if value is not None:
+                where.append(f"{col} = ?")
+                params.append(value)
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_key WHERE {' AND '.join(where)} "
+            "ORDER BY type, name, uid",
+            params,
+        )
+        return [_row_to_job(r) for r in rows]
+
+    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+        sql = f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_archive WHERE archived = 1 AND end_time >= ?"
+        params: list = [_ts(since)]
+        if type is not None:
+            sql += " AND type = ?"
+            params.append(type)
+        rows = self._read(sql + " ORDER BY type, name, uid", params)
+        return [_row_to_job(r) for r in rows]
+
+    def waiting(self, limit: int) -> list[Job]:
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE status = 'WAITING' "
+            "ORDER BY next_run LIMIT ?",
+            (limit,),
+        )
+        return [_row_to_job(r) for r in rows]
+
+    def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
+        statuses = list(statuses)
+        if not statuses:
+            return []
+        marks = ", ".join("?" for _ in statuses)
+        sql = (
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status "
+            f"WHERE archived = 0 AND status IN ({marks})"
+        )
+        params: list = [s.value for s in statuses]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_row_to_job(r) for r in self._read(sql, params)]
+
+    def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status]) -> list[Job]:
+        statuses = list(statuses)
+        owners = [w for w in worker_ids if w is not None]
+        unowned = any(w is None for w in worker_ids)
+        if not statuses or (not owners and not unowned):
+            return []
+        out: list[Job] = []
+        smarks = ", ".join("?" for _ in statuses)
+        svals = [s.value for s in statuses]
+        base = (
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status "
+            f"WHERE archived = 0 AND status IN ({smarks}) AND "
+        )
+        for chunk in chunked(owners, 500):
+            omarks = ", ".join("?" for _ in chunk)
+            out.extend(_row_to_job(r) for r in self._read(base + f"worker_id IN ({omarks})", svals + chunk))
+        if unowned:
+            out.extend(_row_to_job(r) for r in self._read(base + "worker_id IS NULL", svals))
+        return out
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def write_node(self, node: NodeRow) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time,"
+                " state, running, capacity, affinity, tasks) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {_STORE_NOW}, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET incarnation = excluded.incarnation, dc = excluded.dc,"
+                " host = excluded.host, pid = excluded.pid, started = excluded.started,"
+                " version = excluded.version, beat = excluded.beat, beat_time = excluded.beat_time,"
+                " state = excluded.state, running = excluded.running, capacity = excluded.capacity,"
+                " affinity = excluded.affinity, tasks = excluded.tasks",
+                (node.name, node.incarnation, node.dc, node.host, node.pid, _ts(node.started), node.version,
+                 node.beat, node.state, node.running, node.capacity, node.affinity, node.tasks),
+            )
+
+    def nodes(self) -> list[NodeRow]:
+        rows = self._read(
+            "SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, capacity,"
+            " affinity, tasks, beat_time FROM nodes ORDER BY name"
+        )
+        return [
+            NodeRow(r[0], r[1], r[2], r[3], r[4], _dt(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], r[12], _dt(r[13]))
+            for r in rows
+        ]
+
+    def delete_node(self, name: str) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM nodes WHERE name = ?", (name,))
+            conn.execute("DELETE FROM kill_requests WHERE node = ?", (name,))
+
+    # -- kill requests -------------------------------------------------------------------------
+
+    def add_kill_request(self, request: KillRequest) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO kill_requests (node, task, requested_at, requested_by) VALUES (?, ?, ?, ?)",
+                (request.node, request.task, _ts(request.requested_at), request.requested_by),
+            )
+
+    def kill_requests(self, node: str) -> list[KillRequest]:
+        rows = self._read(
+            "SELECT node, task, requested_at, requested_by FROM kill_requests WHERE node = ? ORDER BY task",
+            (node,),
+        )
+        return [KillRequest(r[0], r[1], _dt(r[2]), r[3]) for r in rows]
+
+    def delete_kill_request(self, node: str, task: int) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM kill_requests WHERE node = ? AND task = ?", (node, task))

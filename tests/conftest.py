@@ -1,0 +1,32 @@
+"""Shared fixtures. Backends are listed in ``tests/backends.py``; every store test is run once
+per backend through the ``store_config`` fixture."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from backends import BACKENDS, make_backend_config  # noqa: E402
+
+
+@pytest.fixture(params=BACKENDS)
+def store_config(request, tmp_path):
+    """A config.ini (path) for a fresh, empty store of each backend."""
+    return make_backend_config(request, request.param, tmp_path)
+
+
+@pytest.fixture
+def store(store_config):
+    from fabricjobs.config import load_config
+    from fabricjobs.store import open_store
+
+    s = open_store(load_config(store_config))
+    yield s
+    s.close()

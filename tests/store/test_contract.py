@@ -1,0 +1,278 @@
+"""The store contract: every backend passes these, written once (see tests/backends.py).
+
+A backend that does not pass this suite does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.model import Job, JobKey, Status
+from fabricjobs.store.base import KillRequest, NodeRow, Version
+
+UTC = timezone.utc
+T0 = datetime(2026, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+HELPERS = Path(__file__).resolve().parent.parent / "helpers"
+
+
+def job(uid="u1", name="Customer.userJob1", type="USER_JOB", status=Status.WAITING, **kw) -> Job:
+    kw.setdefault("creation_time", T0)
+    kw.setdefault("next_run", T0)
+    return Job(key=JobKey(type, name, uid), status=status, **kw)
+
+
+def claim(row: Job, node: str, at: datetime = T0) -> Job:
+    return row.replace(status=Status.IN_PROCESS, worker_id=node, epoch=row.epoch + 1, start_time=at)
+
+
+# -- insert ----------------------------------------------------------------------------------
+
+def test_insert_new_row_starts_at_revision_1(store):
+    res = store.insert(job(arguments='{"a": 1}'))
+    assert res.applied
+    assert res.row.revision == 1 and res.row.epoch == 0
+    got = store.get(JobKey("USER_JOB", "Customer.userJob1", "u1"))
+    assert got == res.row
+    assert got.arguments == '{"a": 1}' and got.creation_time == T0 and got.next_run == T0
+
+
+def test_insert_refused_while_a_live_row_has_the_key(store):
+    first = store.insert(job(arguments='{"v": 1}')).row
+    res = store.insert(job(arguments='{"v": 2}'))
+    assert not res.applied
+    assert res.row == first  # the live row that blocked it, unchanged
+    assert store.get(first.key).arguments == '{"v": 1}'
+
+
+def test_insert_replaces_an_archived_row_and_keeps_counting(store):
+    row = store.insert(job()).row
+    claimed = store.cas(row, claim(row, "n1")).row
+    done = store.cas(claimed, claimed.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"ok"')).row
+    assert done.epoch == 1 and done.revision == 3
+    res = store.insert(job(arguments='{"again": true}'))
+    assert res.applied
+    assert res.row.status is Status.WAITING and not res.row.archived
+    assert res.row.epoch == 2 and res.row.revision == 4  # never back to a value a stale writer holds
+    assert res.row.arguments == '{"again": true}' and res.row.output is None
+    assert len(store.live_jobs()) == 1
+
+
+# -- compare-and-set ---------------------------------------------------------------------------
+
+def test_cas_applies_when_the_row_is_as_read(store):
+    row = store.insert(job()).row
+    res = store.cas(row, claim(row, "node-a"))
+    assert res.applied
+    assert res.row.revision == row.revision + 1
+    stored = store.get(row.key)
+    assert stored == res.row
+    assert (stored.status, stored.worker_id, stored.epoch) == (Status.IN_PROCESS, "node-a", 1)
+
+
+@pytest.mark.parametrize("stale", ["revision", "epoch", "status", "worker_id"])
+def test_cas_refused_on_any_stale_condition_column(store, stale):
+    row = store.insert(job()).row
+    mine = store.cas(row, claim(row, "node-a")).row
+    wrong = {
+        "revision": mine.replace(revision=mine.revision - 1),
+        "epoch": mine.replace(epoch=mine.epoch + 5),
+        "status": mine.replace(status=Status.WAITING),
+        "worker_id": mine.replace(worker_id="node-b"),
+    }[stale]
+    res = store.cas(wrong, mine.replace(status=Status.PROCESSED, archived=True, end_time=T0))
+    assert not res.applied
+    assert res.current == Version(Status.IN_PROCESS, 1, "node-a", mine.revision)
+    assert store.get(row.key) == mine
+
+
+def test_cas_on_a_missing_row_reports_no_row(store):
+    ghost = job(uid="ghost").replace(revision=1)
+    res = store.cas(ghost, claim(ghost, "n1"))
+    assert not res.applied and res.current is None
+    assert store.get(ghost.key) is None
+
+
+def test_cas_cannot_change_the_key(store):
+    row = store.insert(job()).row
+    with pytest.raises(ValueError):
+        store.cas(row, row.replace(key=JobKey("USER_JOB", "other", "u1")))
+
+
+def test_cas_many_decides_each_write_on_its_own(store):
+    a = store.insert(job(uid="a")).row
+    b = store.insert(job(uid="b")).row
+    c = store.insert(job(uid="c")).row
+    store.cas(b, claim(b, "thief"))  # b changes behind our back
+    results = store.cas_many([(a, claim(a, "me")), (b, claim(b, "me")), (c, claim(c, "me"))])
+    assert [r.applied for r in results] == [True, False, True]
+    assert results[1].current.worker_id == "thief"
+    assert store.get(a.key).worker_id == "me" and store.get(c.key).worker_id == "me"
+    assert store.get(b.key).worker_id == "thief"
+    assert store.cas_many([]) == []
+
+
+def test_values_are_data_never_code(store):
+    nasty = [
+        "it's; DROP TABLE k2_jobs; --",
+        "O''Reilly \\' \" `x`",
+        "ünïcødé ✓ 日本語 🚀",
+        "'); DELETE FROM nodes; SELECT ('",
+        "a\nb\tc",
+    ]
+    for i, text in enumerate(nasty):
+        args = json.dumps({"v": text})
+        row = store.insert(job(uid=text, name=f"N.{text}", arguments=args, error_msg=text, affinity=text)).row
+        got = store.get(JobKey("USER_JOB", f"N.{text}", text))
+        assert got == row
+        assert (got.uid, got.arguments, got.error_msg, got.affinity) == (text, args, text, text)
+    assert len(store.live_jobs()) == len(nasty)
+
+
+# -- reads ---------------------------------------------------------------------------------------
+
+def test_live_jobs_filters_and_never_returns_archived_rows(store):
+    for uid, name, typ in [("1", "A.x", "USER_JOB"), ("2", "A.x", "USER_JOB"), ("3", "B.y", "USER_JOB"), ("4", "p.sh", "PROCESS")]:
+        store.insert(job(uid=uid, name=name, type=typ))
+    gone = store.get(JobKey("USER_JOB", "A.x", "2"))
+    store.cas(gone, gone.replace(status=Status.TERMINATED, archived=True, end_time=T0))
+    keys = lambda rows: [(r.type, r.name, r.uid) for r in rows]
+    assert keys(store.live_jobs()) == [("PROCESS", "p.sh", "4"), ("USER_JOB", "A.x", "1"), ("USER_JOB", "B.y", "3")]
+    assert keys(store.live_jobs(type="USER_JOB")) == [("USER_JOB", "A.x", "1"), ("USER_JOB", "B.y", "3")]
+    assert keys(store.live_jobs(type="USER_JOB", name="A.x")) == [("USER_JOB", "A.x", "1")]
+    assert keys(store.live_jobs(type="USER_JOB", name="A.x", uid="2")) == []
+    assert store.get(gone.key).archived
+
+
+def test_archived_since_is_bounded_by_end_time(store):
+    for i in range(4):
+        row = store.insert(job(uid=f"u{i}", type="PROCESS" if i == 3 else "USER_JOB")).row
+        store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(days=i)))
+    store.insert(job(uid="live"))
+    since = store.archived_since(T0 + timedelta(days=1))
+    assert sorted(r.uid for r in since) == ["u1", "u2", "u3"]
+    assert [r.uid for r in store.archived_since(T0 + timedelta(days=1), type="PROCESS")] == ["u3"]
+    assert all(r.archived for r in since)
+
+
+def test_waiting_returns_claim_candidates_longest_due_first(store):
+    for i in (3, 1, 2):
+        store.insert(job(uid=f"w{i}", next_run=T0 + timedelta(seconds=i)))
+    store.insert(job(uid="s", status=Status.SCHEDULED, next_run=T0))
+    r = store.get(JobKey("USER_JOB", "Customer.userJob1", "w2"))
+    store.cas(r, claim(r, "n"))
+    assert [j.uid for j in store.waiting(10)] == ["w1", "w3"]
+    assert [j.uid for j in store.waiting(1)] == ["w1"]
+
+
+def test_by_status_and_by_owner(store):
+    rows = {}
+    for uid, status, owner in [
+        ("a", Status.SCHEDULED, None), ("b", Status.SCHEDULED, "n1"), ("c", Status.WAITING, "n1"),
+        ("d", Status.STOPPING, "n2"), ("e", Status.RESTART, "n1"), ("f", Status.SCHEDULED, "n2"),
+    ]:
+        rows[uid] = store.insert(job(uid=uid, status=status, worker_id=owner)).row
+    done = rows["f"]
+    store.cas(done, done.replace(status=Status.TERMINATED, archived=True, end_time=T0))
+    uids = lambda js: sorted(j.uid for j in js)
+    assert uids(store.by_status([Status.STOPPING, Status.RESTART])) == ["d", "e"]
+    assert uids(store.by_status([Status.SCHEDULED])) == ["a", "b"]  # archived f excluded
+    assert len(store.by_status([Status.SCHEDULED], limit=1)) == 1
+    assert uids(store.by_owner([None], [Status.SCHEDULED])) == ["a"]
+    assert uids(store.by_owner(["n1"], [Status.SCHEDULED, Status.WAITING, Status.RESTART])) == ["b", "c", "e"]
+    assert uids(store.by_owner(["n1", "n2", None], [Status.SCHEDULED, Status.STOPPING])) == ["a", "b", "d"]
+    assert store.by_owner([], [Status.SCHEDULED]) == []
+
+
+def test_delete_archived_removes_only_old_archived_rows(store):
+    for i in range(5):
+        row = store.insert(job(uid=f"old{i}")).row
+        store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=10)))
+    row = store.insert(job(uid="recent")).row
+    store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0))
+    store.insert(job(uid="live", next_run=T0 - timedelta(days=9)))
+    assert store.delete_archived(T0 - timedelta(hours=1), limit=3) == 3
+    assert store.delete_archived(T0 - timedelta(hours=1)) == 2
+    assert store.delete_archived(T0 - timedelta(hours=1)) == 0
+    left = {r.uid for r in store.archived_since(T0 - timedelta(days=30))} | {r.uid for r in store.live_jobs()}
+    assert left == {"recent", "live"}
+
+
+# -- nodes and kill requests ---------------------------------------------------------------------
+
+def node_row(name="n1", beat=1, **kw) -> NodeRow:
+    kw.setdefault("incarnation", "inc-1")
+    return NodeRow(name=name, dc="DC1", host="h", pid=123, started=T0, version="0.1.0", beat=beat, **kw)
+
+
+def test_node_rows_are_upserted_and_stamped_by_the_store_clock(store):
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    store.write_node(node_row("n2", beat=1))
+    store.write_node(node_row("n1", beat=1, tasks='[{"task": 1}]'))
+    store.write_node(node_row("n1", beat=2, running=3, capacity='{"ANY": 25}', state="stopped"))
+    rows = store.nodes()
+    assert [r.name for r in rows] == ["n1", "n2"]
+    n1 = rows[0]
+    assert (n1.beat, n1.running, n1.capacity, n1.state, n1.tasks) == (2, 3, '{"ANY": 25}', "stopped", "[]")
+    assert before <= n1.beat_time <= datetime.now(UTC) + timedelta(seconds=5)
+    assert abs((store.store_time() - datetime.now(UTC)).total_seconds()) < 5
+    store.delete_node("n2")
+    assert [r.name for r in store.nodes()] == ["n1"]
+
+
+def test_kill_requests_are_per_node_and_idempotent(store):
+    req = KillRequest("n1", 52625, T0, "shell@h")
+    store.add_kill_request(req)
+    store.add_kill_request(req)
+    store.add_kill_request(KillRequest("n2", 7, T0, "shell@h"))
+    assert store.kill_requests("n1") == [req]
+    store.delete_kill_request("n1", 52625)
+    assert store.kill_requests("n1") == []
+    assert [r.task for r in store.kill_requests("n2")] == [7]
+
+
+# -- concurrency: real OS processes racing for the same rows -------------------------------------
+
+def test_eight_processes_claim_500_rows_each_exactly_once(store, store_config, tmp_path):
+    n_rows, n_procs = 500, 8
+    for i in range(n_rows):
+        store.insert(job(uid=f"r{i:03d}", next_run=T0 + timedelta(milliseconds=i)))
+    go = tmp_path / "go"
+    procs = []
+    for p in range(n_procs):
+        out = tmp_path / f"claims-{p}.json"
+        procs.append((out, subprocess.Popen(
+            [sys.executable, str(HELPERS / "claim_race.py"), str(store_config), f"proc-{p}", str(go), str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )))
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("ready-*"))) < n_procs:
+        assert time.monotonic() < deadline, "claimers did not start"
+        assert all(p.poll() is None for _, p in procs), [p.communicate() for _, p in procs if p.poll() is not None]
+        time.sleep(0.01)
+    go.touch()
+    claims: dict[str, str] = {}
+    per_proc = []
+    for out, p in procs:
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr.decode()
+        mine = json.loads(out.read_text())
+        per_proc.append(len(mine))
+        for uid, epoch in mine:
+            assert uid not in claims, f"{uid} claimed twice"
+            assert epoch == 1
+            claims[uid] = out.stem
+    assert len(claims) == n_rows
+    assert sum(1 for n in per_proc if n > 0) >= 2, f"no contention happened: {per_proc}"
+    rows = store.by_status([Status.IN_PROCESS])
+    assert len(rows) == n_rows and store.waiting(10) == []
+    for r in rows:
+        # One applied claim per row: epoch 1, revision 2, and the owner is the one claimant.
+        assert (r.epoch, r.revision) == (1, 2)
+        assert f"claims-{r.worker_id.split('-')[1]}" == claims[r.uid]

@@ -1,0 +1,135 @@
+"""config.ini and node.id parsing (SPEC section 11)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.config import (
+    KEYS, AffinityLimit, defaults, find_config, load_config, parse_config, parse_node_id,
+)
+from fabricjobs.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_key_has_the_specs_default():
+    cfg = defaults()
+    expected = {
+        ("node", "DC"): "DC1",
+        ("jobs", "K2JOBS_POOL_SIZE"): 25,
+        ("jobs", "K2JOB_ARCHIVING_TIME_HOUR"): 720,
+        ("jobs", "CLAIM_EXCEPTIONAL_INTERVAL_SEC"): 60,
+        ("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES"): 1,
+        ("jobs", "MAX_GIVE_UP_EXCEPTIONAL_MINUTES"): 1440,
+        ("jobs", "MAX_TRIES"): 10,
+        ("jobs", "RETRY_DELAY_SEC"): 60,
+        ("jobs", "RECONCILE_INTERVAL_MS"): 1000,
+        ("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS"): 5000,
+        ("heartbeat", "FABRIC_HEARTBEAT_MISS"): 12,
+        ("store", "BACKEND"): "sqlite",
+        ("store", "SQLITE_PATH"): "./fabricjobs.db",
+        ("cassandra", "PORT"): 9042,
+        ("cassandra", "KEYSPACE"): "k2system",
+    }
+    for (section, name), value in expected.items():
+        assert cfg.get(section, name) == value, (section, name)
+
+
+def test_values_are_typed_and_keys_case_insensitive(tmp_path):
+    p = tmp_path / "config.ini"
+    p.write_text("[JOBS]\nk2jobs_pool_size = 7\nMax_Tries=3\n[store]\nsqlite_path = data/j.db\n[cassandra]\nHOSTS = a, b c\nTLS = yes\n")
+    cfg = load_config(p)
+    assert cfg.get("jobs", "K2JOBS_POOL_SIZE") == 7 and cfg.get("jobs", "MAX_TRIES") == 3
+    assert cfg.get("store", "SQLITE_PATH") == str(tmp_path / "data" / "j.db")  # relative to the file
+    assert cfg.get("cassandra", "HOSTS") == ("a", "b", "c") and cfg.get("cassandra", "TLS") is True
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[jobs]\nK2JOBS_POOL_SIZE = lots\n", "[jobs] K2JOBS_POOL_SIZE: expected an integer, got 'lots'"),
+        ("[jobs]\nK2JOBS_POOL_SIZE = 0\n", "[jobs] K2JOBS_POOL_SIZE: must be at least 1"),
+        ("[heartbeat]\nFABRIC_HEARTBEAT_MISS = 1\n", "[heartbeat] FABRIC_HEARTBEAT_MISS: must be at least 3"),
+        ("[store]\nBACKEND = mysql\n", "[store] BACKEND: expected one of SQLITE, CASSANDRA, got 'mysql'"),
+        ("[node]\nTIME_ZONE = Mars/Base\n", "[node] TIME_ZONE: unknown time zone 'Mars/Base'"),
+        ("[cassandra]\nTLS = maybe\n", "[cassandra] TLS: expected true or false"),
+        ("[jobs]\nMIN_GIVE_UP_EXCEPTIONAL_MINUTES = 9\nMAX_GIVE_UP_EXCEPTIONAL_MINUTES = 2\n", "larger than MAX_GIVE_UP"),
+        ("[jobs\nK2JOBS_POOL_SIZE = 1\n", "config"),
+        ("K2JOBS_POOL_SIZE = 1\n", "no section header"),
+    ],
+)
+def test_bad_values_are_rejected_naming_the_key(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_config(text)
+    assert message in str(err.value)
+
+
+def test_unknown_keys_and_sections_are_warned_not_fatal(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = parse_config("[jobs]\nK2JOBS_POOL_SZE = 3\n[nonsense]\na = 1\n")
+    assert cfg.get("jobs", "K2JOBS_POOL_SIZE") == 25
+    assert any("unknown key [jobs] K2JOBS_POOL_SZE" in w for w in cfg.warnings)
+    assert any("unknown section [nonsense]" in w for w in cfg.warnings)
+    assert "K2JOBS_POOL_SZE" in caplog.text
+
+
+def test_config_is_found_by_flag_then_environment_then_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FABRICJOBS_CONFIG", raising=False)
+    assert find_config(None) is None
+    (tmp_path / "config.ini").write_text("")
+    assert find_config(None) == Path("config.ini")
+    monkeypatch.setenv("FABRICJOBS_CONFIG", "/etc/fj.ini")
+    assert find_config(None) == Path("/etc/fj.ini")
+    assert find_config("x.ini") == Path("x.ini")
+
+
+def test_example_config_documents_every_key_and_parses_cleanly():
+    text = (ROOT / "config.ini.example").read_text()
+    documented = set(re.findall(r"^#?\s*([A-Z0-9_]+)\s*=", text, flags=re.M))
+    missing = {k.name for k in KEYS} - documented
+    assert not missing, f"config.ini.example lacks {sorted(missing)}"
+    cfg = parse_config(text)
+    assert cfg.warnings == ()
+
+
+# -- node.id ---------------------------------------------------------------------------------
+
+def test_node_id_lines_comments_and_blank_lines():
+    nid = parse_node_id("# comment\n\nHANDLE_MSG:5 10   # inline\nany:0\nlu_sync : 3\n")
+    assert nid.limits["HANDLE_MSG"] == AffinityLimit("HANDLE_MSG", 5, 10)
+    assert nid.limits["ANY"] == AffinityLimit("ANY", 0, 0)
+    assert nid.limits["LU_SYNC"] == AffinityLimit("LU_SYNC", 3, 3)
+
+
+def test_any_is_on_by_default_with_the_pool_size():
+    nid = parse_node_id("HANDLE_MSG:5\n")
+    assert nid.limit("ANY", 25) == AffinityLimit("ANY", 25, 25)
+    assert nid.limit("handle_msg", 25) == AffinityLimit("HANDLE_MSG", 5, 5)
+    assert nid.limit("OTHER", 25) is None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("ANY:0\nHANDLE_MSG 5\n", "line 2: expected 'NAME:recommended [absolute]'"),
+        ("HANDLE_MSG:ten\n", "line 1"),
+        ("\n\nX:5 2\n", "line 3: absolute maximum 2 is below the recommended 5"),
+        ("X:1\nx:2\n", "line 2: X is given twice"),
+        ("X:-1\n", "line 1"),
+    ],
+)
+def test_bad_node_id_lines_are_rejected_with_their_line_number(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_node_id(text, source="node.id")
+    assert message in str(err.value)
+
+
+def test_example_node_id_parses():
+    nid = parse_node_id((ROOT / "node.id.example").read_text())
+    assert nid.limits["HANDLE_MSG"] == AffinityLimit("HANDLE_MSG", 5, 10)
+    assert nid.limit("ANY", 25).recommended == 0
