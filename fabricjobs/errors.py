@@ -32,7 +32,12 @@ class CommandError(FabricJobsError):
 
 
 class CommandSyntaxError(CommandError):
-    """The command text does not parse. Carries the position and what was expected."""
+    """The command text is wrong. Carries the position and, for syntax errors, what was expected.
+
+    Renders as one line saying what and where, then the offending source line with a caret.
+    """
+
+    label = "Syntax error"
 
     def __init__(
         self,
@@ -53,17 +58,25 @@ class CommandSyntaxError(CommandError):
     def _render(self) -> str:
         if self.line is None:
             return self.reason
-        head = f"Syntax error at line {self.line}, column {self.column}: {self.reason}"
-        lines = self.text.splitlines() or [""]
-        if 1 <= self.line <= len(lines):
-            src = lines[self.line - 1]
-            caret = " " * max(0, (self.column or 1) - 1) + "^"
-            return f"{head}\n  {src}\n  {caret}"
-        return head
+        head = f"{self.label} at line {self.line}, column {self.column}: {self.reason}"
+        lines = self.text.split("\n")  # the parser counts lines by "\n" only
+        if not 1 <= self.line <= len(lines):
+            return head
+        src, col = lines[self.line - 1], max(1, self.column or 1)
+        if len(src) > _WIDTH:  # show a window around the column, not a megabyte of line
+            start = max(0, min(col - 1 - _WIDTH // 2, len(src) - _WIDTH))
+            src, col = src[start:start + _WIDTH], col - start
+        return f"{head}\n  {src}\n  {' ' * (col - 1)}^"
 
 
-class ValidationError(CommandError):
-    """A parameter value is wrong (bad JSON, unknown job type, invalid interval, ...)."""
+_WIDTH = 160
+
+
+class ValidationError(CommandSyntaxError):
+    """The text parses but a value is wrong (bad JSON, unknown job type, invalid interval,
+    duplicate or missing parameter, ...). Positioned when it comes from the parser."""
+
+    label = "Invalid command"
 
 
 class JobAlreadyRunning(CommandError):

@@ -1,0 +1,42 @@
+"""The command language (SPEC section 6): text in, typed command objects out.
+
+``parse_script`` / ``parse_one`` for running commands, ``expected_at`` / ``lex`` for the
+shell's completion and highlighting. All four are driven by ``grammar/fabricjobs.lark``.
+"""
+
+from __future__ import annotations
+
+from .ast import (
+    Command,
+    JobStatus,
+    Kill,
+    Ps,
+    RestartJob,
+    ResumeJob,
+    Set,
+    StartJob,
+    Statement,
+    StopJob,
+    UpdateJob,
+)
+from .complete import Expectation, expected_at, lex
+from .parser import parse_one, parse_script
+
+__all__ = [
+    "Command",
+    "Expectation",
+    "JobStatus",
+    "Kill",
+    "Ps",
+    "RestartJob",
+    "ResumeJob",
+    "Set",
+    "StartJob",
+    "Statement",
+    "StopJob",
+    "UpdateJob",
+    "expected_at",
+    "lex",
+    "parse_one",
+    "parse_script",
+]

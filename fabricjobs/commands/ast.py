@@ -1,0 +1,97 @@
+"""Typed, immutable command objects: what the grammar means, independent of its text.
+
+The parser (:mod:`.parser`) turns text into these; the service carries them out; nothing
+downstream ever sees a parse tree. Every field is already validated and normalised:
+``type`` is an upper-case job type string, ``args`` is the JSON text of an object (or None
+when absent), ``exec_interval`` has been checked to be a valid schedule text.
+
+``None`` always means "not given" (so UPDATEJOB can tell "leave alone" from "set to empty").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+
+@dataclass(frozen=True, slots=True)
+class StartJob:
+    type: str
+    name: str
+    uid: str | None = None
+    affinity: str | None = None
+    args: str | None = None
+    exec_interval: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StopJob:
+    type: str
+    name: str
+    uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RestartJob:
+    type: str
+    name: str
+    uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeJob:
+    type: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateJob:
+    type: str
+    name: str
+    uid: str | None = None
+    affinity: str | None = None
+    args: str | None = None
+    exec_interval: str | None = None
+    reset_end_time: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE>; JOBSTATUS <TYPE> '<NAME>' [WITH UID='<UID>']."""
+
+    type: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    days_ago: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ps:
+    all: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    node: str
+    task: int
+
+
+@dataclass(frozen=True, slots=True)
+class Set:
+    """SET <key> [=] <value>. ``key`` is as written; the service applies the case rules."""
+
+    key: str
+    value: str
+
+
+Command = Union[StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One parsed statement with where it came from (for error messages and echo)."""
+
+    command: Command
+    text: str  # the statement's source text, without the trailing ';'
+    line: int  # 1-based line of its first character in the script

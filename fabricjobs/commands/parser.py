@@ -1,0 +1,517 @@
+"""Command text -> typed command objects (SPEC section 6).
+
+The grammar (``grammar/fabricjobs.lark``) decides what parses; this module loads it once,
+turns each statement into its :mod:`.ast` object and checks the values the grammar cannot
+(job type, JSON, schedule, duplicates). Every problem leaves as a :class:`CommandSyntaxError`
+or :class:`ValidationError` positioned on the script text; no Lark exception gets out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import lark
+from lark import Lark, Token, Transformer, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+
+from ..errors import CommandSyntaxError, ScheduleError, ValidationError
+from ..model import JobType
+from ..schedule import parse_schedule
+from .ast import (
+    Command,
+    JobStatus,
+    Kill,
+    Ps,
+    RestartJob,
+    ResumeJob,
+    Set,
+    StartJob,
+    Statement,
+    StopJob,
+    UpdateJob,
+)
+
+#: Terminals that are not keywords: how lex() colours them and how errors say them.
+#: Every other terminal is a keyword (said by its name) or a parameter P_<X> (said "X=").
+_TERMINAL_WORDS: dict[str, tuple[str, str]] = {
+    "STRING": ("string", "a quoted string"),
+    "NUMBER": ("number", "a number"),
+    "JOB_TYPE": ("type", "a job type"),
+    "NODE_WORD": ("word", "a node name"),
+    "SET_KEY": ("word", "a setting name"),
+    "SET_WORD": ("word", "a value"),
+    "EQ": ("punct", "'='"),
+    "SEMI": ("punct", "';'"),
+    "COMMENT": ("comment", "a comment"),
+    "WS": ("space", "white space"),
+    "$END": ("space", "end of input"),
+}
+_IGNORED = frozenset({"WS", "COMMENT"})
+_PARAM_PREFIX = "P_"
+
+_JOB_COMMANDS: dict[str, type] = {
+    "startjob": StartJob,
+    "stopjob": StopJob,
+    "restartjob": RestartJob,
+    "resumejob": ResumeJob,
+    "updatejob": UpdateJob,
+}
+#: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
+_REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
+_NON_EMPTY = frozenset({"NAME", "UID"})
+
+_MAX_TASK = 2**63 - 1
+_MAX_DAYS = 36_500
+_STRING_ESCAPE = re.compile(r"''|\\([\s\S])")
+
+_parser: Lark | None = None
+
+
+# -- the grammar, loaded once ----------------------------------------------------------------
+
+
+def grammar_path() -> Path:
+    """The packaged grammar of a wheel install, else the repository's (editable install)."""
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "_grammar" / "fabricjobs.lark"
+    return packaged if packaged.is_file() else package.parent / "grammar" / "fabricjobs.lark"
+
+
+def get_parser() -> Lark:
+    """The process-wide LALR parser; its tables come from a cache keyed on the grammar text."""
+    global _parser
+    if _parser is None:
+        text = grammar_path().read_text(encoding="utf-8")
+        _parser = Lark(
+            text,
+            parser="lalr",
+            lexer="contextual",
+            propagate_positions=True,
+            maybe_placeholders=False,
+            cache=_cache_file(text) or False,
+        )
+    return _parser
+
+
+def _cache_file(grammar: str) -> str | None:
+    """A per-user cache path named after the grammar's hash (None: do not cache).
+
+    The name changes with the grammar, Lark and Python, so an edited grammar never meets old
+    tables; Lark also checks the hash stored inside the file.
+    """
+    key = f"{grammar}\0{lark.__version__}\0{sys.version_info[:2]}"
+    name = f"grammar-{hashlib.sha256(key.encode('utf-8', 'surrogatepass')).hexdigest()[:20]}.lark-cache"
+    directory = _cache_dir()
+    return str(directory / name) if directory else None
+
+
+def _cache_dir() -> Path | None:
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    uid = getattr(os, "getuid", lambda: None)()
+    candidates = [(base / "fabricjobs", False), (Path(tempfile.gettempdir()) / f"fabricjobs-{uid}", True)]
+    for directory, shared in candidates:
+        try:
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = directory.stat()
+        except (OSError, RuntimeError):  # RuntimeError: Path.home() without a home
+            continue
+        # The cache is unpickled: in a shared temp dir, trust only a private dir of our own.
+        if shared and uid is not None and (st.st_uid != uid or st.st_mode & 0o022):
+            continue
+        if os.access(directory, os.W_OK | os.X_OK):
+            return directory
+    return None
+
+
+# -- terminals in words ----------------------------------------------------------------------
+
+
+def terminal_category(name: str) -> str:
+    """The highlighting class of a terminal: keyword, param, string, number, punct, ..."""
+    if name in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[name][0]
+    return "param" if name.startswith(_PARAM_PREFIX) else "keyword"
+
+
+def terminal_words(name: str) -> str:
+    """How a message says a terminal: NAME=, STARTJOB, a quoted string, ';' ..."""
+    if name in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[name][1]
+    return f"{param_name(name)}=" if name.startswith(_PARAM_PREFIX) else name
+
+
+def param_name(terminal: str) -> str:
+    """P_EXEC_INTERVAL -> EXEC_INTERVAL."""
+    return terminal[len(_PARAM_PREFIX):]
+
+
+def is_param(terminal: str) -> bool:
+    return terminal.startswith(_PARAM_PREFIX)
+
+
+def is_keyword(terminal: str) -> bool:
+    return terminal_category(terminal) == "keyword"
+
+
+def grammar_order(names: Iterable[str]) -> list[str]:
+    """Terminal names sorted as the grammar declares them (so messages read in a stable order)."""
+    order = {t.name: i for i, t in enumerate(get_parser().terminals)}
+    return sorted(set(names), key=lambda n: (order.get(n, len(order)), n))
+
+
+def expected_words(names: Iterable[str]) -> tuple[str, ...]:
+    """The acceptable terminals in words; end of input goes unsaid when ';' is acceptable."""
+    names = set(names) - _IGNORED
+    if "SEMI" in names:
+        names.discard("$END")
+    return tuple(terminal_words(n) for n in grammar_order(names))
+
+
+def _join(words: tuple[str, ...]) -> str:
+    if len(words) <= 1:
+        return "".join(words) or "nothing more"
+    return f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _show(value: str, limit: int = 40) -> str:
+    """A token for a one-line message: quoted, escaped, shortened."""
+    if len(value) > limit:
+        value = value[: limit - 3] + "..."
+    return repr(value)
+
+
+# -- strings ---------------------------------------------------------------------------------
+
+
+def unescape(body: str) -> str:
+    """Decode a string body. The escapes are SPEC 6's two ways to write a quote, ``''`` and
+    ``\\'``; every other backslash is kept as written, so JSON escapes inside ARGS (``\\n``,
+    ``\\"``, ``\\\\``) reach the JSON decoder exactly as the user typed them."""
+
+    def repl(m: re.Match[str]) -> str:
+        return "'" if m.group(0) == "''" or m.group(1) == "'" else m.group(0)
+
+    return _STRING_ESCAPE.sub(repl, body)
+
+
+def _source_index(body: str, value_index: int) -> int:
+    """Where in the string body the decoded character ``value_index`` comes from."""
+    pos = out = 0
+    for m in _STRING_ESCAPE.finditer(body):
+        plain = m.start() - pos
+        if out + plain > value_index:
+            break
+        out += plain
+        pos = m.start()
+        width = 1 if m.group(0) == "''" or m.group(1) == "'" else 2
+        if out + width > value_index:
+            return pos
+        out += width
+        pos = m.end()
+    return pos + (value_index - out)
+
+
+_C_ESCAPE = re.compile(r'\\(["\\\\])')
+
+
+def decode_c_literal(value: str) -> str:
+    """``\\"`` -> ``"`` and ``\\\\`` -> ``\\``: JSON that was written inside a C or Java
+    string literal, as in the seed's ``args='{\\"loopsIterationCount\\":\\"2000\\"}'``."""
+    return _C_ESCAPE.sub(lambda m: m.group(1), value)
+
+
+def _load_json(text: str):
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _string_value(tok: Token) -> str:
+    return unescape(tok.value[1:-1])
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    line_start = text.rfind("\n", 0, pos) + 1
+    return text.count("\n", 0, pos) + 1, pos - line_start + 1
+
+
+def _invalid(text: str, tok: Token, message: str) -> ValidationError:
+    return ValidationError(message, text=text, line=tok.line, column=tok.column)
+
+
+def _invalid_at(text: str, pos: int, message: str) -> ValidationError:
+    line, column = _line_col(text, pos)
+    return ValidationError(message, text=text, line=line, column=column)
+
+
+def _accepted(err: UnexpectedInput) -> set[str]:
+    ip = getattr(err, "interactive_parser", None)
+    if ip is not None:
+        try:
+            return set(ip.accepts())
+        except LarkError:
+            pass
+    return set(getattr(err, "expected", None) or getattr(err, "allowed", None) or ())
+
+
+def _statement_keyword(err: UnexpectedInput) -> str | None:
+    """The keyword of the statement being parsed when the error happened."""
+    ip = getattr(err, "interactive_parser", None)
+    if ip is None:
+        return None
+    for value in reversed(getattr(ip.parser_state, "value_stack", None) or ()):
+        if isinstance(value, Token) and value.type == "SEMI":
+            return None
+        if isinstance(value, Token) and value.type.lower() in _STATEMENT_RULES:
+            return value.type
+    return None
+
+
+def syntax_error(text: str, err: UnexpectedInput) -> CommandSyntaxError:
+    """Lark's error, said in words: what was found, where, and what may come there."""
+    accepted = _accepted(err)
+    expected = expected_words(accepted)
+    if isinstance(err, UnexpectedCharacters):
+        pos = err.pos_in_stream
+        line, column = err.line, err.column
+        if text.startswith("'", pos):
+            reason, expected = "unterminated string starting here", ("a closing quote",)
+        elif text.startswith("/*", pos):
+            reason, expected = "unterminated comment starting here", ("*/",)
+        else:
+            reason = f"unexpected character {_show(text[pos])}; expected {_join(expected)}"
+        return CommandSyntaxError(reason, text=text, line=line, column=column, expected=expected)
+
+    assert isinstance(err, UnexpectedToken)
+    tok = err.token
+    if tok.type == "$END":
+        line = tok.end_line if tok.end_line is not None else tok.line
+        column = tok.end_column if tok.end_column is not None else tok.column
+        reason = f"unexpected end of input; expected {_join(expected)}"
+        return CommandSyntaxError(reason, text=text, line=line, column=column, expected=expected)
+
+    line, column = tok.line, tok.column
+    keyword = _statement_keyword(err)
+    takes = [param_name(t) for t in grammar_order(accepted) if is_param(t)]
+    if is_param(tok.type) and takes and keyword is not None:
+        message = f"{keyword} does not take {param_name(tok.type)}; it takes {', '.join(takes)}"
+        return ValidationError(message, text=text, line=line, column=column, expected=expected)
+    reason = f"unexpected {_show(tok.value)}; expected {_join(expected)}"
+    start = tok.start_pos if tok.start_pos is not None else 0
+    if start > 0 and text[start - 1] == "'" and "STRING" not in accepted:
+        reason += " (a quote inside a string is written '')"
+    elif tok.value.startswith('"') and "STRING" in accepted:
+        reason += " (strings take single quotes: '...')"
+    return CommandSyntaxError(reason, text=text, line=line, column=column, expected=expected)
+
+
+# -- tree -> command -------------------------------------------------------------------------
+
+
+class _Param:
+    """One NAME='...'-like parameter: its name, keyword token and decoded value."""
+
+    __slots__ = ("name", "token", "value")
+
+    def __init__(self, name: str, token: Token, value: Any) -> None:
+        self.name, self.token, self.value = name, token, value
+
+
+class _ToCommand(Transformer):
+    """Builds one command from one statement tree; raises ValidationError on a bad value."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    # parameters
+
+    def _string_param(self, children: list[Token]) -> _Param:
+        key, value = children
+        name = param_name(key.type)
+        decoded = _string_value(value)
+        if name in _NON_EMPTY and decoded == "":
+            raise _invalid(self._text, value, f"{name} must not be empty")
+        return _Param(name, key, decoded)
+
+    name = uid = affinity = _string_param
+
+    def args(self, children: list[Token]) -> _Param:
+        """ARGS must be a JSON object. It is stored exactly as written; only if that is not
+        valid JSON but becomes valid once ``\\"`` and ``\\\\`` are read as C/Java string
+        escapes (the seed's example) is the decoded text used instead."""
+        param = self._string_param(children)
+        value_tok = children[1]
+        try:
+            obj = _load_json(param.value)
+        except json.JSONDecodeError as exc:
+            decoded = decode_c_literal(param.value)
+            try:
+                if decoded == param.value:
+                    raise ValueError
+                obj = _load_json(decoded)
+            except (ValueError, RecursionError):
+                at = value_tok.start_pos + 1 + _source_index(value_tok.value[1:-1], exc.pos)
+                raise _invalid_at(self._text, at, f"ARGS is not valid JSON: {exc.msg} at char {exc.pos}") from None
+            param = _Param(param.name, param.token, decoded)
+        except RecursionError:
+            raise _invalid(self._text, value_tok, "ARGS is not valid JSON: nested too deeply") from None
+        except ValueError as exc:  # NaN / Infinity
+            raise _invalid(self._text, value_tok, f"ARGS is not valid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise _invalid(self._text, value_tok, f"ARGS must be a JSON object, got {_json_kind(obj)}")
+        return param
+
+    def exec_interval(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        try:
+            parse_schedule(param.value, "UTC")
+        except ScheduleError as exc:
+            raise _invalid(self._text, children[1], str(exc)) from None
+        return param
+
+    def reset_end_time(self, children: list[Token]) -> _Param:
+        key, value = children
+        word = _string_value(value) if value.type == "STRING" else value.value
+        if word.lower() not in ("true", "false"):
+            raise _invalid(self._text, value, f"RESET_END_TIME must be true or false, got {_show(word)}")
+        return _Param(param_name(key.type), key, word.lower() == "true")
+
+    def job_type(self, children: list[Token]) -> str:
+        (tok,) = children
+        try:
+            return JobType.parse(tok.value.upper()).value
+        except ValueError as exc:
+            raise _invalid(self._text, tok, str(exc)) from None
+
+    # statements
+
+    def _job(self, children: list[Any]) -> Command:
+        keyword, job_type, *params = children
+        statement = keyword.type.lower()
+        given: dict[str, _Param] = {}
+        for param in params:
+            if param.name in given:
+                raise _invalid(self._text, param.token, f"{param.name} is given twice")
+            given[param.name] = param
+        for required in _REQUIRED.get(statement, ("NAME",)):
+            if required not in given:
+                raise _invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
+        fields = {name.lower(): param.value for name, param in given.items()}
+        return _JOB_COMMANDS[statement](type=job_type, **fields)
+
+    startjob = stopjob = restartjob = resumejob = updatejob = _job
+
+    def jobstatus(self, children: list[Any]) -> JobStatus:
+        rest = children[1:]
+        if not rest:
+            return JobStatus()
+        if isinstance(rest[0], Token) and rest[0].type == "NUMBER":
+            days = self._whole(rest[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days")
+            return JobStatus(days_ago=days)
+        strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
+        values = []
+        for tok, what in zip(strings, ("NAME", "UID")):
+            value = _string_value(tok)
+            if value == "":
+                raise _invalid(self._text, tok, f"{what} must not be empty")
+            values.append(value)
+        name, uid = (values + [None, None])[:2]
+        return JobStatus(type=rest[0], name=name, uid=uid)
+
+    def ps(self, children: list[Token]) -> Ps:
+        return Ps(all=len(children) > 1)
+
+    def kill(self, children: list[Token]) -> Kill:
+        _, node_tok, task_tok = children
+        node = _string_value(node_tok) if node_tok.type == "STRING" else node_tok.value
+        if node == "":
+            raise _invalid(self._text, node_tok, "KILL needs a node name")
+        task = self._whole(task_tok, _MAX_TASK, "the task of KILL must be a whole number")
+        return Kill(node=node, task=task)
+
+    def set(self, children: list[Token]) -> Set:
+        key, value = children[1], children[-1]
+        text = _string_value(value) if value.type == "STRING" else value.value
+        return Set(key=key.value, value=text)
+
+    def _whole(self, tok: Token, limit: int, message: str) -> int:
+        digits = tok.value.lstrip("+")
+        if not digits.isascii() or not digits.isdigit():
+            raise _invalid(self._text, tok, f"{message}, got {tok.value}")
+        if len(digits.lstrip("0")) > len(str(limit)) or int(digits) > limit:
+            raise _invalid(self._text, tok, f"{tok.value} is too large (at most {limit})")
+        return int(digits)
+
+
+_STATEMENT_RULES = frozenset({*_JOB_COMMANDS, "jobstatus", "ps", "kill", "set"})
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _json_kind(obj: Any) -> str:
+    if isinstance(obj, list):
+        return "a list"
+    if isinstance(obj, str):
+        return "a string"
+    if isinstance(obj, bool):
+        return "true" if obj else "false"
+    if obj is None:
+        return "null"
+    return "a number"
+
+
+# -- the entry points ------------------------------------------------------------------------
+
+
+def parse_script(text: str) -> list[Statement]:
+    """Parse a script of ``;``-separated statements; all or nothing."""
+    return [statement for statement, _ in _parse(text)]
+
+
+def parse_one(text: str) -> Command:
+    """Parse text that must hold exactly one statement."""
+    parsed = _parse(text)
+    if not parsed:
+        raise ValidationError("expected a command, got none", text=text)
+    if len(parsed) > 1:
+        _, start = parsed[1]
+        line, column = _line_col(text, start)
+        raise ValidationError(f"expected one command, got {len(parsed)}", text=text, line=line, column=column)
+    return parsed[0][0].command
+
+
+def _parse(text: str) -> list[tuple[Statement, int]]:
+    """The statements of a script, each with the offset of its first character."""
+    try:
+        tree = get_parser().parse(text)
+    except UnexpectedInput as err:
+        raise syntax_error(text, err) from None
+    except LarkError as err:  # not expected from an LALR parse; still never a raw Lark error
+        raise CommandSyntaxError(f"cannot parse the command ({type(err).__name__})") from None
+    builder = _ToCommand(text)
+    parsed = []
+    for node in tree.children:
+        if not isinstance(node, Tree):
+            continue
+        try:
+            command = builder.transform(node)
+        except VisitError as err:
+            if isinstance(err.orig_exc, CommandSyntaxError):
+                raise err.orig_exc from None
+            raise
+        meta = node.meta
+        source = text[meta.start_pos : meta.end_pos].strip()
+        parsed.append((Statement(command, source, meta.line), meta.start_pos))
+    return parsed
