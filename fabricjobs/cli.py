@@ -1,6 +1,9 @@
 """The ``fabricjobs`` command line: the outermost edge, wiring arguments to the layers inside.
 
-    fabricjobs [--config PATH] config          show the effective configuration
+    fabricjobs [--config PATH] node [--name NAME] [--node-id PATH]   run a node in the foreground
+    fabricjobs [--config PATH] shell [-e CMDS | -f FILE] [--format table|json|csv]
+                                                                     the command shell
+    fabricjobs [--config PATH] config                                show the effective configuration
     fabricjobs --version
 """
 
@@ -21,6 +24,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fabricjobs {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("config", help="print the effective configuration and exit")
+
+    shell = sub.add_parser("shell", help="the command shell (interactive on a terminal; else runs -e/-f/stdin)")
+    src = shell.add_mutually_exclusive_group()
+    src.add_argument("-e", dest="commands", metavar="CMDS", help="run these commands and exit")
+    src.add_argument("-f", dest="file", metavar="FILE", help="run the commands in FILE and exit")
+    shell.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format")
+    shell.add_argument("--continue-on-error", action="store_true", help="keep running a script after a failed statement")
+    shell.add_argument("--node", help="the node PS shows (default: the one node running on this host, else all)")
+
+    node = sub.add_parser("node", help="run a node in the foreground (SIGTERM / Ctrl-C stops it cleanly)")
+    node.add_argument("--name", help="node id (default: [node] NAME, else the host name)")
+    node.add_argument("--node-id", metavar="PATH", help="node.id file (default: [node] NODE_ID_FILE)")
+    node.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    node.add_argument("--clock-offset", type=float, default=0.0, metavar="SECONDS",
+                      help="run this node's wall clock ahead (or behind) by SECONDS: a testing aid for clock skew")
     return p
 
 
@@ -45,7 +63,57 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"config": cmd_config}
+LOG_FORMAT = "%(levelname)s %(asctime)s [%(threadName)s] %(name)s - %(message)s"
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    from .clock import SystemClock
+    from .config import load_node_id
+    from .node.node import Node
+
+    logging.getLogger().handlers.clear()
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    cfg = load(args)
+    node_id = load_node_id(args.node_id) if args.node_id else None
+    node = Node(cfg, name=args.name, node_id=node_id, clock=SystemClock(offset=args.clock_offset))
+    node.install_signal_handlers()
+    node.run()
+    return 0
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    from .client import Client
+    from .schedule import resolve_zone
+    from .shell.script import run_text
+
+    cfg = load(args)
+    from .store import open_store
+
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    client.session.node = args.node
+    zone = resolve_zone(cfg.get("node", "TIME_ZONE") or None)
+    try:
+        if args.commands is not None:
+            text = args.commands
+        elif args.file is not None:
+            try:
+                text = open(args.file, encoding="utf-8").read()
+            except OSError as exc:
+                print(f"fabricjobs: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+                return 2
+        elif not sys.stdin.isatty():
+            text = sys.stdin.read()
+        else:
+            from .shell.repl import run_repl
+
+            return run_repl(client, fmt=args.format, zone=zone)
+        return run_text(client, text, sys.stdout, sys.stderr, fmt=args.format,
+                        continue_on_error=args.continue_on_error, zone=zone)
+    finally:
+        client.close()
+
+
+COMMANDS = {"config": cmd_config, "node": cmd_node, "shell": cmd_shell}
 
 
 def main(argv: list[str] | None = None) -> int:

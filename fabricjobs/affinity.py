@@ -1,0 +1,118 @@
+"""Where a job may run (SPEC 8.4): a job's AFFINITY against a node's names and limits.
+
+A job's AFFINITY text is one of
+
+* empty, ``ANY`` or ``{"Affinity":["ANY"]}``: any node whose ANY limit is above 0;
+* ``{"Affinity":["HANDLE_MSG", ...]}`` (the seed's form) or a plain name / comma list
+  ``HANDLE_MSG`` / ``HANDLE_MSG, LU_SYNC``: nodes answering to any of the names.
+
+A node answers to a name if the name is one of its node.id logical names with an absolute
+limit above 0 (the run counts against that name's limit), or is the node's own NAME or its
+DC (the run counts only against the pool size). Names are case-insensitive.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .config import ANY, AffinityLimit, NodeId
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:@-]+$")
+
+
+@dataclass(frozen=True)
+class Affinity:
+    names: frozenset[str]  # upper case; {"ANY"} for jobs without affinity
+
+    @property
+    def is_any(self) -> bool:
+        return ANY in self.names
+
+
+ANY_AFFINITY = Affinity(frozenset({ANY}))
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_affinity(text: str | None) -> Affinity:
+    """Parse an AFFINITY text; ValueError with the reason if it is not one of the forms."""
+    raw = (text or "").strip()
+    if not raw:
+        return ANY_AFFINITY
+    if raw.startswith("{"):
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"AFFINITY is not valid JSON: {exc.msg} at char {exc.pos}") from None
+        if not isinstance(obj, dict):
+            raise ValueError('AFFINITY JSON must be an object like {"Affinity":["HANDLE_MSG"]}')
+        keys = {k.lower(): v for k, v in obj.items()}
+        if set(keys) != {"affinity"}:
+            raise ValueError('AFFINITY JSON must have exactly one key, "Affinity" (e.g. {"Affinity":["HANDLE_MSG"]})')
+        names = keys["affinity"]
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ValueError('"Affinity" must be a non-empty list of names, e.g. {"Affinity":["HANDLE_MSG"]}')
+    else:
+        names = [n for n in re.split(r"\s*,\s*", raw)]
+    clean = []
+    for n in names:
+        n = n.strip()
+        if not _NAME.match(n):
+            raise ValueError(f"bad affinity name {n!r}: use letters, digits and _ . : @ -")
+        clean.append(n.upper())
+    return Affinity(frozenset(clean))
+
+
+@dataclass(frozen=True)
+class NodeAffinity:
+    """What one node answers to and how many runs it takes per name."""
+
+    node: str
+    dc: str
+    pool_size: int
+    limits: Mapping[str, AffinityLimit] = field(default_factory=dict)  # logical names incl. ANY
+
+    @classmethod
+    def from_node_id(cls, node: str, dc: str, node_id: NodeId, pool_size: int) -> "NodeAffinity":
+        limits = dict(node_id.limits)
+        limits.setdefault(ANY, node_id.limit(ANY, pool_size))
+        return cls(node, dc, pool_size, limits)
+
+    def pool_for(self, affinity: Affinity) -> AffinityLimit | None:
+        """The limit a run of a job with ``affinity`` counts against here, or None if this node
+        may not run it. Among several matching names the one with the most room is used by
+        the caller; this returns the first by a fixed order (logical names, then NAME/DC)."""
+        matches = self.pools_for(affinity)
+        return matches[0] if matches else None
+
+    def pools_for(self, affinity: Affinity) -> list[AffinityLimit]:
+        out = []
+        for name in sorted(affinity.names):
+            lim = self.limits.get(name)
+            if lim is not None and lim.absolute > 0:
+                out.append(lim)
+        for name in sorted(affinity.names):
+            if name in (self.node.upper(), self.dc.upper()):
+                out.append(AffinityLimit(name, self.pool_size, self.pool_size))
+        return out
+
+    def can_run(self, affinity: Affinity) -> bool:
+        return bool(self.pools_for(affinity))
+
+    def to_info(self) -> dict:
+        return {
+            "pool": self.pool_size,
+            "limits": {n: [l.recommended, l.absolute] for n, l in sorted(self.limits.items())},
+        }
+
+    @classmethod
+    def from_info(cls, node: str, dc: str, info: Mapping) -> "NodeAffinity":
+        pool = int(info.get("pool", 25))
+        limits = {n: AffinityLimit(n, int(v[0]), int(v[1])) for n, v in (info.get("limits") or {}).items()}
+        limits.setdefault(ANY, AffinityLimit(ANY, pool, pool))
+        return cls(node, dc, pool, limits)

@@ -1,0 +1,84 @@
+"""The cluster as a shell or client sees it: node rows judged by the store's clock.
+
+Nodes themselves decide who is dead by watching beat counters on their own monotonic clock
+(:mod:`fabricjobs.node.liveness`); that takes a full dead threshold of watching, which a shell
+that just started does not have. A shell therefore uses the age of each node's last beat by
+the *store's* clock (the same clock stamped the beat), which needs no comparison with the
+clock of the node that wrote it. The result is for display and for counting ownership
+candidates; it never moves a job.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable
+
+from .affinity import Affinity, NodeAffinity
+from .store.base import JobStore, NodeRow
+
+ALIVE, SUSPECT, DEAD, STOPPED = "alive", "suspect", "dead", "stopped"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    row: NodeRow
+    age: float  # seconds since the last beat, by the store's clock
+    state: str
+    info: dict
+    affinity: NodeAffinity
+
+    @property
+    def name(self) -> str:
+        return self.row.name
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in (ALIVE, SUSPECT)
+
+    def tasks(self) -> list[dict]:
+        try:
+            tasks = json.loads(self.row.tasks or "[]")
+        except json.JSONDecodeError:
+            return []
+        return tasks if isinstance(tasks, list) else []
+
+
+def judge(row: NodeRow, age: float) -> str:
+    """alive within two beat intervals, suspect until the dead threshold, then dead."""
+    if row.state == STOPPED:
+        return STOPPED
+    info = _info(row)
+    interval = float(info.get("heartbeat_ms", 5000)) / 1000.0
+    miss = int(info.get("miss", 12))
+    if age <= 2 * interval:
+        return ALIVE
+    if age < interval * miss:
+        return SUSPECT
+    return DEAD
+
+
+def _info(row: NodeRow) -> dict:
+    try:
+        info = json.loads(row.info or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def read_cluster(store: JobStore) -> list[NodeView]:
+    rows = store.nodes()
+    if not rows:
+        return []
+    now = store.store_time()
+    out = []
+    for row in rows:
+        age = max(0.0, (now - row.beat_time).total_seconds()) if row.beat_time else float("inf")
+        info = _info(row)
+        out.append(NodeView(row, age, judge(row, age), info, NodeAffinity.from_info(row.name, row.dc, info)))
+    return out
+
+
+def candidates(nodes: Iterable[NodeView], affinity: Affinity) -> int:
+    """Live nodes allowed to run a job with this affinity (JOBSTATUS 'Ownership Candidates Num')."""
+    return sum(1 for n in nodes if n.is_live and n.affinity.can_run(affinity))

@@ -1,0 +1,180 @@
+"""Which code a job NAME may run (SPEC 7.3): only what the operator put there.
+
+USER_JOB names resolve, in this order, to
+
+1. an entry point of the ``fabricjobs.jobs`` group with exactly that name;
+2. ``package.module:function`` when the module is, or is inside, a package listed in
+   ``[jobs] USER_JOB_MODULES`` (an allowlist, empty by default);
+3. ``Module.function`` (or ``pkg.Module.function``) in ``[jobs] USER_JOBS_DIR``, the seed's
+   ``Customer.userJob1`` style: function ``userJob1`` of ``Customer.py`` in that directory.
+
+Anything else (``os:system``, ``subprocess:run``, ``builtins:eval``) is refused. PROCESS names
+resolve to an executable file inside ``[jobs] PROCESS_JOBS_DIR``; ``..``, absolute paths
+outside it and symlinks leading out of it are refused.
+
+:meth:`JobCatalog.check` validates a name without importing or running anything (the shell
+calls it at STARTJOB); :meth:`JobCatalog.load_user_job` imports (only in a worker).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..config import Config
+from ..errors import ValidationError
+from ..model import JobType
+
+ENTRY_POINT_GROUP = "fabricjobs.jobs"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_load_lock = threading.Lock()
+
+
+class JobResolutionError(ValidationError):
+    """A job NAME does not name code this cluster may run."""
+
+
+@dataclass(frozen=True)
+class JobCatalog:
+    user_jobs_dir: str
+    user_job_modules: tuple[str, ...]
+    process_jobs_dir: str
+
+    @classmethod
+    def from_config(cls, config: Config) -> "JobCatalog":
+        return cls(
+            config.get("jobs", "USER_JOBS_DIR"),
+            tuple(config.get("jobs", "USER_JOB_MODULES")),
+            config.get("jobs", "PROCESS_JOBS_DIR"),
+        )
+
+    # -- checking (no user code runs) ----------------------------------------------------------
+
+    def check(self, type: str, name: str) -> None:
+        if type == JobType.USER_JOB:
+            self._user_job_origin(name)
+        elif type == JobType.PROCESS:
+            self.process_path(name)
+
+    def _user_job_origin(self, name: str) -> tuple[str, object]:
+        ep = _entry_points().get(name)
+        if ep is not None:
+            return "entry_point", ep
+        if ":" in name:
+            module, _, func = name.partition(":")
+            if not all(_IDENT.match(p) for p in module.split(".")) or not _IDENT.match(func):
+                raise JobResolutionError(f"USER_JOB name {name!r} is not of the form package.module:function")
+            if not self._allowed_module(module):
+                allowed = ", ".join(self.user_job_modules) or "empty"
+                raise JobResolutionError(
+                    f"USER_JOB {name!r} refused: module {module!r} is not in the [jobs] USER_JOB_MODULES "
+                    f"allowlist ({allowed}); only code the operator installed may run"
+                )
+            try:
+                spec = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is None:
+                raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} is not installed")
+            return "module", (module, func)
+        return "dir", self._jobs_dir_target(name)
+
+    def _allowed_module(self, module: str) -> bool:
+        return any(module == m or module.startswith(m + ".") for m in self.user_job_modules)
+
+    def _jobs_dir_target(self, name: str) -> tuple[Path, str, str]:
+        parts = name.split(".")
+        if len(parts) < 2 or not all(_IDENT.match(p) for p in parts):
+            raise JobResolutionError(
+                f"unknown USER_JOB {name!r}: expected Module.function from USER_JOBS_DIR, "
+                "package.module:function from USER_JOB_MODULES, or a fabricjobs.jobs entry point"
+            )
+        if not self.user_jobs_dir:
+            raise JobResolutionError(
+                f"unknown USER_JOB {name!r}: no entry point has that name and [jobs] USER_JOBS_DIR is not set"
+            )
+        root = Path(self.user_jobs_dir)
+        *mod_parts, func = parts
+        base = root.joinpath(*mod_parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                if not _defines_function(candidate, func):
+                    raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} has no top-level function {func!r}")
+                return root, ".".join(mod_parts), func
+        raise JobResolutionError(f"unknown USER_JOB {name!r}: no {'/'.join(mod_parts)}.py in USER_JOBS_DIR ({root})")
+
+    def process_path(self, name: str) -> Path:
+        if not self.process_jobs_dir:
+            raise JobResolutionError("PROCESS jobs are disabled: set [jobs] PROCESS_JOBS_DIR to the directory of allowed executables")
+        if not name or "\x00" in name:
+            raise JobResolutionError("PROCESS NAME must name an executable in PROCESS_JOBS_DIR")
+        root = Path(self.process_jobs_dir).resolve()
+        if ".." in Path(name).parts:
+            raise JobResolutionError(f"PROCESS {name!r} refused: '..' is not allowed in a process name")
+        target = (root / name).resolve()  # absolute names stay absolute; symlinks are followed
+        if target != root and root not in target.parents:
+            raise JobResolutionError(f"PROCESS {name!r} refused: it is outside PROCESS_JOBS_DIR ({root})")
+        if not target.is_file():
+            raise JobResolutionError(f"PROCESS {name!r}: no such file in PROCESS_JOBS_DIR ({root})")
+        if not os.access(target, os.X_OK):
+            raise JobResolutionError(f"PROCESS {name!r}: {target} is not executable")
+        return target
+
+    # -- loading (worker side) -----------------------------------------------------------------
+
+    def load_user_job(self, name: str) -> Callable:
+        origin, target = self._user_job_origin(name)
+        with _load_lock:
+            if origin == "entry_point":
+                fn = target.load()
+            elif origin == "module":
+                module, func = target
+                fn = getattr(importlib.import_module(module), func, None)
+                if fn is None:
+                    raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} has no attribute {func!r}")
+            else:
+                root, module, func = target
+                fn = getattr(_import_from_dir(root, module), func)
+        if not callable(fn):
+            raise JobResolutionError(f"USER_JOB {name!r} is not a function")
+        return fn
+
+
+def _defines_function(path: Path, func: str) -> bool:
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise JobResolutionError(f"cannot read {path}: {exc}") from None
+    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body)
+
+
+def _import_from_dir(root: Path, module: str):
+    """Import ``module`` from the jobs directory under a private name prefix, so a job module
+    called ``json`` or ``os`` can never shadow the standard library."""
+    qualified = f"fabricjobs_userjobs.{module}"
+    if qualified in sys.modules:
+        return sys.modules[qualified]
+    pkg = sys.modules.get("fabricjobs_userjobs")
+    if pkg is None:
+        spec = importlib.util.spec_from_loader("fabricjobs_userjobs", loader=None, is_package=True)
+        pkg = importlib.util.module_from_spec(spec)
+        pkg.__path__ = [str(root)]
+        sys.modules["fabricjobs_userjobs"] = pkg
+    return importlib.import_module(qualified)
+
+
+@functools.lru_cache(maxsize=1)
+def _entry_points() -> dict:
+    """Entry points are read once per process (installing new ones needs a restart)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}

@@ -1,0 +1,385 @@
+"""What each command means, carried out on a store (SPEC section 6).
+
+The only place command semantics live: the shell, scripts and application code all reach
+them through :class:`fabricjobs.client.Client`. Every change of a job row is a
+compare-and-set through the store, checked against the transition table by
+:func:`fabricjobs.model.advance`; a CAS that loses re-reads the row and decides again.
+
+PS and KILL are routed to the node layer through the store: nodes publish their tasks in
+their ``nodes`` row, and a KILL is a request row that the target node carries out.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Callable, Iterable
+
+from . import __version__
+from .affinity import parse_affinity
+from .clock import Clock
+from .cluster import NodeView, candidates, read_cluster
+from .commands import ast
+from .config import Config
+from .errors import (
+    CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, TaskNotFound, ValidationError,
+)
+from .jobs.registry import JobCatalog
+from .model import Event, Job, JobKey, Status, advance
+from .result import Result
+from .schedule import Schedule, parse_schedule
+from .store.base import JobStore, KillRequest
+from .wakeup import Doorbell
+
+START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
+CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
+STATUS_COLUMNS = (
+    "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity",
+    "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries",
+)
+DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
+PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
+NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
+_CAS_ATTEMPTS = 50
+
+
+@dataclass
+class Session:
+    """Per-connection state: SET variables (in order of first SET) and the session's LOG_ID."""
+
+    scope: dict[str, str] = field(default_factory=dict)
+    log_id: str = field(default_factory=lambda: f"{random.randrange(10**15, 10**16)}")
+    node: str | None = None  # PS without ALL shows this node (None: decided per PS)
+
+    def set(self, key: str, value: str) -> None:
+        # The seed's rule: simple keys upper-cased, qualified keys (k2_ws.ALPINIST) as written.
+        self.scope[key if "." in key else key.upper()] = value
+
+    def session_scope(self) -> dict:
+        scope = {"EXECUTION_ID": str(uuid.uuid4())}
+        scope.update(self.scope)
+        scope["LOG_ID"] = self.log_id
+        return {"scope": scope}
+
+
+def with_session_scope(args_text: str | None, scope: dict) -> str:
+    """Add ``"session_scope"`` to the caller's ARGS without re-serialising them, so the
+    caller's text (formatting, number spelling, key order) is stored exactly as given."""
+    text = (args_text or "").strip() or "{}"
+    obj = json.loads(text)
+    if "session_scope" in obj:
+        return text
+    extra = json.dumps({"session_scope": scope}, ensure_ascii=False, separators=(",", ":"))[1:-1]
+    body = text[:-1].rstrip()
+    return (body + ("," if obj else "") + extra + "}")
+
+
+class CommandService:
+    def __init__(
+        self,
+        store: JobStore,
+        config: Config,
+        clock: Clock,
+        *,
+        catalog: JobCatalog | None = None,
+        doorbell: Doorbell | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.catalog = catalog or JobCatalog.from_config(config)
+        self.doorbell = doorbell or Doorbell.for_config(config)
+        self.zone = config.get("node", "TIME_ZONE") or None
+        self._handlers: dict[type, Callable] = {
+            ast.StartJob: self.start_job,
+            ast.StopJob: self.stop_job,
+            ast.RestartJob: self.restart_job,
+            ast.ResumeJob: self.resume_job,
+            ast.UpdateJob: self.update_job,
+            ast.JobStatus: self.job_status,
+            ast.Ps: self.ps,
+            ast.Kill: self.kill,
+            ast.Set: self.set,
+        }
+
+    def execute(self, command: ast.Command, session: Session) -> Result:
+        return self._handlers[type(command)](command, session)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _schedule(self, text: str | None) -> Schedule:
+        try:
+            return parse_schedule(text or "", self.zone)
+        except ScheduleError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def _check_affinity(self, text: str | None) -> None:
+        try:
+            parse_affinity(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def _ring(self) -> None:
+        """Wake the nodes on this host: something for them to do may have appeared."""
+        if self.doorbell.enabled:
+            self.doorbell.ring(n.name for n in self.store.nodes())
+
+    def _change(self, key: JobKey, decide: Callable[[Job], tuple[Event, Job] | None]) -> Job | None:
+        """Read-decide-CAS until the CAS applies or ``decide`` says there is nothing to do.
+
+        Returns the row as it stands afterwards (None if the row vanished).
+        """
+        row = self.store.get(key)
+        for _ in range(_CAS_ATTEMPTS):
+            if row is None:
+                return None
+            decision = decide(row)
+            if decision is None:
+                return row
+            event, new = decision
+            res = self.store.cas(row, advance(row, event, new))
+            if res.applied:
+                return res.row
+            row = self.store.get(key)
+        raise CommandError(f"job {key} kept changing under this command; try again")
+
+    def _matching(self, type: str, name: str, uid: str | None) -> list[Job]:
+        jobs = self.store.live_jobs(type=type, name=name, uid=uid)
+        if not jobs:
+            what = f"[type: {type}, name: {name}" + (f", uid: {uid}]" if uid is not None else "]")
+            raise JobNotFound(f"No active job {what}")
+        return jobs
+
+    @staticmethod
+    def _change_row(job: Job, note: str = "") -> tuple:
+        return (job.type, job.name, job.uid, job.status.value, note or job.error_msg)
+
+    # -- STARTJOB ------------------------------------------------------------------------------
+
+    def start_job(self, cmd: ast.StartJob, session: Session) -> Result:
+        self.catalog.check(cmd.type, cmd.name)
+        self._check_affinity(cmd.affinity)
+        schedule = self._schedule(cmd.exec_interval)
+        now = self.clock.now()
+        key = JobKey(cmd.type, cmd.name, cmd.uid if cmd.uid is not None else str(uuid.uuid4()))
+        job = Job(
+            key=key,
+            status=schedule.initial_status,
+            creation_time=now,
+            affinity=cmd.affinity or "",
+            arguments=with_session_scope(cmd.args, session.session_scope()),
+            execution_interval=cmd.exec_interval or "",
+            next_run=schedule.first_due(now),
+        )
+        event = Event.START if job.status is Status.WAITING else Event.START_SCHEDULED
+        res = self.store.insert(advance(None, event, job))
+        if not res.applied:
+            raise JobAlreadyRunning(f"Job is running {key.describe()}")
+        self._ring()
+        return Result(START_COLUMNS, (self._change_row(res.row),))
+
+    # -- STOPJOB / RESTARTJOB / RESUMEJOB --------------------------------------------------------
+
+    def stop_job(self, cmd: ast.StopJob, session: Session) -> Result:
+        now = self.clock.now()
+
+        def decide(row: Job):
+            if row.archived or row.status is Status.STOPPING:
+                return None
+            if row.status in (Status.WAITING, Status.SCHEDULED):
+                return Event.STOP_IDLE, row.replace(status=Status.TERMINATED, end_time=now)
+            return Event.STOP, row.replace(status=Status.STOPPING)
+
+        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None))
+
+    def restart_job(self, cmd: ast.RestartJob, session: Session) -> Result:
+        now = self.clock.now()
+
+        def decide(row: Job):
+            if row.archived or row.status is Status.RESTART:
+                return None
+            if row.status in (Status.WAITING, Status.SCHEDULED):
+                return Event.RESTART_IDLE, row.replace(
+                    status=Status.WAITING, next_run=now, worker_id=None, epoch=row.epoch + 1,
+                    tries=0, hold_until=None,
+                )
+            return Event.RESTART, row.replace(status=Status.RESTART)
+
+        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None))
+
+    def resume_job(self, cmd: ast.ResumeJob, session: Session) -> Result:
+        key = JobKey(cmd.type, cmd.name, cmd.uid)
+        now = self.clock.now()
+
+        def decide(row: Job):
+            if not row.archived:
+                raise JobAlreadyRunning(f"Job is running {key.describe()}")
+            schedule = self._schedule(row.execution_interval)
+            status = schedule.initial_status
+            event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
+            return event, row.replace(
+                status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1,
+            )
+
+        row = self._change(key, decide)
+        if row is None:
+            raise JobNotFound(f"No such job {key.describe()}")
+        self._ring()
+        return Result(CHANGE_COLUMNS, (self._change_row(row),))
+
+    # -- UPDATEJOB -----------------------------------------------------------------------------
+
+    def update_job(self, cmd: ast.UpdateJob, session: Session) -> Result:
+        self._check_affinity(cmd.affinity)
+        new_schedule = self._schedule(cmd.exec_interval) if cmd.exec_interval is not None else None
+        if cmd.args is not None:
+            json.loads(cmd.args)  # the parser validated it; a client may hand us anything
+        now = self.clock.now()
+        notes: dict[JobKey, str] = {}
+
+        def decide(row: Job):
+            new = row
+            if cmd.affinity is not None:
+                new = new.replace(affinity=cmd.affinity)
+            if cmd.args is not None:
+                new = new.replace(arguments=_keep_session_scope(cmd.args, row.arguments))
+            if new_schedule is not None:
+                new = new.replace(execution_interval=cmd.exec_interval)
+            schedule = new_schedule or self._schedule(row.execution_interval)
+            reset = bool(cmd.reset_end_time)
+            if row.status in (Status.WAITING, Status.SCHEDULED) and (new_schedule is not None or reset):
+                due = now if reset else _next_due_for_update(schedule, row, now)
+                status = Status.WAITING if due <= now else Status.SCHEDULED
+                # A new due time is picked up by whichever node re-owns the job: unowning it
+                # (epoch + 1) also fences the old owner's scheduler entry.
+                new = new.replace(status=status, next_run=due, worker_id=None, epoch=row.epoch + 1)
+                return Event.RESCHEDULE, new
+            if row.status not in (Status.WAITING, Status.SCHEDULED) and reset and schedule.is_recurring:
+                # Running: the executor sees next_run moved and makes the next run due at once.
+                new = new.replace(next_run=now)
+                notes[row.key] = "running; the next run starts when this one ends"
+            if new == row:
+                return None
+            return Event.UPDATE, new
+
+        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "")) for r in rows if r is not None))
+
+    # -- JOBSTATUS -----------------------------------------------------------------------------
+
+    def job_status(self, cmd: ast.JobStatus, session: Session) -> Result:
+        nodes = read_cluster(self.store)
+        if cmd.uid is not None:
+            job = self.store.get(JobKey(cmd.type, cmd.name, cmd.uid))
+            jobs = [job] if job is not None else []
+            return Result(DETAIL_COLUMNS, tuple(self._status_row(j, nodes, detail=True) for j in jobs))
+        jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
+        if cmd.days_ago is not None:
+            since = self.clock.now() - timedelta(days=cmd.days_ago)
+            jobs = sorted(jobs + self.store.archived_since(since, type=cmd.type), key=lambda j: j.key)
+        return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
+
+    def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False) -> tuple:
+        if job.status is Status.SCHEDULED:
+            next_run = job.next_run
+        else:
+            next_run = NEXT_RUN_TEXT.get(job.status, "")
+        try:
+            cands = candidates(nodes, parse_affinity(job.affinity))
+        except ValueError:
+            cands = 0
+        row = (
+            job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
+            job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,
+            job.worker_id or "", job.tries,
+        )
+        if detail:
+            row += (job.output or "", job.arguments)
+        return row
+
+    # -- PS / KILL -----------------------------------------------------------------------------
+
+    def ps(self, cmd: ast.Ps, session: Session) -> Result:
+        nodes = [n for n in read_cluster(self.store) if n.is_live]
+        if not cmd.all:
+            current = session.node or _only_local_node(nodes)
+            if current is not None:
+                nodes = [n for n in nodes if n.name == current]
+                if not nodes:
+                    raise NodeNotFound(f"node {current!r} is not alive")
+        rows = []
+        for n in nodes:
+            for t in n.tasks():
+                elapsed = int(t.get("elapsed_ms", 0)) + int(n.age * 1000)
+                rows.append((n.row.dc, n.name, t.get("task"), t.get("thread"), t.get("type", "JOB"),
+                             t.get("description", ""), elapsed))
+        rows.sort(key=lambda r: (r[1], r[2]))
+        return Result(PS_COLUMNS, tuple(rows))
+
+    def kill(self, cmd: ast.Kill, session: Session) -> Result:
+        nodes = {n.name: n for n in read_cluster(self.store)}
+        node = nodes.get(cmd.node)
+        if node is None or not node.is_live:
+            known = ", ".join(n for n, v in nodes.items() if v.is_live) or "none"
+            raise NodeNotFound(f"no live node {cmd.node!r} (live nodes: {known})")
+        task = next((t for t in node.tasks() if t.get("task") == cmd.task), None)
+        if task is None:
+            raise TaskNotFound(f"node {cmd.node!r} has no task {cmd.task} (see PS)")
+        self.store.add_kill_request(KillRequest(cmd.node, cmd.task, self.clock.now(), _requester()))
+        self._ring()
+        return Result(status=f"KILL sent to node {cmd.node} for task {cmd.task} ({task.get('description', '')})")
+
+    # -- SET -----------------------------------------------------------------------------------
+
+    def set(self, cmd: ast.Set, session: Session) -> Result:
+        session.set(cmd.key, cmd.value)
+        return Result(status="SET")
+
+
+def _keep_session_scope(new_args: str, old_args: str) -> str:
+    """UPDATEJOB ARGS replace the caller's arguments; the job keeps its session scope."""
+    try:
+        old = json.loads(old_args)
+    except json.JSONDecodeError:
+        return new_args
+    scope = old.get("session_scope") if isinstance(old, dict) else None
+    return with_session_scope(new_args, scope) if scope is not None else new_args
+
+
+def _next_due_for_update(schedule: Schedule, row: Job, now: datetime) -> datetime:
+    """When a job whose schedule changed is next due (RESET_END_TIME=false keeps the rhythm)."""
+    if schedule.interval is not None:
+        base = row.start_time or row.creation_time
+        return max(now, base + schedule.interval)
+    if schedule.is_recurring:
+        return schedule.next_fire_after(now)
+    return schedule.first_due(now)
+
+
+def _only_local_node(nodes: Iterable[NodeView]) -> str | None:
+    import socket
+
+    host = socket.gethostname()
+    local = [n.name for n in nodes if n.row.host == host]
+    return local[0] if len(local) == 1 else None
+
+
+def _requester() -> str:
+    import getpass
+    import os
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "?"
+    return f"{user}@{socket.gethostname()}:{os.getpid()} (fabricjobs {__version__})"

@@ -1,0 +1,1 @@
+"""The interactive shell and the non-interactive runner (``fabricjobs shell``)."""

@@ -1,0 +1,103 @@
+"""Completion in two layers (as pgcli does): the grammar says *what kind* of thing may come
+next (:func:`fabricjobs.commands.expected_at`), and this completer fills in the candidates:
+keywords, job types, parameter names, and the names of existing jobs and live nodes, which a
+background thread refreshes from the store so typing never waits on it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterable
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+
+from ..commands import expected_at
+from ..model import JobType
+
+
+class Catalog:
+    """Names worth completing, refreshed in the background (at most every ``period`` s)."""
+
+    def __init__(self, load: Callable[[], tuple[list[tuple[str, str, str]], list[str]]], period: float = 5.0) -> None:
+        self._load = load
+        self.period = period
+        self.jobs: list[tuple[str, str, str]] = []  # (type, name, uid)
+        self.nodes: list[str] = []
+        self._lock = threading.Lock()
+        self._loaded_at = 0.0
+        self._loading = False
+
+    def refresh(self, wait: bool = False) -> None:
+        with self._lock:
+            if self._loading or time.monotonic() - self._loaded_at < self.period:
+                return
+            self._loading = True
+
+        def work():
+            try:
+                jobs, nodes = self._load()
+                with self._lock:
+                    self.jobs, self.nodes = jobs, nodes
+            except Exception:
+                pass  # completion data is a convenience; a store hiccup must not disturb typing
+            finally:
+                with self._lock:
+                    self._loading = False
+                    self._loaded_at = time.monotonic()
+
+        if wait:
+            work()
+        else:
+            threading.Thread(target=work, name="completion-refresh", daemon=True).start()
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+class CommandCompleter(Completer):
+    def __init__(self, catalog: Catalog | None = None) -> None:
+        self.catalog = catalog
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        exp = expected_at(text)
+        if self.catalog is not None:
+            self.catalog.refresh()
+        prefix = exp.prefix
+        upper = prefix.upper()
+        if exp.in_string:
+            # Inside an open quote: complete the value, replacing the quote and what follows it.
+            start = -(len(prefix) + 1)
+            for value in self._values(exp.string_for, text):
+                if value.startswith(prefix):
+                    yield Completion(_quote(value), start_position=start, display=value)
+            return
+        start = -len(prefix)
+        for kw in exp.keywords:
+            if kw.startswith(upper):
+                yield Completion(kw, start_position=start, display_meta="keyword")
+        if exp.job_type:
+            for t in JobType:
+                if t.value.startswith(upper):
+                    yield Completion(t.value, start_position=start, display_meta="job type")
+        for p in exp.params:
+            if p.startswith(upper):
+                yield Completion(p + "=", start_position=start, display_meta="parameter")
+        if exp.string_for and not prefix:
+            for value in self._values(exp.string_for, text):
+                yield Completion(_quote(value), start_position=0, display=value)
+
+    def _values(self, role: str | None, text: str) -> list[str]:
+        if self.catalog is None or role is None:
+            return []
+        jobs = self.catalog.jobs
+        if role in ("NAME", "JOB_NAME"):
+            return sorted({name for _, name, _ in jobs})
+        if role == "UID":
+            return sorted({uid for _, _, uid in jobs})
+        if role == "NODE":
+            return list(self.catalog.nodes)
+        return []

@@ -1,0 +1,100 @@
+"""The one place a :class:`~fabricjobs.result.Result` becomes text.
+
+table  tabulate (psql style) ending with ``(1 row)`` / ``(N rows)``; a record per block when the
+       result asks for it or (interactive) when the table is wider than the terminal
+json   a JSON array of objects (times in ISO 8601 UTC), for scripts
+csv    a header line and one line per row
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, tzinfo
+from typing import Any
+
+from ..result import Result
+
+FORMATS = ("table", "json", "csv")
+
+
+def render(result: Result, fmt: str = "table", *, zone: tzinfo | None = None, width: int | None = None) -> str:
+    if fmt == "json":
+        return _json(result)
+    if fmt == "csv":
+        return _csv(result, zone)
+    return _table(result, zone, width)
+
+
+def _text(value: Any, zone: tzinfo | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        local = value.astimezone(zone) if zone is not None else value
+        return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+    return str(value)
+
+
+def _count(n: int) -> str:
+    return "(1 row)" if n == 1 else f"({n} rows)"
+
+
+def _table(result: Result, zone: tzinfo | None, width: int | None) -> str:
+    from tabulate import tabulate
+
+    if not result.has_table:
+        return result.status or ""
+    rows = [[_text(v, zone) for v in r] for r in result.rows]
+    lines = []
+    if result.vertical:
+        lines.append(_vertical(result.columns, rows))
+    else:
+        table = tabulate(rows, headers=list(result.columns), tablefmt="psql", disable_numparse=True)
+        if width is not None and rows and max(len(line) for line in table.splitlines()) > width:
+            table = _vertical(result.columns, rows)
+        lines.append(table)
+    lines.append(_count(len(rows)))
+    lines.extend(result.notices)
+    if result.status:
+        lines.append(result.status)
+    return "\n".join(lines)
+
+
+def _vertical(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    label = max((len(c) for c in columns), default=0)
+    out = []
+    for i, row in enumerate(rows, start=1):
+        out.append(f"-[ RECORD {i} ]" + "-" * max(4, label - 8))
+        for col, value in zip(columns, row):
+            lines = value.splitlines() or [""]
+            out.append(f"{col.ljust(label)} | {lines[0]}")
+            out.extend(f"{''.ljust(label)} | {more}" for more in lines[1:])
+    return "\n".join(out)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _json(result: Result) -> str:
+    if not result.has_table:
+        return json.dumps({"status": result.status}, ensure_ascii=False)
+    return json.dumps(
+        [{c: _json_value(v) for c, v in zip(result.columns, r)} for r in result.rows], ensure_ascii=False, indent=2,
+    )
+
+
+def _csv(result: Result, zone: tzinfo | None) -> str:
+    if not result.has_table:
+        return result.status or ""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(result.columns)
+    for r in result.rows:
+        w.writerow([_text(v, zone) for v in r])
+    return buf.getvalue().rstrip("\n")

@@ -1,0 +1,93 @@
+"""The interactive shell: wires the prompt (lexer, completer, keys, history) to a Client and
+prints each result. A failing statement prints its one clear message and the shell goes on;
+a bug is logged with its traceback and reported in one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory
+
+from ..client import Client
+from ..errors import FabricJobsError
+from .completer import Catalog, CommandCompleter
+from .keys import SHELL_WORDS, key_bindings
+from .lexer import STYLE, CommandLexer
+from .output import render
+from .script import report_internal_error, shell_log_path, split_statements
+
+HELP = """Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
+and the names of existing jobs. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
+
+  STARTJOB <TYPE> NAME='<name>' [UID='<uid>'] [AFFINITY='<affinity>'] [ARGS='<json>'] [EXEC_INTERVAL='<interval>']
+  STOPJOB | RESTARTJOB <TYPE> NAME='<name>' [UID='<uid>']
+  RESUMEJOB <TYPE> NAME='<name>' UID='<uid>'
+  UPDATEJOB <TYPE> NAME='<name>' [UID=..] [AFFINITY=..] [ARGS=..] [EXEC_INTERVAL=..] [RESET_END_TIME=true|false]
+  JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>']]]
+  PS [ALL]          KILL '<node>' <task>          SET <key> [=] <value>"""
+
+
+def history_path() -> Path:
+    return shell_log_path().with_name("history")
+
+
+def _load_catalog(client: Client):
+    jobs = [(j.type, j.name, j.uid) for j in client.store.live_jobs()]
+    nodes = [n.name for n in client.store.nodes() if n.state == "running"]
+    return jobs, nodes
+
+
+def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
+    path = history_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        history = FileHistory(str(path))
+    except OSError:
+        history = None
+    catalog = Catalog(lambda: _load_catalog(client))
+    session: PromptSession = PromptSession(
+        message=[("class:prompt", "fabric>")],
+        multiline=True,
+        prompt_continuation=lambda width, line_number, wrap_count: [("class:continuation", "-> ".rjust(width))],
+        lexer=CommandLexer(),
+        completer=CommandCompleter(catalog),
+        complete_while_typing=False,
+        key_bindings=key_bindings(),
+        history=history,
+        style=STYLE,
+        enable_history_search=True,
+    )
+    catalog.refresh()
+    out = sys.stdout
+    while True:
+        try:
+            text = session.prompt()
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            return 0
+        word = text.strip().lower().rstrip(";")
+        if word in ("exit", "quit", "\\q"):
+            return 0
+        if word in ("help", "\\?"):
+            print(HELP, file=out)
+            continue
+        width = shutil.get_terminal_size((120, 40)).columns
+        for piece in split_statements(text):
+            try:
+                for result in client.run_script(piece.text):
+                    print(render(result, fmt, zone=zone, width=width), file=out, flush=True)
+            except FabricJobsError as exc:
+                print(str(exc), file=sys.stderr, flush=True)
+                break
+            except KeyboardInterrupt:
+                print("cancelled", file=sys.stderr)
+                break
+            except Exception as exc:
+                report_internal_error(exc, sys.stderr, piece.text.strip())
+                break
+        catalog.refresh()

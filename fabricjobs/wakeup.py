@@ -1,0 +1,94 @@
+"""A doorbell between processes on one host: "the store changed, look now".
+
+A shell that writes a job, or a node that frees work for others, rings the nodes that share
+its store on this host, so they run a reconcile pass at once instead of at their next poll.
+It is only a hint: a lost ring costs one poll period, never correctness.
+
+Linux abstract-namespace datagram sockets, named after the store and the node; no files to
+clean up, nothing to configure. Elsewhere (or for stores that span hosts) it is a no-op and
+nodes rely on polling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+import sys
+import threading
+from typing import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+
+class Doorbell:
+    def __init__(self, scope: str | None) -> None:
+        self.enabled = bool(scope) and sys.platform.startswith("linux")
+        self._prefix = "fabricjobs-" + hashlib.sha1((scope or "").encode()).hexdigest()[:16] + "-"
+        self._send: socket.socket | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_config(cls, config) -> "Doorbell":
+        if config.store_backend == "sqlite":
+            import os
+
+            return cls(os.path.realpath(config.get("store", "SQLITE_PATH")))
+        return cls(None)
+
+    def _address(self, node: str) -> bytes:
+        digest = hashlib.sha1(node.encode()).hexdigest()[:16]
+        return b"\0" + (self._prefix + digest).encode()
+
+    def ring(self, nodes: Iterable[str]) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._send is None:
+                self._send = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self._send.setblocking(False)
+            for node in nodes:
+                try:
+                    self._send.sendto(b"!", self._address(node))
+                except OSError:  # nobody listening, or its queue is full: it will poll
+                    pass
+
+    def listen(self, node: str, on_ring: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``on_ring`` whenever someone rings ``node``. Returns a function that stops it."""
+        if not self.enabled:
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.bind(self._address(node))
+        except OSError as exc:
+            log.warning("doorbell for %s unavailable (%s); polling only", node, exc)
+            sock.close()
+            return None
+        stopped = threading.Event()
+
+        def loop() -> None:
+            while not stopped.is_set():
+                try:
+                    sock.recv(64)
+                except OSError:
+                    return
+                if not stopped.is_set():
+                    on_ring()
+
+        threading.Thread(target=loop, name=f"doorbell-{node}", daemon=True).start()
+
+        def stop() -> None:
+            stopped.set()
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+        return stop
+
+    def close(self) -> None:
+        with self._lock:
+            if self._send is not None:
+                self._send.close()
+                self._send = None

@@ -1,0 +1,189 @@
+"""Real node processes on a real store, for end-to-end tests.
+
+A :class:`Cluster` writes a config.ini with short timings, starts ``fabricjobs node``
+processes, gives a :class:`~fabricjobs.client.Client` on the same store, and waits on
+conditions with deadlines (never sleep-and-hope). Nodes are killed on teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+from backends import make_backend_config
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+T = TypeVar("T")
+
+#: Short timings: a node is dead 1 s after its last beat; its runs end themselves after 0.6 s.
+FAST = {
+    "jobs": {
+        "RECONCILE_INTERVAL_MS": 200,
+        "OWNER_PRECEDENCE_MS": 300,
+        "RETRY_DELAY_SEC": 0.3,
+        "MAX_TRIES": 3,
+        "STOP_GRACE_SEC": 1.5,
+        "SHUTDOWN_GRACE_SEC": 2,
+        "USER_JOBS_DIR": str(TESTS / "jobs"),
+        "PROCESS_JOBS_DIR": str(TESTS / "process"),
+        "CLAIM_EXCEPTIONAL_INTERVAL_SEC": 60,
+    },
+    "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 5},
+}
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition", interval: float = 0.02) -> T:
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        last = predicate()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what} (last value: {last!r})")
+        time.sleep(interval)
+
+
+class NodeProcess:
+    def __init__(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def signal(self, sig: int) -> None:
+        try:
+            os.kill(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class Cluster:
+    def __init__(self, tmp_path: Path, backend: str = "sqlite", settings: dict | None = None, request=None) -> None:
+        self.tmp = tmp_path
+        self.backend = backend
+        merged: dict[str, dict] = {s: dict(v) for s, v in FAST.items()}
+        for section, keys in (settings or {}).items():
+            merged.setdefault(section, {}).update(keys)
+        self.config_path = make_backend_config(request, backend, tmp_path, merged)
+        self.nodes: dict[str, NodeProcess] = {}
+        self._clients = []
+        self._seq = 0
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def start_node(self, name: str, *, node_id: str | None = None, clock_offset: float = 0.0, wait: bool = True,
+                   extra_env: dict | None = None) -> NodeProcess:
+        self._seq += 1
+        log_path = self.tmp / f"node-{name}-{self._seq}.log"
+        args = [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), "node", "--name", name]
+        if node_id is not None:
+            nid = self.tmp / f"node-{name}.id"
+            nid.write_text(node_id)
+            args += ["--node-id", str(nid)]
+        if clock_offset:
+            args += ["--clock-offset", str(clock_offset)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.update(extra_env or {})
+        log_file = open(log_path, "wb")
+        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=self.tmp,
+                                start_new_session=True)
+        log_file.close()
+        node = NodeProcess(name, proc, log_path)
+        self.nodes[name] = node
+        if wait:
+            self.wait_ready(node)
+        return node
+
+    def wait_ready(self, node: NodeProcess, timeout: float = 20.0) -> None:
+        def ready():
+            if not node.alive():
+                raise AssertionError(f"node {node.name} exited ({node.proc.returncode}):\n{node.log()}")
+            return f"node {node.name} started" in node.log()
+
+        wait_for(ready, timeout, f"node {node.name} to start")
+
+    def stop_all(self) -> None:
+        for node in self.nodes.values():
+            if node.alive():
+                node.signal_group(signal.SIGKILL)
+        for node in self.nodes.values():
+            try:
+                node.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        for c in self._clients:
+            c.close()
+
+    # -- the store -----------------------------------------------------------------------------
+
+    def client(self):
+        from fabricjobs.client import Client
+
+        c = Client.from_config(self.config_path)
+        self._clients.append(c)
+        return c
+
+    def fetch(self, text: str):
+        if not self._clients:
+            self.client()
+        return self._clients[0].fetch(text)
+
+    def job(self, type: str, name: str, uid: str):
+        from fabricjobs.model import JobKey
+
+        if not self._clients:
+            self.client()
+        return self._clients[0].store.get(JobKey(type, name, uid))
+
+    def wait_job(self, type: str, name: str, uid: str, predicate: Callable, timeout: float = 15.0, what: str = ""):
+        return wait_for(
+            lambda: (lambda j: j if j is not None and predicate(j) else None)(self.job(type, name, uid)),
+            timeout, what or f"{type}.{name}.{uid}",
+        )
+
+    def shell(self, *args: str, input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), "shell", *args],
+            input=input, capture_output=True, text=True, timeout=timeout, cwd=self.tmp,
+        )
+
+
+def read_records(path: Path) -> list[dict]:
+    """The side log the test jobs append to (one JSON object per line)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a record cut by a kill
+    return out

@@ -1,0 +1,307 @@
+"""Command semantics (SPEC 6) through the client API, on a real store, without nodes."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fabricjobs.client import Client
+from fabricjobs.clock import ManualClock
+from fabricjobs.config import load_config
+from fabricjobs.errors import (
+    CommandSyntaxError, JobAlreadyRunning, JobNotFound, NodeNotFound, TaskNotFound, ValidationError,
+)
+from fabricjobs.model import JobKey, Status
+from fabricjobs.store import open_store
+from harness import ROOT, TESTS
+
+UTC = timezone.utc
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def client(store_config, tmp_path):
+    text = store_config.read_text() + (
+        f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\nPROCESS_JOBS_DIR = {ROOT / 'scripts'}\n"
+        "USER_JOB_MODULES = json\n[node]\nTIME_ZONE = UTC\n"
+    )
+    store_config.write_text(text)
+    cfg = load_config(store_config)
+    c = Client(open_store(cfg), cfg, ManualClock(T0), owns_store=True)
+    yield c
+    c.close()
+
+
+def row(client, type="USER_JOB", name="Customer.userJob1", uid="uid_test"):
+    return client.store.get(JobKey(type, name, uid))
+
+
+# -- the seed's transcripts -------------------------------------------------------------------
+
+def test_the_seeds_two_startjob_transcript(client):
+    cmd = "startjob user_job name='Customer.userJob1' args='{\"loopsIterationCount\":\"2000\"}' UID='uid_test';"
+    first = client.fetch(cmd)
+    assert first.columns == ("Type", "Name", "UID", "Status", "Notes")
+    assert first.rows == (("USER_JOB", "Customer.userJob1", "uid_test", "WAITING", ""),)
+    with pytest.raises(JobAlreadyRunning) as err:
+        client.fetch(cmd)
+    assert str(err.value) == "Job is running [type: USER_JOB, name: Customer.userJob1, uid: uid_test]"
+    assert len(client.store.live_jobs()) == 1
+
+
+def test_the_seeds_escaped_args_example_and_the_java_fetch_style(client):
+    r = client.fetch("startjob user_job name='Customer.userJob1' args='{\\\"loopsIterationCount\\\":\\\"2000\\\"}' UID='uid_test';")
+    assert r.first_row()["Status"] == "WAITING"
+    args = json.loads(row(client).arguments)
+    assert args["loopsIterationCount"] == "2000"
+
+
+def test_the_seeds_set_example_gives_its_session_scope_shape(client):
+    client.fetch("SET sync off; SET auto_mdb_scope = true; SET k2_ws.ALPINIST = 10;")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='u1';")
+    args = json.loads(row(client, uid="u1").arguments)
+    scope = args["session_scope"]["scope"]
+    assert list(scope) == ["EXECUTION_ID", "SYNC", "AUTO_MDB_SCOPE", "k2_ws.ALPINIST", "LOG_ID"]
+    assert (scope["SYNC"], scope["AUTO_MDB_SCOPE"], scope["k2_ws.ALPINIST"]) == ("off", "true", "10")
+    assert len(scope["EXECUTION_ID"]) == 36 and scope["LOG_ID"].isdigit() and len(scope["LOG_ID"]) == 16
+    # every STARTJOB of the session carries it, with a new EXECUTION_ID and the same LOG_ID
+    client.fetch("startjob user_job name='Customer.userJob1' uid='u2' args='{\"x\": 1}';")
+    other = json.loads(row(client, uid="u2").arguments)
+    assert other["x"] == 1
+    assert other["session_scope"]["scope"]["LOG_ID"] == scope["LOG_ID"]
+    assert other["session_scope"]["scope"]["EXECUTION_ID"] != scope["EXECUTION_ID"]
+
+
+def test_the_seeds_process_job_example_with_an_absolute_path_inside_the_dir(client):
+    path = ROOT / "scripts" / "echoArg.sh"
+    r = client.fetch(f"startjob process NAME='{path}' UID='processJobtest' ARGS='{{\"0\":\"ARG 1 value\",\"1\":\"ARG 2 value\"}}';")
+    assert r.first_row()["Status"] == "WAITING"
+
+
+def test_the_seeds_kill_and_ps_examples_route_to_the_nodes(client):
+    assert client.fetch("ps;").rows == ()
+    with pytest.raises(NodeNotFound, match="no live node 'dev-fabric-deployment-848b7d9f89-ddm97'"):
+        client.fetch("kill 'dev-fabric-deployment-848b7d9f89-ddm97' 52625;")
+
+
+# -- STARTJOB -------------------------------------------------------------------------------
+
+def test_startjob_generates_a_uid_when_none_is_given(client):
+    a = client.fetch("startjob user_job name='Customer.userJob1';").first_row()
+    b = client.fetch("startjob user_job name='Customer.userJob1';").first_row()
+    assert a["UID"] != b["UID"] and len(a["UID"]) == 36
+
+
+@pytest.mark.parametrize(
+    "interval, status, due",
+    [
+        ("", "WAITING", T0),
+        ("00:05:00", "WAITING", T0),
+        ("2026-03-02 10:30:00", "SCHEDULED", datetime(2026, 3, 2, 10, 30, tzinfo=UTC)),
+        ("*/15 * * * *", "SCHEDULED", datetime(2026, 3, 2, 9, 15, tzinfo=UTC)),
+        ("30 * * * * *", "SCHEDULED", datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)),
+    ],
+)
+def test_startjob_status_follows_the_schedule(client, interval, status, due):
+    r = client.fetch(f"startjob user_job name='Customer.userJob1' uid='s' exec_interval='{interval}';")
+    assert r.first_row()["Status"] == status
+    job = row(client, uid="s")
+    assert job.next_run == due and job.execution_interval == interval
+
+
+def test_startjob_reuses_an_archived_key(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='r';")
+    old = row(client, uid="r")
+    client.store.cas(old, old.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"x"'))
+    again = client.fetch("startjob user_job name='Customer.userJob1' uid='r' args='{\"n\": 2}';")
+    assert again.first_row()["Status"] == "WAITING"
+    new = row(client, uid="r")
+    assert not new.archived and new.epoch == old.epoch + 1 and json.loads(new.arguments)["n"] == 2
+    assert len(client.fetch("jobstatus 30 days ago;").rows) == 1  # updated, not duplicated
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        ("startjob broadway_job name='x';", "unknown job type 'BROADWAY_JOB'"),
+        ("startjob user_job name='Customer.nope';", "no top-level function 'nope'"),
+        ("startjob user_job name='Nobody.job';", "no Nobody.py in USER_JOBS_DIR"),
+        ("startjob user_job name='os:system';", "not in the [jobs] USER_JOB_MODULES allowlist"),
+        ("startjob user_job name='builtins:eval';", "not in the [jobs] USER_JOB_MODULES allowlist"),
+        ("startjob process name='../pyproject.toml';", "'..' is not allowed"),
+        ("startjob process name='/etc/passwd';", "outside PROCESS_JOBS_DIR"),
+        ("startjob process name='nothere.sh';", "no such file"),
+        ("startjob user_job name='Customer.userJob1' args='[1,2]';", "ARGS must be a JSON object"),
+        ("startjob user_job name='Customer.userJob1' args='{oops}';", "ARGS is not valid JSON"),
+        ("startjob user_job name='Customer.userJob1' exec_interval='61 * * * *';", "invalid cron expression"),
+        ("startjob user_job name='Customer.userJob1' affinity='{\"Affinity\": 5}';", "non-empty list"),
+        ("startjob user_job name='Customer.userJob1' name='x';", "NAME is given twice"),
+        ("startjob user_job uid='x';", "needs NAME"),
+        ("resumejob user_job name='Customer.userJob1';", "RESUMEJOB needs UID"),
+    ],
+)
+def test_bad_input_gets_a_clear_message_and_changes_nothing(client, command, message):
+    with pytest.raises((ValidationError, CommandSyntaxError)) as err:
+        client.fetch(command)
+    assert message in str(err.value)
+    assert "Traceback" not in str(err.value)
+    assert client.store.live_jobs() == []
+
+
+def test_allowlisted_module_functions_may_be_named(client):
+    assert client.fetch("startjob user_job name='json:dumps' uid='j';").first_row()["Status"] == "WAITING"
+
+
+def test_symlinks_out_of_the_process_dir_are_refused(client, tmp_path):
+    from fabricjobs.jobs.registry import JobCatalog, JobResolutionError
+
+    (tmp_path / "procs").mkdir()
+    (tmp_path / "procs" / "escape.sh").symlink_to("/bin/sh")
+    with pytest.raises(JobResolutionError, match="outside PROCESS_JOBS_DIR"):
+        JobCatalog("", (), str(tmp_path / "procs")).process_path("escape.sh")
+
+
+NASTY = [
+    "it's; DROP TABLE k2_jobs; --",
+    "O''Reilly \" `x` \\n",
+    "ünïcødé ✓ 日本語 🚀",
+    "'); DELETE FROM nodes; SELECT ('",
+]
+
+
+@pytest.mark.parametrize("text", NASTY)
+def test_names_uids_and_args_are_stored_and_shown_exactly_as_given(client, text):
+    quoted = text.replace("'", "''")
+    arg_json = json.dumps({"v": text}, ensure_ascii=False).replace("'", "''")
+    client.fetch(f"startjob user_job name='Customer.userJob1' uid='{quoted}' args='{arg_json}';")
+    job = row(client, uid=text)
+    assert job.uid == text
+    assert json.loads(job.arguments)["v"] == text
+    assert job.arguments.startswith(json.dumps({"v": text}, ensure_ascii=False)[:-1])  # the caller's text, verbatim
+    shown = client.fetch(f"jobstatus user_job 'Customer.userJob1' with uid='{quoted}';").first_row()
+    assert shown["UID"] == text and json.loads(shown["Arguments"])["v"] == text
+
+
+# -- STOPJOB / RESTARTJOB / RESUMEJOB / UPDATEJOB ---------------------------------------------
+
+def _running(client, uid):
+    job = row(client, uid=uid)
+    res = client.store.cas(job, job.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=job.epoch + 1, start_time=T0))
+    return res.row
+
+
+def test_stopjob_of_idle_jobs_terminates_at_once_and_of_running_ones_asks_their_node(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a'; startjob user_job name='Customer.userJob1' uid='b' exec_interval='0 * * * *';")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='c';")
+    _running(client, "c")
+    r = client.fetch("stopjob user_job name='Customer.userJob1';")
+    assert {x["UID"]: x["Status"] for x in r} == {"a": "TERMINATED", "b": "TERMINATED", "c": "STOPPING"}
+    assert row(client, uid="a").archived and not row(client, uid="c").archived
+    with pytest.raises(JobNotFound):
+        client.fetch("stopjob user_job name='Customer.userJob1' uid='a';")
+
+
+def test_restartjob(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *';")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='b';")
+    _running(client, "b")
+    r = client.fetch("restartjob user_job name='Customer.userJob1';")
+    assert {x["UID"]: x["Status"] for x in r} == {"a": "WAITING", "b": "RESTART"}
+    a = row(client, uid="a")
+    assert a.worker_id is None and a.next_run == T0
+
+
+def test_resumejob_only_for_archived_jobs(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *';")
+    with pytest.raises(JobAlreadyRunning):
+        client.fetch("resumejob user_job name='Customer.userJob1' uid='a';")
+    client.fetch("stopjob user_job name='Customer.userJob1' uid='a';")
+    r = client.fetch("resumejob user_job name='Customer.userJob1' uid='a';")
+    assert r.first_row()["Status"] == "SCHEDULED"
+    assert not row(client, uid="a").archived
+    with pytest.raises(JobNotFound):
+        client.fetch("resumejob user_job name='Customer.userJob1' uid='zz';")
+
+
+def test_updatejob_changes_affinity_args_and_schedule(client):
+    client.fetch("SET team = blue;")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *';")
+    r = client.fetch("updatejob user_job name='Customer.userJob1' uid='a' affinity='HANDLE_MSG' args='{\"n\": 3}';")
+    assert r.first_row()["Status"] == "SCHEDULED"
+    job = row(client, uid="a")
+    assert job.affinity == "HANDLE_MSG"
+    args = json.loads(job.arguments)
+    assert args["n"] == 3 and args["session_scope"]["scope"]["TEAM"] == "blue"  # the session scope stays
+    client.fetch("updatejob user_job name='Customer.userJob1' uid='a' exec_interval='*/10 * * * *';")
+    assert row(client, uid="a").next_run == datetime(2026, 3, 2, 9, 10, tzinfo=UTC)
+    client.fetch("updatejob user_job name='Customer.userJob1' uid='a' reset_end_time=true;")
+    job = row(client, uid="a")
+    assert job.status is Status.WAITING and job.next_run == T0 and job.worker_id is None
+    client.fetch("updatejob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *' reset_end_time=false;")
+    assert row(client, uid="a").status is Status.SCHEDULED
+
+
+def test_updatejob_empty_interval_turns_a_recurring_job_into_a_one_time_job(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 0 * * *';")
+    r = client.fetch("updatejob user_job name='Customer.userJob1' uid='a' exec_interval='';")
+    assert r.first_row()["Status"] == "WAITING"
+    job = row(client, uid="a")
+    assert job.execution_interval == "" and job.next_run == T0
+
+
+def test_updatejob_on_a_running_job_keeps_the_run(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='00:10:00';")
+    running = _running(client, "a")
+    r = client.fetch("updatejob user_job name='Customer.userJob1' uid='a' exec_interval='00:01:00' reset_end_time=true;")
+    assert r.first_row()["Status"] == "IN_PROCESS" and "next run starts when this one ends" in r.first_row()["Notes"]
+    job = row(client, uid="a")
+    assert (job.worker_id, job.epoch, job.execution_interval) == ("n1", running.epoch, "00:01:00")
+
+
+# -- JOBSTATUS -----------------------------------------------------------------------------
+
+def test_jobstatus_forms_and_columns(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a';")
+    client.fetch("startjob user_job name='Customer.userJob3' uid='b' exec_interval='2026-03-02 12:00:00';")
+    client.fetch("startjob process name='echoArg.sh' uid='c';")
+    _running(client, "a")
+    done = row(client, "PROCESS", "echoArg.sh", "c")
+    client.store.cas(done, done.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"Total Arguments : 0"'))
+    allj = client.fetch("jobstatus;")
+    assert allj.columns == (
+        "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity", "Is Archived",
+        "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries",
+    )
+    by_uid = {r["UID"]: r for r in allj}
+    assert set(by_uid) == {"a", "b"}
+    assert by_uid["a"]["Next Run"] == "Already running" and by_uid["a"]["Node"] == "n1"
+    assert by_uid["b"]["Next Run"] == datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    assert by_uid["a"]["Ownership Candidates Num"] == 0  # no live node
+    assert {r["UID"] for r in client.fetch("jobstatus 1 days ago;")} == {"a", "b", "c"}
+    assert [r["UID"] for r in client.fetch("jobstatus process;")] == []
+    single = client.fetch("jobstatus process 'echoArg.sh' with uid='c';")
+    assert single.columns[-2:] == ("Output", "Arguments")
+    assert single.first_row()["Output"] == '"Total Arguments : 0"' and single.first_row()["Is Archived"] is True
+    client.clock.advance(timedelta(days=3))
+    assert {r["UID"] for r in client.fetch("jobstatus 2 days ago;")} == {"a", "b"}
+
+
+def test_ps_and_kill_read_and_write_the_nodes_published_state(client):
+    from fabricjobs.store.base import NodeRow
+
+    client.store.write_node(NodeRow(
+        name="node-x", incarnation="i", dc="DC1", host="elsewhere", pid=1, started=T0, version="t", beat=1,
+        info=json.dumps({"heartbeat_ms": 60000, "miss": 10}),
+        tasks=json.dumps([{"task": 52625, "thread": 4242, "type": "JOB", "description": "UserJob - Customer.userJob1", "elapsed_ms": 1034}]),
+    ))
+    ps = client.fetch("ps all;")
+    assert ps.columns == ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
+    r = ps.first_row()
+    assert (r["node"], r["task"], r["thread"], r["description"]) == ("node-x", 52625, 4242, "UserJob - Customer.userJob1")
+    assert r["duration (ms)"] >= 1034
+    with pytest.raises(TaskNotFound, match="node 'node-x' has no task 1"):
+        client.fetch("kill 'node-x' 1;")
+    assert "KILL sent to node node-x for task 52625" in client.fetch("kill 'node-x' 52625;").status
+    assert [k.task for k in client.store.kill_requests("node-x")] == [52625]
