@@ -16,7 +16,7 @@ Compare-and-set
     condition because they are the fencing token of SPEC section 9.
 
 Reads for the reconcile loop
-    :meth:`waiting`, :meth:`by_status` and :meth:`by_owner` return only live (non-archived)
+    :meth:`waiting`, :meth:`due_scheduled`, :meth:`by_status` and :meth:`by_owner` return only live (non-archived)
     rows through indexes, so neither history nor other nodes' scheduled work makes a pass
     slower. No method scans archived rows except :meth:`archived_since`, which is bounded by
     time and only used by ``JOBSTATUS n DAYS AGO``.
@@ -67,7 +67,8 @@ class NodeRow:
     ``beat`` is a counter the node increases on every heartbeat; observers judge liveness by
     watching it change on their own monotonic clock. ``beat_time`` is set by the store's clock
     at write time (informational: ages shown in NODES/PS, never used to declare a node dead).
-    ``capacity``, ``affinity`` and ``tasks`` are JSON texts owned by the node layer.
+    ``info`` (limits per affinity, running counts, heartbeat settings) and ``tasks`` (what
+    PS shows) are JSON texts owned by the node layer; the store does not look inside.
     """
 
     name: str
@@ -80,8 +81,7 @@ class NodeRow:
     beat: int
     state: str = "running"  # running | stopped
     running: int = 0
-    capacity: str = "{}"
-    affinity: str = "[]"
+    info: str = "{}"
     tasks: str = "[]"
     beat_time: datetime | None = None
 
@@ -169,12 +169,20 @@ class JobStore(ABC):
         """Up to ``limit`` WAITING rows, longest-due first (by ``next_run``): claim candidates."""
 
     @abstractmethod
+    def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
+        """Up to ``limit`` SCHEDULED rows owned by ``worker_id`` with ``next_run`` before
+        ``before``, soonest first: what that node's scheduler must fire next."""
+
+    @abstractmethod
     def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
         """Live rows in any of ``statuses``."""
 
     @abstractmethod
-    def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status]) -> list[Job]:
-        """Live rows in any of ``statuses`` owned by any of ``worker_ids`` (None: unowned)."""
+    def by_owner(
+        self, worker_ids: Collection[str | None], statuses: Collection[Status], limit: int | None = None
+    ) -> list[Job]:
+        """Live rows in any of ``statuses`` owned by any of ``worker_ids`` (None: unowned),
+        at most ``limit`` of them (in no particular order)."""
 
     # -- nodes -----------------------------------------------------------------------------
 

@@ -69,8 +69,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         # Claim candidates: WAITING rows by due time.
         "CREATE INDEX k2_jobs_waiting ON k2_jobs (next_run) WHERE status = 'WAITING'",
-        # Live rows by status and owner: control requests, unowned / orphaned work.
-        "CREATE INDEX k2_jobs_live_status ON k2_jobs (status, worker_id) WHERE archived = 0",
+        # Live rows by status and owner (and due time): control requests, unowned / orphaned
+        # work, an owner's scheduled jobs that come due.
+        "CREATE INDEX k2_jobs_live_status ON k2_jobs (status, worker_id, next_run) WHERE archived = 0",
         # Live rows by key: JOBSTATUS without touching history.
         "CREATE INDEX k2_jobs_live_key ON k2_jobs (type, name, uid) WHERE archived = 0",
         # History by end time: JOBSTATUS n DAYS AGO and retention.
@@ -88,8 +89,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             beat_time REAL NOT NULL,
             state TEXT NOT NULL,
             running INTEGER NOT NULL,
-            capacity TEXT NOT NULL,
-            affinity TEXT NOT NULL,
+            info TEXT NOT NULL,
             tasks TEXT NOT NULL
         )
         """,
@@ -186,9 +186,7 @@ class SqliteStore(JobStore):
                     check_same_thread=False,
                 )
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if mode.lower() != "wal":
-                    raise StoreError(f"cannot put {self.path!r} in WAL mode (got {mode})")
+                self._ensure_wal(conn)
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             except sqlite3.DatabaseError as exc:
                 raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from None
@@ -196,6 +194,22 @@ class SqliteStore(JobStore):
             with self._all_lock:
                 self._all.append(conn)
         return conn
+
+    def _ensure_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a new database to WAL. The switch needs the file to itself, which several
+        node processes starting together on a fresh file do not give it at once: retry."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000.0
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+                continue
+            if mode.lower() != "wal":
+                raise StoreError(f"cannot put {self.path!r} in WAL mode (got {mode})")
+            return
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -361,6 +375,14 @@ class SqliteStore(JobStore):
         )
         return [_row_to_job(r) for r in rows]
 
+    def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status WHERE archived = 0 "
+            "AND status = 'SCHEDULED' AND worker_id = ? AND next_run < ? ORDER BY next_run LIMIT ?",
+            (worker_id, _ts(before), limit),
+        )
+        return [_row_to_job(r) for r in rows]
+
     def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
         statuses = list(statuses)
         if not statuses:
@@ -376,7 +398,9 @@ class SqliteStore(JobStore):
             params.append(limit)
         return [_row_to_job(r) for r in self._read(sql, params)]
 
-    def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status]) -> list[Job]:
+    def by_owner(
+        self, worker_ids: Collection[str | None], statuses: Collection[Status], limit: int | None = None
+    ) -> list[Job]:
         statuses = list(statuses)
         owners = [w for w in worker_ids if w is not None]
         unowned = any(w is None for w in worker_ids)
@@ -389,12 +413,13 @@ class SqliteStore(JobStore):
             f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status "
             f"WHERE archived = 0 AND status IN ({smarks}) AND "
         )
+        tail = "" if limit is None else f" LIMIT {int(limit)}"
         for chunk in chunked(owners, 500):
             omarks = ", ".join("?" for _ in chunk)
-            out.extend(_row_to_job(r) for r in self._read(base + f"worker_id IN ({omarks})", svals + chunk))
+            out.extend(_row_to_job(r) for r in self._read(base + f"worker_id IN ({omarks})" + tail, svals + chunk))
         if unowned:
-            out.extend(_row_to_job(r) for r in self._read(base + "worker_id IS NULL", svals))
-        return out
+            out.extend(_row_to_job(r) for r in self._read(base + "worker_id IS NULL" + tail, svals))
+        return out if limit is None else out[:limit]
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -402,24 +427,24 @@ class SqliteStore(JobStore):
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time,"
-                " state, running, capacity, affinity, tasks) "
-                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {_STORE_NOW}, ?, ?, ?, ?, ?) "
+                " state, running, info, tasks) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {_STORE_NOW}, ?, ?, ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET incarnation = excluded.incarnation, dc = excluded.dc,"
                 " host = excluded.host, pid = excluded.pid, started = excluded.started,"
                 " version = excluded.version, beat = excluded.beat, beat_time = excluded.beat_time,"
-                " state = excluded.state, running = excluded.running, capacity = excluded.capacity,"
-                " affinity = excluded.affinity, tasks = excluded.tasks",
+                " state = excluded.state, running = excluded.running, info = excluded.info,"
+                " tasks = excluded.tasks",
                 (node.name, node.incarnation, node.dc, node.host, node.pid, _ts(node.started), node.version,
-                 node.beat, node.state, node.running, node.capacity, node.affinity, node.tasks),
+                 node.beat, node.state, node.running, node.info, node.tasks),
             )
 
     def nodes(self) -> list[NodeRow]:
         rows = self._read(
-            "SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, capacity,"
-            " affinity, tasks, beat_time FROM nodes ORDER BY name"
+            "SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, info,"
+            " tasks, beat_time FROM nodes ORDER BY name"
         )
         return [
-            NodeRow(r[0], r[1], r[2], r[3], r[4], _dt(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], r[12], _dt(r[13]))
+            NodeRow(r[0], r[1], r[2], r[3], r[4], _dt(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
             for r in rows
         ]
 

@@ -188,6 +188,17 @@ def test_by_status_and_by_owner(store):
     assert uids(store.by_owner(["n1"], [Status.SCHEDULED, Status.WAITING, Status.RESTART])) == ["b", "c", "e"]
     assert uids(store.by_owner(["n1", "n2", None], [Status.SCHEDULED, Status.STOPPING])) == ["a", "b", "d"]
     assert store.by_owner([], [Status.SCHEDULED]) == []
+    assert len(store.by_owner(["n1", None], [Status.SCHEDULED, Status.WAITING, Status.RESTART], limit=2)) == 2
+
+
+def test_due_scheduled_is_per_owner_and_ordered_by_due_time(store):
+    for uid, owner, offset in [("a", "n1", 30), ("b", "n1", 10), ("c", "n2", 5), ("d", "n1", 500), ("e", None, 1)]:
+        store.insert(job(uid=uid, status=Status.SCHEDULED, worker_id=owner, next_run=T0 + timedelta(seconds=offset)))
+    store.insert(job(uid="w", status=Status.WAITING, worker_id="n1", next_run=T0))
+    assert [j.uid for j in store.due_scheduled("n1", T0 + timedelta(seconds=60), 10)] == ["b", "a"]
+    assert [j.uid for j in store.due_scheduled("n1", T0 + timedelta(seconds=60), 1)] == ["b"]
+    assert [j.uid for j in store.due_scheduled("n2", T0 + timedelta(seconds=60), 10)] == ["c"]
+    assert store.due_scheduled("n3", T0 + timedelta(days=1), 10) == []
 
 
 def test_delete_archived_removes_only_old_archived_rows(store):
@@ -215,11 +226,11 @@ def test_node_rows_are_upserted_and_stamped_by_the_store_clock(store):
     before = datetime.now(UTC) - timedelta(seconds=5)
     store.write_node(node_row("n2", beat=1))
     store.write_node(node_row("n1", beat=1, tasks='[{"task": 1}]'))
-    store.write_node(node_row("n1", beat=2, running=3, capacity='{"ANY": 25}', state="stopped"))
+    store.write_node(node_row("n1", beat=2, running=3, info='{"ANY": 25}', state="stopped"))
     rows = store.nodes()
     assert [r.name for r in rows] == ["n1", "n2"]
     n1 = rows[0]
-    assert (n1.beat, n1.running, n1.capacity, n1.state, n1.tasks) == (2, 3, '{"ANY": 25}', "stopped", "[]")
+    assert (n1.beat, n1.running, n1.info, n1.state, n1.tasks) == (2, 3, '{"ANY": 25}', "stopped", "[]")
     assert before <= n1.beat_time <= datetime.now(UTC) + timedelta(seconds=5)
     assert abs((store.store_time() - datetime.now(UTC)).total_seconds()) < 5
     store.delete_node("n2")

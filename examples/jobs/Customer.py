@@ -1,0 +1,49 @@
+"""Example user jobs (the seed's Customer.userJob*), run by the example config.
+
+    startjob user_job name='Customer.userJob1' args='{"loopsIterationCount":"2000"}' uid='uid_test';
+"""
+
+import time
+
+from fabricjobs.jobs.context import current_job, fail_job_no_retry
+
+
+def userJob1(loopsIterationCount: int = 5):
+    """Loops, logging each step, and stops early on STOPJOB."""
+    job = current_job()
+    for i in range(loopsIterationCount):
+        if job.is_aborted():
+            raise InterruptedError(f"stopped after {i} loops")
+        if i < 5:
+            job.logger.info("i=%d", i)
+    return {"result": f"Loop executed {loopsIterationCount} times"}
+
+
+def userJob3():
+    """The seed's one-time job: logs i=0..3 and takes a second."""
+    job = current_job()
+    for i in range(4):
+        job.logger.info("i=%d", i)
+    time.sleep(1)
+    return "done"
+
+
+def userJob6():
+    """The seed's recurring job body (start it with EXEC_INTERVAL='0/30 * * * * *')."""
+    job = current_job()
+    for i in range(5):
+        job.logger.info("i=%d", i)
+    time.sleep(1)
+
+
+def sleeper(seconds: float = 3600):
+    """Sleeps in one blocking call: STOPJOB can only end it by killing it after the grace period."""
+    time.sleep(seconds)
+    return f"slept {seconds} s"
+
+
+def checkArgs(customerId: int, vip: bool = False):
+    """Fails without retry when the arguments make no sense."""
+    if customerId <= 0:
+        fail_job_no_retry(ValueError(f"customerId must be positive, got {customerId}"))
+    return {"customerId": customerId, "vip": vip}

@@ -1,0 +1,86 @@
+"""A node's shared-memory board: its lease and the abort flags of its worker slots.
+
+The node writes, its worker processes read, with no message passing, so that
+
+* a run can ask ``is_aborted()`` as often as it likes for the price of a memory read;
+* a worker keeps seeing the lease even while the node process is paused or dead: when the
+  node stops renewing it, every run of that node ends itself before any other node may
+  declare the node dead (SPEC 5, guarantee 1).
+
+Layout (one small file mapped by every process of the node):
+
+    0   uint64  sequence (odd while the writer is mid-update)
+    8   float64 lease_until, on CLOCK_MONOTONIC (shared by all processes of one host)
+    16  uint8   abort flag per worker slot
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+import time
+
+_HEADER = 16
+_SEQ = struct.Struct("=Q")
+_LEASE = struct.Struct("=d")
+
+
+class Board:
+    def __init__(self, path: str, slots: int, *, create: bool = False) -> None:
+        self.path = path
+        self.slots = slots
+        size = _HEADER + max(slots, 1)
+        if create:
+            with open(path, "wb") as f:
+                f.write(b"\0" * size)
+        self._fd = os.open(path, os.O_RDWR)
+        self._mm = mmap.mmap(self._fd, size)
+
+    @classmethod
+    def create(cls, slots: int) -> "Board":
+        fd, path = tempfile.mkstemp(prefix="fabricjobs-board-")
+        os.close(fd)
+        return cls(path, slots, create=True)
+
+    # -- lease (single writer: the node's heartbeat) -------------------------------------------
+
+    def set_lease(self, until_monotonic: float) -> None:
+        seq = _SEQ.unpack_from(self._mm, 0)[0]
+        _SEQ.pack_into(self._mm, 0, seq + 1)
+        _LEASE.pack_into(self._mm, 8, until_monotonic)
+        _SEQ.pack_into(self._mm, 0, seq + 2)
+
+    def lease_until(self) -> float:
+        while True:
+            s1 = _SEQ.unpack_from(self._mm, 0)[0]
+            value = _LEASE.unpack_from(self._mm, 8)[0]
+            s2 = _SEQ.unpack_from(self._mm, 0)[0]
+            if s1 == s2 and not s1 & 1:
+                return value
+            time.sleep(0)
+
+    def lease_valid(self, now_monotonic: float | None = None) -> bool:
+        now = time.monotonic() if now_monotonic is None else now_monotonic
+        return now < self.lease_until()
+
+    # -- abort flags (node sets, the run in that slot reads) --------------------------------------
+
+    def set_abort(self, slot: int, value: bool = True) -> None:
+        self._mm[_HEADER + slot] = 1 if value else 0
+
+    def aborted(self, slot: int) -> bool:
+        return self._mm[_HEADER + slot] != 0
+
+    def close(self, unlink: bool = False) -> None:
+        try:
+            self._mm.close()
+            os.close(self._fd)
+        except (OSError, ValueError):
+            pass
+        if unlink:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass

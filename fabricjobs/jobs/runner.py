@@ -1,0 +1,206 @@
+"""Running one job body and turning whatever happened into an :class:`Outcome`.
+
+Used inside a worker process (:mod:`.worker`). Nothing a job does (raise, hang until killed,
+print megabytes, return something odd) escapes this module as anything but an Outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..model import JobKey, JobType
+from .binding import BindError, bind_arguments
+from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
+from .registry import JobCatalog, JobResolutionError
+
+OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = "ok", "error", "killed", "lease_lost", "interrupted"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a worker needs to run one job (picklable)."""
+
+    task: int
+    key: JobKey
+    epoch: int
+    node: str
+    arguments: str
+    slot: int
+    output_max: int
+    catalog: JobCatalog
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # ok | error | killed | lease_lost | interrupted
+    output: str | None = None  # JSON text of the result (ok)
+    error: str = ""
+    mode: FailMode = FailMode.RETRY_UNTIL_MAX
+    exit_code: int | None = None
+
+
+def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger) -> Outcome:
+    try:
+        arguments = json.loads(spec.arguments or "{}")
+        if not isinstance(arguments, dict):
+            raise ValueError("ARGS is not a JSON object")
+    except ValueError as exc:
+        return Outcome(ERROR, error=f"bad ARGS: {exc}", mode=FailMode.NO_RETRY)
+    try:
+        if spec.key.type == JobType.PROCESS:
+            return _run_process(spec, arguments, is_aborted, on_spawn)
+        if spec.key.type == JobType.USER_JOB:
+            return _run_user_job(spec, arguments, is_aborted, log)
+        return Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
+    except JobResolutionError as exc:
+        return Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
+
+
+# -- USER_JOB -------------------------------------------------------------------------------------
+
+def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], log: logging.Logger) -> Outcome:
+    fn = spec.catalog.load_user_job(spec.key.name)
+    ctx = JobContext(
+        key=spec.key,
+        epoch=spec.epoch,
+        node=spec.node,
+        arguments=arguments,
+        logger=JobLogger(log, {"job": str(spec.key)}),  # type: ignore[arg-type]
+        _is_aborted=is_aborted,
+    )
+    token = _bind(ctx)
+    try:
+        try:
+            args, kwargs = bind_arguments(fn, ctx.args)
+        except BindError as exc:
+            return Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
+        try:
+            value = fn(*args, **kwargs)
+        except JobFailure as exc:
+            return Outcome(ERROR, error=_describe(exc.cause) if exc.cause is not None else "failed", mode=exc.mode)
+        except BaseException as exc:  # noqa: BLE001 - a job may raise anything, even SystemExit
+            log.info("job %s raised %s", spec.key, _describe(exc))
+            log.debug("job %s traceback:\n%s", spec.key, traceback.format_exc())
+            if is_aborted():
+                return Outcome(INTERRUPTED, error=_describe(exc))
+            return Outcome(ERROR, error=_describe(exc))
+    finally:
+        _unbind(token)
+    try:
+        output = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        return Outcome(ERROR, error=f"return value is not JSON-serialisable: {exc}", mode=FailMode.NO_RETRY)
+    return Outcome(OK, output=_cap_json(output, spec.output_max))
+
+
+def _describe(exc: BaseException | str) -> str:
+    if isinstance(exc, str):
+        return exc
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _cap_json(output: str, limit: int) -> str:
+    if len(output.encode("utf-8")) <= limit:
+        return output
+    head = output.encode("utf-8")[: max(0, limit - 100)].decode("utf-8", "ignore")
+    return json.dumps(head + f"... [truncated: output was {len(output.encode('utf-8'))} bytes]", ensure_ascii=False)
+
+
+# -- PROCESS --------------------------------------------------------------------------------------
+
+class _Capture:
+    """Keep the head and the tail of a stream, up to ``limit`` bytes in all."""
+
+    def __init__(self, stream, limit: int) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+        self.limit = limit
+        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream) -> None:
+        half = self.limit // 2
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            room = half - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                if len(self.tail) > half:
+                    cut = len(self.tail) - half
+                    self.dropped += cut
+                    del self.tail[:cut]
+        stream.close()
+
+    def text(self) -> str:
+        self.thread.join(timeout=5)
+        body = bytes(self.head)
+        if self.dropped:
+            body += f"\n... [{self.dropped} bytes dropped] ...\n".encode()
+        return (body + bytes(self.tail)).decode("utf-8", "replace")
+
+
+def process_argv(path: str, arguments: dict) -> list[str]:
+    """ARGS ``{"0": "...", "1": "..."}`` become argv in numeric key order (other keys, such as
+    session_scope, are not arguments)."""
+    numbered = sorted((int(k), v) for k, v in arguments.items() if k.isdigit())
+    return [path] + [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for _, v in numbered]
+
+
+def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None]) -> Outcome:
+    path = spec.catalog.process_path(spec.key.name)
+    env = dict(os.environ)
+    env.update({
+        "FABRICJOBS_JOB_KEY": str(spec.key), "FABRICJOBS_JOB_UID": spec.key.uid,
+        "FABRICJOBS_EPOCH": str(spec.epoch), "FABRICJOBS_NODE": spec.node,
+    })
+    proc = subprocess.Popen(
+        process_argv(str(path), arguments),
+        cwd=str(path.parent),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # its own process group: stop and kill end everything it started
+        shell=False,
+    )
+    on_spawn(proc.pid)
+    out = _Capture(proc.stdout, spec.output_max)
+    err = _Capture(proc.stderr, spec.output_max)
+    signalled = False
+    while True:
+        try:
+            code = proc.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            if is_aborted() and not signalled:
+                signalled = True
+                _signal_group(proc.pid, signal.SIGTERM)
+    stdout, stderr = out.text(), err.text()
+    if code == 0:
+        return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
+    tail = stderr.strip()[-2000:]
+    reason = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
+    if signalled:
+        return Outcome(INTERRUPTED, error=f"{reason} after stop" + (f": {tail}" if tail else ""), exit_code=code)
+    return Outcome(ERROR, error=reason + (f": {tail}" if tail else ""), exit_code=code,
+                   output=json.dumps(stdout, ensure_ascii=False) if stdout else None)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

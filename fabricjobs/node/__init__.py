@@ -1,0 +1,1 @@
+"""The daemon: reconcile loop, scheduler, executor, heartbeat (see :mod:`.node`)."""

@@ -1,0 +1,126 @@
+"""What a node writes after a run, and when it takes over a job: pure functions of rows.
+
+Kept apart from threads and processes so each rule of SPEC 3 and 8 is one small, tested
+function. Every function returns ``(event, new_row)`` for :func:`fabricjobs.model.advance`,
+or ``None`` when this node must not write (it lost the row: fencing, SPEC 9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..jobs.context import FailMode
+from ..jobs.runner import OK, Outcome
+from ..model import Event, Job, Status
+from ..schedule import ScheduleError, parse_schedule
+
+RELEASED = "released"  # an Outcome kind the node itself produces when it gives a run back
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the node knows about one run, independent of the current row."""
+
+    me: str
+    epoch: int
+    due: datetime  # next_run when the job was claimed (the fire time it stands for)
+    started: datetime
+    hold_until: datetime | None = None  # for a released run: when this node may take it again
+
+
+def still_mine(row: Job | None, run: RunFacts) -> bool:
+    return row is not None and not row.archived and row.worker_id == run.me and row.epoch == run.epoch
+
+
+def after_run(
+    row: Job | None,
+    run: RunFacts,
+    outcome: Outcome,
+    now: datetime,
+    *,
+    max_tries: int,
+    retry_delay: timedelta,
+    zone,
+) -> tuple[Event, Job] | None:
+    """Post-execution (the seed's JobExecutor): the row's status decides first, then the outcome."""
+    if not still_mine(row, run):
+        return None
+    if row.status is Status.STOPPING:
+        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now)
+    if row.status is Status.RESTART:
+        return Event.RESTARTED, row.replace(
+            status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0,
+            hold_until=None, end_time=now,
+        )
+    if row.status is not Status.IN_PROCESS:
+        return None
+    if outcome.kind == OK:
+        try:
+            schedule = parse_schedule(row.execution_interval, zone)
+        except ScheduleError:
+            schedule = None
+        if schedule is not None and schedule.is_recurring:
+            nxt = schedule.next_after_run(run.due, run.started, now)
+            if row.next_run is not None and row.next_run != run.due:
+                nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
+            return Event.DONE_RECURRING, row.replace(
+                status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
+                tries=0, hold_until=None,
+            )
+        return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output)
+    if outcome.kind == RELEASED:
+        return Event.RELEASE, row.replace(
+            status=Status.WAITING, next_run=now, end_time=now, hold_until=run.hold_until,
+        )
+    return failed(row, outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries, retry_delay=retry_delay)
+
+
+def failed(
+    row: Job, error: str, mode: FailMode, now: datetime, *, max_tries: int, retry_delay: timedelta
+) -> tuple[Event, Job]:
+    """A failed attempt: WAITING with tries + 1 (others may take it at once, this node only
+    after the retry delay), or FAILED when no tries are left or the job said no retry."""
+    tries = row.tries + 1
+    if mode is FailMode.NO_RETRY or (mode is not FailMode.ALWAYS_RETRY and tries >= max_tries):
+        return Event.FAIL_FINAL, row.replace(status=Status.FAILED, tries=tries, error_msg=error, end_time=now)
+    return Event.FAIL_RETRY, row.replace(
+        status=Status.WAITING, tries=tries, error_msg=error, end_time=now, next_run=now,
+        hold_until=now + retry_delay,
+    )
+
+
+def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Event, Job]:
+    """Take a job whose owner is dead (or this node's previous life): CAS on (owner, epoch),
+    epoch + 1. A run that was going on counts as a failed try (its node crashed)."""
+    previous = row.worker_id
+    if row.status is Status.STOPPING:
+        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now, worker_id=me, epoch=row.epoch + 1)
+    if row.status is Status.RESTART:
+        return Event.RESTARTED, row.replace(
+            status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0, hold_until=None,
+        )
+    if row.status is Status.IN_PROCESS:
+        tries = row.tries + 1
+        note = f"node {previous} was lost while running this job"
+        if tries >= max_tries:
+            return Event.FAIL_FINAL, row.replace(
+                status=Status.FAILED, tries=tries, error_msg=note + "; no tries left", end_time=now,
+                worker_id=me, epoch=row.epoch + 1,
+            )
+        return Event.TAKEOVER, row.replace(
+            worker_id=me, epoch=row.epoch + 1, tries=tries, error_msg=note, start_time=now, hold_until=None,
+        )
+    # SCHEDULED (and WAITING): same status, new owner.
+    return Event.TAKEOVER, row.replace(worker_id=me, epoch=row.epoch + 1, hold_until=None)
+
+
+def claim(row: Job, me: str, now: datetime) -> tuple[Event, Job]:
+    return Event.CLAIM, row.replace(
+        status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=now, hold_until=None,
+    )
+
+
+def fire(row: Job) -> tuple[Event, Job]:
+    """The owner's scheduler reached next_run: SCHEDULED -> WAITING (next_run stays the due time)."""
+    return Event.DUE, row.replace(status=Status.WAITING)

@@ -1,0 +1,381 @@
+"""Runs on this node: start them on workers, collect outcomes, write post-execution.
+
+The collector thread waits on every worker's pipe, turns each finished run into an outcome,
+and writes all outcomes that are ready in one ``cas_many`` (group commit). Every write is
+fenced: it is conditioned on the (status, epoch, worker_id, revision) this node holds, and a
+write that loses is decided again from the current row. If the row is no longer ours (another
+node took it over), the run's bookkeeping stops there and that is logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from multiprocessing.connection import wait
+from typing import Callable
+
+from ..clock import Clock
+from ..jobs.registry import JobCatalog
+from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec
+from ..model import Job, JobKey, Status, advance
+from ..store.base import JobStore
+from .decisions import RunFacts, after_run
+from .workers import Worker, WorkerPool
+
+log = logging.getLogger("fabricjobs.node.executor")
+
+_REDECIDE = 20
+
+
+@dataclass(eq=False)
+class Run:
+    task: int
+    row: Job  # the row as this node last wrote or read it
+    facts: RunFacts
+    pool: str  # the affinity limit this run counts against
+    exceptional: bool
+    started_mono: float
+    worker: Worker | None = None
+    end_reason: str | None = None  # why the node is ending it: stop | restart | kill | release | shutdown | lease
+    end_note: str = ""
+    stop_deadline: float | None = None
+    outcome: Outcome | None = None
+
+    @property
+    def key(self) -> JobKey:
+        return self.row.key
+
+
+class Executor:
+    def __init__(
+        self,
+        store: JobStore,
+        clock: Clock,
+        pool: WorkerPool,
+        catalog: JobCatalog,
+        *,
+        me: str,
+        max_tries: int,
+        retry_delay: float,
+        output_max: int,
+        zone,
+        on_scheduled: Callable[[Job], None],
+        on_freed: Callable[[], None],
+        on_tasks_changed: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.pool = pool
+        self.catalog = catalog
+        self.me = me
+        self.max_tries = max_tries
+        self.retry_delay = timedelta(seconds=retry_delay)
+        self.output_max = output_max
+        self.zone = zone
+        self.on_scheduled = on_scheduled
+        self.on_freed = on_freed
+        self.on_tasks_changed = on_tasks_changed
+        self._lock = threading.RLock()
+        self._runs: dict[int, Run] = {}
+        self._by_key: dict[JobKey, Run] = {}
+        self._tasks = itertools.count(random.randrange(10_000, 60_000))
+        self._pending: list[tuple[Run, Outcome]] = []
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.shutting_down = False
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def running(self, pool: str | None = None) -> int:
+        with self._lock:
+            if pool is None:
+                return len(self._runs)
+            return sum(1 for r in self._runs.values() if r.pool == pool)
+
+    def per_pool(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        with self._lock:
+            for r in self._runs.values():
+                out[r.pool] = out.get(r.pool, 0) + 1
+        return out
+
+    def run_for(self, key: JobKey) -> Run | None:
+        with self._lock:
+            return self._by_key.get(key)
+
+    def runs(self) -> list[Run]:
+        with self._lock:
+            return list(self._runs.values())
+
+    def tasks(self) -> list[dict]:
+        """What PS shows: one entry per run, elapsed time measured here (no clock comparison)."""
+        now = self.clock.monotonic()
+        with self._lock:
+            runs = list(self._runs.values())
+        return [
+            {
+                "task": r.task,
+                "thread": (r.worker.child_pid or r.worker.pid) if r.worker else None,
+                "type": "JOB",
+                "description": f"{_type_label(r.row.type)} - {r.row.name}",
+                "key": str(r.key),
+                "epoch": r.facts.epoch,
+                "elapsed_ms": int((now - r.started_mono) * 1000),
+            }
+            for r in sorted(runs, key=lambda r: r.task)
+        ]
+
+    # -- starting and ending runs -------------------------------------------------------------------
+
+    def start(self, row: Job, pool: str, exceptional: bool = False) -> Run:
+        """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)."""
+        run = Run(
+            task=next(self._tasks),
+            row=row,
+            facts=RunFacts(self.me, row.epoch, row.next_run or row.start_time, row.start_time or self.clock.now()),
+            pool=pool,
+            exceptional=exceptional,
+            started_mono=self.clock.monotonic(),
+        )
+        with self._lock:
+            self._runs[run.task] = run
+            self._by_key[run.key] = run
+        try:
+            self._dispatch(run)
+        except Exception as exc:  # cannot start a worker: the run fails like any other
+            log.exception("could not start %s on a worker", run.key)
+            self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
+        self.on_tasks_changed()
+        return run
+
+    def _dispatch(self, run: Run) -> None:
+        for attempt in range(3):
+            worker = self.pool.acquire()
+            spec = RunSpec(
+                run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max, self.catalog,
+            )
+            try:
+                self.pool.start(worker, spec)
+            except (OSError, ValueError):
+                self.pool.forget(worker)  # it died while idle; take another
+                if attempt == 2:
+                    raise
+                continue
+            run.worker = worker
+            self._wake_collector()
+            return
+
+    def abort(self, run: Run, reason: str, grace: float, note: str = "") -> None:
+        """Ask a run to end (STOPJOB, RESTARTJOB, give-up, shutdown); kill it after ``grace``."""
+        with self._lock:
+            if run.end_reason is None or run.end_reason == "release":
+                run.end_reason = reason
+                run.end_note = note
+            if run.stop_deadline is None:
+                run.stop_deadline = self.clock.monotonic() + grace
+        if run.worker is not None:
+            self.pool.abort(run.worker)
+
+    def kill(self, run: Run, reason: str, note: str) -> None:
+        """End a run at once (KILL, an expired grace period, a lost lease)."""
+        with self._lock:
+            if run.end_reason in (None, "release", "stop", "restart", "shutdown"):
+                if reason == "kill" or run.end_reason is None:
+                    run.end_reason = reason
+                    run.end_note = note
+        if run.worker is not None:
+            self.pool.kill(run.worker)
+
+    def enforce_deadlines(self) -> float | None:
+        """Kill runs whose stop grace ran out; return the next deadline (monotonic) if any."""
+        now = self.clock.monotonic()
+        nxt = None
+        for run in self.runs():
+            if run.stop_deadline is None or run.outcome is not None:
+                continue
+            if now >= run.stop_deadline:
+                log.warning("'%s' did not end within its grace period; killing it", run.key)
+                run.stop_deadline = None
+                self.kill(run, run.end_reason or "stop", "killed after the stop grace period")
+            elif nxt is None or run.stop_deadline < nxt:
+                nxt = run.stop_deadline
+        return nxt
+
+    # -- the collector thread ----------------------------------------------------------------------
+
+    def start_collector(self) -> None:
+        self._thread = threading.Thread(target=self._collect_loop, name="JobExecutor", daemon=True)
+        self._thread.start()
+
+    def stop_collector(self) -> None:
+        self._stop = True
+        self._wake_collector()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _wake_collector(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _collect_loop(self) -> None:
+        while not self._stop:
+            try:
+                self._collect_once(0.5)
+            except Exception:
+                log.exception("executor loop error (continuing)")
+                time.sleep(0.05)
+
+    def _collect_once(self, timeout: float) -> None:
+        conns = self.pool.connections()
+        ready = wait(list(conns) + [self._wake_r], timeout=timeout)
+        for obj in ready:
+            if obj is self._wake_r:
+                try:
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+                continue
+            worker = conns[obj]
+            try:
+                while obj.poll():
+                    self._on_message(worker, obj.recv())
+            except (EOFError, OSError):
+                self._on_worker_death(worker)
+        self.flush()
+
+    def _on_message(self, worker: Worker, msg) -> None:
+        kind, task = msg[0], msg[1]
+        with self._lock:
+            run = self._runs.get(task)
+        if kind == "spawned":
+            worker.child_pid = msg[2]
+            if run is not None and run.end_reason == "kill":
+                self.pool.kill(worker)
+            self.on_tasks_changed()
+        elif kind == "done":
+            if worker.task == task:
+                self.pool.release(worker)
+            if run is not None and run.outcome is None:
+                self._finish_later(run, self._explain(run, msg[2]))
+
+    def _on_worker_death(self, worker: Worker) -> None:
+        task = worker.task
+        self.pool.forget(worker)
+        if task is None:
+            return
+        with self._lock:
+            run = self._runs.get(task)
+        if run is not None and run.outcome is None:
+            code = worker.process.exitcode
+            self._finish_later(run, self._explain(run, Outcome(ERROR, error=f"worker process died (exit code {code})")))
+
+    def _explain(self, run: Run, outcome: Outcome) -> Outcome:
+        """Say why a run ended when the node ended it (the worker only sees that it died)."""
+        reason = run.end_reason
+        if reason == "kill" and outcome.kind != "ok":
+            return Outcome(KILLED, error=run.end_note or "killed")
+        if reason in ("stop", "restart", "shutdown", "release") and outcome.kind != "ok":
+            return Outcome(INTERRUPTED, error=run.end_note or f"ended by {reason}")
+        if reason == "lease" and outcome.kind != "ok":
+            return Outcome(LEASE_LOST, error=outcome.error or "run ended: lease lost")
+        return outcome
+
+    def _finish_later(self, run: Run, outcome: Outcome) -> None:
+        run.outcome = outcome
+        with self._lock:
+            self._pending.append((run, outcome))
+        self._wake_collector()
+
+    # -- post-execution ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        now = self.clock.now()
+        todo: list[tuple[Run, Outcome, Job]] = []
+        for run, outcome in pending:
+            if self.shutting_down and outcome.kind in (INTERRUPTED, KILLED, LEASE_LOST):
+                # SPEC 7.8: leave the row; this node (back soon) or another one re-runs it.
+                log.info("'%s' interrupted by shutdown; left for a re-run", run.key)
+                self._done(run)
+                continue
+            todo.append((run, outcome, run.row))
+        for _ in range(_REDECIDE):
+            if not todo:
+                break
+            pairs, order = [], []
+            for run, outcome, row in todo:
+                decision = self._decide(run, outcome, row, now)
+                if decision is None:
+                    self._lost(run, row)
+                    continue
+                pairs.append((row, decision))
+                order.append((run, outcome))
+            try:
+                results = self.store.cas_many(pairs)
+            except Exception:
+                log.exception("post-execution write failed; retrying")
+                time.sleep(0.2)
+                todo = [(r, o, row) for (r, o), (row, _) in zip(order, pairs)]
+                continue
+            todo = []
+            for (run, outcome), (old, new), res in zip(order, pairs, results):
+                if res.applied:
+                    self._applied(run, outcome, res.row)
+                else:
+                    todo.append((run, outcome, self.store.get(run.key)))
+        for run, outcome, row in todo:
+            log.error("gave up writing the outcome of '%s' after %d attempts", run.key, _REDECIDE)
+            self._done(run)
+
+    def _decide(self, run: Run, outcome: Outcome, row: Job | None, now: datetime) -> Job | None:
+        decision = after_run(
+            row, run.facts, outcome, now, max_tries=self.max_tries, retry_delay=self.retry_delay, zone=self.zone,
+        )
+        if decision is None:
+            return None
+        event, new = decision
+        return advance(row, event, new)
+
+    def _applied(self, run: Run, outcome: Outcome, row: Job) -> None:
+        if outcome.kind != "ok" and row.status in (Status.WAITING, Status.FAILED):
+            log.info("job %s failed (%s): %s", run.key, outcome.kind, outcome.error)
+        log.info("job %s status was updated to %s.", run.key, row.status.value)
+        self._done(run)
+        if row.status is Status.SCHEDULED:
+            self.on_scheduled(row)
+
+    def _lost(self, run: Run, row: Job | None) -> None:
+        if row is None:
+            log.warning("'%s' vanished while running; its outcome is dropped", run.key)
+        else:
+            log.warning(
+                "'%s' is no longer ours (owner %s, epoch %s; ours was %s): outcome not written (fenced)",
+                run.key, row.worker_id, row.epoch, run.facts.epoch,
+            )
+        self._done(run)
+
+    def _done(self, run: Run) -> None:
+        with self._lock:
+            self._runs.pop(run.task, None)
+            if self._by_key.get(run.key) is run:
+                del self._by_key[run.key]
+        self.on_freed()
+        self.on_tasks_changed()
+
+
+def _type_label(job_type: str) -> str:
+    return {"USER_JOB": "UserJob", "PROCESS": "ProcessJob"}.get(job_type, job_type.title())

@@ -1,0 +1,157 @@
+"""The heartbeat: this node's row in ``nodes``, and the lease its runs live on (SPEC 8.1, 8.2).
+
+Every ``interval`` the node writes its row with a bigger beat counter. Each successful write
+renews the lease on the board to ``t0 + interval x (miss - 2)``, where ``t0`` is the monotonic
+time *before* the write was sent. Another node can only declare this one dead after watching
+its beat stand still for ``interval x miss`` on its own clock, and it cannot have seen this beat
+before ``t0``; so when the beats stop, this node's runs (which watch the lease, see
+:mod:`fabricjobs.jobs.worker`) end themselves at least two intervals before anyone may take
+their jobs over. With the defaults (5 s x 12) the lease is 50 s and the margin 10 s.
+
+While the lease is out the node is *fenced*: it claims nothing and its runs are ended; it
+resumes once a write succeeds again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Callable
+
+from .. import __version__
+from ..clock import Clock
+from ..jobs.board import Board
+from ..store.base import JobStore, NodeRow
+
+log = logging.getLogger("fabricjobs.node.heartbeat")
+
+
+def lease_seconds(interval: float, miss: int) -> float:
+    """How long a run outlives the last successful beat: two intervals short of the dead threshold."""
+    return interval * (miss - 2)
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        store: JobStore,
+        board: Board,
+        clock: Clock,
+        *,
+        name: str,
+        dc: str,
+        interval: float,
+        miss: int,
+        info: Callable[[], dict],
+        tasks: Callable[[], list[dict]],
+        running: Callable[[], int],
+        on_fenced: Callable[[], None],
+        on_recovered: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.board = board
+        self.clock = clock
+        self.name = name
+        self.dc = dc
+        self.interval = interval
+        self.miss = miss
+        self.lease = lease_seconds(interval, miss)
+        self.incarnation = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.started = clock.now()
+        self.beat = 0
+        self._info = info
+        self._tasks = tasks
+        self._running = running
+        self._on_fenced = on_fenced
+        self._on_recovered = on_recovered
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.fenced = False
+        self._failing = False
+        self._last_write = 0.0
+
+    def row(self, state: str = "running") -> NodeRow:
+        info = dict(self._info())
+        info.update({"heartbeat_ms": int(self.interval * 1000), "miss": self.miss})
+        return NodeRow(
+            name=self.name, incarnation=self.incarnation, dc=self.dc, host=self.host, pid=os.getpid(),
+            started=self.started, version=__version__, beat=self.beat, state=state,
+            running=self._running(), info=json.dumps(info, separators=(",", ":")),
+            tasks=json.dumps(self._tasks(), separators=(",", ":"), ensure_ascii=False),
+        )
+
+    def beat_once(self, state: str = "running") -> bool:
+        """Write the row now; renew the lease if the write succeeded."""
+        with self._lock:
+            self.beat += 1
+            t0 = self.clock.monotonic()
+            try:
+                self.store.write_node(self.row(state))
+            except Exception as exc:  # the store may fail in any way; the lease decides what follows
+                if not self._failing:
+                    log.warning("heartbeat of %s failed: %s", self.name, exc)
+                self._failing = True
+                self._check_fence()
+                return False
+            self._last_write = t0
+            if state == "running":
+                self.board.set_lease(t0 + self.lease)
+            if self._failing:
+                log.warning("heartbeat of %s works again", self.name)
+            self._failing = False
+            if self.fenced:
+                self.fenced = False
+                log.warning("%s renewed its lease; claiming again", self.name)
+                self._on_recovered()
+            return True
+
+    def lease_valid(self) -> bool:
+        return self.board.lease_valid(self.clock.monotonic())
+
+    def _check_fence(self) -> None:
+        if not self.fenced and not self.lease_valid():
+            self.fenced = True
+            log.error("%s could not renew its lease for %.1f s: ending its runs and claiming nothing (self-fencing)",
+                      self.name, self.lease)
+            self._on_fenced()
+
+    def poke(self) -> None:
+        """Publish soon (tasks changed): a write at most every 100 ms, never blocking the caller."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="Heartbeat", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        next_beat = self.clock.monotonic() + self.interval
+        while not self._stop.is_set():
+            poked = self._wake.wait(max(0.0, min(next_beat - self.clock.monotonic(), 0.05)))
+            if self._stop.is_set():
+                return
+            self._check_fence()
+            now = self.clock.monotonic()
+            if now >= next_beat:
+                self._wake.clear()
+                self.beat_once()
+                next_beat = now + self.interval
+            elif poked:
+                self._wake.clear()
+                wait = 0.1 - (now - self._last_write)
+                if wait > 0 and self._stop.wait(wait):
+                    return
+                self.beat_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,74 @@
+"""Who is dead, judged without comparing clocks of different nodes (SPEC 8.1).
+
+Each node bumps a beat counter in its ``nodes`` row. An observer notes, on its *own*
+monotonic clock, when it last saw each node's (incarnation, beat) change; a node whose beat
+has not changed for ``interval x miss`` of that node's own settings is dead. A node that
+shut down cleanly (state 'stopped') or has no row at all is dead at once. A node the
+observer has just started watching gets the full threshold: nobody is judged on a single
+reading.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..clock import Clock
+from ..store.base import NodeRow
+
+
+@dataclass
+class _Seen:
+    mark: tuple
+    changed_at: float  # observer's monotonic clock
+    threshold: float
+    stopped: bool
+
+
+class Liveness:
+    def __init__(self, me: str, clock: Clock, default_threshold: float) -> None:
+        self.me = me
+        self.clock = clock
+        self.default_threshold = default_threshold
+        self._seen: dict[str, _Seen] = {}
+
+    def observe(self, rows: list[NodeRow]) -> None:
+        now = self.clock.monotonic()
+        present = set()
+        for row in rows:
+            present.add(row.name)
+            mark = (row.incarnation, row.beat, row.state)
+            seen = self._seen.get(row.name)
+            threshold = _threshold(row, self.default_threshold)
+            if seen is None or seen.mark != mark:
+                self._seen[row.name] = _Seen(mark, now, threshold, row.state == "stopped")
+            else:
+                seen.threshold = threshold
+        for name in list(self._seen):
+            if name not in present:
+                del self._seen[name]
+
+    def is_dead(self, name: str | None) -> bool:
+        if name is None or name == self.me:
+            return False
+        seen = self._seen.get(name)
+        if seen is None or seen.stopped:
+            return True
+        return self.clock.monotonic() - seen.changed_at > seen.threshold
+
+    def is_alive(self, name: str | None) -> bool:
+        return name is not None and not self.is_dead(name)
+
+    def dead(self) -> list[str]:
+        return sorted(n for n in self._seen if self.is_dead(n))
+
+    def alive(self) -> list[str]:
+        return sorted(n for n in self._seen if not self.is_dead(n))
+
+
+def _threshold(row: NodeRow, default: float) -> float:
+    try:
+        info = json.loads(row.info or "{}")
+        return float(info["heartbeat_ms"]) / 1000.0 * int(info["miss"])
+    except (ValueError, KeyError, TypeError):
+        return default

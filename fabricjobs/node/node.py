@@ -1,0 +1,325 @@
+"""One node: its lifecycle, and the wiring of its parts.
+
+    heartbeat  -> the nodes row and the lease (fences the node when it cannot write)
+    reconcile  -> claims, takeovers, stop/restart/kill (the main thread's loop)
+    scheduler  -> fires owned SCHEDULED jobs at their due time
+    executor   -> runs on worker processes, post-execution writes
+    liveness   -> who is dead, by watching beat counters on this node's monotonic clock
+
+Start-up refuses a name that a live node uses. Shutdown (SIGTERM, Ctrl-C; SPEC 7.8) stops
+claiming, aborts running jobs, waits SHUTDOWN_GRACE_SEC, kills what is left, and marks the
+node 'stopped' so that other nodes take its work over at once; rows of interrupted runs are
+left as they are, to be re-run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from ..affinity import NodeAffinity
+from ..clock import Clock, SystemClock
+from ..config import Config, NodeId, load_node_id
+from ..errors import FabricJobsError
+from ..jobs.board import Board
+from ..jobs.registry import JobCatalog
+from ..schedule import resolve_zone
+from ..store import JobStore, open_store
+from ..wakeup import Doorbell
+from .executor import Executor
+from .heartbeat import Heartbeat
+from .liveness import Liveness
+from .reconcile import Reconciler
+from .scheduler import Scheduler
+from .workers import WorkerPool
+
+log = logging.getLogger("fabricjobs.node")
+
+
+class NodeStartError(FabricJobsError):
+    """The node cannot start (its name is taken by a live node, ...)."""
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    pool_size: int
+    max_tries: int
+    retry_delay: float
+    reconcile_interval: float
+    owner_precedence_ms: int
+    stop_grace: float
+    shutdown_grace: float
+    claim_exceptional_sec: float
+    give_up_min_minutes: float
+    give_up_max_minutes: float
+    archive_hours: float
+    heartbeat_interval: float
+    heartbeat_miss: int
+    output_max: int
+    worker_idle: float
+
+    @classmethod
+    def from_config(cls, c: Config) -> "NodeSettings":
+        g = c.get
+        return cls(
+            pool_size=g("jobs", "K2JOBS_POOL_SIZE"),
+            max_tries=g("jobs", "MAX_TRIES"),
+            retry_delay=g("jobs", "RETRY_DELAY_SEC"),
+            reconcile_interval=g("jobs", "RECONCILE_INTERVAL_MS") / 1000.0,
+            owner_precedence_ms=g("jobs", "OWNER_PRECEDENCE_MS"),
+            stop_grace=g("jobs", "STOP_GRACE_SEC"),
+            shutdown_grace=g("jobs", "SHUTDOWN_GRACE_SEC"),
+            claim_exceptional_sec=g("jobs", "CLAIM_EXCEPTIONAL_INTERVAL_SEC"),
+            give_up_min_minutes=g("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES"),
+            give_up_max_minutes=g("jobs", "MAX_GIVE_UP_EXCEPTIONAL_MINUTES"),
+            archive_hours=g("jobs", "K2JOB_ARCHIVING_TIME_HOUR"),
+            heartbeat_interval=g("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS") / 1000.0,
+            heartbeat_miss=g("heartbeat", "FABRIC_HEARTBEAT_MISS"),
+            output_max=g("jobs", "OUTPUT_MAX_BYTES"),
+            worker_idle=g("jobs", "WORKER_IDLE_SEC"),
+        )
+
+    @property
+    def dead_after(self) -> float:
+        return self.heartbeat_interval * self.heartbeat_miss
+
+
+class Node:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        name: str | None = None,
+        node_id: NodeId | None = None,
+        clock: Clock | None = None,
+        store: JobStore | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = NodeSettings.from_config(config)
+        self.name = name or config.node_name
+        self.dc = config.get("node", "DC")
+        self.zone = resolve_zone(config.get("node", "TIME_ZONE") or None)
+        self.clock = clock or SystemClock()
+        self.node_id = node_id if node_id is not None else load_node_id(config.get("node", "NODE_ID_FILE"))
+        self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, self.settings.pool_size)
+        self.store = store or open_store(config)
+        self.catalog = JobCatalog.from_config(config)
+        self.doorbell = Doorbell.for_config(config)
+        self.stopping = False
+        self.fenced = False
+        self._wake = threading.Event()
+        self._full = threading.Event()
+        self._stop = threading.Event()
+        self._started = False
+
+        s = self.settings
+        self.board = Board.create(s.pool_size)
+        self.liveness = Liveness(self.name, self.clock, s.dead_after)
+        self.pool = WorkerPool(
+            self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
+            log_level=logging.getLogger("fabricjobs").getEffectiveLevel(),
+        )
+        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake)
+        self.heartbeat = Heartbeat(
+            self.store, self.board, self.clock, name=self.name, dc=self.dc,
+            interval=s.heartbeat_interval, miss=s.heartbeat_miss,
+            info=self._info, tasks=lambda: self.executor.tasks(), running=lambda: self.executor.running(),
+            on_fenced=self._on_fenced, on_recovered=self._on_recovered,
+        )
+        self.executor = Executor(
+            self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
+            retry_delay=s.retry_delay, output_max=s.output_max, zone=self.zone,
+            on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
+        )
+        self.reconciler = Reconciler(self)
+
+    # -- wiring helpers ----------------------------------------------------------------------------
+
+    def _info(self) -> dict:
+        info = self.affinity.to_info()
+        info["running"] = self.executor.per_pool() if hasattr(self, "executor") else {}
+        info["zone"] = str(self.zone)
+        return info
+
+    def wake(self) -> None:
+        """Run a claim pass now (a slot freed, a job came due)."""
+        self._wake.set()
+
+    def wake_full(self) -> None:
+        """Run a full pass now (a shell changed something)."""
+        self._full.set()
+        self._wake.set()
+
+    def _on_fenced(self) -> None:
+        self.fenced = True
+        self.scheduler.paused = True
+        for run in self.executor.runs():
+            self.executor.kill(run, "lease", "run ended: this node could not renew its lease")
+
+    def _on_recovered(self) -> None:
+        self.fenced = False
+        self.scheduler.paused = False
+        self.wake_full()
+
+    # -- start-up ------------------------------------------------------------------------------------
+
+    def _check_name(self) -> None:
+        """Refuse to start under a name that a live node uses."""
+        row = next((r for r in self.store.nodes() if r.name == self.name), None)
+        if row is None or row.state == "stopped":
+            return
+        if row.host == socket.gethostname():
+            if row.pid != os.getpid() and _pid_alive(row.pid):
+                raise NodeStartError(
+                    f"node {self.name!r} is already running (pid {row.pid} on {row.host}); "
+                    "give this one another name (--name, or [node] NAME)"
+                )
+            return  # its process is gone: we are its restart and take its jobs back
+        # Another host: watch its beat for two intervals before taking the name.
+        deadline = self.clock.monotonic() + 2.5 * self.settings.heartbeat_interval
+        while self.clock.monotonic() < deadline:
+            time.sleep(min(0.2, self.settings.heartbeat_interval / 2))
+            now = next((r for r in self.store.nodes() if r.name == self.name), None)
+            if now is not None and (now.beat, now.incarnation) != (row.beat, row.incarnation):
+                raise NodeStartError(f"node {self.name!r} is alive on host {now.host}; choose another name")
+
+    def start(self) -> None:
+        self._check_name()
+        if not self.heartbeat.beat_once():
+            raise NodeStartError(f"node {self.name!r} cannot write its heartbeat to the store")
+        for req in self.store.kill_requests(self.name):  # meant for an earlier life of this node
+            self.store.delete_kill_request(self.name, req.task)
+        self.liveness.observe(self.store.nodes())
+        self.heartbeat.start()
+        self.executor.start_collector()
+        self.scheduler.refresh()
+        self.scheduler.start()
+        self._stop_doorbell = self.doorbell.listen(self.name, self.wake_full)
+        self._started = True
+        limits = ", ".join(str(l) for l in self.affinity.limits.values())
+        log.info(
+            "node %s started (pid %d, dc %s, pool %d, affinity %s, heartbeat %.0f ms x %d, store %s)",
+            self.name, os.getpid(), self.dc, self.settings.pool_size, limits,
+            self.settings.heartbeat_interval * 1000, self.settings.heartbeat_miss, self.store.backend,
+        )
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until :meth:`stop` (or a signal); the reconcile loop runs on this thread."""
+        if not self._started:
+            self.start()
+        s = self.settings
+        next_full = 0.0
+        next_purge = self.clock.monotonic() + random.uniform(1, 5)
+        while not self._stop.is_set():
+            mono = self.clock.monotonic()
+            full = self._full.is_set() or mono >= next_full
+            self._wake.clear()
+            if full:
+                self._full.clear()
+                next_full = mono + s.reconcile_interval
+            try:
+                self.reconciler.run_pass(full)
+            except Exception:
+                log.exception("reconcile pass failed (retrying)")
+                next_full = mono + min(s.reconcile_interval, 1.0)
+            if mono >= next_purge:
+                next_purge = mono + self._purge_archive()
+            deadline = self.executor.enforce_deadlines()
+            timeout = next_full - self.clock.monotonic()
+            if deadline is not None:
+                timeout = min(timeout, deadline - self.clock.monotonic())
+            if self.reconciler.next_wake is not None:
+                until = (self.reconciler.next_wake - self.clock.now()).total_seconds()
+                timeout = min(timeout, max(until, 0.01))
+            if timeout > 0:
+                self._wake.wait(timeout)
+        self._shutdown()
+
+    def _purge_archive(self) -> float:
+        """Delete archived rows past K2JOB_ARCHIVING_TIME_HOUR; return seconds until the next try."""
+        hours = self.settings.archive_hours
+        cutoff = self.clock.now() - timedelta(hours=hours)
+        try:
+            total = 0
+            while True:
+                n = self.store.delete_archived(cutoff, limit=5000)
+                total += n
+                if n < 5000:
+                    break
+            if total:
+                log.info("deleted %d archived job rows older than %g hours", total, hours)
+        except Exception:
+            log.exception("archive retention failed (retrying later)")
+        return max(0.5, min(300.0, hours * 3600 / 4))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _shutdown(self) -> None:
+        s = self.settings
+        self.stopping = True
+        log.info("node %s stopping: no new claims; %d running jobs get %.0f s to end",
+                 self.name, self.executor.running(), s.shutdown_grace)
+        if getattr(self, "_stop_doorbell", None):
+            self._stop_doorbell()
+        self.scheduler.stop()
+        self.executor.shutting_down = True
+        for run in self.executor.runs():
+            self.executor.abort(run, "shutdown", s.shutdown_grace, "ended by node shutdown")
+        deadline = self.clock.monotonic() + s.shutdown_grace + 5
+        while self.executor.running() and self.clock.monotonic() < deadline:
+            self.executor.enforce_deadlines()
+            time.sleep(0.05)
+        self.executor.stop_collector()
+        self.heartbeat.stop()
+        self.heartbeat.beat_once(state="stopped")
+        self.pool.shutdown()
+        self.board.close(unlink=True)
+        self.doorbell.close()
+        self.store.close()
+        log.info("node %s stopped", self.name)
+
+    def install_signal_handlers(self) -> None:
+        count = {"n": 0}
+
+        def handler(signum, frame):
+            count["n"] += 1
+            if count["n"] > 1:
+                log.warning("second %s: killing running jobs now", signal.Signals(signum).name)
+                self.settings = _no_grace(self.settings)
+                for run in self.executor.runs():
+                    self.executor.kill(run, "shutdown", "killed by node shutdown")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def _no_grace(s: NodeSettings) -> NodeSettings:
+    from dataclasses import replace
+
+    return replace(s, shutdown_grace=0.0)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True

@@ -1,0 +1,226 @@
+"""The reconcile loop (SPEC 7.1, the seed's JobReconcile): one pass reads the rows this node
+may act on, and acts.
+
+A *full* pass (every RECONCILE_INTERVAL_MS, or at once when a shell rings the doorbell):
+
+1. carries out KILL requests addressed to this node;
+2. acts on STOPPING / RESTART rows: aborts its own runs, finishes rows of dead owners;
+3. takes over the work of dead nodes (and its own orphans after a restart);
+4. takes ownership of unowned SCHEDULED jobs and hands them to the scheduler;
+5. claims WAITING jobs.
+
+A *claim* pass (a slot freed, a job came due) does only 5. Every read goes through an index
+over live rows; nothing here reads history or another node's healthy scheduled work.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ..affinity import parse_affinity
+from ..config import AffinityLimit
+from ..model import Job, Status, advance
+from .decisions import claim, take_over
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import Node
+
+log = logging.getLogger("fabricjobs.node.reconcile")
+
+_CONTROL = (Status.STOPPING, Status.RESTART)
+_ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
+_ADOPT_BATCH = 1000
+
+
+class Reconciler:
+    def __init__(self, node: "Node") -> None:
+        self.node = node
+        self.s = node.settings
+        self.me = node.name
+        self.next_wake: datetime | None = None  # an owner-precedence window that ends later
+
+    # -- the pass ----------------------------------------------------------------------------------
+
+    def run_pass(self, full: bool) -> None:
+        n = self.node
+        now = n.clock.now()
+        if full:
+            n.liveness.observe(n.store.nodes())
+            self._kill_requests()
+            self._control(now)
+        if n.fenced or n.stopping:
+            return
+        if full:
+            self._take_over(now)
+            self._adopt_scheduled(now)
+        self._claim(now)
+
+    # -- 1. KILL ---------------------------------------------------------------------------------
+
+    def _kill_requests(self) -> None:
+        n = self.node
+        for req in n.store.kill_requests(self.me):
+            run = next((r for r in n.executor.runs() if r.task == req.task), None)
+            if run is not None:
+                log.warning("KILL of task %s ('%s') requested by %s", req.task, run.key, req.requested_by)
+                n.executor.kill(run, "kill", f"killed by KILL from {req.requested_by}")
+            n.store.delete_kill_request(self.me, req.task)
+
+    # -- 2. STOPPING / RESTART ------------------------------------------------------------------------
+
+    def _control(self, now: datetime) -> None:
+        n = self.node
+        for row in n.store.by_status(_CONTROL):
+            if row.worker_id == self.me:
+                run = n.executor.run_for(row.key)
+                if run is not None and run.facts.epoch == row.epoch:
+                    if run.end_reason not in ("stop", "restart", "kill"):
+                        reason = "stop" if row.status is Status.STOPPING else "restart"
+                        log.info("'%s' is %s: aborting its run", row.key, row.status.value)
+                        n.executor.abort(run, reason, self.s.stop_grace, f"ended by {row.status.value}")
+                    continue
+                if run is not None:
+                    continue  # an older run of ours is still finishing; it writes its own outcome
+                self._finish_orphan(row, now)  # ours from before a restart: no run to wait for
+            elif not n.fenced and n.liveness.is_dead(row.worker_id):
+                self._finish_orphan(row, now)
+
+    def _finish_orphan(self, row: Job, now: datetime) -> None:
+        event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
+        res = self.node.store.cas(row, advance(row, event, new))
+        if res.applied:
+            log.info("job %s status was updated to %s.", row.key, res.row.status.value)
+
+    # -- 3. dead nodes and orphans -------------------------------------------------------------------
+
+    def _take_over(self, now: datetime) -> None:
+        n = self.node
+        dead = n.liveness.dead()
+        rows = [r for r in n.store.by_owner([self.me], [Status.IN_PROCESS]) if n.executor.run_for(r.key) is None]
+        if dead:
+            rows += n.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH)
+        for row in rows:
+            affinity = parse_affinity(row.affinity)
+            if row.status is Status.SCHEDULED:
+                if n.affinity.can_run(affinity):
+                    self._adopt(row, now, f"from dead node {row.worker_id}")
+                continue
+            pool = self._pool_for(row, now)
+            if pool is None:
+                continue  # no room (or not allowed) here; another node or a later pass takes it
+            event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
+            res = n.store.cas(row, advance(row, event, new))
+            if not res.applied:
+                continue
+            who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
+            log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
+            if res.row.status is Status.IN_PROCESS:
+                n.executor.start(res.row, pool[0].name, pool[1])
+            else:
+                log.info("job %s status was updated to %s.", row.key, res.row.status.value)
+
+    # -- 4. unowned scheduled jobs ------------------------------------------------------------------
+
+    def _adopt_scheduled(self, now: datetime) -> None:
+        n = self.node
+        for row in n.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH):
+            if n.affinity.can_run(parse_affinity(row.affinity)):
+                self._adopt(row, now, "")
+
+    def _adopt(self, row: Job, now: datetime, note: str) -> None:
+        event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
+        res = self.node.store.cas(row, advance(row, event, new))
+        if res.applied:
+            log.info("%s is managed to claim ownership on cron job '%s'%s", self.me, row.key, f" ({note})" if note else "")
+            self.node.scheduler.add(res.row)
+
+    # -- 5. claims -----------------------------------------------------------------------------------
+
+    def _claim(self, now: datetime) -> None:
+        n = self.node
+        for _ in range(4):
+            free = self.s.pool_size - n.executor.running()
+            if free <= 0:
+                return
+            candidates = n.store.waiting(max(4 * free, 64))
+            chosen = self._choose(candidates, free, now)
+            if not chosen:
+                return
+            pairs = []
+            for row, _pool in chosen:
+                event, new = claim(row, self.me, now)
+                pairs.append((row, advance(row, event, new)))
+            results = n.store.cas_many(pairs)
+            lost = 0
+            for (row, pool), res in zip(chosen, results):
+                if res.applied:
+                    log.info("'%s' is now IN_PROCESS by %s", row.key, self.me)
+                    n.executor.start(res.row, pool[0].name, pool[1])
+                else:
+                    lost += 1
+            if not lost:
+                return  # everything chosen was claimed; a freed slot wakes the next pass
+
+    def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
+        taken: dict[str, int] = {}
+        eligible = []
+        self.next_wake = None
+        for row in candidates:
+            if not self._may_claim(row, now):
+                continue
+            pool = self._pool_for(row, now, taken)
+            if pool is None:
+                continue
+            eligible.append((row, pool))
+            taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
+            if len(eligible) >= 2 * free:
+                break
+        if len(eligible) > free:
+            # Several nodes read the same head of the queue; taking a random part of it makes
+            # their claims collide less while still serving the longest-waiting first.
+            eligible = random.sample(eligible, free)
+            taken = {}
+            kept = []
+            for row, pool in eligible:
+                pool = self._pool_for(row, now, taken)
+                if pool is not None:
+                    kept.append((row, pool))
+                    taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
+            eligible = kept
+        return eligible
+
+    def _may_claim(self, row: Job, now: datetime) -> bool:
+        n = self.node
+        owner = row.worker_id
+        if owner == self.me:
+            return row.hold_until is None or row.hold_until <= now  # retry delay / give-up delay
+        if owner is not None and row.hold_until is None and n.liveness.is_alive(owner):
+            # A job due for a live owner is left to it for a short window (owner precedence).
+            until = (row.next_run or now) + timedelta(milliseconds=self.s.owner_precedence_ms)
+            if now < until:
+                if self.next_wake is None or until < self.next_wake:
+                    self.next_wake = until
+                return False
+        return True
+
+    def _pool_for(self, row: Job, now: datetime, taken: dict[str, int] | None = None) -> tuple[AffinityLimit, bool] | None:
+        """The affinity limit a run of ``row`` would count against here and whether the claim
+        is exceptional (beyond the recommended count); None if there is no room."""
+        n = self.node
+        if n.executor.running() + sum((taken or {}).values()) >= self.s.pool_size:
+            return None
+        try:
+            affinity = parse_affinity(row.affinity)
+        except ValueError:
+            return None
+        waited = (now - (row.next_run or now)).total_seconds()
+        for lim in n.affinity.pools_for(affinity):
+            used = n.executor.running(lim.name) + (taken or {}).get(lim.name, 0)
+            if used < lim.recommended:
+                return lim, False
+            if used < lim.absolute and waited >= self.s.claim_exceptional_sec:
+                return lim, True
+        return None

@@ -1,0 +1,163 @@
+"""The node's worker processes: started on demand, reused while warm, killed when needed.
+
+Workers are forked from a fork server that imported fabricjobs once, so starting one costs
+a fork, not an interpreter start; and they are reused across runs, so most runs cost two
+pipe messages. Each worker owns a fixed slot on the board (its abort flag).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+from ..jobs.board import Board
+from ..jobs.runner import RunSpec
+
+log = logging.getLogger("fabricjobs.node.workers")
+
+
+@dataclass(eq=False)
+class Worker:
+    slot: int
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    task: int | None = None
+    child_pid: int | None = None  # process group of a running PROCESS job
+    idle_since: float = field(default_factory=time.monotonic)
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+
+class WorkerPool:
+    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int) -> None:
+        self.board = board
+        self.size = size
+        self.node = node
+        self.idle_sec = idle_sec
+        self.log_level = log_level
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["fabricjobs.jobs.worker"])
+        self._lock = threading.Lock()
+        self._workers: dict[int, Worker] = {}  # slot -> worker
+
+    def _spawn(self, slot: int) -> Worker:
+        from ..jobs.worker import worker_main
+
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(
+            target=worker_main,
+            args=(child, self.board.path, self.board.slots, slot, self.idle_sec, self.log_level, self.node),
+            name=f"fabricjobs-worker-{slot}",
+            daemon=False,
+        )
+        proc.start()
+        child.close()
+        return Worker(slot, proc, parent)
+
+    def acquire(self) -> Worker:
+        """An idle worker (warm if possible); the caller must have a free slot."""
+        with self._lock:
+            for w in self._workers.values():
+                if w.task is None and w.process.is_alive():
+                    return w
+            for slot in range(self.size):
+                w = self._workers.get(slot)
+                if w is None or not w.process.is_alive():
+                    if w is not None:
+                        self._discard(w)
+                    w = self._spawn(slot)
+                    self._workers[slot] = w
+                    return w
+        raise RuntimeError("no free worker slot")
+
+    def start(self, worker: Worker, spec: RunSpec) -> None:
+        worker.task = spec.task
+        worker.child_pid = None
+        self.board.set_abort(worker.slot, False)
+        with worker.send_lock:
+            worker.conn.send(spec)
+
+    def release(self, worker: Worker) -> None:
+        worker.task = None
+        worker.child_pid = None
+        worker.idle_since = time.monotonic()
+
+    def abort(self, worker: Worker) -> None:
+        """Ask the run to end (is_aborted() turns true; a PROCESS job gets SIGTERM)."""
+        self.board.set_abort(worker.slot, True)
+
+    def kill(self, worker: Worker) -> None:
+        """End the run now: SIGKILL the worker and a PROCESS job's whole process group."""
+        if worker.child_pid:
+            try:
+                os.killpg(worker.child_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if worker.process.pid:
+            try:
+                os.kill(worker.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def connections(self) -> dict[Connection, Worker]:
+        with self._lock:
+            return {w.conn: w for w in self._workers.values()}
+
+    def forget(self, worker: Worker) -> None:
+        """A worker died or was killed: drop it (its slot gets a fresh one on demand)."""
+        with self._lock:
+            if self._workers.get(worker.slot) is worker:
+                del self._workers[worker.slot]
+        self._discard(worker)
+
+    def _discard(self, worker: Worker) -> None:
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        worker.process.join(timeout=0.5)
+
+    def reap_idle(self) -> None:
+        """Forget workers that exited on their own after their idle timeout."""
+        with self._lock:
+            gone = [w for w in self._workers.values() if w.task is None and not w.process.is_alive()]
+            for w in gone:
+                del self._workers[w.slot]
+        for w in gone:
+            self._discard(w)
+
+    def pids(self) -> list[int]:
+        with self._lock:
+            return [w.pid for w in self._workers.values() if w.pid]
+
+    def shutdown(self, kill: bool = False) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        for w in workers:
+            if kill:
+                self.kill(w)
+            else:
+                try:
+                    with w.send_lock:
+                        w.conn.send(None)
+                except OSError:
+                    pass
+        for w in workers:
+            w.process.join(timeout=2)
+            if w.process.is_alive():
+                self.kill(w)
+                w.process.join(timeout=1)
+            try:
+                w.conn.close()
+            except OSError:
+                pass

@@ -1,0 +1,100 @@
+"""User jobs for the end-to-end tests. Each appends JSON lines to side files named in ARGS, so
+a test can see what ran, where, under which epoch and when, independent of the store."""
+
+import json
+import os
+import time
+from pathlib import Path
+
+from fabricjobs.jobs.context import current_job, fail_job_always_retry, fail_job_no_retry
+
+
+def _append(path, record):
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _record(path, start, end, **extra):
+    job = current_job()
+    _append(path, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=start, end=end, pid=os.getpid(), **extra))
+
+
+def noop():
+    return None
+
+
+def echo(value=None):
+    return {"value": value, "args": current_job().args}
+
+
+def record(log: str, seconds: float = 0.0, step: float = 0.01):
+    """Runs ``seconds`` while watching is_aborted(); appends one record when it ends, marked
+    aborted if it ended early (so tests can check that runs of one key never overlap)."""
+    job = current_job()
+    start = time.time()
+    aborted = False
+    while time.time() - start < seconds:
+        if job.is_aborted():
+            aborted = True
+            break
+        time.sleep(step)
+    _record(log, start, time.time(), aborted=aborted)
+    if aborted:
+        raise InterruptedError("aborted")
+    return {"node": job.node, "epoch": job.epoch}
+
+
+def started(log: str, seconds: float = 3600.0):
+    """Appends a 'started' record, then blocks in one sleep (ignores STOPJOB)."""
+    job = current_job()
+    _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=time.time(), pid=os.getpid()))
+    time.sleep(seconds)
+    return "woke up"
+
+
+def fail_times(counter: str, failures: int):
+    """Fails the first ``failures`` runs, then succeeds."""
+    path = Path(counter)
+    n = int(path.read_text()) if path.exists() else 0
+    path.write_text(str(n + 1))
+    if n < failures:
+        raise RuntimeError(f"planned failure {n + 1} of {failures}")
+    return {"succeeded_after": n}
+
+
+def always_fails():
+    raise ValueError("this job always fails")
+
+
+def fails_no_retry():
+    fail_job_no_retry(RuntimeError("bad input, do not retry"))
+
+
+def fails_always_retry(counter: str):
+    path = Path(counter)
+    n = int(path.read_text()) if path.exists() else 0
+    path.write_text(str(n + 1))
+    fail_job_always_retry(RuntimeError(f"transient failure {n + 1}"))
+
+
+def typed(count: int, ratio: float, flag: bool, name: str, items: list, opts: dict):
+    return {"count": count, "ratio": ratio, "flag": flag, "name": name, "items": items, "opts": opts}
+
+
+def not_json():
+    return object()
+
+
+def noisy(megabytes: int = 5):
+    print("x" * (megabytes * 1024 * 1024))
+    return "y" * (megabytes * 1024 * 1024)
+
+
+def stamp(log: str):
+    """Appends the start time of each run (interval and cron tests)."""
+    job = current_job()
+    _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=time.time()))

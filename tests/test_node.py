@@ -1,0 +1,240 @@
+"""The node end to end (issue #4): real node processes on a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.model import JobKey, Status
+from harness import ROOT, Cluster, read_records, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    settings = getattr(request, "param", None)
+    c = Cluster(tmp_path, settings=settings, request=request)
+    yield c
+    c.stop_all()
+
+
+def final(job) -> bool:
+    return job.archived
+
+
+def test_one_time_user_job_reaches_processed_with_its_output(cluster):
+    cluster.start_node("node-a")
+    row = cluster.fetch("startjob user_job name='Probe.echo' uid='u1' args='{\"value\": \"héllo; it''s\"}';").first_row()
+    assert row["Status"] == "WAITING"
+    job = cluster.wait_job("USER_JOB", "Probe.echo", "u1", final)
+    assert job.status is Status.PROCESSED and job.worker_id == "node-a" and job.epoch == 1
+    assert json.loads(job.output) == {"value": "héllo; it's", "args": {"value": "héllo; it's"}}
+    node_log = cluster.nodes["node-a"].log()
+    assert "'USER_JOB.Probe.echo.u1' is now IN_PROCESS by node-a" in node_log
+    assert "job USER_JOB.Probe.echo.u1 status was updated to PROCESSED." in node_log
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "scripts")}}], indirect=True)
+def test_the_seeds_echoarg_process_job(cluster):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob process NAME='echoArg.sh' UID='processJobtest' ARGS='{\"0\":\"ARG 1 value\",\"1\":\"ARG 2 value\"}';")
+    job = cluster.wait_job("PROCESS", "echoArg.sh", "processJobtest", final)
+    assert job.status is Status.PROCESSED
+    out = json.loads(job.output)
+    assert "Total Arguments : 2" in out
+    assert "1st Argument = ARG 1 value" in out and "2nd Argument = ARG 2 value" in out
+
+
+def test_a_process_job_that_fails_reports_exit_code_and_stderr(cluster):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob process name='fail.sh' uid='f' args='{\"0\":\"disk full\"}';")
+    job = cluster.wait_job("PROCESS", "fail.sh", "f", final, timeout=20)
+    assert job.status is Status.FAILED and job.tries == 3  # MAX_TRIES in the test config
+    assert "exit code 3" in job.error_msg and "something went wrong: disk full" in job.error_msg
+
+
+def test_interval_job_runs_at_a_fixed_rate_and_is_scheduled_between_runs(cluster, tmp_path):
+    log = tmp_path / "stamps.jsonl"
+    cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.stamp' uid='tick' exec_interval='00:00:01' args='{json.dumps({'log': str(log)})}';")
+    seen_scheduled = wait_for(
+        lambda: (lambda j: j.status is Status.SCHEDULED and len(read_records(log)) >= 1 and j)(
+            cluster.job("USER_JOB", "Probe.stamp", "tick")),
+        10, "the job to be SCHEDULED between runs")
+    status = cluster.fetch("jobstatus user_job 'Probe.stamp' with uid='tick';").first_row()
+    assert status["Status"] in ("SCHEDULED", "WAITING", "IN_PROCESS")
+    assert seen_scheduled.next_run is not None
+    wait_for(lambda: len(read_records(log)) >= 4, 10, "four runs")
+    starts = [r["start"] for r in read_records(log)][:4]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert all(0.8 < g < 1.3 for g in gaps), gaps
+    # fixed rate: the runs stay on the one-second grid set by the first run
+    assert abs((starts[3] - starts[0]) - 3.0) < 0.3
+
+
+def test_six_field_cron_fires_at_its_due_second(cluster, tmp_path):
+    log = tmp_path / "cron.jsonl"
+    cluster.start_node("node-a")
+    res = cluster.fetch(f"startjob user_job name='Probe.stamp' uid='c' exec_interval='*/2 * * * * *' args='{json.dumps({'log': str(log)})}';")
+    assert res.first_row()["Status"] == "SCHEDULED"
+    wait_for(lambda: len(read_records(log)) >= 3, 12, "three cron fires")
+    starts = [r["start"] for r in read_records(log)]
+    for s in starts:
+        assert int(s) % 2 == 0 and s - int(s) < 0.25, starts  # on an even second, promptly
+    assert "marked as ready" in cluster.nodes["node-a"].log()
+
+
+def test_a_raising_job_retries_then_fails_with_its_error_in_notes(cluster, tmp_path):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob user_job name='Probe.always_fails' uid='boom';")
+    job = cluster.wait_job("USER_JOB", "Probe.always_fails", "boom", final, timeout=20)
+    assert job.status is Status.FAILED and job.tries == 3
+    notes = cluster.fetch("jobstatus user_job 'Probe.always_fails' with uid='boom';").first_row()["Notes"]
+    assert notes == "ValueError: this job always fails"
+
+
+def test_fail_no_retry_fails_at_once(cluster):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob user_job name='Probe.fails_no_retry' uid='n';")
+    job = cluster.wait_job("USER_JOB", "Probe.fails_no_retry", "n", final)
+    assert job.status is Status.FAILED and job.tries == 1
+    assert "bad input, do not retry" in job.error_msg
+
+
+def test_always_retry_keeps_retrying_past_max_tries(cluster, tmp_path):
+    counter = tmp_path / "count"
+    cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.fails_always_retry' uid='a' args='{json.dumps({'counter': str(counter)})}';")
+    job = cluster.wait_job("USER_JOB", "Probe.fails_always_retry", "a", lambda j: j.tries >= 5, timeout=20)
+    assert not job.archived and "transient failure" in job.error_msg
+
+
+def test_a_job_that_fails_twice_then_succeeds_is_processed(cluster, tmp_path):
+    counter = tmp_path / "count"
+    cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.fail_times' uid='f' args='{json.dumps({'counter': str(counter), 'failures': 2})}';")
+    job = cluster.wait_job("USER_JOB", "Probe.fail_times", "f", final, timeout=20)
+    assert job.status is Status.PROCESSED and job.tries == 2
+    assert "planned failure 2 of 2" in job.error_msg  # the last error stays, as in the seed
+    assert json.loads(job.output) == {"succeeded_after": 2}
+
+
+def test_bad_arguments_and_bad_return_values_fail_without_retry(cluster):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob user_job name='Probe.typed' uid='bad' args='{\"count\": \"many\"}';")
+    cluster.fetch("startjob user_job name='Probe.not_json' uid='nj';")
+    cluster.fetch("""startjob user_job name='Probe.typed' uid='good' args='{"count":"7","ratio":"0.5","flag":"true","name":"x","items":"[1,2]","opts":{"a":1}}';""")
+    bad = cluster.wait_job("USER_JOB", "Probe.typed", "bad", final)
+    assert bad.status is Status.FAILED and bad.tries == 1 and "argument 'count'" in bad.error_msg
+    nj = cluster.wait_job("USER_JOB", "Probe.not_json", "nj", final)
+    assert nj.status is Status.FAILED and "not JSON-serialisable" in nj.error_msg
+    good = cluster.wait_job("USER_JOB", "Probe.typed", "good", final)
+    assert json.loads(good.output) == {"count": 7, "ratio": 0.5, "flag": True, "name": "x", "items": [1, 2], "opts": {"a": 1}}
+
+
+def test_stopjob_ends_a_cooperative_job_and_a_blocked_one_within_the_grace(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    started = tmp_path / "started.jsonl"
+    cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='coop' args='{json.dumps({'log': str(log), 'seconds': 3600})}';")
+    cluster.fetch(f"startjob user_job name='Probe.started' uid='stuck' args='{json.dumps({'log': str(started)})}';")
+    wait_for(lambda: len(read_records(started)) == 1, 10, "the stuck job to start")
+    cluster.wait_job("USER_JOB", "Probe.record", "coop", lambda j: j.status is Status.IN_PROCESS)
+    t0 = time.monotonic()
+    rows = cluster.fetch("stopjob user_job name='Probe.record' uid='coop'; stopjob user_job name='Probe.started';")
+    assert rows.first_row()["Status"] == "STOPPING"
+    coop = cluster.wait_job("USER_JOB", "Probe.record", "coop", final, timeout=5)
+    assert coop.status is Status.TERMINATED and coop.archived
+    assert read_records(log)[0]["aborted"] is True
+    stuck = cluster.wait_job("USER_JOB", "Probe.started", "stuck", final, timeout=10)
+    took = time.monotonic() - t0
+    assert stuck.status is Status.TERMINATED
+    assert 1.0 < took < 1.5 + 2.5, took  # killed once STOP_GRACE_SEC (1.5 s) ran out
+    pid = read_records(started)[0]["pid"]
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3],
+             5, "the worker running the stuck job to be gone")
+
+
+def test_stopjob_kills_a_process_job_that_ignores_sigterm_with_its_children(cluster):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob process name='ignore_term.sh' uid='p';")
+    cluster.wait_job("PROCESS", "ignore_term.sh", "p", lambda j: j.status is Status.IN_PROCESS)
+    ps = wait_for(lambda: cluster.fetch("ps;").first_row(), 5, "the task in PS")
+    pgid = ps["thread"]
+    time.sleep(0.2)
+    cluster.fetch("stopjob process name='ignore_term.sh' uid='p';")
+    job = cluster.wait_job("PROCESS", "ignore_term.sh", "p", final, timeout=8)
+    assert job.status is Status.TERMINATED
+
+    def group_gone():
+        import subprocess
+        out = subprocess.run(["ps", "-o", "pid=", "-g", str(pgid)], capture_output=True, text=True).stdout
+        return not out.strip()
+
+    wait_for(group_gone, 5, "the process group of the job (and its sleep child) to be gone")
+
+
+def test_restartjob_reruns_a_running_job_and_resumejob_revives_an_archived_one(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("node-a")
+    args = json.dumps({"log": str(log), "seconds": 3600})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='r' args='{args}';")
+    first = cluster.wait_job("USER_JOB", "Probe.record", "r", lambda j: j.status is Status.IN_PROCESS)
+    assert cluster.fetch("restartjob user_job name='Probe.record' uid='r';").first_row()["Status"] == "RESTART"
+    wait_for(lambda: len(read_records(log)) == 1, 5, "the first run to end")
+    second = cluster.wait_job("USER_JOB", "Probe.record", "r",
+                              lambda j: j.status is Status.IN_PROCESS and j.epoch > first.epoch, timeout=5)
+    assert second.tries == 0
+    cluster.fetch("stopjob user_job name='Probe.record' uid='r';")
+    cluster.wait_job("USER_JOB", "Probe.record", "r", final)
+    row = cluster.fetch("resumejob user_job name='Probe.record' uid='r';").first_row()
+    assert row["Status"] == "WAITING"
+    third = cluster.wait_job("USER_JOB", "Probe.record", "r",
+                             lambda j: j.status is Status.IN_PROCESS and j.epoch > second.epoch, timeout=5)
+    assert not third.archived
+
+
+def test_a_run_whose_epoch_was_bumped_behind_its_back_cannot_write_its_outcome(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='fenced' args='{json.dumps({'log': str(log), 'seconds': 1.0})}';")
+    running = cluster.wait_job("USER_JOB", "Probe.record", "fenced", lambda j: j.status is Status.IN_PROCESS)
+    # Simulate a takeover by another node: same status, new owner, epoch + 1.
+    store = cluster.client().store
+    stolen = store.cas(running, running.replace(worker_id="node-z", epoch=running.epoch + 1))
+    assert stolen.applied
+    wait_for(lambda: len(read_records(log)) == 1, 5, "the stale run to finish")
+    wait_for(lambda: "no longer ours" in cluster.nodes["node-a"].log(), 5, "the node to log the fenced write")
+    time.sleep(0.3)
+    row = store.get(running.key)
+    assert (row.status, row.worker_id, row.epoch, row.output) == (Status.IN_PROCESS, "node-z", running.epoch + 1, None)
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005}}], indirect=True)
+def test_archived_rows_are_deleted_after_the_retention(cluster):
+    cluster.start_node("node-a")
+    cluster.fetch("startjob user_job name='Probe.noop' uid='old';")
+    cluster.wait_job("USER_JOB", "Probe.noop", "old", final)
+    wait_for(lambda: cluster.job("USER_JOB", "Probe.noop", "old") is None, 10, "the archived row to be deleted (1.8 s retention)")
+
+
+def test_sigterm_stops_cleanly_and_leaves_interrupted_runs_for_a_rerun(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    node = cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='long' args='{json.dumps({'log': str(log), 'seconds': 3600})}';")
+    running = cluster.wait_job("USER_JOB", "Probe.record", "long", lambda j: j.status is Status.IN_PROCESS)
+    node.signal(signal.SIGTERM)
+    assert node.proc.wait(timeout=10) == 0
+    assert "node node-a stopped" in node.log()
+    row = cluster.job("USER_JOB", "Probe.record", "long")
+    assert (row.status, row.epoch) == (Status.IN_PROCESS, running.epoch)  # left for a re-run
+    cluster.start_node("node-a")  # back: takes its job back and runs it again
+    rerun = cluster.wait_job("USER_JOB", "Probe.record", "long",
+                             lambda j: j.status is Status.IN_PROCESS and j.epoch > running.epoch, timeout=10)
+    assert rerun.worker_id == "node-a" and rerun.tries == 1
