@@ -3,6 +3,9 @@
     fabricjobs [--config PATH] node [--name NAME] [--node-id PATH]   run a node in the foreground
     fabricjobs [--config PATH] shell [-e CMDS | -f FILE] [--format table|json|csv]
                                                                      the command shell
+    fabricjobs [--config PATH] ps [--all] [--node NODE]              tasks running on a node / every node
+    fabricjobs [--config PATH] kill NODE TASK                        end a task on a node
+    fabricjobs [--config PATH] nodes                                 the cluster's nodes
     fabricjobs [--config PATH] config                                show the effective configuration
     fabricjobs --version
 """
@@ -32,6 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format")
     shell.add_argument("--continue-on-error", action="store_true", help="keep running a script after a failed statement")
     shell.add_argument("--node", help="the node PS shows (default: the one node running on this host, else all)")
+
+    ps = sub.add_parser("ps", help="tasks running on this host's node (--all: every live node)")
+    ps.add_argument("--all", action="store_true", help="every live node")
+    ps.add_argument("--node", help="this node (default: the one node running on this host, else all)")
+    ps.add_argument("--format", choices=["table", "json", "csv"], default="table")
+    kill = sub.add_parser("kill", help="end a task on a node (it counts as a failed try)")
+    kill.add_argument("node")
+    kill.add_argument("task", type=int)
+    nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
+    nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
     node = sub.add_parser("node", help="run a node in the foreground (SIGTERM / Ctrl-C stops it cleanly)")
     node.add_argument("--name", help="node id (default: [node] NAME, else the host name)")
@@ -113,7 +126,46 @@ def cmd_shell(args: argparse.Namespace) -> int:
         client.close()
 
 
-COMMANDS = {"config": cmd_config, "node": cmd_node, "shell": cmd_shell}
+def _one_command(args: argparse.Namespace, command, fmt: str = "table") -> int:
+    """Run one typed command (ops shortcuts: ps, kill, nodes) and print its result."""
+    from .client import Client
+    from .schedule import resolve_zone
+    from .shell.output import render
+    from .store import open_store
+
+    cfg = load(args)
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    client.session.node = getattr(args, "node_filter", None)
+    try:
+        result = client.execute(command)
+    finally:
+        client.close()
+    print(render(result, fmt, zone=resolve_zone(cfg.get("node", "TIME_ZONE") or None)))
+    return 0
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from .commands.ast import Ps
+
+    args.node_filter = args.node
+    return _one_command(args, Ps(all=args.all), args.format)
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    from .commands.ast import Kill
+
+    return _one_command(args, Kill(node=args.node, task=args.task))
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    from .commands.ast import Nodes
+
+    return _one_command(args, Nodes(), args.format)
+
+
+COMMANDS = {
+    "config": cmd_config, "node": cmd_node, "shell": cmd_shell, "ps": cmd_ps, "kill": cmd_kill, "nodes": cmd_nodes,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

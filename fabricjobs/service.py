@@ -42,6 +42,7 @@ STATUS_COLUMNS = (
 )
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
+NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
 _CAS_ATTEMPTS = 50
 
@@ -103,6 +104,7 @@ class CommandService:
             ast.Ps: self.ps,
             ast.Kill: self.kill,
             ast.Set: self.set,
+            ast.Nodes: self.nodes,
         }
 
     def execute(self, command: ast.Command, session: Session) -> Result:
@@ -337,6 +339,22 @@ class CommandService:
         self.store.add_kill_request(KillRequest(cmd.node, cmd.task, self.clock.now(), _requester()))
         self._ring()
         return Result(status=f"KILL sent to node {cmd.node} for task {cmd.task} ({task.get('description', '')})")
+
+    # -- NODES -----------------------------------------------------------------------------------
+
+    def nodes(self, cmd: ast.Nodes, session: Session) -> Result:
+        rows = []
+        for n in read_cluster(self.store):
+            running = n.info.get("running") or {}
+            parts = []
+            for name, lim in sorted(n.affinity.limits.items()):
+                cap = f"{lim.recommended}" if lim.recommended == lim.absolute else f"{lim.recommended} (max {lim.absolute})"
+                parts.append(f"{name} {running.get(name, 0)}/{cap}")
+            rows.append((
+                n.name, n.row.dc, n.row.host, n.row.pid, n.state, round(n.age, 1), n.row.running,
+                ", ".join(parts), n.row.version, n.row.started,
+            ))
+        return Result(NODES_COLUMNS, tuple(rows))
 
     # -- SET -----------------------------------------------------------------------------------
 

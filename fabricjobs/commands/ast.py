@@ -85,7 +85,12 @@ class Set:
     value: str
 
 
-Command = Union[StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set]
+@dataclass(frozen=True, slots=True)
+class Nodes:
+    """NODES: the cluster's nodes, their state and capacity."""
+
+
+Command = Union[StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes]
 
 
 @dataclass(frozen=True, slots=True)

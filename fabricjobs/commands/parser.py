@@ -28,6 +28,7 @@ from .ast import (
     Command,
     JobStatus,
     Kill,
+    Nodes,
     Ps,
     RestartJob,
     ResumeJob,
@@ -438,6 +439,9 @@ class _ToCommand(Transformer):
             raise _invalid(self._text, node_tok, "KILL needs a node name")
         task = self._whole(task_tok, _MAX_TASK, "the task of KILL must be a whole number")
         return Kill(node=node, task=task)
+
+    def nodes(self, children: list[Token]) -> Nodes:
+        return Nodes()
 
     def set(self, children: list[Token]) -> Set:
         key, value = children[1], children[-1]

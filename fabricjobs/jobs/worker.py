@@ -29,6 +29,7 @@ from .board import Board
 from .runner import INTERRUPTED, LEASE_LOST, Outcome, RunSpec, run_job
 
 _WATCH_PERIOD = 0.02
+_COOPERATIVE_END = 0.1  # seconds a run gets to notice is_aborted() once the lease is gone
 
 
 class _Current:
@@ -49,24 +50,43 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     board = Board(board_path, slots)
     current = _Current()
 
+    parent = os.getppid()  # the fork server; it exits when the node dies
+    lost = threading.Event()
+
     def lease_watchdog() -> None:
         while True:
             time.sleep(_WATCH_PERIOD)
             with current.lock:
-                task, child = current.task, current.child
-            if task is None or board.lease_valid():
+                task = current.task
+            if task is None:
+                lost.clear()
                 continue
-            # The node has not renewed its lease: end the run now, before anyone takes it over.
-            if child is not None:
+            if board.lease_valid() and os.getppid() == parent:
+                continue
+            # The node stopped renewing its lease, or is gone: end the run now, well before
+            # anyone may take the job over. is_aborted() turns true at once; a job that does not
+            # end within a moment is killed.
+            lost.set()
+            deadline = time.monotonic() + _COOPERATIVE_END
+            while time.monotonic() < deadline:
+                with current.lock:
+                    if current.task != task:
+                        break
+                time.sleep(0.005)
+            else:
+                with current.lock:
+                    child = current.child
+                if child is not None:
+                    try:
+                        os.killpg(child, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                log.warning("run %s ended: its node stopped renewing the lease", task)
                 try:
-                    os.killpg(child, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
+                    conn.send(("done", task, Outcome(LEASE_LOST, error="run ended: its node stopped renewing the lease")))
+                except (OSError, ValueError):
                     pass
-            try:
-                conn.send(("done", task, Outcome(LEASE_LOST, error="run ended: its node stopped renewing the lease")))
-            except (OSError, ValueError):
-                pass
-            os._exit(3)
+                os._exit(3)
 
     threading.Thread(target=lease_watchdog, name="lease-watchdog", daemon=True).start()
 
@@ -88,9 +108,9 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             current.task, current.child = spec.task, None
         # (The node clears this slot's abort flag before sending the spec; clearing it here
         # would lose a STOPJOB that arrived before the run began.)
-        outcome = run_job(spec, lambda: board.aborted(spec.slot) or not board.lease_valid(), on_spawn, log)
+        outcome = run_job(spec, lambda: lost.is_set() or board.aborted(spec.slot) or not board.lease_valid(), on_spawn, log)
         with current.lock:
-            if not board.lease_valid() and outcome.kind not in (LEASE_LOST,):
+            if (lost.is_set() or not board.lease_valid()) and outcome.kind != LEASE_LOST:
                 outcome = Outcome(LEASE_LOST, error="run ended: its node stopped renewing the lease")
             current.task, current.child = None, None
         try:

@@ -25,7 +25,7 @@ from ..jobs.registry import JobCatalog
 from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec
 from ..model import Job, JobKey, Status, advance
 from ..store.base import JobStore
-from .decisions import RunFacts, after_run
+from .decisions import RELEASED, RunFacts, after_run
 from .workers import Worker, WorkerPool
 
 log = logging.getLogger("fabricjobs.node.executor")
@@ -45,6 +45,7 @@ class Run:
     end_reason: str | None = None  # why the node is ending it: stop | restart | kill | release | shutdown | lease
     end_note: str = ""
     stop_deadline: float | None = None
+    give_up_at: datetime | None = None  # an exceptional run this node will hand back then
     outcome: Outcome | None = None
 
     @property
@@ -285,7 +286,9 @@ class Executor:
         reason = run.end_reason
         if reason == "kill" and outcome.kind != "ok":
             return Outcome(KILLED, error=run.end_note or "killed")
-        if reason in ("stop", "restart", "shutdown", "release") and outcome.kind != "ok":
+        if reason == "release" and outcome.kind != "ok":
+            return Outcome(RELEASED, error=run.end_note)
+        if reason in ("stop", "restart", "shutdown") and outcome.kind != "ok":
             return Outcome(INTERRUPTED, error=run.end_note or f"ended by {reason}")
         if reason == "lease" and outcome.kind != "ok":
             return Outcome(LEASE_LOST, error=outcome.error or "run ended: lease lost")

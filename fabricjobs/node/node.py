@@ -198,6 +198,7 @@ class Node:
             self.store.delete_kill_request(self.name, req.task)
         self.liveness.observe(self.store.nodes())
         self.heartbeat.start()
+        self.pool.prewarm()
         self.executor.start_collector()
         self.scheduler.refresh()
         self.scheduler.start()

@@ -9,12 +9,17 @@ A *full* pass (every RECONCILE_INTERVAL_MS, or at once when a shell rings the do
 4. takes ownership of unowned SCHEDULED jobs and hands them to the scheduler;
 5. claims WAITING jobs.
 
+6. hands back runs claimed beyond a recommended count once another live node has free
+   recommended slots for that affinity (after a random MIN_/MAX_GIVE_UP_EXCEPTIONAL delay).
+
 A *claim* pass (a slot freed, a job came due) does only 5. Every read goes through an index
 over live rows; nothing here reads history or another node's healthy scheduled work.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import random
 from datetime import datetime, timedelta
@@ -41,6 +46,7 @@ class Reconciler:
         self.s = node.settings
         self.me = node.name
         self.next_wake: datetime | None = None  # an owner-precedence window that ends later
+        self.peers: list = []  # the nodes rows read by the last full pass
 
     # -- the pass ----------------------------------------------------------------------------------
 
@@ -48,7 +54,8 @@ class Reconciler:
         n = self.node
         now = n.clock.now()
         if full:
-            n.liveness.observe(n.store.nodes())
+            self.peers = n.store.nodes()
+            n.liveness.observe(self.peers)
             self._kill_requests()
             self._control(now)
         if n.fenced or n.stopping:
@@ -57,6 +64,8 @@ class Reconciler:
             self._take_over(now)
             self._adopt_scheduled(now)
         self._claim(now)
+        if full:
+            self._give_up(now)
 
     # -- 1. KILL ---------------------------------------------------------------------------------
 
@@ -224,3 +233,49 @@ class Reconciler:
             if used < lim.absolute and waited >= self.s.claim_exceptional_sec:
                 return lim, True
         return None
+
+    # -- 6. give back exceptional runs ---------------------------------------------------------------
+
+    def _give_up(self, now: datetime) -> None:
+        n = self.node
+        extras: dict[str, list] = {}
+        for run in n.executor.runs():
+            if run.exceptional and run.end_reason is None and run.outcome is None:
+                extras.setdefault(run.pool, []).append(run)
+        for pool, runs in extras.items():
+            lim = n.affinity.limits.get(pool)
+            over = n.executor.running(pool) - (lim.recommended if lim else 0)
+            if over <= 0 or not self._peer_has_room(pool):
+                for run in runs:
+                    run.give_up_at = None
+                continue
+            runs.sort(key=lambda r: r.started_mono, reverse=True)  # the newest go first
+            for run in runs[:over]:
+                if run.give_up_at is None:
+                    run.give_up_at = now + self._give_up_delay()
+                    log.info("'%s' runs beyond the recommended %s count; giving it back at %s unless that changes",
+                             run.key, pool, run.give_up_at.isoformat(timespec="seconds"))
+                elif now >= run.give_up_at:
+                    hold = now + self._give_up_delay()
+                    run.facts = dataclasses.replace(run.facts, hold_until=hold)
+                    log.warning("giving '%s' back: another node has free %s slots (this node takes it again after %s)",
+                                run.key, pool, hold.isoformat(timespec="seconds"))
+                    n.executor.abort(run, "release", self.s.stop_grace, f"released to a node with free {pool} slots")
+
+    def _give_up_delay(self) -> timedelta:
+        return timedelta(minutes=random.uniform(self.s.give_up_min_minutes, self.s.give_up_max_minutes))
+
+    def _peer_has_room(self, pool: str) -> bool:
+        """Whether another live node has a free *recommended* slot for ``pool``."""
+        for row in self.peers:
+            if row.name == self.me or not self.node.liveness.is_alive(row.name):
+                continue
+            try:
+                info = json.loads(row.info or "{}")
+                rec, _abs = info.get("limits", {}).get(pool, (0, 0))
+                running = int((info.get("running") or {}).get(pool, 0))
+            except (ValueError, TypeError):
+                continue
+            if running < int(rec):
+                return True
+        return False

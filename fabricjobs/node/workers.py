@@ -49,6 +49,12 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
 
+    def prewarm(self) -> None:
+        """Start the fork server now, so the first run (or a takeover) does not wait for it."""
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
     def _spawn(self, slot: int) -> Worker:
         from ..jobs.worker import worker_main
 

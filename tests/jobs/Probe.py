@@ -31,17 +31,21 @@ def echo(value=None):
     return {"value": value, "args": current_job().args}
 
 
-def record(log: str, seconds: float = 0.0, step: float = 0.01):
+def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = ""):
     """Runs ``seconds`` while watching is_aborted(); appends one record when it ends, marked
-    aborted if it ended early (so tests can check that runs of one key never overlap)."""
+    aborted if it ended early or its node can no longer vouch for it (so tests can check that
+    runs of one key never overlap). With ``starts``, also appends a record when it starts."""
     job = current_job()
     start = time.time()
+    if starts:
+        _append(starts, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=start, pid=os.getpid()))
     aborted = False
     while time.time() - start < seconds:
         if job.is_aborted():
             aborted = True
             break
         time.sleep(step)
+    aborted = aborted or job.is_aborted()  # a well-behaved job checks before it commits its effects
     _record(log, start, time.time(), aborted=aborted)
     if aborted:
         raise InterruptedError("aborted")

@@ -1,0 +1,309 @@
+"""The cluster (issue #5): several node processes sharing one store, killed and paused for real.
+
+Timings (tests/harness.py FAST): heartbeat 200 ms x 5 misses, so a node is dead 1.0 s after
+its last visible beat and its runs end themselves 0.6 s after its last successful beat;
+reconcile passes every 200 ms.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+
+from fabricjobs.model import Status
+from harness import Cluster, read_records, wait_for
+
+pytestmark = pytest.mark.slow
+
+DEAD_AFTER = 0.2 * 5
+POLL = 0.2
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(tmp_path, settings=getattr(request, "param", None), request=request)
+    yield c
+    c.stop_all()
+
+
+def start_records(client, uids, log, seconds, starts=None, name="Probe.record", affinity=None):
+    """One STARTJOB per uid in one script (one round trip)."""
+    extra = {"log": str(log), "seconds": seconds}
+    if starts:
+        extra["starts"] = str(starts)
+    args = json.dumps(extra)
+    aff = f" affinity='{affinity}'" if affinity else ""
+    client.fetch("".join(f"startjob user_job name='{name}' uid='{u}' args='{args}'{aff};" for u in uids))
+
+
+def assert_no_overlap(records, until=None):
+    """Runs of one key never overlap in time (a run without an end record lasted until ``until``)."""
+    by_key = defaultdict(list)
+    for r in records:
+        by_key[r["key"]].append((r["start"], r.get("end", until), r["node"], r["epoch"]))
+    for key, runs in by_key.items():
+        runs.sort()
+        for (s1, e1, n1, ep1), (s2, e2, n2, ep2) in zip(runs, runs[1:]):
+            assert e1 is not None and e1 <= s2, f"{key}: run on {n1} (epoch {ep1}) overlaps run on {n2} (epoch {ep2})"
+            assert ep2 > ep1, f"{key}: a later run has no newer epoch"
+
+
+def processed(cluster, uids, name="Probe.record"):
+    return all((lambda j: j is not None and j.status is Status.PROCESSED)(cluster.job("USER_JOB", name, u)) for u in uids)
+
+
+def test_three_nodes_run_300_jobs_each_exactly_once_spread_over_all_nodes(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    for name in ("n1", "n2", "n3"):
+        cluster.start_node(name)
+    uids = [f"j{i:03d}" for i in range(300)]
+    client = cluster.client()
+    for chunk in range(0, 300, 50):
+        start_records(client, uids[chunk:chunk + 50], log, 0.05)
+    wait_for(lambda: processed(cluster, uids), 60, "300 jobs to be PROCESSED")
+    records = read_records(log)
+    assert len(records) == 300 and len({r["key"] for r in records}) == 300  # each exactly once
+    assert all(not r["aborted"] for r in records)
+    per_node = defaultdict(int)
+    for r in records:
+        per_node[r["node"]] += 1
+    assert set(per_node) == {"n1", "n2", "n3"}, per_node
+    assert min(per_node.values()) >= 30, per_node  # every node did a real share
+    assert_no_overlap(records)
+    rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
+    assert all(r.epoch == 1 and r.tries == 0 for r in rows)  # one claim each, no retries
+
+
+def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_the_dead_threshold(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    victim = cluster.start_node("victim")
+    uids = [f"k{i:02d}" for i in range(20)]
+    start_records(cluster.client(), uids, log, 4.0, starts)
+    wait_for(lambda: len(read_records(starts)) == 20, 15, "20 runs to start on the victim")
+    assert {r["node"] for r in read_records(starts)} == {"victim"}
+    cluster.start_node("s1")
+    cluster.start_node("s2")
+    time.sleep(0.5)  # the survivors have seen the victim beat
+    killed_at = time.time()
+    victim.signal_group(signal.SIGKILL)  # the node and its workers: a crashed host
+    bound = DEAD_AFTER + 2 * POLL
+
+    def rerun():
+        again = [r for r in read_records(starts) if r["node"] != "victim"]
+        return len({r["key"] for r in again}) == 20 and again
+
+    again = wait_for(rerun, bound + 5, "all 20 jobs to start again on the survivors")
+    latest = max(r["start"] for r in again) - killed_at
+    assert latest <= bound + 0.25, f"took {latest:.2f} s; the bound is {bound:.2f} s (+0.25 s to start processes)"
+    assert min(r["start"] for r in again) > killed_at
+    wait_for(lambda: processed(cluster, uids), 20, "the re-runs to finish")
+    rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
+    assert all(r.worker_id in ("s1", "s2") and r.tries == 1 for r in rows)  # the crash counted as a try
+    assert "lost while running" in rows[0].error_msg
+    finished = read_records(log)
+    assert len(finished) == 20 and all(r["node"] != "victim" for r in finished)
+
+
+def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(cluster, tmp_path):
+    """SIGSTOP only the node process; its workers keep going, see the lease run out and end
+    the runs themselves, before the dead threshold; after SIGCONT its late writes are rejected."""
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    paused = cluster.start_node("paused")
+    uids = [f"p{i}" for i in range(6)]
+    start_records(cluster.client(), uids, log, 3.0, starts)
+    wait_for(lambda: len(read_records(starts)) == 6, 15, "6 runs to start")
+    other = cluster.start_node("other")
+    time.sleep(0.5)
+    stopped_at = time.time()
+    paused.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "other"}) == 6, 10,
+                 "the other node to take all 6 over")
+        time.sleep(0.5)
+    finally:
+        resumed_at = time.time()
+        paused.signal(signal.SIGCONT)
+    wait_for(lambda: processed(cluster, uids), 20, "the takeover runs to finish")
+    records = read_records(log)
+    stale = [r for r in records if r["node"] == "paused"]
+    fresh = [r for r in records if r["node"] == "other"]
+    assert len(stale) == 6 and all(r["aborted"] for r in stale)  # they ended themselves ...
+    assert all(r["end"] < resumed_at for r in stale)  # ... while the node was still paused
+    assert all(r["end"] - stopped_at < DEAD_AFTER for r in stale)  # before it could be judged dead
+    assert len(fresh) == 6 and not any(r["aborted"] for r in fresh)
+    assert_no_overlap(records)
+    wait_for(lambda: paused.log().count("no longer ours") >= 1, 5, "the resumed node to log its rejected writes")
+    rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
+    assert all(r.worker_id == "other" and r.status is Status.PROCESSED for r in rows)
+
+
+def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_report_success(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    frozen = cluster.start_node("frozen")
+    uids = [f"g{i}" for i in range(4)]
+    start_records(cluster.client(), uids, log, 2.0, starts)
+    wait_for(lambda: len(read_records(starts)) == 4, 15, "4 runs to start")
+    cluster.start_node("other")
+    time.sleep(0.5)
+    frozen.signal_group(signal.SIGSTOP)  # node, fork server and workers all stop
+    try:
+        wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "other"}) == 4, 10,
+                 "the other node to take all 4 over")
+        time.sleep(2.5)  # long enough that the stale runs' 2 s of work is "done" when they wake
+    finally:
+        frozen.signal_group(signal.SIGCONT)
+    wait_for(lambda: processed(cluster, uids), 20, "the takeover runs to finish")
+    time.sleep(0.5)
+    records = read_records(log)
+    successes = defaultdict(list)
+    for r in records:
+        if not r["aborted"]:
+            successes[r["key"]].append(r["node"])
+    assert all(nodes == ["other"] for nodes in successes.values()) and len(successes) == 4
+    rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
+    assert all(r.worker_id == "other" and r.status is Status.PROCESSED for r in rows)
+    assert "status was updated to PROCESSED" not in frozen.log()
+
+
+def test_a_node_restarted_with_the_same_id_takes_its_scheduled_jobs_back(cluster, tmp_path):
+    a = cluster.start_node("a")
+    b = cluster.start_node("b")
+    # Scheduled on a (b would only get them if a were judged dead).
+    for i in range(5):
+        cluster.fetch(f"startjob user_job name='Probe.noop' uid='s{i}' exec_interval='0 0 1 1 *';")
+    wait_for(lambda: all(cluster.job("USER_JOB", "Probe.noop", f"s{i}").worker_id for i in range(5)), 10,
+             "the scheduled jobs to be owned")
+    name = cluster.job("USER_JOB", "Probe.noop", "s0").worker_id
+    mine = [f"s{i}" for i in range(5) if cluster.job("USER_JOB", "Probe.noop", f"s{i}").worker_id == name]
+    survivor = "b" if name == "a" else "a"
+    cluster.nodes[name].signal_group(signal.SIGKILL)
+    cluster.start_node(name)  # back well within the dead threshold
+    deadline = time.monotonic() + 3 * DEAD_AFTER
+    while time.monotonic() < deadline:  # the survivor never gets them
+        for uid in mine:
+            job = cluster.job("USER_JOB", "Probe.noop", uid)
+            assert (job.status, job.worker_id) == (Status.SCHEDULED, name), job
+        time.sleep(0.05)
+    assert f"from dead node {name}" not in cluster.nodes[survivor].log()
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 10}}], indirect=True)
+def test_a_node_whose_clock_is_30_s_ahead_judges_liveness_and_takes_over_correctly(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    a = cluster.start_node("plain")
+    cluster.start_node("ahead", clock_offset=30.0)
+    uids = [f"c{i}" for i in range(12)]
+    start_records(cluster.client(), uids, log, 1.5, starts)
+    wait_for(lambda: processed(cluster, uids), 20, "12 jobs processed by both nodes")
+    records = read_records(log)
+    assert {r["node"] for r in records} == {"plain", "ahead"}
+    assert len(records) == 12  # nobody judged the other dead and took its runs over
+    assert "dead node" not in cluster.nodes["ahead"].log() + a.log()
+    # Now crash the node with the right clock: the skewed one takes over in time. (The skewed
+    # node is paused for a moment, shorter than the dead threshold, so that the right-clock
+    # node claims all five.)
+    more = [f"d{i}" for i in range(5)]
+    cluster.nodes["ahead"].signal(signal.SIGSTOP)
+    try:
+        start_records(cluster.client(), more, log, 5.0, starts)
+        wait_for(lambda: len([r for r in read_records(starts) if r["key"].rsplit(".", 1)[1] in more]) == 5, 5, "5 runs to start")
+    finally:
+        cluster.nodes["ahead"].signal(signal.SIGCONT)
+    on_plain = {r["key"] for r in read_records(starts) if r["node"] == "plain" and r["key"].rsplit(".", 1)[1] in more}
+    assert len(on_plain) == 5
+    killed_at = time.time()
+    a.signal_group(signal.SIGKILL)
+    wait_for(lambda: {r["key"] for r in read_records(starts) if r["node"] == "ahead"} >= on_plain,
+             DEAD_AFTER + 2 * POLL + 5, "the skewed node to take the crashed node's runs over")
+    took = max(r["start"] for r in read_records(starts) if r["node"] == "ahead" and r["key"] in on_plain) - killed_at
+    assert took <= DEAD_AFTER + 2 * POLL + 0.25, took
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"CLAIM_EXCEPTIONAL_INTERVAL_SEC": 3600}}], indirect=True)
+def test_affinity_limits_recommended_counts_and_any_0(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    cluster.start_node("m1", node_id="HANDLE_MSG:5\n")
+    cluster.start_node("m2", node_id="HANDLE_MSG:5\n")
+    cluster.start_node("plain-off", node_id="ANY:0\n")
+    uids = [f"h{i:02d}" for i in range(12)]
+    start_records(cluster.client(), uids, log, 60, starts, affinity='{"Affinity":["HANDLE_MSG"]}')
+    wait_for(lambda: len(read_records(starts)) == 10, 15, "10 HANDLE_MSG runs")
+    time.sleep(1.0)  # nothing more starts: both nodes are at their limit
+    runs = read_records(starts)
+    assert len(runs) == 10
+    per = defaultdict(int)
+    for r in runs:
+        per[r["node"]] += 1
+    assert per == {"m1": 5, "m2": 5}
+    waiting = [u for u in uids if cluster.job("USER_JOB", "Probe.record", u).status is Status.WAITING]
+    assert len(waiting) == 2
+    status = cluster.fetch(f"jobstatus user_job 'Probe.record' with uid='{waiting[0]}';").first_row()
+    assert status["Ownership Candidates Num"] == 2  # m1 and m2, not plain-off
+    # a slot frees: one of the waiting jobs runs
+    cluster.fetch(f"stopjob user_job name='Probe.record' uid='{runs[0]['key'].rsplit('.', 1)[1]}';")
+    wait_for(lambda: len(read_records(starts)) == 11, 10, "a waiting job to take the freed slot")
+    # plain jobs never run on the ANY:0 node
+    plain = [f"any{i}" for i in range(4)]
+    start_records(cluster.client(), plain, log, 0.05)
+    wait_for(lambda: processed(cluster, plain), 15, "plain jobs on m1/m2")
+    assert {r["node"] for r in read_records(log) if "any" in r["key"]} <= {"m1", "m2"}
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {
+    "CLAIM_EXCEPTIONAL_INTERVAL_SEC": 1.0, "MIN_GIVE_UP_EXCEPTIONAL_MINUTES": 0.01, "MAX_GIVE_UP_EXCEPTIONAL_MINUTES": 0.02,
+}}], indirect=True)
+def test_exceptional_claims_beyond_recommended_and_giving_them_back(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    cluster.start_node("x1", node_id="HANDLE_MSG:2 4\n")
+    uids = [f"e{i}" for i in range(4)]
+    start_records(cluster.client(), uids, log, 60, starts, affinity="HANDLE_MSG")
+    wait_for(lambda: len(read_records(starts)) == 2, 10, "the recommended 2 runs")
+    t0 = time.time()
+    # The other two are claimed exceptionally, only after they waited 1 s.
+    wait_for(lambda: len(read_records(starts)) == 4, 10, "2 exceptional claims")
+    assert min(r["start"] for r in read_records(starts)[2:]) - t0 >= 0.7
+    # A node with free recommended slots appears: x1 gives its extra runs back to it.
+    cluster.start_node("x2", node_id="HANDLE_MSG:2\n")
+    wait_for(lambda: {r["node"] for r in read_records(starts)} == {"x1", "x2"}
+             and sum(1 for r in read_records(starts) if r["node"] == "x2") == 2, 20, "x2 to take the 2 extra runs")
+    assert "giving 'USER_JOB.Probe.record." in cluster.nodes["x1"].log()
+    given_back = [r for r in read_records(log) if r["node"] == "x1"]
+    assert len(given_back) == 2 and all(r["aborted"] for r in given_back)
+    taken = {r["key"]: r["start"] for r in read_records(starts) if r["node"] == "x2"}
+    assert set(taken) == {r["key"] for r in given_back}  # x2 runs exactly the runs x1 gave back ...
+    assert all(taken[r["key"]] >= r["end"] for r in given_back)  # ... after x1's run of them ended
+    rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
+    assert sorted(r.worker_id for r in rows) == ["x1", "x1", "x2", "x2"]
+    assert all(r.tries == 0 for r in rows)  # giving back is not a failure
+
+
+def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_node(cluster, tmp_path):
+    started = tmp_path / "started.jsonl"
+    cluster.start_node("w1")
+    cluster.start_node("w2")
+    args = json.dumps({"log": str(started)})
+    cluster.fetch("".join(f"startjob user_job name='Probe.started' uid='stuck{i}' args='{args}';" for i in range(4)))
+    wait_for(lambda: len(read_records(started)) == 4, 10, "4 stuck jobs")
+    ps = wait_for(lambda: (lambda r: len(r) == 4 and r)(cluster.fetch("ps all;")), 5, "4 tasks in PS ALL")
+    assert {r["node"] for r in ps} <= {"w1", "w2"}
+    assert all(r["description"] == "UserJob - Probe.started" and r["duration (ms)"] >= 0 for r in ps)
+    victim = ps.first_row()
+    shell = cluster.shell("-e", f"kill '{victim['node']}' {victim['task']};")
+    assert shell.returncode == 0 and "KILL sent" in shell.stdout, shell.stderr
+
+    def retried():
+        rows = [cluster.job("USER_JOB", "Probe.started", f"stuck{i}") for i in range(4)]
+        hit = [r for r in rows if r.tries == 1]
+        return hit[0] if len(hit) == 1 else None
+
+    row = wait_for(retried, 10, "the killed job to show a retry")
+    assert "killed by KILL" in row.error_msg
+    assert row.status in (Status.WAITING, Status.IN_PROCESS)
+    bad = cluster.shell("-e", f"kill '{victim['node']}' 1;")
+    assert bad.returncode == 1 and "has no task 1" in bad.stderr
+    nodes = cluster.shell("-e", "nodes;")
+    assert "| w1 " in nodes.stdout and "alive" in nodes.stdout

@@ -1,0 +1,162 @@
+"""The shell: scripts from -e / -f / stdin, output formats, errors, and the interactive prompt
+driven for real through a pseudo-terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fabricjobs.client import Client
+from fabricjobs.config import load_config
+from fabricjobs.shell.script import run_text
+from fabricjobs.store import open_store
+from harness import ROOT, Cluster
+
+pexpect = pytest.importorskip("pexpect")
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(tmp_path, request=request)
+    yield c
+    c.stop_all()
+
+
+def test_script_from_e_runs_statements_in_order_and_prints_tables(cluster):
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='a'; startjob user_job name='Probe.noop' uid='b'; jobstatus user_job;")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("(1 row)") == 2 and r.stdout.rstrip().endswith("(2 rows)")
+    assert "| USER_JOB | Probe.noop | a     | WAITING  |" in r.stdout
+    assert r.stderr == ""
+
+
+def test_an_error_stops_the_script_goes_to_stderr_and_exits_non_zero(cluster):
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='a';\nstartjob user_job name='Probe.noop' uid='a';\nstartjob user_job name='Probe.noop' uid='c';")
+    assert r.returncode == 1
+    assert r.stderr.strip() == "Job is running [type: USER_JOB, name: Probe.noop, uid: a]"
+    assert "uid='c'" not in r.stdout and cluster.job("USER_JOB", "Probe.noop", "c") is None
+
+
+def test_continue_on_error_runs_the_rest(cluster):
+    r = cluster.shell("--continue-on-error", "-e", "stopjob user_job name='Probe.noop' uid='zz'; startjob user_job name='Probe.noop' uid='c';")
+    assert r.returncode == 1
+    assert "No active job" in r.stderr and cluster.job("USER_JOB", "Probe.noop", "c") is not None
+
+
+def test_syntax_errors_point_at_the_script_line_and_column(cluster):
+    r = cluster.shell("-e", "jobstatus;\n  startjob user_job nme='x';")
+    assert r.returncode == 1
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("Syntax error at line 2, column 21:") and "NAME=" in lines[0]
+    assert lines[2] == "  " + " " * 20 + "^"
+    assert "Traceback" not in r.stderr
+    assert "(0 rows)" in r.stdout  # the first statement ran
+
+
+def test_stdin_and_file_input_and_the_output_formats(cluster, tmp_path):
+    r = cluster.shell(input="startjob user_job name='Probe.noop' uid='s';\n")
+    assert r.returncode == 0 and "WAITING" in r.stdout
+    script = tmp_path / "s.sql"
+    script.write_text("-- a comment\njobstatus user_job 'Probe.noop' with uid='s';\n")
+    r = cluster.shell("-f", str(script), "--format", "json")
+    data = json.loads(r.stdout)
+    assert data[0]["UID"] == "s" and data[0]["Status"] == "WAITING" and data[0]["Is Archived"] is False
+    r = cluster.shell("-e", "jobstatus user_job;", "--format", "csv")
+    assert r.stdout.splitlines()[0].startswith("Type,Name,UID,Status,Creation Time")
+    assert r.stdout.splitlines()[1].startswith("USER_JOB,Probe.noop,s,WAITING,")
+
+
+def test_environment_names_the_config(cluster, tmp_path):
+    env = dict(os.environ, FABRICJOBS_CONFIG=str(cluster.config_path))
+    r = subprocess.run([sys.executable, "-m", "fabricjobs", "shell", "-e", "startjob user_job name='Probe.noop' uid='env';"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert cluster.job("USER_JOB", "Probe.noop", "env") is not None
+
+
+# -- the shell's entry point never shows a traceback or hangs ---------------------------------
+
+SEED_COMMANDS = [
+    "startjob user_job name='Probe.noop' args='{\"loopsIterationCount\":\"2000\"}' UID='uid_test';",
+    "stopjob user_job name='Probe.noop' uid='uid_test';",
+    "restartjob user_job name='Probe.noop';",
+    "resumejob user_job name='Probe.noop' uid='uid_test';",
+    "updatejob user_job name='Probe.noop' exec_interval='0 * * * *' reset_end_time=true;",
+    "jobstatus 3 days ago;",
+    "jobstatus user_job 'Probe.noop' with uid='uid_test';",
+    "ps all;",
+    "kill 'dev-fabric-deployment-848b7d9f89-ddm97' 52625;",
+    "set k2_ws.ALPINIST = 10;",
+]
+
+
+def _mutate(text: str, data) -> str:
+    ops = data.draw(st.lists(st.tuples(st.sampled_from("idrt"), st.integers(0, len(text)), st.characters()), max_size=4))
+    for op, pos, ch in ops:
+        if op == "i":
+            text = text[:pos] + ch + text[pos:]
+        elif op == "d":
+            text = text[:pos] + text[pos + 1:]
+        elif op == "r":
+            text = text[:pos] + ch + text[pos + 1:]
+        else:
+            text = text[:pos]
+    return text
+
+
+@pytest.fixture(scope="module")
+def fuzz_client(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    cfg_path = tmp / "config.ini"
+    cfg_path.write_text(f"[store]\nSQLITE_PATH = {tmp / 'fuzz.db'}\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'tests' / 'jobs'}\n"
+                        f"PROCESS_JOBS_DIR = {ROOT / 'tests' / 'process'}\n")
+    cfg = load_config(cfg_path)
+    c = Client(open_store(cfg), cfg, owns_store=True)
+    yield c
+    c.close()
+
+
+@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_input_ends_in_results_or_one_clean_error(fuzz_client, data):
+    base = data.draw(st.one_of(st.sampled_from(SEED_COMMANDS), st.text(max_size=80)))
+    text = _mutate(base, data)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_text(fuzz_client, text, out, err, continue_on_error=data.draw(st.booleans()))
+    assert code in (0, 1)
+    assert "Traceback" not in err.getvalue() and "internal error" not in err.getvalue()
+    if code == 1:
+        assert err.getvalue().strip(), "a failure says why"
+
+
+# -- the interactive prompt in a real pseudo-terminal -------------------------------------------
+
+def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_path):
+    cluster.fetch("startjob user_job name='Probe.noop' uid='tty';")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm")
+    child = pexpect.spawn(sys.executable, ["-m", "fabricjobs", "--config", str(cluster.config_path), "shell"],
+                          env=env, cwd=str(tmp_path), encoding="utf-8", timeout=15, dimensions=(40, 250))
+    try:
+        child.expect("fabric>")
+        child.send("jobsta")
+        child.send("\t")  # completes the keyword
+        child.expect("JOBSTATUS")
+        child.send(" user_job\r")  # no ';' yet: a new line, nothing runs
+        child.expect("->")
+        child.send("'Probe.noop' with uid='tty';\r")
+        child.expect(r"\(1 row\)")
+        assert "Probe.noop" in child.before and "WAITING" in child.before
+        child.send("startjob user_job nme='x';\r")  # an error prints one message and the shell goes on
+        child.expect("Syntax error at line 1")
+        child.expect("fabric>")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert (tmp_path / "state" / "fabricjobs" / "history").exists()
