@@ -1,0 +1,1106 @@
+"""Statement analysis and execution with Cassandra's semantics and rejections.
+
+A parsed statement is analysed against the schema into a plan (done once per prepared
+statement, and cached for simple statements); a plan is executed with bound values. All
+execution happens under one lock, so writes and LWTs are linearizable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from cassandra import ConsistencyLevel as CL
+from cassandra.marshal import int32_pack, int32_unpack, int64_pack, int64_unpack, uint16_pack, uint16_unpack
+from cassandra.util import uuid_from_time
+
+from . import cql_parser as P
+from . import ddl
+from .ddl import MAX_TTL
+from .errors import InvalidRequest, ProtocolError, Unprepared, unsupported
+from .storage import (Table, delete_partition, delete_range, delete_row, get_partition, live_view,
+                      sorted_partitions, sorted_rows, write_row)
+from .system_tables import build_system_keyspaces
+from .values import (BIGINT, BOOLEAN, INT, TIMESTAMP, TIMEUUID, UNSET, UUID_T, CqlType, Desc,
+                     canonical_collection, from_bytes, from_constant, make_type, sort_key, to_bytes)
+
+FILTER_MSG = ("Cannot execute this query as it might involve data filtering and thus may have unpredictable "
+              "performance. If you want to execute this query despite the performance unpredictability, "
+              "use ALLOW FILTERING")
+SERIAL_CLS = (CL.SERIAL, CL.LOCAL_SERIAL)
+# function name -> (result type, argument type or None)
+FUNCTIONS = {"now": (TIMEUUID, None), "currenttimeuuid": (TIMEUUID, None), "uuid": (UUID_T, None),
+             "currenttimestamp": (TIMESTAMP, None), "totimestamp": (TIMESTAMP, TIMEUUID),
+             "tounixtimestamp": (BIGINT, TIMEUUID)}
+UUID_EPOCH = 0x01B21DD213814000
+
+
+# ---- request options and results ----------------------------------------------------------
+
+@dataclass
+class QueryOptions:
+    consistency: int = CL.ONE
+    serial_consistency: Optional[int] = None
+    page_size: Optional[int] = None
+    paging_state: Optional[bytes] = None
+    timestamp: Optional[int] = None  # client-side timestamp (microseconds)
+    values: list = field(default_factory=list)
+    skip_metadata: bool = False
+
+
+@dataclass
+class Void:
+    pass
+
+
+@dataclass
+class Rows:
+    specs: list  # (keyspace, table, name, CqlType)
+    rows: list
+    paging_state: Optional[bytes] = None
+    no_metadata: bool = False
+
+
+@dataclass
+class SetKeyspace:
+    keyspace: str
+
+
+@dataclass
+class SchemaChange:
+    change: str
+    target: str
+    keyspace: str
+    name: Optional[str] = None
+
+
+@dataclass
+class Mutation:
+    table: Table
+    op: str  # write / delete_row / delete_range / delete_partition
+    key: tuple
+    ck: Optional[tuple] = None
+    values: dict = field(default_factory=dict)
+    ttl: int = 0
+    marker: bool = False
+    pred: Any = None
+    ts: Optional[int] = None  # USING TIMESTAMP
+
+
+def term_text(t) -> str:
+    if isinstance(t, P.Const):
+        return f"'{t.text}'" if t.kind == "STRING" else t.text
+    if isinstance(t, P.Marker):
+        return f":{t.name}" if t.name else "?"
+    if isinstance(t, P.Func):
+        return f"{t.name}({', '.join(term_text(a) for a in t.args)})"
+    return "<collection>" if isinstance(t, P.Coll) else str(t)
+
+
+# ---- evaluation of terms ------------------------------------------------------------------
+
+class Ctx:
+    """Evaluates terms against bound values (raw bytes / None / UNSET, by marker index)."""
+
+    def __init__(self, engine: "Engine", values: list):
+        self.engine, self.values = engine, values
+
+    def ev(self, term, t: CqlType, col: str, row: Optional[dict] = None):
+        if isinstance(term, P.Marker):
+            return from_bytes(t, self.values[term.index], col)
+        if isinstance(term, P.Const):
+            return None if term.kind == "NULL" else from_constant(t, term.kind, term.text, col)
+        if isinstance(term, P.Coll):
+            kind = term.kind if term.kind != "empty_brace" else t.name
+            if not t.is_collection or kind != t.name:
+                raise InvalidRequest(f"Invalid {term.kind.replace('empty_brace', 'map')} literal for {col} of type {t.cql()}")
+            if t.name == "map":
+                items = [(self.ev(k, t.subtypes[0], col), self.ev(v, t.subtypes[1], col)) for k, v in term.items]
+            else:
+                items = [self.ev(x, t.subtypes[0], col) for x in term.items]
+            return canonical_collection(t, items)
+        if isinstance(term, P.Func):
+            rtype, _ = function_type(term)
+            if not (rtype == t or (rtype == TIMEUUID and t == UUID_T)):
+                raise InvalidRequest(f"Type error: cannot assign result of function system.{term.name} "
+                                     f"(type {rtype.cql()}) to {col} (type {t.cql()})")
+            return self.call(term, row)
+        if isinstance(term, P.ColRef):
+            if row is None:
+                raise InvalidRequest(f"Undefined name {term.name} in where clause ('{col} = {term.name}')")
+            return row.get(term.name)
+        raise InvalidRequest(f"Unsupported term {term_text(term)}")
+
+    def call(self, f: P.Func, row=None):
+        rtype, argtype = function_type(f)
+        if argtype is not None:
+            arg = self.ev(f.args[0], argtype, f"arg0(system.{f.name})", row)
+            if arg is None:
+                return None
+            ms = (arg.time - UUID_EPOCH) // 10000 if isinstance(arg, uuid.UUID) else arg
+            return ms
+        now = self.engine.now()
+        if f.name in ("now", "currenttimeuuid"):
+            return uuid_from_time(now)
+        if f.name == "uuid":
+            return uuid.uuid4()
+        return int(now * 1000)  # currenttimestamp
+
+    def ttl_value(self, term, table: Table) -> int:
+        if term is None:
+            return table.default_ttl
+        v = self.ev(term, INT, "[ttl]")
+        if v is UNSET:
+            return table.default_ttl
+        if v is None:
+            return 0
+        if v < 0:
+            raise InvalidRequest(f"A TTL must be greater or equal to 0, but was {v}")
+        if v > MAX_TTL:
+            raise InvalidRequest(f"ttl is too large. requested ({v}) maximum ({MAX_TTL})")
+        return v
+
+    def positive(self, term, name: str, what: str) -> Optional[int]:
+        if term is None:
+            return None
+        v = self.ev(term, INT, name)
+        if v is None or v is UNSET:
+            raise InvalidRequest(f"Invalid null value of {what.lower()}")
+        if v <= 0:
+            raise InvalidRequest(f"{what} must be strictly positive")
+        return v
+
+
+def function_type(f: P.Func):
+    if f.name not in FUNCTIONS:
+        raise unsupported(f"Function {f.name}")
+    rtype, argtype = FUNCTIONS[f.name]
+    if len(f.args) != (1 if argtype else 0):
+        raise InvalidRequest(f"Invalid number of arguments in call to function system.{f.name}")
+    return rtype, argtype
+
+
+# ---- restrictions ---------------------------------------------------------------------
+
+@dataclass
+class ColRestr:
+    col: Any
+    eq: Any = None
+    inn: Any = None  # list of terms, or a Marker bound to a list
+    lo: Any = None  # (op, term)
+    hi: Any = None
+
+    @property
+    def eq_or_in(self):
+        return self.eq is not None or self.inn is not None
+
+    def values(self, ctx: Ctx) -> list:
+        """EQ/IN values, validated non-null; IN values sorted and de-duplicated like Cassandra."""
+        c = self.col
+        if self.eq is not None:
+            raw = [self.eq]
+        elif isinstance(self.inn, P.Marker):
+            lst = ctx.ev(self.inn, make_type("list", (c.type,)), f"in({c.name})")
+            if lst is None or lst is UNSET:
+                raise InvalidRequest(f"Invalid {'null' if lst is None else 'unset'} value for IN restriction")
+            return sorted(set(lst), key=lambda v: sort_key(c.type, v))
+        else:
+            raw = self.inn
+        vals = []
+        for term in raw:
+            v = ctx.ev(term, c.type, c.name)
+            if v is None:
+                raise InvalidRequest(f"Invalid null value in condition for column {c.name}")
+            if v is UNSET:
+                raise InvalidRequest(f"Invalid unset value for column {c.name}")
+            vals.append(v)
+        if self.inn is not None:
+            uniq = {sort_key(c.type, v): v for v in vals}
+            vals = [uniq[k] for k in sorted(uniq)]
+        return vals
+
+    def predicate(self, ctx: Ctx):
+        c = self.col
+        if self.eq_or_in:
+            keys = {sort_key(c.type, v) for v in self.values(ctx)}
+            return lambda v: v is not None and sort_key(c.type, v) in keys
+        tests = []
+        for bound in (self.lo, self.hi):
+            if bound is None:
+                continue
+            op, term = bound
+            b = ctx.ev(term, c.type, c.name)
+            if b is None or b is UNSET:
+                raise InvalidRequest(f"Invalid {'null' if b is None else 'unset'} value in condition for column {c.name}")
+            tests.append((op, sort_key(c.type, b)))
+
+        def pred(v):
+            if v is None:
+                return False
+            k = sort_key(c.type, v)
+            return all(_cmp(op, k, b) for op, b in tests)
+        return pred
+
+
+def _cmp(op, a, b) -> bool:
+    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "=": a == b, "!=": a != b}[op]
+
+
+class Binder:
+    """Assigns a column specification to every bind marker during analysis."""
+
+    def __init__(self, names: list):
+        self.names = names
+        self.specs: list = [None] * len(names)
+
+    def bind(self, term, table: Table, name: str, t: CqlType):
+        if isinstance(term, P.Marker):
+            self.specs[term.index] = (table.keyspace, table.name, term.name or name, t)
+        elif isinstance(term, P.Coll) and t.is_collection:
+            for item in term.items:
+                if t.name == "map":
+                    self.bind(item[0], table, name, t.subtypes[0])
+                    self.bind(item[1], table, name, t.subtypes[1])
+                else:
+                    self.bind(item, table, name, t.subtypes[0])
+        elif isinstance(term, P.Func):
+            _, argtype = function_type(term)
+            for a in term.args:
+                self.bind(a, table, f"arg0(system.{term.name})", argtype)
+
+    def finish(self) -> list:
+        for i, s in enumerate(self.specs):
+            if s is None:
+                raise InvalidRequest(f"Bind marker {i} is used in a position the CQL test server cannot type")
+        return self.specs
+
+
+def build_restrictions(table: Table, where: list, binder: Binder) -> dict:
+    out: dict = {}
+    for rel in where:
+        c = table.columns.get(rel.column)
+        if c is None:
+            raise InvalidRequest(f"Undefined column name {rel.column} in table {table.qualified}")
+        if rel.op == "!=":
+            raise InvalidRequest(f'Unsupported "!=" relation: {c.name} != {term_text(rel.value)}')
+        if c.is_complex:
+            raise InvalidRequest(f"Collection column '{c.name}' ({c.type.cql()}) cannot be restricted by a "
+                                 f"'{rel.op if rel.op != 'IN' else 'IN'}' relation")
+        r = out.setdefault(c.name, ColRestr(c))
+        if r.eq is not None or (rel.op == "=" and (r.inn or r.lo or r.hi)):
+            raise InvalidRequest(f"{c.name} cannot be restricted by more than one relation if it includes an Equal")
+        if r.inn is not None or (rel.op == "IN" and (r.lo or r.hi)):
+            raise InvalidRequest(f"{c.name} cannot be restricted by more than one relation if it includes a IN")
+        if rel.op == "=":
+            r.eq = rel.value
+            binder.bind(rel.value, table, c.name, c.type)
+        elif rel.op == "IN":
+            r.inn = rel.value
+            if isinstance(rel.value, P.Marker):
+                binder.bind(rel.value, table, f"in({c.name})", make_type("list", (c.type,)))
+            else:
+                for term in rel.value:
+                    binder.bind(term, table, c.name, c.type)
+        else:
+            slot = "lo" if rel.op in (">", ">=") else "hi"
+            if getattr(r, slot) is not None:
+                which = "start" if slot == "lo" else "end"
+                raise InvalidRequest(f"More than one restriction was found for the {which} bound on {c.name}")
+            setattr(r, slot, (rel.op, rel.value))
+            binder.bind(rel.value, table, c.name, c.type)
+    return out
+
+
+def clustering_prefix_check(table: Table, restr: dict, allow_filtering: bool) -> bool:
+    """Checks the clustering restrictions form a prefix (EQ/IN ... then at most one slice).
+    Returns True if they do not (the query then needs filtering)."""
+    missing = prev_slice = None
+    needs = False
+    for c in table.clustering:
+        r = restr.get(c.name)
+        if r is None:
+            missing = missing or c
+            continue
+        if missing is not None:
+            needs = True
+            if not allow_filtering:
+                raise InvalidRequest(f'PRIMARY KEY column "{c.name}" cannot be restricted as preceding column '
+                                     f'"{missing.name}" is not restricted')
+        elif prev_slice is not None:
+            needs = True
+            if not allow_filtering:
+                raise InvalidRequest(f'Clustering column "{c.name}" cannot be restricted (preceding column '
+                                     f'"{prev_slice.name}" is restricted by a non-EQ relation)')
+        if not r.eq_or_in:
+            prev_slice = prev_slice or c
+    return needs
+
+
+# ---- plans --------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    kind: str  # read / write / lwt / batch / ddl / use
+    keyspace: Optional[str] = None
+    tables: set = field(default_factory=set)
+    bind_specs: list = field(default_factory=list)
+    pk_indexes: list = field(default_factory=list)
+    result_specs: list = field(default_factory=list)
+    statement: Any = None
+    table: Optional[Table] = None
+    session_keyspace: Optional[str] = None  # the keyspace in use when the statement was prepared
+
+    @property
+    def is_system(self) -> bool:
+        return self.keyspace is not None and self.keyspace.startswith("system")
+
+
+@dataclass
+class SelectItem:
+    name: str
+    type: CqlType
+    get: Any  # (ctx, values, cells, now_s) -> value; None for count
+    is_count: bool = False
+
+
+@dataclass
+class SelectPlan(Plan):
+    items: list = field(default_factory=list)
+    restr: dict = field(default_factory=dict)
+    lookup: bool = False
+    pk_filter: bool = False
+    reverse: bool = False
+    post_order: bool = False
+    distinct: bool = False
+    aggregate: bool = False
+    limit: Any = None
+    ppl: Any = None
+
+
+@dataclass
+class ModPlan(Plan):
+    stype: str = "UPDATE"
+    sets: list = field(default_factory=list)  # (Column, term)
+    restr: dict = field(default_factory=dict)
+    delete_cols: list = field(default_factory=list)
+    conditions: list = field(default_factory=list)  # (Column, op, value)
+    if_exists: bool = False
+    if_not_exists: bool = False
+    ttl: Any = None
+    ts: Any = None
+
+    @property
+    def is_lwt(self) -> bool:
+        return bool(self.conditions) or self.if_exists or self.if_not_exists
+
+    @property
+    def cond_columns(self):
+        seen = []
+        for c, _, _ in self.conditions:
+            if c not in seen:
+                seen.append(c)
+        return seen
+
+    def word(self) -> str:
+        return "deletions" if self.stype == "DELETE" else "updates"
+
+
+@dataclass
+class BatchPlan(Plan):
+    statements: list = field(default_factory=list)
+    batch_kind: str = "LOGGED"
+    ts: Any = None
+    ttl: Any = None
+
+
+# ---- the engine ---------------------------------------------------------------------------
+
+class Engine:
+    def __init__(self, *, clock=time.time, timestamp_clock=time.time, stats=None, host="127.0.0.1",
+                 port=9042, cluster_name="Test Cluster", release_version="4.0.11"):
+        self.lock = threading.RLock()
+        self.clock, self.timestamp_clock, self.stats = clock, timestamp_clock, stats
+        self.host, self.port, self.cluster_name, self.release_version = host, port, cluster_name, release_version
+        self.time_offset = 0.0
+        self.host_id = uuid.uuid4()
+        self.schema_version = uuid.uuid4()
+        self.keyspaces: dict = {}
+        self.keyspaces.update(build_system_keyspaces(self))
+        self.prepared: dict = {}  # id -> (query, keyspace, tables)
+        self._plans: dict = {}
+        self._last_ts = 0
+
+    # clocks
+    def now(self) -> float:
+        return self.clock() + self.time_offset
+
+    def now_s(self) -> int:
+        return int(self.now())
+
+    def next_ts(self) -> int:
+        """Server-side write timestamp (microseconds, monotonic): LWT ballots and writes
+        without a client timestamp."""
+        with self.lock:
+            self._last_ts = max(self._last_ts + 1, int(self.timestamp_clock() * 1_000_000))
+            return self._last_ts
+
+    def _count(self, name):
+        if self.stats is not None:
+            self.stats.incr(name)
+
+    # preparation
+    def plan(self, query: str, keyspace: Optional[str]) -> Plan:
+        key = (keyspace, query)
+        with self.lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                stmt, markers = P.parse(query)
+                plan = self.analyze(stmt, markers, keyspace)
+                if len(self._plans) > 10000:
+                    self._plans.clear()
+                self._plans[key] = plan
+            return plan
+
+    def prepare(self, query: str, keyspace: Optional[str]):
+        plan = self.plan(query, keyspace)
+        qid = hashlib.md5(((keyspace or "") + query).encode()).digest()
+        with self.lock:
+            self.prepared[qid] = (query, keyspace, plan.tables)
+        return qid, plan
+
+    def prepared_plan(self, qid: bytes):
+        with self.lock:
+            entry = self.prepared.get(qid)
+        if entry is None:
+            raise Unprepared(qid)
+        return entry[0], self.plan(entry[0], entry[1])
+
+    def schema_changed(self, keyspace: str, table: Optional[str] = None):
+        self.schema_version = uuid.uuid4()
+        self._plans.clear()
+        for qid, (_, _, tables) in list(self.prepared.items()):
+            if any(ks == keyspace and (table is None or t == table) for ks, t in tables):
+                del self.prepared[qid]
+
+    # schema lookups
+    def keyspace_of(self, ref_ks: Optional[str], session_ks: Optional[str]) -> str:
+        ks = ref_ks or session_ks
+        if ks is None:
+            raise InvalidRequest("No keyspace has been specified. USE a keyspace, or explicitly specify keyspace.tablename")
+        return ks
+
+    def table(self, ref: P.TableRef, session_ks: Optional[str]) -> Table:
+        ks_name = self.keyspace_of(ref.keyspace, session_ks)
+        ks = self.keyspaces.get(ks_name)
+        if ks is None:
+            raise InvalidRequest(f"keyspace {ks_name} does not exist")
+        t = ks.tables.get(ref.name)
+        if t is None:
+            raise InvalidRequest(f"table {ref.name} does not exist")
+        return t
+
+    # analysis
+    def analyze(self, stmt, markers: list, ks: Optional[str]) -> Plan:
+        binder = Binder(markers)
+        if isinstance(stmt, P.Select):
+            plan = self._analyze_select(stmt, binder, ks)
+        elif isinstance(stmt, P.MODIFICATIONS):
+            plan = self._analyze_mod(stmt, binder, ks)
+        elif isinstance(stmt, P.Batch):
+            subs = [self._analyze_mod(s, binder, ks) for s in stmt.statements]
+            if not subs:
+                raise InvalidRequest("Empty batch")
+            plan = BatchPlan("batch", statements=subs, batch_kind=stmt.kind, ts=stmt.timestamp, ttl=stmt.ttl)
+            plan.tables = {t for s in subs for t in s.tables}
+            plan.keyspace = subs[0].keyspace
+            if stmt.timestamp is not None:
+                binder.bind(stmt.timestamp, subs[0].table, "[timestamp]", BIGINT)
+            self._validate_batch(plan)
+            if len(plan.tables) == 1:
+                plan.pk_indexes = _pk_indexes(subs[0].table, subs[0].restr)
+        elif isinstance(stmt, P.Use):
+            plan = Plan("use", keyspace=stmt.keyspace)
+        else:
+            plan = Plan("ddl", keyspace=getattr(getattr(stmt, "table", None), "keyspace", None) or ks)
+        plan.statement, plan.session_keyspace = stmt, ks
+        plan.bind_specs = binder.finish()
+        return plan
+
+    def _analyze_select(self, st: P.Select, binder: Binder, ks) -> SelectPlan:
+        t = self.table(st.table, ks)
+        plan = SelectPlan("read", keyspace=t.keyspace, tables={(t.keyspace, t.name)}, table=t,
+                          distinct=st.distinct)
+        plan.items = self._selection(t, st)
+        plan.aggregate = any(i.is_count for i in plan.items)
+        plan.restr = r = build_restrictions(t, st.where, binder)
+        pk_r = [r.get(c.name) for c in t.partition_key]
+        plan.lookup = all(x is not None and x.eq_or_in for x in pk_r)
+        key_range = not plan.lookup
+        if key_range and any(x is not None for x in pk_r):
+            if not st.allow_filtering:
+                raise InvalidRequest(FILTER_MSG)
+            if any(x is not None and x.inn is not None for x in pk_r):
+                raise InvalidRequest("IN restrictions are not supported when the query involves filtering")
+            plan.pk_filter = True
+        ck_restricted = any(c.name in r for c in t.clustering)
+        clustering_prefix_check(t, r, st.allow_filtering)
+        if key_range and ck_restricted and not st.allow_filtering:
+            raise InvalidRequest(FILTER_MSG)
+        if any(c.kind == "regular" for c in (x.col for x in r.values())) and not st.allow_filtering:
+            raise InvalidRequest(FILTER_MSG)
+        self._order_by(plan, st, t, key_range)
+        if st.limit is not None:
+            binder.bind(st.limit, t, "[limit]", INT)
+        if st.per_partition_limit is not None:
+            if st.distinct:
+                raise InvalidRequest("PER PARTITION LIMIT is not allowed with SELECT DISTINCT queries")
+            binder.bind(st.per_partition_limit, t, "[per_partition_limit]", INT)
+        plan.limit, plan.ppl = st.limit, st.per_partition_limit
+        plan.result_specs = [(t.keyspace, t.name, i.name, i.type) for i in plan.items]
+        plan.pk_indexes = _pk_indexes(t, r)
+        return plan
+
+    def _order_by(self, plan: SelectPlan, st: P.Select, t: Table, key_range: bool):
+        if not st.order_by:
+            return
+        if key_range:
+            raise InvalidRequest("ORDER BY is only supported when the partition key is restricted by an EQ or an IN.")
+        flags = set()
+        for i, (name, direction) in enumerate(st.order_by):
+            c = t.columns.get(name)
+            if c is None:
+                raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+            if c.kind != "clustering":
+                raise InvalidRequest(f"Order by is currently only supported on the clustered columns of the "
+                                     f"PRIMARY KEY, got {name}")
+            if c.position != i:
+                raise InvalidRequest("Order by currently only supports the ordering of columns following "
+                                     "their declared order in the PRIMARY KEY")
+            flags.add((direction == "desc") != c.desc)
+        if len(flags) > 1:
+            raise InvalidRequest("Unsupported order by relation")
+        plan.reverse = flags.pop()
+        pk_in = any(plan.restr[c.name].inn is not None for c in t.partition_key)
+        plan.post_order = pk_in
+
+    def _selection(self, t: Table, st: P.Select) -> list:
+        if st.selectors is None:
+            cols = t.partition_key if st.distinct else t.select_order()
+            return [SelectItem(c.name, c.type, _getter(c.name)) for c in cols]
+        items = []
+        for s in st.selectors:
+            c = None
+            if s.column is not None:
+                c = t.columns.get(s.column)
+                if c is None:
+                    raise InvalidRequest(f"Undefined column name {s.column} in table {t.qualified}")
+            if s.kind == "column":
+                if st.distinct and c.kind != "partition_key":
+                    raise InvalidRequest(f"SELECT DISTINCT queries must only request partition key columns and/or "
+                                         f"static columns (not {c.name})")
+                items.append(SelectItem(s.alias or c.name, c.type, _getter(c.name)))
+            elif s.kind == "count":
+                items.append(SelectItem(s.alias or ("count" if c is None else f"system.count({c.name})"), BIGINT,
+                                        None, True))
+            elif s.kind in ("ttl", "writetime"):
+                if c.kind != "regular":
+                    raise InvalidRequest(f"Cannot use selection function {s.kind if s.kind == 'ttl' else 'writeTime'} "
+                                         f"on PRIMARY KEY part {c.name}")
+                if c.is_complex:
+                    raise unsupported(f"{s.kind}() on non-frozen collections")
+                items.append(SelectItem(s.alias or f"{s.kind}({c.name})", INT if s.kind == "ttl" else BIGINT,
+                                        _ttl_getter(c.name) if s.kind == "ttl" else _wt_getter(c.name)))
+            else:
+                rtype, _ = function_type(s.func)
+                for a in s.func.args:
+                    if isinstance(a, P.ColRef) and a.name not in t.columns:
+                        raise InvalidRequest(f"Undefined column name {a.name} in table {t.qualified}")
+                name = s.alias or _func_name(s.func)
+                items.append(SelectItem(name, rtype, _func_getter(s.func)))
+        if st.distinct:
+            missing = [c.name for c in t.partition_key if c.name not in [i.name for i in items]]
+            if missing:
+                raise InvalidRequest(f"SELECT DISTINCT queries must request all the partition key columns "
+                                     f"(missing {', '.join(missing)})")
+        return items
+
+    def _analyze_mod(self, st, binder: Binder, ks) -> ModPlan:
+        t = self.table(st.table, ks)
+        stype = type(st).__name__.upper()
+        plan = ModPlan("write", keyspace=t.keyspace, tables={(t.keyspace, t.name)}, table=t, stype=stype,
+                       ttl=getattr(st, "ttl", None), ts=st.timestamp)
+        if t.provider is not None or self.keyspaces[t.keyspace].system:
+            raise InvalidRequest(f"{t.keyspace} keyspace is not user-modifiable.")
+        if isinstance(st, P.Insert):
+            if len(st.columns) != len(st.values):
+                raise InvalidRequest("Unmatched column names/values")
+            if len(set(st.columns)) != len(st.columns):
+                raise InvalidRequest("The column names contains duplicates")
+            where = []
+            for name, term in zip(st.columns, st.values):
+                c = t.columns.get(name)
+                if c is None:
+                    raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+                if c.kind == "regular":
+                    plan.sets.append((c, term))
+                    binder.bind(term, t, c.name, c.type)
+                else:
+                    where.append(P.Relation(name, "=", term))
+            plan.restr = build_restrictions(t, where, binder)
+            plan.if_not_exists = st.if_not_exists
+        else:
+            if isinstance(st, P.Update):
+                seen = set()
+                for name, term in st.assignments:
+                    c = t.columns.get(name)
+                    if c is None:
+                        raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+                    if c.kind != "regular":
+                        raise InvalidRequest(f"PRIMARY KEY part {name} found in SET part")
+                    if name in seen:
+                        raise InvalidRequest(f"Multiple incompatible setting of column {name}")
+                    seen.add(name)
+                    plan.sets.append((c, term))
+                    binder.bind(term, t, c.name, c.type)
+            else:
+                for name in st.columns:
+                    c = t.columns.get(name)
+                    if c is None:
+                        raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+                    if c.kind != "regular":
+                        raise InvalidRequest(f"Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)")
+                    plan.delete_cols.append(c)
+            plan.restr = build_restrictions(t, st.where, binder)
+            plan.if_exists = st.if_exists
+            for rel in st.conditions:
+                c = t.columns.get(rel.column)
+                if c is None:
+                    raise InvalidRequest(f"Undefined column name {rel.column} in table {t.qualified}")
+                if c.kind != "regular":
+                    raise InvalidRequest(f"PRIMARY KEY column '{c.name}' cannot have IF conditions")
+                if c.is_complex and rel.op not in ("=", "!=", "IN"):
+                    raise unsupported("Slice conditions on non-frozen collections")
+                plan.conditions.append((c, rel.op, rel.value))
+                if rel.op == "IN" and isinstance(rel.value, P.Marker):
+                    binder.bind(rel.value, t, f"in({c.name})", make_type("list", (c.type,)))
+                elif rel.op == "IN":
+                    for term in rel.value:
+                        binder.bind(term, t, c.name, c.type)
+                else:
+                    binder.bind(rel.value, t, c.name, c.type)
+        if plan.ttl is not None:
+            binder.bind(plan.ttl, t, "[ttl]", INT)
+        if plan.ts is not None:
+            binder.bind(plan.ts, t, "[timestamp]", BIGINT)
+        self._validate_mod_where(plan, t)
+        if plan.is_lwt:
+            plan.kind = "lwt"
+            if plan.ts is not None:
+                raise InvalidRequest("Cannot provide custom timestamp for conditional updates")
+            if any(plan.restr[c.name].inn is not None for c in t.partition_key):
+                raise InvalidRequest(f"IN on the partition key is not supported with conditional {plan.word()}")
+            if any(plan.restr[c.name].inn is not None for c in t.clustering if c.name in plan.restr):
+                raise InvalidRequest(f"IN on the clustering key columns is not supported with conditional {plan.word()}")
+        plan.pk_indexes = _pk_indexes(t, plan.restr)
+        return plan
+
+    def _validate_mod_where(self, plan: ModPlan, t: Table):
+        r, stype = plan.restr, plan.stype
+        non_pk = [x.col.name for x in r.values() if x.col.kind == "regular"]
+        if non_pk:
+            raise InvalidRequest(f"Non PRIMARY KEY columns found in where clause: {', '.join(non_pk)} ")
+        missing = [c.name for c in t.partition_key if c.name not in r]
+        if missing:
+            raise InvalidRequest(f"Some partition key parts are missing: {', '.join(missing)}")
+        if any(not r[c.name].eq_or_in for c in t.partition_key):
+            raise InvalidRequest("Only EQ and IN relation are supported on the partition key (unless you use the "
+                                 f"token() function) for {stype} statements")
+        if stype != "DELETE":
+            if any(not r[c.name].eq_or_in for c in t.clustering if c.name in r):
+                raise InvalidRequest(f"Slice restrictions are not supported on the clustering columns in {stype} statements")
+            missing = [c.name for c in t.clustering if c.name not in r]
+            if missing:
+                raise InvalidRequest(f"Some clustering keys are missing: {', '.join(missing)}")
+            return
+        clustering_prefix_check(t, r, allow_filtering=False)
+        full = all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
+        if not full and plan.delete_cols:
+            raise InvalidRequest("Range deletions are not supported for specific columns")
+        if not full and plan.is_lwt:
+            c = next(c for c in t.clustering if c.name not in r or not r[c.name].eq_or_in)
+            raise InvalidRequest("DELETE statements must restrict all PRIMARY KEY columns with equality relations "
+                                 f"in order to use IF conditions, but column '{c.name}' is not restricted")
+
+    def _validate_batch(self, plan: BatchPlan):
+        if plan.ttl is not None:
+            raise InvalidRequest("Global TTL on the BATCH statement is not supported.")
+        conditional = any(s.is_lwt for s in plan.statements)
+        if plan.ts is not None:
+            if conditional:
+                raise InvalidRequest("Cannot provide custom timestamp for conditional BATCH")
+            if any(s.ts is not None for s in plan.statements):
+                raise InvalidRequest("Timestamp must be set either on BATCH or individual statements")
+        if plan.batch_kind == "COUNTER":
+            raise unsupported("Counter batches")
+        if conditional:
+            plan.kind = "lwt"
+            if len({(s.table.keyspace, s.table.name) for s in plan.statements}) > 1:
+                raise InvalidRequest("Batch with conditions cannot span multiple tables")
+
+    # execution
+    def execute(self, plan: Plan, opts: QueryOptions):
+        if len(opts.values) != len(plan.bind_specs):
+            raise InvalidRequest("Invalid amount of bind variables: expected "
+                                 f"{len(plan.bind_specs)} but got {len(opts.values)}")
+        ctx = Ctx(self, opts.values)
+        with self.lock:
+            if isinstance(plan, SelectPlan):
+                return self._select(plan, ctx, opts)
+            if isinstance(plan, ModPlan):
+                self._check_write_cl(opts, plan.is_lwt)
+                if plan.is_lwt:
+                    return self._cas([(plan, ctx)], opts, batch=False)
+                self._apply(self._mutations(plan, ctx),
+                            opts.timestamp if opts.timestamp is not None else self.next_ts())
+                return Void()
+            if isinstance(plan, BatchPlan):
+                return self.execute_batch([(s, ctx) for s in plan.statements], opts, plan.ts, ctx)
+            if plan.kind == "use":
+                if plan.keyspace not in self.keyspaces:
+                    raise InvalidRequest(f"Keyspace '{plan.keyspace}' does not exist")
+                return SetKeyspace(plan.keyspace)
+            return ddl.execute(self, plan.statement, plan.session_keyspace)
+
+    def _check_write_cl(self, opts: QueryOptions, lwt: bool):
+        if opts.consistency in SERIAL_CLS:
+            if lwt:
+                raise InvalidRequest('SERIAL is not supported as conditional update commit consistency. Use ANY '
+                                     'if you mean "make sure it is accepted but I don\'t care how many replicas '
+                                     'commit it for non-SERIAL reads"')
+            raise InvalidRequest("You must use conditional updates for serializable writes")
+
+    def execute_batch(self, items: list, opts: QueryOptions, ts_term=None, ts_ctx: Optional[Ctx] = None):
+        """items: (ModPlan, Ctx). ts_term/ts_ctx: the USING TIMESTAMP of a CQL BEGIN BATCH string."""
+        with self.lock:
+            for plan, _ in items:
+                if not isinstance(plan, ModPlan):
+                    raise InvalidRequest("Invalid statement in batch: only UPDATE, INSERT and DELETE statements are allowed.")
+            conditional = any(p.is_lwt for p, _ in items)
+            if conditional and len({(p.table.keyspace, p.table.name) for p, _ in items}) > 1:
+                raise InvalidRequest("Batch with conditions cannot span multiple tables")
+            self._check_write_cl(opts, conditional)
+            if conditional:
+                return self._cas(items, opts, batch=True)
+            batch_ts = None
+            if ts_term is not None:
+                batch_ts = ts_ctx.ev(ts_term, BIGINT, "[timestamp]")
+                batch_ts = None if batch_ts is UNSET else batch_ts
+            if batch_ts is None:
+                batch_ts = opts.timestamp if opts.timestamp is not None else self.next_ts()
+            muts = [m for p, c in items for m in self._mutations(p, c)]
+            self._apply(muts, batch_ts)
+            return Void()
+
+    # mutations
+    def _mutations(self, plan: ModPlan, ctx: Ctx) -> list:
+        t, r = plan.table, plan.restr
+        keys = list(itertools.product(*[r[c.name].values(ctx) for c in t.partition_key]))
+        for k in keys:
+            if len(k) == 1 and to_bytes(t.partition_key[0].type, k[0]) == b"":
+                raise InvalidRequest("Key may not be empty")
+        full = all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
+        ts = None
+        if plan.ts is not None:
+            ts = ctx.ev(plan.ts, BIGINT, "[timestamp]")
+            if ts is None:
+                raise InvalidRequest("Invalid null value of timestamp")
+            ts = None if ts is UNSET else ts
+        out = []
+        if plan.stype in ("INSERT", "UPDATE"):
+            ttl = ctx.ttl_value(plan.ttl, t)
+            values = {}
+            for c, term in plan.sets:
+                v = ctx.ev(term, c.type, c.name)
+                if v is not UNSET:
+                    values[c.name] = v
+            cks = list(itertools.product(*[r[c.name].values(ctx) for c in t.clustering]))
+            for k in keys:
+                for ck in cks:
+                    out.append(Mutation(t, "write", k, ck, values, ttl, plan.stype == "INSERT", ts=ts))
+            return out
+        if full:
+            cks = list(itertools.product(*[r[c.name].values(ctx) for c in t.clustering]))
+            for k in keys:
+                for ck in cks:
+                    if plan.delete_cols:
+                        out.append(Mutation(t, "write", k, ck, {c.name: None for c in plan.delete_cols}, ts=ts))
+                    else:
+                        out.append(Mutation(t, "delete_row", k, ck, ts=ts))
+            return out
+        if not any(c.name in r for c in t.clustering):
+            return [Mutation(t, "delete_partition", k, ts=ts) for k in keys]
+        preds = [(i, r[c.name].predicate(ctx)) for i, c in enumerate(t.clustering) if c.name in r]
+        pred = lambda ck, preds=preds: all(p(ck[i]) for i, p in preds)  # noqa: E731
+        return [Mutation(t, "delete_range", k, pred=pred, ts=ts) for k in keys]
+
+    def _apply(self, muts: list, default_ts: int, force_ts: bool = False):
+        now_s = self.now_s()
+        for m in muts:
+            ts = default_ts if force_ts or m.ts is None else m.ts
+            if m.op == "write":
+                write_row(m.table, m.key, m.ck, m.values, ts, m.ttl, now_s, m.marker)
+            elif m.op == "delete_row":
+                delete_row(m.table, m.key, m.ck, ts)
+            elif m.op == "delete_range":
+                delete_range(m.table, m.key, m.pred, ts)
+            else:
+                delete_partition(m.table, m.key, ts)
+
+    # lightweight transactions
+    def _current(self, t: Table, key: tuple, ck: tuple, now_s: int):
+        p = get_partition(t, key)
+        if p is None:
+            return None
+        row = p.rows.get(ck)
+        if row is None:
+            return None
+        view = live_view(t, p, ck, row, now_s)
+        return view[0] if view else None
+
+    def _cond_holds(self, ctx: Ctx, col, op, value, current: Optional[dict]) -> bool:
+        actual = current.get(col.name) if current else None
+        if op == "IN":
+            if isinstance(value, P.Marker):
+                lst = ctx.ev(value, make_type("list", (col.type,)), f"in({col.name})")
+                candidates = list(lst or [])
+            else:
+                candidates = [ctx.ev(v, col.type, col.name) for v in value]
+            return any((c is None and actual is None) or (c is not None and actual is not None and
+                       sort_key(col.type, c) == sort_key(col.type, actual)) for c in candidates if c is not UNSET)
+        v = ctx.ev(value, col.type, col.name)
+        if v is UNSET:
+            raise InvalidRequest("Invalid 'unset' value in condition")
+        if op in ("=", "!="):
+            equal = (v is None and actual is None) or (
+                v is not None and actual is not None and sort_key(col.type, v) == sort_key(col.type, actual))
+            return equal if op == "=" else not equal
+        if v is None:
+            raise InvalidRequest(f'Invalid comparison with null for operator "{op}"')
+        return actual is not None and _cmp(op, sort_key(col.type, actual), sort_key(col.type, v))
+
+    def _cas(self, items: list, opts: QueryOptions, batch: bool) -> Rows:
+        key, all_muts, conds, wildcard, cond_cols = None, [], {}, False, []
+        table = items[0][0].table
+        for plan, ctx in items:
+            muts = self._mutations(plan, ctx)
+            if len({m.key for m in muts}) > 1:
+                raise InvalidRequest("Batch with conditions cannot span multiple partitions (you cannot use IN "
+                                     "on the partition key)" if batch else
+                                     f"IN on the partition key is not supported with conditional {plan.word()}")
+            if key is None:
+                key = muts[0].key
+            elif muts[0].key != key:
+                raise InvalidRequest("Batch with conditions cannot span multiple partitions")
+            if any(plan.restr[c.name].inn is not None for c in plan.table.clustering if c.name in plan.restr):
+                raise InvalidRequest(f"IN on the clustering key columns is not supported with conditional {plan.word()}")
+            all_muts.extend(muts)
+            if not plan.is_lwt:
+                continue
+            ck = muts[0].ck
+            prev = conds.get(ck)
+            if plan.conditions:
+                if prev is not None and not isinstance(prev, list):
+                    raise InvalidRequest("Cannot mix IF conditions and IF NOT EXISTS for the same row")
+                conds.setdefault(ck, []).extend((ctx, c) for c in plan.conditions)
+                cond_cols += [c for c in plan.cond_columns if c not in cond_cols]
+            else:
+                kind = "exists" if plan.if_exists else "not_exists"
+                wildcard = True
+                if isinstance(prev, list):
+                    raise InvalidRequest(f"Cannot mix IF conditions and IF {'NOT ' if kind == 'not_exists' else ''}"
+                                         "EXISTS for the same row")
+                if prev is not None and prev != kind:
+                    raise InvalidRequest("Cannot mix IF EXISTS and IF NOT EXISTS conditions for the same row")
+                conds[ck] = kind
+        now_s = self.now_s()
+        current = {ck: self._current(table, key, ck, now_s) for ck in conds}
+        applied = True
+        for ck, cond in conds.items():
+            if cond == "exists":
+                ok = current[ck] is not None
+            elif cond == "not_exists":
+                ok = current[ck] is None
+            else:
+                ok = all(self._cond_holds(ctx, col, op, val, current[ck]) for ctx, (col, op, val) in cond)
+            applied = applied and ok
+        applied_spec = (table.keyspace, table.name, "[applied]", BOOLEAN)
+        if applied:
+            self._apply(all_muts, self.next_ts(), force_ts=True)
+            self._count("lwts_applied")
+            return Rows([applied_spec], [[True]])
+        self._count("lwts_not_applied")
+        if wildcard:
+            cols = table.select_order()
+        else:
+            cols = (table.partition_key + table.clustering if batch else []) + cond_cols
+        rows = [[False] + [current[ck].get(c.name) for c in cols]
+                for ck in sorted(conds, key=table.ck_sort_key) if current[ck] is not None]
+        if not rows:
+            return Rows([applied_spec], [[False]])
+        return Rows([applied_spec] + [(table.keyspace, table.name, c.name, c.type) for c in cols], rows)
+
+    # reads
+    def _materialize(self, t: Table) -> Table:
+        copy = dataclasses.replace(t, data={})
+        for r in t.provider():
+            key = tuple(r[c.name] for c in t.partition_key)
+            ck = tuple(r[c.name] for c in t.clustering)
+            vals = {c.name: r.get(c.name) for c in t.regular}
+            write_row(copy, key, ck, vals, 1, 0, 0, True)
+        return copy
+
+    def _select(self, plan: SelectPlan, ctx: Ctx, opts: QueryOptions) -> Rows:
+        t = plan.table
+        data = self._materialize(t) if t.provider else t
+        now_s = self.now_s()
+        limit = ctx.positive(plan.limit, "[limit]", "LIMIT")
+        ppl = ctx.positive(plan.ppl, "[per_partition_limit]", "PER PARTITION LIMIT")
+        page_size = opts.page_size if opts.page_size and opts.page_size > 0 else None
+        if plan.post_order and page_size and not plan.aggregate and (limit is None or limit > page_size):
+            raise InvalidRequest("Cannot page queries with both ORDER BY and a IN restriction on the partition key; "
+                                 "you must either remove the ORDER BY or the IN and sort client side, or disable "
+                                 "paging for this query")
+        serial = opts.consistency in SERIAL_CLS
+        if plan.lookup:
+            keys = list(dict.fromkeys(itertools.product(*[plan.restr[c.name].values(ctx) for c in t.partition_key])))
+            if serial and len(keys) != 1:
+                raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
+            parts = sorted_partitions(data, keys)
+        else:
+            if serial:
+                raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
+            parts = sorted_partitions(data)
+        pk_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.partition_key)
+                    if plan.pk_filter and c.name in plan.restr]
+        ck_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.clustering) if c.name in plan.restr]
+        reg_preds = [(x.col.name, x.predicate(ctx)) for x in plan.restr.values() if x.col.kind == "regular"]
+        found = []  # (position, partition, values, cells)
+        for p in parts:
+            if not all(pred(p.key[i]) for i, pred in pk_preds):
+                continue
+            for ck, row in sorted_rows(data, p, plan.reverse):
+                if not all(pred(ck[i]) for i, pred in ck_preds):
+                    continue
+                view = live_view(data, p, ck, row, now_s)
+                if view is None or not all(pred(view[0].get(n)) for n, pred in reg_preds):
+                    continue
+                if plan.distinct:
+                    ck = ()
+                ckey = t.ck_sort_key(ck)
+                found.append(((p.token, p.key_bytes, Desc(ckey) if plan.reverse else ckey), p, view[0], view[1], ck))
+                if plan.distinct:
+                    break
+        if plan.post_order:
+            found.sort(key=lambda f: f[0][2])
+        returned, in_part, last_kb = 0, 0, None
+        if opts.paging_state and not plan.aggregate:
+            last_pos, returned, in_part = self._decode_paging(t, opts.paging_state, plan.reverse)
+            last_kb = last_pos[1]
+            found = [f for f in found if f[0] > last_pos]
+        if ppl is not None:
+            counts, kept = {}, []
+            for f in found:
+                kb = f[1].key_bytes
+                n = counts.get(kb, in_part if kb == last_kb else 0)
+                if n < ppl:
+                    kept.append(f)
+                counts[kb] = n + 1
+            found = kept
+        if plan.aggregate:
+            first = found[0] if found else None
+            row = [len(found) if i.is_count else (i.get(ctx, first[2], first[3], now_s) if first else None)
+                   for i in plan.items]
+            return Rows(plan.result_specs, [row], None, opts.skip_metadata)
+        if limit is not None:
+            found = found[:max(0, limit - returned)]
+        state = None
+        if page_size and len(found) > page_size:
+            found = found[:page_size]
+            last = found[-1]
+            same = sum(1 for f in found if f[1].key_bytes == last[1].key_bytes)
+            state = self._encode_paging(t, last, returned + len(found),
+                                        same + (in_part if last[1].key_bytes == last_kb else 0))
+        rows = [[i.get(ctx, f[2], f[3], now_s) for i in plan.items] for f in found]
+        return Rows(plan.result_specs, rows, state, opts.skip_metadata)
+
+    def _encode_paging(self, t: Table, last, returned: int, in_part: int) -> bytes:
+        (token, kb, _), _, _, _, ck = last
+        b = io.BytesIO()
+        b.write(b"\x01" + int64_pack(token) + int32_pack(len(kb)) + kb + uint16_pack(len(ck)))
+        for c, v in zip(t.clustering, ck):
+            vb = to_bytes(c.type, v)
+            b.write(int32_pack(len(vb)) + vb)
+        b.write(int32_pack(returned) + int32_pack(in_part))
+        return b.getvalue()
+
+    def _decode_paging(self, t: Table, state: bytes, reverse: bool):
+        try:
+            f = io.BytesIO(state)
+            assert f.read(1) == b"\x01"
+            token = int64_unpack(f.read(8))
+            kb = f.read(int32_unpack(f.read(4)))
+            ck = tuple(from_bytes(c.type, f.read(int32_unpack(f.read(4))), c.name)
+                       for c, _ in zip(t.clustering, range(uint16_unpack(f.read(2)))))
+            returned, in_part = int32_unpack(f.read(4)), int32_unpack(f.read(4))
+        except Exception:
+            raise ProtocolError("Invalid value for the paging state") from None
+        ckey = t.ck_sort_key(ck)
+        return (token, kb, Desc(ckey) if reverse else ckey), returned, in_part
+
+
+# ---- helpers --------------------------------------------------------------------------
+
+def _getter(name):
+    return lambda ctx, values, cells, now_s: values.get(name)
+
+
+def _ttl_getter(name):
+    def get(ctx, values, cells, now_s):
+        cell = cells.get(name)
+        return None if cell is None or cell.expires is None else cell.expires - now_s
+    return get
+
+
+def _wt_getter(name):
+    def get(ctx, values, cells, now_s):
+        cell = cells.get(name)
+        return None if cell is None else cell.ts
+    return get
+
+
+def _func_name(f: P.Func) -> str:
+    args = ", ".join(a.name if isinstance(a, P.ColRef) else
+                     (_func_name(a) if isinstance(a, P.Func) else term_text(a)) for a in f.args)
+    return f"system.{f.name}({args})"
+
+
+def _func_getter(f: P.Func):
+    return lambda ctx, values, cells, now_s: ctx.call(f, values)
+
+
+def _pk_indexes(t: Table, r: dict) -> list:
+    """Bind indexes of the partition key components, if all are given by plain '?' EQ markers."""
+    out = []
+    for c in t.partition_key:
+        x = r.get(c.name)
+        if x is None or not isinstance(x.eq, P.Marker):
+            return []
+        out.append(x.eq.index)
+    return out
