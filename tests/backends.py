@@ -1,15 +1,21 @@
 """The store backends every contract test runs against.
 
-sqlite     always.
-(cassandra arrives with its backend: the real driver against the CQL test server, or a real
-cluster when FABRICJOBS_CASSANDRA_HOSTS is set.)
+sqlite            always.
+cassandra         the Cassandra backend through the real cassandra-driver, against the CQL
+                  test server (tests/cqlserver; a test double, not Cassandra), in every run.
+cassandra-real    the same against a real cluster, when FABRICJOBS_CASSANDRA_HOSTS=host[:port][,host...]
+                  is set (./scripts/test --cassandra host:port). Each test uses a new keyspace.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "cassandra"]
+if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):
+    BACKENDS.append("cassandra-real")
 
 
 def write_config(path: Path, sections: dict[str, dict[str, object]]) -> Path:
@@ -22,11 +28,32 @@ def write_config(path: Path, sections: dict[str, dict[str, object]]) -> Path:
     return path
 
 
+def real_cluster() -> tuple[str, int]:
+    hosts, port = [], 9042
+    for part in os.environ["FABRICJOBS_CASSANDRA_HOSTS"].split(","):
+        host, _, p = part.strip().partition(":")
+        hosts.append(host)
+        if p:
+            port = int(p)
+    return ",".join(hosts), port
+
+
 def make_backend_config(request, backend: str, tmp_path: Path, extra: dict | None = None) -> Path:
     sections: dict[str, dict[str, object]] = {}
+    keyspace = "fj_" + uuid.uuid4().hex[:12]
     if backend == "sqlite":
         sections["store"] = {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "jobs.db")}
-    else:  # pragma: no cover - later backends
+    elif backend == "cassandra":
+        server = request.getfixturevalue("cql_server")
+        sections["store"] = {"BACKEND": "cassandra"}
+        sections["cassandra"] = {"HOSTS": server.host, "PORT": server.port, "KEYSPACE": keyspace,
+                                 "PROTOCOL_VERSION": 4, "CONSISTENCY": "ONE", "REQUEST_TIMEOUT_SEC": 5}
+    elif backend == "cassandra-real":
+        hosts, port = real_cluster()
+        sections["store"] = {"BACKEND": "cassandra"}
+        sections["cassandra"] = {"HOSTS": hosts, "PORT": port, "KEYSPACE": keyspace,
+                                 "PROTOCOL_VERSION": int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "4"))}
+    else:
         raise ValueError(backend)
     for section, keys in (extra or {}).items():
         sections.setdefault(section, {}).update(keys)

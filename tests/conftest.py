@@ -16,10 +16,26 @@ if str(TESTS) not in sys.path:
 from backends import BACKENDS, make_backend_config  # noqa: E402
 
 
+@pytest.fixture(scope="session")
+def cql_server():
+    """One CQL test server for the whole run (each test gets its own keyspace)."""
+    from cqlserver import CqlTestServer
+
+    server = CqlTestServer().start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture(params=BACKENDS)
 def store_config(request, tmp_path):
     """A config.ini (path) for a fresh, empty store of each backend."""
     return make_backend_config(request, request.param, tmp_path)
+
+
+@pytest.fixture(params=BACKENDS)
+def node_backend(request):
+    """The backend node processes of an end-to-end test share (each test runs once per backend)."""
+    return request.param
 
 
 @pytest.fixture

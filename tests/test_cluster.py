@@ -24,8 +24,8 @@ POLL = 0.2
 
 
 @pytest.fixture
-def cluster(tmp_path, request):
-    c = Cluster(tmp_path, settings=getattr(request, "param", None), request=request)
+def cluster(tmp_path, request, node_backend):
+    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
     yield c
     c.stop_all()
 

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def cluster(tmp_path, request):
+def cluster(tmp_path, request, node_backend):
     settings = getattr(request, "param", None)
-    c = Cluster(tmp_path, settings=settings, request=request)
+    c = Cluster(tmp_path, backend=node_backend, settings=settings, request=request)
     yield c
     c.stop_all()
 

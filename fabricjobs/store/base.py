@@ -8,9 +8,10 @@ nothing of commands, shells, schedules or which transitions are legal (that is
 Compare-and-set
     A write names the row it read (``expected``) and the row it wants (``new``). It is applied
     only if the stored row still has the expected ``status``, ``epoch``, ``worker_id`` and
-    ``revision``; the store then writes ``new`` with ``revision + 1``. Otherwise nothing is
-    written and the result carries the row's current :class:`Version`, so the caller can decide
-    again without another read (Cassandra returns exactly these columns from a failed LWT).
+    ``revision``; the store then writes the columns in which ``new`` differs from ``expected``,
+    with ``revision + 1``, and returns the stored row. Otherwise nothing is written and the
+    result carries the row's current :class:`Version`, so the caller can decide again without
+    another read (Cassandra returns exactly these columns from a failed LWT).
     Because ``revision`` changes on every write, a CAS also fails if the row changed in a way
     that left status and epoch alone (UPDATEJOB); ``epoch`` and ``worker_id`` are in the
     condition because they are the fencing token of SPEC section 9.
@@ -20,6 +21,12 @@ Reads for the reconcile loop
     rows through indexes, so neither history nor other nodes' scheduled work makes a pass
     slower. No method scans archived rows except :meth:`archived_since`, which is bounded by
     time and only used by ``JOBSTATUS n DAYS AGO``.
+
+    Rows from those four reads are *candidates*: their status, owner, epoch, revision, due
+    time, hold, affinity, priority and tries are exact, but a backend may leave arguments,
+    output, error and times out (Cassandra reads them from an index). They are meant to choose
+    and then to be passed to :meth:`cas`, which writes only what changed and returns the full
+    row; read a row with :meth:`get` or :meth:`live_jobs` to show it.
 """
 
 from __future__ import annotations
@@ -130,7 +137,9 @@ class JobStore(ABC):
     def cas(self, expected: Job, new: Job) -> CasResult:
         """Write ``new`` if the stored row still matches ``expected`` (see the module docstring).
 
-        ``new.revision`` is ignored: the stored revision becomes ``expected.revision + 1``.
+        Only the columns in which ``new`` differs from ``expected`` are written (so a candidate
+        row can be passed as ``expected``); the applied result's ``row`` is the full stored
+        row. ``new.revision`` is ignored: the stored revision becomes ``expected.revision + 1``.
         ``new.key`` must equal ``expected.key``.
         """
 

@@ -38,7 +38,6 @@ _JOB_COLUMNS = (
 )
 _COLS = ", ".join(_JOB_COLUMNS)
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
-_SET_ALL = ", ".join(f"{c} = ?" for c in _JOB_COLUMNS[3:])
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -298,17 +297,21 @@ class SqliteStore(JobStore):
             for expected, new in pairs:
                 if new.key != expected.key:
                     raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
-                written = new.replace(revision=expected.revision + 1)
+                # Only the columns that change are written: a row read from an index may be a
+                # candidate without arguments or output, and must not blank them.
+                old_p, new_p = _job_params(expected), _job_params(new)
+                changed = [i for i in range(3, len(_JOB_COLUMNS)) if _JOB_COLUMNS[i] != "revision" and old_p[i] != new_p[i]]
+                sets = "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed)
                 cur = conn.execute(
-                    f"UPDATE k2_jobs SET {_SET_ALL} "
+                    f"UPDATE k2_jobs SET {sets}revision = ? "
                     "WHERE type = ? AND name = ? AND uid = ? "
                     "AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?",
-                    _job_params(written)[3:]
-                    + (expected.key.type, expected.key.name, expected.key.uid,
+                    tuple(new_p[i] for i in changed)
+                    + (expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
                        expected.status.value, expected.epoch, expected.worker_id, expected.revision),
                 )
                 if cur.rowcount == 1:
-                    results.append(CasResult(True, row=written))
+                    results.append(CasResult(True, row=self._get(conn, expected.key)))
                 else:
                     r = conn.execute(
                         "SELECT status, epoch, worker_id, revision FROM k2_jobs "

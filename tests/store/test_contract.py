@@ -92,6 +92,17 @@ def test_cas_refused_on_any_stale_condition_column(store, stale):
     assert store.get(row.key) == mine
 
 
+def test_cas_writes_only_what_changed_so_a_candidate_row_is_enough(store):
+    row = store.insert(job(arguments='{"keep": "me"}', error_msg="old error", output='"out"')).row
+    candidate = row.replace(arguments="{}", error_msg="", output=None)  # as an index might give it
+    res = store.cas(candidate, claim(candidate, "node-a"))
+    assert res.applied
+    stored = store.get(row.key)
+    assert res.row == stored
+    assert (stored.arguments, stored.error_msg, stored.output) == ('{"keep": "me"}', "old error", '"out"')
+    assert (stored.status, stored.worker_id, stored.epoch) == (Status.IN_PROCESS, "node-a", 1)
+
+
 def test_cas_on_a_missing_row_reports_no_row(store):
     ghost = job(uid="ghost").replace(revision=1)
     res = store.cas(ghost, claim(ghost, "n1"))
@@ -176,6 +187,7 @@ def test_by_status_and_by_owner(store):
     for uid, status, owner in [
         ("a", Status.SCHEDULED, None), ("b", Status.SCHEDULED, "n1"), ("c", Status.WAITING, "n1"),
         ("d", Status.STOPPING, "n2"), ("e", Status.RESTART, "n1"), ("f", Status.SCHEDULED, "n2"),
+        ("g", Status.IN_PROCESS, "n1"),
     ]:
         rows[uid] = store.insert(job(uid=uid, status=status, worker_id=owner)).row
     done = rows["f"]
@@ -186,6 +198,8 @@ def test_by_status_and_by_owner(store):
     assert len(store.by_status([Status.SCHEDULED], limit=1)) == 1
     assert uids(store.by_owner([None], [Status.SCHEDULED])) == ["a"]
     assert uids(store.by_owner(["n1"], [Status.SCHEDULED, Status.WAITING, Status.RESTART])) == ["b", "c", "e"]
+    assert uids(store.by_owner(["n1", "n2"], [Status.IN_PROCESS])) == ["g"]
+    assert uids(store.by_status([Status.IN_PROCESS])) == ["g"]
     assert uids(store.by_owner(["n1", "n2", None], [Status.SCHEDULED, Status.STOPPING])) == ["a", "b", "d"]
     assert store.by_owner([], [Status.SCHEDULED]) == []
     assert len(store.by_owner(["n1", None], [Status.SCHEDULED, Status.WAITING, Status.RESTART], limit=2)) == 2
@@ -201,18 +215,25 @@ def test_due_scheduled_is_per_owner_and_ordered_by_due_time(store):
     assert store.due_scheduled("n3", T0 + timedelta(days=1), 10) == []
 
 
-def test_delete_archived_removes_only_old_archived_rows(store):
-    for i in range(5):
+def test_archived_rows_go_after_their_retention_live_rows_stay(store, store_config, request):
+    """SQLite deletes them (the node's periodic task calls delete_archived); Cassandra writes
+    archived rows with a TTL of K2JOB_ARCHIVING_TIME_HOUR (720 h by default)."""
+    for i in range(3):
         row = store.insert(job(uid=f"old{i}")).row
-        store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=10)))
-    row = store.insert(job(uid="recent")).row
-    store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0))
-    store.insert(job(uid="live", next_run=T0 - timedelta(days=9)))
-    assert store.delete_archived(T0 - timedelta(hours=1), limit=3) == 3
-    assert store.delete_archived(T0 - timedelta(hours=1)) == 2
-    assert store.delete_archived(T0 - timedelta(hours=1)) == 0
-    left = {r.uid for r in store.archived_since(T0 - timedelta(days=30))} | {r.uid for r in store.live_jobs()}
-    assert left == {"recent", "live"}
+        store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=721)))
+    store.insert(job(uid="live", next_run=T0 - timedelta(days=90)))
+    if store.backend == "sqlite":
+        assert store.delete_archived(T0 - timedelta(hours=720)) == 3
+        assert [j.uid for j in store.live_jobs()] == ["live"]
+        assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"old{i}")) is None for i in range(3))
+        return
+    server = request.getfixturevalue("cql_server")
+    server.advance(721 * 3600)
+    try:
+        assert [j.uid for j in store.live_jobs()] == ["live"]
+        assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"old{i}")) is None for i in range(3))
+    finally:
+        server.time_offset -= 721 * 3600  # the server is shared by the whole run
 
 
 # -- nodes and kill requests ---------------------------------------------------------------------

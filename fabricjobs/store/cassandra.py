@@ -1,0 +1,756 @@
+"""The Cassandra store: k2_jobs with lightweight-transaction CAS, for a cluster that spans hosts.
+
+Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
+
+``k2_jobs``          one partition per job key, so LWT contention is per job. Every change
+                     of a row is a prepared LWT (``IF NOT EXISTS`` or ``IF status = ? AND
+                     epoch = ? AND worker_id = ? AND revision = ?``), never a plain write.
+                     Archived rows are written ``USING TTL`` (K2JOB_ARCHIVING_TIME_HOUR).
+``k2_jobs_index``    where a reconcile pass finds the rows it may act on without scanning:
+                     one entry per live row, in a *bucket* named after its status (and owner
+                     for IN_PROCESS / SCHEDULED: ``SCHEDULED|node-a``), spread over
+                     ``SHARDS`` partitions and clustered by due time, so "the oldest WAITING
+                     jobs" and "node-a's SCHEDULED jobs due before T" are range reads.
+                     Plain writes (no LWT on this table).
+``k2_jobs_owners``   the owners that have had index entries (to list IN_PROCESS/SCHEDULED buckets).
+``k2_jobs_archive``  archived keys by day and end time (JOBSTATUS n DAYS AGO), with TTL.
+``nodes``            one row per node, plain writes by that node only; ``beat_time`` is set by
+                     the coordinator's clock (``toTimestamp(now())``).
+``kill_requests``    KILL requests per node.
+``fabricjobs_schema`` the schema version.
+
+Keeping the index right without transactions across tables
+
+A change of a row from bucket B1 (revision r) to bucket B2 (revision r + 1) writes the B2
+entry first (an *intent*), then the LWT, then deletes the B1 entry. A crash in between leaves
+an extra entry, never a missing one, so no live job becomes invisible:
+
+* an entry older than the row (revision < current) is superseded and deleted by whoever
+  meets it (a scan that sees a newer entry of the same key, or a CAS that fails on it);
+* an entry newer than the row is an intent whose LWT did not happen; it is deleted once it is
+  older than ``INTENT_GRACE`` (far longer than any request timeout), so a slow writer's
+  intent is never taken away before its LWT.
+
+Entries carry the columns a node needs to choose (status, owner, due time, hold, affinity,
+priority, epoch, tries); rows built from them are "candidates" whose arguments, output and
+error are not filled in. That is safe because :meth:`cas` writes only the columns that
+changed (a full rewrite, merged with the stored row, when a row is archived or un-archived,
+so TTLs cover every cell) and returns the stored row read back.
+
+Unknown outcomes: a ``WriteTimeout`` of type CAS or SIMPLE, the protocol-v5 error 0x1700
+(CAS_WRITE_UNKNOWN, which the Python driver surfaces as a bare ``ErrorMessage``) and a
+client-side ``OperationTimedOut`` are settled by a SERIAL read of the row: if it shows our
+write (the revision we wrote with our status, owner and epoch), the CAS applied; if the row
+is unchanged, the timeout was contention and the LWT is retried with jittered backoff
+(bounded); otherwise it did not apply. LWT statements use a retry policy that never resends.
+
+LWTs per job life cycle: a one-time job costs 3 (insert, claim, outcome); each fire of a
+recurring job costs 3 (due, claim, outcome). See the README for what that means in latency.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import ssl
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta, timezone
+from typing import Any, Collection, Iterable, Sequence
+
+from ..config import Config
+from ..errors import SchemaVersionError, StoreError
+from ..model import Job, JobKey, Status
+from .base import CasResult, JobStore, KillRequest, NodeRow, Version
+
+log = logging.getLogger("fabricjobs.store.cassandra")
+
+UTC = timezone.utc
+SCHEMA_VERSION = 1
+SHARDS = 8
+INTENT_GRACE = timedelta(seconds=60)
+_EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
+_CAS_UNKNOWN = 0x1700
+_CONTENTION_RETRIES = 8
+_KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_STATUS = {s.value: s for s in Status}
+
+_JOB_COLUMNS = tuple(
+    f.name for f in fields(Job) if f.name != "key"
+)  # status, creation_time, archived, affinity, arguments, ...
+_INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS k2_jobs (
+        type text, name text, uid text,
+        status text, archived boolean, affinity text, arguments text, execution_interval text,
+        creation_time timestamp, start_time timestamp, end_time timestamp, next_run timestamp,
+        hold_until timestamp, error_msg text, output text, tries int, worker_id text,
+        epoch bigint, revision bigint, priority int,
+        PRIMARY KEY ((type, name, uid)))""",
+    """CREATE TABLE IF NOT EXISTS k2_jobs_index (
+        bucket text, shard int, next_run timestamp, type text, name text, uid text, revision bigint,
+        status text, worker_id text, hold_until timestamp, affinity text, priority int, epoch bigint,
+        tries int, written_at timestamp,
+        PRIMARY KEY ((bucket, shard), next_run, type, name, uid, revision))""",
+    """CREATE TABLE IF NOT EXISTS k2_jobs_owners (kind text, owner text, PRIMARY KEY ((kind), owner))""",
+    """CREATE TABLE IF NOT EXISTS k2_jobs_archive (
+        day text, end_time timestamp, type text, name text, uid text,
+        PRIMARY KEY ((day), end_time, type, name, uid))""",
+    """CREATE TABLE IF NOT EXISTS nodes (
+        name text PRIMARY KEY, incarnation text, dc text, host text, pid int, started timestamp,
+        version text, beat bigint, beat_time timestamp, state text, running int, info text, tasks text)""",
+    """CREATE TABLE IF NOT EXISTS kill_requests (
+        node text, task bigint, requested_at timestamp, requested_by text, PRIMARY KEY ((node), task))""",
+    """CREATE TABLE IF NOT EXISTS fabricjobs_schema (id text PRIMARY KEY, version int)""",
+)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _bucket(status: Status, worker_id: str | None, archived: bool) -> str | None:
+    if archived or status.is_final:
+        return None
+    if status in (Status.IN_PROCESS, Status.SCHEDULED):
+        return f"{status.value}|{worker_id or ''}"
+    return status.value
+
+
+def _result(future):
+    try:
+        return future.result()
+    except Exception as exc:
+        raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+
+
+def _shard(key: JobKey) -> int:
+    return zlib.crc32(f"{key.type}\0{key.name}\0{key.uid}".encode()) % SHARDS
+
+
+@dataclass(frozen=True)
+class _Entry:
+    bucket: str
+    shard: int
+    next_run: datetime
+    key: JobKey
+    revision: int
+    written_at: datetime | None
+    job: Job  # a candidate built from the entry
+
+
+def parse_replication(text: str) -> dict[str, Any]:
+    """'SimpleStrategy:3' or 'NetworkTopologyStrategy:DC1=3,DC2=3' -> a CQL replication map."""
+    strategy, _, rest = text.partition(":")
+    strategy = strategy.strip()
+    if strategy == "SimpleStrategy":
+        try:
+            factor = int(rest or "1")
+        except ValueError:
+            raise StoreError(f"[cassandra] REPLICATION: bad replication factor {rest!r}") from None
+        return {"class": "SimpleStrategy", "replication_factor": factor}
+    if strategy == "NetworkTopologyStrategy":
+        out: dict[str, Any] = {"class": "NetworkTopologyStrategy"}
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            dc, _, n = part.partition("=")
+            if not dc or not n.isdigit():
+                raise StoreError(f"[cassandra] REPLICATION: expected DC=factor, got {part!r}")
+            out[dc.strip()] = int(n)
+        if len(out) == 1:
+            raise StoreError("[cassandra] REPLICATION: NetworkTopologyStrategy needs at least one DC=factor")
+        return out
+    raise StoreError(f"[cassandra] REPLICATION: expected SimpleStrategy:<n> or NetworkTopologyStrategy:DC=n,..., got {text!r}")
+
+
+class CassandraStore(JobStore):
+    backend = "cassandra"
+
+    def __init__(
+        self,
+        *,
+        hosts: Sequence[str],
+        port: int = 9042,
+        keyspace: str = "k2system",
+        replication: str = "SimpleStrategy:1",
+        local_dc: str = "",
+        consistency: str = "LOCAL_QUORUM",
+        serial_consistency: str = "SERIAL",
+        username: str = "",
+        password: str = "",
+        tls: bool = False,
+        tls_ca_file: str = "",
+        tls_cert_file: str = "",
+        tls_key_file: str = "",
+        tls_verify: bool = True,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 10.0,
+        create_schema: bool = True,
+        protocol_version: int = 4,
+        archive_ttl_seconds: int = 720 * 3600,
+    ) -> None:
+        # The driver is imported here, not at module level: choosing SQLite never pays for it.
+        from cassandra import ConsistencyLevel
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy
+        from cassandra.query import dict_factory
+
+        if not _KEYSPACE_RE.match(keyspace):
+            raise StoreError(f"[cassandra] KEYSPACE: {keyspace!r} is not a valid keyspace name (letters, digits, _)")
+        self.keyspace = keyspace
+        self.archive_ttl = max(1, int(archive_ttl_seconds))
+        self.request_timeout = request_timeout
+        cl = ConsistencyLevel.name_to_value[consistency]
+        serial = ConsistencyLevel.name_to_value[serial_consistency]
+
+        def lbp():
+            return DCAwareRoundRobinPolicy(local_dc=local_dc or None)
+
+        profiles = {
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=lbp(), consistency_level=cl, row_factory=dict_factory,
+                request_timeout=request_timeout,
+            ),
+            "lwt": ExecutionProfile(
+                load_balancing_policy=lbp(), consistency_level=cl, serial_consistency_level=serial,
+                retry_policy=FallthroughRetryPolicy(), row_factory=dict_factory, request_timeout=request_timeout,
+            ),
+            "serial": ExecutionProfile(
+                load_balancing_policy=lbp(), consistency_level=serial, retry_policy=FallthroughRetryPolicy(),
+                row_factory=dict_factory, request_timeout=request_timeout,
+            ),
+        }
+        kwargs: dict[str, Any] = {}
+        if username:
+            from cassandra.auth import PlainTextAuthProvider
+
+            kwargs["auth_provider"] = PlainTextAuthProvider(username=username, password=password)
+        if tls:
+            ctx = ssl.create_default_context(cafile=tls_ca_file or None)
+            if not tls_verify:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if tls_cert_file:
+                ctx.load_cert_chain(tls_cert_file, tls_key_file or None)
+            kwargs["ssl_context"] = ctx
+        self._cluster = Cluster(
+            list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
+            connect_timeout=connect_timeout, schema_metadata_enabled=False, token_metadata_enabled=False,
+            **kwargs,
+        )
+        try:
+            self._session = self._cluster.connect()
+        except Exception as exc:
+            self._cluster.shutdown()
+            raise StoreError(f"cannot connect to Cassandra at {', '.join(hosts)}:{port}: {exc}") from None
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
+        self._prepared: dict[tuple, Any] = {}
+        self._prep_lock = threading.Lock()
+        self._owners_known: set[str] = set()
+        self._intents: dict[tuple, datetime] = {}
+        self._closed = False
+        try:
+            self._setup_schema(create_schema, replication)
+        except Exception:
+            self.close()
+            raise
+
+    @classmethod
+    def from_config(cls, config: Config) -> "CassandraStore":
+        c = config.section("cassandra")
+        return cls(
+            hosts=c["HOSTS"], port=c["PORT"], keyspace=c["KEYSPACE"], replication=c["REPLICATION"],
+            local_dc=c["LOCAL_DC"], consistency=c["CONSISTENCY"], serial_consistency=c["SERIAL_CONSISTENCY"],
+            username=c["USERNAME"], password=c["PASSWORD"], tls=c["TLS"], tls_ca_file=c["TLS_CA_FILE"],
+            tls_cert_file=c["TLS_CERT_FILE"], tls_key_file=c["TLS_KEY_FILE"], tls_verify=c["TLS_VERIFY"],
+            connect_timeout=c["CONNECT_TIMEOUT_SEC"], request_timeout=c["REQUEST_TIMEOUT_SEC"],
+            create_schema=c["CREATE_SCHEMA"], protocol_version=c["PROTOCOL_VERSION"],
+            archive_ttl_seconds=int(config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR") * 3600),
+        )
+
+    # -- schema ----------------------------------------------------------------------------------
+
+    def _setup_schema(self, create: bool, replication: str) -> None:
+        s = self._session
+        if create:
+            rep = parse_replication(replication)
+            rep_cql = "{" + ", ".join(f"'{k}': " + (f"'{v}'" if isinstance(v, str) else str(v)) for k, v in rep.items()) + "}"
+            s.execute(f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = {rep_cql}")
+        try:
+            s.set_keyspace(self.keyspace)
+        except Exception as exc:
+            raise StoreError(f"keyspace {self.keyspace!r} is not usable ({exc}); create it or set [cassandra] CREATE_SCHEMA = true") from None
+        if create:
+            for ddl in SCHEMA:
+                s.execute(ddl)
+        try:
+            row = s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()
+        except Exception as exc:
+            raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema ({exc}); set [cassandra] CREATE_SCHEMA = true") from None
+        if row is None:
+            s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', %s) IF NOT EXISTS", (SCHEMA_VERSION,),
+                      execution_profile="lwt")
+            row = s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()
+        if row["version"] > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"Cassandra keyspace {self.keyspace!r} has schema version {row['version']}, newer than this "
+                f"fabricjobs understands ({SCHEMA_VERSION}); upgrade fabricjobs"
+            )
+
+    def schema_version(self) -> int:
+        return self._session.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()["version"]
+
+    def _stmt(self, key: tuple, cql: str):
+        stmt = self._prepared.get(key)
+        if stmt is None:
+            with self._prep_lock:
+                stmt = self._prepared.get(key)
+                if stmt is None:
+                    stmt = self._session.prepare(cql)
+                    self._prepared[key] = stmt
+        return stmt
+
+    def _run(self, stmt, params=()):
+        """Execute a plain statement; a driver error becomes a StoreError with its text."""
+        try:
+            return self._session.execute(stmt, params)
+        except Exception as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        self._cluster.shutdown()
+
+    def store_time(self) -> datetime:
+        row = self._run(self._stmt(("now",), "SELECT toTimestamp(now()) AS now FROM system.local")).one()
+        return _aware(row["now"])
+
+    # -- rows <-> jobs ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _job(row: dict) -> Job:
+        return Job(
+            key=JobKey(row["type"], row["name"], row["uid"]),
+            status=_STATUS[row["status"]],
+            creation_time=_aware(row["creation_time"]),
+            archived=bool(row["archived"]),
+            affinity=row["affinity"] or "",
+            arguments=row["arguments"] if row["arguments"] is not None else "{}",
+            execution_interval=row["execution_interval"] or "",
+            start_time=_aware(row["start_time"]),
+            end_time=_aware(row["end_time"]),
+            next_run=_aware(row["next_run"]),
+            hold_until=_aware(row["hold_until"]),
+            error_msg=row["error_msg"] or "",
+            output=row["output"],
+            tries=row["tries"] or 0,
+            worker_id=row["worker_id"],
+            epoch=row["epoch"] or 0,
+            revision=row["revision"] or 0,
+            priority=row["priority"] if row["priority"] is not None else 4,
+        )
+
+    def _select_job(self, key: JobKey, serial: bool = False) -> Job | None:
+        stmt = self._stmt(("get",), f"SELECT type, name, uid, {', '.join(_JOB_COLUMNS)} FROM k2_jobs "
+                                   "WHERE type = ? AND name = ? AND uid = ?")
+        try:
+            if serial:
+                row = self._session.execute(stmt, (key.type, key.name, key.uid), execution_profile="serial").one()
+            else:
+                row = self._session.execute(stmt, (key.type, key.name, key.uid)).one()
+        except Exception as exc:
+            raise StoreError(f"Cassandra: cannot read {key}: {type(exc).__name__}: {exc}") from None
+        return None if row is None or row.get("status") is None else self._job(row)
+
+    # -- the LWT core ----------------------------------------------------------------------------
+
+    def _execute_lwt(self, stmt, params, key: JobKey, ours, unchanged) -> tuple[bool, dict | None, Job | None]:
+        """Run one LWT; settle an unknown outcome with a SERIAL read.
+
+        Returns (applied, the [applied] row when known, the row read at SERIAL when the
+        outcome had to be settled). ``ours(row)`` says whether a row shows our write;
+        ``unchanged(row)`` whether the row is still as the LWT expected (then a timeout was
+        contention, and the LWT is sent again after a jittered pause).
+        """
+        from cassandra import OperationTimedOut, WriteTimeout
+        from cassandra.policies import WriteType
+        from cassandra.protocol import ErrorMessage
+
+        backoff = 0.01
+        for attempt in range(_CONTENTION_RETRIES):
+            try:
+                row = self._session.execute(stmt, params, execution_profile="lwt").one()
+                return bool(row["[applied]"]), row, None
+            except WriteTimeout as exc:
+                if exc.write_type not in (WriteType.CAS, WriteType.SIMPLE):
+                    raise StoreError(f"Cassandra write timeout ({exc})") from None
+                why = f"WriteTimeout({WriteType.value_to_name.get(exc.write_type, exc.write_type)})"
+            except OperationTimedOut:
+                why = "client timeout"
+            except ErrorMessage as exc:
+                if getattr(exc, "code", None) != _CAS_UNKNOWN:
+                    raise StoreError(f"Cassandra error: {exc}") from None
+                why = "CAS_WRITE_UNKNOWN"
+            current = self._select_job(key, serial=True)
+            if current is not None and ours(current):
+                log.info("LWT on %s had an unknown outcome (%s); a SERIAL read shows it applied", key, why)
+                return True, None, current
+            if attempt + 1 < _CONTENTION_RETRIES and unchanged(current):
+                # Nobody changed the row: the timeout was contention. Try again, later.
+                time.sleep(backoff * (1 + random.random()))
+                backoff = min(backoff * 2, 0.5)
+                continue
+            log.info("LWT on %s had an unknown outcome (%s); a SERIAL read shows it did not apply", key, why)
+            return False, None, current
+        raise StoreError(f"gave up on {key} after {_CONTENTION_RETRIES} contended attempts")
+
+    # -- index maintenance -----------------------------------------------------------------------
+
+    def _index_upsert(self, job: Job, revision: int) -> None:
+        bucket = _bucket(job.status, job.worker_id, job.archived)
+        if bucket is None:
+            return
+        owner = bucket.partition("|")[2] if "|" in bucket else None
+        if owner and owner not in self._owners_known:
+            self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES ('owner', ?)"), (owner,))
+            self._owners_known.add(owner)
+        stmt = self._stmt(("iput",),
+            "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, status, worker_id,"
+            " hold_until, affinity, priority, epoch, tries, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()))")
+        k = job.key
+        self._run(stmt, (
+            bucket, _shard(k), job.next_run or _EPOCH0, k.type, k.name, k.uid, revision, job.status.value,
+            job.worker_id, job.hold_until, job.affinity, job.priority, job.epoch, job.tries,
+        ))
+
+    def _index_delete(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> None:
+        if bucket is None:
+            return
+        stmt = self._stmt(("idel",),
+            "DELETE FROM k2_jobs_index WHERE bucket = ? AND shard = ? AND next_run = ? AND type = ? AND name = ?"
+            " AND uid = ? AND revision = ?")
+        self._run(stmt, (bucket, _shard(key), next_run or _EPOCH0, key.type, key.name, key.uid, revision))
+        self._intents.pop((bucket, key, revision), None)
+
+    def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> None:
+        """Delete an index entry that is no longer true, after the LWT decided. If this write is
+        lost the entry is only stale: the next reader that meets it deletes it."""
+        try:
+            self._index_delete(bucket, key, next_run, revision)
+        except StoreError as exc:
+            log.warning("could not delete a stale index entry of %s (%s); a later reader will", key, exc)
+
+    def _archive_index(self, job: Job) -> None:
+        if job.end_time is None:
+            return
+        stmt = self._stmt(("aput",),
+            "INSERT INTO k2_jobs_archive (day, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?) USING TTL ?")
+        k = job.key
+        self._run(stmt, (job.end_time.strftime("%Y-%m-%d"), job.end_time, k.type, k.name, k.uid, self.archive_ttl))
+
+    def _repair(self, expected: Job, current: Version | None) -> None:
+        """A CAS on ``expected`` failed: drop its index entry if it is stale."""
+        bucket = _bucket(expected.status, expected.worker_id, expected.archived)
+        if bucket is None:
+            return
+        if current is None or current.revision > expected.revision:
+            self._tidy(bucket, expected.key, expected.next_run, expected.revision)
+        elif current.revision < expected.revision:
+            written = self._intents.get((bucket, expected.key, expected.revision))
+            if written is not None and written < datetime.now(UTC) - INTENT_GRACE:
+                self._tidy(bucket, expected.key, expected.next_run, expected.revision)
+
+    # -- jobs: writes ----------------------------------------------------------------------------
+
+    def insert(self, job: Job) -> CasResult:
+        new = job.replace(revision=1)
+        self._index_upsert(new, 1)
+        cols = ", ".join(_JOB_COLUMNS)
+        stmt = self._stmt(("insert",), f"INSERT INTO k2_jobs (type, name, uid, {cols}) VALUES (?, ?, ?, "
+                                       + ", ".join("?" for _ in _JOB_COLUMNS) + ") IF NOT EXISTS")
+        params = (job.key.type, job.key.name, job.key.uid) + tuple(getattr(new, c) for c in _JOB_COLUMNS)
+        params = tuple(p.value if isinstance(p, Status) else p for p in params)
+
+        def ours(row: Job) -> bool:
+            return row.revision == 1 and row.creation_time == new.creation_time and row.arguments == new.arguments
+
+        applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None)
+        if applied:
+            return CasResult(True, row=settled or new)
+        existing = settled
+        if existing is None and lwt_row is not None and lwt_row.get("status") is not None:
+            existing = self._job({k: lwt_row.get(k) for k in ("type", "name", "uid", *_JOB_COLUMNS)})
+        if existing is None:
+            existing = self._select_job(job.key)
+        ours_entry = (_bucket(new.status, new.worker_id, False), new.next_run, 1)
+        if existing is None or ours_entry != (_bucket(existing.status, existing.worker_id, existing.archived),
+                                              existing.next_run, existing.revision):
+            self._tidy(ours_entry[0], new.key, new.next_run, 1)  # our intent describes no row
+        if existing is None or not existing.archived:
+            return CasResult(False, row=existing)
+        # An archived row with this key: reuse it, counting on from its epoch and revision.
+        reused = self.cas(existing, new.replace(epoch=existing.epoch + 1, revision=existing.revision))
+        if reused.applied:
+            return reused
+        return CasResult(False, row=self._select_job(job.key))
+
+    def cas(self, expected: Job, new: Job) -> CasResult:
+        if new.key != expected.key:
+            raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+        key = expected.key
+        revision = expected.revision + 1
+        full = expected.archived != new.archived
+        if full:
+            # Archiving (or un-archiving) rewrites every cell so that the TTL covers all of them
+            # (or is lifted from all of them): merge the change into the stored row.
+            stored = self._select_job(key)
+            if stored is None or Version.of(stored) != Version.of(expected):
+                current = None if stored is None else Version.of(stored)
+                self._repair(expected, current)
+                return CasResult(False, current=current)
+            changes = {c: getattr(new, c) for c in _JOB_COLUMNS if getattr(new, c) != getattr(expected, c)}
+            target = stored.replace(**changes)
+            columns = [c for c in _JOB_COLUMNS if c != "revision"]
+        else:
+            target = new
+            columns = [c for c in _JOB_COLUMNS if c != "revision" and getattr(new, c) != getattr(expected, c)]
+        target = target.replace(revision=revision)
+        ttl = self.archive_ttl if target.archived else 0
+        sets = ", ".join(f"{c} = ?" for c in columns + ["revision"])
+        stmt = self._stmt(("cas",) + tuple(columns),
+                          f"UPDATE k2_jobs USING TTL ? SET {sets} WHERE type = ? AND name = ? AND uid = ? "
+                          "IF status = ? AND epoch = ? AND worker_id = ? AND revision = ?")
+        values = [getattr(target, c) for c in columns] + [revision]
+        params = tuple(v.value if isinstance(v, Status) else v for v in values)
+        params = (ttl,) + params + (key.type, key.name, key.uid, expected.status.value, expected.epoch,
+                                    expected.worker_id, expected.revision)
+
+        def ours(row: Job) -> bool:
+            return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
+
+        self._index_upsert(target, revision)
+        new_bucket = _bucket(target.status, target.worker_id, target.archived)
+        if new_bucket is not None:
+            self._intents[(new_bucket, key, revision)] = datetime.now(UTC)
+        applied, lwt_row, settled = self._execute_lwt(
+            stmt, params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected))
+        if applied:
+            self._tidy(_bucket(expected.status, expected.worker_id, expected.archived), key,
+                       expected.next_run, expected.revision)
+            if new_bucket is not None:
+                self._intents.pop((new_bucket, key, revision), None)
+            if target.archived:
+                try:
+                    self._archive_index(target)
+                except StoreError as exc:  # JOBSTATUS n DAYS AGO misses it; the row itself is right
+                    log.warning("could not record %s in the archive index (%s)", key, exc)
+            row = settled if full is False and settled is not None else None
+            if row is None:
+                row = target if full else self._select_job(key)
+            return CasResult(True, row=row)
+        if settled is not None:
+            current = Version.of(settled)
+        elif lwt_row is not None and lwt_row.get("status") is not None:
+            current = Version(_STATUS[lwt_row["status"]], lwt_row["epoch"], lwt_row["worker_id"], lwt_row["revision"])
+        else:
+            current = None
+        # Our intent stays only if the row now is exactly what it describes (someone made the
+        # same change first); otherwise it is dropped.
+        if new_bucket is not None and not (
+            current is not None and current.revision == revision
+            and _bucket(current.status, current.worker_id, False) == new_bucket
+        ):
+            self._tidy(new_bucket, key, target.next_run, revision)
+        self._repair(expected, current)
+        return CasResult(False, current=current)
+
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]]) -> list[CasResult]:
+        if len(pairs) <= 1:
+            return [self.cas(e, n) for e, n in pairs]
+        return list(self._pool.map(lambda p: self.cas(*p), pairs))
+
+    def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
+        return 0  # archived rows expire by TTL
+
+    # -- jobs: reads -----------------------------------------------------------------------------
+
+    def get(self, key: JobKey) -> Job | None:
+        return self._select_job(key)
+
+    def _scan(self, bucket: str, *, before: datetime | None = None, limit: int | None = None) -> list[_Entry]:
+        """Entries of one bucket from every shard, soonest due first."""
+        cols = "bucket, shard, next_run, type, name, uid, revision, written_at, " + ", ".join(_INDEX_COLUMNS)
+        where = "bucket = ? AND shard = ?" + (" AND next_run < ?" if before is not None else "")
+        cql = f"SELECT {cols} FROM k2_jobs_index WHERE {where}" + (" LIMIT ?" if limit is not None else "")
+        stmt = self._stmt(("scan", before is not None, limit is not None), cql)
+        futures = []
+        for shard in range(SHARDS):
+            params: list = [bucket, shard]
+            if before is not None:
+                params.append(before)
+            if limit is not None:
+                params.append(limit)
+            futures.append(self._session.execute_async(stmt, params))
+        entries = []
+        for f in futures:
+            for r in _result(f):
+                key = JobKey(r["type"], r["name"], r["uid"])
+                next_run = _aware(r["next_run"])
+                job = Job(
+                    key=key, status=_STATUS[r["status"]], creation_time=_EPOCH0,
+                    affinity=r["affinity"] or "", next_run=None if next_run == _EPOCH0 else next_run,
+                    hold_until=_aware(r["hold_until"]), tries=r["tries"] or 0, worker_id=r["worker_id"],
+                    epoch=r["epoch"] or 0, revision=r["revision"],
+                    priority=r["priority"] if r["priority"] is not None else 4,
+                )
+                entries.append(_Entry(r["bucket"], r["shard"], next_run, key, r["revision"], _aware(r["written_at"]), job))
+        entries.sort(key=lambda e: (e.next_run, e.key))
+        return entries
+
+    def _latest(self, entries: Iterable[_Entry]) -> list[_Entry]:
+        """One entry per key (the newest revision); older ones are superseded and deleted."""
+        best: dict[JobKey, _Entry] = {}
+        for e in entries:
+            other = best.get(e.key)
+            if other is None or e.revision > other.revision:
+                if other is not None:
+                    self._tidy(other.bucket, other.key, other.next_run, other.revision)
+                best[e.key] = e
+            elif e.revision < other.revision:
+                self._tidy(e.bucket, e.key, e.next_run, e.revision)
+        for e in best.values():
+            if e.written_at is not None:
+                self._intents.setdefault((e.bucket, e.key, e.revision), e.written_at)
+        if len(self._intents) > 100_000:
+            self._intents.clear()
+        return sorted(best.values(), key=lambda e: (e.next_run, e.key))
+
+    def _owners(self) -> list[str]:
+        rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = 'owner'"))
+        return [r["owner"] for r in rows]
+
+    def _buckets(self, statuses: Collection[Status], owners: Iterable[str | None] | None) -> list[str]:
+        out = []
+        for s in statuses:
+            if s in (Status.IN_PROCESS, Status.SCHEDULED):
+                names = [""] + self._owners() if owners is None else [o or "" for o in owners]
+                out.extend(f"{s.value}|{o}" for o in dict.fromkeys(names))
+            elif not s.is_final:
+                out.append(s.value)
+        return out
+
+    def _candidates(self, buckets: list[str], owners: set | None = None) -> list[Job]:
+        entries: list[_Entry] = []
+        for b in buckets:
+            entries.extend(self._scan(b))
+        jobs = [e.job for e in self._latest(entries)]
+        if owners is not None:
+            jobs = [j for j in jobs if j.worker_id in owners]
+        return jobs
+
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
+        if type is not None and name is not None and uid is not None:
+            job = self._select_job(JobKey(type, name, uid))
+            return [job] if job is not None and not job.archived else []
+        keys = [j.key for j in self._candidates(self._buckets(tuple(s for s in Status if not s.is_final), None))]
+        keys = [k for k in keys if (type is None or k.type == type) and (name is None or k.name == name)
+                and (uid is None or k.uid == uid)]
+        rows = self._get_many(keys)
+        return sorted((j for j in rows if j is not None and not j.archived), key=lambda j: j.key)
+
+    def _get_many(self, keys: Sequence[JobKey]) -> list[Job | None]:
+        stmt = self._stmt(("get",), f"SELECT type, name, uid, {', '.join(_JOB_COLUMNS)} FROM k2_jobs "
+                                   "WHERE type = ? AND name = ? AND uid = ?")
+        out: list[Job | None] = []
+        for i in range(0, len(keys), 256):
+            futures = [self._session.execute_async(stmt, (k.type, k.name, k.uid)) for k in keys[i:i + 256]]
+            for f in futures:
+                row = _result(f).one()
+                out.append(None if row is None or row.get("status") is None else self._job(row))
+        return out
+
+    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+        stmt = self._stmt(("asel",), "SELECT type, name, uid FROM k2_jobs_archive WHERE day = ? AND end_time >= ?")
+        day = since.astimezone(UTC).date()
+        today = datetime.now(UTC).date() + timedelta(days=1)
+        keys: dict[JobKey, None] = {}
+        futures = []
+        while day <= today:
+            futures.append(self._session.execute_async(stmt, (day.strftime("%Y-%m-%d"), since)))
+            day += timedelta(days=1)
+        for f in futures:
+            for r in _result(f):
+                k = JobKey(r["type"], r["name"], r["uid"])
+                if type is None or k.type == type:
+                    keys[k] = None
+        rows = self._get_many(list(keys))
+        return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
+                      key=lambda j: j.key)
+
+    def waiting(self, limit: int) -> list[Job]:
+        return [e.job for e in self._latest(self._scan(Status.WAITING.value, limit=limit))][:limit]
+
+    def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
+        entries = self._scan(f"{Status.SCHEDULED.value}|{worker_id}", before=before, limit=limit)
+        return [e.job for e in self._latest(entries)][:limit]
+
+    def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
+        jobs = self._candidates(self._buckets(statuses, None))
+        return jobs if limit is None else jobs[:limit]
+
+    def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status], limit: int | None = None) -> list[Job]:
+        owners = set(worker_ids)
+        if not owners or not statuses:
+            return []
+        owned = [s for s in statuses if s in (Status.IN_PROCESS, Status.SCHEDULED)]
+        shared = [s for s in statuses if s not in owned]
+        jobs = self._candidates(self._buckets(owned, owners)) if owned else []
+        if shared:
+            jobs += self._candidates(self._buckets(shared, None), owners)
+        return jobs if limit is None else jobs[:limit]
+
+    # -- nodes -------------------------------------------------------------------------------------
+
+    def write_node(self, node: NodeRow) -> None:
+        stmt = self._stmt(("node",),
+            "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
+            " info, tasks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()), ?, ?, ?, ?)")
+        self._run(stmt, (node.name, node.incarnation, node.dc, node.host, node.pid, node.started,
+                         node.version, node.beat, node.state, node.running, node.info, node.tasks))
+
+    def nodes(self) -> list[NodeRow]:
+        rows = self._run(self._stmt(("nodes",), "SELECT * FROM nodes"))
+        out = [
+            NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _aware(r["started"]), r["version"],
+                    r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]))
+            for r in rows
+        ]
+        return sorted(out, key=lambda n: n.name)
+
+    def delete_node(self, name: str) -> None:
+        self._run(self._stmt(("ndel",), "DELETE FROM nodes WHERE name = ?"), (name,))
+        self._run(self._stmt(("kdelall",), "DELETE FROM kill_requests WHERE node = ?"), (name,))
+
+    # -- kill requests -----------------------------------------------------------------------------
+
+    def add_kill_request(self, request: KillRequest) -> None:
+        stmt = self._stmt(("kput",), "INSERT INTO kill_requests (node, task, requested_at, requested_by) VALUES (?, ?, ?, ?)")
+        self._run(stmt, (request.node, request.task, request.requested_at, request.requested_by))
+
+    def kill_requests(self, node: str) -> list[KillRequest]:
+        rows = self._run(self._stmt(("ksel",), "SELECT * FROM kill_requests WHERE node = ?"), (node,))
+        return [KillRequest(r["node"], r["task"], _aware(r["requested_at"]), r["requested_by"]) for r in rows]
+
+    def delete_kill_request(self, node: str, task: int) -> None:
+        self._run(self._stmt(("kdel",), "DELETE FROM kill_requests WHERE node = ? AND task = ?"), (node, task))

@@ -1,0 +1,204 @@
+"""What only the Cassandra backend has: unknown LWT outcomes, the index, TTL, its schema.
+
+Through the real cassandra-driver against the CQL test server (tests/cqlserver), which
+injects the failures a real cluster produces.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fabricjobs.errors import SchemaVersionError, StoreError
+from fabricjobs.model import Job, JobKey, Status
+from fabricjobs.store.cassandra import CassandraStore, parse_replication
+
+UTC = timezone.utc
+T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def server(cql_server):
+    cql_server.faults.clear()
+    yield cql_server
+    cql_server.faults.clear()
+
+
+def open_store(server, keyspace, **kw):
+    return CassandraStore(hosts=[server.host], port=server.port, keyspace=keyspace, consistency="ONE",
+                          request_timeout=kw.pop("request_timeout", 5.0), **kw)
+
+
+@pytest.fixture
+def keyspace():
+    return "fj_" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def pair(server, keyspace):
+    """Two stores on one keyspace: two nodes racing for the same row."""
+    a = open_store(server, keyspace, request_timeout=1.0)
+    b = open_store(server, keyspace)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def waiting_job(uid="u1") -> Job:
+    return Job(JobKey("USER_JOB", "A.b", uid), Status.WAITING, T0, next_run=T0, arguments='{"x": 1}')
+
+
+def claim(row: Job, node: str) -> Job:
+    return row.replace(status=Status.IN_PROCESS, worker_id=node, epoch=row.epoch + 1, start_time=T0)
+
+
+CLAIM_LWT = r"UPDATE k2_jobs .* IF status"
+
+UNKNOWN = [
+    ("write_timeout", dict(write_type="CAS")),
+    ("write_timeout", dict(write_type="SIMPLE")),
+    ("cas_write_unknown", {}),
+    ("delay", dict(delay=2.0)),  # longer than the client's 1 s request timeout: OperationTimedOut
+]
+
+
+@pytest.mark.parametrize("kind, kw", UNKNOWN, ids=["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "OperationTimedOut"])
+def test_unknown_outcome_that_did_apply_is_recognised_as_ours(server, pair, kind, kw):
+    a, b = pair
+    row = a.insert(waiting_job()).row
+    server.faults.add(kind, CLAIM_LWT, applied=True, times=1, **kw)
+    res = a.cas(row, claim(row, "node-a"))
+    assert res.applied, "the SERIAL read shows our (worker_id, epoch): the claim applied"
+    assert (res.row.worker_id, res.row.epoch, res.row.revision) == ("node-a", 1, 2)
+    # node-b, racing with the same read, loses: no double claim
+    assert not b.cas(row, claim(row, "node-b")).applied
+    assert a.get(row.key).worker_id == "node-a"
+    assert server.stats["serial_reads"] >= 1
+
+
+@pytest.mark.parametrize("kind, kw", UNKNOWN, ids=["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "OperationTimedOut"])
+def test_unknown_outcome_when_someone_else_owns_the_row(server, pair, kind, kw):
+    a, b = pair
+    row = a.insert(waiting_job()).row
+    assert b.cas(row, claim(row, "node-b")).applied  # node-b won meanwhile
+    server.faults.add(kind, CLAIM_LWT, applied=True, times=1, **kw)  # a's LWT runs (and fails its IF) but the reply is lost
+    res = a.cas(row, claim(row, "node-a"))
+    assert not res.applied
+    assert res.current.worker_id == "node-b" and res.current.epoch == 1
+    stored = a.get(row.key)
+    assert (stored.worker_id, stored.epoch, stored.revision) == ("node-b", 1, 2)
+
+
+@pytest.mark.parametrize("kind, kw", UNKNOWN[:3], ids=["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700"])
+def test_an_unknown_outcome_that_did_not_apply_on_an_unchanged_row_is_contention_and_is_retried(server, pair, kind, kw):
+    a, _ = pair
+    row = a.insert(waiting_job()).row
+    before = server.stats.snapshot()
+    server.faults.add(kind, CLAIM_LWT, applied=False, times=2, **kw)
+    res = a.cas(row, claim(row, "node-a"))
+    assert res.applied and res.row.worker_id == "node-a" and res.row.epoch == 1
+    after = server.stats.snapshot()
+    assert after["faults_fired"] - before["faults_fired"] == 2  # two contended attempts ...
+    assert after["lwts_applied"] - before["lwts_applied"] == 1  # ... then the third applied, once
+
+
+def test_an_unknown_insert_outcome_is_settled_too(server, pair):
+    a, b = pair
+    server.faults.add("write_timeout", r"INSERT INTO k2_jobs \(", applied=True, times=1, write_type="CAS")
+    res = a.insert(waiting_job("i1"))
+    assert res.applied and res.row.revision == 1
+    again = b.insert(waiting_job("i1"))
+    assert not again.applied and again.row.arguments == '{"x": 1}'
+
+
+def test_lwts_are_never_resent_by_the_driver(server, pair):
+    a, _ = pair
+    row = a.insert(waiting_job()).row
+    server.faults.add("overloaded", CLAIM_LWT, times=1)
+    before = server.stats["faults_fired"]
+    with pytest.raises(Exception):
+        a.cas(row, claim(row, "node-a"))
+    assert server.stats["faults_fired"] - before == 1  # one send, no retry on another host
+
+
+def test_every_job_row_change_is_an_lwt_and_the_index_follows_it(server, keyspace):
+    store = open_store(server, keyspace)
+    try:
+        before = server.stats.snapshot()
+        row = store.insert(waiting_job("life")).row
+        claimed = store.cas(row, claim(row, "n1")).row
+        done = store.cas(claimed, claimed.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(seconds=1)))
+        after = server.stats.snapshot()
+        assert done.applied
+        assert after["lwts"] - before["lwts"] == 3  # insert, claim, outcome: one LWT each
+        assert store.waiting(10) == [] and store.by_owner(["n1"], [Status.IN_PROCESS]) == []
+        assert [j.uid for j in store.archived_since(T0)] == ["life"]
+        ttl = store._session.execute("SELECT TTL(arguments) AS t FROM k2_jobs WHERE type='USER_JOB' AND name='A.b' AND uid='life'").one()["t"]
+        assert 0 < ttl <= 720 * 3600  # the whole archived row carries the TTL
+    finally:
+        store.close()
+
+
+def test_a_lost_index_write_is_repaired_not_lost(server, keyspace):
+    """An index entry left behind by a crash between the LWT and the index delete is dropped
+    by the first reader that meets it; the row stays findable."""
+    store = open_store(server, keyspace)
+    try:
+        row = store.insert(waiting_job("r")).row
+        # The claim's LWT applies, but the delete of its WAITING entry is lost (as in a crash).
+        server.faults.add("write_timeout", "DELETE FROM k2_jobs_index", applied=False, times=1, write_type="SIMPLE")
+        assert store.cas(row, claim(row, "n1")).applied
+        stale = store.waiting(10)
+        assert [j.uid for j in stale] == ["r"]  # the stale WAITING entry
+        res = store.cas(stale[0], claim(stale[0], "n2"))
+        assert not res.applied and res.current.worker_id == "n1"  # CAS protects the row ...
+        assert store.waiting(10) == []  # ... and the stale entry is gone
+        assert [j.uid for j in store.by_owner(["n1"], [Status.IN_PROCESS])] == ["r"]
+    finally:
+        store.close()
+
+
+def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
+    store = open_store(server, keyspace)
+    assert store.schema_version() == 1
+    store._session.execute("UPDATE fabricjobs_schema SET version = 99 WHERE id = 'k2_jobs'")
+    store.close()
+    with pytest.raises(SchemaVersionError, match="schema version 99, newer than this fabricjobs understands"):
+        open_store(server, keyspace)
+
+
+def test_without_create_schema_a_missing_keyspace_is_a_clear_error(server):
+    with pytest.raises(StoreError, match="CREATE_SCHEMA"):
+        open_store(server, "fj_absent_" + uuid.uuid4().hex[:6], create_schema=False)
+
+
+def test_an_unreachable_cluster_is_a_clear_error():
+    with pytest.raises(StoreError, match="cannot connect to Cassandra at 127.0.0.1:1"):
+        CassandraStore(hosts=["127.0.0.1"], port=1, connect_timeout=1.0)
+
+
+def test_replication_settings():
+    assert parse_replication("SimpleStrategy:3") == {"class": "SimpleStrategy", "replication_factor": 3}
+    assert parse_replication("NetworkTopologyStrategy:DC1=3, DC2=2") == {
+        "class": "NetworkTopologyStrategy", "DC1": 3, "DC2": 2}
+    with pytest.raises(StoreError, match="REPLICATION"):
+        parse_replication("Everywhere")
+
+
+def test_bad_keyspace_names_are_refused_before_any_cql(server):
+    with pytest.raises(StoreError, match="not a valid keyspace name"):
+        open_store(server, "ks; DROP KEYSPACE system")
+
+
+def test_the_driver_is_imported_only_for_this_backend(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from fabricjobs.client import Client; "
+            f"c = Client.from_config({str(tmp_path / 'c.ini')!r}); c.fetch('jobstatus;'); "
+            "print('cassandra' in sys.modules)")
+    (tmp_path / "c.ini").write_text(f"[store]\nSQLITE_PATH = {tmp_path / 'x.db'}\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

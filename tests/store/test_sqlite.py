@@ -1,0 +1,65 @@
+"""What only the SQLite backend has: explicit retention deletes, schema versioning."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fabricjobs.errors import SchemaVersionError
+from fabricjobs.model import Job, JobKey, Status
+from fabricjobs.store.sqlite import SCHEMA_VERSION, SqliteStore
+
+T0 = datetime(2026, 5, 1, 12, tzinfo=timezone.utc)
+
+
+def job(uid, **kw):
+    kw.setdefault("next_run", T0)
+    return Job(JobKey("USER_JOB", "A.b", uid), Status.WAITING, T0, **kw)
+
+
+def test_delete_archived_removes_only_old_archived_rows_in_bounded_batches(tmp_path):
+    store = SqliteStore(tmp_path / "j.db")
+    for i in range(5):
+        row = store.insert(job(f"old{i}")).row
+        store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=10)))
+    row = store.insert(job("recent")).row
+    store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0))
+    store.insert(job("live", next_run=T0 - timedelta(days=9)))
+    assert store.delete_archived(T0 - timedelta(hours=1), limit=3) == 3
+    assert store.delete_archived(T0 - timedelta(hours=1)) == 2
+    assert store.delete_archived(T0 - timedelta(hours=1)) == 0
+    left = {r.uid for r in store.archived_since(T0 - timedelta(days=30))} | {r.uid for r in store.live_jobs()}
+    assert left == {"recent", "live"}
+
+
+def test_a_newer_schema_is_refused_with_a_clear_message(tmp_path):
+    path = tmp_path / "j.db"
+    SqliteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(SchemaVersionError, match=f"schema version {SCHEMA_VERSION + 1}, newer than this fabricjobs understands"):
+        SqliteStore(path)
+
+
+def test_durability_settings_are_applied(tmp_path):
+    store = SqliteStore(tmp_path / "j.db")
+    conn = store._conn()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert SqliteStore(tmp_path / "k.db", synchronous="NORMAL")._conn().execute("PRAGMA synchronous").fetchone()[0] == 1
+
+
+def test_reconcile_queries_use_the_live_indexes_never_a_scan(tmp_path):
+    store = SqliteStore(tmp_path / "j.db")
+    conn = store._conn()
+    for sql, params in [
+        ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE status = 'WAITING' ORDER BY next_run LIMIT 5", ()),
+        ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_live_status WHERE archived = 0 AND status = 'SCHEDULED' "
+         "AND worker_id = ? AND next_run < ? ORDER BY next_run LIMIT 5", ("n", 0.0)),
+        ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_live_key WHERE archived = 0 ORDER BY type, name, uid", ()),
+    ]:
+        plan = " ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
