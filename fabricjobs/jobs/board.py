@@ -7,24 +7,32 @@ The node writes, its worker processes read, with no message passing, so that
   node stops renewing it, every run of that node ends itself before any other node may
   declare the node dead (SPEC 5, guarantee 1).
 
+The lease has a *generation*. It goes up whenever the lease is renewed after it had run
+out: the node may have been judged dead meanwhile and its jobs taken over, so a run started
+under an older generation must end, even though the lease is valid again.
+
 Layout (one small file mapped by every process of the node):
 
     0   uint64  sequence (odd while the writer is mid-update)
     8   float64 lease_until, on CLOCK_MONOTONIC (shared by all processes of one host)
-    16  uint8   abort flag per worker slot
+    16  uint64  generation
+    24  uint8   abort flag per worker slot
 """
 
 from __future__ import annotations
 
+import glob
 import mmap
 import os
 import struct
 import tempfile
 import time
 
-_HEADER = 16
+_HEADER = 24
 _SEQ = struct.Struct("=Q")
 _LEASE = struct.Struct("=d")
+_GEN = struct.Struct("=Q")
+_PREFIX = "fabricjobs-board-"
 
 
 class Board:
@@ -40,30 +48,45 @@ class Board:
 
     @classmethod
     def create(cls, slots: int) -> "Board":
-        fd, path = tempfile.mkstemp(prefix="fabricjobs-board-")
+        _remove_stale_boards()
+        fd, path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-")
         os.close(fd)
         return cls(path, slots, create=True)
 
     # -- lease (single writer: the node's heartbeat) -------------------------------------------
 
-    def set_lease(self, until_monotonic: float) -> None:
+    def set_lease(self, until_monotonic: float, now_monotonic: float) -> bool:
+        """Renew the lease. Returns True if it had run out (the generation went up)."""
+        lapsed = now_monotonic >= self.lease_until() and self.lease_until() > 0
         seq = _SEQ.unpack_from(self._mm, 0)[0]
         _SEQ.pack_into(self._mm, 0, seq + 1)
         _LEASE.pack_into(self._mm, 8, until_monotonic)
+        if lapsed:
+            _GEN.pack_into(self._mm, 16, _GEN.unpack_from(self._mm, 16)[0] + 1)
         _SEQ.pack_into(self._mm, 0, seq + 2)
+        return lapsed
 
-    def lease_until(self) -> float:
+    def _read(self) -> tuple[float, int]:
         while True:
             s1 = _SEQ.unpack_from(self._mm, 0)[0]
-            value = _LEASE.unpack_from(self._mm, 8)[0]
+            lease = _LEASE.unpack_from(self._mm, 8)[0]
+            gen = _GEN.unpack_from(self._mm, 16)[0]
             s2 = _SEQ.unpack_from(self._mm, 0)[0]
             if s1 == s2 and not s1 & 1:
-                return value
+                return lease, gen
             time.sleep(0)
 
-    def lease_valid(self, now_monotonic: float | None = None) -> bool:
+    def lease_until(self) -> float:
+        return self._read()[0]
+
+    def generation(self) -> int:
+        return self._read()[1]
+
+    def lease_valid(self, now_monotonic: float | None = None, generation: int | None = None) -> bool:
+        """The lease is valid now (and, if given, still of ``generation``)."""
+        lease, gen = self._read()
         now = time.monotonic() if now_monotonic is None else now_monotonic
-        return now < self.lease_until()
+        return now < lease and (generation is None or gen == generation)
 
     # -- abort flags (node sets, the run in that slot reads) --------------------------------------
 
@@ -84,3 +107,20 @@ class Board:
                 os.unlink(self.path)
             except OSError:
                 pass
+
+
+def _remove_stale_boards() -> None:
+    """Board files of nodes that died without a clean shutdown (their pid is in the name)."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _PREFIX + "*")):
+        pid = os.path.basename(path)[len(_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        except PermissionError:
+            pass

@@ -151,10 +151,20 @@ class JobCatalog:
 
 def _defines_function(path: Path, func: str) -> bool:
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise JobResolutionError(f"cannot read {path}: {exc}") from None
+    return func in _top_level_functions(str(path), mtime)
+
+
+@functools.lru_cache(maxsize=256)
+def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
+    """Names of a module's top-level functions, parsed once per file version."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, ValueError) as exc:
         raise JobResolutionError(f"cannot read {path}: {exc}") from None
-    return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == func for n in tree.body)
+    return frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def _import_from_dir(root: Path, module: str):

@@ -37,6 +37,7 @@ class RunSpec:
     slot: int
     output_max: int
     catalog: JobCatalog
+    generation: int  # the lease generation it was claimed under (see board.py)
 
 
 @dataclass(frozen=True)
@@ -96,17 +97,32 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
     finally:
         _unbind(token)
     try:
-        output = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        return Outcome(ERROR, error=f"return value is not JSON-serialisable: {exc}", mode=FailMode.NO_RETRY)
+        output = json.dumps(value, ensure_ascii=False).encode("utf-8").decode("utf-8")
+    except (TypeError, ValueError, RecursionError, UnicodeError) as exc:
+        return Outcome(ERROR, error=_describe(f"return value is not JSON-serialisable: {exc}"), mode=FailMode.NO_RETRY)
     return Outcome(OK, output=_cap_json(output, spec.output_max))
 
 
+_ERROR_MAX = 4000
+
+
 def _describe(exc: BaseException | str) -> str:
+    """An exception as one bounded line of valid text (it becomes error_msg / Notes)."""
     if isinstance(exc, str):
-        return exc
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        text = exc
+    else:
+        try:
+            body = str(exc)
+        except Exception:  # a job's exception may fail even at this
+            body = ""
+        text = f"{type(exc).__name__}: {body}" if body else type(exc).__name__
+    return clean_text(text, _ERROR_MAX)
+
+
+def clean_text(text: str, limit: int) -> str:
+    """Valid UTF-8 (lone surrogates replaced), at most ``limit`` characters."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 20] + "... [truncated]"
 
 
 def _cap_json(output: str, limit: int) -> str:
@@ -191,7 +207,7 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     stdout, stderr = out.text(), err.text()
     if code == 0:
         return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
-    tail = stderr.strip()[-2000:]
+    tail = clean_text(stderr.strip()[-2000:], 2000)
     reason = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
     if signalled:
         return Outcome(INTERRUPTED, error=f"{reason} after stop" + (f": {tail}" if tail else ""), exit_code=code)

@@ -4,11 +4,21 @@ Jobs run here rather than in the node's threads so that STOPJOB (after a grace p
 KILL can really end them: the node kills the worker (and a PROCESS job's process group),
 whatever the job is blocked in.
 
-The watchdog thread is the other half of SPEC 5's guarantee 1. It watches the node's lease
-on the shared board (:mod:`.board`); once the lease runs out (the node is paused, hung or
-dead and no longer renews it) it ends the run at once, well before any other node may
-declare this node dead and take the job over. The same check runs before a result is
-reported, so a run resumed after a pause never reports success from a lease it lost.
+This is also the other half of SPEC 5's guarantee 1: a run lives on its node's lease
+(:mod:`.board`) and ends itself when the lease runs out or changes generation, well before
+any other node may declare its node dead. Two mechanisms, so that neither a paused node nor a
+job that holds the GIL can defeat it:
+
+* a watchdog thread sees the lease run out, makes ``is_aborted()`` true, gives the job a
+  moment to end on its own, then ends it (killing a PROCESS job's process group);
+* a kernel timer (``ITIMER_REAL``, with SIGALRM left at its default action: terminate) is
+  kept armed to the lease's end plus that moment. The watchdog pushes it forward while the
+  lease is renewed; if the watchdog cannot run (a C call holding the GIL) or the whole node
+  was paused past the lease, the kernel ends the process. (A job must therefore not hold
+  the GIL for longer than the lease: 50 s with the default heartbeat.)
+
+The same check runs before a result is reported, so a run resumed after a pause never reports
+success from a lease it lost.
 
 Protocol on the pipe (picklable tuples):
     node -> worker   RunSpec | None (exit)
@@ -26,22 +36,25 @@ import threading
 import time
 
 from .board import Board
-from .runner import INTERRUPTED, LEASE_LOST, Outcome, RunSpec, run_job
+from .runner import LEASE_LOST, Outcome, RunSpec, run_job
 
 _WATCH_PERIOD = 0.02
 _COOPERATIVE_END = 0.1  # seconds a run gets to notice is_aborted() once the lease is gone
+_LOST = "run ended: its node stopped renewing the lease"
 
 
 class _Current:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.task: int | None = None
+        self.generation = 0
         self.child: int | None = None
 
 
 def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, log_level: int, node: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved
     logging.basicConfig(
         level=log_level, stream=sys.stderr,
         format=f"%(levelname)s %(asctime)s [worker-{slot}@{node}] %(name)s - %(message)s",
@@ -49,23 +62,31 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     log = logging.getLogger("fabricjobs.job")
     board = Board(board_path, slots)
     current = _Current()
-
+    send_lock = threading.Lock()
     parent = os.getppid()  # the fork server; it exits when the node dies
     lost = threading.Event()
+
+    def send(msg) -> None:
+        with send_lock:
+            conn.send(msg)
+
+    def arm(seconds: float) -> None:
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
 
     def lease_watchdog() -> None:
         while True:
             time.sleep(_WATCH_PERIOD)
             with current.lock:
-                task = current.task
+                task, generation = current.task, current.generation
             if task is None:
-                lost.clear()
                 continue
-            if board.lease_valid() and os.getppid() == parent:
+            now = time.monotonic()
+            if board.lease_valid(now, generation) and os.getppid() == parent:
+                arm(board.lease_until() - now + _COOPERATIVE_END)  # push the dead-man timer forward
                 continue
-            # The node stopped renewing its lease, or is gone: end the run now, well before
-            # anyone may take the job over. is_aborted() turns true at once; a job that does not
-            # end within a moment is killed.
+            # The node stopped renewing its lease, renewed it after it had lapsed, or is gone:
+            # end the run now, well before anyone may take the job over. is_aborted() turns
+            # true at once; a job that does not end within a moment is killed.
             lost.set()
             deadline = time.monotonic() + _COOPERATIVE_END
             while time.monotonic() < deadline:
@@ -83,7 +104,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                         pass
                 log.warning("run %s ended: its node stopped renewing the lease", task)
                 try:
-                    conn.send(("done", task, Outcome(LEASE_LOST, error="run ended: its node stopped renewing the lease")))
+                    send(("done", task, Outcome(LEASE_LOST, error=_LOST)))
                 except (OSError, ValueError):
                     pass
                 os._exit(3)
@@ -93,7 +114,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     def on_spawn(pid: int) -> None:
         with current.lock:
             current.child = pid
-        conn.send(("spawned", current.task, pid))
+        send(("spawned", current.task, pid))
 
     while True:
         try:
@@ -104,16 +125,27 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             return  # the node is gone
         if spec is None:
             return
-        with current.lock:
-            current.task, current.child = spec.task, None
         # (The node clears this slot's abort flag before sending the spec; clearing it here
         # would lose a STOPJOB that arrived before the run began.)
-        outcome = run_job(spec, lambda: lost.is_set() or board.aborted(spec.slot) or not board.lease_valid(), on_spawn, log)
+        now = time.monotonic()
+        if not board.lease_valid(now, spec.generation):
+            send(("done", spec.task, Outcome(LEASE_LOST, error=_LOST)))
+            continue
+        arm(board.lease_until() - now + _COOPERATIVE_END)
+        lost.clear()
         with current.lock:
-            if (lost.is_set() or not board.lease_valid()) and outcome.kind != LEASE_LOST:
-                outcome = Outcome(LEASE_LOST, error="run ended: its node stopped renewing the lease")
+            current.task, current.generation, current.child = spec.task, spec.generation, None
+
+        def aborted() -> bool:
+            return lost.is_set() or board.aborted(spec.slot) or not board.lease_valid(None, spec.generation)
+
+        outcome = run_job(spec, aborted, on_spawn, log)
+        with current.lock:
+            if (lost.is_set() or not board.lease_valid(None, spec.generation)) and outcome.kind != LEASE_LOST:
+                outcome = Outcome(LEASE_LOST, error=_LOST)
             current.task, current.child = None, None
+        signal.setitimer(signal.ITIMER_REAL, 0)  # idle: nothing to end
         try:
-            conn.send(("done", spec.task, outcome))
+            send(("done", spec.task, outcome))
         except (OSError, ValueError):
             return

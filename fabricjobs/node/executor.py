@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..clock import Clock
 from ..jobs.registry import JobCatalog
-from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec
+from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec, clean_text
 from ..model import Job, JobKey, Status, advance
 from ..store.base import JobStore
 from .decisions import RELEASED, RunFacts, after_run
@@ -40,6 +40,7 @@ class Run:
     facts: RunFacts
     pool: str  # the affinity limit this run counts against
     exceptional: bool
+    generation: int  # the lease generation it was claimed under
     started_mono: float
     worker: Worker | None = None
     end_reason: str | None = None  # why the node is ending it: stop | restart | kill | release | shutdown | lease
@@ -136,24 +137,30 @@ class Executor:
 
     # -- starting and ending runs -------------------------------------------------------------------
 
-    def start(self, row: Job, pool: str, exceptional: bool = False) -> Run:
-        """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)."""
+    def start(self, row: Job, pool: str, exceptional: bool, generation: int) -> Run:
+        """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)
+        under lease ``generation``. If the lease lapsed since the claim, the run never starts:
+        another node may already have the job."""
         run = Run(
             task=next(self._tasks),
             row=row,
             facts=RunFacts(self.me, row.epoch, row.next_run or row.start_time, row.start_time or self.clock.now()),
             pool=pool,
             exceptional=exceptional,
+            generation=generation,
             started_mono=self.clock.monotonic(),
         )
         with self._lock:
             self._runs[run.task] = run
             self._by_key[run.key] = run
-        try:
-            self._dispatch(run)
-        except Exception as exc:  # cannot start a worker: the run fails like any other
-            log.exception("could not start %s on a worker", run.key)
-            self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
+        if not self.pool.board.lease_valid(None, generation):
+            self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
+        else:
+            try:
+                self._dispatch(run)
+            except Exception as exc:  # cannot start a worker: the run fails like any other
+                log.exception("could not start %s on a worker", run.key)
+                self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
         self.on_tasks_changed()
         return run
 
@@ -161,7 +168,8 @@ class Executor:
         for attempt in range(3):
             worker = self.pool.acquire()
             spec = RunSpec(
-                run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max, self.catalog,
+                run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
+                self.catalog, run.generation,
             )
             try:
                 self.pool.start(worker, spec)
@@ -182,18 +190,27 @@ class Executor:
                 run.end_note = note
             if run.stop_deadline is None:
                 run.stop_deadline = self.clock.monotonic() + grace
-        if run.worker is not None:
-            self.pool.abort(run.worker)
+            worker = run.worker
+        if worker is not None:
+            self.pool.abort(worker)
 
     def kill(self, run: Run, reason: str, note: str) -> None:
         """End a run at once (KILL, an expired grace period, a lost lease)."""
         with self._lock:
             if run.end_reason in (None, "release", "stop", "restart", "shutdown"):
-                if reason == "kill" or run.end_reason is None:
+                if reason in ("kill", "lease") or run.end_reason is None:
                     run.end_reason = reason
                     run.end_note = note
-        if run.worker is not None:
-            self.pool.kill(run.worker)
+            worker = run.worker
+        if worker is not None:
+            self.pool.kill(worker)
+
+    def end_generation(self, generation: int) -> None:
+        """The lease lapsed and was renewed: end every run claimed under an older generation."""
+        for run in self.runs():
+            if run.generation < generation and run.outcome is None:
+                log.warning("'%s' was claimed before this node's lease lapsed: ending it", run.key)
+                self.kill(run, "lease", "run ended: this node's lease lapsed while it ran")
 
     def enforce_deadlines(self) -> float | None:
         """Kill runs whose stop grace ran out; return the next deadline (monotonic) if any."""
@@ -237,23 +254,29 @@ class Executor:
                 time.sleep(0.05)
 
     def _collect_once(self, timeout: float) -> None:
-        conns = self.pool.connections()
-        ready = wait(list(conns) + [self._wake_r], timeout=timeout)
-        for obj in ready:
-            if obj is self._wake_r:
-                try:
-                    while self._wake_r.recv(4096):
+        try:
+            conns = self.pool.connections()
+            ready = wait(list(conns) + [self._wake_r], timeout=timeout)
+            for obj in ready:
+                if obj is self._wake_r:
+                    try:
+                        while self._wake_r.recv(4096):
+                            pass
+                    except (BlockingIOError, OSError):
                         pass
-                except (BlockingIOError, OSError):
-                    pass
-                continue
-            worker = conns[obj]
-            try:
-                while obj.poll():
-                    self._on_message(worker, obj.recv())
-            except (EOFError, OSError):
-                self._on_worker_death(worker)
-        self.flush()
+                    continue
+                worker = conns[obj]
+                try:
+                    while obj.poll():
+                        self._on_message(worker, obj.recv())
+                except (EOFError, OSError):
+                    self._on_worker_death(worker)
+                except Exception:  # a garbled message from one worker: drop that worker only
+                    log.exception("bad message from worker %s; replacing it", worker.slot)
+                    self.pool.kill(worker)
+                    self._on_worker_death(worker)
+        finally:
+            self.flush()
 
     def _on_message(self, worker: Worker, msg) -> None:
         kind, task = msg[0], msg[1]
@@ -261,10 +284,14 @@ class Executor:
             run = self._runs.get(task)
         if kind == "spawned":
             worker.child_pid = msg[2]
-            if run is not None and run.end_reason == "kill":
-                self.pool.kill(worker)
+            if run is None or run.outcome is not None or (run.end_reason is not None and run.stop_deadline is None):
+                self.pool.kill(worker)  # it was already being ended: its new process group too
             self.on_tasks_changed()
         elif kind == "done":
+            if run is not None:
+                with self._lock:
+                    if run.worker is worker:
+                        run.worker = None  # stop and KILL must never reach the worker's next job
             if worker.task == task:
                 self.pool.release(worker)
             if run is not None and run.outcome is None:
@@ -272,6 +299,7 @@ class Executor:
 
     def _on_worker_death(self, worker: Worker) -> None:
         task = worker.task
+        self.pool.kill_children(worker)  # whatever it started (a PROCESS job's group) goes with it
         self.pool.forget(worker)
         if task is None:
             return
@@ -303,12 +331,15 @@ class Executor:
     # -- post-execution ---------------------------------------------------------------------------
 
     def flush(self) -> None:
+        """Write every pending outcome: one cas_many for the batch, then each loser re-read and
+        decided again. Nothing is dropped: an item that cannot be written now (the store is
+        failing) goes back to the queue and is tried again."""
         with self._lock:
             pending, self._pending = self._pending, []
         if not pending:
             return
         now = self.clock.now()
-        todo: list[tuple[Run, Outcome, Job]] = []
+        todo: list[tuple[Run, Outcome, Job | None]] = []
         for run, outcome in pending:
             if self.shutting_down and outcome.kind in (INTERRUPTED, KILLED, LEASE_LOST):
                 # SPEC 7.8: leave the row; this node (back soon) or another one re-runs it.
@@ -316,33 +347,62 @@ class Executor:
                 self._done(run)
                 continue
             todo.append((run, outcome, run.row))
+        retry: list[tuple[Run, Outcome]] = []
         for _ in range(_REDECIDE):
             if not todo:
                 break
             pairs, order = [], []
             for run, outcome, row in todo:
-                decision = self._decide(run, outcome, row, now)
+                try:
+                    decision = self._decide(run, outcome, row, now)
+                except Exception:
+                    log.exception("cannot decide the outcome of '%s'; trying again", run.key)
+                    retry.append((run, outcome))
+                    continue
                 if decision is None:
                     self._lost(run, row)
                     continue
                 pairs.append((row, decision))
                 order.append((run, outcome))
-            try:
-                results = self.store.cas_many(pairs)
-            except Exception:
-                log.exception("post-execution write failed; retrying")
-                time.sleep(0.2)
-                todo = [(r, o, row) for (r, o), (row, _) in zip(order, pairs)]
-                continue
+            results = self._write(pairs)
             todo = []
             for (run, outcome), (old, new), res in zip(order, pairs, results):
-                if res.applied:
+                if res is None:
+                    retry.append((run, outcome))
+                elif res.applied:
                     self._applied(run, outcome, res.row)
                 else:
-                    todo.append((run, outcome, self.store.get(run.key)))
-        for run, outcome, row in todo:
-            log.error("gave up writing the outcome of '%s' after %d attempts", run.key, _REDECIDE)
-            self._done(run)
+                    try:
+                        todo.append((run, outcome, self.store.get(run.key)))
+                    except Exception:
+                        log.exception("cannot re-read '%s'; trying again", run.key)
+                        retry.append((run, outcome))
+        retry.extend((run, outcome) for run, outcome, _ in todo)
+        if retry:
+            with self._lock:
+                self._pending.extend(retry)
+            time.sleep(0.2)  # the store is failing or contended: pause before the next try
+            self._wake_collector()
+
+    def _write(self, pairs: list[tuple[Job, Job]]) -> list:
+        """cas_many, falling back to one CAS per pair when the batch fails (one bad row must not
+        block the others); None for a pair that could not be written at all."""
+        if not pairs:
+            return []
+        try:
+            return self.store.cas_many(pairs)
+        except Exception:
+            if len(pairs) == 1:
+                log.exception("post-execution write of '%s' failed", pairs[0][0].key)
+                return [None]
+        out = []
+        for expected, new in pairs:
+            try:
+                out.append(self.store.cas(expected, new))
+            except Exception:
+                log.exception("post-execution write of '%s' failed", expected.key)
+                out.append(None)
+        return out
 
     def _decide(self, run: Run, outcome: Outcome, row: Job | None, now: datetime) -> Job | None:
         decision = after_run(
@@ -351,6 +411,7 @@ class Executor:
         if decision is None:
             return None
         event, new = decision
+        new = new.replace(error_msg=clean_text(new.error_msg, 4000))
         return advance(row, event, new)
 
     def _applied(self, run: Run, outcome: Outcome, row: Job) -> None:

@@ -1,15 +1,20 @@
 """The heartbeat: this node's row in ``nodes``, and the lease its runs live on (SPEC 8.1, 8.2).
 
 Every ``interval`` the node writes its row with a bigger beat counter. Each successful write
-renews the lease on the board to ``t0 + interval x (miss - 2)``, where ``t0`` is the monotonic
-time *before* the write was sent. Another node can only declare this one dead after watching
-its beat stand still for ``interval x miss`` on its own clock, and it cannot have seen this beat
-before ``t0``; so when the beats stop, this node's runs (which watch the lease, see
-:mod:`fabricjobs.jobs.worker`) end themselves at least two intervals before anyone may take
-their jobs over. With the defaults (5 s x 12) the lease is 50 s and the margin 10 s.
+renews the lease on the board to ``t0 + interval x miss - margin`` (margin: two intervals, at
+least 0.25 s), where ``t0`` is the monotonic time *before* the write was sent. Another node can
+only declare this one dead after watching its beat stand still for ``interval x miss`` on its
+own clock, and it cannot have seen this beat before ``t0``; so when the beats stop, this
+node's runs (which watch the lease, see :mod:`fabricjobs.jobs.worker`) end themselves at least
+the margin before anyone may take their jobs over. With the defaults (5 s x 12) the lease is
+50 s and the margin 10 s.
 
-While the lease is out the node is *fenced*: it claims nothing and its runs are ended; it
-resumes once a write succeeds again.
+While the lease is out the node is *fenced*: it claims nothing and its runs are ended. When a
+write succeeds again the lease gets a new *generation*: runs started under the old one (which
+another node may have taken over meanwhile) end, and the node claims again.
+
+A node also watches its own row: if another instance wrote it since (the same name started
+elsewhere), the older of the two stops.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ log = logging.getLogger("fabricjobs.node.heartbeat")
 
 
 def lease_seconds(interval: float, miss: int) -> float:
-    """How long a run outlives the last successful beat: two intervals short of the dead threshold."""
-    return interval * (miss - 2)
+    """How long a run outlives the last successful beat: the dead threshold less a margin of
+    two intervals (at least 0.25 s, the time a run is given to end once its lease is gone)."""
+    return interval * miss - max(2 * interval, 0.25)
 
 
 class Heartbeat:
@@ -52,6 +58,8 @@ class Heartbeat:
         running: Callable[[], int],
         on_fenced: Callable[[], None],
         on_recovered: Callable[[], None],
+        on_lapse: Callable[[int], None],
+        on_displaced: Callable[[NodeRow], None],
     ) -> None:
         self.store = store
         self.board = board
@@ -70,6 +78,8 @@ class Heartbeat:
         self._running = running
         self._on_fenced = on_fenced
         self._on_recovered = on_recovered
+        self._on_lapse = on_lapse
+        self._on_displaced = on_displaced
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -94,7 +104,10 @@ class Heartbeat:
             self.beat += 1
             t0 = self.clock.monotonic()
             try:
+                if self.beat > 1 and self._displaced():
+                    return False
                 self.store.write_node(self.row(state))
+                lapsed = self.board.set_lease(t0 + self.lease, t0) if state == "running" else False
             except Exception as exc:  # the store may fail in any way; the lease decides what follows
                 if not self._failing:
                     log.warning("heartbeat of %s failed: %s", self.name, exc)
@@ -102,16 +115,29 @@ class Heartbeat:
                 self._check_fence()
                 return False
             self._last_write = t0
-            if state == "running":
-                self.board.set_lease(t0 + self.lease)
             if self._failing:
                 log.warning("heartbeat of %s works again", self.name)
             self._failing = False
+            if lapsed:
+                log.warning("%s renewed its lease after it had run out: runs started before end now", self.name)
+                self._on_lapse(self.board.generation())
             if self.fenced:
                 self.fenced = False
                 log.warning("%s renewed its lease; claiming again", self.name)
                 self._on_recovered()
             return True
+
+    def _displaced(self) -> bool:
+        """Another instance with this name wrote the row after this one started: the older
+        instance stops (two nodes with one name would each think the other's jobs are theirs)."""
+        row = next((r for r in self.store.nodes() if r.name == self.name), None)
+        if row is None or row.incarnation == self.incarnation or row.state == "stopped":
+            return False
+        if row.started > self.started or (row.started == self.started and row.incarnation > self.incarnation):
+            log.error("node %s was started again elsewhere (pid %s on %s): this instance stops", self.name, row.pid, row.host)
+            self._on_displaced(row)
+            return True
+        return False
 
     def lease_valid(self) -> bool:
         return self.board.lease_valid(self.clock.monotonic())
@@ -134,21 +160,29 @@ class Heartbeat:
     def _loop(self) -> None:
         next_beat = self.clock.monotonic() + self.interval
         while not self._stop.is_set():
-            poked = self._wake.wait(max(0.0, min(next_beat - self.clock.monotonic(), 0.05)))
-            if self._stop.is_set():
-                return
-            self._check_fence()
-            now = self.clock.monotonic()
-            if now >= next_beat:
-                self._wake.clear()
-                self.beat_once()
-                next_beat = now + self.interval
-            elif poked:
-                self._wake.clear()
-                wait = 0.1 - (now - self._last_write)
-                if wait > 0 and self._stop.wait(wait):
-                    return
-                self.beat_once()
+            try:
+                next_beat = self._tick(next_beat)
+            except Exception:  # never let the heartbeat thread die: the lease would just run out
+                log.exception("heartbeat loop error (continuing)")
+                self._stop.wait(min(self.interval, 0.5))
+
+    def _tick(self, next_beat: float) -> float:
+        poked = self._wake.wait(max(0.0, min(next_beat - self.clock.monotonic(), 0.05)))
+        if self._stop.is_set():
+            return next_beat
+        self._check_fence()
+        now = self.clock.monotonic()
+        if now >= next_beat:
+            self._wake.clear()
+            self.beat_once()
+            return now + self.interval
+        if poked:
+            self._wake.clear()
+            wait = 0.1 - (now - self._last_write)
+            if wait > 0 and self._stop.wait(wait):
+                return next_beat
+            self.beat_once()
+        return next_beat
 
     def stop(self) -> None:
         self._stop.set()

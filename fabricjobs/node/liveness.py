@@ -3,9 +3,14 @@
 Each node bumps a beat counter in its ``nodes`` row. An observer notes, on its *own*
 monotonic clock, when it last saw each node's (incarnation, beat) change; a node whose beat
 has not changed for ``interval x miss`` of that node's own settings is dead. A node that
-shut down cleanly (state 'stopped') or has no row at all is dead at once. A node the
-observer has just started watching gets the full threshold: nobody is judged on a single
-reading.
+shut down cleanly (state 'stopped') is dead at once. A node the observer has just started
+watching gets the full threshold, and so does an owner with no row at all: nobody is judged
+on a single reading.
+
+Verdicts are as of the last *read* (the monotonic time taken just before it), never "now":
+an observer that stalls after reading must not declare a node dead that it has not seen
+stand still for the whole threshold. A caller about to take over a row reads the row first
+and the nodes after it, so the verdict is newer than the row it acts on.
 """
 
 from __future__ import annotations
@@ -31,9 +36,13 @@ class Liveness:
         self.clock = clock
         self.default_threshold = default_threshold
         self._seen: dict[str, _Seen] = {}
+        self._unknown: dict[str, float] = {}  # owner without a row -> when first looked for
+        self._read_at = clock.monotonic()
 
-    def observe(self, rows: list[NodeRow]) -> None:
-        now = self.clock.monotonic()
+    def observe(self, rows: list[NodeRow], read_at: float | None = None) -> None:
+        """Take in a read of ``nodes``; ``read_at`` is the monotonic time taken before it."""
+        now = self.clock.monotonic() if read_at is None else read_at
+        self._read_at = now
         present = set()
         for row in rows:
             present.add(row.name)
@@ -47,20 +56,26 @@ class Liveness:
         for name in list(self._seen):
             if name not in present:
                 del self._seen[name]
+        for name in list(self._unknown):
+            if name in present:
+                del self._unknown[name]
 
     def is_dead(self, name: str | None) -> bool:
         if name is None or name == self.me:
             return False
         seen = self._seen.get(name)
-        if seen is None or seen.stopped:
+        if seen is None:
+            first = self._unknown.setdefault(name, self._read_at)
+            return self._read_at - first > self.default_threshold
+        if seen.stopped:
             return True
-        return self.clock.monotonic() - seen.changed_at > seen.threshold
+        return self._read_at - seen.changed_at > seen.threshold
 
     def is_alive(self, name: str | None) -> bool:
         return name is not None and not self.is_dead(name)
 
     def dead(self) -> list[str]:
-        return sorted(n for n in self._seen if self.is_dead(n))
+        return sorted(n for n in [*self._seen, *self._unknown] if self.is_dead(n))
 
     def alive(self) -> list[str]:
         return sorted(n for n in self._seen if not self.is_dead(n))

@@ -27,6 +27,7 @@ from datetime import timedelta
 from ..affinity import NodeAffinity
 from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
+from ..errors import ConfigError
 from ..errors import FabricJobsError
 from ..jobs.board import Board
 from ..jobs.registry import JobCatalog
@@ -90,6 +91,16 @@ class NodeSettings:
     def dead_after(self) -> float:
         return self.heartbeat_interval * self.heartbeat_miss
 
+    def check(self) -> None:
+        from .heartbeat import lease_seconds
+
+        lease = lease_seconds(self.heartbeat_interval, self.heartbeat_miss)
+        if lease < self.heartbeat_interval:
+            raise ConfigError(
+                f"[heartbeat] FABRIC_HEARTBEAT_MISS ({self.heartbeat_miss}) is too small for an interval of "
+                f"{self.heartbeat_interval * 1000:.0f} ms: a run's lease ({lease:.2f} s) must outlast one beat"
+            )
+
 
 class Node:
     def __init__(
@@ -103,6 +114,7 @@ class Node:
     ) -> None:
         self.config = config
         self.settings = NodeSettings.from_config(config)
+        self.settings.check()
         self.name = name or config.node_name
         self.dc = config.get("node", "DC")
         self.zone = resolve_zone(config.get("node", "TIME_ZONE") or None)
@@ -132,6 +144,8 @@ class Node:
             interval=s.heartbeat_interval, miss=s.heartbeat_miss,
             info=self._info, tasks=lambda: self.executor.tasks(), running=lambda: self.executor.running(),
             on_fenced=self._on_fenced, on_recovered=self._on_recovered,
+            on_lapse=lambda generation: self.executor.end_generation(generation),
+            on_displaced=self._on_displaced,
         )
         self.executor = Executor(
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
@@ -163,6 +177,14 @@ class Node:
         for run in self.executor.runs():
             self.executor.kill(run, "lease", "run ended: this node could not renew its lease")
 
+    def _on_displaced(self, row) -> None:
+        """Another instance runs under this name now: stop at once, without touching rows."""
+        self.fenced = True
+        self.scheduler.paused = True
+        for run in self.executor.runs():
+            self.executor.kill(run, "lease", "run ended: another instance took this node's name")
+        self.stop()
+
     def _on_recovered(self) -> None:
         self.fenced = False
         self.scheduler.paused = False
@@ -171,20 +193,33 @@ class Node:
     # -- start-up ------------------------------------------------------------------------------------
 
     def _check_name(self) -> None:
-        """Refuse to start under a name that a live node uses."""
+        """Refuse a name that a live node uses; wait out a dead predecessor's runs.
+
+        Same host: a running process with the old pid means the name is taken. If that process
+        is gone, its runs end within a moment (they watch it) and, at the latest, when its
+        lease runs out; the tasks it published are waited for before anything is taken back.
+        Another host: there is no way to tell a crash from a partition, so the beat must be seen
+        standing still for the old node's own dead threshold before the name is taken.
+        """
         row = next((r for r in self.store.nodes() if r.name == self.name), None)
         if row is None or row.state == "stopped":
             return
-        if row.host == socket.gethostname():
-            if row.pid != os.getpid() and _pid_alive(row.pid):
+        threshold = _row_threshold(row, self.settings.dead_after)
+        if row.host == socket.gethostname() and row.pid != os.getpid():
+            if _pid_alive(row.pid):
                 raise NodeStartError(
                     f"node {self.name!r} is already running (pid {row.pid} on {row.host}); "
                     "give this one another name (--name, or [node] NAME)"
                 )
+            pids = _task_pids(row)
+            deadline = time.monotonic() + threshold
+            while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
+                time.sleep(0.05)
             return  # its process is gone: we are its restart and take its jobs back
-        # Another host: watch its beat for two intervals before taking the name.
-        deadline = self.clock.monotonic() + 2.5 * self.settings.heartbeat_interval
-        while self.clock.monotonic() < deadline:
+        log.warning("node %s: the last instance ran on %s; waiting up to %.0f s to see it is gone",
+                    self.name, row.host, threshold)
+        deadline = time.monotonic() + threshold
+        while time.monotonic() < deadline:
             time.sleep(min(0.2, self.settings.heartbeat_interval / 2))
             now = next((r for r in self.store.nodes() if r.name == self.name), None)
             if now is not None and (now.beat, now.incarnation) != (row.beat, row.incarnation):
@@ -282,9 +317,9 @@ class Node:
             self.executor.enforce_deadlines()
             time.sleep(0.05)
         self.executor.stop_collector()
+        self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
         self.heartbeat.stop()
         self.heartbeat.beat_once(state="stopped")
-        self.pool.shutdown()
         self.board.close(unlink=True)
         self.doorbell.close()
         self.store.close()
@@ -310,6 +345,25 @@ def _no_grace(s: NodeSettings) -> NodeSettings:
     from dataclasses import replace
 
     return replace(s, shutdown_grace=0.0)
+
+
+def _row_threshold(row, default: float) -> float:
+    import json
+
+    try:
+        info = json.loads(row.info or "{}")
+        return float(info["heartbeat_ms"]) / 1000.0 * int(info["miss"])
+    except (ValueError, KeyError, TypeError):
+        return default
+
+
+def _task_pids(row) -> list[int]:
+    import json
+
+    try:
+        return [int(t["thread"]) for t in json.loads(row.tasks or "[]") if t.get("thread")]
+    except (ValueError, TypeError, AttributeError):
+        return []
 
 
 def _pid_alive(pid: int) -> bool:

@@ -38,6 +38,7 @@ log = logging.getLogger("fabricjobs.node.reconcile")
 _CONTROL = (Status.STOPPING, Status.RESTART)
 _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
+_MAX_PAGES = 10
 
 
 class Reconciler:
@@ -54,8 +55,7 @@ class Reconciler:
         n = self.node
         now = n.clock.now()
         if full:
-            self.peers = n.store.nodes()
-            n.liveness.observe(self.peers)
+            self._observe()
             self._kill_requests()
             self._control(now)
         if n.fenced or n.stopping:
@@ -66,6 +66,20 @@ class Reconciler:
         self._claim(now)
         if full:
             self._give_up(now)
+
+    def _observe(self) -> None:
+        """Read the nodes table and judge liveness as of just before that read."""
+        read_at = self.node.clock.monotonic()
+        self.peers = self.node.store.nodes()
+        self.node.liveness.observe(self.peers, read_at)
+
+    def _still_dead(self, rows: list[Job]) -> list[Job]:
+        """Rows of (apparently) dead owners, re-judged by a read of the nodes made *after* the
+        rows were read: a verdict older than the row could take a live node's new run over."""
+        others = [r for r in rows if r.worker_id != self.me]
+        if others:
+            self._observe()
+        return [r for r in rows if r.worker_id == self.me or self.node.liveness.is_dead(r.worker_id)]
 
     # -- 1. KILL ---------------------------------------------------------------------------------
 
@@ -82,7 +96,11 @@ class Reconciler:
 
     def _control(self, now: datetime) -> None:
         n = self.node
-        for row in n.store.by_status(_CONTROL):
+        rows = n.store.by_status(_CONTROL)
+        if any(r.worker_id != self.me and n.liveness.is_dead(r.worker_id) for r in rows):
+            rows = [r for r in rows if r.worker_id == self.me] + self._still_dead(
+                [r for r in rows if r.worker_id != self.me])
+        for row in rows:
             if row.worker_id == self.me:
                 run = n.executor.run_for(row.key)
                 if run is not None and run.facts.epoch == row.epoch:
@@ -110,7 +128,10 @@ class Reconciler:
         dead = n.liveness.dead()
         rows = [r for r in n.store.by_owner([self.me], [Status.IN_PROCESS]) if n.executor.run_for(r.key) is None]
         if dead:
-            rows += n.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH)
+            rows += self._still_dead(n.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH))
+        generation = self._claimable()
+        if generation is None:
+            return
         for row in rows:
             affinity = parse_affinity(row.affinity)
             if row.status is Status.SCHEDULED:
@@ -127,7 +148,7 @@ class Reconciler:
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
             if res.row.status is Status.IN_PROCESS:
-                n.executor.start(res.row, pool[0].name, pool[1])
+                n.executor.start(res.row, pool[0].name, pool[1], generation)
             else:
                 log.info("job %s status was updated to %s.", row.key, res.row.status.value)
 
@@ -148,14 +169,22 @@ class Reconciler:
 
     # -- 5. claims -----------------------------------------------------------------------------------
 
+    def _claimable(self) -> int | None:
+        """The lease generation to claim under, or None while the lease is not valid."""
+        board = self.node.board
+        generation = board.generation()
+        if self.node.fenced or not board.lease_valid(self.node.clock.monotonic(), generation):
+            return None
+        return generation
+
     def _claim(self, now: datetime) -> None:
         n = self.node
         for _ in range(4):
             free = self.s.pool_size - n.executor.running()
-            if free <= 0:
+            generation = self._claimable()
+            if free <= 0 or generation is None:
                 return
-            candidates = n.store.waiting(max(4 * free, 64))
-            chosen = self._choose(candidates, free, now)
+            chosen = self._choose_paged(free, now)
             if not chosen:
                 return
             pairs = []
@@ -167,16 +196,29 @@ class Reconciler:
             for (row, pool), res in zip(chosen, results):
                 if res.applied:
                     log.info("'%s' is now IN_PROCESS by %s", row.key, self.me)
-                    n.executor.start(res.row, pool[0].name, pool[1])
+                    n.executor.start(res.row, pool[0].name, pool[1], generation)
                 else:
                     lost += 1
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
 
+    def _choose_paged(self, free: int, now: datetime) -> list:
+        """Claim candidates, reading on past pages of WAITING rows this node cannot take
+        (other affinities, holds, owner precedence), so those never hide claimable ones."""
+        page_size = max(4 * free, 64)
+        after = None
+        self.next_wake = None
+        for _ in range(_MAX_PAGES):
+            page = self.node.store.waiting(page_size, after=after)
+            chosen = self._choose(page, free, now)
+            if chosen or len(page) < page_size:
+                return chosen
+            after = (page[-1].next_run or now, page[-1].key)
+        return []
+
     def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
         taken: dict[str, int] = {}
         eligible = []
-        self.next_wake = None
         for row in candidates:
             if not self._may_claim(row, now):
                 continue

@@ -47,12 +47,13 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stop = False
         self._refresh_due = 0.0  # monotonic time of the next store refresh
+        self._retry_at = 0.0  # after a store error: fire nothing before this (monotonic)
         self._thread: threading.Thread | None = None
         self.paused = False  # while fenced: fire nothing
 
     # -- feeding ---------------------------------------------------------------------------------
 
-    def add(self, row: Job) -> None:
+    def add(self, row: Job, force: bool = False) -> None:
         """A SCHEDULED row this node now owns (taken over, or back from a recurring run)."""
         if row.status is not Status.SCHEDULED or row.worker_id != self.me or row.next_run is None:
             return
@@ -60,7 +61,7 @@ class Scheduler:
             return  # loaded by a refresh when it gets close
         with self._cond:
             known = self._rows.get(row.key)
-            if known is not None and known.revision >= row.revision:
+            if known is not None and known.revision >= row.revision and not force:
                 return
             self._rows[row.key] = row
             heapq.heappush(self._heap, (row.next_run.timestamp(), next(self._seq), row.key))
@@ -95,36 +96,59 @@ class Scheduler:
 
     def _loop(self) -> None:
         while True:
-            with self._cond:
-                if self._stop:
+            try:
+                if self._step():
                     return
-                due: list[Job] = []
-                now_ts = self.clock.now().timestamp()
-                while self._heap and self._heap[0][0] <= now_ts and not self.paused:
-                    _, _, key = heapq.heappop(self._heap)
-                    row = self._rows.pop(key, None)
-                    if row is not None and row.next_run.timestamp() <= now_ts:
-                        due.append(row)
-                    elif row is not None:  # rescheduled to a later time meanwhile: keep it
-                        self._rows[key] = row
-                if not due:
-                    wait = self._refresh_due - self.clock.monotonic()
-                    if self._heap and not self.paused:
-                        wait = min(wait, self._heap[0][0] - now_ts)
-                    if wait > 0:
-                        self._cond.wait(min(wait, 1.0))
-                    refresh = self.clock.monotonic() >= self._refresh_due
-                else:
-                    refresh = False
-            if due:
-                self._fire(due)
-            elif refresh and not self.paused:
-                try:
-                    self.refresh()
-                except Exception:
-                    log.exception("scheduler refresh failed; retrying")
-                    with self._cond:
-                        self._refresh_due = self.clock.monotonic() + 1.0
+            except Exception:  # never let the scheduler die: its jobs would never fire again
+                log.exception("scheduler error (continuing in 1 s)")
+                with self._cond:
+                    self._retry_at = self.clock.monotonic() + 1.0
+                    self._cond.wait(1.0)
+
+    def _step(self) -> bool:
+        """One round: fire what is due, else wait for it (or for a refresh); True to stop."""
+        with self._cond:
+            if self._stop:
+                return True
+            due = self._take_due()
+            refresh = False
+            if not due:
+                self._cond.wait(self._wait_time())
+                refresh = self.clock.monotonic() >= self._refresh_due
+        if due:
+            self._fire(due)
+        elif refresh and not self.paused:
+            try:
+                self.refresh()
+            except Exception:
+                log.exception("scheduler refresh failed; retrying")
+                with self._cond:
+                    self._refresh_due = self.clock.monotonic() + 1.0
+        return False
+
+    def _held(self) -> bool:
+        return self.paused or self.clock.monotonic() < self._retry_at
+
+    def _take_due(self) -> list[Job]:
+        """Pop the rows whose time has come (caller holds the lock)."""
+        due: list[Job] = []
+        now_ts = self.clock.now().timestamp()
+        while self._heap and self._heap[0][0] <= now_ts and not self._held():
+            _, _, key = heapq.heappop(self._heap)
+            row = self._rows.pop(key, None)
+            if row is not None and row.next_run.timestamp() <= now_ts:
+                due.append(row)
+            elif row is not None:  # rescheduled to a later time meanwhile: keep it
+                self._rows[key] = row
+        return due
+
+    def _wait_time(self) -> float:
+        wait = self._refresh_due - self.clock.monotonic()
+        if self._held():
+            wait = min(wait, max(self._retry_at - self.clock.monotonic(), 0.05))
+        elif self._heap:
+            wait = min(wait, self._heap[0][0] - self.clock.now().timestamp())
+        return min(max(wait, 0.0), 1.0)
 
     def _fire(self, rows: list[Job]) -> None:
         pairs = []
@@ -134,9 +158,11 @@ class Scheduler:
         try:
             results = self.store.cas_many(pairs)
         except Exception:
-            log.exception("could not mark %d due jobs ready; retrying", len(rows))
+            log.exception("could not mark %d due jobs ready; retrying in 1 s", len(rows))
+            with self._cond:
+                self._retry_at = self.clock.monotonic() + 1.0
             for row in rows:
-                self.add(row)
+                self.add(row, force=True)
             return
         ready = 0
         for row, res in zip(rows, results):
@@ -145,7 +171,14 @@ class Scheduler:
                 log.info("cron job '%s' marked as ready", row.key)
                 continue
             # Changed meanwhile (UPDATEJOB, STOPJOB, a takeover): re-read and decide again.
-            current = self.store.get(row.key)
+            try:
+                current = self.store.get(row.key)
+            except Exception:
+                log.exception("cannot re-read %s; trying again in 1 s", row.key)
+                with self._cond:
+                    self._retry_at = self.clock.monotonic() + 1.0
+                self.add(row, force=True)
+                continue
             if current is not None:
                 self.add(current)
         if ready:

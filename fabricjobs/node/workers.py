@@ -101,14 +101,18 @@ class WorkerPool:
         """Ask the run to end (is_aborted() turns true; a PROCESS job gets SIGTERM)."""
         self.board.set_abort(worker.slot, True)
 
-    def kill(self, worker: Worker) -> None:
-        """End the run now: SIGKILL the worker and a PROCESS job's whole process group."""
+    def kill_children(self, worker: Worker) -> None:
+        """SIGKILL a PROCESS job's process group (its own session: all it started)."""
         if worker.child_pid:
             try:
                 os.killpg(worker.child_pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        if worker.process.pid:
+
+    def kill(self, worker: Worker) -> None:
+        """End the run now: SIGKILL the worker and a PROCESS job's whole process group."""
+        self.kill_children(worker)
+        if worker.process.pid and worker.process.exitcode is None:
             try:
                 os.kill(worker.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -1,0 +1,26 @@
+"""Jobs that misbehave in ways a node must survive (tests/test_fencing.py)."""
+
+import os
+import re
+import time
+
+from fabricjobs.jobs.context import current_job
+
+
+def _line(log, text):
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, (text + "\n").encode())
+    os.close(fd)
+
+
+def hog(log: str, n: int = 30):
+    """Holds the GIL in one C call for a long time (catastrophic regex backtracking)."""
+    job = current_job()
+    _line(log, f"{job.node} start {os.getpid()} {time.time()}")
+    re.match(r"(a+)+$", "a" * n + "b")
+    _line(log, f"{job.node} end {os.getpid()} {time.time()}")
+
+
+def surrogate():
+    """Fails with an exception whose text is not valid UTF-8 (a lone surrogate)."""
+    raise ValueError("bad byte \udcff from a decoded file name")

@@ -1,0 +1,198 @@
+"""Guarantee 1 of SPEC 5 at the worst moments: a job key never runs on two nodes at once.
+
+Each test is one of the interleavings a review found; real node processes on a real store.
+FAST timings: dead after 1.0 s, a run's lease 0.6 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.config import load_config
+from fabricjobs.model import Status
+from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path, request):
+    c = Cluster(tmp_path, settings=getattr(request, "param", None), request=request)
+    yield c
+    c.stop_all()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    log_path = tmp_path / "node-a.log"
+    with open(log_path, "wb") as f:
+        proc = subprocess.Popen(
+            [sys.executable, str(TESTS / "helpers" / "pausing_node.py"), "--config", str(cluster.config_path),
+             "node", "--name", "a"], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+    a = NodeProcess("a", proc, log_path)
+    cluster.nodes["a"] = a
+    cluster.wait_ready(a)
+    args = json.dumps({"log": str(log), "seconds": 2.0, "starts": str(starts)})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='j' args='{args}';")
+    wait_for(lambda: open(f"/proc/{proc.pid}/stat").read().split(")")[1].split()[0] == "T", 10,
+             "node a to stop itself right after its claim")
+    cluster.start_node("b")
+    wait_for(lambda: [r["node"] for r in read_records(starts)] == ["b"], 10, "b to take the job over")
+    a.signal(signal.SIGCONT)  # a wakes with a claimed-but-not-started run of epoch 1
+    cluster.wait_job("USER_JOB", "Probe.record", "j", lambda j: j.status is Status.PROCESSED, 10)
+    wait_for(lambda: "not started: this node's lease ran out" in a.log() or "no longer ours" in a.log(), 5,
+             "a to drop its stale run")
+    time.sleep(0.5)
+    assert [r["node"] for r in read_records(starts)] == ["b"]  # a never ran it
+    assert [r["node"] for r in read_records(log)] == ["b"]
+
+
+def test_an_observer_that_stalls_after_reading_does_not_declare_a_live_node_dead(cluster, tmp_path):
+    """Node b (in this process) stalls 1.6 s between reading the nodes and acting; a is alive
+    all along and must keep its job."""
+    from fabricjobs.node.node import Node
+
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    cluster.start_node("a")
+    args = json.dumps({"log": str(log), "seconds": 4.0, "starts": str(starts)})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='j1' args='{args}';")
+    wait_for(lambda: len(read_records(starts)) == 1, 10, "the run on a")
+    b = Node(load_config(cluster.config_path), name="b")
+    stall = threading.Event()
+    original = b.reconciler._control
+
+    def control(now):
+        if stall.is_set():
+            stall.clear()
+            time.sleep(1.6)  # a GC / VM pause after observe(), before the takeover step
+        return original(now)
+
+    b.reconciler._control = control
+    thread = threading.Thread(target=b.run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.6)
+        stall.set()
+        cluster.wait_job("USER_JOB", "Probe.record", "j1", lambda j: j.status is Status.PROCESSED, 15)
+        assert [r["node"] for r in read_records(starts)] == ["a"]
+        assert [(r["node"], r["aborted"]) for r in read_records(log)] == [("a", False)]
+    finally:
+        b.stop()
+        thread.join(timeout=15)
+
+
+def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dead(cluster, tmp_path):
+    log = tmp_path / "hog.log"
+    a = cluster.start_node("a")
+    cluster.fetch(f"startjob user_job name='Hazard.hog' uid='h' args='{json.dumps({'log': str(log)})}';")
+    wait_for(lambda: log.exists() and " start " in log.read_text(), 10, "the hog to start on a")
+    pid = int(log.read_text().split()[2])
+    cluster.start_node("b")
+    time.sleep(0.5)
+    paused_at = time.time()
+    a.signal(signal.SIGSTOP)  # the node only: its worker sits in a C call that never releases the GIL
+    try:
+        wait_for(lambda: not _alive(pid), 5, "the GIL-bound run to be ended by its lease")
+        ended_after = time.time() - paused_at
+        wait_for(lambda: "b start" in log.read_text(), 10, "b to take the job over")
+        assert ended_after < 1.0, f"the stale run lived {ended_after:.2f} s; the dead threshold is 1.0 s"
+        assert "a end" not in log.read_text()
+    finally:
+        a.signal(signal.SIGCONT)
+
+
+def test_a_process_job_dies_with_its_worker(cluster, tmp_path):
+    cluster.start_node("a")
+    cluster.fetch("startjob process name='ignore_term.sh' uid='p';")
+    ps = wait_for(lambda: cluster.fetch("ps;").first_row(), 10, "the PROCESS job in PS")
+    group = ps["thread"]
+    worker = [p for p in cluster.client().store.nodes() if p.name == "a"][0]
+    # Find the worker (the process group leader's parent) and SIGKILL it, as the OOM killer would.
+    ppid = int(open(f"/proc/{group}/stat").read().split(") ", 1)[1].split()[1])
+    os.kill(ppid, signal.SIGKILL)
+
+    def group_gone():
+        out = subprocess.run(["ps", "-o", "pid=", "-g", str(group)], capture_output=True, text=True).stdout
+        return not out.strip()
+
+    wait_for(group_gone, 5, "the job's whole process group to be gone with its worker")
+    job = cluster.wait_job("PROCESS", "ignore_term.sh", "p", lambda j: j.tries == 1, 10)
+    assert "worker process died" in job.error_msg
+    assert worker.name == "a"
+
+
+def test_jobs_this_node_cannot_run_do_not_hide_the_ones_it_can(cluster, tmp_path):
+    cluster.start_node("a")
+    client = cluster.client()
+    client.fetch("".join(f"startjob user_job name='Probe.noop' uid='elsewhere{i}' affinity='ELSEWHERE';" for i in range(150)))
+    client.fetch("startjob user_job name='Probe.noop' uid='plain';")
+    cluster.wait_job("USER_JOB", "Probe.noop", "plain", lambda j: j.status is Status.PROCESSED, 10)
+
+
+def test_an_error_text_that_is_not_valid_utf8_fails_that_job_only(cluster, tmp_path):
+    counter = tmp_path / "n"
+    cluster.start_node("a")
+    client = cluster.client()
+    client.fetch("startjob user_job name='Hazard.surrogate' uid='bad';" +
+                 "".join(f"startjob user_job name='Probe.fail_times' uid='ok{i}' args='{json.dumps({'counter': str(counter) + str(i), 'failures': 0})}';"
+                         for i in range(5)))
+    bad = cluster.wait_job("USER_JOB", "Hazard.surrogate", "bad", lambda j: j.archived, 15)
+    assert bad.status is Status.FAILED and bad.tries == 3 and "bad byte" in bad.error_msg
+    for i in range(5):
+        ok = cluster.wait_job("USER_JOB", "Probe.fail_times", f"ok{i}", lambda j: j.archived, 10)
+        assert ok.status is Status.PROCESSED and ok.tries == 0
+        assert Path(str(counter) + str(i)).read_text() == "1"  # ran once
+
+
+def test_a_name_alive_on_another_host_is_refused_and_a_dead_one_is_taken_after_its_threshold(cluster, tmp_path):
+    from fabricjobs.node.node import Node, NodeStartError
+    from fabricjobs.store import open_store
+    from fabricjobs.store.base import NodeRow
+    from datetime import datetime, timezone
+
+    config = load_config(cluster.config_path)
+    store = open_store(config)
+    info = json.dumps({"heartbeat_ms": 200, "miss": 5})
+    beat = {"n": 1}
+    stop = threading.Event()
+
+    def other_host_beats():
+        while not stop.wait(0.1):
+            beat["n"] += 1
+            store.write_node(NodeRow("twin", "other-incarnation", "DC1", "other-host", 4242,
+                                     datetime.now(timezone.utc), "x", beat["n"], info=info))
+
+    store.write_node(NodeRow("twin", "other-incarnation", "DC1", "other-host", 4242, datetime.now(timezone.utc), "x", 1, info=info))
+    t = threading.Thread(target=other_host_beats, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(NodeStartError, match="alive on host other-host"):
+            Node(config, name="twin", store=store).start()
+    finally:
+        stop.set()
+        t.join()
+    began = time.monotonic()
+    node = Node(config, name="twin", store=store)
+    node.start()  # the beat stood still: taken, but only after the old node's own dead threshold
+    try:
+        assert time.monotonic() - began >= 1.0
+    finally:
+        node.stop()
+        node.run()
