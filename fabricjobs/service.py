@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import random
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from . import __version__
 from .affinity import parse_affinity
@@ -94,6 +95,8 @@ class CommandService:
         self.catalog = catalog or JobCatalog.from_config(config)
         self.doorbell = doorbell or Doorbell.for_config(config)
         self.zone = config.get("node", "TIME_ZONE") or None
+        self._batch_depth = 0
+        self._rang = False
         self._handlers: dict[type, Callable] = {
             ast.StartJob: self.start_job,
             ast.StopJob: self.stop_job,
@@ -125,9 +128,23 @@ class CommandService:
             raise ValidationError(str(exc)) from None
 
     def _ring(self) -> None:
-        """Wake the nodes on this host: something for them to do may have appeared."""
-        if self.doorbell.enabled:
+        """Wake the nodes on this host: something for them to do may have appeared. Inside
+        :meth:`batch` the ring waits for the end of the batch (one ring per script)."""
+        if self._batch_depth:
+            self._rang = True
+        elif self.doorbell.enabled:
             self.doorbell.ring(n.name for n in self.store.nodes())
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        self._batch_depth += 1
+        try:
+            yield
+        finally:
+            self._batch_depth -= 1
+            if not self._batch_depth and self._rang:
+                self._rang = False
+                self._ring()
 
     def _change(self, key: JobKey, decide: Callable[[Job], tuple[Event, Job] | None]) -> Job | None:
         """Read-decide-CAS until the CAS applies or ``decide`` says there is nothing to do.

@@ -30,11 +30,14 @@ class Doorbell:
 
     @classmethod
     def for_config(cls, config) -> "Doorbell":
+        """Scoped to the store, so only nodes sharing it hear the bell (nodes on other hosts
+        of a Cassandra cluster do not; they poll)."""
         if config.store_backend == "sqlite":
             import os
 
             return cls(os.path.realpath(config.get("store", "SQLITE_PATH")))
-        return cls(None)
+        c = config.section("cassandra")
+        return cls(f"cassandra:{','.join(sorted(c['HOSTS']))}:{c['PORT']}:{c['KEYSPACE']}")
 
     def _address(self, node: str) -> bytes:
         digest = hashlib.sha1(node.encode()).hexdigest()[:16]

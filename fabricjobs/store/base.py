@@ -174,8 +174,9 @@ class JobStore(ABC):
         """Archived rows whose ``end_time`` is at or after ``since``; ordered by key."""
 
     @abstractmethod
-    def waiting(self, limit: int) -> list[Job]:
-        """Up to ``limit`` WAITING rows, longest-due first (by ``next_run``): claim candidates."""
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
+        """Up to ``limit`` WAITING rows, longest-due first (by ``next_run``, then key): claim
+        candidates. ``after`` = the (next_run, key) of the last row of the previous page."""
 
     @abstractmethod
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:

@@ -588,17 +588,21 @@ class CassandraStore(JobStore):
     def get(self, key: JobKey) -> Job | None:
         return self._select_job(key)
 
-    def _scan(self, bucket: str, *, before: datetime | None = None, limit: int | None = None) -> list[_Entry]:
+    def _scan(self, bucket: str, *, before: datetime | None = None, since: datetime | None = None,
+              limit: int | None = None) -> list[_Entry]:
         """Entries of one bucket from every shard, soonest due first."""
         cols = "bucket, shard, next_run, type, name, uid, revision, written_at, " + ", ".join(_INDEX_COLUMNS)
-        where = "bucket = ? AND shard = ?" + (" AND next_run < ?" if before is not None else "")
+        where = "bucket = ? AND shard = ?" + (" AND next_run < ?" if before is not None else "") \
+            + (" AND next_run >= ?" if since is not None else "")
         cql = f"SELECT {cols} FROM k2_jobs_index WHERE {where}" + (" LIMIT ?" if limit is not None else "")
-        stmt = self._stmt(("scan", before is not None, limit is not None), cql)
+        stmt = self._stmt(("scan", before is not None, since is not None, limit is not None), cql)
         futures = []
         for shard in range(SHARDS):
             params: list = [bucket, shard]
             if before is not None:
                 params.append(before)
+            if since is not None:
+                params.append(since)
             if limit is not None:
                 params.append(limit)
             futures.append(self._session.execute_async(stmt, params))
@@ -698,8 +702,12 @@ class CassandraStore(JobStore):
         return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
                       key=lambda j: j.key)
 
-    def waiting(self, limit: int) -> list[Job]:
-        return [e.job for e in self._latest(self._scan(Status.WAITING.value, limit=limit))][:limit]
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
+        entries = self._scan(Status.WAITING.value, limit=limit, since=after[0] if after else None)
+        jobs = [e.job for e in self._latest(entries)]
+        if after is not None:
+            jobs = [j for j in jobs if ((j.next_run or _EPOCH0), j.key) > (after[0], after[1])]
+        return jobs[:limit]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
         entries = self._scan(f"{Status.SCHEDULED.value}|{worker_id}", before=before, limit=limit)

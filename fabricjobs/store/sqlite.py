@@ -370,11 +370,18 @@ class SqliteStore(JobStore):
         rows = self._read(sql + " ORDER BY type, name, uid", params)
         return [_row_to_job(r) for r in rows]
 
-    def waiting(self, limit: int) -> list[Job]:
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
+        # Candidates: the columns needed to choose, not arguments or output (they can be big).
+        cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
+        where, params = "status = 'WAITING'", []
+        if after is not None:
+            ts, key = after
+            where += " AND (next_run, type, name, uid) > (?, ?, ?, ?)"
+            params = [_ts(ts), key.type, key.name, key.uid]
         rows = self._read(
-            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE status = 'WAITING' "
-            "ORDER BY next_run LIMIT ?",
-            (limit,),
+            f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE {where} "
+            "ORDER BY next_run, type, name, uid LIMIT ?",
+            params + [limit],
         )
         return [_row_to_job(r) for r in rows]
 

@@ -180,6 +180,8 @@ def test_waiting_returns_claim_candidates_longest_due_first(store):
     store.cas(r, claim(r, "n"))
     assert [j.uid for j in store.waiting(10)] == ["w1", "w3"]
     assert [j.uid for j in store.waiting(1)] == ["w1"]
+    first = store.waiting(1)[0]
+    assert [j.uid for j in store.waiting(10, after=(first.next_run, first.key))] == ["w3"]
 
 
 def test_by_status_and_by_owner(store):
@@ -203,6 +205,19 @@ def test_by_status_and_by_owner(store):
     assert uids(store.by_owner(["n1", "n2", None], [Status.SCHEDULED, Status.STOPPING])) == ["a", "b", "d"]
     assert store.by_owner([], [Status.SCHEDULED]) == []
     assert len(store.by_owner(["n1", None], [Status.SCHEDULED, Status.WAITING, Status.RESTART], limit=2)) == 2
+
+
+def test_waiting_pages_past_rows_with_the_same_due_time(store):
+    for i in range(7):
+        store.insert(job(uid=f"p{i}", next_run=T0))
+    seen, after = [], None
+    while True:
+        page = store.waiting(3, after=after)
+        if not page:
+            break
+        seen += [j.uid for j in page]
+        after = (page[-1].next_run, page[-1].key)
+    assert seen == [f"p{i}" for i in range(7)]
 
 
 def test_due_scheduled_is_per_owner_and_ordered_by_due_time(store):
