@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--name", help="node id (default: [node] NAME, else the host name)")
     node.add_argument("--node-id", metavar="PATH", help="node.id file (default: [node] NODE_ID_FILE)")
     node.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    node.add_argument("--log-format", default="text", choices=["text", "json"],
+                      help="json: one object per line with node, job key and epoch")
     node.add_argument("--clock-offset", type=float, default=0.0, metavar="SECONDS",
                       help="run this node's wall clock ahead (or behind) by SECONDS: a testing aid for clock skew")
     return p
@@ -76,19 +78,18 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-LOG_FORMAT = "%(levelname)s %(asctime)s [%(threadName)s] %(name)s - %(message)s"
-
-
 def cmd_node(args: argparse.Namespace) -> int:
     from .clock import SystemClock
     from .config import load_node_id
     from .node.node import Node
 
-    logging.getLogger().handlers.clear()
-    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    from .logs import setup_logging
+
     cfg = load(args)
+    setup_logging(args.log_level.upper(), args.log_format, args.name or cfg.node_name)
     node_id = load_node_id(args.node_id) if args.node_id else None
-    node = Node(cfg, name=args.name, node_id=node_id, clock=SystemClock(offset=args.clock_offset))
+    node = Node(cfg, name=args.name, node_id=node_id, clock=SystemClock(offset=args.clock_offset),
+                log_format=args.log_format)
     node.install_signal_handlers()
     node.run()
     return 0

@@ -58,6 +58,15 @@ class Client:
     def execute(self, command: ast.Command) -> Result:
         return self.service.execute(command, self.session)
 
+    def wait(self, type: str, name: str, uid: str, timeout: float | None = None):
+        """Until the job is final (a recurring job: until its current or next run ends); the
+        job's row as JOBSTATUS shows it. Raises WaitTimeout after ``timeout`` seconds."""
+        return self.execute(ast.WaitJob(type.upper(), name, uid, timeout)).first_row()
+
+    def stop(self, type: str, name: str, uid: str | None = None, *, wait: bool = False, timeout: float | None = None) -> Result:
+        """STOPJOB; with ``wait``, returns once every stopped job is final."""
+        return self.execute(ast.StopJob(type.upper(), name, uid, wait=wait, timeout=timeout))
+
     def close(self) -> None:
         if self._owns_store:
             self.store.close()

@@ -142,6 +142,7 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "PROCESS_JOBS_DIR", _str, "", "Directory of executables for PROCESS jobs; nothing outside it may run.", path=True),
     Key("jobs", "EXECUTION_MODE", _lower_choice("process", "thread"), "process", "process: each run in a worker process that can be killed (default). thread: in the node's threads; faster, but STOPJOB/KILL cannot end a blocked job and a paused node cannot fence its runs."),
     Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),
+    Key("jobs", "RUN_LOG_MAX_BYTES", _int(1024), 65536, "Log lines kept per run for JOBLOG (the job's logger, a PROCESS job's stdout/stderr): head and tail."),
     Key("jobs", "WORKER_IDLE_SEC", _float(0.0), 60.0, "A worker process idle this long exits (started again on demand)."),
     # [heartbeat]
     Key("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS", _int(10), 5000, "Every node writes its heartbeat this often."),
@@ -169,6 +170,9 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "CONNECT_TIMEOUT_SEC", _float(0.1), 10.0, "Connection timeout."),
     Key("cassandra", "REQUEST_TIMEOUT_SEC", _float(0.1), 10.0, "Client-side request timeout."),
     Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),
+    # [metrics]
+    Key("metrics", "PORT", _int(0), 0, "Serve Prometheus metrics on this port (0: off). Several nodes on one host need different ports."),
+    Key("metrics", "ADDRESS", _str, "127.0.0.1", "Address the metrics port binds (loopback by default)."),
     Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
 )
 

@@ -93,6 +93,13 @@ class Job:
     epoch: int = 0
     revision: int = 0
     priority: int = DEFAULT_PRIORITY
+    # Counters over the job's life (SMILA-style), shown by JOBSTATUS ... DETAILS.
+    runs: int = 0  # runs that ended (any way)
+    successes: int = 0
+    failures: int = 0  # runs that ended in an error, a kill or the loss of their node
+    retries_error: int = 0  # failures that were retried
+    retries_lost: int = 0  # runs taken over from a lost node
+    kills: int = 0  # runs ended by KILL
 
     @property
     def type(self) -> str:

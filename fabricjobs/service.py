@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,9 +28,10 @@ from .commands import ast
 from .config import Config
 from .errors import (
     CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, TaskNotFound, ValidationError,
+    WaitTimeout,
 )
 from .jobs.registry import JobCatalog
-from .model import Event, Job, JobKey, Status, advance
+from .model import RUNNING_STATUSES, Event, Job, JobKey, Status, advance
 from .result import Result
 from .schedule import Schedule, parse_schedule
 from .store.base import JobStore, KillRequest
@@ -42,6 +44,11 @@ STATUS_COLUMNS = (
     "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries",
 )
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
+COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
+FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Epoch") + COUNTER_COLUMNS
+HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
+                   "Error", "Exit Code", "Output")
+HISTORY_LIMIT = 50
 PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
@@ -108,6 +115,9 @@ class CommandService:
             ast.Kill: self.kill,
             ast.Set: self.set,
             ast.Nodes: self.nodes,
+            ast.JobHistory: self.job_history,
+            ast.JobLog: self.job_log,
+            ast.WaitJob: self.wait_job,
         }
 
     def execute(self, command: ast.Command, session: Session) -> Result:
@@ -214,7 +224,27 @@ class CommandService:
 
         rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
         self._ring()
-        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None))
+        rows = [r for r in rows if r is not None]
+        if cmd.wait:
+            # The seed's StopJob actor: return once every stopped job is final.
+            deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
+            rows = [self._await(r.key, lambda j: j.archived, deadline, "STOPJOB WAIT") for r in rows]
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows))
+
+    def _await(self, key: JobKey, done: Callable[[Job], bool], deadline: float | None, what: str) -> Job:
+        """Poll the row until ``done``; WaitTimeout at the deadline (real time, whatever the
+        service's clock: waiting is really waiting)."""
+        pause = 0.02
+        while True:
+            row = self.store.get(key)
+            if row is None:
+                raise JobNotFound(f"No such job {key.describe()}")
+            if done(row):
+                return row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"{what} timed out: {key} is {row.status.value}")
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.5)
 
     def restart_job(self, cmd: ast.RestartJob, session: Session) -> Result:
         now = self.clock.now()
@@ -300,14 +330,18 @@ class CommandService:
         if cmd.uid is not None:
             job = self.store.get(JobKey(cmd.type, cmd.name, cmd.uid))
             jobs = [job] if job is not None else []
+        else:
+            jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
+            if cmd.days_ago is not None:
+                since = self.clock.now() - timedelta(days=cmd.days_ago)
+                jobs = sorted(jobs + self.store.archived_since(since, type=cmd.type), key=lambda j: j.key)
+        if cmd.details:  # a record per block, with the job's counters (SMILA's job run statistics)
+            return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs), vertical=True)
+        if cmd.uid is not None:
             return Result(DETAIL_COLUMNS, tuple(self._status_row(j, nodes, detail=True) for j in jobs))
-        jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
-        if cmd.days_ago is not None:
-            since = self.clock.now() - timedelta(days=cmd.days_ago)
-            jobs = sorted(jobs + self.store.archived_since(since, type=cmd.type), key=lambda j: j.key)
         return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
 
-    def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False) -> tuple:
+    def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False) -> tuple:
         if job.status is Status.SCHEDULED:
             next_run = job.next_run
         else:
@@ -323,7 +357,57 @@ class CommandService:
         )
         if detail:
             row += (job.output or "", job.arguments)
+        if full:
+            row += (job.execution_interval, job.epoch, job.runs, job.successes, job.failures, job.retries_error,
+                    job.retries_lost, job.kills)
         return row
+
+    # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
+
+    def job_history(self, cmd: ast.JobHistory, session: Session) -> Result:
+        runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=cmd.limit or HISTORY_LIMIT)
+        rows = []
+        for r in runs:
+            took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
+            rows.append((r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
+                         r.error, r.exit_code, r.output or ""))
+        notices = () if cmd.limit or len(runs) < HISTORY_LIMIT else (f"(the last {HISTORY_LIMIT}; LIMIT n shows more)",)
+        return Result(HISTORY_COLUMNS, tuple(rows), notices=notices)
+
+    def job_log(self, cmd: ast.JobLog, session: Session) -> Result:
+        runs = self.store.runs(cmd.type, cmd.name, cmd.uid)
+        if cmd.run is not None:
+            runs = [r for r in runs if r.epoch == cmd.run]
+            if len({r.key.uid for r in runs}) > 1:
+                raise CommandError(f"run {cmd.run} exists for several jobs named {cmd.name!r}; add WITH UID='<uid>'")
+        if not runs:
+            which = f" run {cmd.run}" if cmd.run is not None else ""
+            raise JobNotFound(f"No recorded{which} run of [type: {cmd.type}, name: {cmd.name}"
+                              + (f", uid: {cmd.uid}]" if cmd.uid is not None else "]"))
+        r = runs[0]
+        head = f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
+        return Result(status=head + "\n" + (r.log or "(no log lines)"))
+
+    def wait_job(self, cmd: ast.WaitJob, session: Session) -> Result:
+        """The seed's JobWait actor: until the job is final; a recurring job until the run
+        going on (or, if none is, the next one) ends."""
+        key = JobKey(cmd.type, cmd.name, cmd.uid)
+        start = self.store.get(key)
+        if start is None:
+            raise JobNotFound(f"No such job {key.describe()}")
+        began = time.monotonic()
+        deadline = None if cmd.timeout is None else began + cmd.timeout
+        recurring = self._schedule(start.execution_interval).is_recurring if not start.archived else False
+
+        def done(row: Job) -> bool:
+            if row.archived:
+                return True
+            return recurring and row.end_time != start.end_time and row.status not in RUNNING_STATUSES
+
+        row = self._await(key, done, deadline, "WAITJOB")
+        nodes = read_cluster(self.store)
+        return Result(DETAIL_COLUMNS, (self._status_row(row, nodes, detail=True),),
+                      notices=(f"waited {time.monotonic() - began:.1f} s",))
 
     # -- PS / KILL -----------------------------------------------------------------------------
 
@@ -360,6 +444,8 @@ class CommandService:
     # -- NODES -----------------------------------------------------------------------------------
 
     def nodes(self, cmd: ast.Nodes, session: Session) -> Result:
+        if cmd.details:
+            return self._node_details()
         rows = []
         for n in read_cluster(self.store):
             running = n.info.get("running") or {}
@@ -372,6 +458,16 @@ class CommandService:
                 ", ".join(parts), n.row.version, n.row.started,
             ))
         return Result(NODES_COLUMNS, tuple(rows))
+
+    def _node_details(self) -> Result:
+        columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "tasks")
+        rows = []
+        base = self.nodes(ast.Nodes(), Session())
+        for n, row in zip(read_cluster(self.store), base.rows):
+            hb = f"{n.info.get('heartbeat_ms', '?')} ms x {n.info.get('miss', '?')}"
+            tasks = "; ".join(f"{t.get('task')} {t.get('description', '')}" for t in n.tasks())
+            rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), tasks or "-"))
+        return Result(columns, tuple(rows), vertical=True)
 
     # -- SET -----------------------------------------------------------------------------------
 

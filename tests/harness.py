@@ -98,7 +98,7 @@ class Cluster:
     # -- nodes ---------------------------------------------------------------------------------
 
     def start_node(self, name: str, *, node_id: str | None = None, clock_offset: float = 0.0, wait: bool = True,
-                   extra_env: dict | None = None) -> NodeProcess:
+                   extra_env: dict | None = None, extra_args: list[str] | None = None) -> NodeProcess:
         self._seq += 1
         log_path = self.tmp / f"node-{name}-{self._seq}.log"
         args = [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), "node", "--name", name]
@@ -108,6 +108,7 @@ class Cluster:
             args += ["--node-id", str(nid)]
         if clock_offset:
             args += ["--clock-offset", str(clock_offset)]
+        args += extra_args or []
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.update(extra_env or {})
         log_file = open(log_path, "wb")

@@ -215,6 +215,7 @@ def test_a_run_whose_epoch_was_bumped_behind_its_back_cannot_write_its_outcome(c
     time.sleep(0.3)
     row = store.get(running.key)
     assert (row.status, row.worker_id, row.epoch, row.output) == (Status.IN_PROCESS, "node-z", running.epoch + 1, None)
+    assert store.runs("USER_JOB", "Probe.record", "fenced") == []  # nor did its run-history line land
 
 
 @pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005}}], indirect=True)

@@ -26,9 +26,13 @@ class StartJob:
 
 @dataclass(frozen=True, slots=True)
 class StopJob:
+    """STOPJOB ...; with WAIT, returns once the job is final (TIMEOUT in seconds)."""
+
     type: str
     name: str
     uid: str | None = None
+    wait: bool = False
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class JobStatus:
     name: str | None = None
     uid: str | None = None
     days_ago: int | None = None
+    details: bool = False  # one record per block, with the job's counters
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +92,45 @@ class Set:
 
 @dataclass(frozen=True, slots=True)
 class Nodes:
-    """NODES: the cluster's nodes, their state and capacity."""
+    """NODES [DETAILS]: the cluster's nodes, their state and capacity."""
+
+    details: bool = False
 
 
-Command = Union[StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes]
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT n]: the runs of a job, newest first."""
+
+    type: str
+    name: str
+    uid: str | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobLog:
+    """JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN n]: the log of one run (default: the last)."""
+
+    type: str
+    name: str
+    uid: str | None = None
+    run: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitJob:
+    """WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [TIMEOUT n]: until the job is final, or (a
+    recurring job) until its current or next run ends."""
+
+    type: str
+    name: str
+    uid: str
+    timeout: float | None = None
+
+
+Command = Union[
+    StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
+]
 
 
 @dataclass(frozen=True, slots=True)

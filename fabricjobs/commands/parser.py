@@ -27,8 +27,11 @@ from ..schedule import parse_schedule
 from .ast import (
     Command,
     JobStatus,
+    JobHistory,
+    JobLog,
     Kill,
     Nodes,
+    WaitJob,
     Ps,
     RestartJob,
     ResumeJob,
@@ -70,6 +73,8 @@ _NON_EMPTY = frozenset({"NAME", "UID"})
 
 _MAX_TASK = 2**63 - 1
 _MAX_DAYS = 36_500
+_MAX_LIMIT = 1_000_000
+_MAX_WAIT = 10_000_000
 _STRING_ESCAPE = re.compile(r"''|\\([\s\S])")
 
 _parser: Lark | None = None
@@ -399,6 +404,8 @@ class _ToCommand(Transformer):
     def _job(self, children: list[Any]) -> Command:
         keyword, job_type, *params = children
         statement = keyword.type.lower()
+        waiting = [p for p in params if isinstance(p, _Wait)]
+        params = [p for p in params if not isinstance(p, _Wait)]
         given: dict[str, _Param] = {}
         for param in params:
             if param.name in given:
@@ -408,17 +415,28 @@ class _ToCommand(Transformer):
             if required not in given:
                 raise _invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
         fields = {name.lower(): param.value for name, param in given.items()}
+        if waiting:
+            fields.update(wait=True, timeout=waiting[0].timeout)
         return _JOB_COMMANDS[statement](type=job_type, **fields)
+
+    def wait(self, children: list[Token]) -> "_Wait":
+        timeout = None
+        if len(children) > 1:
+            timeout = float(self._whole(children[2], _MAX_WAIT, "TIMEOUT needs a whole number of seconds"))
+        return _Wait(timeout)
 
     startjob = stopjob = restartjob = resumejob = updatejob = _job
 
     def jobstatus(self, children: list[Any]) -> JobStatus:
-        rest = children[1:]
+        rest = [c for c in children[1:] if c is not None]
+        details = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "DETAILS"
+        if details:
+            rest = rest[:-1]
         if not rest:
-            return JobStatus()
+            return JobStatus(details=details)
         if isinstance(rest[0], Token) and rest[0].type == "NUMBER":
             days = self._whole(rest[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days")
-            return JobStatus(days_ago=days)
+            return JobStatus(days_ago=days, details=details)
         strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
         values = []
         for tok, what in zip(strings, ("NAME", "UID")):
@@ -427,7 +445,50 @@ class _ToCommand(Transformer):
                 raise _invalid(self._text, tok, f"{what} must not be empty")
             values.append(value)
         name, uid = (values + [None, None])[:2]
-        return JobStatus(type=rest[0], name=name, uid=uid)
+        return JobStatus(type=rest[0], name=name, uid=uid, details=details)
+
+    def _named(self, children: list[Any]) -> tuple[str, str, str | None, dict[str, Token]]:
+        """<TYPE> '<NAME>' [WITH UID='<UID>'] and trailing keyword NUMBER options."""
+        keyword, job_type, name_tok, *rest = [c for c in children if c is not None]
+        name = _string_value(name_tok)
+        if name == "":
+            raise _invalid(self._text, name_tok, "NAME must not be empty")
+        uid = None
+        options: dict[str, Token] = {}
+        i = 0
+        while i < len(rest):
+            tok = rest[i]
+            if tok.type == "WITH":
+                uid_tok = rest[i + 2]
+                uid = _string_value(uid_tok)
+                if uid == "":
+                    raise _invalid(self._text, uid_tok, "UID must not be empty")
+                i += 3
+            else:
+                options[tok.type] = rest[i + 1]
+                i += 2
+        return job_type, name, uid, options
+
+    def jobhistory(self, children: list[Any]) -> JobHistory:
+        job_type, name, uid, options = self._named(children)
+        limit = None
+        if "LIMIT" in options:
+            limit = self._whole(options["LIMIT"], _MAX_LIMIT, "LIMIT needs a whole number of runs")
+        return JobHistory(type=job_type, name=name, uid=uid, limit=limit)
+
+    def joblog(self, children: list[Any]) -> JobLog:
+        job_type, name, uid, options = self._named(children)
+        run = None
+        if "RUN" in options:
+            run = self._whole(options["RUN"], _MAX_TASK, "RUN needs a whole run number")
+        return JobLog(type=job_type, name=name, uid=uid, run=run)
+
+    def waitjob(self, children: list[Any]) -> WaitJob:
+        job_type, name, uid, options = self._named(children)
+        timeout = None
+        if "TIMEOUT" in options:
+            timeout = float(self._whole(options["TIMEOUT"], _MAX_WAIT, "TIMEOUT needs a whole number of seconds"))
+        return WaitJob(type=job_type, name=name, uid=uid, timeout=timeout)
 
     def ps(self, children: list[Token]) -> Ps:
         return Ps(all=len(children) > 1)
@@ -441,7 +502,7 @@ class _ToCommand(Transformer):
         return Kill(node=node, task=task)
 
     def nodes(self, children: list[Token]) -> Nodes:
-        return Nodes()
+        return Nodes(details=len(children) > 1 and children[1] is not None)
 
     def set(self, children: list[Token]) -> Set:
         key, value = children[1], children[-1]
@@ -457,7 +518,16 @@ class _ToCommand(Transformer):
         return int(digits)
 
 
-_STATEMENT_RULES = frozenset({*_JOB_COMMANDS, "jobstatus", "ps", "kill", "set"})
+_STATEMENT_RULES = frozenset({*_JOB_COMMANDS, "jobstatus", "ps", "kill", "set", "nodes", "jobhistory", "joblog", "waitjob"})
+
+
+class _Wait:
+    """The WAIT [TIMEOUT n] clause of STOPJOB, until _job folds it into the command."""
+
+    __slots__ = ("timeout",)
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
 
 
 def _reject_constant(name: str) -> Any:

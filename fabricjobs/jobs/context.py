@@ -72,6 +72,7 @@ class JobLogger(logging.LoggerAdapter):
     """Log lines of a job carry its key, as the seed's do: ``[USER_JOB.Customer.userJob1.u1] i=0``."""
 
     def process(self, msg, kwargs):
+        kwargs.setdefault("extra", {}).update(job=self.extra["job"], epoch=self.extra.get("epoch"))
         return f"[{self.extra['job']}] {msg}", kwargs
 
 

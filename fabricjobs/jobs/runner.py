@@ -38,6 +38,7 @@ class RunSpec:
     output_max: int
     catalog: JobCatalog
     generation: int  # the lease generation it was claimed under (see board.py)
+    log_max: int = 65536  # bytes of log lines kept for the run's history
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,46 @@ class Outcome:
     error: str = ""
     mode: FailMode = FailMode.RETRY_UNTIL_MAX
     exit_code: int | None = None
+    log: str = ""  # the run's log lines (bounded: head and tail)
+
+    def with_log(self, log: str) -> "Outcome":
+        return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log)
+
+
+class RunLog(logging.Handler):
+    """Keeps a run's log lines, bounded to ``limit`` bytes: the head and the tail."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.head: list[str] = []
+        self.tail: list[str] = []
+        self.head_bytes = self.tail_bytes = self.dropped = 0
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.add(self.format(record))
+        except Exception:  # a log line must never fail a job
+            pass
+
+    def add(self, line: str) -> None:
+        size = len(line.encode("utf-8", "replace")) + 1
+        if self.head_bytes + size <= self.limit // 2:
+            self.head.append(line)
+            self.head_bytes += size
+            return
+        self.tail.append(line)
+        self.tail_bytes += size
+        while self.tail and self.tail_bytes > self.limit // 2:
+            self.tail_bytes -= len(self.tail.pop(0).encode("utf-8", "replace")) + 1
+            self.dropped += 1
+
+    def text(self) -> str:
+        lines = list(self.head)
+        if self.dropped:
+            lines.append(f"... [{self.dropped} lines dropped] ...")
+        return clean_text("\n".join(lines + self.tail), self.limit + 200)
 
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger) -> Outcome:
@@ -56,14 +97,26 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
             raise ValueError("ARGS is not a JSON object")
     except ValueError as exc:
         return Outcome(ERROR, error=f"bad ARGS: {exc}", mode=FailMode.NO_RETRY)
+    run_log = RunLog(spec.log_max)
+    job_log = logging.getLogger(f"fabricjobs.job.run{spec.task}")
+    job_log.propagate = True
+    job_log.parent = log
+    job_log.addHandler(run_log)
     try:
         if spec.key.type == JobType.PROCESS:
-            return _run_process(spec, arguments, is_aborted, on_spawn)
-        if spec.key.type == JobType.USER_JOB:
-            return _run_user_job(spec, arguments, is_aborted, log)
-        return Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
+            outcome = _run_process(spec, arguments, is_aborted, on_spawn, run_log)
+        elif spec.key.type == JobType.USER_JOB:
+            outcome = _run_user_job(spec, arguments, is_aborted, job_log)
+        else:
+            outcome = Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
     except JobResolutionError as exc:
-        return Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
+        outcome = Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
+    finally:
+        job_log.removeHandler(run_log)
+        logging.Logger.manager.loggerDict.pop(job_log.name, None)
+    if outcome.kind != OK and outcome.error:
+        run_log.add(f"run ended: {outcome.error}")
+    return outcome.with_log(run_log.text())
 
 
 # -- USER_JOB -------------------------------------------------------------------------------------
@@ -75,7 +128,7 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
         epoch=spec.epoch,
         node=spec.node,
         arguments=arguments,
-        logger=JobLogger(log, {"job": str(spec.key)}),  # type: ignore[arg-type]
+        logger=JobLogger(log, {"job": str(spec.key), "epoch": spec.epoch}),  # type: ignore[arg-type]
         _is_aborted=is_aborted,
     )
     token = _bind(ctx)
@@ -175,7 +228,8 @@ def process_argv(path: str, arguments: dict) -> list[str]:
     return [path] + [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for _, v in numbered]
 
 
-def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None]) -> Outcome:
+def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None],
+                 run_log: RunLog) -> Outcome:
     path = spec.catalog.process_path(spec.key.name)
     env = dict(os.environ)
     env.update({
@@ -205,6 +259,9 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
                 signalled = True
                 _signal_group(proc.pid, signal.SIGTERM)
     stdout, stderr = out.text(), err.text()
+    for name, text in (("stdout", stdout), ("stderr", stderr)):
+        for line in text.splitlines():
+            run_log.add(f"{name}: {line}")
     if code == 0:
         return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
     tail = clean_text(stderr.strip()[-2000:], 2000)

@@ -51,14 +51,15 @@ class _Current:
         self.child: int | None = None
 
 
-def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, log_level: int, node: str) -> None:
+def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, log_level: int, node: str,
+                log_format: str = "text") -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved
-    logging.basicConfig(
-        level=log_level, stream=sys.stderr,
-        format=f"%(levelname)s %(asctime)s [worker-{slot}@{node}] %(name)s - %(message)s",
-    )
+    from ..logs import setup_logging
+
+    threading.current_thread().name = f"worker-{slot}@{node}"
+    setup_logging(log_level, log_format, node, thread_name=f"worker-{slot}@{node}")
     log = logging.getLogger("fabricjobs.job")
     board = Board(board_path, slots)
     current = _Current()

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..jobs.context import FailMode
-from ..jobs.runner import OK, Outcome
+from ..jobs.runner import KILLED, OK, Outcome
+from ..store.base import RunRecord
 from ..model import Event, Job, Status
 from ..schedule import ScheduleError, parse_schedule
 
@@ -46,14 +47,21 @@ def after_run(
     """Post-execution (the seed's JobExecutor): the row's status decides first, then the outcome."""
     if not still_mine(row, run):
         return None
-    if row.status is Status.STOPPING:
+    counted = row.replace(runs=row.runs + 1, kills=row.kills + (outcome.kind == KILLED))
+    if outcome.kind == OK:
+        counted = counted.replace(successes=row.successes + 1)
+    elif outcome.kind != RELEASED and row.status is Status.IN_PROCESS:
+        counted = counted.replace(failures=row.failures + 1)
+    row_in = row
+    row = counted
+    if row_in.status is Status.STOPPING:
         return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now)
-    if row.status is Status.RESTART:
+    if row_in.status is Status.RESTART:
         return Event.RESTARTED, row.replace(
             status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0,
             hold_until=None, end_time=now,
         )
-    if row.status is not Status.IN_PROCESS:
+    if row_in.status is not Status.IN_PROCESS:
         return None
     if outcome.kind == OK:
         try:
@@ -86,7 +94,7 @@ def failed(
         return Event.FAIL_FINAL, row.replace(status=Status.FAILED, tries=tries, error_msg=error, end_time=now)
     return Event.FAIL_RETRY, row.replace(
         status=Status.WAITING, tries=tries, error_msg=error, end_time=now, next_run=now,
-        hold_until=now + retry_delay,
+        hold_until=now + retry_delay, retries_error=row.retries_error + 1,
     )
 
 
@@ -95,21 +103,25 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
     epoch + 1. A run that was going on counts as a failed try (its node crashed)."""
     previous = row.worker_id
     if row.status is Status.STOPPING:
-        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now, worker_id=me, epoch=row.epoch + 1)
+        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now, worker_id=me, epoch=row.epoch + 1,
+                                          runs=row.runs + 1)
     if row.status is Status.RESTART:
         return Event.RESTARTED, row.replace(
             status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0, hold_until=None,
+            runs=row.runs + 1,
         )
     if row.status is Status.IN_PROCESS:
         tries = row.tries + 1
         note = f"node {previous} was lost while running this job"
+        lost = row.replace(runs=row.runs + 1, failures=row.failures + 1)
         if tries >= max_tries:
-            return Event.FAIL_FINAL, row.replace(
+            return Event.FAIL_FINAL, lost.replace(
                 status=Status.FAILED, tries=tries, error_msg=note + "; no tries left", end_time=now,
                 worker_id=me, epoch=row.epoch + 1,
             )
-        return Event.TAKEOVER, row.replace(
+        return Event.TAKEOVER, lost.replace(
             worker_id=me, epoch=row.epoch + 1, tries=tries, error_msg=note, start_time=now, hold_until=None,
+            retries_lost=row.retries_lost + 1,
         )
     # SCHEDULED (and WAITING): same status, new owner.
     return Event.TAKEOVER, row.replace(worker_id=me, epoch=row.epoch + 1, hold_until=None)
@@ -124,3 +136,32 @@ def claim(row: Job, me: str, now: datetime) -> tuple[Event, Job]:
 def fire(row: Job) -> tuple[Event, Job]:
     """The owner's scheduler reached next_run: SCHEDULED -> WAITING (next_run stays the due time)."""
     return Event.DUE, row.replace(status=Status.WAITING)
+
+
+_RESULTS = {"ok": "OK", "error": "ERROR", "killed": "KILLED", "lease_lost": "LOST", RELEASED: "RELEASED"}
+
+
+def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime) -> RunRecord:
+    """The history line of a run that ended with ``outcome`` and left the row as ``new``."""
+    if new.status is Status.TERMINATED:
+        result = "STOPPED"
+    elif new.status is Status.WAITING and new.worker_id is None and outcome.kind != RELEASED:
+        result = "RESTARTED"
+    else:
+        result = _RESULTS.get(outcome.kind, "INTERRUPTED")
+    return RunRecord(
+        key=key, epoch=run.epoch, node=run.me, due=run.due, start=run.started, end=now, result=result,
+        status=new.status.value, tries=new.tries, error=outcome.error, output=outcome.output,
+        exit_code=outcome.exit_code, log=outcome.log,
+    )
+
+
+def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:
+    """The history line of a run whose node was lost (written by the node that takes over)."""
+    if row.status not in (Status.IN_PROCESS, Status.STOPPING, Status.RESTART):
+        return None
+    return RunRecord(
+        key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=row.start_time, end=now,
+        result="LOST", status=new.status.value, tries=new.tries,
+        error=f"node {row.worker_id} was lost while running this job",
+    )

@@ -25,7 +25,8 @@ from ..jobs.registry import JobCatalog
 from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec, clean_text
 from ..model import Job, JobKey, Status, advance
 from ..store.base import JobStore
-from .decisions import RELEASED, RunFacts, after_run
+from ..logs import job_extra
+from .decisions import RELEASED, RunFacts, after_run, run_record
 from .workers import Worker, WorkerPool
 
 log = logging.getLogger("fabricjobs.node.executor")
@@ -66,6 +67,7 @@ class Executor:
         max_tries: int,
         retry_delay: float,
         output_max: int,
+        log_max: int,
         zone,
         on_scheduled: Callable[[Job], None],
         on_freed: Callable[[], None],
@@ -79,6 +81,7 @@ class Executor:
         self.max_tries = max_tries
         self.retry_delay = timedelta(seconds=retry_delay)
         self.output_max = output_max
+        self.log_max = log_max
         self.zone = zone
         self.on_scheduled = on_scheduled
         self.on_freed = on_freed
@@ -93,6 +96,7 @@ class Executor:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.shutting_down = False
+        self.metrics = None  # set by the node
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -169,7 +173,7 @@ class Executor:
             worker = self.pool.acquire()
             spec = RunSpec(
                 run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
-                self.catalog, run.generation,
+                self.catalog, run.generation, self.log_max,
             )
             try:
                 self.pool.start(worker, spec)
@@ -179,6 +183,8 @@ class Executor:
                     raise
                 continue
             run.worker = worker
+            if self.metrics is not None and run.facts.due is not None:
+                self.metrics.fire_lag((self.clock.now() - run.facts.due).total_seconds())
             self._wake_collector()
             return
 
@@ -351,7 +357,7 @@ class Executor:
         for _ in range(_REDECIDE):
             if not todo:
                 break
-            pairs, order = [], []
+            pairs, order, records = [], [], []
             for run, outcome, row in todo:
                 try:
                     decision = self._decide(run, outcome, row, now)
@@ -364,12 +370,15 @@ class Executor:
                     continue
                 pairs.append((row, decision))
                 order.append((run, outcome))
-            results = self._write(pairs)
+                records.append(run_record(run.facts, run.key, outcome, decision, now))
+            results = self._write(pairs, records)
             todo = []
-            for (run, outcome), (old, new), res in zip(order, pairs, results):
+            for (run, outcome), (old, new), record, res in zip(order, pairs, records, results):
                 if res is None:
                     retry.append((run, outcome))
                 elif res.applied:
+                    if self.metrics is not None:
+                        self.metrics.execution(run.row.type, record.result)
                     self._applied(run, outcome, res.row)
                 else:
                     try:
@@ -384,23 +393,24 @@ class Executor:
             time.sleep(0.2)  # the store is failing or contended: pause before the next try
             self._wake_collector()
 
-    def _write(self, pairs: list[tuple[Job, Job]]) -> list:
-        """cas_many, falling back to one CAS per pair when the batch fails (one bad row must not
-        block the others); None for a pair that could not be written at all."""
+    def _write(self, pairs: list[tuple[Job, Job]], records: list) -> list:
+        """cas_many (each applied outcome also recorded in the run history), falling back to
+        one pair at a time when the batch fails (one bad row must not block the others); None
+        for a pair that could not be written at all."""
         if not pairs:
             return []
         try:
-            return self.store.cas_many(pairs)
+            return self.store.cas_many(pairs, records)
         except Exception:
             if len(pairs) == 1:
                 log.exception("post-execution write of '%s' failed", pairs[0][0].key)
                 return [None]
         out = []
-        for expected, new in pairs:
+        for pair, record in zip(pairs, records):
             try:
-                out.append(self.store.cas(expected, new))
+                out.append(self.store.cas_many([pair], [record])[0])
             except Exception:
-                log.exception("post-execution write of '%s' failed", expected.key)
+                log.exception("post-execution write of '%s' failed", pair[0].key)
                 out.append(None)
         return out
 
@@ -417,7 +427,7 @@ class Executor:
     def _applied(self, run: Run, outcome: Outcome, row: Job) -> None:
         if outcome.kind != "ok" and row.status in (Status.WAITING, Status.FAILED):
             log.info("job %s failed (%s): %s", run.key, outcome.kind, outcome.error)
-        log.info("job %s status was updated to %s.", run.key, row.status.value)
+        log.info("job %s status was updated to %s.", run.key, row.status.value, extra=job_extra(run.key, run.facts.epoch))
         self._done(run)
         if row.status is Status.SCHEDULED:
             self.on_scheduled(row)
@@ -428,7 +438,7 @@ class Executor:
         else:
             log.warning(
                 "'%s' is no longer ours (owner %s, epoch %s; ours was %s): outcome not written (fenced)",
-                run.key, row.worker_id, row.epoch, run.facts.epoch,
+                run.key, row.worker_id, row.epoch, run.facts.epoch, extra=job_extra(run.key, run.facts.epoch),
             )
         self._done(run)
 

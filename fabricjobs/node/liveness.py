@@ -77,6 +77,10 @@ class Liveness:
     def dead(self) -> list[str]:
         return sorted(n for n in [*self._seen, *self._unknown] if self.is_dead(n))
 
+    def ages(self) -> dict[str, float]:
+        """Seconds since each peer's beat was last seen to change, as of the last read."""
+        return {n: self._read_at - s.changed_at for n, s in self._seen.items() if n != self.me}
+
     def alive(self) -> list[str]:
         return sorted(n for n in self._seen if not self.is_dead(n))
 

@@ -37,6 +37,7 @@ from ..wakeup import Doorbell
 from .executor import Executor
 from .heartbeat import Heartbeat
 from .liveness import Liveness
+from .metrics import Metrics
 from .reconcile import Reconciler
 from .scheduler import Scheduler
 from .workers import WorkerPool
@@ -64,6 +65,7 @@ class NodeSettings:
     heartbeat_interval: float
     heartbeat_miss: int
     output_max: int
+    run_log_max: int
     worker_idle: float
 
     @classmethod
@@ -84,6 +86,7 @@ class NodeSettings:
             heartbeat_interval=g("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS") / 1000.0,
             heartbeat_miss=g("heartbeat", "FABRIC_HEARTBEAT_MISS"),
             output_max=g("jobs", "OUTPUT_MAX_BYTES"),
+            run_log_max=g("jobs", "RUN_LOG_MAX_BYTES"),
             worker_idle=g("jobs", "WORKER_IDLE_SEC"),
         )
 
@@ -111,6 +114,7 @@ class Node:
         node_id: NodeId | None = None,
         clock: Clock | None = None,
         store: JobStore | None = None,
+        log_format: str = "text",
     ) -> None:
         self.config = config
         self.settings = NodeSettings.from_config(config)
@@ -136,7 +140,7 @@ class Node:
         self.liveness = Liveness(self.name, self.clock, s.dead_after)
         self.pool = WorkerPool(
             self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
-            log_level=logging.getLogger("fabricjobs").getEffectiveLevel(),
+            log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format,
         )
         self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake)
         self.heartbeat = Heartbeat(
@@ -149,10 +153,16 @@ class Node:
         )
         self.executor = Executor(
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
-            retry_delay=s.retry_delay, output_max=s.output_max, zone=self.zone,
+            retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
             on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
         )
         self.reconciler = Reconciler(self)
+        self.metrics = Metrics(
+            config.get("metrics", "PORT"), config.get("metrics", "ADDRESS"),
+            running=self._running_by_type, peer_ages=self.liveness.ages,
+            lease_remaining=lambda: max(0.0, self.board.lease_until() - self.clock.monotonic()),
+        )
+        self.executor.metrics = self.metrics
 
     # -- wiring helpers ----------------------------------------------------------------------------
 
@@ -161,6 +171,12 @@ class Node:
         info["running"] = self.executor.per_pool() if hasattr(self, "executor") else {}
         info["zone"] = str(self.zone)
         return info
+
+    def _running_by_type(self) -> list[tuple[str, str, int]]:
+        counts: dict[tuple[str, str], int] = {}
+        for run in self.executor.runs():
+            counts[(run.row.type, run.pool)] = counts.get((run.row.type, run.pool), 0) + 1
+        return [(t, a, n) for (t, a), n in sorted(counts.items())]
 
     def wake(self) -> None:
         """Run a claim pass now (a slot freed, a job came due)."""
@@ -263,7 +279,9 @@ class Node:
                 self._full.clear()
                 next_full = mono + s.reconcile_interval
             try:
+                began = time.perf_counter()
                 self.reconciler.run_pass(full)
+                self.metrics.reconcile_pass(time.perf_counter() - began)
             except Exception:
                 log.exception("reconcile pass failed (retrying)")
                 next_full = mono + min(s.reconcile_interval, 1.0)
@@ -285,14 +303,15 @@ class Node:
         hours = self.settings.archive_hours
         cutoff = self.clock.now() - timedelta(hours=hours)
         try:
-            total = 0
-            while True:
-                n = self.store.delete_archived(cutoff, limit=5000)
-                total += n
-                if n < 5000:
-                    break
-            if total:
-                log.info("deleted %d archived job rows older than %g hours", total, hours)
+            for what, delete in (("archived job rows", self.store.delete_archived), ("run records", self.store.delete_runs)):
+                total = 0
+                while True:
+                    n = delete(cutoff, limit=5000)
+                    total += n
+                    if n < 5000:
+                        break
+                if total:
+                    log.info("deleted %d %s older than %g hours", total, what, hours)
         except Exception:
             log.exception("archive retention failed (retrying later)")
         return max(0.5, min(300.0, hours * 3600 / 4))
@@ -322,6 +341,7 @@ class Node:
         self.heartbeat.beat_once(state="stopped")
         self.board.close(unlink=True)
         self.doorbell.close()
+        self.metrics.close()
         self.store.close()
         log.info("node %s stopped", self.name)
 

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 from ..affinity import parse_affinity
 from ..config import AffinityLimit
 from ..model import Job, Status, advance
-from .decisions import claim, take_over
+from ..logs import job_extra
+from .decisions import claim, lost_run_record, take_over
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Node
@@ -115,10 +116,25 @@ class Reconciler:
             elif not n.fenced and n.liveness.is_dead(row.worker_id):
                 self._finish_orphan(row, now)
 
+    def _full(self, row: Job) -> Job | None:
+        """The stored row, when still as ``row`` says (index rows carry no counters)."""
+        full = self.node.store.get(row.key)
+        if full is None or (full.status, full.epoch, full.worker_id, full.revision) != (row.status, row.epoch, row.worker_id, row.revision):
+            return None
+        return full
+
+    def _take(self, row: Job, now: datetime):
+        """Take ``row`` over by CAS, recording its lost run; the CAS result (or None)."""
+        full = self._full(row)
+        if full is None:
+            return None
+        event, new = take_over(full, self.me, now, max_tries=self.s.max_tries)
+        new = advance(full, event, new)
+        return self.node.store.cas_many([(full, new)], [lost_run_record(full, new, now)])[0]
+
     def _finish_orphan(self, row: Job, now: datetime) -> None:
-        event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
-        res = self.node.store.cas(row, advance(row, event, new))
-        if res.applied:
+        res = self._take(row, now)
+        if res is not None and res.applied:
             log.info("job %s status was updated to %s.", row.key, res.row.status.value)
 
     # -- 3. dead nodes and orphans -------------------------------------------------------------------
@@ -141,9 +157,8 @@ class Reconciler:
             pool = self._pool_for(row, now)
             if pool is None:
                 continue  # no room (or not allowed) here; another node or a later pass takes it
-            event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
-            res = n.store.cas(row, advance(row, event, new))
-            if not res.applied:
+            res = self._take(row, now)
+            if res is None or not res.applied:
                 continue
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
@@ -195,10 +210,11 @@ class Reconciler:
             lost = 0
             for (row, pool), res in zip(chosen, results):
                 if res.applied:
-                    log.info("'%s' is now IN_PROCESS by %s", row.key, self.me)
+                    log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.row.epoch))
                     n.executor.start(res.row, pool[0].name, pool[1], generation)
                 else:
                     lost += 1
+            n.metrics.claims(len(pairs), lost)
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
 

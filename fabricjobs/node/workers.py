@@ -38,12 +38,13 @@ class Worker:
 
 
 class WorkerPool:
-    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int) -> None:
+    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int, log_format: str = "text") -> None:
         self.board = board
         self.size = size
         self.node = node
         self.idle_sec = idle_sec
         self.log_level = log_level
+        self.log_format = log_format
         self._ctx = multiprocessing.get_context("forkserver")
         self._ctx.set_forkserver_preload(["fabricjobs.jobs.worker"])
         self._lock = threading.Lock()
@@ -61,7 +62,8 @@ class WorkerPool:
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(
             target=worker_main,
-            args=(child, self.board.path, self.board.slots, slot, self.idle_sec, self.log_level, self.node),
+            args=(child, self.board.path, self.board.slots, slot, self.idle_sec, self.log_level, self.node,
+                  self.log_format),
             name=f"fabricjobs-worker-{slot}",
             daemon=False,
         )

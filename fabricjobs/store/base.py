@@ -94,6 +94,32 @@ class NodeRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One ended run of a job, in ``k2_job_runs`` (append-only; kept as long as archived rows).
+
+    A run is identified by the job key and its ``epoch`` (every claim starts a new epoch, so
+    JOBHISTORY's run number is the epoch). ``result`` says how it ended (OK, ERROR, KILLED,
+    STOPPED, RESTARTED, RELEASED, LOST, INTERRUPTED); ``status`` is the job's status after it.
+    ``log`` holds the run's log lines (the job's logger, a PROCESS job's stdout and stderr),
+    bounded: head and tail kept.
+    """
+
+    key: JobKey
+    epoch: int
+    node: str
+    due: datetime | None
+    start: datetime | None
+    end: datetime
+    result: str
+    status: str
+    tries: int
+    error: str = ""
+    output: str | None = None
+    exit_code: int | None = None
+    log: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class KillRequest:
     node: str
     task: int
@@ -143,14 +169,30 @@ class JobStore(ABC):
         ``new.key`` must equal ``expected.key``.
         """
 
-    def cas_many(self, pairs: Sequence[tuple[Job, Job]]) -> list[CasResult]:
+    @abstractmethod
+    def cas_many(
+        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None
+    ) -> list[CasResult]:
         """Several independent CAS writes; one result per pair, in order.
 
         Each is decided on its own (one failing does not undo the others). Backends make this
         cheaper than a loop: SQLite commits them in one transaction, Cassandra sends the LWTs
-        concurrently.
+        concurrently. ``runs[i]``, if given, is recorded in the run history exactly when pair
+        ``i`` applied: a writer that lost the row (a fenced, stale executor) records nothing,
+        and a record is never overwritten (one per key and epoch).
         """
-        return [self.cas(e, n) for e, n in pairs]
+
+    @abstractmethod
+    def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        """Recorded runs of the jobs named (one uid, or all), newest first."""
+
+    @abstractmethod
+    def run(self, key: JobKey, epoch: int) -> RunRecord | None:
+        """One recorded run."""
+
+    @abstractmethod
+    def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` run records that ended before ``before`` (Cassandra: TTL, 0)."""
 
     @abstractmethod
     def delete_archived(self, before: datetime, limit: int = 10_000) -> int:

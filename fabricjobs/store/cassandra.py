@@ -65,12 +65,12 @@ from typing import Any, Collection, Iterable, Sequence
 from ..config import Config
 from ..errors import SchemaVersionError, StoreError
 from ..model import Job, JobKey, Status
-from .base import CasResult, JobStore, KillRequest, NodeRow, Version
+from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
 UTC = timezone.utc
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SHARDS = 8
 INTENT_GRACE = timedelta(seconds=60)
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
@@ -81,7 +81,10 @@ _STATUS = {s.value: s for s in Status}
 
 _JOB_COLUMNS = tuple(
     f.name for f in fields(Job) if f.name != "key"
-)  # status, creation_time, archived, affinity, arguments, ...
+)  # status, creation_time, archived, affinity, arguments, ..., the counters
+_COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
+_RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time", "end_time", "result", "status",
+                "tries", "error", "output", "exit_code", "log")
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
 
 SCHEMA = (
@@ -108,6 +111,19 @@ SCHEMA = (
         node text, task bigint, requested_at timestamp, requested_by text, PRIMARY KEY ((node), task))""",
     """CREATE TABLE IF NOT EXISTS fabricjobs_schema (id text PRIMARY KEY, version int)""",
 )
+
+#: Schema changes after version 1, applied in order (each step is idempotent: a statement that
+#: finds its change already made is skipped).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        *(f"ALTER TABLE k2_jobs ADD {c} int" for c in _COUNTERS),
+        """CREATE TABLE IF NOT EXISTS k2_job_runs (
+            type text, name text, uid text, epoch bigint, node text, due_time timestamp,
+            start_time timestamp, end_time timestamp, result text, status text, tries int,
+            error text, output text, exit_code int, log text,
+            PRIMARY KEY ((type, name), uid, epoch)) WITH CLUSTERING ORDER BY (uid ASC, epoch DESC)""",
+    ),
+}
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -294,14 +310,30 @@ class CassandraStore(JobStore):
         except Exception as exc:
             raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema ({exc}); set [cassandra] CREATE_SCHEMA = true") from None
         if row is None:
-            s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', %s) IF NOT EXISTS", (SCHEMA_VERSION,),
-                      execution_profile="lwt")
+            if not create:
+                raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema; set [cassandra] CREATE_SCHEMA = true")
+            s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', 1) IF NOT EXISTS", execution_profile="lwt")
             row = s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()
-        if row["version"] > SCHEMA_VERSION:
+        version = row["version"]
+        if version > SCHEMA_VERSION:
             raise SchemaVersionError(
-                f"Cassandra keyspace {self.keyspace!r} has schema version {row['version']}, newer than this "
+                f"Cassandra keyspace {self.keyspace!r} has schema version {version}, newer than this "
                 f"fabricjobs understands ({SCHEMA_VERSION}); upgrade fabricjobs"
             )
+        if version < SCHEMA_VERSION and not create:
+            raise StoreError(
+                f"Cassandra keyspace {self.keyspace!r} has schema version {version}; this fabricjobs needs "
+                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the README)"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for ddl in MIGRATIONS[target]:
+                try:
+                    s.execute(ddl)
+                except Exception as exc:  # another node made the same change first
+                    if "conflicts with an existing column" not in str(exc) and "already exist" not in str(exc):
+                        raise
+            s.execute("UPDATE fabricjobs_schema SET version = %s WHERE id = 'k2_jobs' IF version = %s",
+                      (target, target - 1), execution_profile="lwt")
 
     def schema_version(self) -> int:
         return self._session.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()["version"]
@@ -359,6 +391,7 @@ class CassandraStore(JobStore):
             epoch=row["epoch"] or 0,
             revision=row["revision"] or 0,
             priority=row["priority"] if row["priority"] is not None else 4,
+            **{c: row.get(c) or 0 for c in _COUNTERS},
         )
 
     def _select_job(self, key: JobKey, serial: bool = False) -> Job | None:
@@ -575,10 +608,57 @@ class CassandraStore(JobStore):
         self._repair(expected, current)
         return CasResult(False, current=current)
 
-    def cas_many(self, pairs: Sequence[tuple[Job, Job]]) -> list[CasResult]:
-        if len(pairs) <= 1:
-            return [self.cas(e, n) for e, n in pairs]
-        return list(self._pool.map(lambda p: self.cas(*p), pairs))
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+        records = list(runs) if runs is not None else [None] * len(pairs)
+
+        def one(item):
+            (expected, new), record = item
+            res = self.cas(expected, new)
+            if res.applied and record is not None:
+                # After the LWT decided, only by its winner: a fenced writer records nothing.
+                self._record_run(record)
+            return res
+
+        items = list(zip(pairs, records))
+        if len(items) <= 1:
+            return [one(i) for i in items]
+        return list(self._pool.map(one, items))
+
+    def _record_run(self, r: RunRecord) -> None:
+        stmt = self._stmt(("runput",),
+            f"INSERT INTO k2_job_runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)}) USING TTL ?")
+        try:
+            self._run(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end, r.result,
+                             r.status, r.tries, r.error, r.output, r.exit_code, r.log, self.archive_ttl))
+        except StoreError as exc:  # the job row is right; only its history line is missing
+            log.warning("could not record run %s of %s (%s)", r.epoch, r.key, exc)
+
+    @staticmethod
+    def _to_run(row: dict) -> RunRecord:
+        return RunRecord(
+            JobKey(row["type"], row["name"], row["uid"]), row["epoch"], row["node"], _aware(row["due_time"]),
+            _aware(row["start_time"]), _aware(row["end_time"]), row["result"], row["status"], row["tries"] or 0,
+            row["error"] or "", row["output"], row["exit_code"], row["log"] or "",
+        )
+
+    def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        cols = ", ".join(_RUN_COLUMNS)
+        if uid is None:
+            rows = self._run(self._stmt(("runs",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ?"), (type, name))
+        else:
+            rows = self._run(self._stmt(("runsu",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"),
+                             (type, name, uid))
+        out = sorted((self._to_run(r) for r in rows), key=lambda r: (r.end, r.epoch), reverse=True)
+        return out if limit is None else out[:limit]
+
+    def run(self, key: JobKey, epoch: int) -> RunRecord | None:
+        cols = ", ".join(_RUN_COLUMNS)
+        row = self._run(self._stmt(("run1",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ?"),
+                        (key.type, key.name, key.uid, epoch)).one()
+        return None if row is None else self._to_run(row)
+
+    def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
+        return 0  # run records expire by TTL
 
     def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
         return 0  # archived rows expire by TTL

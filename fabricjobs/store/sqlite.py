@@ -26,15 +26,20 @@ from contextlib import contextmanager
 
 from ..errors import SchemaVersionError, StoreError
 from ..model import Job, JobKey, Status
-from .base import CasResult, JobStore, KillRequest, NodeRow, Version, chunked
+from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
 
 UTC = timezone.utc
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _JOB_COLUMNS = (
     "type", "name", "uid", "status", "archived", "affinity", "arguments", "execution_interval",
     "creation_time", "start_time", "end_time", "next_run", "hold_until", "error_msg", "output",
     "tries", "worker_id", "epoch", "revision", "priority",
+    "runs", "successes", "failures", "retries_error", "retries_lost", "kills",
+)
+_RUN_COLUMNS = (
+    "type", "name", "uid", "epoch", "node", "due", "start", "end", "result", "status", "tries",
+    "error", "output", "exit_code", "log",
 )
 _COLS = ", ".join(_JOB_COLUMNS)
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
@@ -102,6 +107,32 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         )
         """,
     ),
+    # 2: run history and per-job counters (observability).
+    2: (
+        *(f"ALTER TABLE k2_jobs ADD COLUMN {c} INTEGER NOT NULL DEFAULT 0"
+          for c in ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")),
+        """
+        CREATE TABLE k2_job_runs (
+            type TEXT NOT NULL,
+            name TEXT NOT NULL,
+            uid TEXT NOT NULL,
+            epoch INTEGER NOT NULL,
+            node TEXT NOT NULL,
+            due REAL,
+            start REAL,
+            "end" REAL NOT NULL,
+            result TEXT NOT NULL,
+            status TEXT NOT NULL,
+            tries INTEGER NOT NULL,
+            error TEXT NOT NULL DEFAULT '',
+            output TEXT,
+            exit_code INTEGER,
+            log TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (type, name, uid, epoch)
+        ) WITHOUT ROWID
+        """,
+        'CREATE INDEX k2_job_runs_end ON k2_job_runs ("end")',
+    ),
 }
 
 # The store's clock, evaluated by SQLite itself (this host's real clock, whatever a node's
@@ -123,6 +154,7 @@ def _job_params(job: Job) -> tuple:
         job.arguments, job.execution_interval, _ts(job.creation_time), _ts(job.start_time),
         _ts(job.end_time), _ts(job.next_run), _ts(job.hold_until), job.error_msg, job.output,
         job.tries, job.worker_id, job.epoch, job.revision, job.priority,
+        job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills,
     )
 
 
@@ -149,7 +181,26 @@ def _row_to_job(r: Sequence) -> Job:
         epoch=r[17],
         revision=r[18],
         priority=r[19],
+        runs=r[20],
+        successes=r[21],
+        failures=r[22],
+        retries_error=r[23],
+        retries_lost=r[24],
+        kills=r[25],
     )
+
+
+def _run_params(r: RunRecord) -> tuple:
+    return (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, _ts(r.due), _ts(r.start), _ts(r.end), r.result,
+            r.status, r.tries, r.error, r.output, r.exit_code, r.log)
+
+
+def _row_to_run(r: Sequence) -> RunRecord:
+    return RunRecord(JobKey(r[0], r[1], r[2]), r[3], r[4], _dt(r[5]), _dt(r[6]), _dt(r[7]), r[8], r[9], r[10],
+                     r[11], r[12], r[13], r[14])
+
+
+_RUN_COLS = ", ".join(f'"{c}"' for c in _RUN_COLUMNS)
 
 
 class SqliteStore(JobStore):
@@ -289,12 +340,13 @@ class SqliteStore(JobStore):
     def cas(self, expected: Job, new: Job) -> CasResult:
         return self.cas_many([(expected, new)])[0]
 
-    def cas_many(self, pairs: Sequence[tuple[Job, Job]]) -> list[CasResult]:
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
         if not pairs:
             return []
         results: list[CasResult] = []
+        records = list(runs) if runs is not None else [None] * len(pairs)
         with self._write() as conn:
-            for expected, new in pairs:
+            for (expected, new), record in zip(pairs, records):
                 if new.key != expected.key:
                     raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
                 # Only the columns that change are written: a row read from an index may be a
@@ -312,6 +364,11 @@ class SqliteStore(JobStore):
                 )
                 if cur.rowcount == 1:
                     results.append(CasResult(True, row=self._get(conn, expected.key)))
+                    if record is not None:  # in the same transaction: recorded iff the CAS applied
+                        conn.execute(
+                            f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
+                            _run_params(record),
+                        )
                 else:
                     r = conn.execute(
                         "SELECT status, epoch, worker_id, revision FROM k2_jobs "
@@ -321,6 +378,32 @@ class SqliteStore(JobStore):
                     current = None if r is None else Version(_STATUS[r[0]], r[1], r[2], r[3])
                     results.append(CasResult(False, current=current))
         return results
+
+    def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        sql = f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ?"
+        params: list = [type, name]
+        if uid is not None:
+            sql += " AND uid = ?"
+            params.append(uid)
+        sql += ' ORDER BY "end" DESC, epoch DESC'
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_row_to_run(r) for r in self._read(sql, params)]
+
+    def run(self, key: JobKey, epoch: int) -> RunRecord | None:
+        rows = self._read(f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ?",
+                          (key.type, key.name, key.uid, epoch))
+        return _row_to_run(rows[0]) if rows else None
+
+    def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
+        with self._write() as conn:
+            cur = conn.execute(
+                "DELETE FROM k2_job_runs WHERE (type, name, uid, epoch) IN ("
+                ' SELECT type, name, uid, epoch FROM k2_job_runs WHERE "end" < ? LIMIT ?)',
+                (_ts(before), limit),
+            )
+            return cur.rowcount
 
     def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
         with self._write() as conn:

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from fabricjobs.commands import Expectation, expected_at, lex
 
-STATEMENTS = ("STARTJOB", "STOPJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES")
+STATEMENTS = ("STARTJOB", "STOPJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
+              "JOBHISTORY", "JOBLOG", "WAITJOB")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL")
 
 
@@ -61,12 +62,20 @@ def test_jobstatus_positions():
     e = expected_at("jobstatus ")
     assert e.job_type and e.number
     e = expected_at("jobstatus user_job ")
-    assert e.string_for == "JOB_NAME" and e.keywords == ()
+    assert e.string_for == "JOB_NAME" and e.keywords == ("DETAILS",)
     assert expected_at("jobstatus user_job 'Cu").string_for == "JOB_NAME"
-    assert expected_at("jobstatus user_job 'x' ").keywords == ("WITH",)
+    assert expected_at("jobstatus user_job 'x' ").keywords == ("DETAILS", "WITH")
     assert expected_at("jobstatus user_job 'x' with ").params == ("UID",)
     assert expected_at("jobstatus 3 ").keywords == ("DAYS",)
     assert expected_at("jobstatus 3 days ").keywords == ("AGO",)
+
+
+def test_history_log_and_wait_positions():
+    assert set(expected_at("jobhistory user_job 'x' ").keywords) == {"WITH", "LIMIT"}
+    assert expected_at("joblog user_job 'x' with uid='u' ").keywords == ("RUN",)
+    assert expected_at("waitjob user_job 'x' with uid='u' ").keywords == ("TIMEOUT",)
+    assert "WAIT" in expected_at("stopjob user_job name='x' ").keywords
+    assert expected_at("nodes ").keywords == ("DETAILS",)
 
 
 def test_ps_all_and_kill():

@@ -395,7 +395,7 @@ def test_unexpected_word_lists_what_may_come():
 
 def test_unknown_statement():
     exc = fails("ps;\n  shutdown now")
-    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES or ';'")
+    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB or ';'")
 
 
 def test_missing_job_type():
@@ -432,8 +432,8 @@ def test_two_statements_without_separator():
 
 def test_jobstatus_forms_are_strict():
     assert_rendered(fails("jobstatus 3 days"), 1, 17, "unexpected end of input", "expected AGO")
-    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected WITH or ';'")
-    assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected a number, a job type or ';'")
+    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected DETAILS, WITH or ';'")
+    assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected DETAILS, a number, a job type or ';'")
 
 
 def test_long_tokens_are_shortened_in_messages():

@@ -102,3 +102,17 @@ def stamp(log: str):
     """Appends the start time of each run (interval and cron tests)."""
     job = current_job()
     _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=time.time()))
+
+
+def chatty(counter: str):
+    """Logs through the job's logger; fails the first two attempts."""
+    job = current_job()
+    path = Path(counter)
+    n = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(n))
+    job.logger.info("attempt %d begins", n)
+    if n < 3:
+        job.logger.warning("attempt %d fails", n)
+        raise RuntimeError(f"attempt {n} failed")
+    job.logger.info("attempt %d succeeds", n)
+    return n

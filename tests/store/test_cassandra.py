@@ -162,11 +162,38 @@ def test_a_lost_index_write_is_repaired_not_lost(server, keyspace):
 
 def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
     store = open_store(server, keyspace)
-    assert store.schema_version() == 1
+    assert store.schema_version() == 2
     store._session.execute("UPDATE fabricjobs_schema SET version = 99 WHERE id = 'k2_jobs'")
     store.close()
     with pytest.raises(SchemaVersionError, match="schema version 99, newer than this fabricjobs understands"):
         open_store(server, keyspace)
+
+
+def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
+    from cassandra.cluster import Cluster
+
+    from fabricjobs.store.cassandra import SCHEMA
+
+    cluster = Cluster([server.host], port=server.port, protocol_version=4)
+    s = cluster.connect()
+    s.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}")
+    s.set_keyspace(keyspace)
+    for ddl in SCHEMA:
+        s.execute(ddl)
+    s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', 1)")
+    s.execute("INSERT INTO k2_jobs (type, name, uid, status, archived, creation_time, revision, epoch, tries) "
+              "VALUES ('USER_JOB', 'A.b', 'old', 'WAITING', false, '2026-01-01T00:00:00Z', 1, 0, 0)")
+    cluster.shutdown()
+    with pytest.raises(StoreError, match="schema version 1; this fabricjobs needs 2"):
+        open_store(server, keyspace, create_schema=False)
+    store = open_store(server, keyspace)
+    try:
+        assert store.schema_version() == 2
+        old = store.get(JobKey("USER_JOB", "A.b", "old"))
+        assert old.runs == 0 and old.status is Status.WAITING
+        assert store.runs("USER_JOB", "A.b") == []
+    finally:
+        store.close()
 
 
 def test_without_create_schema_a_missing_keyspace_is_a_clear_error(server):

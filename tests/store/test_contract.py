@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fabricjobs.model import Job, JobKey, Status
-from fabricjobs.store.base import KillRequest, NodeRow, Version
+from fabricjobs.store.base import KillRequest, NodeRow, RunRecord, Version
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
@@ -249,6 +249,71 @@ def test_archived_rows_go_after_their_retention_live_rows_stay(store, store_conf
         assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"old{i}")) is None for i in range(3))
     finally:
         server.time_offset -= 721 * 3600  # the server is shared by the whole run
+
+
+# -- run history -------------------------------------------------------------------------------
+
+def record(row: Job, result="OK", status="PROCESSED", end=T0, **kw) -> RunRecord:
+    return RunRecord(row.key, row.epoch, row.worker_id or "n1", row.next_run, row.start_time, end, result, status,
+                     row.tries, **kw)
+
+
+def test_a_run_is_recorded_exactly_when_its_outcome_write_applies(store):
+    a = store.insert(job(uid="a")).row
+    a1 = store.cas(a, claim(a, "n1")).row
+    stale = a1  # what a fenced-off executor still holds
+    taken = store.cas(a1, a1.replace(worker_id="n2", epoch=a1.epoch + 1)).row  # another node took it over
+    done = taken.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"ok"')
+    late = stale.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"stale"')
+    res = store.cas_many([(stale, late), (taken, done)],
+                         runs=[record(stale, output='"stale"'), record(taken, output='"ok"', log="line 1\nline 2")])
+    assert [r.applied for r in res] == [False, True]
+    runs = store.runs("USER_JOB", "Customer.userJob1", "a")
+    assert [(r.epoch, r.node, r.output) for r in runs] == [(2, "n2", '"ok"')]  # the stale run left no record
+    assert store.run(a.key, 2).log == "line 1\nline 2" and store.run(a.key, 1) is None
+
+
+def test_runs_are_listed_newest_first_per_job_name(store):
+    for uid in ("u1", "u2"):
+        row = store.insert(job(uid=uid)).row
+        for i in range(3):
+            row = store.cas(row, claim(row, f"n{i}")).row
+            after = row.replace(status=Status.WAITING, tries=row.tries + 1, error_msg=f"boom {i}")
+            store.cas_many([(row, after)], runs=[record(row, "ERROR", "WAITING", end=T0 + timedelta(seconds=i),
+                                                        error=f"boom {i}", exit_code=3)])
+            row = store.get(row.key)
+    both = store.runs("USER_JOB", "Customer.userJob1")
+    assert len(both) == 6
+    u1 = store.runs("USER_JOB", "Customer.userJob1", "u1")
+    assert [(r.epoch, r.error, r.exit_code, r.node) for r in u1] == [(3, "boom 2", 3, "n2"), (2, "boom 1", 3, "n1"), (1, "boom 0", 3, "n0")]
+    assert [r.epoch for r in store.runs("USER_JOB", "Customer.userJob1", "u1", limit=2)] == [3, 2]
+    assert store.runs("USER_JOB", "Nope") == []
+
+
+def test_run_records_go_after_their_retention(store, request):
+    row = store.insert(job(uid="r")).row
+    row = store.cas(row, claim(row, "n1")).row
+    store.cas_many([(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=721)))],
+                   runs=[record(row, end=T0 - timedelta(hours=721))])
+    assert len(store.runs("USER_JOB", "Customer.userJob1")) == 1
+    if store.backend == "sqlite":
+        assert store.delete_runs(T0 - timedelta(hours=720)) == 1
+    else:
+        server = request.getfixturevalue("cql_server")
+        server.advance(721 * 3600)
+        try:
+            assert store.runs("USER_JOB", "Customer.userJob1") == []
+        finally:
+            server.time_offset -= 721 * 3600
+        return
+    assert store.runs("USER_JOB", "Customer.userJob1") == []
+
+
+def test_counters_are_columns_of_the_row(store):
+    row = store.insert(job(uid="c")).row
+    assert (row.runs, row.successes, row.failures, row.retries_error, row.retries_lost, row.kills) == (0,) * 6
+    new = store.cas(row, row.replace(runs=3, successes=1, failures=2, retries_error=1, retries_lost=1, kills=1)).row
+    assert store.get(row.key) == new and (new.runs, new.kills) == (3, 1)
 
 
 # -- nodes and kill requests ---------------------------------------------------------------------

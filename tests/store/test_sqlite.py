@@ -44,6 +44,24 @@ def test_a_newer_schema_is_refused_with_a_clear_message(tmp_path):
         SqliteStore(path)
 
 
+def test_a_version_1_database_is_upgraded_in_place(tmp_path):
+    from fabricjobs.store.sqlite import _MIGRATIONS
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    for stmt in _MIGRATIONS[1]:
+        conn.execute(stmt)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO k2_jobs (type, name, uid, status, creation_time) VALUES ('USER_JOB', 'A.b', 'old', 'WAITING', 0)")
+    conn.commit()
+    conn.close()
+    store = SqliteStore(path)
+    assert store.schema_version() == SCHEMA_VERSION == 2
+    old = store.get(JobKey("USER_JOB", "A.b", "old"))
+    assert old.status is Status.WAITING and old.runs == 0
+    assert store.runs("USER_JOB", "A.b") == []
+
+
 def test_durability_settings_are_applied(tmp_path):
     store = SqliteStore(tmp_path / "j.db")
     conn = store._conn()

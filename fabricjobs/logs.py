@@ -1,0 +1,58 @@
+"""Log output of nodes and their workers: the seed's text lines, or one JSON object per line.
+
+With ``--log-format json`` every line carries ``time``, ``level``, ``logger``, ``thread``,
+``message`` and ``node``, plus ``job`` and ``epoch`` when the line is about a job (log calls
+pass them as ``extra``), so a log pipeline can follow one job across nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+
+TEXT_FORMAT = "%(levelname)s %(asctime)s [%(threadName)s] %(name)s - %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "thread": record.threadName,
+            "node": self.node,
+            "message": record.getMessage(),
+        }
+        for field in ("job", "epoch", "task"):
+            value = getattr(record, field, None)
+            if value is not None:
+                out[field] = value
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def setup_logging(level: str | int, fmt: str = "text", node: str = "", thread_name: str | None = None) -> None:
+    """Configure the root logger of this process (a node or one of its workers)."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter(node))
+    else:
+        text = TEXT_FORMAT if thread_name is None else TEXT_FORMAT.replace("%(threadName)s", thread_name)
+        handler.setFormatter(logging.Formatter(text))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def job_extra(key, epoch: int | None = None) -> dict:
+    """``extra=`` for a log call about a job."""
+    return {"job": str(key), "epoch": epoch}

@@ -1,0 +1,96 @@
+"""Prometheus metrics of one node, served on a loopback port (``[metrics] PORT``; 0 = off).
+
+The seed's JMX stats and more:
+
+    fabricjobs_running_jobs{type, affinity}              gauge    runs going on (systemJobs)
+    fabricjobs_executions_total{type, result}            counter  ended runs by result (systemJobsExecution)
+    fabricjobs_claim_attempts_total                      counter  claim CAS attempts
+    fabricjobs_claim_conflicts_total                     counter  claims another node won
+    fabricjobs_reconcile_pass_seconds                    histogram
+    fabricjobs_fire_lag_seconds                          histogram  due time -> run start
+    fabricjobs_peer_heartbeat_age_seconds{node}          gauge    since each peer's beat last changed (this node's clock)
+    fabricjobs_lease_remaining_seconds                   gauge    this node's own lease
+
+prometheus_client is imported only when the port is set; a disabled Metrics is free.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable
+
+log = logging.getLogger("fabricjobs.node.metrics")
+
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    def __init__(
+        self,
+        port: int,
+        address: str,
+        *,
+        running: Callable[[], Iterable[tuple[str, str, int]]],
+        peer_ages: Callable[[], dict[str, float]],
+        lease_remaining: Callable[[], float],
+    ) -> None:
+        self.enabled = port > 0
+        self.port = port
+        self._server = None
+        if not self.enabled:
+            return
+        from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+        from prometheus_client.core import GaugeMetricFamily
+
+        self.registry = CollectorRegistry()
+        self._executions = Counter("fabricjobs_executions", "Ended runs, by job type and result",
+                                   ["type", "result"], registry=self.registry)
+        self._claims = Counter("fabricjobs_claim_attempts", "Claim CAS attempts", registry=self.registry)
+        self._conflicts = Counter("fabricjobs_claim_conflicts", "Claims another node won", registry=self.registry)
+        self._pass = Histogram("fabricjobs_reconcile_pass_seconds", "Duration of a reconcile pass",
+                               buckets=_PASS_BUCKETS, registry=self.registry)
+        self._lag = Histogram("fabricjobs_fire_lag_seconds", "Delay from a run's due time to its start",
+                              buckets=_LAG_BUCKETS, registry=self.registry)
+
+        class _State:
+            def collect(self_inner):
+                g = GaugeMetricFamily("fabricjobs_running_jobs", "Runs going on, by job type and affinity",
+                                      labels=["type", "affinity"])
+                for job_type, affinity, n in running():
+                    g.add_metric([job_type, affinity], n)
+                yield g
+                ages = GaugeMetricFamily("fabricjobs_peer_heartbeat_age_seconds",
+                                         "Seconds since each peer's beat was last seen to change", labels=["node"])
+                for node, age in sorted(peer_ages().items()):
+                    ages.add_metric([node], age)
+                yield ages
+                yield GaugeMetricFamily("fabricjobs_lease_remaining_seconds", "This node's lease left",
+                                        value=lease_remaining())
+
+        self.registry.register(_State())
+        self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", address, port)
+
+    def execution(self, job_type: str, result: str) -> None:
+        if self.enabled:
+            self._executions.labels(job_type, result).inc()
+
+    def claims(self, attempts: int, conflicts: int) -> None:
+        if self.enabled:
+            self._claims.inc(attempts)
+            if conflicts:
+                self._conflicts.inc(conflicts)
+
+    def reconcile_pass(self, seconds: float) -> None:
+        if self.enabled:
+            self._pass.observe(seconds)
+
+    def fire_lag(self, seconds: float) -> None:
+        if self.enabled:
+            self._lag.observe(max(0.0, seconds))
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

@@ -1,0 +1,154 @@
+"""What happened to a job, where and why (issue #8): run history, job logs, WAITJOB,
+STOPJOB WAIT, NODES DETAILS, metrics, JSON logs. Real node processes on both backends."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+
+from fabricjobs.errors import WaitTimeout
+from fabricjobs.model import Status
+from harness import Cluster, ROOT, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path, request, node_backend):
+    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
+    yield c
+    c.stop_all()
+
+
+def test_a_job_that_fails_twice_then_succeeds_shows_three_runs_with_errors_and_nodes(cluster, tmp_path):
+    counter = tmp_path / "n"
+    cluster.start_node("a")
+    cluster.start_node("b")
+    cluster.fetch(f"startjob user_job name='Probe.fail_times' uid='f' args='{json.dumps({'counter': str(counter), 'failures': 2})}';")
+    cluster.wait_job("USER_JOB", "Probe.fail_times", "f", lambda j: j.status is Status.PROCESSED, 20)
+    hist = cluster.fetch("jobhistory user_job 'Probe.fail_times' with uid='f';")
+    assert hist.columns[:5] == ("Run", "UID", "Node", "Result", "Status")
+    rows = list(hist)
+    assert [r["Result"] for r in rows] == ["OK", "ERROR", "ERROR"]  # newest first
+    assert [r["Run"] for r in rows] == [3, 2, 1]
+    assert [r["Status"] for r in rows] == ["PROCESSED", "WAITING", "WAITING"]
+    assert rows[1]["Error"] == "RuntimeError: planned failure 2 of 2" and rows[2]["Error"] == "RuntimeError: planned failure 1 of 2"
+    assert all(r["Node"] in ("a", "b") for r in rows) and rows[0]["Output"] == '{"succeeded_after": 2}'
+    assert all(r["Duration (ms)"] >= 0 for r in rows)
+    details = cluster.fetch("jobstatus user_job 'Probe.fail_times' with uid='f' details;")
+    assert details.vertical
+    d = details.first_row()
+    assert (d["Runs"], d["Successes"], d["Failures"], d["Retries After Error"], d["Retries After Node Loss"], d["Kills"]) == (3, 1, 2, 2, 0, 0)
+    out = cluster.shell("-e", "jobhistory user_job 'Probe.fail_times' limit 2;")
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("(2 rows)")
+
+
+def test_joblog_returns_the_right_runs_lines_from_any_shell(cluster, tmp_path):
+    counter = tmp_path / "n"
+    cluster.start_node("a")
+    cluster.fetch(f"startjob user_job name='Probe.chatty' uid='c' args='{json.dumps({'counter': str(counter)})}';")
+    cluster.wait_job("USER_JOB", "Probe.chatty", "c", lambda j: j.archived, 20)
+    # a shell in another process (as on another node's host) reads any run's lines
+    second = cluster.shell("-e", "joblog user_job 'Probe.chatty' with uid='c' run 2;")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[0].startswith("run 2 of USER_JOB.Probe.chatty.c on a: ERROR -> WAITING")
+    assert "attempt 2 begins" in second.stdout and "attempt 2 fails" in second.stdout
+    assert "attempt 1" not in second.stdout and "attempt 3" not in second.stdout
+    last = cluster.shell("-e", "joblog user_job 'Probe.chatty';").stdout
+    assert last.startswith("run 3 of USER_JOB.Probe.chatty.c on a: OK -> PROCESSED") and "attempt 3 succeeds" in last
+    missing = cluster.shell("-e", "joblog user_job 'Probe.chatty' run 9;")
+    assert missing.returncode == 1 and "No recorded run 9" in missing.stderr
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "scripts")}}], indirect=True)
+def test_a_process_jobs_stdout_is_its_log(cluster):
+    cluster.start_node("a")
+    cluster.fetch("startjob process name='echoArg.sh' uid='e' args='{\"0\":\"x\",\"1\":\"y\"}';")
+    cluster.wait_job("PROCESS", "echoArg.sh", "e", lambda j: j.archived)
+    text = cluster.fetch("joblog process 'echoArg.sh' with uid='e';").status
+    assert "stdout: Total Arguments : 2" in text and "stdout: 2nd Argument = y" in text
+
+
+def test_waitjob_returns_on_processed_and_times_out_cleanly(cluster, tmp_path):
+    cluster.start_node("a")
+    log = tmp_path / "r.jsonl"
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='w' args='{json.dumps({'log': str(log), 'seconds': 1.0})}';")
+    t0 = time.monotonic()
+    res = cluster.fetch("waitjob user_job 'Probe.record' with uid='w';")
+    assert res.first_row()["Status"] == "PROCESSED" and 0.8 < time.monotonic() - t0 < 10
+    cluster.fetch(f"startjob user_job name='Probe.started' uid='stuck' args='{json.dumps({'log': str(tmp_path / 's')})}';")
+    with pytest.raises(WaitTimeout, match="WAITJOB timed out: USER_JOB.Probe.started.stuck is (WAITING|IN_PROCESS)"):
+        cluster.fetch("waitjob user_job 'Probe.started' with uid='stuck' timeout 1;")
+    shell = cluster.shell("-e", "waitjob user_job 'Probe.started' with uid='stuck' timeout 1;")
+    assert shell.returncode == 1 and shell.stderr.startswith("WAITJOB timed out") and "Traceback" not in shell.stderr
+    # STOPJOB ... WAIT returns once the stuck job is final (after the 1.5 s stop grace)
+    stopped = cluster.fetch("stopjob user_job name='Probe.started' uid='stuck' wait timeout 20;")
+    assert stopped.first_row()["Status"] == "TERMINATED"
+    client = cluster.client()
+    client.fetch(f"startjob user_job name='Probe.record' uid='w2' args='{json.dumps({'log': str(log), 'seconds': 0.2})}';")
+    assert client.wait("user_job", "Probe.record", "w2", timeout=20)["Status"] == "PROCESSED"
+
+
+def test_waitjob_on_a_recurring_job_returns_when_its_next_run_ends(cluster, tmp_path):
+    cluster.start_node("a")
+    cluster.fetch(f"startjob user_job name='Probe.stamp' uid='r' exec_interval='00:00:02' args='{json.dumps({'log': str(tmp_path / 'l')})}';")
+    first = cluster.wait_job("USER_JOB", "Probe.stamp", "r", lambda j: j.status is Status.SCHEDULED)
+    row = cluster.client().wait("user_job", "Probe.stamp", "r", timeout=10)
+    assert row["Status"] == "SCHEDULED" and row["End Time"] > first.end_time
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+METRICS_PORT = _free_port()
+
+
+def _scrape(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+@pytest.mark.parametrize("cluster", [{"metrics": {"PORT": METRICS_PORT}}], indirect=True)
+def test_metrics_are_served_and_change_as_jobs_run(cluster, tmp_path):
+    cluster.start_node("a")
+    before = _scrape(METRICS_PORT)
+    assert before.get('fabricjobs_claim_attempts_total', 0) == 0
+    log = tmp_path / "r.jsonl"
+    cluster.fetch("".join(f"startjob user_job name='Probe.record' uid='m{i}' args='{json.dumps({'log': str(log), 'seconds': 1.0})}';" for i in range(3)))
+    running = wait_for(lambda: _scrape(METRICS_PORT).get('fabricjobs_running_jobs{affinity="ANY",type="USER_JOB"}', 0) == 3, 10,
+                       "the running gauge to show 3")
+    assert running
+    for i in range(3):
+        cluster.wait_job("USER_JOB", "Probe.record", f"m{i}", lambda j: j.archived)
+    after = wait_for(lambda: (lambda m: m.get('fabricjobs_executions_total{result="OK",type="USER_JOB"}', 0) == 3 and m)(
+        _scrape(METRICS_PORT)), 10, "3 executions counted")
+    assert after.get('fabricjobs_running_jobs{affinity="ANY",type="USER_JOB"}', 0) == 0
+    assert after["fabricjobs_claim_attempts_total"] >= 3
+    assert after["fabricjobs_reconcile_pass_seconds_count"] > before.get("fabricjobs_reconcile_pass_seconds_count", 0)
+    assert after["fabricjobs_fire_lag_seconds_count"] >= 3
+    assert after["fabricjobs_lease_remaining_seconds"] > 0
+
+
+def test_nodes_details_and_json_logs(cluster, tmp_path):
+    node = cluster.start_node("a", extra_args=["--log-format", "json"])
+    cluster.fetch("startjob user_job name='Probe.noop' uid='j';")
+    cluster.wait_job("USER_JOB", "Probe.noop", "j", lambda j: j.archived)
+    details = cluster.fetch("nodes details;")
+    assert details.vertical and details.first_row()["heartbeat"] == "200 ms x 5"
+    wait_for(lambda: "status was updated to PROCESSED" in node.log(), 5, "the outcome line")
+    lines = [json.loads(line) for line in node.log().splitlines() if line.startswith("{")]
+    done = [l for l in lines if "status was updated to PROCESSED" in l["message"]]
+    assert done and done[0]["node"] == "a" and done[0]["job"] == "USER_JOB.Probe.noop.j" and done[0]["epoch"] == 1
+    assert all({"time", "level", "logger", "message", "node"} <= set(l) for l in lines)
