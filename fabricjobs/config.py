@@ -140,7 +140,9 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "USER_JOBS_DIR", _str, "", "Directory of user job modules: NAME 'Customer.userJob1' runs userJob1() of Customer.py.", path=True),
     Key("jobs", "USER_JOB_MODULES", _list, (), "Allowlist of modules or packages whose functions may be named as 'package.module:function' (empty: none)."),
     Key("jobs", "PROCESS_JOBS_DIR", _str, "", "Directory of executables for PROCESS jobs; nothing outside it may run.", path=True),
-    Key("jobs", "EXECUTION_MODE", _lower_choice("process", "thread"), "process", "process: each run in a worker process that can be killed (default). thread: in the node's threads; faster, but STOPJOB/KILL cannot end a blocked job and a paused node cannot fence its runs."),
+    Key("jobs", "LISTENER_ROOT", _str, "", "Directory under which INTERFACE_LISTENER jobs may watch (empty: none).", path=True),
+    Key("jobs", "PRIORITY_AGING_SEC", _float(0.01), 60.0, "A waiting job gains one priority level per this many seconds it waits (no starvation)."),
+    Key("jobs", "DEPENDENCY_CHECK_SEC", _float(0.05), 5.0, "How often a node re-checks blocked jobs' parents (they are also checked as soon as a parent ends)."),
     Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),
     Key("jobs", "RUN_LOG_MAX_BYTES", _int(1024), 65536, "Log lines kept per run for JOBLOG (the job's logger, a PROCESS job's stdout/stderr): head and tail."),
     Key("jobs", "WORKER_IDLE_SEC", _float(0.0), 60.0, "A worker process idle this long exits (started again on demand)."),
@@ -170,10 +172,10 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "CONNECT_TIMEOUT_SEC", _float(0.1), 10.0, "Connection timeout."),
     Key("cassandra", "REQUEST_TIMEOUT_SEC", _float(0.1), 10.0, "Client-side request timeout."),
     Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),
+    Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
     # [metrics]
     Key("metrics", "PORT", _int(0), 0, "Serve Prometheus metrics on this port (0: off). Several nodes on one host need different ports."),
     Key("metrics", "ADDRESS", _str, "127.0.0.1", "Address the metrics port binds (loopback by default)."),
-    Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
 )
 
 SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS))

@@ -17,6 +17,7 @@ from typing import Iterable
 class JobType(StrEnum):
     USER_JOB = "USER_JOB"
     PROCESS = "PROCESS"
+    INTERFACE_LISTENER = "INTERFACE_LISTENER"
 
     @classmethod
     def parse(cls, text: str) -> "JobType":
@@ -100,6 +101,12 @@ class Job:
     retries_error: int = 0  # failures that were retried
     retries_lost: int = 0  # runs taken over from a lost node
     kills: int = 0  # runs ended by KILL
+    # Scheduling beyond Fabric (issue #9).
+    depends_on: str = ""  # parent keys, "TYPE.NAME.UID,TYPE.NAME.UID"
+    blocked: bool = False  # a parent has not reached PROCESSED: never claimed
+    time_zone: str = ""  # IANA zone of cron / timestamp schedules ('' : the node's)
+    late_threshold: str = ""  # HH:MM:SS: a fire later than this after its due time is skipped
+    overlap: str = ""  # SKIP | QUEUE: a fire due while the previous run still goes ('' : by schedule kind)
 
     @property
     def type(self) -> str:

@@ -81,14 +81,23 @@ class Schedule:
             raise TypeError(f"{self.kind} schedules have no fire times")
         return _cron_next(self.cron, self.cron_has_seconds, self.zone, after)
 
-    def next_after_run(self, due: datetime, started: datetime, ended: datetime) -> datetime | None:
+    def next_after_run(self, due: datetime, started: datetime, ended: datetime, overlap: str = "") -> datetime | None:
         """When the next run of a recurring job is due, after a run that was due at ``due``,
-        started at ``started`` and ended at ``ended``; ``None`` for one-time schedules.
+        started at ``started`` and ended at ``ended``; ``None`` for one-time schedules."""
+        return self.after_run(due, started, ended, overlap)[0]
 
-        Fixed rate: the next run is due one interval after the previous scheduled start.
-        Fires missed while no node ran the job (``started`` long after ``due``) collapse into
-        the run that just happened. A run that overran its next due time makes the next run
-        due right when it ended: no burst of catch-up runs, never two runs at once.
+    def after_run(self, due: datetime, started: datetime, ended: datetime, overlap: str = "") -> tuple[datetime | None, int]:
+        """(next due time, fires skipped while the run went on).
+
+        Fixed rate: the next run is due one interval after the previous *scheduled* start
+        (cron: the next fire time). Fires missed while no node ran the job (``started`` long
+        after ``due``) collapse into the run that just happened. A fire that came due while
+        the run was still going is, by ``overlap``:
+
+        * QUEUE (the default for HH:MM:SS intervals, as SPEC 4 says): the next run starts
+          right when this one ended; no burst of catch-up runs, never two runs at once;
+        * SKIP (the default for cron): such fires are skipped (and counted); the next run is
+          the first fire after the run ended.
         """
         if self.kind is ScheduleKind.INTERVAL:
             step = self.interval
@@ -99,8 +108,33 @@ class Schedule:
         elif self.kind is ScheduleKind.CRON:
             nxt = self.next_fire_after(max(due, started))
         else:
-            return None
-        return max(nxt, ended)
+            return None, 0
+        if nxt >= ended:
+            return nxt, 0
+        policy = (overlap or ("QUEUE" if self.kind is ScheduleKind.INTERVAL else "SKIP")).upper()
+        if policy == "QUEUE":
+            return ended, 0
+        skipped = 0
+        if self.kind is ScheduleKind.INTERVAL:
+            skipped = (ended - nxt) // self.interval + 1
+            nxt = nxt + self.interval * skipped
+        else:
+            while nxt < ended and skipped < 100_000:
+                skipped += 1
+                nxt = self.next_fire_after(nxt)
+        return nxt, skipped
+
+    def next_due_after(self, when: datetime, grid_from: datetime | None = None) -> datetime | None:
+        """The first due time strictly after ``when`` (recurring schedules): the next cron fire,
+        or the next point of the interval grid that starts at ``grid_from``."""
+        if self.kind is ScheduleKind.CRON:
+            return self.next_fire_after(when)
+        if self.kind is ScheduleKind.INTERVAL:
+            base = grid_from or when
+            if base > when:
+                return base
+            return base + self.interval * ((when - base) // self.interval + 1)
+        return None
 
 
 def parse_schedule(text: str | None, zone: ZoneInfo | str | None = None) -> Schedule:

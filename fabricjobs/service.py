@@ -31,7 +31,8 @@ from .errors import (
     WaitTimeout,
 )
 from .jobs.registry import JobCatalog
-from .model import RUNNING_STATUSES, Event, Job, JobKey, Status, advance
+from . import dependencies
+from .model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from .result import Result
 from .schedule import Schedule, parse_schedule
 from .store.base import JobStore, KillRequest
@@ -41,13 +42,14 @@ START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 STATUS_COLUMNS = (
     "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity",
-    "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries",
+    "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority",
 )
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
-FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Epoch") + COUNTER_COLUMNS
+FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Overlap", "Depends On",
+                                  "Blocked", "Epoch") + COUNTER_COLUMNS
 HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
-                   "Error", "Exit Code", "Output")
+                   "Error", "Exit Code", "Output", "Note")
 HISTORY_LIMIT = 50
 PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
@@ -125,9 +127,10 @@ class CommandService:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _schedule(self, text: str | None) -> Schedule:
+    def _schedule(self, text: str | None, tz: str | None = None) -> Schedule:
+        """The job's schedule in its own zone (TZ), else the configured one."""
         try:
-            return parse_schedule(text or "", self.zone)
+            return parse_schedule(text or "", tz or self.zone)
         except ScheduleError as exc:
             raise ValidationError(str(exc)) from None
 
@@ -190,10 +193,15 @@ class CommandService:
 
     def start_job(self, cmd: ast.StartJob, session: Session) -> Result:
         self.catalog.check(cmd.type, cmd.name)
+        if cmd.type == JobType.INTERFACE_LISTENER:
+            self.catalog.check_listener(cmd.args)
         self._check_affinity(cmd.affinity)
-        schedule = self._schedule(cmd.exec_interval)
+        schedule = self._schedule(cmd.exec_interval, cmd.tz)
         now = self.clock.now()
         key = JobKey(cmd.type, cmd.name, cmd.uid if cmd.uid is not None else str(uuid.uuid4()))
+        parents = [dependencies.parse_key(k) for k in cmd.depends_on or ()]
+        dependencies.check_new(self.store, key, parents)
+        blockers = dependencies.blocking(self.store, parents)
         job = Job(
             key=key,
             status=schedule.initial_status,
@@ -202,6 +210,13 @@ class CommandService:
             arguments=with_session_scope(cmd.args, session.session_scope()),
             execution_interval=cmd.exec_interval or "",
             next_run=schedule.first_due(now),
+            priority=cmd.priority if cmd.priority is not None else DEFAULT_PRIORITY,
+            depends_on=",".join(str(p) for p in parents),
+            blocked=bool(blockers),
+            error_msg=dependencies.note(blockers),
+            time_zone=cmd.tz or "",
+            late_threshold=cmd.late_threshold or "",
+            overlap=cmd.overlap or "",
         )
         event = Event.START if job.status is Status.WAITING else Event.START_SCHEDULED
         res = self.store.insert(advance(None, event, job))
@@ -270,7 +285,7 @@ class CommandService:
         def decide(row: Job):
             if not row.archived:
                 raise JobAlreadyRunning(f"Job is running {key.describe()}")
-            schedule = self._schedule(row.execution_interval)
+            schedule = self._schedule(row.execution_interval, row.time_zone)
             status = schedule.initial_status
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
             return event, row.replace(
@@ -288,11 +303,13 @@ class CommandService:
 
     def update_job(self, cmd: ast.UpdateJob, session: Session) -> Result:
         self._check_affinity(cmd.affinity)
-        new_schedule = self._schedule(cmd.exec_interval) if cmd.exec_interval is not None else None
+        if cmd.exec_interval is not None:
+            self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
             json.loads(cmd.args)  # the parser validated it; a client may hand us anything
         now = self.clock.now()
         notes: dict[JobKey, str] = {}
+        parents = [dependencies.parse_key(k) for k in cmd.depends_on] if cmd.depends_on is not None else None
 
         def decide(row: Job):
             new = row
@@ -300,11 +317,23 @@ class CommandService:
                 new = new.replace(affinity=cmd.affinity)
             if cmd.args is not None:
                 new = new.replace(arguments=_keep_session_scope(cmd.args, row.arguments))
-            if new_schedule is not None:
+            if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            schedule = new_schedule or self._schedule(row.execution_interval)
+            for field in ("priority", "late_threshold", "overlap"):
+                if getattr(cmd, field) is not None:
+                    new = new.replace(**{field: getattr(cmd, field)})
+            if cmd.tz is not None:
+                new = new.replace(time_zone=cmd.tz)
+            if parents is not None:
+                dependencies.check_new(self.store, row.key, parents)
+                blockers = dependencies.blocking(self.store, parents)
+                idle = row.status in (Status.WAITING, Status.SCHEDULED)
+                new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers) and idle,
+                                  error_msg=dependencies.note(blockers) if idle else row.error_msg)
+            rescheduled = cmd.exec_interval is not None or cmd.tz is not None
+            schedule = self._schedule(new.execution_interval, new.time_zone)
             reset = bool(cmd.reset_end_time)
-            if row.status in (Status.WAITING, Status.SCHEDULED) and (new_schedule is not None or reset):
+            if row.status in (Status.WAITING, Status.SCHEDULED) and (rescheduled or reset):
                 due = now if reset else _next_due_for_update(schedule, row, now)
                 status = Status.WAITING if due <= now else Status.SCHEDULED
                 # A new due time is picked up by whichever node re-owns the job: unowning it
@@ -350,16 +379,19 @@ class CommandService:
             cands = candidates(nodes, parse_affinity(job.affinity))
         except ValueError:
             cands = 0
+        if job.blocked and job.status is Status.WAITING:
+            next_run = "Blocked by its parents"
         row = (
             job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
             job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,
-            job.worker_id or "", job.tries,
+            job.worker_id or "", job.tries, job.priority,
         )
         if detail:
             row += (job.output or "", job.arguments)
         if full:
-            row += (job.execution_interval, job.epoch, job.runs, job.successes, job.failures, job.retries_error,
-                    job.retries_lost, job.kills)
+            row += (job.execution_interval, job.time_zone or str(self.zone or "(node's)"), job.late_threshold,
+                    job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
+                    job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills)
         return row
 
     # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
@@ -370,7 +402,7 @@ class CommandService:
         for r in runs:
             took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
             rows.append((r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
-                         r.error, r.exit_code, r.output or ""))
+                         r.error, r.exit_code, r.output or "", r.note))
         notices = () if cmd.limit or len(runs) < HISTORY_LIMIT else (f"(the last {HISTORY_LIMIT}; LIMIT n shows more)",)
         return Result(HISTORY_COLUMNS, tuple(rows), notices=notices)
 
@@ -397,7 +429,7 @@ class CommandService:
             raise JobNotFound(f"No such job {key.describe()}")
         began = time.monotonic()
         deadline = None if cmd.timeout is None else began + cmd.timeout
-        recurring = self._schedule(start.execution_interval).is_recurring if not start.archived else False
+        recurring = self._schedule(start.execution_interval, start.time_zone).is_recurring if not start.archived else False
 
         def done(row: Job) -> bool:
             if row.archived:

@@ -272,7 +272,7 @@ def test_jobstatus_forms_and_columns(client):
     allj = client.fetch("jobstatus;")
     assert allj.columns == (
         "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity", "Is Archived",
-        "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries",
+        "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority",
     )
     by_uid = {r["UID"]: r for r in allj}
     assert set(by_uid) == {"a", "b"}

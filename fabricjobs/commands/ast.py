@@ -22,6 +22,11 @@ class StartJob:
     affinity: str | None = None
     args: str | None = None
     exec_interval: str | None = None
+    depends_on: tuple[str, ...] | None = None  # parent keys TYPE.NAME.UID
+    priority: int | None = None  # 0..9
+    tz: str | None = None
+    late_threshold: str | None = None  # HH:MM:SS ('' : none)
+    overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,11 @@ class UpdateJob:
     args: str | None = None
     exec_interval: str | None = None
     reset_end_time: bool | None = None
+    depends_on: tuple[str, ...] | None = None
+    priority: int | None = None
+    tz: str | None = None
+    late_threshold: str | None = None
+    overlap: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 
 from ..errors import CommandSyntaxError, ScheduleError, ValidationError
 from ..model import JobType
-from ..schedule import parse_schedule
+from ..schedule import parse_schedule, resolve_zone
 from .ast import (
     Command,
     JobStatus,
@@ -384,6 +384,55 @@ class _ToCommand(Transformer):
         except ScheduleError as exc:
             raise _invalid(self._text, children[1], str(exc)) from None
         return param
+
+    def depends_on(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        keys = []
+        for part in param.value.split(","):
+            part = part.strip()
+            bits = part.split(".")
+            if len(bits) < 3 or not all(bits):
+                raise _invalid(self._text, children[1], f"DEPENDS_ON expects TYPE.NAME.UID keys separated by commas, got {_show(part)}")
+            try:
+                JobType.parse(bits[0])
+            except ValueError as exc:
+                raise _invalid(self._text, children[1], f"DEPENDS_ON {_show(part)}: {exc}") from None
+            keys.append(".".join([bits[0].upper(), *bits[1:]]))
+        return _Param(param.name, param.token, tuple(dict.fromkeys(keys)))
+
+    def priority(self, children: list[Token]) -> _Param:
+        key, value = children
+        text = _string_value(value) if value.type == "STRING" else value.value
+        if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 9):
+            raise _invalid(self._text, value, f"PRIORITY must be a whole number from 0 to 9, got {_show(text)}")
+        return _Param(param_name(key.type), key, int(text))
+
+    def tz(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        if param.value:
+            try:
+                resolve_zone(param.value)
+            except ScheduleError as exc:
+                raise _invalid(self._text, children[1], str(exc)) from None
+        return param
+
+    def late_threshold(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        if param.value:
+            try:
+                sched = parse_schedule(param.value, "UTC")
+            except ScheduleError:
+                sched = None
+            if sched is None or sched.interval is None:
+                raise _invalid(self._text, children[1], f"LATE_THRESHOLD must be HH:MM:SS, got {_show(param.value)}")
+        return param
+
+    def overlap(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        value = param.value.strip().upper()
+        if value not in ("", "SKIP", "QUEUE"):
+            raise _invalid(self._text, children[1], f"OVERLAP must be SKIP or QUEUE, got {_show(param.value)}")
+        return _Param(param.name, param.token, value)
 
     def reset_end_time(self, children: list[Token]) -> _Param:
         key, value = children

@@ -48,6 +48,7 @@ class JobCatalog:
     user_jobs_dir: str
     user_job_modules: tuple[str, ...]
     process_jobs_dir: str
+    listener_root: str = ""
 
     @classmethod
     def from_config(cls, config: Config) -> "JobCatalog":
@@ -55,15 +56,44 @@ class JobCatalog:
             config.get("jobs", "USER_JOBS_DIR"),
             tuple(config.get("jobs", "USER_JOB_MODULES")),
             config.get("jobs", "PROCESS_JOBS_DIR"),
+            config.get("jobs", "LISTENER_ROOT"),
         )
 
     # -- checking (no user code runs) ----------------------------------------------------------
 
     def check(self, type: str, name: str) -> None:
-        if type == JobType.USER_JOB:
+        if type in (JobType.USER_JOB, JobType.INTERFACE_LISTENER):  # a listener's NAME is the user job it starts
             self._user_job_origin(name)
         elif type == JobType.PROCESS:
             self.process_path(name)
+
+    def check_listener(self, args_text: str | None) -> tuple[Path, str]:
+        """An INTERFACE_LISTENER's ARGS: {"path": "<dir under LISTENER_ROOT>", "pattern": "*.csv"}."""
+        import json
+
+        try:
+            args = json.loads(args_text or "{}")
+        except ValueError:
+            raise JobResolutionError("INTERFACE_LISTENER ARGS must be a JSON object") from None
+        if not isinstance(args, dict) or not isinstance(args.get("path"), str) or not args["path"]:
+            raise JobResolutionError('INTERFACE_LISTENER needs ARGS=\'{"path": "<directory>", "pattern": "*.csv"}\'')
+        pattern = args.get("pattern", "*")
+        if not isinstance(pattern, str) or "/" in pattern:
+            raise JobResolutionError("INTERFACE_LISTENER pattern must be a file name pattern such as *.csv")
+        return self.listener_dir(args["path"]), pattern
+
+    def listener_dir(self, path: str) -> Path:
+        if not self.listener_root:
+            raise JobResolutionError("INTERFACE_LISTENER jobs are disabled: set [jobs] LISTENER_ROOT to the directory they may watch")
+        root = Path(self.listener_root).resolve()
+        if ".." in Path(path).parts:
+            raise JobResolutionError(f"INTERFACE_LISTENER path {path!r} refused: '..' is not allowed")
+        target = (root / path).resolve()
+        if target != root and root not in target.parents:
+            raise JobResolutionError(f"INTERFACE_LISTENER path {path!r} refused: it is outside LISTENER_ROOT ({root})")
+        if not target.is_dir():
+            raise JobResolutionError(f"INTERFACE_LISTENER path {path!r}: no such directory under LISTENER_ROOT ({root})")
+        return target
 
     def _user_job_origin(self, name: str) -> tuple[str, object]:
         ep = _entry_points().get(name)

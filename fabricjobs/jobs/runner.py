@@ -17,7 +17,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..model import JobKey, JobType
+from ..model import Job, JobKey, JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
 from .registry import JobCatalog, JobResolutionError
@@ -39,6 +39,8 @@ class RunSpec:
     catalog: JobCatalog
     generation: int  # the lease generation it was claimed under (see board.py)
     log_max: int = 65536  # bytes of log lines kept for the run's history
+    job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
+    store_config: dict | None = None  # config values, for jobs that use the store (INTERFACE_LISTENER)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
             outcome = _run_process(spec, arguments, is_aborted, on_spawn, run_log)
         elif spec.key.type == JobType.USER_JOB:
             outcome = _run_user_job(spec, arguments, is_aborted, job_log)
+        elif spec.key.type == JobType.INTERFACE_LISTENER:
+            outcome = _run_listener(spec, arguments, is_aborted)
         else:
             outcome = Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
     except JobResolutionError as exc:
@@ -157,6 +161,28 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
 
 
 _ERROR_MAX = 4000
+
+
+# -- INTERFACE_LISTENER -----------------------------------------------------------------------------
+
+_stores: dict = {}
+
+
+def _run_listener(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]) -> Outcome:
+    from datetime import datetime, timezone
+    from types import MappingProxyType
+
+    from ..clock import to_millis
+    from ..config import Config
+    from ..store import open_store
+    from .listener import listen
+
+    key = repr(sorted(spec.store_config.items()))
+    store = _stores.get(key)
+    if store is None:  # one store per worker process, kept while it is warm
+        store = _stores[key] = open_store(Config(MappingProxyType(spec.store_config)))
+    started = listen(spec.job, spec.catalog, store, arguments, is_aborted, lambda: to_millis(datetime.now(timezone.utc)))
+    return Outcome(OK, output=json.dumps({"files": started}))
 
 
 def _describe(exc: BaseException | str) -> str:

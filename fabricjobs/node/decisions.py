@@ -65,11 +65,11 @@ def after_run(
         return None
     if outcome.kind == OK:
         try:
-            schedule = parse_schedule(row.execution_interval, zone)
+            schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
         except ScheduleError:
             schedule = None
         if schedule is not None and schedule.is_recurring:
-            nxt = schedule.next_after_run(run.due, run.started, now)
+            nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
             if row.next_run is not None and row.next_run != run.due:
                 nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
             return Event.DONE_RECURRING, row.replace(
@@ -141,7 +141,7 @@ def fire(row: Job) -> tuple[Event, Job]:
 _RESULTS = {"ok": "OK", "error": "ERROR", "killed": "KILLED", "lease_lost": "LOST", RELEASED: "RELEASED"}
 
 
-def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime) -> RunRecord:
+def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zone=None) -> RunRecord:
     """The history line of a run that ended with ``outcome`` and left the row as ``new``."""
     if new.status is Status.TERMINATED:
         result = "STOPPED"
@@ -149,11 +149,43 @@ def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime) ->
         result = "RESTARTED"
     else:
         result = _RESULTS.get(outcome.kind, "INTERRUPTED")
+    note = ""
+    if outcome.kind == OK and new.status is Status.SCHEDULED:
+        try:
+            _, skipped = parse_schedule(new.execution_interval, new.time_zone or zone).after_run(
+                run.due, run.started, now, new.overlap)
+        except ScheduleError:
+            skipped = 0
+        if skipped:
+            note = f"{skipped} fire(s) skipped while this run was still going (OVERLAP=SKIP)"
     return RunRecord(
         key=key, epoch=run.epoch, node=run.me, due=run.due, start=run.started, end=now, result=result,
         status=new.status.value, tries=new.tries, error=outcome.error, output=outcome.output,
-        exit_code=outcome.exit_code, log=outcome.log,
+        exit_code=outcome.exit_code, log=outcome.log, note=note,
     )
+
+
+def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
+    """A due fire later than its LATE_THRESHOLD (IPF's lateExecutionThreshold): skipped, the
+    job rescheduled to its next due time after now, and the skip recorded. None: run it."""
+    if not row.late_threshold or row.next_run is None:
+        return None
+    try:
+        threshold = parse_schedule(row.late_threshold, "UTC").interval
+        schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
+    except ScheduleError:
+        return None
+    late = now - row.next_run
+    if threshold is None or late <= threshold or not schedule.is_recurring:
+        return None
+    nxt = schedule.next_due_after(now, grid_from=row.next_run)
+    record = RunRecord(
+        key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None, end=now,
+        result="SKIPPED", status=Status.SCHEDULED.value, tries=row.tries,
+        note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: {late.total_seconds():.0f} s late "
+             f"(LATE_THRESHOLD {row.late_threshold})",
+    )
+    return row.replace(next_run=nxt), record
 
 
 def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:

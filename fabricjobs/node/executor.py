@@ -23,7 +23,7 @@ from typing import Callable
 from ..clock import Clock
 from ..jobs.registry import JobCatalog
 from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec, clean_text
-from ..model import Job, JobKey, Status, advance
+from ..model import Job, JobKey, JobType, Status, advance
 from ..store.base import JobStore
 from ..logs import job_extra
 from .decisions import RELEASED, RunFacts, after_run, run_record
@@ -72,6 +72,7 @@ class Executor:
         on_scheduled: Callable[[Job], None],
         on_freed: Callable[[], None],
         on_tasks_changed: Callable[[], None],
+        on_final: Callable[[Job], None] = lambda row: None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -86,6 +87,7 @@ class Executor:
         self.on_scheduled = on_scheduled
         self.on_freed = on_freed
         self.on_tasks_changed = on_tasks_changed
+        self.on_final = on_final
         self._lock = threading.RLock()
         self._runs: dict[int, Run] = {}
         self._by_key: dict[JobKey, Run] = {}
@@ -97,6 +99,7 @@ class Executor:
         self._thread: threading.Thread | None = None
         self.shutting_down = False
         self.metrics = None  # set by the node
+        self.store_config: dict | None = None  # set by the node (for jobs that use the store)
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -171,9 +174,11 @@ class Executor:
     def _dispatch(self, run: Run) -> None:
         for attempt in range(3):
             worker = self.pool.acquire()
+            listener = run.row.type == JobType.INTERFACE_LISTENER
             spec = RunSpec(
                 run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
                 self.catalog, run.generation, self.log_max,
+                job=run.row if listener else None, store_config=self.store_config if listener else None,
             )
             try:
                 self.pool.start(worker, spec)
@@ -370,7 +375,7 @@ class Executor:
                     continue
                 pairs.append((row, decision))
                 order.append((run, outcome))
-                records.append(run_record(run.facts, run.key, outcome, decision, now))
+                records.append(run_record(run.facts, run.key, outcome, decision, now, self.zone))
             results = self._write(pairs, records)
             todo = []
             for (run, outcome), (old, new), record, res in zip(order, pairs, records, results):
@@ -431,6 +436,8 @@ class Executor:
         self._done(run)
         if row.status is Status.SCHEDULED:
             self.on_scheduled(row)
+        elif row.archived:
+            self.on_final(row)
 
     def _lost(self, run: Run, row: Job | None) -> None:
         if row is None:

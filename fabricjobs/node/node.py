@@ -67,6 +67,8 @@ class NodeSettings:
     output_max: int
     run_log_max: int
     worker_idle: float
+    priority_aging_sec: float
+    dependency_check_sec: float
 
     @classmethod
     def from_config(cls, c: Config) -> "NodeSettings":
@@ -87,6 +89,8 @@ class NodeSettings:
             heartbeat_miss=g("heartbeat", "FABRIC_HEARTBEAT_MISS"),
             output_max=g("jobs", "OUTPUT_MAX_BYTES"),
             run_log_max=g("jobs", "RUN_LOG_MAX_BYTES"),
+            priority_aging_sec=g("jobs", "PRIORITY_AGING_SEC"),
+            dependency_check_sec=g("jobs", "DEPENDENCY_CHECK_SEC"),
             worker_idle=g("jobs", "WORKER_IDLE_SEC"),
         )
 
@@ -134,6 +138,7 @@ class Node:
         self._full = threading.Event()
         self._stop = threading.Event()
         self._started = False
+        self.parents_changed = threading.Event()  # a job ended here: blocked children may be free
 
         s = self.settings
         self.board = Board.create(s.pool_size)
@@ -142,7 +147,7 @@ class Node:
             self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
             log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format,
         )
-        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake)
+        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake, zone=self.zone)
         self.heartbeat = Heartbeat(
             self.store, self.board, self.clock, name=self.name, dc=self.dc,
             interval=s.heartbeat_interval, miss=s.heartbeat_miss,
@@ -155,6 +160,7 @@ class Node:
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
             retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
             on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
+            on_final=self._on_final,
         )
         self.reconciler = Reconciler(self)
         self.metrics = Metrics(
@@ -163,6 +169,7 @@ class Node:
             lease_remaining=lambda: max(0.0, self.board.lease_until() - self.clock.monotonic()),
         )
         self.executor.metrics = self.metrics
+        self.executor.store_config = dict(config.values)
 
     # -- wiring helpers ----------------------------------------------------------------------------
 
@@ -177,6 +184,16 @@ class Node:
         for run in self.executor.runs():
             counts[(run.row.type, run.pool)] = counts.get((run.row.type, run.pool), 0) + 1
         return [(t, a, n) for (t, a), n in sorted(counts.items())]
+
+    def _on_final(self, row) -> None:
+        """A job here reached a final status: its children (if any) may be free now."""
+        self.parents_changed.set()
+        self.wake()
+
+    def ring_peers(self) -> None:
+        """Wake the other nodes on this host (jobs became claimable)."""
+        if self.doorbell.enabled:
+            self.doorbell.ring(r.name for r in self.reconciler.peers if r.name != self.name)
 
     def wake(self) -> None:
         """Run a claim pass now (a slot freed, a job came due)."""

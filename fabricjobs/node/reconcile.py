@@ -19,6 +19,7 @@ over live rows; nothing here reads history or another node's healthy scheduled w
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import random
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING
 
 from ..affinity import parse_affinity
 from ..config import AffinityLimit
-from ..model import Job, Status, advance
+from .. import dependencies
+from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from .decisions import claim, lost_run_record, take_over
 
@@ -49,6 +51,7 @@ class Reconciler:
         self.me = node.name
         self.next_wake: datetime | None = None  # an owner-precedence window that ends later
         self.peers: list = []  # the nodes rows read by the last full pass
+        self._next_dependency_check = 0.0
 
     # -- the pass ----------------------------------------------------------------------------------
 
@@ -64,6 +67,8 @@ class Reconciler:
         if full:
             self._take_over(now)
             self._adopt_scheduled(now)
+        if full or n.parents_changed.is_set():
+            self._unblock(now)
         self._claim(now)
         if full:
             self._give_up(now)
@@ -219,18 +224,31 @@ class Reconciler:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
 
     def _choose_paged(self, free: int, now: datetime) -> list:
-        """Claim candidates, reading on past pages of WAITING rows this node cannot take
+        """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
+        order of effective priority (below). Reads on past pages of rows this node cannot take
         (other affinities, holds, owner precedence), so those never hide claimable ones."""
         page_size = max(4 * free, 64)
         after = None
         self.next_wake = None
-        for _ in range(_MAX_PAGES):
+        for page_no in range(_MAX_PAGES):
             page = self.node.store.waiting(page_size, after=after)
-            chosen = self._choose(page, free, now)
+            candidates = page
+            if page_no == 0:
+                seen = {j.key for j in page}
+                candidates = page + [j for j in self.node.store.waiting_by_priority(page_size) if j.key not in seen]
+            candidates.sort(key=lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key))
+            chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
                 return chosen
             after = (page[-1].next_run or now, page[-1].key)
         return []
+
+    def effective_priority(self, job: Job, now: datetime) -> float:
+        """PRIORITY (0-9) plus one level per PRIORITY_AGING_SEC waited since the job was due:
+        higher priorities go first, and a waiting job of any priority is eventually first
+        (a priority-0 job passes fresh priority-9 jobs after 9 x PRIORITY_AGING_SEC)."""
+        waited = max(0.0, (now - (job.next_run or now)).total_seconds())
+        return job.priority + waited / self.s.priority_aging_sec
 
     def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
         taken: dict[str, int] = {}
@@ -248,7 +266,7 @@ class Reconciler:
         if len(eligible) > free:
             # Several nodes read the same head of the queue; taking a random part of it makes
             # their claims collide less while still serving the longest-waiting first.
-            eligible = random.sample(eligible, free)
+            eligible = self._spread(eligible, free)
             taken = {}
             kept = []
             for row, pool in eligible:
@@ -258,6 +276,19 @@ class Reconciler:
                     taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
             eligible = kept
         return eligible
+
+    @staticmethod
+    def _spread(eligible: list, free: int) -> list:
+        """``free`` of the eligible rows, best first, but not all nodes the same ones: each
+        level of priority is sampled at random, so nodes reading the same rows collide less."""
+        out: list = []
+        for _, group in itertools.groupby(eligible, key=lambda item: item[0].priority):
+            group = list(group)
+            room = free - len(out)
+            if room <= 0:
+                break
+            out.extend(group if len(group) <= room else random.sample(group, room))
+        return out
 
     def _may_claim(self, row: Job, now: datetime) -> bool:
         n = self.node
@@ -291,6 +322,32 @@ class Reconciler:
             if used < lim.absolute and waited >= self.s.claim_exceptional_sec:
                 return lim, True
         return None
+
+    # -- dependencies --------------------------------------------------------------------------------
+
+    def _unblock(self, now: datetime) -> None:
+        """Free blocked jobs whose parents are all PROCESSED; keep the Notes of the others true.
+        Runs when a job ended here (a parent may have finished) and every DEPENDENCY_CHECK_SEC."""
+        n = self.node
+        mono = n.clock.monotonic()
+        if not n.parents_changed.is_set() and mono < self._next_dependency_check:
+            return
+        n.parents_changed.clear()
+        self._next_dependency_check = mono + self.s.dependency_check_sec
+        cache: dict = {}
+        freed = 0
+        for row in n.store.blocked_jobs(_ADOPT_BATCH):
+            blockers = dependencies.blocking(n.store, dependencies.parents_of(row), cache)
+            note = dependencies.note(blockers)
+            if blockers and note == row.error_msg:
+                continue
+            new = row.replace(blocked=bool(blockers), error_msg=note)
+            res = n.store.cas(row, advance(row, Event.UPDATE, new))
+            if res.applied and not blockers:
+                freed += 1
+                log.info("'%s' unblocked: its parents are PROCESSED", row.key, extra=job_extra(row.key, row.epoch))
+        if freed:
+            n.ring_peers()
 
     # -- 6. give back exceptional runs ---------------------------------------------------------------
 

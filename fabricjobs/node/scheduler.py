@@ -17,9 +17,10 @@ from datetime import timedelta
 from typing import Callable
 
 from ..clock import Clock
-from ..model import Job, JobKey, Status, advance
-from ..store.base import JobStore
-from .decisions import fire
+from ..logs import job_extra
+from ..model import Event, Job, JobKey, Status, advance
+from ..store.base import JobStore, RunRecord
+from .decisions import fire, late_fire
 
 log = logging.getLogger("fabricjobs.node.scheduler")
 
@@ -32,9 +33,11 @@ class Scheduler:
         me: str,
         *,
         on_ready: Callable[[], None],
+        zone=None,
         horizon: float = 60.0,
         batch: int = 5000,
     ) -> None:
+        self.zone = zone
         self.store = store
         self.clock = clock
         self.me = me
@@ -152,7 +155,16 @@ class Scheduler:
 
     def _fire(self, rows: list[Job]) -> None:
         pairs = []
+        now = self.clock.now()
+        skipped: list[RunRecord] = []
         for row in rows:
+            late = late_fire(row, now, self.zone)
+            if late is not None:  # too late to run: skipped, recorded, rescheduled
+                new, record = late
+                pairs.append((row, advance(row, Event.UPDATE, new)))
+                skipped.append(record)
+                log.warning("%s", record.note.replace("fire due", f"fire of '{row.key}' due"), extra=job_extra(row.key, row.epoch))
+                continue
             event, new = fire(row)
             pairs.append((row, advance(row, event, new)))
         try:
@@ -165,10 +177,18 @@ class Scheduler:
                 self.add(row, force=True)
             return
         ready = 0
+        if skipped:
+            try:
+                self.store.add_runs(skipped)
+            except Exception:
+                log.exception("could not record %d skipped fires", len(skipped))
         for row, res in zip(rows, results):
+            if res.applied and res.row.status is Status.SCHEDULED:
+                self.add(res.row)  # a skipped fire: its next due time
+                continue
             if res.applied:
                 ready += 1
-                log.info("cron job '%s' marked as ready", row.key)
+                log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
                 continue
             # Changed meanwhile (UPDATEJOB, STOPJOB, a takeover): re-read and decide again.
             try:

@@ -97,9 +97,10 @@ class NodeRow:
 class RunRecord:
     """One ended run of a job, in ``k2_job_runs`` (append-only; kept as long as archived rows).
 
-    A run is identified by the job key and its ``epoch`` (every claim starts a new epoch, so
-    JOBHISTORY's run number is the epoch). ``result`` says how it ended (OK, ERROR, KILLED,
-    STOPPED, RESTARTED, RELEASED, LOST, INTERRUPTED); ``status`` is the job's status after it.
+    A run is identified by the job key, its ``epoch`` (every claim starts a new epoch, so
+    JOBHISTORY's run number is the epoch) and its end. ``result`` says how it ended (OK, ERROR,
+    KILLED, STOPPED, RESTARTED, RELEASED, LOST, INTERRUPTED; SKIPPED for a fire that did not
+    run); ``status`` is the job's status after it.
     ``log`` holds the run's log lines (the job's logger, a PROCESS job's stdout and stderr),
     bounded: head and tail kept.
     """
@@ -117,6 +118,7 @@ class RunRecord:
     output: str | None = None
     exit_code: int | None = None
     log: str = ""
+    note: str = ""  # scheduling notes: a fire skipped as too late or while the last run still went
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +190,11 @@ class JobStore(ABC):
 
     @abstractmethod
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
-        """One recorded run."""
+        """One recorded run (not a skipped fire)."""
+
+    @abstractmethod
+    def add_runs(self, records: Sequence[RunRecord]) -> None:
+        """Record history lines that change no job row (fires skipped as too late)."""
 
     @abstractmethod
     def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
@@ -217,8 +223,16 @@ class JobStore(ABC):
 
     @abstractmethod
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
-        """Up to ``limit`` WAITING rows, longest-due first (by ``next_run``, then key): claim
-        candidates. ``after`` = the (next_run, key) of the last row of the previous page."""
+        """Up to ``limit`` claimable WAITING rows (not blocked by parents), longest-due first (by
+        ``next_run``, then key). ``after`` = the (next_run, key) of the last row of the previous page."""
+
+    @abstractmethod
+    def waiting_by_priority(self, limit: int) -> list[Job]:
+        """Up to ``limit`` claimable WAITING rows, highest priority first, then longest due."""
+
+    @abstractmethod
+    def blocked_jobs(self, limit: int) -> list[Job]:
+        """Up to ``limit`` live rows blocked by unfinished parents (full rows), longest due first."""
 
     @abstractmethod
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
@@ -235,6 +249,17 @@ class JobStore(ABC):
     ) -> list[Job]:
         """Live rows in any of ``statuses`` owned by any of ``worker_ids`` (None: unowned),
         at most ``limit`` of them (in no particular order)."""
+
+    # -- directory listeners (INTERFACE_LISTENER jobs) --------------------------------------
+
+    @abstractmethod
+    def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
+        """Record that ``listener`` handled ``file``; True only for the first caller (atomic:
+        of two listeners racing for one file exactly one gets True)."""
+
+    @abstractmethod
+    def marked_files(self, listener: JobKey) -> set[str]:
+        """Every file recorded for ``listener``."""
 
     # -- nodes -----------------------------------------------------------------------------
 

@@ -84,7 +84,8 @@ _JOB_COLUMNS = tuple(
 )  # status, creation_time, archived, affinity, arguments, ..., the counters
 _COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 _RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time", "end_time", "result", "status",
-                "tries", "error", "output", "exit_code", "log")
+                "tries", "error", "output", "exit_code", "log", "note")
+_SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
 
 SCHEMA = (
@@ -117,11 +118,18 @@ SCHEMA = (
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: (
         *(f"ALTER TABLE k2_jobs ADD {c} int" for c in _COUNTERS),
+        *(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in _SCHEDULING.items()),
         """CREATE TABLE IF NOT EXISTS k2_job_runs (
             type text, name text, uid text, epoch bigint, node text, due_time timestamp,
             start_time timestamp, end_time timestamp, result text, status text, tries int,
-            error text, output text, exit_code int, log text,
-            PRIMARY KEY ((type, name), uid, epoch)) WITH CLUSTERING ORDER BY (uid ASC, epoch DESC)""",
+            error text, output text, exit_code int, log text, note text,
+            PRIMARY KEY ((type, name, uid), epoch, end_time))
+            WITH CLUSTERING ORDER BY (epoch DESC, end_time DESC)""",
+        # Which uids of a job name have run records (JOBHISTORY by name).
+        """CREATE TABLE IF NOT EXISTS k2_job_run_uids (type text, name text, uid text, PRIMARY KEY ((type, name), uid))""",
+        """CREATE TABLE IF NOT EXISTS k2_listener_files (
+            type text, name text, uid text, file text, note text, marked_at timestamp,
+            PRIMARY KEY ((type, name, uid), file))""",
     ),
 }
 
@@ -132,12 +140,25 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _bucket(status: Status, worker_id: str | None, archived: bool) -> str | None:
+def _bucket(status: Status, worker_id: str | None, archived: bool, blocked: bool = False, priority: int = 4) -> str | None:
+    """Which index bucket a live row is in: SCHEDULED|owner, IN_PROCESS|owner, WAITING|priority,
+    BLOCKED (any status, while a parent is unfinished), STOPPING, RESTART."""
     if archived or status.is_final:
         return None
+    if blocked and status in (Status.WAITING, Status.SCHEDULED):
+        return _BLOCKED
     if status in (Status.IN_PROCESS, Status.SCHEDULED):
         return f"{status.value}|{worker_id or ''}"
+    if status is Status.WAITING:
+        return f"WAITING|{priority}"
     return status.value
+
+
+_BLOCKED = "BLOCKED"
+
+
+def _job_bucket(job: Job) -> str | None:
+    return _bucket(job.status, job.worker_id, job.archived, job.blocked, job.priority)
 
 
 def _result(future):
@@ -392,6 +413,11 @@ class CassandraStore(JobStore):
             revision=row["revision"] or 0,
             priority=row["priority"] if row["priority"] is not None else 4,
             **{c: row.get(c) or 0 for c in _COUNTERS},
+            depends_on=row.get("depends_on") or "",
+            blocked=bool(row.get("blocked")),
+            time_zone=row.get("time_zone") or "",
+            late_threshold=row.get("late_threshold") or "",
+            overlap=row.get("overlap") or "",
         )
 
     def _select_job(self, key: JobKey, serial: bool = False) -> Job | None:
@@ -451,13 +477,14 @@ class CassandraStore(JobStore):
     # -- index maintenance -----------------------------------------------------------------------
 
     def _index_upsert(self, job: Job, revision: int) -> None:
-        bucket = _bucket(job.status, job.worker_id, job.archived)
+        bucket = _job_bucket(job)
         if bucket is None:
             return
-        owner = bucket.partition("|")[2] if "|" in bucket else None
-        if owner and owner not in self._owners_known:
-            self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES ('owner', ?)"), (owner,))
-            self._owners_known.add(owner)
+        kind, _, tag = bucket.partition("|")
+        registry = "priority" if kind == Status.WAITING.value else "owner"
+        if tag and (registry, tag) not in self._owners_known:
+            self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"), (registry, tag))
+            self._owners_known.add((registry, tag))
         stmt = self._stmt(("iput",),
             "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, status, worker_id,"
             " hold_until, affinity, priority, epoch, tries, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()))")
@@ -494,7 +521,7 @@ class CassandraStore(JobStore):
 
     def _repair(self, expected: Job, current: Version | None) -> None:
         """A CAS on ``expected`` failed: drop its index entry if it is stale."""
-        bucket = _bucket(expected.status, expected.worker_id, expected.archived)
+        bucket = _job_bucket(expected)
         if bucket is None:
             return
         if current is None or current.revision > expected.revision:
@@ -526,9 +553,8 @@ class CassandraStore(JobStore):
             existing = self._job({k: lwt_row.get(k) for k in ("type", "name", "uid", *_JOB_COLUMNS)})
         if existing is None:
             existing = self._select_job(job.key)
-        ours_entry = (_bucket(new.status, new.worker_id, False), new.next_run, 1)
-        if existing is None or ours_entry != (_bucket(existing.status, existing.worker_id, existing.archived),
-                                              existing.next_run, existing.revision):
+        ours_entry = (_job_bucket(new), new.next_run, 1)
+        if existing is None or ours_entry != (_job_bucket(existing), existing.next_run, existing.revision):
             self._tidy(ours_entry[0], new.key, new.next_run, 1)  # our intent describes no row
         if existing is None or not existing.archived:
             return CasResult(False, row=existing)
@@ -573,14 +599,13 @@ class CassandraStore(JobStore):
             return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
 
         self._index_upsert(target, revision)
-        new_bucket = _bucket(target.status, target.worker_id, target.archived)
+        new_bucket = _job_bucket(target)
         if new_bucket is not None:
             self._intents[(new_bucket, key, revision)] = datetime.now(UTC)
         applied, lwt_row, settled = self._execute_lwt(
             stmt, params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected))
         if applied:
-            self._tidy(_bucket(expected.status, expected.worker_id, expected.archived), key,
-                       expected.next_run, expected.revision)
+            self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision)
             if new_bucket is not None:
                 self._intents.pop((new_bucket, key, revision), None)
             if target.archived:
@@ -602,7 +627,7 @@ class CassandraStore(JobStore):
         # same change first); otherwise it is dropped.
         if new_bucket is not None and not (
             current is not None and current.revision == revision
-            and _bucket(current.status, current.worker_id, False) == new_bucket
+            and _bucket(current.status, current.worker_id, False, target.blocked, target.priority) == new_bucket
         ):
             self._tidy(new_bucket, key, target.next_run, revision)
         self._repair(expected, current)
@@ -627,9 +652,11 @@ class CassandraStore(JobStore):
     def _record_run(self, r: RunRecord) -> None:
         stmt = self._stmt(("runput",),
             f"INSERT INTO k2_job_runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)}) USING TTL ?")
+        uids = self._stmt(("runuid",), "INSERT INTO k2_job_run_uids (type, name, uid) VALUES (?, ?, ?) USING TTL ?")
         try:
+            self._run(uids, (r.key.type, r.key.name, r.key.uid, self.archive_ttl))
             self._run(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end, r.result,
-                             r.status, r.tries, r.error, r.output, r.exit_code, r.log, self.archive_ttl))
+                             r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note, self.archive_ttl))
         except StoreError as exc:  # the job row is right; only its history line is missing
             log.warning("could not record run %s of %s (%s)", r.epoch, r.key, exc)
 
@@ -638,24 +665,58 @@ class CassandraStore(JobStore):
         return RunRecord(
             JobKey(row["type"], row["name"], row["uid"]), row["epoch"], row["node"], _aware(row["due_time"]),
             _aware(row["start_time"]), _aware(row["end_time"]), row["result"], row["status"], row["tries"] or 0,
-            row["error"] or "", row["output"], row["exit_code"], row["log"] or "",
+            row["error"] or "", row["output"], row["exit_code"], row["log"] or "", row.get("note") or "",
         )
 
     def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        """One partition per job key (so a job that runs every second fills its own partition,
+        not its name's); without a uid, k2_job_run_uids says which uids have records."""
         cols = ", ".join(_RUN_COLUMNS)
         if uid is None:
-            rows = self._run(self._stmt(("runs",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ?"), (type, name))
+            rows = self._run(self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"),
+                             (type, name))
+            uids = [r["uid"] for r in rows]
         else:
-            rows = self._run(self._stmt(("runsu",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"),
-                             (type, name, uid))
-        out = sorted((self._to_run(r) for r in rows), key=lambda r: (r.end, r.epoch), reverse=True)
+            uids = [uid]
+        stmt = self._stmt(("runsu", limit is not None), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"
+                                                       + (" LIMIT ?" if limit is not None else ""))
+        futures = [self._session.execute_async(stmt, (type, name, u) + ((limit,) if limit is not None else ()))
+                   for u in uids]
+        out = sorted((self._to_run(r) for f in futures for r in _result(f)), key=lambda r: (r.end, r.epoch), reverse=True)
         return out if limit is None else out[:limit]
 
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
         cols = ", ".join(_RUN_COLUMNS)
-        row = self._run(self._stmt(("run1",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ?"),
-                        (key.type, key.name, key.uid, epoch)).one()
-        return None if row is None else self._to_run(row)
+        rows = self._run(self._stmt(("run1",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ?"),
+                         (key.type, key.name, key.uid, epoch))
+        runs = [self._to_run(r) for r in rows if r["result"] != "SKIPPED"]
+        return max(runs, key=lambda r: r.end) if runs else None
+
+    def add_runs(self, records: Sequence[RunRecord]) -> None:
+        for r in records:
+            self._record_run(r)
+
+    def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
+        from cassandra import OperationTimedOut, WriteTimeout
+        from cassandra.protocol import ErrorMessage
+
+        token = f"{note} #{random.getrandbits(64):016x}"  # tells our write from a rival's
+        stmt = self._stmt(("mark",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
+                                    "VALUES (?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS")
+        params = (listener.type, listener.name, listener.uid, file, token)
+        try:
+            return bool(self._session.execute(stmt, params, execution_profile="lwt").one()["[applied]"])
+        except (WriteTimeout, OperationTimedOut, ErrorMessage) as exc:
+            if isinstance(exc, ErrorMessage) and getattr(exc, "code", None) != _CAS_UNKNOWN:
+                raise StoreError(f"Cassandra: {exc}") from None
+        read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
+        row = self._session.execute(read, params[:4], execution_profile="serial").one()
+        return row is not None and row["note"] == token
+
+    def marked_files(self, listener: JobKey) -> set[str]:
+        rows = self._run(self._stmt(("marked",), "SELECT file FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?"),
+                         (listener.type, listener.name, listener.uid))
+        return {r["file"] for r in rows}
 
     def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
         return 0  # run records expire by TTL
@@ -698,6 +759,8 @@ class CassandraStore(JobStore):
                     epoch=r["epoch"] or 0, revision=r["revision"],
                     priority=r["priority"] if r["priority"] is not None else 4,
                 )
+                if r["bucket"] == _BLOCKED:
+                    job = job.replace(blocked=True)
                 entries.append(_Entry(r["bucket"], r["shard"], next_run, key, r["revision"], _aware(r["written_at"]), job))
         entries.sort(key=lambda e: (e.next_run, e.key))
         return entries
@@ -720,27 +783,41 @@ class CassandraStore(JobStore):
             self._intents.clear()
         return sorted(best.values(), key=lambda e: (e.next_run, e.key))
 
-    def _owners(self) -> list[str]:
-        rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = 'owner'"))
+    def _registry(self, kind: str) -> list[str]:
+        rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = ?"), (kind,))
         return [r["owner"] for r in rows]
+
+    def _owners(self) -> list[str]:
+        return self._registry("owner")
+
+    def _waiting_buckets(self) -> list[str]:
+        priorities = sorted({int(p) for p in self._registry("priority")} | {4}, reverse=True)
+        return [f"WAITING|{p}" for p in priorities]
 
     def _buckets(self, statuses: Collection[Status], owners: Iterable[str | None] | None) -> list[str]:
         out = []
         for s in statuses:
-            if s in (Status.IN_PROCESS, Status.SCHEDULED):
+            if s is Status.WAITING:
+                out.extend(self._waiting_buckets())
+                out.append(_BLOCKED)
+            elif s in (Status.IN_PROCESS, Status.SCHEDULED):
                 names = [""] + self._owners() if owners is None else [o or "" for o in owners]
                 out.extend(f"{s.value}|{o}" for o in dict.fromkeys(names))
+                if s is Status.SCHEDULED and _BLOCKED not in out:
+                    out.append(_BLOCKED)
             elif not s.is_final:
                 out.append(s.value)
         return out
 
-    def _candidates(self, buckets: list[str], owners: set | None = None) -> list[Job]:
+    def _candidates(self, buckets: list[str], owners: set | None = None, statuses: Collection[Status] | None = None) -> list[Job]:
         entries: list[_Entry] = []
         for b in buckets:
             entries.extend(self._scan(b))
         jobs = [e.job for e in self._latest(entries)]
         if owners is not None:
             jobs = [j for j in jobs if j.worker_id in owners]
+        if statuses is not None:  # the BLOCKED bucket holds WAITING and SCHEDULED rows
+            jobs = [j for j in jobs if j.status in statuses]
         return jobs
 
     def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
@@ -783,18 +860,32 @@ class CassandraStore(JobStore):
                       key=lambda j: j.key)
 
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
-        entries = self._scan(Status.WAITING.value, limit=limit, since=after[0] if after else None)
+        entries: list[_Entry] = []
+        for bucket in self._waiting_buckets():
+            entries.extend(self._scan(bucket, limit=limit, since=after[0] if after else None))
         jobs = [e.job for e in self._latest(entries)]
         if after is not None:
             jobs = [j for j in jobs if ((j.next_run or _EPOCH0), j.key) > (after[0], after[1])]
         return jobs[:limit]
+
+    def waiting_by_priority(self, limit: int) -> list[Job]:
+        jobs: list[Job] = []
+        for bucket in self._waiting_buckets():  # highest priority first
+            jobs.extend(e.job for e in self._latest(self._scan(bucket, limit=limit)))
+            if len(jobs) >= limit:
+                break
+        return sorted(jobs, key=lambda j: (-j.priority, j.next_run or _EPOCH0, j.key))[:limit]
+
+    def blocked_jobs(self, limit: int) -> list[Job]:
+        keys = [e.key for e in self._latest(self._scan(_BLOCKED, limit=limit))][:limit]
+        return [j for j in self._get_many(keys) if j is not None and j.blocked and not j.archived]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
         entries = self._scan(f"{Status.SCHEDULED.value}|{worker_id}", before=before, limit=limit)
         return [e.job for e in self._latest(entries)][:limit]
 
     def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
-        jobs = self._candidates(self._buckets(statuses, None))
+        jobs = self._candidates(self._buckets(statuses, None), statuses=set(statuses))
         return jobs if limit is None else jobs[:limit]
 
     def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status], limit: int | None = None) -> list[Job]:
@@ -803,9 +894,10 @@ class CassandraStore(JobStore):
             return []
         owned = [s for s in statuses if s in (Status.IN_PROCESS, Status.SCHEDULED)]
         shared = [s for s in statuses if s not in owned]
-        jobs = self._candidates(self._buckets(owned, owners)) if owned else []
+        jobs = self._candidates(self._buckets(owned, owners), owners, set(owned)) if owned else []
         if shared:
-            jobs += self._candidates(self._buckets(shared, None), owners)
+            seen = {j.key for j in jobs}
+            jobs += [j for j in self._candidates(self._buckets(shared, None), owners, set(shared)) if j.key not in seen]
         return jobs if limit is None else jobs[:limit]
 
     # -- nodes -------------------------------------------------------------------------------------

@@ -36,10 +36,11 @@ _JOB_COLUMNS = (
     "creation_time", "start_time", "end_time", "next_run", "hold_until", "error_msg", "output",
     "tries", "worker_id", "epoch", "revision", "priority",
     "runs", "successes", "failures", "retries_error", "retries_lost", "kills",
+    "depends_on", "blocked", "time_zone", "late_threshold", "overlap",
 )
 _RUN_COLUMNS = (
     "type", "name", "uid", "epoch", "node", "due", "start", "end", "result", "status", "tries",
-    "error", "output", "exit_code", "log",
+    "error", "output", "exit_code", "log", "note",
 )
 _COLS = ", ".join(_JOB_COLUMNS)
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
@@ -107,10 +108,25 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         )
         """,
     ),
-    # 2: run history and per-job counters (observability).
+    # 2: run history, per-job counters (observability); dependencies, zones, misfire policy,
+    # directory listeners (scheduling).
     2: (
         *(f"ALTER TABLE k2_jobs ADD COLUMN {c} INTEGER NOT NULL DEFAULT 0"
-          for c in ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")),
+          for c in ("runs", "successes", "failures", "retries_error", "retries_lost", "kills", "blocked")),
+        *(f"ALTER TABLE k2_jobs ADD COLUMN {c} TEXT NOT NULL DEFAULT ''"
+          for c in ("depends_on", "time_zone", "late_threshold", "overlap")),
+        # Claim candidates, again: never blocked rows; by priority as well as by due time.
+        "DROP INDEX k2_jobs_waiting",
+        "CREATE INDEX k2_jobs_waiting ON k2_jobs (next_run) WHERE status = 'WAITING' AND blocked = 0",
+        "CREATE INDEX k2_jobs_waiting_priority ON k2_jobs (priority DESC, next_run) WHERE status = 'WAITING' AND blocked = 0",
+        "CREATE INDEX k2_jobs_blocked ON k2_jobs (next_run) WHERE blocked = 1 AND archived = 0",
+        """
+        CREATE TABLE k2_listener_files (
+            type TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, file TEXT NOT NULL,
+            note TEXT NOT NULL, marked_at REAL NOT NULL,
+            PRIMARY KEY (type, name, uid, file)
+        ) WITHOUT ROWID
+        """,
         """
         CREATE TABLE k2_job_runs (
             type TEXT NOT NULL,
@@ -128,7 +144,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             output TEXT,
             exit_code INTEGER,
             log TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (type, name, uid, epoch)
+            note TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (type, name, uid, epoch, "end")
         ) WITHOUT ROWID
         """,
         'CREATE INDEX k2_job_runs_end ON k2_job_runs ("end")',
@@ -155,6 +172,7 @@ def _job_params(job: Job) -> tuple:
         _ts(job.end_time), _ts(job.next_run), _ts(job.hold_until), job.error_msg, job.output,
         job.tries, job.worker_id, job.epoch, job.revision, job.priority,
         job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills,
+        job.depends_on, int(job.blocked), job.time_zone, job.late_threshold, job.overlap,
     )
 
 
@@ -187,17 +205,22 @@ def _row_to_job(r: Sequence) -> Job:
         retries_error=r[23],
         retries_lost=r[24],
         kills=r[25],
+        depends_on=r[26],
+        blocked=bool(r[27]),
+        time_zone=r[28],
+        late_threshold=r[29],
+        overlap=r[30],
     )
 
 
 def _run_params(r: RunRecord) -> tuple:
     return (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, _ts(r.due), _ts(r.start), _ts(r.end), r.result,
-            r.status, r.tries, r.error, r.output, r.exit_code, r.log)
+            r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note)
 
 
 def _row_to_run(r: Sequence) -> RunRecord:
     return RunRecord(JobKey(r[0], r[1], r[2]), r[3], r[4], _dt(r[5]), _dt(r[6]), _dt(r[7]), r[8], r[9], r[10],
-                     r[11], r[12], r[13], r[14])
+                     r[11], r[12], r[13], r[14], r[15])
 
 
 _RUN_COLS = ", ".join(f'"{c}"' for c in _RUN_COLUMNS)
@@ -392,15 +415,37 @@ class SqliteStore(JobStore):
         return [_row_to_run(r) for r in self._read(sql, params)]
 
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
-        rows = self._read(f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ?",
-                          (key.type, key.name, key.uid, epoch))
+        rows = self._read(f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ? "
+                          "AND result != 'SKIPPED' ORDER BY \"end\" DESC LIMIT 1", (key.type, key.name, key.uid, epoch))
         return _row_to_run(rows[0]) if rows else None
+
+    def add_runs(self, records: Sequence[RunRecord]) -> None:
+        """Record runs that change no job row (skipped fires)."""
+        with self._write() as conn:
+            conn.executemany(
+                f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
+                [_run_params(r) for r in records],
+            )
+
+    def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO k2_listener_files (type, name, uid, file, note, marked_at) "
+                f"VALUES (?, ?, ?, ?, ?, {_STORE_NOW})",
+                (listener.type, listener.name, listener.uid, file, note),
+            )
+            return cur.rowcount == 1
+
+    def marked_files(self, listener: JobKey) -> set[str]:
+        rows = self._read("SELECT file FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?",
+                          (listener.type, listener.name, listener.uid))
+        return {r[0] for r in rows}
 
     def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
         with self._write() as conn:
             cur = conn.execute(
-                "DELETE FROM k2_job_runs WHERE (type, name, uid, epoch) IN ("
-                ' SELECT type, name, uid, epoch FROM k2_job_runs WHERE "end" < ? LIMIT ?)',
+                'DELETE FROM k2_job_runs WHERE (type, name, uid, epoch, "end") IN ('
+                ' SELECT type, name, uid, epoch, "end" FROM k2_job_runs WHERE "end" < ? LIMIT ?)',
                 (_ts(before), limit),
             )
             return cur.rowcount
@@ -462,10 +507,22 @@ class SqliteStore(JobStore):
             where += " AND (next_run, type, name, uid) > (?, ?, ?, ?)"
             params = [_ts(ts), key.type, key.name, key.uid]
         rows = self._read(
-            f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE {where} "
+            f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE {where} AND blocked = 0 "
             "ORDER BY next_run, type, name, uid LIMIT ?",
             params + [limit],
         )
+        return [_row_to_job(r) for r in rows]
+
+    def waiting_by_priority(self, limit: int) -> list[Job]:
+        cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
+        rows = self._read(
+            f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting_priority WHERE status = 'WAITING' AND blocked = 0 "
+            "ORDER BY priority DESC, next_run LIMIT ?", (limit,))
+        return [_row_to_job(r) for r in rows]
+
+    def blocked_jobs(self, limit: int) -> list[Job]:
+        rows = self._read(f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_blocked WHERE blocked = 1 AND archived = 0 "
+                          "ORDER BY next_run LIMIT ?", (limit,))
         return [_row_to_job(r) for r in rows]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:

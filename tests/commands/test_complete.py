@@ -12,7 +12,8 @@ from fabricjobs.commands import Expectation, expected_at, lex
 
 STATEMENTS = ("STARTJOB", "STOPJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB")
-START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL")
+START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
+                "OVERLAP")
 
 
 # -- expected_at -----------------------------------------------------------------------------
@@ -31,12 +32,12 @@ def test_after_statement_keyword_a_job_type():
 def test_after_job_type_the_parameters():
     e = expected_at("startjob user_job ")
     assert e.params == START_PARAMS and not e.job_type
-    assert expected_at("updatejob user_job ").params == (*START_PARAMS, "RESET_END_TIME")
+    assert set(expected_at("updatejob user_job ").params) == {*START_PARAMS, "RESET_END_TIME"}
     assert expected_at("stopjob process ").params == ("NAME", "UID")
 
 
 def test_given_parameters_are_not_offered_again():
-    assert expected_at("startjob user_job name='x' ").params == ("UID", "AFFINITY", "ARGS", "EXEC_INTERVAL")
+    assert expected_at("startjob user_job name='x' ").params == START_PARAMS[1:]
     assert expected_at("stopjob user_job uid='u' NAME = 'x' ").params == ()
 
 

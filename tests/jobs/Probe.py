@@ -116,3 +116,20 @@ def chatty(counter: str):
         raise RuntimeError(f"attempt {n} failed")
     job.logger.info("attempt %d succeeds", n)
     return n
+
+
+def fail_once_no_retry(counter: str):
+    """Fails (without retry) the first time, succeeds afterwards (e.g. after RESUMEJOB)."""
+    path = Path(counter)
+    n = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(n))
+    if n == 1:
+        fail_job_no_retry(RuntimeError("first attempt fails"))
+    return n
+
+
+def handle_file(file: str, name: str, listener: str, log: str):
+    """Started by an INTERFACE_LISTENER: appends the file it was given."""
+    job = current_job()
+    _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, file=name, start=time.time()))
+    return name

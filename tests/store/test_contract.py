@@ -230,9 +230,15 @@ def test_due_scheduled_is_per_owner_and_ordered_by_due_time(store):
     assert store.due_scheduled("n3", T0 + timedelta(days=1), 10) == []
 
 
+def _needs_test_server_clock(store, request):
+    if request.node.callspec.params.get("store_config") == "cassandra-real":
+        pytest.skip("moves the CQL test server's clock; a real cluster's TTLs cannot be hurried")
+
+
 def test_archived_rows_go_after_their_retention_live_rows_stay(store, store_config, request):
     """SQLite deletes them (the node's periodic task calls delete_archived); Cassandra writes
     archived rows with a TTL of K2JOB_ARCHIVING_TIME_HOUR (720 h by default)."""
+    _needs_test_server_clock(store, request)
     for i in range(3):
         row = store.insert(job(uid=f"old{i}")).row
         store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=721)))
@@ -291,6 +297,7 @@ def test_runs_are_listed_newest_first_per_job_name(store):
 
 
 def test_run_records_go_after_their_retention(store, request):
+    _needs_test_server_clock(store, request)
     row = store.insert(job(uid="r")).row
     row = store.cas(row, claim(row, "n1")).row
     store.cas_many([(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=721)))],
@@ -314,6 +321,46 @@ def test_counters_are_columns_of_the_row(store):
     assert (row.runs, row.successes, row.failures, row.retries_error, row.retries_lost, row.kills) == (0,) * 6
     new = store.cas(row, row.replace(runs=3, successes=1, failures=2, retries_error=1, retries_lost=1, kills=1)).row
     assert store.get(row.key) == new and (new.runs, new.kills) == (3, 1)
+
+
+# -- scheduling: blocked jobs, priorities, listener marks ---------------------------------------
+
+def test_blocked_jobs_are_never_claim_candidates(store):
+    store.insert(job(uid="free", next_run=T0 + timedelta(seconds=2)))
+    blocked = store.insert(job(uid="kid", blocked=True, depends_on="USER_JOB.A.b.p", next_run=T0)).row
+    assert [j.uid for j in store.waiting(10)] == ["free"]
+    assert [j.uid for j in store.waiting_by_priority(10)] == ["free"]
+    found = store.blocked_jobs(10)
+    assert [(j.uid, j.depends_on) for j in found] == [("kid", "USER_JOB.A.b.p")]
+    store.cas(found[0], found[0].replace(blocked=False))
+    assert [j.uid for j in store.waiting(10)] == ["kid", "free"] and store.blocked_jobs(10) == []
+    assert {j.uid for j in store.by_status([Status.WAITING])} == {"kid", "free"}
+
+
+def test_waiting_by_priority_is_highest_first_then_longest_due(store):
+    for uid, prio, offset in [("low", 0, 0), ("high", 9, 5), ("mid", 4, 1), ("high-old", 9, 1)]:
+        store.insert(job(uid=uid, priority=prio, next_run=T0 + timedelta(seconds=offset)))
+    assert [j.uid for j in store.waiting_by_priority(10)] == ["high-old", "high", "mid", "low"]
+    assert [j.uid for j in store.waiting_by_priority(2)] == ["high-old", "high"]
+    assert [j.uid for j in store.waiting(10)] == ["low", "high-old", "mid", "high"]
+
+
+def test_a_listener_marks_each_file_once(store):
+    listener = JobKey("INTERFACE_LISTENER", "Files.handle", "in")
+    assert store.mark_file(listener, "a.csv", "handled")
+    assert not store.mark_file(listener, "a.csv", "handled")
+    assert store.mark_file(listener, "b.csv", "present at start")
+    assert store.marked_files(listener) == {"a.csv", "b.csv"}
+    assert store.marked_files(JobKey("INTERFACE_LISTENER", "Files.handle", "other")) == set()
+
+
+def test_skipped_fires_are_recorded_beside_the_runs(store):
+    row = store.insert(job(uid="s", status=Status.SCHEDULED, worker_id="n1")).row
+    store.add_runs([RunRecord(row.key, row.epoch, "n1", T0, None, T0 + timedelta(hours=3), "SKIPPED", "SCHEDULED", 0,
+                              note="fire due at 12:00 skipped: 3 h late")])
+    runs = store.runs("USER_JOB", "Customer.userJob1", "s")
+    assert [(r.result, r.note) for r in runs] == [("SKIPPED", "fire due at 12:00 skipped: 3 h late")]
+    assert store.run(row.key, row.epoch) is None  # a skipped fire is not a run
 
 
 # -- nodes and kill requests ---------------------------------------------------------------------

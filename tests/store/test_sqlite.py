@@ -74,7 +74,9 @@ def test_reconcile_queries_use_the_live_indexes_never_a_scan(tmp_path):
     store = SqliteStore(tmp_path / "j.db")
     conn = store._conn()
     for sql, params in [
-        ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE status = 'WAITING' ORDER BY next_run LIMIT 5", ()),
+        ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE status = 'WAITING' AND blocked = 0 ORDER BY next_run LIMIT 5", ()),
+        ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_waiting_priority WHERE status = 'WAITING' AND blocked = 0 "
+         "ORDER BY priority DESC, next_run LIMIT 5", ()),
         ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_live_status WHERE archived = 0 AND status = 'SCHEDULED' "
          "AND worker_id = ? AND next_run < ? ORDER BY next_run LIMIT 5", ("n", 0.0)),
         ("SELECT * FROM k2_jobs INDEXED BY k2_jobs_live_key WHERE archived = 0 ORDER BY type, name, uid", ()),

@@ -1,0 +1,144 @@
+"""INTERFACE_LISTENER jobs (Fabric's interface listener): watch a directory, start one run of
+a user job per newly added file.
+
+    STARTJOB INTERFACE_LISTENER NAME='Files.handle' UID='inbox' ARGS='{"path": "inbox", "pattern": "*.csv"}'
+
+The listener is a job like any other (claimed, fenced, taken over when its node dies). While
+it runs it starts, for each new file F, the job USER_JOB NAME with UID '<listener uid>/F' and
+ARGS {"file": "<absolute path>", "name": "F", "listener": "<listener key>"} plus the
+listener's own other ARGS (all but path, pattern, settle_sec, poll_sec).
+
+Exactly once per file, across node failover: a file is handled by starting its job (or
+finding it already there: the UID is derived from the file) and then marking the file in the
+store (``k2_listener_files``); a listener that starts again after a takeover handles exactly
+the files not marked yet. "Only files added after the listener started": files whose
+modification time is before the listener job's creation time are marked as present at start
+and never run. A file is taken once its size and time have not changed for ``settle_sec``
+(default 0.5 s), so half-written files wait.
+
+File events come from watchdog (inotify) when it is available; the directory is also listed
+every ``poll_sec`` (default 1 s), which is all there is without watchdog and which catches
+anything an event missed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import threading
+import time
+from typing import Callable
+
+from ..model import Event, Job, JobKey, JobType, Status, advance
+from ..store.base import JobStore
+from .registry import JobCatalog
+
+log = logging.getLogger("fabricjobs.job.listener")
+
+
+def child_key(listener: JobKey, file: str) -> JobKey:
+    return JobKey(JobType.USER_JOB.value, listener.name, f"{listener.uid}/{file}")
+
+
+def listen(
+    listener: Job,
+    catalog: JobCatalog,
+    store: JobStore,
+    args: dict,
+    is_aborted: Callable[[], bool],
+    now: Callable,
+) -> int:
+    """Run until aborted; returns how many files it started jobs for."""
+    directory, pattern = catalog.check_listener(json.dumps(args))
+    settle = float(args.get("settle_sec", 0.5))
+    poll = float(args.get("poll_sec", 1.0))
+    started_at = listener.creation_time.timestamp()
+    wake = threading.Event()
+    stop_watch = _watch(directory, wake)
+    handled = 0
+    seen: dict[str, tuple[int, float, float]] = {}  # name -> (size, mtime, first seen unchanged)
+    marked = store.marked_files(listener.key)
+    try:
+        while not is_aborted():
+            for name in sorted(os.listdir(directory)):
+                if name in marked or not fnmatch.fnmatch(name, pattern):
+                    continue
+                path = directory / name
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if not path.is_file():
+                    continue
+                if st.st_mtime < started_at:
+                    store.mark_file(listener.key, name, "present when the listener started")
+                    marked.add(name)
+                    continue
+                sig = (st.st_size, st.st_mtime)
+                first = seen.get(name)
+                if first is None or first[:2] != sig:
+                    seen[name] = (*sig, time.monotonic())
+                    continue
+                if time.monotonic() - first[2] < settle:
+                    continue
+                if is_aborted():
+                    break
+                _start_child(store, listener, name, str(path), now())
+                store.mark_file(listener.key, name, f"started {child_key(listener.key, name).uid}")
+                marked.add(name)
+                seen.pop(name, None)
+                handled += 1
+            wake.wait(min(poll, settle) if seen else poll)
+            wake.clear()
+    finally:
+        if stop_watch is not None:
+            stop_watch()
+    return handled
+
+
+_OWN_ARGS = ("path", "pattern", "settle_sec", "poll_sec", "session_scope")
+
+
+def _start_child(store: JobStore, listener: Job, name: str, path: str, now) -> None:
+    key = child_key(listener.key, name)
+    if store.get(key) is not None:
+        return  # started before a takeover: only its mark was missing
+    try:
+        inherited = {k: v for k, v in json.loads(listener.arguments).items() if k not in _OWN_ARGS}
+    except (ValueError, AttributeError):
+        inherited = {}
+    args = json.dumps({**inherited, "file": path, "name": name, "listener": str(listener.key)}, ensure_ascii=False)
+    job = Job(key=key, status=Status.WAITING, creation_time=now, affinity=listener.affinity, arguments=args,
+              next_run=now, priority=listener.priority)
+    res = store.insert(advance(None, Event.START, job))
+    if res.applied:
+        log.info("listener %s started %s for %s", listener.key, key, name)
+
+
+def _watch(directory, wake: threading.Event):
+    """Wake the loop on file events (watchdog), if it is there; None means poll only."""
+    try:
+        from watchdog.events import FileSystemEventHandler
+        from watchdog.observers import Observer
+    except ImportError:
+        return None
+
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event):
+            wake.set()
+
+    try:
+        observer = Observer()
+        observer.schedule(Handler(), str(directory), recursive=False)
+        observer.start()
+    except Exception as exc:  # no inotify here (e.g. a network filesystem): poll
+        log.info("no file events for %s (%s); polling", directory, exc)
+        return None
+
+    def stop():
+        observer.stop()
+        observer.join(timeout=2)
+
+    return stop

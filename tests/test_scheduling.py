@@ -1,0 +1,294 @@
+"""Scheduling power beyond Fabric (issue #9): dependencies, priorities, time zones and misfire
+policy, directory listener jobs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from fabricjobs.errors import ValidationError
+from fabricjobs.jobs.runner import OK, Outcome
+from fabricjobs.model import Event, Job, JobKey, Status, advance
+from fabricjobs.node.decisions import RunFacts, after_run, claim, fire, late_fire
+from harness import Cluster, read_records, wait_for
+
+UTC = timezone.utc
+NEW_YORK = ZoneInfo("America/New_York")
+Z_UTC = ZoneInfo("UTC")
+
+
+@pytest.fixture
+def cluster(tmp_path, request, node_backend):
+    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
+    yield c
+    c.stop_all()
+
+
+def rec(log, seconds=0.3, starts=None):
+    args = {"log": str(log), "seconds": seconds}
+    if starts:
+        args["starts"] = str(starts)
+    return json.dumps(args)
+
+
+# -- dependencies --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_diamond_runs_in_a_valid_order_across_three_nodes_each_once(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    for n in ("n1", "n2", "n3"):
+        cluster.start_node(n)
+    client = cluster.client()
+    client.fetch(f"startjob user_job name='Probe.record' uid='A' args='{rec(log, 0.5)}';")
+    r = client.fetch(f"startjob user_job name='Probe.record' uid='B' depends_on='USER_JOB.Probe.record.A' args='{rec(log)}';"
+                     f"startjob user_job name='Probe.record' uid='C' depends_on='USER_JOB.Probe.record.A' args='{rec(log)}';"
+                     f"startjob user_job name='Probe.record' uid='D' args='{rec(log)}' "
+                     "depends_on='USER_JOB.Probe.record.B,USER_JOB.Probe.record.C';")
+    assert r.first_row()["Notes"].startswith("waiting for USER_JOB.Probe.record.B")
+    d = cluster.fetch("jobstatus user_job 'Probe.record' with uid='D';").first_row()
+    assert d["Status"] == "WAITING" and d["Next Run"] == "Blocked by its parents"
+    wait_for(lambda: len(read_records(log)) == 4, 20, "the four jobs to run")
+    runs = {r["key"].rsplit(".", 1)[1]: r for r in read_records(log)}
+    assert set(runs) == {"A", "B", "C", "D"}  # each exactly once
+    assert runs["A"]["end"] <= runs["B"]["start"] and runs["A"]["end"] <= runs["C"]["start"]
+    assert max(runs["B"]["end"], runs["C"]["end"]) <= runs["D"]["start"]
+    for uid in "ABCD":
+        job = cluster.wait_job("USER_JOB", "Probe.record", uid, lambda j: j.archived)
+        assert job.status is Status.PROCESSED and job.epoch == 1
+
+
+@pytest.mark.slow
+def test_a_failed_parent_blocks_its_child_until_it_is_resumed_and_succeeds(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("n1")
+    cluster.fetch(f"startjob user_job name='Probe.fail_once_no_retry' uid='P' args='{json.dumps({'counter': str(tmp_path / 'c')})}';")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='K' depends_on='USER_JOB.Probe.fail_once_no_retry.P' args='{rec(log)}';")
+    parent = cluster.wait_job("USER_JOB", "Probe.fail_once_no_retry", "P", lambda j: j.archived)
+    assert parent.status is Status.FAILED
+    child = wait_for(lambda: (lambda j: "is FAILED" in j.error_msg and j)(cluster.job("USER_JOB", "Probe.record", "K")),
+                     10, "the child's note to say its parent failed")
+    assert child.status is Status.WAITING and child.blocked
+    assert "resumed" in child.error_msg
+    time.sleep(0.5)
+    assert read_records(log) == []  # never ran
+    cluster.fetch("resumejob user_job name='Probe.fail_once_no_retry' uid='P';")
+    child = cluster.wait_job("USER_JOB", "Probe.record", "K", lambda j: j.status is Status.PROCESSED, 15)
+    assert not child.blocked and len(read_records(log)) == 1
+
+
+def test_cycles_self_dependencies_and_unknown_parents_are_rejected(tmp_path, request, node_backend):
+    cluster = Cluster(tmp_path, backend=node_backend, request=request)
+    try:
+        client = cluster.client()
+        client.fetch("startjob user_job name='Probe.noop' uid='a';")
+        client.fetch("startjob user_job name='Probe.noop' uid='b' depends_on='USER_JOB.Probe.noop.a';")
+        client.fetch("startjob user_job name='Probe.noop' uid='c' depends_on='USER_JOB.Probe.noop.b';")
+        with pytest.raises(ValidationError, match="would make a cycle: USER_JOB.Probe.noop.a -> USER_JOB.Probe.noop.c -> "
+                                                  "USER_JOB.Probe.noop.b -> USER_JOB.Probe.noop.a"):
+            client.fetch("updatejob user_job name='Probe.noop' uid='a' depends_on='USER_JOB.Probe.noop.c';")
+        with pytest.raises(ValidationError, match="cannot depend on itself"):
+            client.fetch("startjob user_job name='Probe.noop' uid='s' depends_on='USER_JOB.Probe.noop.s';")
+        with pytest.raises(ValidationError, match="DEPENDS_ON: no job USER_JOB.Probe.noop.zz"):
+            client.fetch("startjob user_job name='Probe.noop' uid='d' depends_on='USER_JOB.Probe.noop.zz';")
+        assert {j.uid for j in client.store.live_jobs()} == {"a", "b", "c"}
+        assert client.store.get(JobKey("USER_JOB", "Probe.noop", "a")).depends_on == ""
+    finally:
+        cluster.stop_all()
+
+
+# -- priorities ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 1}}], indirect=True)
+def test_with_a_pool_of_one_waiting_jobs_run_in_priority_order(cluster, tmp_path):
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    cluster.start_node("n1")
+    client = cluster.client()
+    client.fetch(f"startjob user_job name='Probe.record' uid='blocker' args='{rec(log, 1.5, starts)}';")
+    wait_for(lambda: len(read_records(starts)) == 1, 10, "the blocker to hold the one slot")
+    prios = [3, 9, 0, 5, 7, 1, 9, 4, 6, 2, 8, 0, 5, 3, 7, 6, 1, 4, 2, 8]
+    client.fetch("".join(f"startjob user_job name='Probe.record' uid='p{i:02d}' priority={p} args='{rec(log, 0.02, starts)}';"
+                         for i, p in enumerate(prios)))
+    wait_for(lambda: len(read_records(starts)) == 21, 30, "all 20 to run")
+    order = [r["key"].rsplit(".", 1)[1] for r in sorted(read_records(starts), key=lambda r: r["start"])][1:]
+    ran = [prios[int(uid[1:])] for uid in order]
+    assert ran == sorted(prios, reverse=True), ran
+    assert cluster.fetch("jobstatus user_job 'Probe.record' with uid='p01';").first_row()["Priority"] == 9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 1, "PRIORITY_AGING_SEC": 0.25}}], indirect=True)
+def test_a_waiting_priority_0_job_is_not_starved(cluster, tmp_path):
+    """The rule: effective priority = PRIORITY + seconds waited / PRIORITY_AGING_SEC, so a
+    priority-0 job passes fresh priority-9 jobs once it has waited 9 x 0.25 s = 2.25 s."""
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    cluster.start_node("n1")
+    client = cluster.client()
+    client.fetch(f"startjob user_job name='Probe.record' uid='blocker' args='{rec(log, 3.0, starts)}';")
+    wait_for(lambda: len(read_records(starts)) == 1, 10, "the blocker")
+    client.fetch(f"startjob user_job name='Probe.record' uid='low' priority=0 args='{rec(log, 0.05, starts)}';")
+    time.sleep(2.5)  # low has now waited longer than 9 aging steps
+    client.fetch("".join(f"startjob user_job name='Probe.record' uid='hi{i}' priority=9 args='{rec(log, 0.05, starts)}';"
+                         for i in range(5)))
+    wait_for(lambda: len(read_records(starts)) == 7, 20, "all to run")
+    order = [r["key"].rsplit(".", 1)[1] for r in sorted(read_records(starts), key=lambda r: r["start"])]
+    assert order[:2] == ["blocker", "low"], order
+
+
+# -- time zones and misfires (a controlled clock, driving the node's own decisions) -------------
+
+def _simulate(job: Job, until: datetime, outage: tuple[datetime, datetime] | None = None, zone=Z_UTC):
+    """Drive one job through fire -> claim -> run -> next, as a node does, at the times the
+    schedule asks for; no node is up during ``outage``. Returns fires and skipped records."""
+    fires, skipped = [], []
+    row = job
+    while row.next_run <= until:
+        now = row.next_run
+        if outage and outage[0] <= now < outage[1]:
+            now = outage[1]  # the first node back sees the job overdue
+        late = late_fire(row, now, zone)
+        if late is not None:
+            row, record = late
+            skipped.append(record)
+            continue
+        _, row = fire(row)
+        _, claimed = claim(row, "n1", now)
+        facts = RunFacts("n1", claimed.epoch, claimed.next_run, now)
+        event, row = after_run(claimed, facts, Outcome(OK, output="null"), now + timedelta(seconds=1),
+                               max_tries=3, retry_delay=timedelta(seconds=60), zone=zone)
+        fires.append(now)
+    return fires, skipped
+
+
+def _cron_job(expr, start, zone, **kw):
+    from fabricjobs.schedule import parse_schedule
+
+    first = parse_schedule(expr, zone).first_due(start)
+    return Job(JobKey("USER_JOB", "A.b", "c"), Status.SCHEDULED, start, execution_interval=expr, next_run=first,
+               worker_id="n1", time_zone=str(zone), **kw)
+
+
+def test_cron_in_new_york_across_both_dst_changes_fires_each_local_time_once():
+    start = datetime(2026, 1, 1, 5, tzinfo=UTC)
+    job = _cron_job("30 1,2 * * *", start, NEW_YORK)
+    fires, skipped = _simulate(job, datetime(2027, 1, 1, 5, tzinfo=UTC), zone=NEW_YORK)
+    local = [f.astimezone(NEW_YORK) for f in fires]
+    per_day = Counter(t.date() for t in local)
+    assert len(per_day) == 365 and set(per_day.values()) == {2}  # every day both fires, none missed
+    assert len(set(fires)) == len(fires)  # none twice
+    spring = sorted(t.strftime("%H:%M %Z") for t in local if t.date().isoformat() == "2026-03-08")
+    fall = sorted(t.strftime("%H:%M %Z") for t in local if t.date().isoformat() == "2026-11-01")
+    assert spring == ["01:30 EST", "03:00 EDT"]  # 02:30 does not exist: the end of the gap
+    assert fall == ["01:30 EDT", "02:30 EST"]  # 01:30 happens twice: once
+    assert skipped == []
+
+
+def test_late_threshold_skips_a_fire_after_a_3_hour_outage_and_records_it():
+    start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
+    job = _cron_job("*/15 * * * *", start, Z_UTC, late_threshold="00:05:00")
+    outage = (datetime(2026, 5, 1, 1, 0, tzinfo=UTC), datetime(2026, 5, 1, 4, 7, tzinfo=UTC))
+    fires, skipped = _simulate(job, datetime(2026, 5, 1, 5, 0, tzinfo=UTC), outage=outage)
+    assert [f.strftime("%H:%M") for f in fires] == ["00:15", "00:30", "00:45", "04:15", "04:30", "04:45", "05:00"]
+    assert len(skipped) == 1 and skipped[0].result == "SKIPPED"
+    assert "skipped: 11220 s late (LATE_THRESHOLD 00:05:00)" in skipped[0].note
+
+
+def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():
+    start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
+    job = _cron_job("*/15 * * * *", start, Z_UTC)
+    outage = (datetime(2026, 5, 1, 1, 0, tzinfo=UTC), datetime(2026, 5, 1, 4, 7, tzinfo=UTC))
+    fires, skipped = _simulate(job, datetime(2026, 5, 1, 5, 0, tzinfo=UTC), outage=outage)
+    assert [f.strftime("%H:%M") for f in fires] == ["00:15", "00:30", "00:45", "04:07", "04:15", "04:30", "04:45", "05:00"]
+    assert skipped == []  # twelve missed fires became one run at 04:07
+
+
+@pytest.mark.slow
+def test_a_late_fire_is_skipped_and_shown_in_the_history_on_a_real_node(cluster, tmp_path):
+    cluster.fetch(f"startjob user_job name='Probe.stamp' uid='late' exec_interval='*/1 * * * * *' late_threshold='00:00:01' "
+                  f"args='{json.dumps({'log': str(tmp_path / 'l')})}';")
+    first_due = cluster.job("USER_JOB", "Probe.stamp", "late").next_run
+    time.sleep(3.2)  # no node is up: the first fire is more than a second late when one comes
+    cluster.start_node("n1")
+    wait_for(lambda: len(read_records(tmp_path / "l")) >= 2, 10, "runs after the skip")
+    hist = list(cluster.fetch("jobhistory user_job 'Probe.stamp' with uid='late' limit 100;"))
+    skipped = [r for r in hist if r["Result"] == "SKIPPED"]
+    assert len(skipped) == 1 and skipped[0]["Due"] == first_due
+    assert all(r["start"] > first_due.timestamp() + 3 for r in read_records(tmp_path / "l"))
+
+
+@pytest.mark.slow
+def test_overlap_skip_and_queue(cluster, tmp_path):
+    cluster.start_node("n1")
+    for policy in ("SKIP", "QUEUE"):
+        args = json.dumps({"log": str(tmp_path / policy), "seconds": 1.6})
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='{policy}' exec_interval='*/1 * * * * *' overlap='{policy}' args='{args}';")
+    wait_for(lambda: all(len(read_records(tmp_path / p)) >= 3 for p in ("SKIP", "QUEUE")), 20, "three runs of each")
+    for policy in ("SKIP", "QUEUE"):
+        runs = read_records(tmp_path / policy)[:3]
+        gaps = [b["start"] - a["end"] for a, b in zip(runs, runs[1:])]
+        if policy == "QUEUE":
+            assert all(g < 0.35 for g in gaps), gaps  # the next starts right after
+        else:
+            assert all(g >= 0.2 for g in gaps), gaps  # it waits for the next whole second
+    hist = list(cluster.fetch("jobhistory user_job 'Probe.record' with uid='SKIP';"))
+    assert any("fire(s) skipped while this run was still going (OVERLAP=SKIP)" in r["Note"] for r in hist)
+    assert not any(r["Note"] for r in cluster.fetch("jobhistory user_job 'Probe.record' with uid='QUEUE';"))
+
+
+# -- directory listeners -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_path, request, node_backend):
+    inbox = tmp_path / "root" / "inbox"
+    inbox.mkdir(parents=True)
+    (inbox / "old.csv").write_text("present before the listener started")
+    log = tmp_path / "handled.jsonl"
+    cluster = Cluster(tmp_path, backend=node_backend, request=request,
+                      settings={"jobs": {"LISTENER_ROOT": str(tmp_path / "root")}})
+    try:
+        a = cluster.start_node("a")
+        cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' "
+                      f"args='{json.dumps({'path': 'inbox', 'pattern': '*.csv', 'settle_sec': 0.1, 'poll_sec': 0.2, 'log': str(log)})}';")
+        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        time.sleep(0.5)
+        for i in range(25):
+            (inbox / f"f{i:02d}.csv").write_text(f"row {i}")
+            (inbox / f"f{i:02d}.txt").write_text("not a csv")
+            time.sleep(0.02)
+        wait_for(lambda: len(read_records(log)) >= 10, 15, "some files handled on a")
+        a.signal_group(signal.SIGKILL)  # the listener's node dies midway
+        for i in range(25, 50):
+            (inbox / f"f{i:02d}.csv").write_text(f"row {i}")
+            time.sleep(0.02)
+        cluster.start_node("b")
+        wait_for(lambda: len({r["file"] for r in read_records(log)}) == 50, 30, "all 50 files handled")
+        time.sleep(1.0)  # nothing more comes
+        records = read_records(log)
+        assert {r["file"] for r in records} == {f"f{i:02d}.csv" for i in range(50)}  # not old.csv, no .txt
+        # Exactly one job per file, each PROCESSED once ...
+        store = cluster.client().store
+        children = [j for j in store.live_jobs() + store.archived_since(datetime.now(UTC) - timedelta(hours=1))
+                    if j.key.uid.startswith("inbox/")]
+        assert sorted(j.key.uid for j in children) == sorted(f"inbox/f{i:02d}.csv" for i in range(50))
+        assert all(j.status is Status.PROCESSED for j in children)
+        # ... and a file ran twice only when its first run was on the killed node (at-least-once
+        # after a crash, with a new epoch), never because the listener started it twice.
+        by_file: dict = {}
+        for r in records:
+            by_file.setdefault(r["file"], []).append(r)
+        for file, runs in by_file.items():
+            if len(runs) > 1:
+                assert len(runs) == 2 and runs[0]["node"] == "a" and runs[1]["epoch"] > runs[0]["epoch"], runs
+        listener = cluster.job("INTERFACE_LISTENER", "Probe.handle_file", "inbox")
+        assert listener.worker_id == "b" and listener.status is Status.IN_PROCESS
+        assert cluster.job("USER_JOB", "Probe.handle_file", "inbox/f07.csv").status is Status.PROCESSED
+        stopped = cluster.fetch("stopjob interface_listener name='Probe.handle_file' uid='inbox' wait timeout 15;")
+        assert stopped.first_row()["Status"] == "TERMINATED"
+    finally:
+        cluster.stop_all()
