@@ -7,6 +7,7 @@
     fabricjobs [--config PATH] kill NODE TASK                        end a task on a node
     fabricjobs [--config PATH] nodes                                 the cluster's nodes
     fabricjobs [--config PATH] config                                show the effective configuration
+    fabricjobs [--config PATH] cassandra-schema                      the CQL of the Cassandra schema
     fabricjobs --version
 """
 
@@ -43,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     kill = sub.add_parser("kill", help="end a task on a node (it counts as a failed try)")
     kill.add_argument("node")
     kill.add_argument("task", type=int)
+    sub.add_parser("cassandra-schema", help="print the CQL that creates the Cassandra schema (for CREATE_SCHEMA = false)")
     nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
     nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
@@ -164,7 +166,16 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     return _one_command(args, Nodes(), args.format)
 
 
+def cmd_cassandra_schema(args: argparse.Namespace) -> int:
+    from .store.cassandra import schema_cql
+
+    cfg = load(args)
+    print(schema_cql(cfg.get("cassandra", "KEYSPACE"), cfg.get("cassandra", "REPLICATION")))
+    return 0
+
+
 COMMANDS = {
+    "cassandra-schema": cmd_cassandra_schema,
     "config": cmd_config, "node": cmd_node, "shell": cmd_shell, "ps": cmd_ps, "kill": cmd_kill, "nodes": cmd_nodes,
 }
 

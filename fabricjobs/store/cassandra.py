@@ -183,6 +183,21 @@ class _Entry:
     job: Job  # a candidate built from the entry
 
 
+def schema_cql(keyspace: str, replication: str) -> str:
+    """The CQL that creates this code's schema in ``keyspace`` (for CREATE_SCHEMA = false:
+    an administrator runs it once, e.g. ``fabricjobs cassandra-schema | cqlsh``)."""
+    if not _KEYSPACE_RE.match(keyspace):
+        raise StoreError(f"[cassandra] KEYSPACE: {keyspace!r} is not a valid keyspace name (letters, digits, _)")
+    rep = parse_replication(replication)
+    rep_cql = "{" + ", ".join(f"'{k}': " + (f"'{v}'" if isinstance(v, str) else str(v)) for k, v in rep.items()) + "}"
+    lines = [f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {rep_cql};", f"USE {keyspace};"]
+    lines += [" ".join(ddl.split()) + ";" for ddl in SCHEMA]
+    for version in sorted(MIGRATIONS):
+        lines += [" ".join(ddl.split()) + ";" for ddl in MIGRATIONS[version]]
+    lines.append(f"INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', {SCHEMA_VERSION});")
+    return "\n".join(lines)
+
+
 def parse_replication(text: str) -> dict[str, Any]:
     """'SimpleStrategy:3' or 'NetworkTopologyStrategy:DC1=3,DC2=3' -> a CQL replication map."""
     strategy, _, rest = text.partition(":")

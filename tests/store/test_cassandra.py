@@ -196,6 +196,26 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         store.close()
 
 
+def test_the_printed_schema_cql_makes_a_store_that_works_without_create_schema(server, keyspace):
+    from cassandra.cluster import Cluster
+
+    from fabricjobs.store.cassandra import schema_cql
+
+    cluster = Cluster([server.host], port=server.port, protocol_version=4)
+    session = cluster.connect()
+    for statement in schema_cql(keyspace, "SimpleStrategy:1").split("\n"):
+        session.execute(statement.rstrip(";"))
+    cluster.shutdown()
+    store = open_store(server, keyspace, create_schema=False)
+    try:
+        assert store.schema_version() == 2
+        row = store.insert(waiting_job("s")).row
+        assert store.cas(row, claim(row, "n1")).applied
+        assert store.mark_file(JobKey("INTERFACE_LISTENER", "A.b", "l"), "f", "x")
+    finally:
+        store.close()
+
+
 def test_without_create_schema_a_missing_keyspace_is_a_clear_error(server):
     with pytest.raises(StoreError, match="CREATE_SCHEMA"):
         open_store(server, "fj_absent_" + uuid.uuid4().hex[:6], create_schema=False)
