@@ -115,8 +115,26 @@ def test_cron_missed_fires_collapse_and_never_run_twice_at_once():
     due = datetime(2026, 1, 1, tzinfo=UTC)
     started = due + timedelta(hours=3)
     ended = started + timedelta(seconds=2.5)
-    assert s.next_after_run(due, started, ended) == ended  # overran: right after, once
+    # cron skips the fires that came due during the overrun (the default), or queues one:
+    assert s.after_run(due, started, ended) == (started + timedelta(seconds=3), 2)
+    assert s.after_run(due, started, ended, "QUEUE") == (ended, 0)  # right after, once
     assert s.next_after_run(due, started, started + timedelta(milliseconds=10)) == started + timedelta(seconds=1)
+
+
+def test_interval_overlap_policy_skip_keeps_the_grid():
+    s = parse_schedule("00:00:10", "UTC")
+    due = datetime(2026, 1, 1, tzinfo=UTC)
+    assert s.after_run(due, due, due + timedelta(seconds=35), "SKIP") == (due + timedelta(seconds=40), 3)
+    assert s.after_run(due, due, due + timedelta(seconds=35)) == (due + timedelta(seconds=35), 0)  # QUEUE: SPEC 4
+
+
+def test_next_due_after_a_late_fire():
+    cron = parse_schedule("0 * * * *", "UTC")
+    t = datetime(2026, 1, 1, 3, 20, tzinfo=UTC)
+    assert cron.next_due_after(t) == datetime(2026, 1, 1, 4, 0, tzinfo=UTC)
+    interval = parse_schedule("00:15:00", "UTC")
+    grid = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    assert interval.next_due_after(t, grid_from=grid) == datetime(2026, 1, 1, 3, 35, tzinfo=UTC)
 
 
 def test_cron_is_evaluated_in_the_schedules_zone():

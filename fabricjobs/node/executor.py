@@ -49,6 +49,7 @@ class Run:
     stop_deadline: float | None = None
     give_up_at: datetime | None = None  # an exceptional run this node will hand back then
     outcome: Outcome | None = None
+    ended: datetime | None = None  # when the outcome reached the node (the run's end time)
 
     @property
     def key(self) -> JobKey:
@@ -335,6 +336,7 @@ class Executor:
 
     def _finish_later(self, run: Run, outcome: Outcome) -> None:
         run.outcome = outcome
+        run.ended = self.clock.now()
         with self._lock:
             self._pending.append((run, outcome))
         self._wake_collector()
@@ -364,8 +366,9 @@ class Executor:
                 break
             pairs, order, records = [], [], []
             for run, outcome, row in todo:
+                ended = run.ended or now  # not the write time: a slow write must not skip fires
                 try:
-                    decision = self._decide(run, outcome, row, now)
+                    decision = self._decide(run, outcome, row, ended)
                 except Exception:
                     log.exception("cannot decide the outcome of '%s'; trying again", run.key)
                     retry.append((run, outcome))
@@ -375,7 +378,7 @@ class Executor:
                     continue
                 pairs.append((row, decision))
                 order.append((run, outcome))
-                records.append(run_record(run.facts, run.key, outcome, decision, now, self.zone))
+                records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
             results = self._write(pairs, records)
             todo = []
             for (run, outcome), (old, new), record, res in zip(order, pairs, records, results):

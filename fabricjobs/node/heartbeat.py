@@ -107,7 +107,10 @@ class Heartbeat:
                 if self.beat > 1 and self._displaced():
                     return False
                 self.store.write_node(self.row(state))
-                lapsed = self.board.set_lease(t0 + self.lease, t0) if state == "running" else False
+                # Judge a lapse by the time the write came back: a lease that ran out while the
+                # write was slow still ended this node's runs, so the generation must go up.
+                t1 = self.clock.monotonic()
+                lapsed = self.board.set_lease(t0 + self.lease, t1) if state == "running" else False
             except Exception as exc:  # the store may fail in any way; the lease decides what follows
                 if not self._failing:
                     log.warning("heartbeat of %s failed: %s", self.name, exc)

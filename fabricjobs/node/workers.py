@@ -79,6 +79,8 @@ class WorkerPool:
                     return w
             for slot in range(self.size):
                 w = self._workers.get(slot)
+                if w is not None and w.task is not None:
+                    continue  # busy, or died holding a run: the collector must see that death first
                 if w is None or not w.process.is_alive():
                     if w is not None:
                         self._discard(w)
