@@ -22,14 +22,31 @@ Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
 Keeping the index right without transactions across tables
 
 A change of a row from bucket B1 (revision r) to bucket B2 (revision r + 1) writes the B2
-entry first (an *intent*), then the LWT, then deletes the B1 entry. A crash in between leaves
-an extra entry, never a missing one, so no live job becomes invisible:
+entry first (an *intent*), then the LWT, then deletes the B1 entry; an insert writes its
+revision-1 entry before its ``IF NOT EXISTS``. A crash in between leaves an extra entry, never
+a missing one, so no live job becomes invisible. Only the row's own revision tells a
+superseded entry from an intent whose LWT may still come (the row may even not exist yet),
+so an entry is deleted only on that evidence:
 
-* an entry older than the row (revision < current) is superseded and deleted by whoever
-  meets it (a scan that sees a newer entry of the same key, or a CAS that fails on it);
-* an entry newer than the row is an intent whose LWT did not happen; it is deleted once it is
-  older than ``INTENT_GRACE`` (far longer than any request timeout), so a slow writer's
-  intent is never taken away before its LWT.
+* revision < the row's: superseded (revisions only grow), deleted at once by whoever meets it
+  (a CAS that fails on it with a newer current row, or a scan, see below);
+* revision = the row's: the row's true entry if it is where the row puts it (the row's
+  bucket and due time): never deleted by a reader. Any other entry at that revision is the
+  intent of a change that lost (or never ran) against the one that made the row: its LWT
+  cannot apply any more, and it is deleted at once;
+* revision > the row's, or no row at all: possibly an intent whose LWT has not happened
+  *yet*. It is deleted only once its ``written_at`` is older than ``INTENT_GRACE`` (far
+  longer than any request timeout), so a slow writer's intent is never taken away before
+  its LWT; one whose writer died is gone after the grace.
+
+A CAS that fails on a candidate applies these rules to the candidate's entry with the current
+row it got back (reading the row's bucket and due time when the revisions are equal). A scan
+that finds one entry for a key returns it without reading the row (the hot path); a key with
+several entries (rare: a change in flight, or a writer that died between its intent and its
+LWT) has its row read, and the row's true entry is the candidate. A writer whose LWT did not
+apply drops its own intent unless the row now is what it describes; an insert that sees no
+row at all leaves its intent to the grace rule (another insert of the same key may have
+written the very same entry and still be before its LWT).
 
 Entries carry the columns a node needs to choose (status, owner, due time, hold, affinity,
 priority, epoch, tries); rows built from them are "candidates" whose arguments, output and
@@ -159,6 +176,13 @@ _BLOCKED = "BLOCKED"
 
 def _job_bucket(job: Job) -> str | None:
     return _bucket(job.status, job.worker_id, job.archived, job.blocked, job.priority)
+
+
+def _slot(row: Job) -> tuple[str | None, datetime]:
+    """Where a row's index entry is (bucket, due time), as stored: Cassandra keeps timestamps
+    in whole milliseconds, so a Job built here (microseconds) and one read back compare equal."""
+    due = row.next_run or _EPOCH0
+    return _job_bucket(row), due.replace(microsecond=due.microsecond // 1000 * 1000)
 
 
 def _result(future):
@@ -534,16 +558,37 @@ class CassandraStore(JobStore):
         k = job.key
         self._run(stmt, (job.end_time.strftime("%Y-%m-%d"), job.end_time, k.type, k.name, k.uid, self.archive_ttl))
 
+    @staticmethod
+    def _intent_expired(written_at: datetime | None, now: datetime | None = None) -> bool:
+        """Whether an entry that may be an intent is old enough that its LWT can no longer come.
+        Unknown age: never (the entry stays; a later scan learns its ``written_at``)."""
+        return written_at is not None and written_at < (now or datetime.now(UTC)) - INTENT_GRACE
+
     def _repair(self, expected: Job, current: Version | None) -> None:
-        """A CAS on ``expected`` failed: drop its index entry if it is stale."""
+        """A CAS on ``expected`` failed: drop its index entry if it is stale.
+
+        Only a newer row proves the entry superseded. A missing row or an older one means the
+        entry may be an intent whose LWT is still to come (an insert's entry before its
+        ``IF NOT EXISTS``): it goes only after ``INTENT_GRACE``, else the row would be left
+        without an entry once that LWT applies."""
         bucket = _job_bucket(expected)
         if bucket is None:
             return
-        if current is None or current.revision > expected.revision:
+        if current is not None and current.revision > expected.revision:
             self._tidy(bucket, expected.key, expected.next_run, expected.revision)
-        elif current.revision < expected.revision:
-            written = self._intents.get((bucket, expected.key, expected.revision))
-            if written is not None and written < datetime.now(UTC) - INTENT_GRACE:
+        elif current is None or current.revision < expected.revision:
+            if self._intent_expired(self._intents.get((bucket, expected.key, expected.revision))):
+                self._tidy(bucket, expected.key, expected.next_run, expected.revision)
+        else:
+            # Same revision, other content: a losing (or dead) writer's intent, e.g. a dead
+            # node's outcome intent after a takeover made the same revision. It can never
+            # apply; delete it unless it sits where the row's true entry does (rare; read).
+            try:
+                row = self._select_job(expected.key)
+            except StoreError:
+                return  # only tidying: a later CAS on it tries again
+            if row is not None and row.revision == expected.revision \
+                    and Version.of(row) != Version.of(expected) and _slot(row) != _slot(expected):
                 self._tidy(bucket, expected.key, expected.next_run, expected.revision)
 
     # -- jobs: writes ----------------------------------------------------------------------------
@@ -568,9 +613,12 @@ class CassandraStore(JobStore):
             existing = self._job({k: lwt_row.get(k) for k in ("type", "name", "uid", *_JOB_COLUMNS)})
         if existing is None:
             existing = self._select_job(job.key)
-        ours_entry = (_job_bucket(new), new.next_run, 1)
-        if existing is None or ours_entry != (_job_bucket(existing), existing.next_run, existing.revision):
-            self._tidy(ours_entry[0], new.key, new.next_run, 1)  # our intent describes no row
+        # Drop our intent only if an existing row proves it false: the row is past revision 1, or
+        # its entry is elsewhere (compared as stored: an identical insert that won wrote this
+        # very entry). With no row to be seen, the same entry may be the intent of another
+        # insert of this key still before its LWT; the grace rule removes it if it is orphaned.
+        if existing is not None and (existing.revision, _slot(existing)) != (1, _slot(new)):
+            self._tidy(_job_bucket(new), new.key, new.next_run, 1)  # our intent describes no row
         if existing is None or not existing.archived:
             return CasResult(False, row=existing)
         # An archived row with this key: reuse it, counting on from its epoch and revision.
@@ -639,7 +687,9 @@ class CassandraStore(JobStore):
         else:
             current = None
         # Our intent stays only if the row now is exactly what it describes (someone made the
-        # same change first); otherwise it is dropped.
+        # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
+        # grace: the entry is ours (its bucket carries our target's owner, due time and
+        # revision), and leaving it would let it outlive a different change to that revision.
         if new_bucket is not None and not (
             current is not None and current.revision == revision
             and _bucket(current.status, current.worker_id, False, target.blocked, target.priority) == new_bucket
@@ -781,22 +831,43 @@ class CassandraStore(JobStore):
         return entries
 
     def _latest(self, entries: Iterable[_Entry]) -> list[_Entry]:
-        """One entry per key (the newest revision); older ones are superseded and deleted."""
-        best: dict[JobKey, _Entry] = {}
-        for e in entries:
-            other = best.get(e.key)
-            if other is None or e.revision > other.revision:
-                if other is not None:
-                    self._tidy(other.bucket, other.key, other.next_run, other.revision)
-                best[e.key] = e
-            elif e.revision < other.revision:
-                self._tidy(e.bucket, e.key, e.next_run, e.revision)
-        for e in best.values():
-            if e.written_at is not None:
-                self._intents.setdefault((e.bucket, e.key, e.revision), e.written_at)
+        """One candidate entry per key, soonest due first.
+
+        A key with one entry returns it without a read (the hot path: a wrong candidate only
+        costs a failed CAS, which :meth:`_repair` settles). A key with several entries is
+        decided by its row's revision (see the module docstring), since the newest entry
+        may be an intent whose LWT never happened and the older one the row's true entry."""
+        by_key: dict[JobKey, dict[tuple, _Entry]] = {}
+        for e in entries:  # the same entry twice (a bucket scanned twice) is one entry
+            by_key.setdefault(e.key, {})[(e.bucket, e.next_run, e.revision)] = e
+        chosen = [next(iter(es.values())) for es in by_key.values() if len(es) == 1]
+        several = [k for k, es in by_key.items() if len(es) > 1]
+        if several:
+            now = datetime.now(UTC)
+            for key, row in zip(several, self._get_many(several)):
+                e = self._settle(list(by_key[key].values()), row, now)
+                if e is not None:
+                    chosen.append(e)
+        for e in chosen:
+            if e.written_at is not None:  # the entry's own age, for _repair's grace rule
+                self._intents[(e.bucket, e.key, e.revision)] = e.written_at
         if len(self._intents) > 100_000:
             self._intents.clear()
-        return sorted(best.values(), key=lambda e: (e.next_run, e.key))
+        return sorted(chosen, key=lambda e: (e.next_run, e.key))
+
+    def _settle(self, entries: list[_Entry], row: Job | None, now: datetime) -> _Entry | None:
+        """Several entries of one key, and its row (None: none yet): delete the ones the row
+        proves false and the expired intents; return the row's true entry if it is among them."""
+        true_entry = None
+        for e in entries:
+            if row is None or e.revision > row.revision:
+                if self._intent_expired(e.written_at, now):  # an intent whose LWT never came
+                    self._tidy(e.bucket, e.key, e.next_run, e.revision)
+            elif e.revision < row.revision or (e.bucket, e.next_run) != _slot(row):
+                self._tidy(e.bucket, e.key, e.next_run, e.revision)  # superseded, or a loser's intent
+            else:
+                true_entry = e
+        return true_entry
 
     def _registry(self, kind: str) -> list[str]:
         rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = ?"), (kind,))

@@ -1,0 +1,266 @@
+"""The Cassandra index (k2_jobs_index) never loses a live row's true entry.
+
+A change writes its new entry (an *intent*) before its LWT; a reader must not take an intent
+for a stale entry just because the row is behind it (or does not exist yet), and must not take
+the row's true entry for a stale one just because an intent of the same key is newer. Each race
+is replayed deterministically: a writer is held between its intent and its LWT (by wrapping
+``_execute_lwt``), or dies there (its intent is written with ``_index_upsert`` and nothing
+else). Through the real cassandra-driver against the CQL test server (tests/cqlserver).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fabricjobs.model import Job, JobKey, Status
+from fabricjobs.store import cassandra as cassandra_store
+from fabricjobs.store.cassandra import CassandraStore
+
+UTC = timezone.utc
+T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+DEADLINE = 10.0  # seconds; only ever reached when a test fails
+LIVE = [s for s in Status if not s.is_final]
+
+
+@pytest.fixture
+def server(cql_server):
+    cql_server.faults.clear()
+    yield cql_server
+    cql_server.faults.clear()
+
+
+@pytest.fixture
+def stores(server):
+    """Two stores on one fresh keyspace: a writer and a reader (two processes, two nodes)."""
+    keyspace = "fj_" + uuid.uuid4().hex[:12]
+    opened = [CassandraStore(hosts=[server.host], port=server.port, keyspace=keyspace, consistency="ONE",
+                             request_timeout=5.0) for _ in range(2)]
+    yield opened
+    for s in opened:
+        s.close()
+
+
+def waiting_job(uid: str) -> Job:
+    return Job(JobKey("USER_JOB", "A.b", uid), Status.WAITING, T0, next_run=T0, arguments='{"x": 1}')
+
+
+def claim(row: Job, node: str) -> Job:
+    return row.replace(status=Status.IN_PROCESS, worker_id=node, epoch=row.epoch + 1, start_time=T0)
+
+
+def entries(store: CassandraStore, key: JobKey) -> list[tuple[str, int]]:
+    """(bucket, revision) of every index entry of ``key`` (a raw read: it tidies nothing)."""
+    found = {(e.bucket, e.revision) for b in store._buckets(LIVE, None) for e in store._scan(b) if e.key == key}
+    return sorted(found, key=lambda x: (x[1], x[0]))
+
+
+def age_entries(store: CassandraStore, key: JobKey) -> None:
+    """Make every index entry of ``key`` look written longer than INTENT_GRACE ago."""
+    stmt = store._session.prepare(
+        "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, written_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+    old = datetime.now(UTC) - cassandra_store.INTENT_GRACE - timedelta(minutes=1)
+    for b in store._buckets(LIVE, None):
+        for e in store._scan(b):
+            if e.key == key:
+                store._session.execute(stmt, (e.bucket, e.shard, e.next_run, key.type, key.name, key.uid,
+                                              e.revision, old))
+
+
+class HeldLwt:
+    """Holds a store's next LWT between its index intent and the LWT itself, until released."""
+
+    def __init__(self, store: CassandraStore, monkeypatch):
+        self.at_lwt, self.release = threading.Event(), threading.Event()
+        original = store._execute_lwt
+
+        def held(*args, **kwargs):
+            monkeypatch.setattr(store, "_execute_lwt", original)  # only the first one
+            self.at_lwt.set()
+            assert self.release.wait(DEADLINE), "the test never released the held LWT"
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(store, "_execute_lwt", held)
+
+    def run(self, fn, *args):
+        """Start ``fn(*args)`` in a thread and return once it is held before its LWT."""
+        self.result: dict = {}
+
+        def target():
+            try:
+                self.result["value"] = fn(*args)
+            except BaseException as exc:  # reported by finish()
+                self.result["error"] = exc
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+        assert self.at_lwt.wait(DEADLINE), "the writer never reached its LWT"
+        return self
+
+    def finish(self):
+        self.release.set()
+        self.thread.join(DEADLINE)
+        assert not self.thread.is_alive(), "the held writer did not finish"
+        if "error" in self.result:
+            raise self.result["error"]
+        return self.result["value"]
+
+
+# -- an insert's intent met before its IF NOT EXISTS -------------------------------------------------
+
+FAILED_CHANGES = {
+    "claim": lambda c: claim(c, "n1"),
+    "archive": lambda c: c.replace(status=Status.TERMINATED, archived=True, end_time=T0),  # the full-rewrite path
+}
+
+
+@pytest.mark.parametrize("change", sorted(FAILED_CHANGES))
+def test_a_change_that_meets_an_insert_before_its_lwt_does_not_hide_the_job(stores, monkeypatch, change):
+    client, node = stores
+    job = waiting_job("lost")
+    insert = HeldLwt(client, monkeypatch).run(client.insert, job)
+
+    seen = node.waiting(10)
+    assert [c.uid for c in seen] == ["lost"]  # the insert's intent: the row does not exist yet
+    res = node.cas(seen[0], FAILED_CHANGES[change](seen[0]))
+    assert not res.applied and res.current is None
+    assert entries(node, job.key) == [("WAITING|4", 1)]  # the intent is not taken for a stale entry
+
+    assert insert.finish().applied
+    assert [c.uid for c in node.waiting(10)] == ["lost"]
+    assert [j.uid for j in node.live_jobs()] == ["lost"]
+    row = node.waiting(10)[0]
+    assert node.cas(row, claim(row, "n1")).applied
+    assert [j.uid for j in node.by_owner(["n1"], [Status.IN_PROCESS])] == ["lost"]
+
+
+def test_an_insert_intent_whose_writer_died_is_dropped_after_the_grace(stores):
+    client, node = stores
+    job = waiting_job("dead")
+    client._index_upsert(job.replace(revision=1), 1)  # the writer dies before its IF NOT EXISTS
+
+    candidate = node.waiting(10)[0]
+    assert not node.cas(candidate, claim(candidate, "n1")).applied
+    assert entries(node, job.key) == [("WAITING|4", 1)]  # within the grace: it may still come
+
+    age_entries(node, job.key)
+    candidate = node.waiting(10)[0]
+    assert not node.cas(candidate, claim(candidate, "n1")).applied
+    assert entries(node, job.key) == [] and node.waiting(10) == []
+
+
+def test_an_insert_that_cannot_see_a_row_leaves_its_intent_to_the_grace_rule(server, stores, monkeypatch):
+    """Two inserts of one key with the same due time write the very same index entry. One that
+    gives up (every attempt had an unknown outcome, and no row can be seen) must not delete it:
+    it may be the other insert's, still before its LWT."""
+    a, b = stores
+    job = waiting_job("twin")
+    other = HeldLwt(b, monkeypatch).run(b.insert, job)
+    monkeypatch.setattr(cassandra_store, "_CONTENTION_RETRIES", 2)
+    server.faults.add("write_timeout", r"INSERT INTO k2_jobs \(", applied=False, times=2, write_type="CAS")
+    gave_up = a.insert(job)
+    assert not gave_up.applied and gave_up.row is None
+    assert entries(a, job.key) == [("WAITING|4", 1)]
+
+    assert other.finish().applied
+    assert [c.uid for c in a.waiting(10)] == ["twin"]
+    assert [j.uid for j in a.live_jobs()] == ["twin"]
+
+
+def test_a_repeated_insert_of_the_same_job_keeps_the_entry_it_shares_with_the_first(stores):
+    """A retried STARTJOB (the same Job, due time with microseconds) writes the very entry the
+    first insert wrote; losing to it must not delete that entry (Cassandra keeps milliseconds,
+    so the due times differ only as Python sees them)."""
+    a, b = stores
+    due = T0.replace(microsecond=123456)
+    job = waiting_job("again").replace(creation_time=due, next_run=due)
+    assert a.insert(job).applied
+    again = b.insert(job)
+    assert not again.applied and again.row.revision == 1
+    assert entries(b, job.key) == [("WAITING|4", 1)]
+    assert [c.uid for c in b.waiting(10)] == ["again"]
+
+
+# -- a writer that dies between its intent and its LWT ---------------------------------------------
+
+
+def _claimed_with_dead_outcome(n1: CassandraStore, uid: str) -> tuple[Job, Job]:
+    """A recurring job claimed by n1, whose outcome (back to SCHEDULED) was cut short: n1 died
+    after writing the SCHEDULED|n1 intent at revision 3, before its LWT."""
+    job = waiting_job(uid).replace(execution_interval="* * * * * *")
+    assert n1.insert(job).applied
+    row = n1.get(job.key)
+    claimed = n1.cas(row, claim(row, "n1")).row
+    assert (claimed.status, claimed.revision) == (Status.IN_PROCESS, 2)
+    outcome = claimed.replace(status=Status.SCHEDULED, next_run=T0 + timedelta(seconds=1))
+    n1._index_upsert(outcome, claimed.revision + 1)
+    return claimed, outcome
+
+
+def test_a_dead_writers_intent_does_not_hide_the_row_from_a_takeover(stores):
+    n1, n2 = stores
+    claimed, _ = _claimed_with_dead_outcome(n1, "stuck")
+    key = claimed.key
+
+    found = n2.by_owner(["n1"], [Status.IN_PROCESS, Status.SCHEDULED])  # the takeover scan of dead n1
+    assert [(j.uid, j.status, j.revision) for j in found] == [("stuck", Status.IN_PROCESS, 2)]
+    assert entries(n2, key) == [("IN_PROCESS|n1", 2), ("SCHEDULED|n1", 3)]  # the true entry stays
+    assert [j.uid for j in n2.by_owner(["n1"], [Status.IN_PROCESS])] == ["stuck"]
+
+    taken = n2.cas(found[0], found[0].replace(status=Status.WAITING, worker_id=None))
+    assert taken.applied and taken.row.revision == 3
+    assert [c.uid for c in n2.waiting(10)] == ["stuck"]
+
+
+@pytest.mark.parametrize("met_by", ["a scan of every bucket", "the dead node's own CAS"])
+def test_a_dead_writers_intent_at_the_revision_a_takeover_reached_is_dropped(stores, met_by):
+    """After the takeover the row is at revision 3 too, elsewhere: the dead intent at revision 3
+    can never apply, and must not haunt n1's SCHEDULED bucket forever."""
+    n1, n2 = stores
+    claimed, _ = _claimed_with_dead_outcome(n1, "haunt")
+    key = claimed.key
+    assert n2.cas(claimed, claimed.replace(status=Status.WAITING, worker_id=None)).applied
+    assert entries(n2, key) == [("SCHEDULED|n1", 3), ("WAITING|4", 3)]
+
+    if met_by == "a scan of every bucket":
+        assert [j.uid for j in n2.live_jobs()] == ["haunt"]
+    else:
+        ghost = n1.due_scheduled("n1", T0 + timedelta(days=1), 10)
+        assert [(j.uid, j.revision) for j in ghost] == [("haunt", 3)]
+        assert not n1.cas(ghost[0], ghost[0].replace(status=Status.IN_PROCESS, epoch=ghost[0].epoch + 1)).applied
+    assert entries(n2, key) == [("WAITING|4", 3)]
+    assert n1.due_scheduled("n1", T0 + timedelta(days=1), 10) == []
+    assert [c.uid for c in n2.waiting(10)] == ["haunt"]
+
+
+def test_a_dead_writers_intent_newer_than_the_row_is_dropped_after_the_grace(stores):
+    n1, n2 = stores
+    claimed, _ = _claimed_with_dead_outcome(n1, "late")
+    key = claimed.key
+    assert [j.revision for j in n2.by_owner(["n1"], [Status.IN_PROCESS, Status.SCHEDULED])] == [2]
+    assert entries(n2, key) == [("IN_PROCESS|n1", 2), ("SCHEDULED|n1", 3)]
+
+    age_entries(n2, key)
+    assert [j.revision for j in n2.by_owner(["n1"], [Status.IN_PROCESS, Status.SCHEDULED])] == [2]
+    assert entries(n2, key) == [("IN_PROCESS|n1", 2)]  # the intent went; the true entry stays
+
+
+def test_a_scan_during_a_change_in_flight_keeps_both_entries(stores, monkeypatch):
+    writer, reader = stores
+    job = waiting_job("flight")
+    row = writer.insert(job).row
+    change = HeldLwt(writer, monkeypatch).run(writer.cas, row, claim(row, "n1"))
+
+    # Both entries are there: the reader gets the row's true one and deletes neither.
+    assert [(j.uid, j.status) for j in reader.by_status([Status.WAITING, Status.IN_PROCESS])] == \
+        [("flight", Status.WAITING)]
+    assert entries(reader, job.key) == [("WAITING|4", 1), ("IN_PROCESS|n1", 2)]
+
+    assert change.finish().applied
+    assert [(j.uid, j.status) for j in reader.by_status([Status.WAITING, Status.IN_PROCESS])] == \
+        [("flight", Status.IN_PROCESS)]
+    assert entries(reader, job.key) == [("IN_PROCESS|n1", 2)]
