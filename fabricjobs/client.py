@@ -45,9 +45,7 @@ class Client:
 
     def run_script(self, text: str) -> list[Result]:
         """Run every statement in ``text`` in order; the first error stops the script."""
-        statements = parse_script(text)
-        with self.service.batch():
-            return [self.execute(s.command) for s in statements]
+        return self.service.run_script([s.command for s in parse_script(text)], self.session)
 
     def iter_script(self, text: str) -> Iterator[tuple[ast.Statement, Result]]:
         """Parse all of ``text`` first (a syntax error anywhere runs nothing), then run each

@@ -18,7 +18,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from . import __version__
 from .affinity import parse_affinity
@@ -55,6 +55,7 @@ PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
 _CAS_ATTEMPTS = 50
+_GROUP = 256  # STARTJOBs per store transaction in a script
 
 
 @dataclass
@@ -124,6 +125,36 @@ class CommandService:
 
     def execute(self, command: ast.Command, session: Session) -> Result:
         return self._handlers[type(command)](command, session)
+
+    def run_script(self, commands: Sequence[ast.Command], session: Session) -> list[Result]:
+        """Run commands in order; the first error stops the script (what ran before it stays).
+
+        Consecutive STARTJOBs share one store transaction (at most ``_GROUP`` at a time, so the
+        write lock is held briefly): a bulk submit costs one commit per group, not one per job.
+        Their results are returned only after that commit."""
+        results: list[Result] = []
+        with self.batch():
+            i = 0
+            while i < len(commands):
+                j = i
+                while j < len(commands) and j - i < _GROUP and isinstance(commands[j], ast.StartJob):
+                    j += 1
+                if j == i:
+                    results.append(self.execute(commands[i], session))
+                    i += 1
+                    continue
+                error: CommandError | None = None
+                with self.store.transaction():
+                    for command in commands[i:j]:
+                        try:
+                            results.append(self.execute(command, session))
+                        except CommandError as exc:  # the ones before it are kept, as one by one
+                            error = exc
+                            break
+                if error is not None:
+                    raise error
+                i = j
+        return results
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -51,6 +51,27 @@ def test_the_seeds_two_startjob_transcript(client):
     assert len(client.store.live_jobs()) == 1
 
 
+def test_a_bulk_script_stops_at_its_first_error_and_keeps_what_ran_before(client):
+    """A script's STARTJOBs are written together (one commit), but a failing one still stops
+    the script with the ones before it done and the ones after it never run."""
+    text = "".join(f"startjob user_job name='Customer.userJob1' uid='b{i}';" for i in range(300))
+    client.run_script(text)
+    again = ("startjob user_job name='Customer.userJob1' uid='new1';"
+             "startjob user_job name='Customer.userJob1' uid='b7';"  # already running
+             "startjob user_job name='Customer.userJob1' uid='new2';")
+    with pytest.raises(JobAlreadyRunning):
+        client.run_script(again)
+    uids = {j.key.uid for j in client.store.live_jobs()}
+    assert len(uids) == 301 and "new1" in uids and "new2" not in uids
+
+
+def test_a_script_statement_sees_the_jobs_started_earlier_in_it(client):
+    client.run_script("startjob user_job name='Customer.userJob1' uid='parent';"
+                      "startjob user_job name='Customer.userJob1' uid='child' "
+                      "depends_on='USER_JOB.Customer.userJob1.parent';")
+    assert row(client, uid="child").blocked
+
+
 def test_the_seeds_escaped_args_example_and_the_java_fetch_style(client):
     r = client.fetch("startjob user_job name='Customer.userJob1' args='{\\\"loopsIterationCount\\\":\\\"2000\\\"}' UID='uid_test';")
     assert r.first_row()["Status"] == "WAITING"

@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -37,6 +38,8 @@ from ..model import JobType
 ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _load_lock = threading.Lock()
+_CHECK_TRUST_SEC = 1.0
+_checked: dict[tuple, float] = {}  # (catalog, type, name) -> trusted until (monotonic)
 
 
 class JobResolutionError(ValidationError):
@@ -62,6 +65,19 @@ class JobCatalog:
     # -- checking (no user code runs) ----------------------------------------------------------
 
     def check(self, type: str, name: str) -> None:
+        """Raise JobResolutionError unless ``name`` resolves. A name that resolved is trusted
+        for a second (a bulk submit checks it once, not once per job; a file removed meanwhile
+        only fails at run time, like one removed after the STARTJOB)."""
+        key = (self, type, name)
+        now = time.monotonic()
+        if _checked.get(key, 0.0) > now:
+            return
+        self._check(type, name)
+        if len(_checked) > 4096:
+            _checked.clear()
+        _checked[key] = now + _CHECK_TRUST_SEC
+
+    def _check(self, type: str, name: str) -> None:
         if type in (JobType.USER_JOB, JobType.INTERFACE_LISTENER):  # a listener's NAME is the user job it starts
             self._user_job_origin(name)
         elif type == JobType.PROCESS:

@@ -32,9 +32,10 @@ Reads for the reconcile loop
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Collection, Iterable, Sequence
+from typing import Collection, ContextManager, Iterable, Sequence
 
 from ..model import Job, JobKey, Status
 
@@ -148,6 +149,14 @@ class JobStore(ABC):
         depend on the clock of whoever wrote the row.
         """
         raise NotImplementedError
+
+    def transaction(self) -> ContextManager[None]:
+        """Group this thread's writes: a backend with multi-row transactions commits them
+        together when the block ends (one fsync for a whole script of STARTJOBs) and keeps none
+        of them if the block raises; others commit each write by itself. Nothing written inside
+        may be reported to a user as done before the block has ended. Keep blocks short: other
+        writers may wait for them."""
+        return nullcontext()
 
     # -- jobs: writes ----------------------------------------------------------------------
 

@@ -20,13 +20,15 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Collection, Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence, TypeVar
 
 from contextlib import contextmanager
 
 from ..errors import SchemaVersionError, StoreError
 from ..model import Job, JobKey, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
+
+T = TypeVar("T")
 
 UTC = timezone.utc
 SCHEMA_VERSION = 2
@@ -238,6 +240,10 @@ class SqliteStore(JobStore):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
+        # Threads of one process queue here for the write lock instead of in SQLite's busy
+        # handler, which sleeps 1, 2, 5, 10 ... ms between tries: a claim must not wait 10 ms
+        # for a completion write of the same node that took 50 us.
+        self._writer = threading.Lock()
         self._closed = False
         parent = Path(self.path).parent
         if not parent.exists():
@@ -254,11 +260,11 @@ class SqliteStore(JobStore):
             try:
                 conn = sqlite3.connect(
                     self.path,
-                    timeout=self.busy_timeout_ms / 1000.0,
+                    timeout=0,  # busy waits are ours: see _busy_retry
                     isolation_level=None,
                     check_same_thread=False,
                 )
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                conn.execute("PRAGMA busy_timeout = 0")
                 self._ensure_wal(conn)
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             except sqlite3.DatabaseError as exc:
@@ -284,35 +290,94 @@ class SqliteStore(JobStore):
                 raise StoreError(f"cannot put {self.path!r} in WAL mode (got {mode})")
             return
 
+    def _busy_retry(self, attempt: Callable[[], T], what: str) -> T:
+        """Run ``attempt`` until SQLite stops answering "busy"/"locked", up to the busy timeout.
+        Tries again after 0.1 ms, doubling to 2 ms: another process's write transaction lasts
+        well under a millisecond, and SQLite's own handler would sleep up to 100 ms at a time."""
+        deadline = None
+        pause = 0.0001
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                text = str(exc)
+                if "locked" not in text and "busy" not in text:
+                    raise StoreError(f"SQLite error: {exc}") from None
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.busy_timeout_ms / 1000.0
+                elif now > deadline:
+                    raise StoreError(f"SQLite store {self.path!r} stayed locked ({what}): {exc}") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.002)
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """Take the write lock: this process's writer mutex, then BEGIN IMMEDIATE."""
+        if not self._writer.acquire(timeout=self.busy_timeout_ms / 1000.0):
+            raise StoreError(f"SQLite store {self.path!r}: timed out waiting for this process's other writer")
+        try:
+            self._busy_retry(lambda: conn.execute("BEGIN IMMEDIATE"), "BEGIN IMMEDIATE")
+        except BaseException:
+            self._writer.release()
+            raise
+
+    def _end(self, conn: sqlite3.Connection, commit: bool) -> None:
+        try:
+            if commit:
+                self._busy_retry(lambda: conn.execute("COMMIT"), "COMMIT")
+            else:
+                conn.execute("ROLLBACK")
+        finally:
+            if conn.in_transaction:  # a COMMIT that failed for good: do not leave it open
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            self._writer.release()
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error)."""
+        """One write transaction: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error). Inside
+        :meth:`transaction` it is a savepoint of that transaction instead."""
         conn = self._conn()
-        for attempt in range(50):
+        if getattr(self._local, "in_transaction", False):
+            conn.execute("SAVEPOINT w")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                # The busy handler already waited busy_timeout; a few more tries cover a
-                # checkpoint storm. Anything else is not ours to retry.
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise StoreError(f"SQLite error: {exc}") from None
-                if attempt == 49:
-                    raise StoreError(f"SQLite store {self.path!r} stayed locked: {exc}") from None
-                time.sleep(0.01)
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK TO w")
+                conn.execute("RELEASE w")
+                raise
+            conn.execute("RELEASE w")
+            return
+        self._begin(conn)
         try:
             yield conn
         except BaseException:
-            conn.execute("ROLLBACK")
+            self._end(conn, commit=False)
             raise
-        else:
-            conn.execute("COMMIT")
+        self._end(conn, commit=True)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        if getattr(self._local, "in_transaction", False):
+            yield
+            return
+        conn = self._conn()
+        self._begin(conn)
+        self._local.in_transaction = True
+        try:
+            yield
+        except BaseException:
+            self._local.in_transaction = False
+            self._end(conn, commit=False)
+            raise
+        self._local.in_transaction = False
+        self._end(conn, commit=True)
 
     def _read(self, sql: str, params: Sequence = ()) -> list:
-        try:
-            return self._conn().execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"SQLite error: {exc}") from None
+        conn = self._conn()
+        return self._busy_retry(lambda: conn.execute(sql, params).fetchall(), "read")
 
     def close(self) -> None:
         self._closed = True

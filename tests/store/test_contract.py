@@ -129,6 +129,26 @@ def test_cas_many_decides_each_write_on_its_own(store):
     assert store.cas_many([]) == []
 
 
+def test_writes_grouped_in_a_transaction_are_all_there_when_it_ends(store, store_config):
+    """A script's STARTJOBs share one transaction: readable by their writer inside it (a later
+    statement may depend on an earlier one), by everyone once it ends, nested blocks included."""
+    from fabricjobs.config import load_config
+    from fabricjobs.store import open_store
+
+    other = open_store(load_config(store_config))
+    try:
+        with store.transaction():
+            first = store.insert(job("t1")).row
+            with store.transaction():
+                store.cas(first, claim(first, "n1"))
+                store.insert(job("t2"))
+            assert store.get(first.key).status is Status.IN_PROCESS
+        got = {j.key.uid: j.status for j in other.live_jobs()}
+        assert got == {"t1": Status.IN_PROCESS, "t2": Status.WAITING}
+    finally:
+        other.close()
+
+
 def test_values_are_data_never_code(store):
     nasty = [
         "it's; DROP TABLE k2_jobs; --",
