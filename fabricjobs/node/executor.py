@@ -1,8 +1,9 @@
 """Runs on this node: start them on workers, collect outcomes, write post-execution.
 
-The collector thread waits on every worker's pipe, turns each finished run into an outcome,
-and writes all outcomes that are ready in one ``cas_many`` (group commit). Every write is
-fenced: it is conditioned on the (status, epoch, worker_id, revision) this node holds, and a
+The collector thread waits on every worker's pipe and turns each finished run into an
+outcome; the node's loop writes all outcomes that are ready in one ``cas_many`` (group
+commit), in the same store transaction as the claims that refill the freed slots (see
+:meth:`holding_starts`). Every write is fenced: it is conditioned on the (status, epoch, worker_id, revision) this node holds, and a
 write that loses is decided again from the current row. If the row is no longer ours (another
 node took it over), the run's bookkeeping stops there and that is logged.
 """
@@ -15,10 +16,11 @@ import random
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from multiprocessing.connection import wait
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..clock import Clock
 from ..jobs.registry import JobCatalog
@@ -74,6 +76,7 @@ class Executor:
         on_freed: Callable[[], None],
         on_tasks_changed: Callable[[], None],
         on_final: Callable[[Job], None] = lambda row: None,
+        on_outcome: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -89,11 +92,15 @@ class Executor:
         self.on_freed = on_freed
         self.on_tasks_changed = on_tasks_changed
         self.on_final = on_final
+        self.on_outcome = on_outcome  # an outcome is ready to be written (wakes the node loop)
         self._lock = threading.RLock()
         self._runs: dict[int, Run] = {}
         self._by_key: dict[JobKey, Run] = {}
         self._tasks = itertools.count(random.randrange(10_000, 60_000))
         self._pending: list[tuple[Run, Outcome]] = []
+        self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
+        self._held: list[Run] | None = None
+        self._holder: int | None = None  # the thread whose starts are held
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._stop = False
@@ -147,8 +154,8 @@ class Executor:
 
     def start(self, row: Job, pool: str, exceptional: bool, generation: int) -> Run:
         """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)
-        under lease ``generation``. If the lease lapsed since the claim, the run never starts:
-        another node may already have the job."""
+        under lease ``generation``. Inside :meth:`holding_starts` the run counts against its
+        pool at once but reaches a worker only once the claim is committed."""
         run = Run(
             task=next(self._tasks),
             row=row,
@@ -161,7 +168,43 @@ class Executor:
         with self._lock:
             self._runs[run.task] = run
             self._by_key[run.key] = run
-        if not self.pool.board.lease_valid(None, generation):
+        if self._held is not None and self._holder == threading.get_ident():
+            self._held.append(run)
+        else:
+            self._launch(run)
+        return run
+
+    @contextmanager
+    def holding_starts(self) -> Iterator[None]:
+        """Hold the runs started in this block until it ends: wrapped around a store
+        transaction that claims rows, no run may begin before its claim is committed. If the
+        block fails and the store rolled the claims back, the held runs are dropped (their rows
+        are still WAITING); a store that commits each write by itself keeps them, so they run."""
+        self._held, self._holder = [], threading.get_ident()
+        try:
+            yield
+        except BaseException:
+            held, self._held, self._holder = self._held, None, None
+            for run in held:
+                if self.store.groups_writes:
+                    log.warning("claim of '%s' was rolled back; not started", run.key)
+                    with self._lock:
+                        self._runs.pop(run.task, None)
+                        if self._by_key.get(run.key) is run:
+                            del self._by_key[run.key]
+                else:
+                    self._launch(run)
+            if held and self.store.groups_writes:
+                self.on_freed()
+            raise
+        held, self._held, self._holder = self._held, None, None
+        for run in held:
+            self._launch(run)
+
+    def _launch(self, run: Run) -> None:
+        """Hand a claimed run to a worker. If the lease lapsed since the claim, the run never
+        starts: another node may already have the job."""
+        if not self.pool.board.lease_valid(None, run.generation):
             self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
         else:
             try:
@@ -170,7 +213,6 @@ class Executor:
                 log.exception("could not start %s on a worker", run.key)
                 self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
         self.on_tasks_changed()
-        return run
 
     def _dispatch(self, run: Run) -> None:
         for attempt in range(3):
@@ -266,29 +308,26 @@ class Executor:
                 time.sleep(0.05)
 
     def _collect_once(self, timeout: float) -> None:
-        try:
-            conns = self.pool.connections()
-            ready = wait(list(conns) + [self._wake_r], timeout=timeout)
-            for obj in ready:
-                if obj is self._wake_r:
-                    try:
-                        while self._wake_r.recv(4096):
-                            pass
-                    except (BlockingIOError, OSError):
-                        pass
-                    continue
-                worker = conns[obj]
+        conns = self.pool.connections()
+        ready = wait(list(conns) + [self._wake_r], timeout=timeout)
+        for obj in ready:
+            if obj is self._wake_r:
                 try:
-                    while obj.poll():
-                        self._on_message(worker, obj.recv())
-                except (EOFError, OSError):
-                    self._on_worker_death(worker)
-                except Exception:  # a garbled message from one worker: drop that worker only
-                    log.exception("bad message from worker %s; replacing it", worker.slot)
-                    self.pool.kill(worker)
-                    self._on_worker_death(worker)
-        finally:
-            self.flush()
+                    while self._wake_r.recv(4096):
+                        pass
+                except (BlockingIOError, OSError):
+                    pass
+                continue
+            worker = conns[obj]
+            try:
+                while obj.poll():
+                    self._on_message(worker, obj.recv())
+            except (EOFError, OSError):
+                self._on_worker_death(worker)
+            except Exception:  # a garbled message from one worker: drop that worker only
+                log.exception("bad message from worker %s; replacing it", worker.slot)
+                self.pool.kill(worker)
+                self._on_worker_death(worker)
 
     def _on_message(self, worker: Worker, msg) -> None:
         kind, task = msg[0], msg[1]
@@ -339,14 +378,19 @@ class Executor:
         run.ended = self.clock.now()
         with self._lock:
             self._pending.append((run, outcome))
-        self._wake_collector()
+        self.on_outcome()
 
     # -- post-execution ---------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Write every pending outcome: one cas_many for the batch, then each loser re-read and
         decided again. Nothing is dropped: an item that cannot be written now (the store is
-        failing) goes back to the queue and is tried again."""
+        failing) goes back to the queue and is tried again after ``retry_at``. Called by the
+        node's loop only (one writer of outcomes)."""
+        if self.retry_at is not None:
+            if self.clock.monotonic() < self.retry_at:
+                return
+            self.retry_at = None
         with self._lock:
             pending, self._pending = self._pending, []
         if not pending:
@@ -398,8 +442,7 @@ class Executor:
         if retry:
             with self._lock:
                 self._pending.extend(retry)
-            time.sleep(0.2)  # the store is failing or contended: pause before the next try
-            self._wake_collector()
+            self.retry_at = self.clock.monotonic() + 0.2  # the store is failing or contended: pause
 
     def _write(self, pairs: list[tuple[Job, Job]], records: list) -> list:
         """cas_many (each applied outcome also recorded in the run history), falling back to
@@ -435,7 +478,8 @@ class Executor:
     def _applied(self, run: Run, outcome: Outcome, row: Job) -> None:
         if outcome.kind != "ok" and row.status in (Status.WAITING, Status.FAILED):
             log.info("job %s failed (%s): %s", run.key, outcome.kind, outcome.error)
-        log.info("job %s status was updated to %s.", run.key, row.status.value, extra=job_extra(run.key, run.facts.epoch))
+        if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
+            log.info("job %s status was updated to %s.", run.key, row.status.value, extra=job_extra(run.key, run.facts.epoch))
         self._done(run)
         if row.status is Status.SCHEDULED:
             self.on_scheduled(row)

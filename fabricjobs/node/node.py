@@ -19,6 +19,7 @@ import os
 import random
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ from .reconcile import Reconciler
 from .scheduler import Scheduler
 from .workers import WorkerPool
 
+
+#: How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
+#: The node's threads mostly wait on pipes and the store; a collector that has a finished
+#: run in hand must not wait 5 ms for the reconcile loop to let go.
+_SWITCH_INTERVAL = 0.0005
 log = logging.getLogger("fabricjobs.node")
 
 
@@ -160,7 +166,7 @@ class Node:
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
             retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
             on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
-            on_final=self._on_final,
+            on_final=self._on_final, on_outcome=self.wake,
         )
         self.reconciler = Reconciler(self)
         self.metrics = Metrics(
@@ -283,6 +289,7 @@ class Node:
 
     def run(self) -> None:
         """Run until :meth:`stop` (or a signal); the reconcile loop runs on this thread."""
+        sys.setswitchinterval(_SWITCH_INTERVAL)
         if not self._started:
             self.start()
         s = self.settings
@@ -297,7 +304,7 @@ class Node:
                 next_full = mono + s.reconcile_interval
             try:
                 began = time.perf_counter()
-                self.reconciler.run_pass(full)
+                self._pass(full)
                 self.metrics.reconcile_pass(time.perf_counter() - began)
             except Exception:
                 log.exception("reconcile pass failed (retrying)")
@@ -311,9 +318,23 @@ class Node:
             if self.reconciler.next_wake is not None:
                 until = (self.reconciler.next_wake - self.clock.now()).total_seconds()
                 timeout = min(timeout, max(until, 0.01))
+            if self.executor.retry_at is not None:
+                timeout = min(timeout, max(self.executor.retry_at - self.clock.monotonic(), 0.01))
             if timeout > 0:
                 self._wake.wait(timeout)
         self._shutdown()
+
+    def _pass(self, full: bool) -> None:
+        """Write the outcomes that are ready, then reconcile. The hot path (a pass woken by
+        ended runs) does both in one store transaction: the outcomes free slots and the claims
+        that fill them share one commit, and no run starts before that commit."""
+        if full:
+            self.executor.flush()
+            self.reconciler.run_pass(True)
+            return
+        with self.executor.holding_starts(), self.store.transaction():
+            self.executor.flush()
+            self.reconciler.run_pass(False)
 
     def _purge_archive(self) -> float:
         """Delete archived rows past K2JOB_ARCHIVING_TIME_HOUR; return seconds until the next try."""
@@ -351,7 +372,10 @@ class Node:
         deadline = self.clock.monotonic() + s.shutdown_grace + 5
         while self.executor.running() and self.clock.monotonic() < deadline:
             self.executor.enforce_deadlines()
-            time.sleep(0.05)
+            self.executor.flush()
+            self._wake.wait(0.05)
+            self._wake.clear()
+        self.executor.flush()
         self.executor.stop_collector()
         self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
         self.heartbeat.stop()

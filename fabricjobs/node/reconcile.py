@@ -215,7 +215,8 @@ class Reconciler:
             lost = 0
             for (row, pool), res in zip(chosen, results):
                 if res.applied:
-                    log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.row.epoch))
+                    if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
+                        log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.row.epoch))
                     n.executor.start(res.row, pool[0].name, pool[1], generation)
                 else:
                     lost += 1
@@ -227,13 +228,13 @@ class Reconciler:
         """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
         order of effective priority (below). Reads on past pages of rows this node cannot take
         (other affinities, holds, owner precedence), so those never hide claimable ones."""
-        page_size = max(4 * free, 64)
+        page_size = max(2 * free, 16)
         after = None
         self.next_wake = None
         for page_no in range(_MAX_PAGES):
             page = self.node.store.waiting(page_size, after=after)
             candidates = page
-            if page_no == 0:
+            if page_no == 0 and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
                 candidates = page + [j for j in self.node.store.waiting_by_priority(page_size) if j.key not in seen]
             candidates.sort(key=lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key))
@@ -242,6 +243,15 @@ class Reconciler:
                 return chosen
             after = (page[-1].next_run or now, page[-1].key)
         return []
+
+    def _oldest_are_first(self, page: list[Job]) -> bool:
+        """The longest-waiting rows all have the highest priority any waiting row has: then
+        no other row can be ahead of them (it has no more priority and has waited less), and
+        the read by priority is skipped (the usual case: every job at the default priority)."""
+        if not page or any(j.priority != page[0].priority for j in page):
+            return False
+        top = self.node.store.waiting_by_priority(1)
+        return not top or top[0].priority <= page[0].priority
 
     def effective_priority(self, job: Job, now: datetime) -> float:
         """PRIORITY (0-9) plus one level per PRIORITY_AGING_SEC waited since the job was due:

@@ -135,6 +135,9 @@ class JobStore(ABC):
 
     #: Human name of the backend, for messages.
     backend: str = "?"
+    #: True if :meth:`transaction` is atomic (all of its writes or none); False if each write
+    #: commits by itself.
+    groups_writes: bool = False
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -230,6 +230,7 @@ _RUN_COLS = ", ".join(f'"{c}"' for c in _RUN_COLUMNS)
 
 class SqliteStore(JobStore):
     backend = "sqlite"
+    groups_writes = True
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
         self.path = str(path)
