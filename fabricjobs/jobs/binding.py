@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
+import weakref
 from typing import Any, Callable
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -21,7 +22,13 @@ class BindError(Exception):
     pass
 
 
-def bind_arguments(fn: Callable, args: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def _shape(fn: Callable) -> tuple[inspect.Signature, dict[str, Any]]:
+    """A function's signature and type hints, worked out once per function object (a worker
+    runs the same job function many times; a changed module gives a new function object)."""
+    try:
+        return _shapes[fn]
+    except (KeyError, TypeError):
+        pass
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
@@ -30,6 +37,18 @@ def bind_arguments(fn: Callable, args: dict[str, Any]) -> tuple[list[Any], dict[
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = {}
+    try:
+        _shapes[fn] = (sig, hints)
+    except TypeError:  # not weak-referenceable: just not cached
+        pass
+    return sig, hints
+
+
+_shapes: "weakref.WeakKeyDictionary[Callable, tuple[inspect.Signature, dict[str, Any]]]" = weakref.WeakKeyDictionary()
+
+
+def bind_arguments(fn: Callable, args: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    sig, hints = _shape(fn)
     kwargs: dict[str, Any] = {}
     takes_var_kw = False
     for name, param in sig.parameters.items():

@@ -100,9 +100,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     except ValueError as exc:
         return Outcome(ERROR, error=f"bad ARGS: {exc}", mode=FailMode.NO_RETRY)
     run_log = RunLog(spec.log_max)
-    job_log = logging.getLogger(f"fabricjobs.job.run{spec.task}")
-    job_log.propagate = True
-    job_log.parent = log
+    job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
     job_log.addHandler(run_log)
     try:
         if spec.key.type == JobType.PROCESS:
@@ -117,7 +115,6 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         outcome = Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
     finally:
         job_log.removeHandler(run_log)
-        logging.Logger.manager.loggerDict.pop(job_log.name, None)
     if outcome.kind != OK and outcome.error:
         run_log.add(f"run ended: {outcome.error}")
     return outcome.with_log(run_log.text())

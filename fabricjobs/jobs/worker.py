@@ -39,6 +39,7 @@ from .board import Board
 from .runner import LEASE_LOST, Outcome, RunSpec, run_job
 
 _WATCH_PERIOD = 0.02
+_WATCH_PERIOD_MAX = 0.1
 _COOPERATIVE_END = 0.1  # seconds a run gets to notice is_aborted() once the lease is gone
 _LOST = "run ended: its node stopped renewing the lease"
 
@@ -66,6 +67,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     send_lock = threading.Lock()
     parent = os.getppid()  # the fork server; it exits when the node dies
     lost = threading.Event()
+    busy = threading.Event()  # a run began: wake the watchdog
 
     def send(msg) -> None:
         with send_lock:
@@ -76,14 +78,19 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
 
     def lease_watchdog() -> None:
         while True:
-            time.sleep(_WATCH_PERIOD)
             with current.lock:
                 task, generation = current.task, current.generation
             if task is None:
+                busy.wait(1.0)  # idle: nothing to watch until a run begins
+                busy.clear()
                 continue
             now = time.monotonic()
             if board.lease_valid(now, generation) and os.getppid() == parent:
-                arm(board.lease_until() - now + _COOPERATIVE_END)  # push the dead-man timer forward
+                until = board.lease_until()
+                arm(until - now + _COOPERATIVE_END)  # push the dead-man timer forward
+                # The lease cannot lapse before `until`: sleep till then (a renewal moves it on),
+                # but look at least every _WATCH_PERIOD_MAX for a node that died.
+                time.sleep(min(max(until - now, _WATCH_PERIOD), _WATCH_PERIOD_MAX))
                 continue
             # The node stopped renewing its lease, renewed it after it had lapsed, or is gone:
             # end the run now, well before anyone may take the job over. is_aborted() turns
@@ -136,6 +143,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
         lost.clear()
         with current.lock:
             current.task, current.generation, current.child = spec.task, spec.generation, None
+        busy.set()
 
         def aborted() -> bool:
             return lost.is_set() or board.aborted(spec.slot) or not board.lease_valid(None, spec.generation)
@@ -150,3 +158,14 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             send(("done", spec.task, outcome))
         except (OSError, ValueError):
             return
+
+
+def _inherit() -> None:
+    """The fork server imports this module once; what every worker would otherwise load on
+    its first run (the entry-point table) is loaded there and inherited by each fork."""
+    from .registry import _entry_points
+
+    _entry_points()
+
+
+_inherit()
