@@ -348,6 +348,19 @@ class Rig:
             client.run_script(s)
         return t0, time.time()
 
+    def run_then_stop(self, name: str, until: float, timeout: float) -> float:
+        """Let the recurring jobs called ``name`` run until ``until`` (wall time), watching the
+        nodes; then STOPJOB them all and wait until none is live. Returns the STOPJOB time."""
+        while time.time() < until:
+            self.check_nodes()
+            time.sleep(min(0.2, max(0.0, until - time.time())))
+        t_stop = time.time()
+        self.client.fetch(f"stopjob user_job name='{name}';")
+        store = self.client.store
+        wait_for(lambda: not store.live_jobs(type="USER_JOB", name=name), timeout,
+                 f"the recurring jobs {name} to end after STOPJOB", interval=0.1, check=self.check_nodes)
+        return t_stop
+
     # -- the end --------------------------------------------------------------------------------------
 
     def scan_logs(self) -> None:
@@ -464,14 +477,7 @@ def fire_delay(rig: Rig, count: int, seconds: float) -> dict:
     created = {j.key.uid: j.creation_time.timestamp() for j in store.live_jobs(type="USER_JOB", name="Bench.stamp")}
     if len(created) != count:
         raise BenchError(f"expected {count} live interval jobs after STARTJOB, found {len(created)}")
-    end = t_submitted + seconds
-    while time.time() < end:
-        rig.check_nodes()
-        time.sleep(min(0.2, max(0.0, end - time.time())))
-    t_stop = time.time()
-    rig.client.fetch("stopjob user_job name='Bench.stamp';")
-    wait_for(lambda: not store.live_jobs(type="USER_JOB", name="Bench.stamp"), 30,
-             "the interval jobs to end after STOPJOB", interval=0.1, check=rig.check_nodes)
+    t_stop = rig.run_then_stop("Bench.stamp", t_submitted + seconds, 30)
 
     starts: dict[str, list[float]] = {uid: [] for uid in created}
     for line in log.read_text().splitlines() if log.exists() else []:

@@ -1,0 +1,1044 @@
+#!/usr/bin/env python3
+"""fabricjobs benchmarks (issue #7): each sub-command prints a table, the goal it is measured
+against, and with --json FILE writes its figures as JSON.
+
+  throughput [--jobs 5000] [--pool 25]
+        --jobs no-op one-time USER_JOBs submitted at once (scripts of 200 STARTJOBs); time from
+        the first submit until the last of them is PROCESSED (its end_time in the store), for
+        fabricjobs with 1, 2 and 4 node processes on one store (a fresh one each; pool --pool,
+        log level warning, each node ready and warmed up with one no-op per pool slot). In the
+        same run: the same work on huey's SqliteHuey consumer with 4 worker threads at the same
+        durability (WAL, synchronous=FULL; results stored, also for None, as fabricjobs stores
+        an outcome row), and the engine's limit: durable single-row UPDATE commits per second on
+        a file of the same kind (one transaction each, WAL, synchronous=FULL, one process).
+        Goals: 1 node >= 1.0x huey, 4 nodes >= 1.5x huey, >= 50 % of the engine limit.
+  firelag [--jobs 200] [--seconds 60]
+        half EXEC_INTERVAL='00:00:01', half 6-field cron '* * * * * *', on 2 nodes (default
+        settings, pool 25). Each run appends its start time. A fire's due time: creation + k s
+        for an interval job, each whole second for cron. Printed: p50 / p99 / max delay from due
+        time to start, missed fires (a due time in the window with no run starting in
+        [due, due + 1 s)) and doubled fires (two runs in one such second).
+        Goal: p99 < 50 ms, zero missed and doubled.
+  failover [--jobs 30]
+        3 nodes (heartbeat --heartbeat-ms x --miss, RECONCILE_INTERVAL_MS 200), --jobs long jobs;
+        once all run, SIGKILL the process group of the node holding most of them. Printed:
+        seconds from the kill until each of its jobs started again on another node.
+        Goal: every one within the dead threshold (interval x misses) + 1 s.
+  scale [--archived 1000000] [--scheduled 100000]   (SQLite only)
+        Stores bulk-loaded with sqlite3 executemany: empty; --archived archived PROCESSED rows;
+        --scheduled SCHEDULED rows due in a year, owned by the measuring node. Measured in-process:
+        a full reconcile pass (Node.start() once, then Reconciler.run_pass(True), median of
+        many) and `jobstatus;` through Client.fetch (median). Goal: with the archive within
+        1.2x of the empty store (the SCHEDULED case is reported; jobstatus lists all those rows).
+  shell [--runs 10]
+        cold start to first result of `fabricjobs shell -e 'jobstatus;'` on an empty SQLite
+        store, median of --runs. Goal < 0.5 s.
+  memory [--jobs 25]
+        one node: RSS after start-up with no job run yet, then with --jobs running jobs: the node
+        process alone, and the node with its fork server and worker processes (its process
+        group; RSS sum and PSS sum). Goal: idle node RSS < 80 MB.
+  all   every sub-command above in sequence, with its defaults.
+
+--backend sqlite|cassandra (throughput, firelag, failover, memory; default sqlite): cassandra
+runs the nodes against the CQL test server (tests/cqlserver, a test double, not Cassandra:
+its figures say nothing about a real cluster) started in this process, a fresh keyspace per
+store. huey and the engine limit are SQLite figures and are skipped there.
+
+Requirements: the project's venv; for throughput also huey (not a fabricjobs dependency):
+    .venv/bin/pip install huey          (or pass --install-huey to have this script do it)
+psutil is used for RSS when installed; else /proc/PID/status and /proc/PID/smaps_rollup.
+
+Everything lives in temporary directories removed at the end (unless --keep); every process
+started is killed on exit, Ctrl-C or error. Node logs are scanned for WARNING / ERROR /
+Traceback lines, which are printed.
+
+usage: .venv/bin/python scripts/bench.py SUBCOMMAND [options] [--backend sqlite|cassandra]
+                                         [--json FILE] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import pickle
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent
+ROOT = SCRIPTS.parent
+sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(0, str(ROOT))
+
+from tabulate import tabulate  # noqa: E402
+
+from bench_node import (  # noqa: E402
+    BenchError, Rig, facts_line, install_signal_handlers, machine_facts, percentile,
+    print_log_findings, utc, wait_for,
+)
+from fabricjobs.model import Status  # noqa: E402
+
+UTC = timezone.utc
+FAILOVER_RECONCILE_MS = 200
+
+
+def progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def print_goals(args, goals: list) -> None:
+    """A sub-command's goals, unless it runs under `all` (which prints them all at the end)."""
+    if goals and not getattr(args, "in_all", False):
+        print(tabulate(goals, headers=["goal", "measured", ""], disable_numparse=True))
+
+
+def fmt_rate(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.0f}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def deep_merge(*dicts: dict) -> dict:
+    out: dict[str, dict] = {}
+    for d in dicts:
+        for section, keys in (d or {}).items():
+            out.setdefault(section, {}).update(keys)
+    return out
+
+
+class Backend:
+    """Where the nodes' store lives: a fresh SQLite file per Rig, or a fresh keyspace on a CQL
+    test server started in this process."""
+
+    def __init__(self, name: str) -> None:
+        if name not in ("sqlite", "cassandra"):
+            raise ValueError(name)
+        self.name = name
+        self.server = None
+
+    def settings(self) -> dict:
+        if self.name == "sqlite":
+            return {}
+        if self.server is None:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from cqlserver import CqlTestServer
+
+            self.server = CqlTestServer().start()
+        keyspace = "bench_" + uuid.uuid4().hex[:12]
+        return {
+            "store": {"BACKEND": "cassandra"},
+            "cassandra": {"HOSTS": self.server.host, "PORT": self.server.port, "KEYSPACE": keyspace,
+                          "PROTOCOL_VERSION": 4, "CONSISTENCY": "ONE", "REQUEST_TIMEOUT_SEC": 10},
+        }
+
+    def label(self) -> str:
+        return "SQLite (WAL, synchronous=FULL)" if self.name == "sqlite" else \
+            "Cassandra backend on the CQL test server (a test double; in this process)"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+# ==================================================================================================
+# throughput
+# ==================================================================================================
+
+
+def engine_limit(directory: Path, rows: int = 20_000) -> dict:
+    """Durable single-row UPDATE commits per second through bare sqlite3 (WAL, synchronous=FULL,
+    BEGIN IMMEDIATE ... COMMIT per row, one process) on a k2_jobs table in ``directory``."""
+    from fabricjobs.store.sqlite import SqliteStore
+
+    path = directory / "engine-limit.db"
+    SqliteStore(path).close()  # the real schema (indexes included)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("BEGIN")
+    conn.executemany(
+        "INSERT INTO k2_jobs (type, name, uid, status, creation_time, next_run, revision) "
+        "VALUES ('USER_JOB', 'Bench.noop', ?, 'WAITING', ?, ?, 1)",
+        [(f"u{i:07d}", 0.0, 0.0) for i in range(rows)],
+    )
+    conn.execute("COMMIT")
+    conn.close()
+    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    conn.execute("PRAGMA synchronous = FULL")
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    uids = [f"u{i:07d}" for i in range(rows)]
+    t = time.perf_counter()
+    ok = 0
+    for uid in uids:
+        conn.execute("BEGIN IMMEDIATE")
+        ok += conn.execute(
+            "UPDATE k2_jobs SET status = 'IN_PROCESS', worker_id = 'p', epoch = epoch + 1, revision = revision + 1 "
+            "WHERE type = 'USER_JOB' AND name = 'Bench.noop' AND uid = ? AND status = 'WAITING' AND epoch = 0",
+            (uid,),
+        ).rowcount
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - t
+    conn.close()
+    if ok != rows:
+        raise BenchError(f"engine limit: {ok} of {rows} UPDATEs applied")
+    return {"commits_per_s": rows / elapsed, "rows": rows, "journal_mode": mode, "synchronous": sync}
+
+
+HUEY_MODULE = '''\
+"""huey side of scripts/bench.py throughput (written by it)."""
+import logging
+import os
+import time
+
+from huey import SqliteHuey
+
+# fsync=True: PRAGMA synchronous = FULL (2); journal_mode WAL, as the fabricjobs store.
+# store_none: the result of every task is written (fabricjobs writes an outcome row per job).
+huey = SqliteHuey("fjbench", filename=os.environ["FJ_HUEY_DB"], fsync=True, journal_mode="wal",
+                  store_none=True)
+
+
+@huey.task()
+def noop():
+    return time.time()
+
+
+def run_consumer():
+    logging.basicConfig(level=logging.WARNING)
+    consumer = huey.create_consumer(workers=4, worker_type="thread")
+    consumer.run()
+'''
+
+
+def ensure_huey(install: bool) -> bool:
+    if importlib.util.find_spec("huey") is not None:
+        return True
+    if not install:
+        return False
+    print("huey is not installed: installing it into this interpreter's environment "
+          f"({sys.executable} -m pip install huey)", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "huey"], check=True)
+    importlib.invalidate_caches()
+    return importlib.util.find_spec("huey") is not None
+
+
+def huey_throughput(directory: Path, jobs: int, keep_procs: list) -> dict:
+    """The same work on huey: ``jobs`` no-op tasks enqueued at once (one enqueue each, as huey's
+    API allows) into a SqliteHuey consumed by one consumer process with 4 worker threads."""
+    import huey as huey_pkg
+
+    hdir = directory / "huey"
+    hdir.mkdir()
+    (hdir / "fjhueybench.py").write_text(HUEY_MODULE)
+    db = hdir / "huey.db"
+    os.environ["FJ_HUEY_DB"] = str(db)
+    sys.path.insert(0, str(hdir))
+    import fjhueybench  # noqa: E402
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hdir)] + ([os.environ["PYTHONPATH"]]
+                                                                    if os.environ.get("PYTHONPATH") else [])))
+    log_path = hdir / "consumer.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-c", "import fjhueybench; fjhueybench.run_consumer()"],
+                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=hdir, start_new_session=True)
+    keep_procs.append(proc)
+    try:
+        h = fjhueybench.huey
+        conn = h.storage.conn
+        pragmas = (conn.execute("PRAGMA journal_mode").fetchone()[0], conn.execute("PRAGMA synchronous").fetchone()[0])
+        # warm-up: the consumer is up and its 4 workers have run tasks (their poll delay is reset)
+        warm = [fjhueybench.noop() for _ in range(100)]
+        deadline = time.monotonic() + 60
+        for r in warm:
+            if proc.poll() is not None:
+                raise BenchError(f"the huey consumer exited: {log_path.read_text()[-2000:]}")
+            r.get(blocking=True, timeout=max(1, deadline - time.monotonic()))
+        h.storage.flush_results()
+        t_first = time.time()
+        for _ in range(jobs):
+            fjhueybench.noop()
+        t_submitted = time.time()
+        def consumer_alive() -> None:
+            if proc.poll() is not None:
+                raise BenchError(f"the huey consumer exited: {log_path.read_text()[-2000:]}")
+
+        wait_for(lambda: h.storage.result_store_size() >= jobs, 60 + jobs * 0.1,
+                 lambda: f"huey results: {h.storage.result_store_size()} of {jobs}", interval=0.05,
+                 check=consumer_alive)
+        ends = [pickle.loads(v) for (v,) in conn.execute("SELECT value FROM kv WHERE queue = ?", (h.name,))]
+        ends = [float(e) for e in ends]
+        t_last = max(ends)
+        return {
+            **rates(jobs, t_first, t_submitted, t_last),
+            "huey_version": huey_pkg.__version__,
+            "journal_mode": pragmas[0],
+            "synchronous": pragmas[1],
+            "workers": "4 threads",
+        }
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(timeout=10)
+        sys.path.remove(str(hdir))
+
+
+def _count_done_sqlite(db: Path, since: float) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return conn.execute(
+            "SELECT count(*) FROM k2_jobs INDEXED BY k2_jobs_archive WHERE archived = 1 AND end_time >= ? "
+            "AND name = 'Bench.noop' AND uid GLOB 't[0-9]*'", (since,)).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def fabricjobs_throughput(rig: Rig, jobs: int, backend: Backend) -> dict:
+    """Submit ``jobs`` no-op STARTJOBs at once; wait until all are PROCESSED. The figure uses the
+    last end_time in the store, not the time the poll noticed."""
+    statements = [f"startjob user_job name='Bench.noop' uid='t{i:06d}';" for i in range(jobs)]
+    since = time.time()  # the warm-up jobs all ended before this
+    store = rig.client.store
+    db = Path(rig.settings["store"]["SQLITE_PATH"])
+
+    def done() -> int:
+        if backend.name == "sqlite":
+            return _count_done_sqlite(db, since)
+        return sum(1 for j in store.archived_since(utc(since)) if j.key.uid.startswith("t"))
+
+    t_first, t_submitted = rig.submit(statements)
+    state = {"n": 0}
+
+    def all_done():
+        state["n"] = done()
+        return state["n"] >= jobs
+
+    wait_for(all_done, 60 + jobs * 0.2, lambda: f"the {jobs} no-op jobs: {state['n']} PROCESSED",
+             interval=0.1, check=rig.check_nodes)
+    rows = [j for j in store.archived_since(utc(since)) if j.key.name == "Bench.noop" and j.key.uid.startswith("t")]
+    bad = [j for j in rows if j.status is not Status.PROCESSED]
+    if bad or len(rows) != jobs:
+        raise BenchError(f"{len(rows)} rows archived, {len(bad)} not PROCESSED (first: {bad[:1]})")
+    t_last = max(j.end_time.timestamp() for j in rows)
+    per_node: dict[str, int] = {}
+    for j in rows:
+        per_node[j.worker_id or "?"] = per_node.get(j.worker_id or "?", 0) + 1
+    return {**rates(jobs, t_first, t_submitted, t_last), "per_node": dict(sorted(per_node.items()))}
+
+
+def rates(jobs: int, t_first: float, t_submitted: float, t_last: float) -> dict:
+    """The throughput figures of one system: first submit, last submit, last job end."""
+    return {
+        "jobs": jobs,
+        "jobs_per_s": jobs / (t_last - t_first),
+        "end_to_end_seconds": t_last - t_first,
+        "submit_per_s": jobs / (t_submitted - t_first),
+        "last_submit_to_all_done_seconds": t_last - t_submitted,
+    }
+
+
+def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
+    jobs, pool = args.jobs, args.pool
+    out: dict = {"jobs": jobs, "pool": pool, "backend": backend.name, "fabricjobs": []}
+    procs: list = []
+    tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-tp-"))
+    try:
+        if backend.name == "sqlite":
+            progress("throughput: engine limit ...")
+            out["engine_limit"] = engine_limit(tmp)
+            if args.no_huey:
+                out["huey"] = None
+            elif ensure_huey(args.install_huey):
+                progress("throughput: huey ...")
+                out["huey"] = huey_throughput(tmp, jobs, procs)
+            else:
+                out["huey"] = None
+                print("throughput: huey is not installed, so the comparison is skipped. Install it with\n"
+                      f"    {sys.executable} -m pip install huey\n"
+                      "or run this script with --install-huey.", file=sys.stderr)
+        for n in (int(x) for x in args.nodes.split(",")):
+            progress(f"throughput: fabricjobs, {n} node(s) ...")
+            rig = Rig(deep_merge({"jobs": {"K2JOBS_POOL_SIZE": pool}}, backend.settings()),
+                      label=f"bench-tp{n}", keep=args.keep)
+            try:
+                names = [f"node{i + 1}" for i in range(n)]
+                for name in names:
+                    rig.start_node(name)
+                rig.wait_ready(names, timeout=60)
+                rig.warm_up(names, pool, timeout=120)
+                r = fabricjobs_throughput(rig, jobs, backend)
+                r["nodes"] = n
+                out["fabricjobs"].append(r)
+            finally:
+                rig.close()
+                findings.extend((f"throughput {n} nodes/{name}", line) for name, line in rig.log_findings)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    huey = out.get("huey")
+    limit = (out.get("engine_limit") or {}).get("commits_per_s")
+    for r in out["fabricjobs"]:
+        r["ratio_to_huey"] = r["jobs_per_s"] / huey["jobs_per_s"] if huey else None
+        r["fraction_of_engine_limit"] = r["jobs_per_s"] / limit if limit else None
+    rows = []
+    for r in out["fabricjobs"]:
+        rows.append([f"fabricjobs, {r['nodes']} node{'s' if r['nodes'] > 1 else ''} (pool {pool} each)",
+                     fmt_rate(r["jobs_per_s"]), f"{r['end_to_end_seconds']:.2f}", fmt_rate(r["submit_per_s"]),
+                     "n/a" if r["ratio_to_huey"] is None else f"{r['ratio_to_huey']:.2f}x",
+                     "n/a" if r["fraction_of_engine_limit"] is None else f"{r['fraction_of_engine_limit'] * 100:.0f} %",
+                     " ".join(str(v) for v in r["per_node"].values())])
+    if huey:
+        rows.append([f"huey {huey['huey_version']} SqliteHuey, {huey['workers']}", fmt_rate(huey["jobs_per_s"]),
+                     f"{huey['end_to_end_seconds']:.2f}", fmt_rate(huey["submit_per_s"]), "1.00x",
+                     f"{huey['jobs_per_s'] / limit * 100:.0f} %" if limit else "n/a", ""])
+    if limit:
+        el = out["engine_limit"]
+        rows.append([f"engine limit: raw UPDATE commits/s ({el['rows']:,} rows, 1 process)", fmt_rate(limit),
+                     "", "", "", "100 %", ""])
+    print(f"\n== throughput: {jobs:,} no-op one-time jobs submitted at once; first submit -> all done "
+          f"({backend.label()}; pool {pool} per node, log level warning)")
+    print(tabulate(rows, headers=["system", "jobs/s", "seconds", "submit/s", "vs huey", "of engine limit",
+                                  "jobs per node"], disable_numparse=True))
+    goals = []
+    by_n = {r["nodes"]: r for r in out["fabricjobs"]}
+    if huey:
+        for n, want in ((1, 1.0), (4, 1.5)):
+            if n in by_n:
+                got = by_n[n]["ratio_to_huey"]
+                goals.append([f"{n} node{'s' if n > 1 else ''} >= {want:.1f}x huey", f"{got:.2f}x", verdict(got >= want)])
+    if limit:
+        best = max(out["fabricjobs"], key=lambda r: r["jobs_per_s"])
+        frac = best["fraction_of_engine_limit"]
+        goals.append([">= 50 % of the engine limit (best node count)", f"{frac * 100:.0f} % ({best['nodes']} nodes)",
+                      verdict(frac >= 0.5)])
+    if goals:
+        print_goals(args, goals)
+    out["goals"] = {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}
+    return out
+
+
+# ==================================================================================================
+# firelag
+# ==================================================================================================
+
+
+def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
+    count, seconds = args.jobs, args.seconds
+    n_interval = count // 2
+    n_cron = count - n_interval
+    rig = Rig(deep_merge({"jobs": {"K2JOBS_POOL_SIZE": args.pool}}, backend.settings()), label="bench-firelag",
+              keep=args.keep)
+    try:
+        names = ["node1", "node2"]
+        for name in names:
+            rig.start_node(name)
+        rig.wait_ready(names, timeout=60)
+        rig.warm_up(names, args.pool, timeout=120)
+        log = rig.tmp / "stamps.jsonl"
+        a = json.dumps({"log": str(log)})
+        statements = [f"startjob user_job name='Bench.stamp' uid='i{i:04d}' exec_interval='00:00:01' args='{a}';"
+                      for i in range(n_interval)]
+        statements += [f"startjob user_job name='Bench.stamp' uid='c{i:04d}' exec_interval='* * * * * *' args='{a}';"
+                       for i in range(n_cron)]
+        progress(f"firelag: {count} recurring jobs on 2 nodes for {seconds:g} s ...")
+        store = rig.client.store
+        t_first, t_submitted = rig.submit(statements)
+        rows = {j.key.uid: j for j in store.live_jobs(type="USER_JOB", name="Bench.stamp")}
+        if len(rows) != count:
+            raise BenchError(f"expected {count} live recurring jobs after STARTJOB, found {len(rows)}")
+        t_stop = rig.run_then_stop("Bench.stamp", t_submitted + seconds, 60)
+        starts: dict[str, list[float]] = {uid: [] for uid in rows}
+        for rec in read_records(log):
+            if rec.get("uid") in starts:
+                starts[rec["uid"]].append(rec["start"])
+    finally:
+        rig.close()
+        findings.extend((f"firelag/{name}", line) for name, line in rig.log_findings)
+    return firelag_report(args, rows, starts, t_submitted, t_stop, seconds, count)
+
+
+def firelag_report(args, rows: dict, starts: dict[str, list[float]], t_submitted: float, t_stop: float,
+                   seconds: float, count: int) -> dict:
+    """Due times per job: interval jobs creation + k s, cron jobs each whole second after
+    creation. A fire is counted in the window [first due, t_stop - 1 s]; a run starting in
+    [due, due + 1 s) is that fire's run."""
+    out: dict = {}
+    later_fires: list[float] = []
+    for kind, prefix in (("interval 00:00:01", "i"), ("cron * * * * * *", "c"), ("all", "")):
+        delays: list[float] = []
+        missed = doubled = runs_total = early = 0
+        jobs_missing: list[str] = []
+        jobs_doubled: list[str] = []
+        for uid, row in rows.items():
+            if not uid.startswith(prefix):
+                continue
+            c = row.creation_time.timestamp()
+            if uid.startswith("i"):
+                first, phase = c, c % 1.0
+            else:
+                first, phase = math.floor(c) + 1.0, 0.0
+            ts = sorted(starts[uid])
+            runs_total += len(ts)
+            k_last = math.floor(t_stop - 1.0 - first)
+            per_due: dict[int, int] = {}
+            for s in ts:
+                k = math.floor(s - first + 1e-9)
+                if k < 0:
+                    early += 1
+                    continue
+                if k > k_last:
+                    continue
+                per_due[k] = per_due.get(k, 0) + 1
+                delays.append(s - (first + k))
+                if prefix == "" and k > 0:
+                    later_fires.append(s - (first + k))
+            m = sum(1 for k in range(0, k_last + 1) if k not in per_due)
+            d = sum(v - 1 for v in per_due.values() if v > 1)
+            missed += m
+            doubled += d
+            if m:
+                jobs_missing.append(uid)
+            if d:
+                jobs_doubled.append(uid)
+        if not delays:
+            raise BenchError(f"firelag: no run of the {kind} jobs started")
+        out[kind] = {
+            "runs_in_window": len(delays),
+            "delay_p50_ms": percentile(delays, 50) * 1000,
+            "delay_p99_ms": percentile(delays, 99) * 1000,
+            "delay_max_ms": max(delays) * 1000,
+            "missed_fires": missed,
+            "jobs_with_missed_fires": jobs_missing[:20],
+            "doubled_fires": doubled,
+            "jobs_with_doubled_fires": jobs_doubled[:20],
+            "runs_before_first_due": early,
+        }
+    if later_fires:
+        out["all but each job's first fire"] = {
+            "runs_in_window": len(later_fires),
+            "delay_p50_ms": percentile(later_fires, 50) * 1000,
+            "delay_p99_ms": percentile(later_fires, 99) * 1000,
+            "delay_max_ms": max(later_fires) * 1000,
+            "missed_fires": None, "doubled_fires": None,
+        }
+    print(f"\n== firelag: {count} recurring jobs (half EXEC_INTERVAL='00:00:01', half cron '* * * * * *') "
+          f"on 2 nodes for {seconds:g} s; delay = job start - due time")
+    print(tabulate([[k, v["runs_in_window"], f"{v['delay_p50_ms']:.1f}", f"{v['delay_p99_ms']:.1f}",
+                     f"{v['delay_max_ms']:.1f}", "" if v["missed_fires"] is None else v["missed_fires"],
+                     "" if v["doubled_fires"] is None else v["doubled_fires"]] for k, v in out.items()],
+                   headers=["jobs", "runs", "p50 ms", "p99 ms", "max ms", "missed", "doubled"],
+                   disable_numparse=True))
+    a = out["all"]
+    goals = [["p99 < 50 ms", f"{a['delay_p99_ms']:.1f} ms", verdict(a["delay_p99_ms"] < 50)],
+             ["zero missed and doubled fires", f"{a['missed_fires']} missed, {a['doubled_fires']} doubled",
+              verdict(a["missed_fires"] == 0 and a["doubled_fires"] == 0)]]
+    if a["delay_max_ms"] >= 1000:
+        print("note: some runs started 1 s or more after their due time; a run is counted for the fire "
+              "whose second it starts in, so such late runs show as a missed fire")
+    print_goals(args, goals)
+    return {"jobs": count, "seconds": seconds, "by_kind": out,
+            "goals": {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}}
+
+
+# ==================================================================================================
+# failover
+# ==================================================================================================
+
+
+def read_records(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # a record cut by the kill
+    return out
+
+
+def cmd_failover(args, backend: Backend, facts: dict, findings: list) -> dict:
+    count = args.jobs
+    hb_ms, miss = args.heartbeat_ms, args.miss
+    settings = deep_merge({
+        "jobs": {"K2JOBS_POOL_SIZE": args.pool, "RECONCILE_INTERVAL_MS": FAILOVER_RECONCILE_MS},
+        "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": hb_ms, "FABRIC_HEARTBEAT_MISS": miss},
+    }, backend.settings())
+    rig = Rig(settings, label="bench-failover", keep=args.keep)
+    try:
+        names = ["node1", "node2", "node3"]
+        for name in names:
+            rig.start_node(name)
+        rig.wait_ready(names, timeout=60)
+        rig.warm_up(names, 2, timeout=60)
+        log = rig.tmp / "starts.jsonl"
+        a = json.dumps({"log": str(log), "seconds": 60})
+        progress(f"failover: {count} long jobs on 3 nodes ...")
+        rig.submit([f"startjob user_job name='Bench.hold' uid='f{i:03d}' args='{a}';" for i in range(count)])
+        store = rig.client.store
+
+        def all_running():
+            live = store.live_jobs(type="USER_JOB", name="Bench.hold")
+            started = {r["uid"] for r in read_records(log)}
+            running = [r for r in live if r.status is Status.IN_PROCESS and r.key.uid in started]
+            return live if len(running) == count else None
+
+        live = wait_for(all_running, 60, f"all {count} long jobs to be IN_PROCESS and started", interval=0.05,
+                        check=rig.check_nodes)
+        holding: dict[str, list[str]] = {}
+        for r in live:
+            holding.setdefault(r.worker_id, []).append(r.key.uid)
+        victim_name = max(holding, key=lambda k: len(holding[k]))
+        victim_jobs = set(holding[victim_name])
+        victim = rig.nodes[victim_name]
+        victim.killed = True
+        t_kill = time.time()
+        victim.kill_group()
+        victim.proc.wait(timeout=10)
+        restarted: dict[str, dict] = {}
+
+        def all_restarted():
+            for rec in read_records(log):
+                if rec["uid"] in victim_jobs and rec["node"] != victim_name and rec["start"] > t_kill:
+                    restarted.setdefault(rec["uid"], rec)
+            return len(restarted) == len(victim_jobs)
+
+        dead_after = hb_ms * miss / 1000
+        wait_for(all_restarted, dead_after + 60,
+                 lambda: f"the {len(victim_jobs)} jobs of killed node {victim_name} to start again elsewhere "
+                         f"({len(restarted)} did)", interval=0.02, check=rig.check_nodes)
+    finally:
+        rig.close()
+        findings.extend((f"failover/{name}", line) for name, line in rig.log_findings)
+    delays = sorted(rec["start"] - t_kill for rec in restarted.values())
+    taken: dict[str, int] = {}
+    for rec in restarted.values():
+        taken[rec["node"]] = taken.get(rec["node"], 0) + 1
+    out = {
+        "jobs": count, "held_before_kill": {k: len(v) for k, v in sorted(holding.items())},
+        "killed": victim_name, "killed_jobs": len(victim_jobs), "restarted_on": dict(sorted(taken.items())),
+        "min_s": delays[0], "median_s": statistics.median(delays), "max_s": delays[-1],
+        "dead_threshold_s": dead_after, "heartbeat_interval_ms": hb_ms, "heartbeat_miss": miss,
+        "reconcile_interval_ms": FAILOVER_RECONCILE_MS, "backend": backend.name,
+    }
+    print(f"\n== failover: 3 nodes ({backend.label()}), {count} long jobs; SIGKILL of {victim_name}'s process group "
+          f"holding {len(victim_jobs)} of them (held before: "
+          + ", ".join(f"{k} {v}" for k, v in out["held_before_kill"].items()) + ")")
+    print(tabulate([[f"{out['min_s']:.2f}", f"{out['median_s']:.2f}", f"{out['max_s']:.2f}",
+                     f"{dead_after:.1f} ({hb_ms} ms x {miss})", f"{FAILOVER_RECONCILE_MS} ms",
+                     ", ".join(f"{k} {v}" for k, v in out["restarted_on"].items())]],
+                   headers=["kill -> re-run min s", "median s", "max s", "dead threshold s", "reconcile", "re-run on"],
+                   disable_numparse=True))
+    goal = dead_after + 1.0
+    goals = [[f"every job re-runs within dead threshold + 1 s ({goal:.1f} s)", f"max {out['max_s']:.2f} s",
+              verdict(out["max_s"] <= goal)]]
+    print_goals(args, goals)
+    out["goals"] = {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}
+    return out
+
+
+# ==================================================================================================
+# scale
+# ==================================================================================================
+
+
+def _load_rows(path: Path, archived: int, scheduled: int, owner: str) -> None:
+    from fabricjobs.store.sqlite import SqliteStore
+
+    SqliteStore(path).close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous = OFF")
+    now = time.time()
+    batch = 50_000
+    conn.execute("BEGIN")
+    for lo in range(0, archived, batch):
+        rows = []
+        for i in range(lo, min(archived, lo + batch)):
+            end = now - 60 - (i % (29 * 86400))  # within the last 29 days: inside the default retention
+            rows.append((f"a{i:08d}", end - 2, end - 1, end, i % 7 + 1))
+        conn.executemany(
+            "INSERT INTO k2_jobs (type, name, uid, status, archived, creation_time, start_time, end_time, arguments,"
+            " output, worker_id, epoch) VALUES ('USER_JOB', 'Archive.job', ?, 'PROCESSED', 1, ?, ?, ?, '{}',"
+            " '{\"ok\": true}', 'old-node', ?)",
+            rows,
+        )
+    far = now + 365 * 86400
+    for lo in range(0, scheduled, batch):
+        conn.executemany(
+            "INSERT INTO k2_jobs (type, name, uid, status, archived, creation_time, next_run, execution_interval,"
+            " worker_id, epoch) VALUES ('USER_JOB', 'Future.job', ?, 'SCHEDULED', 0, ?, ?, ?, ?, 1)",
+            [(f"s{i:08d}", now, far + i, (datetime.fromtimestamp(far, UTC) + timedelta(seconds=i)).astimezone()
+              .strftime("%Y-%m-%d %H:%M:%S"), owner)
+             for i in range(lo, min(scheduled, lo + batch))],
+        )
+    conn.execute("COMMIT")
+    conn.execute("ANALYZE")
+    conn.close()
+
+
+def _measure_scale(tmp: Path, label: str, archived: int, scheduled: int, passes: int, jobstatus_runs: int) -> dict:
+    from fabricjobs.client import Client
+    from fabricjobs.config import load_config
+    from fabricjobs.node.node import Node
+
+    d = tmp / label
+    d.mkdir()
+    db = d / "jobs.db"
+    name = "scale-node"
+    t = time.perf_counter()
+    _load_rows(db, archived, scheduled, name)
+    load_s = time.perf_counter() - t
+    cfg_path = d / "config.ini"
+    cfg_path.write_text(f"[store]\nSQLITE_PATH = {db}\n[jobs]\nK2JOBS_POOL_SIZE = 25\n")
+    config = load_config(str(cfg_path))
+    node = Node(config, name=name)
+    node.start()
+    try:
+        node.reconciler.run_pass(True)  # the first pass warms caches
+        times = []
+        for _ in range(passes):
+            t = time.perf_counter()
+            node.reconciler.run_pass(True)
+            times.append(time.perf_counter() - t)
+    finally:
+        node.stop()
+        node.run()  # runs the shutdown (stop was set before the loop)
+    client = Client.from_config(str(cfg_path))
+    try:
+        res = client.fetch("jobstatus;")  # warm
+        shown = len(res.rows)
+        js = []
+        for _ in range(jobstatus_runs):
+            t = time.perf_counter()
+            client.fetch("jobstatus;")
+            js.append(time.perf_counter() - t)
+    finally:
+        client.close()
+    return {
+        "archived_rows": archived, "scheduled_rows": scheduled, "load_seconds": load_s,
+        "db_mb": db.stat().st_size / 1e6,
+        "pass_median_ms": statistics.median(times) * 1000, "pass_p90_ms": percentile(times, 90) * 1000,
+        "passes": passes,
+        "jobstatus_median_ms": statistics.median(js) * 1000, "jobstatus_runs": jobstatus_runs,
+        "jobstatus_rows": shown,
+    }
+
+
+def cmd_scale(args, backend: Backend, facts: dict, findings: list) -> dict:
+    if backend.name != "sqlite":
+        raise BenchError("scale runs on SQLite only (rows are bulk-loaded with sqlite3)")
+    tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-scale-"))
+    cases = []
+    try:
+        for label, archived, scheduled, js_runs in (
+            ("empty", 0, 0, 200),
+            ("archived", args.archived, 0, 200),
+            ("scheduled", 0, args.scheduled, 5),
+        ):
+            progress(f"scale: {label} ({archived:,} archived, {scheduled:,} scheduled rows) ...")
+            r = _measure_scale(tmp, label, archived, scheduled, args.passes, js_runs)
+            r["case"] = label
+            cases.append(r)
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"[scale] kept {tmp}", file=sys.stderr)
+    base = cases[0]
+    for c in cases:
+        c["pass_ratio"] = c["pass_median_ms"] / base["pass_median_ms"]
+        c["jobstatus_ratio"] = c["jobstatus_median_ms"] / base["jobstatus_median_ms"]
+    print("\n== scale: SQLite store; a full reconcile pass measured in-process (Node.start(), then "
+          f"Reconciler.run_pass(True), median of {args.passes}) and `jobstatus;` through Client.fetch (median)")
+    print(tabulate([[f"{c['case']}: {c['archived_rows']:,} archived, {c['scheduled_rows']:,} SCHEDULED",
+                     f"{c['db_mb']:.0f}", f"{c['pass_median_ms']:.3f}", f"{c['pass_ratio']:.2f}x",
+                     f"{c['jobstatus_median_ms']:.3f}", f"{c['jobstatus_ratio']:.2f}x", f"{c['jobstatus_rows']:,}"]
+                    for c in cases],
+                   headers=["store", "file MB", "pass ms", "pass vs empty", "jobstatus ms", "jobstatus vs empty",
+                            "rows shown"], disable_numparse=True))
+    arch = cases[1]
+    goals = [[f"pass with {arch['archived_rows']:,} archived rows <= 1.2x empty", f"{arch['pass_ratio']:.2f}x",
+              verdict(arch["pass_ratio"] <= 1.2)],
+             [f"jobstatus with {arch['archived_rows']:,} archived rows <= 1.2x empty",
+              f"{arch['jobstatus_ratio']:.2f}x", verdict(arch["jobstatus_ratio"] <= 1.2)]]
+    print_goals(args, goals)
+    return {"cases": cases, "goals": {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}}
+
+
+# ==================================================================================================
+# shell
+# ==================================================================================================
+
+
+def cmd_shell(args, backend: Backend, facts: dict, findings: list) -> dict:
+    if backend.name != "sqlite":
+        raise BenchError("shell runs on SQLite only")
+    exe = Path(sys.executable).with_name("fabricjobs")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fabricjobs"]
+    with tempfile.TemporaryDirectory(prefix="fabricjobs-bench-shell-") as d:
+        cfg = Path(d) / "config.ini"
+        cfg.write_text(f"[store]\nSQLITE_PATH = {Path(d) / 'empty.db'}\n")
+        run = cmd + ["--config", str(cfg), "shell", "-e", "jobstatus;"]
+        subprocess.run(run, check=True, capture_output=True, cwd=d)  # creates the schema and the grammar cache
+        times = []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            out = subprocess.run(run, check=True, capture_output=True, text=True, cwd=d)
+            times.append(time.perf_counter() - t)
+            if "(0 rows)" not in out.stdout:
+                raise BenchError(f"unexpected shell output: {out.stdout!r}")
+    r = {"runs": args.runs, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+         "command": " ".join(Path(cmd[0]).name if i == 0 else c for i, c in enumerate(cmd)) + " shell -e 'jobstatus;'"}
+    print(f"\n== shell: cold start to first result of `fabricjobs shell -e 'jobstatus;'` on an empty SQLite store, "
+          f"{args.runs} runs")
+    print(tabulate([[f"{r['median_s'] * 1000:.0f}", f"{r['min_s'] * 1000:.0f}", f"{r['max_s'] * 1000:.0f}"]],
+                   headers=["median ms", "min ms", "max ms"], disable_numparse=True))
+    goals = [["cold start < 0.5 s", f"{r['median_s']:.3f} s", verdict(r["median_s"] < 0.5)]]
+    print_goals(args, goals)
+    r["goals"] = {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}
+    return r
+
+
+# ==================================================================================================
+# memory
+# ==================================================================================================
+
+
+def _group_pids(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return sorted(pids)
+
+
+def _rss_pss(pid: int) -> tuple[int, int | None]:
+    """(RSS, PSS) in bytes: psutil when installed, else /proc."""
+    try:
+        import psutil  # type: ignore
+
+        p = psutil.Process(pid)
+        rss = p.memory_info().rss
+        try:
+            pss = p.memory_full_info().pss
+        except (AttributeError, psutil.Error):
+            pss = None
+        return rss, pss
+    except ImportError:
+        pass
+    rss = pss = None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) * 1024
+    except OSError:
+        return 0, None
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return rss or 0, pss
+
+
+def _memory_snapshot(pid: int) -> dict:
+    node_rss, node_pss = _rss_pss(pid)
+    pids = _group_pids(pid)
+    rss = pss = 0
+    for p in pids:
+        r, s = _rss_pss(p)
+        rss += r
+        pss += s or 0
+    return {"node_rss_mb": node_rss / 2**20, "node_pss_mb": (node_pss or 0) / 2**20, "group_processes": len(pids),
+            "group_rss_mb": rss / 2**20, "group_pss_mb": pss / 2**20}
+
+
+def cmd_memory(args, backend: Backend, facts: dict, findings: list) -> dict:
+    rig = Rig(deep_merge({"jobs": {"K2JOBS_POOL_SIZE": max(25, args.jobs)}}, backend.settings()),
+              label="bench-memory", keep=args.keep)
+    try:
+        node = rig.start_node("node1")
+        store = rig.client.store
+        wait_for(lambda: any(r.name == "node1" and r.state == "running" and r.pid == node.pid for r in store.nodes()),
+                 60, "the node's heartbeat row", check=rig.check_nodes)
+        time.sleep(3.0)  # start-up done: a few reconcile passes and heartbeats, no job run yet
+        idle = _memory_snapshot(node.pid)
+        log = rig.tmp / "holds.jsonl"
+        a = json.dumps({"log": str(log), "seconds": 120})
+        rig.submit([f"startjob user_job name='Bench.hold' uid='m{i:03d}' args='{a}';" for i in range(args.jobs)])
+        wait_for(lambda: len({r["uid"] for r in read_records(log)}) >= args.jobs, 60,
+                 f"{args.jobs} jobs to run", check=rig.check_nodes)
+        time.sleep(1.0)
+        busy = _memory_snapshot(node.pid)
+    finally:
+        rig.close()
+        findings.extend((f"memory/{name}", line) for name, line in rig.log_findings)
+    tool = "psutil" if importlib.util.find_spec("psutil") else "/proc (VmRSS, smaps_rollup Pss)"
+    print(f"\n== memory: one node ({backend.label()}, pool {max(25, args.jobs)}, jobs in worker processes); "
+          f"measured with {tool}")
+    print(tabulate([
+        ["idle (after start-up, no job run)", f"{idle['node_rss_mb']:.1f}", f"{idle['node_pss_mb']:.1f}",
+         idle["group_processes"], f"{idle['group_rss_mb']:.1f}", f"{idle['group_pss_mb']:.1f}"],
+        [f"{args.jobs} running jobs", f"{busy['node_rss_mb']:.1f}", f"{busy['node_pss_mb']:.1f}",
+         busy["group_processes"], f"{busy['group_rss_mb']:.1f}", f"{busy['group_pss_mb']:.1f}"],
+    ], headers=["state", "node RSS MB", "node PSS MB", "processes (node+fork server+workers)", "all RSS MB",
+                "all PSS MB"], disable_numparse=True))
+    goals = [["idle node RSS < 80 MB", f"{idle['node_rss_mb']:.1f} MB", verdict(idle["node_rss_mb"] < 80)]]
+    print_goals(args, goals)
+    return {"idle": idle, "running": busy, "running_jobs": args.jobs, "tool": tool,
+            "goals": {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}}
+
+
+# ==================================================================================================
+# main
+# ==================================================================================================
+
+COMMANDS = {
+    "throughput": cmd_throughput,
+    "firelag": cmd_firelag,
+    "failover": cmd_failover,
+    "scale": cmd_scale,
+    "shell": cmd_shell,
+    "memory": cmd_memory,
+}
+BACKEND_AWARE = {"throughput", "firelag", "failover", "memory"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--backend", choices=["sqlite", "cassandra"], default="sqlite",
+                        help="store of the nodes (sqlite; cassandra = the CQL test server in this process)")
+    common.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    common.add_argument("--keep", action="store_true", help="keep the temporary directories (stores, node logs)")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+
+    def add_throughput(p):
+        p.add_argument("--jobs", type=int, default=5000, help="no-op jobs (5000)")
+        p.add_argument("--pool", type=int, default=25, help="K2JOBS_POOL_SIZE of every node (25)")
+        p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
+        p.add_argument("--nodes", default="1,2,4", help="node counts to measure, comma-separated (1,2,4)")
+        p.add_argument("--no-huey", action="store_true", help="skip the huey run (quicker, no ratio)")
+
+    def add_firelag(p):
+        p.add_argument("--jobs", type=int, default=200, help="recurring jobs (200), half interval, half cron")
+        p.add_argument("--seconds", type=float, default=60.0, help="how long they run (60)")
+        p.add_argument("--pool", type=int, default=25, help="K2JOBS_POOL_SIZE (25)")
+
+    def add_failover(p):
+        p.add_argument("--jobs", type=int, default=30, help="long jobs (30)")
+        p.add_argument("--pool", type=int, default=25, help="K2JOBS_POOL_SIZE (25)")
+        p.add_argument("--heartbeat-ms", type=int, default=200, help="FABRIC_HEARTBEAT_INTERVAL_MS (200)")
+        p.add_argument("--miss", type=int, default=5, help="FABRIC_HEARTBEAT_MISS (5)")
+
+    def add_scale(p):
+        p.add_argument("--archived", type=int, default=1_000_000, help="archived rows (1,000,000)")
+        p.add_argument("--scheduled", type=int, default=100_000, help="far-future SCHEDULED rows (100,000)")
+        p.add_argument("--passes", type=int, default=1000, help="reconcile passes timed per store (1000)")
+
+    add_throughput(sub.add_parser("throughput", parents=[common], help="no-op jobs/s vs huey and the engine limit"))
+    add_firelag(sub.add_parser("firelag", parents=[common], help="delay from due time to start of recurring jobs"))
+    add_failover(sub.add_parser("failover", parents=[common], help="re-run delay after a node SIGKILL"))
+    add_scale(sub.add_parser("scale", parents=[common], help="reconcile pass and jobstatus with a big history"))
+    p = sub.add_parser("shell", parents=[common], help="shell cold start")
+    p.add_argument("--runs", type=int, default=10, help="runs (10)")
+    p = sub.add_parser("memory", parents=[common], help="node RSS idle and with running jobs")
+    p.add_argument("--jobs", type=int, default=25, help="running jobs (25)")
+    p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
+    p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
+    return ap
+
+
+def defaults_for(name: str, parent: argparse.Namespace) -> argparse.Namespace:
+    """The default options of sub-command ``name`` (for `all`), with the common ones of ``parent``."""
+    ap = build_parser()
+    ns = ap.parse_args([name])
+    ns.backend, ns.json, ns.keep, ns.in_all = parent.backend, None, parent.keep, True
+    if hasattr(parent, "install_huey"):
+        ns.install_huey = parent.install_huey
+    return ns
+
+
+def main() -> int:
+    args = build_parser().parse_args()
+    install_signal_handlers()
+    facts = machine_facts()
+    findings: list[tuple[str, str]] = []
+    backend = Backend(args.backend)
+    names = list(COMMANDS) if args.command == "all" else [args.command]
+    result: dict = {"machine": facts, "backend": args.backend}
+    failed = []
+    t0 = time.time()
+    try:
+        for name in names:
+            ns = defaults_for(name, args) if args.command == "all" else args
+            if args.command == "all" and args.backend != "sqlite" and name not in BACKEND_AWARE:
+                print(f"\n== {name}: skipped (SQLite only)")
+                continue
+            try:
+                result[name] = COMMANDS[name](ns, backend, facts, findings)
+            except BenchError as exc:
+                print(f"\n== {name}: FAILED: {exc}", file=sys.stderr)
+                result[name] = {"error": str(exc)}
+                failed.append(name)
+    except KeyboardInterrupt:
+        print("bench: interrupted; processes killed", file=sys.stderr)
+        return 130
+    finally:
+        backend.close()
+    print()
+    if args.command == "all":
+        rows = []
+        for name in names:
+            for goal, g in (result.get(name) or {}).get("goals", {}).items():
+                rows.append([name, goal, g["measured"], verdict(g["met"])])
+        print("== goals")
+        print(tabulate(rows, headers=["benchmark", "goal", "measured", ""], disable_numparse=True))
+        print(f"all benchmarks took {time.time() - t0:.0f} s")
+    print(facts_line(facts))
+    print_log_findings(findings)
+    result["node_log_findings"] = [f"[{n}] {l}" for n, l in findings]
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(f"figures written to {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

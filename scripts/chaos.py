@@ -1,0 +1,1328 @@
+#!/usr/bin/env python3
+"""Chaos soak: node processes on one store, jobs of every kind, random faults; then a checker
+proves that no job was lost, none ran twice at once, and every re-run has a fault behind it.
+
+Run
+  --nodes (4) `fabricjobs node` processes share one store: a SQLite file, or (--backend
+  cassandra) a CQL test server (tests/cqlserver, a test double, not Cassandra) run as a
+  separate process through scripts/cql-test-server, so that killing a node never takes the
+  store down. Settings: heartbeat 200 ms x 5 (dead after 1 s; a run's lease is 0.6 s),
+  RECONCILE_INTERVAL_MS 200 (500 on Cassandra: --reconcile-ms), OWNER_PRECEDENCE_MS 300,
+  pool 40, MAX_TRIES 100 (a job hit by many faults must not run out of tries: each takeover
+  of a running job counts as one), RETRY_DELAY_SEC 1, SHUTDOWN_GRACE_SEC 1, log level warning.
+
+  --jobs (2000) USER_JOBs of examples/jobs/Chaos.py:work: --recurring of them (default 200 on
+  SQLite, 40 on the Cassandra test server, which runs ~10x fewer jobs/s) are recurring, half
+  EXEC_INTERVAL='00:00:01' and half 6-field cron '* * * * * *', each run working 0.05 s; the
+  rest are one-time jobs working 0.05-6 s (half under 0.5 s). The recurring jobs are submitted
+  first, the one-time jobs spread over the first 75 % of the run (scripts of 25 STARTJOBs);
+  every STARTJOB that returns a row is recorded as accepted.
+
+  For --duration seconds (120) a fault every 1-3 s, on a node not already in a fault, at most
+  nodes/2 at once (--seed, printed, fixes every random choice; which nodes are free when a
+  fault is due still depends on timing):
+    kill     SIGKILL of the node's process group (node, fork server, workers), restarted with
+             the same name after 0-1.5 s;
+    stop     SIGSTOP of the node process alone (its workers keep running, as SPEC 5.1 demands)
+             for the dead threshold + 0.3-1.5 s, then SIGCONT;
+    restart  SIGTERM (graceful shutdown) and a start with the same name.
+  Each fault is recorded: kind, node, start, end (restart spawned / SIGCONT), ready (the node
+  wrote a heartbeat row again as a new process, or SIGCONT).
+  Before the faults start, each node runs one 0.3 s job per pool slot (pinned to it by
+  AFFINITY, not checked), so that the soak does not begin with a burst of worker forks.
+  Then: faults stop, the cluster settles (3 s), recurring jobs get STOPJOB, the one-time jobs
+  are waited for (all final), the nodes are stopped.
+
+Evidence
+  Every run of Chaos.work appends a start record and, when it ends, an end record (it worked
+  its time) or an abort record (it saw is_aborted()), with key, node, epoch, worker pid and
+  times. A run killed before it could write its end has only a start record. This script
+  also watches the worker pid of every run without an end record (polling /proc every 20 ms)
+  and notes when it died.
+
+  The end of a run without an end/abort record is bounded by the earliest of: the next start
+  record from the same worker process (a worker runs one job at a time), the moment this
+  script saw that worker process dead (a zombie counts as dead; a changed start time means
+  the pid was reused), and the SIGKILL of its node's process group. These are observations
+  of the process, not of the product's lease logic; a run with none of them is unbounded.
+
+Checker (a failure prints the seed and the offending records, and exits 1)
+  1. no accepted STARTJOB is missing from the store;
+  2. every one-time job ended PROCESSED, with at least one run that wrote its end record;
+  3. no two runs of one key overlapped in time (start of the later < bounded end of the
+     earlier), and no two runs of one key had the same epoch;
+  4. every re-run of a one-time job follows a fault of the node that ran the previous run:
+     a fault on that node that began before the re-run started and ended after the previous
+     run had started;
+  5. no recurring job skipped fires the faults do not explain. Due times: creation + k s
+     (interval), each whole second (cron), from the first due time to 1.5 s before STOPJOB;
+     a due time is served by a run starting within [due, due + 1 s). An unserved due time is
+     explained by a fault whose window [start - 1 s, ready + dead threshold + 2 s] contains it,
+     of a node that held the job then: one that ran it in the 10 s before or first after, or
+     that a node log names as the dead owner the job was taken over from.
+  In 4 and 5 two more things count as faults, and are counted apart in the notes:
+  * a store stall, a fault of every node. SQLite: a probe in this script runs BEGIN IMMEDIATE
+    every 100 ms; a wait for the write lock over 0.3 s while a SIGSTOP was in progress (a
+    node paused while it holds the write lock blocks every writer, heartbeats included, so
+    every node can lose its 0.6 s lease). Cassandra: a probe reads one row every 100 ms; a
+    read over 0.3 s while a fault was in progress or up to 3 s after its node was back (the
+    takeovers and restarts saturate the single-threaded test server, and every node's
+    writes wait as long). Long waits are printed with the faults in progress.
+  * a node's own "could not renew its lease" error (self-fencing) that no SIGSTOP of that
+    node explains: its heartbeat stalled past its lease. These are listed by time.
+  * (5 only) overload of a surviving node: a fault of another node in progress (same window)
+    and the job's previous run, on the node that held it, already over 0.5 s late.
+
+usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000]
+                                         [--recurring N] [--backend sqlite|cassandra]
+                                         [--reconcile-ms MS] [--json FILE] [--keep] [--verbose]
+Progress goes to stderr, the result to stdout; exit status 0 only when every check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tabulate import tabulate  # noqa: E402
+
+from fabricjobs.client import Client  # noqa: E402
+from fabricjobs.commands import parse_script  # noqa: E402
+from fabricjobs.model import JobKey, Status  # noqa: E402
+
+JOBS_DIR = ROOT / "examples" / "jobs"
+JOB_NAME = "Chaos.work"
+HEARTBEAT_MS = 200
+HEARTBEAT_MISS = 5
+DEAD_AFTER = HEARTBEAT_MS * HEARTBEAT_MISS / 1000.0
+POOL = 40
+SETTLE = 3.0
+EXPLAIN_BEFORE = 1.0
+EXPLAIN_AFTER = DEAD_AFTER + 2.0
+HELD_BEFORE = 10.0
+SPREAD = 0.75  # the one-time jobs are submitted over this part of --duration
+LATE = 0.5  # a run this late after its due time shows its node overloaded
+STALL = 0.3  # a wait for the SQLite write lock this long can cost a node its lease (0.6 s, renewed every 0.2 s)
+RECURRING_SECONDS = 0.05
+SUBMIT_BATCH = 25
+LOG_PROBLEM = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback")
+SELF_FENCE = re.compile(
+    r"^ERROR (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*? - (\S+) could not renew its lease")
+TAKEOVER = re.compile(
+    r"^WARNING (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*? - (\S+) took over '([^']+)' from dead node (\S+) ")
+
+
+class ChaosError(RuntimeError):
+    pass
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+VERBOSE = False
+
+
+def log_line(msg: str, always: bool = True) -> None:
+    """Progress, on stderr (stdout carries the result)."""
+    if always or VERBOSE:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ==================================================================================================
+# processes
+# ==================================================================================================
+
+
+class Node:
+    """One node name; ``proc`` is its current process (a new one after each restart)."""
+
+    def __init__(self, name: str, cluster: "Cluster") -> None:
+        self.name = name
+        self.cluster = cluster
+        self.proc: subprocess.Popen | None = None
+        self.seq = 0
+        self.logs: list[Path] = []
+        self.stopped = False  # SIGSTOPped right now
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def spawn(self) -> float:
+        self.seq += 1
+        log_path = self.cluster.tmp / f"node-{self.name}-{self.seq}.log"
+        self.logs.append(log_path)
+        args = [sys.executable, "-m", "fabricjobs", "--config", str(self.cluster.config_path), "node",
+                "--name", self.name, "--log-level", "warning"]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        with open(log_path, "wb") as f:
+            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=self.cluster.tmp, start_new_session=True)
+        return time.time()
+
+    def wait_ready(self, timeout: float = 60.0) -> float:
+        """Until this process has written its heartbeat row (state running, its pid)."""
+        deadline = time.monotonic() + timeout
+        pid = self.pid
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ChaosError(f"node {self.name} (pid {pid}) exited with {self.proc.returncode}: "
+                                 + self.logs[-1].read_text(errors="replace")[-1500:])
+            try:
+                rows = self.cluster.monitor_store.nodes()
+            except Exception:
+                rows = []
+            if any(r.name == self.name and r.pid == pid and r.state == "running" for r in rows):
+                return time.time()
+            time.sleep(0.05)
+        raise ChaosError(f"node {self.name} (pid {pid}) did not write its heartbeat within {timeout:.0f} s")
+
+    def start(self, attempts: int = 3) -> tuple[float, float]:
+        """Spawn and wait until ready; a start refused (e.g. the old pid was reused) is retried."""
+        last = None
+        for _ in range(attempts):
+            spawned = self.spawn()
+            try:
+                return spawned, self.wait_ready()
+            except ChaosError as exc:
+                last = exc
+                self.kill_group()
+                time.sleep(0.5)
+        raise last
+
+    def kill_group(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait_group_gone(self, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return True
+            time.sleep(0.02)
+        return False
+
+
+class CqlServerProcess:
+    """scripts/cql-test-server in its own process (a node SIGKILL never takes it down)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.log_path = tmp / "cql-test-server.log"
+        self._out = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "cql-test-server"), "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=self._out, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        line = self.proc.stdout.readline().decode()
+        m = re.search(r"listening on (\S+):(\d+)", line)
+        if not m:
+            self.stop()
+            raise ChaosError(f"the CQL test server did not start: {line!r} {self.log_path.read_text()[-1000:]}")
+        self.host, self.port = m.group(1), int(m.group(2))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def cpu_seconds(self) -> float:
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError):
+            return 0.0
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait(timeout=10)
+        self._out.close()
+
+
+# ==================================================================================================
+# watching worker processes
+# ==================================================================================================
+
+
+def _proc_identity(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a process from /proc, None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], fields[19]
+
+
+class RunWatcher(threading.Thread):
+    """Tails the side log; for every run without an end record yet, watches its worker pid and
+    notes the first time it is seen dead (or a zombie, or a different process)."""
+
+    def __init__(self, path: Path, period: float = 0.02) -> None:
+        super().__init__(name="run-watcher", daemon=True)
+        self.path = path
+        self.period = period
+        self.open_runs: dict[str, int] = {}  # run id -> pid
+        self.identity: dict[int, tuple[str, str]] = {}
+        self.deaths: dict[int, list[float]] = {}  # pid -> times it was seen dead (one per life)
+        self._halt = threading.Event()
+        self._offset = 0
+        self._partial = b""
+        self.lag_max = 0.0
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def _read_new(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        if not data:
+            return
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if rec.get("ev") == "start":
+                pid = rec["pid"]
+                self.open_runs[rec["run"]] = pid
+                if pid not in self.identity:
+                    ident = _proc_identity(pid)
+                    if ident is not None and ident[0] != "Z":
+                        self.identity[pid] = ident
+                    else:
+                        self.deaths.setdefault(pid, []).append(time.time())
+            else:
+                self.open_runs.pop(rec.get("run"), None)
+
+    def sweep(self) -> None:
+        self._read_new()
+        now = time.time()
+        for pid in set(self.open_runs.values()):
+            known = self.identity.get(pid)
+            if known is None:
+                continue
+            ident = _proc_identity(pid)
+            if ident is None or ident[0] == "Z" or ident[1] != known[1]:
+                self.deaths.setdefault(pid, []).append(now)
+                del self.identity[pid]
+        for run, pid in list(self.open_runs.items()):
+            if pid not in self.identity:
+                del self.open_runs[run]
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            t = time.time()
+            try:
+                self.sweep()
+            except Exception as exc:  # never let the watcher die silently
+                print(f"run watcher: {exc!r}", file=sys.stderr)
+            self.lag_max = max(self.lag_max, time.time() - t)
+            self._halt.wait(self.period)
+        self.sweep()
+
+
+class LockProbe(threading.Thread):
+    """SQLite only: every 100 ms, how long BEGIN IMMEDIATE waits for the store's write lock (what
+    a node's heartbeat write waits too). Evidence for the cause of a self-fence."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__(name="lock-probe", daemon=True)
+        self.db = db
+        self.waits: list[float] = []
+        self.long: list[tuple[float, float]] = []  # (time the wait began, seconds) of waits over STALL
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        import sqlite3
+
+        conn = sqlite3.connect(self.db, isolation_level=None, timeout=30)
+        try:
+            while not self._halt.wait(0.1):
+                t, wall = time.perf_counter(), time.time()
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    continue
+                w = time.perf_counter() - t
+                self.waits.append(w)
+                if w > STALL:
+                    self.long.append((wall, w))
+        finally:
+            conn.close()
+
+    def pct(self, p: float) -> float:
+        if not self.waits:
+            return 0.0
+        w = sorted(self.waits)
+        return w[min(len(w) - 1, max(0, math.ceil(p / 100 * len(w)) - 1))]
+
+    def over(self, limit: float) -> int:
+        return sum(1 for w in self.waits if w > limit)
+
+
+class ReadProbe(threading.Thread):
+    """Cassandra: every 100 ms, how long one read of one row takes through the store (its own
+    driver session). The CQL test server is one Python process; when the takeovers and
+    restarts that faults cause saturate it, every node's writes (outcomes, fires, claims) wait
+    as long. Waits over STALL are kept, as the SQLite probe keeps lock waits."""
+
+    def __init__(self, config_path: Path, key: JobKey) -> None:
+        super().__init__(name="read-probe", daemon=True)
+        self.client = Client.from_config(config_path)
+        self.key = key
+        self.waits: list[float] = []
+        self.long: list[tuple[float, float]] = []
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(0.1):
+                t, wall = time.perf_counter(), time.time()
+                try:
+                    self.client.store.get(self.key)
+                except Exception:
+                    continue
+                w = time.perf_counter() - t
+                self.waits.append(w)
+                if w > STALL:
+                    self.long.append((wall, w))
+        finally:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+
+    pct = LockProbe.pct
+
+
+# ==================================================================================================
+# the cluster and the faults
+# ==================================================================================================
+
+
+@dataclass
+class Fault:
+    kind: str
+    node: str
+    start: float
+    end: float | None = None
+    ready: float | None = None
+    note: str = ""
+
+
+class Cluster:
+    def __init__(self, args, rng: random.Random) -> None:
+        self.args = args
+        self.rng = rng
+        self.tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-chaos-"))
+        self.side_log = self.tmp / "runs.jsonl"
+        self.cql: CqlServerProcess | None = None
+        sections: dict[str, dict] = {
+            "node": {"DC": "DC1"},
+            "jobs": {"K2JOBS_POOL_SIZE": POOL, "USER_JOBS_DIR": str(JOBS_DIR), "RECONCILE_INTERVAL_MS": args.reconcile_ms,
+                     "OWNER_PRECEDENCE_MS": 300, "RETRY_DELAY_SEC": 1, "MAX_TRIES": 100, "STOP_GRACE_SEC": 2,
+                     "SHUTDOWN_GRACE_SEC": 1},
+            "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": HEARTBEAT_MS, "FABRIC_HEARTBEAT_MISS": HEARTBEAT_MISS},
+        }
+        if args.backend == "sqlite":
+            sections["store"] = {"BACKEND": "sqlite", "SQLITE_PATH": str(self.tmp / "jobs.db")}
+        else:
+            self.cql = CqlServerProcess(self.tmp)
+            sections["store"] = {"BACKEND": "cassandra"}
+            sections["cassandra"] = {"HOSTS": self.cql.host, "PORT": self.cql.port,
+                                     "KEYSPACE": "chaos_" + uuid.uuid4().hex[:10], "PROTOCOL_VERSION": 4,
+                                     "CONSISTENCY": "ONE", "REQUEST_TIMEOUT_SEC": 10}
+        self.settings = sections
+        lines = []
+        for section, keys in sections.items():
+            lines.append(f"[{section}]")
+            lines.extend(f"{k} = {v}" for k, v in keys.items())
+            lines.append("")
+        self.config_path = self.tmp / "config.ini"
+        self.config_path.write_text("\n".join(lines))
+        self.submit_client = Client.from_config(self.config_path)
+        self.monitor_client = Client.from_config(self.config_path)
+        self.monitor_store = self.monitor_client.store
+        self.nodes = {f"chaos{i + 1}": Node(f"chaos{i + 1}", self) for i in range(args.nodes)}
+        self.faults: list[Fault] = []
+        self.busy: set[str] = set()
+        self.lock = threading.Lock()
+        self.fault_threads: list[threading.Thread] = []
+        self.fault_errors: list[str] = []
+        self.group_kills: dict[str, list[float]] = {n: [] for n in self.nodes}  # SIGKILLs of a node's group
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def _fault_kill(self, node: Node, fault: Fault, down: float) -> None:
+        fault.start = time.time()
+        node.kill_group()
+        self.group_kills[node.name].append(time.time())  # when the SIGKILL was sent
+        node.proc.wait(timeout=10)
+        if not node.wait_group_gone():
+            fault.note += "group still alive 10 s after SIGKILL; "
+        time.sleep(down)
+        fault.end, fault.ready = node.start()
+
+    def _fault_stop(self, node: Node, fault: Fault, pause: float) -> None:
+        fault.start = time.time()
+        os.kill(node.pid, signal.SIGSTOP)
+        node.stopped = True
+        time.sleep(pause)
+        os.kill(node.pid, signal.SIGCONT)
+        node.stopped = False
+        fault.end = fault.ready = time.time()
+        fault.note += f"paused {pause:.2f} s; "
+
+    def _fault_restart(self, node: Node, fault: Fault) -> None:
+        fault.start = time.time()
+        node.proc.send_signal(signal.SIGTERM)
+        try:
+            node.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            fault.note += "did not stop within 20 s of SIGTERM: group SIGKILLed; "
+            node.kill_group()
+            self.group_kills[node.name].append(time.time())
+            node.proc.wait(timeout=10)
+        if not node.wait_group_gone(5.0):
+            fault.note += "group alive 5 s after exit: SIGKILLed; "
+            node.kill_group()
+            self.group_kills[node.name].append(time.time())
+            node.wait_group_gone()
+        fault.note += f"exit status {node.proc.returncode}; "
+        fault.end, fault.ready = node.start()
+
+    def inject(self) -> Fault | None:
+        with self.lock:
+            limit = max(1, len(self.nodes) // 2)
+            free = [n for n in self.nodes if n not in self.busy]
+            if len(self.busy) >= limit or not free:
+                return None
+            name = self.rng.choice(sorted(free))
+            kind = self.rng.choice(["kill", "stop", "restart"])
+            pause = DEAD_AFTER + self.rng.uniform(0.3, 1.5)  # drawn here, in order: the seed fixes them
+            down = self.rng.uniform(0.0, 1.5)
+            self.busy.add(name)
+            fault = Fault(kind, name, time.time())
+            self.faults.append(fault)
+        node = self.nodes[name]
+
+        def run():
+            try:
+                if kind == "kill":
+                    self._fault_kill(node, fault, down)
+                elif kind == "stop":
+                    self._fault_stop(node, fault, pause)
+                else:
+                    self._fault_restart(node, fault)
+            except Exception as exc:
+                self.fault_errors.append(f"{kind} of {name}: {exc}")
+                fault.note += f"error: {exc}; "
+            finally:
+                with self.lock:
+                    self.busy.discard(name)
+
+        t = threading.Thread(target=run, name=f"fault-{kind}-{name}", daemon=True)
+        self.fault_threads.append(t)
+        t.start()
+        return fault
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    def stop_nodes(self) -> None:
+        for node in self.nodes.values():
+            if node.stopped and node.alive():
+                os.kill(node.pid, signal.SIGCONT)
+            if node.alive():
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes.values():
+            if node.proc is None:
+                continue
+            try:
+                node.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+            node.kill_group()
+            node.wait_group_gone(5.0)
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            if node.proc is not None:
+                if node.stopped:
+                    try:
+                        os.kill(node.pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+                node.kill_group()
+                try:
+                    node.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        for c in (self.submit_client, self.monitor_client):
+            try:
+                c.close()
+            except Exception:
+                pass
+        if self.cql is not None:
+            self.cql.stop()
+
+    def node_logs(self) -> list[tuple[str, Path]]:
+        return [(n.name, p) for n in self.nodes.values() for p in n.logs]
+
+
+# ==================================================================================================
+# jobs
+# ==================================================================================================
+
+
+@dataclass
+class Plan:
+    uid: str
+    kind: str  # once | interval | cron
+    seconds: float
+    statement: str
+
+
+def plan_jobs(rng: random.Random, total: int, recurring: int, log: Path) -> list[Plan]:
+    plans = []
+    n_interval = recurring // 2
+    n_cron = recurring - n_interval
+    for i in range(n_interval):
+        a = json.dumps({"log": str(log), "seconds": RECURRING_SECONDS})
+        plans.append(Plan(f"i{i:05d}", "interval", RECURRING_SECONDS,
+                          f"startjob user_job name='{JOB_NAME}' uid='i{i:05d}' exec_interval='00:00:01' args='{a}';"))
+    for i in range(n_cron):
+        a = json.dumps({"log": str(log), "seconds": RECURRING_SECONDS})
+        plans.append(Plan(f"c{i:05d}", "cron", RECURRING_SECONDS,
+                          f"startjob user_job name='{JOB_NAME}' uid='c{i:05d}' exec_interval='* * * * * *' args='{a}';"))
+    for i in range(total - recurring):
+        r = rng.random()
+        seconds = rng.uniform(0.05, 0.5) if r < 0.5 else rng.uniform(0.5, 2.0) if r < 0.9 else rng.uniform(2.0, 6.0)
+        seconds = round(seconds, 3)
+        a = json.dumps({"log": str(log), "seconds": seconds})
+        plans.append(Plan(f"o{i:05d}", "once", seconds,
+                          f"startjob user_job name='{JOB_NAME}' uid='o{i:05d}' args='{a}';"))
+    return plans
+
+
+class Submitter(threading.Thread):
+    """Submits the recurring jobs at once, then the one-time jobs spread over ``spread`` s.
+    Every STARTJOB that returned a row is recorded with the time it returned."""
+
+    def __init__(self, client: Client, plans: list[Plan], spread: float) -> None:
+        super().__init__(name="submitter", daemon=True)
+        self.client = client
+        self.plans = plans
+        self.spread = spread
+        self.accepted: dict[str, float] = {}
+        self.errors: list[tuple[str, str]] = []
+        self.done = threading.Event()
+
+    def _submit(self, batch: list[Plan]) -> None:
+        text = "".join(p.statement for p in batch)
+        try:
+            statements = parse_script(text)
+        except Exception as exc:
+            self.errors.extend((p.uid, f"parse: {exc}") for p in batch)
+            return
+        with self.client.service.batch():
+            for st in statements:
+                uid = st.command.uid
+                try:
+                    res = self.client.execute(st.command)
+                    if res.rows:
+                        self.accepted[uid] = time.time()
+                    else:
+                        self.errors.append((uid, "no row returned"))
+                except Exception as exc:  # not accepted: the checker does not expect it
+                    self.errors.append((uid, f"{type(exc).__name__}: {exc}"))
+
+    def run(self) -> None:
+        try:
+            recurring = [p for p in self.plans if p.kind != "once"]
+            once = [p for p in self.plans if p.kind == "once"]
+            for i in range(0, len(recurring), SUBMIT_BATCH):
+                self._submit(recurring[i:i + SUBMIT_BATCH])
+            t0 = time.monotonic()
+            batches = [once[i:i + SUBMIT_BATCH] for i in range(0, len(once), SUBMIT_BATCH)]
+            for k, batch in enumerate(batches):
+                due = t0 + self.spread * k / max(1, len(batches))
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                self._submit(batch)
+        finally:
+            self.done.set()
+
+
+# ==================================================================================================
+# the checker
+# ==================================================================================================
+
+
+@dataclass
+class RunRec:
+    run: str
+    uid: str
+    node: str
+    epoch: int
+    pid: int
+    start: float
+    end: float | None = None  # from an end or abort record
+    ev: str | None = None  # end | abort | None
+    bound: float = math.inf
+    bound_by: str = "none"
+    raw: list = field(default_factory=list)
+
+    def show(self) -> str:
+        end = f"{self.ev} {fmt_t(self.end)}" if self.end is not None else \
+            f"no end record; bound {fmt_t(self.bound)} ({self.bound_by})"
+        return f"{self.uid} run {self.run[:8]} node {self.node} epoch {self.epoch} pid {self.pid} " \
+               f"start {fmt_t(self.start)} {end}"
+
+
+def fmt_t(t: float | None) -> str:
+    if t is None or t == math.inf:
+        return "inf"
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+
+
+def read_runs(path: Path) -> tuple[dict[str, list[RunRec]], int]:
+    runs: dict[str, RunRec] = {}
+    bad = 0
+    ends = []
+    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if rec["ev"] == "start":
+            runs[rec["run"]] = RunRec(rec["run"], rec["uid"], rec["node"], rec["epoch"], rec["pid"], rec["start"],
+                                      raw=[rec])
+        else:
+            ends.append(rec)
+    for rec in ends:
+        r = runs.get(rec["run"])
+        if r is None:
+            r = runs[rec["run"]] = RunRec(rec["run"], rec["uid"], rec["node"], rec["epoch"], rec["pid"], rec["start"])
+        r.end, r.ev = rec["end"], rec["ev"]
+        r.raw.append(rec)
+    by_uid: dict[str, list[RunRec]] = {}
+    for r in runs.values():
+        by_uid.setdefault(r.uid, []).append(r)
+    for lst in by_uid.values():
+        lst.sort(key=lambda r: r.start)
+    return by_uid, bad
+
+
+def bound_runs(by_uid: dict[str, list[RunRec]], deaths: dict[int, list[float]], group_kills: dict[str, list[float]]):
+    """Upper bound of each run's end (see the module docstring)."""
+    by_pid: dict[int, list[float]] = {}
+    for lst in by_uid.values():
+        for r in lst:
+            by_pid.setdefault(r.pid, []).append(r.start)
+    for starts in by_pid.values():
+        starts.sort()
+    for d in deaths.values():
+        d.sort()
+    for lst in by_uid.values():
+        for r in lst:
+            if r.end is not None:
+                r.bound, r.bound_by = r.end, r.ev
+                continue
+            cands = []
+            starts = by_pid.get(r.pid, [])
+            i = bisect.bisect_right(starts, r.start)
+            if i < len(starts):
+                cands.append((starts[i], "next run of its worker"))
+            d = deaths.get(r.pid, [])
+            j = bisect.bisect_left(d, r.start)
+            if j < len(d):
+                cands.append((d[j], "worker seen dead"))
+            k = group_kills.get(r.node, [])
+            j = bisect.bisect_left(k, r.start)
+            if j < len(k):
+                cands.append((k[j], "node group SIGKILL"))
+            if cands:
+                r.bound, r.bound_by = min(cands)
+
+
+def _log_matches(logs: list[tuple[str, Path]], pattern: re.Pattern) -> Iterator[re.Match]:
+    """Every line of the node logs that ``pattern`` matches (a log that cannot be read: none)."""
+    for _, path in logs:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = pattern.match(line)
+            if m:
+                yield m
+
+
+def parse_takeovers(logs: list[tuple[str, Path]]) -> dict[str, list[tuple[float, str, str]]]:
+    """uid -> [(time, taker, dead node)] from the 'took over' warnings of the node logs."""
+    out: dict[str, list[tuple[float, str, str]]] = {}
+    for m in _log_matches(logs, TAKEOVER):
+        t = _log_time(m.group(1), m.group(2))
+        uid = m.group(4).rsplit(".", 1)[-1]
+        out.setdefault(uid, []).append((t, m.group(3), m.group(5)))
+    return out
+
+
+def _log_time(date: str, ms: str) -> float:
+    return time.mktime(time.strptime(date, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+
+
+def parse_self_fences(logs: list[tuple[str, Path]], faults: list["Fault"]) -> tuple[list, list]:
+    """The nodes' own 'could not renew its lease' errors: (time, node) each, split into those a
+    SIGSTOP of that node explains (logged when it woke up) and the others (the node's heartbeat
+    stalled for longer than its lease with no fault injected)."""
+    provoked, unprovoked = [], []
+    for m in _log_matches(logs, SELF_FENCE):
+        t, node = _log_time(m.group(1), m.group(2)), m.group(3)
+        stop = [f for f in faults if f.node == node and f.kind == "stop" and f.start <= t <= (f.end or t) + 1.0]
+        (provoked if stop else unprovoked).append((t, node))
+    return sorted(provoked), sorted(unprovoked)
+
+
+class Checker:
+    def __init__(self, *, plans, accepted, final_rows, by_uid, faults, takeovers, t_stop_recurring, creation,
+                 self_fences, listed, pre_stop, stalls):
+        self.stalls = stalls  # (start, end) of store stalls during a SIGSTOP: a fault of every node
+        self.pre_stop = pre_stop  # (recurring rows before STOPJOB, uids live_jobs() listed then, when)
+        self.self_fences = self_fences  # unprovoked: (time, node)
+        self.listed = listed  # uids the store's live_jobs() lists at the end
+        self.plans = {p.uid: p for p in plans}
+        self.accepted = accepted
+        self.final = final_rows
+        self.by_uid = by_uid
+        self.faults = faults
+        self.takeovers = takeovers
+        self.t_stop = t_stop_recurring
+        self.creation = creation
+        self.results: list[dict] = []
+        self.offences: dict[str, list[str]] = {}
+
+    def add(self, name: str, checked: int, bad: list[str], note: str = "") -> None:
+        self.results.append({"check": name, "checked": checked, "violations": len(bad), "note": note})
+        if bad:
+            self.offences[name] = bad
+
+    def faults_of(self, node: str) -> list[Fault]:
+        return [f for f in self.faults if f.node == node]
+
+    def run(self) -> bool:
+        # 1. accepted STARTJOBs in the store
+        missing = [f"{uid}: accepted at {fmt_t(t)}, not in the store" for uid, t in sorted(self.accepted.items())
+                   if self.final.get(uid) is None]
+        self.add("1. no accepted STARTJOB missing from the store", len(self.accepted), missing)
+
+        # 2. one-time jobs PROCESSED, with a completed run
+        once = [uid for uid in self.accepted if self.plans[uid].kind == "once"]
+        bad = []
+        for uid in sorted(once):
+            row = self.final.get(uid)
+            if row is None:
+                continue  # reported by 1
+            ended = [r for r in self.by_uid.get(uid, []) if r.ev == "end"]
+            if row.status is not Status.PROCESSED:
+                seen = "" if row.archived else (" listed by live_jobs()" if uid in self.listed else
+                                                " NOT listed by live_jobs(): invisible to JOBSTATUS and to the nodes")
+                bad.append(f"{uid}: {row.status.value}{seen} (owner {row.worker_id}, epoch {row.epoch}, revision "
+                           f"{row.revision}, tries {row.tries}, error {row.error_msg!r}); runs: "
+                           + ("; ".join(r.show() for r in self.by_uid.get(uid, [])) or "none"))
+            elif not ended:
+                bad.append(f"{uid}: PROCESSED without a run that wrote its end record; runs: "
+                           + "; ".join(r.show() for r in self.by_uid.get(uid, [])))
+        self.add("2. every one-time job ended PROCESSED", len(once), bad)
+
+        # 3. no overlap, no repeated epoch
+        bad, pairs, unbounded = [], 0, 0
+        for uid, lst in sorted(self.by_uid.items()):
+            for i, a in enumerate(lst):
+                if a.bound == math.inf:
+                    unbounded += 1
+                for b in lst[i + 1:]:
+                    pairs += 1
+                    if b.start < a.bound:
+                        bad.append(f"{uid}: runs overlap by {(min(a.bound, b.bound) - b.start) * 1000:.0f} ms:\n"
+                                   f"      {a.show()}\n      {b.show()}")
+                    else:
+                        break
+            epochs: dict[int, list[RunRec]] = {}
+            for r in lst:
+                epochs.setdefault(r.epoch, []).append(r)
+            for e, rs in epochs.items():
+                if len(rs) > 1:
+                    bad.append(f"{uid}: {len(rs)} runs with epoch {e}:\n" + "\n".join(f"      {r.show()}" for r in rs))
+        total_runs = sum(len(v) for v in self.by_uid.values())
+        self.add("3. no two runs of one key overlapped (nor shared an epoch)", total_runs, bad,
+                 f"{unbounded} runs unbounded" if unbounded else "")
+
+        # 4. re-runs of one-time jobs follow a fault of the previous run's node
+        bad, reruns, by_fence, by_stall = [], 0, 0, 0
+        for uid in sorted(once):
+            lst = self.by_uid.get(uid, [])
+            for prev, cur in zip(lst, lst[1:]):
+                reruns += 1
+                ok = [f for f in self.faults_of(prev.node)
+                      if f.start <= cur.start and (f.ready or f.end or math.inf) >= prev.start]
+                if not ok and any(n == prev.node and prev.start - 1.0 <= t <= cur.start for t, n in self.self_fences):
+                    by_fence += 1
+                    continue
+                if not ok and any(a <= cur.start and b + 0.2 >= prev.start for a, b in self.stalls):
+                    by_stall += 1
+                    continue
+                if not ok:
+                    near = [f"{f.kind} {f.node} {fmt_t(f.start)}-{fmt_t(f.ready)}" for f in self.faults
+                            if f.start <= cur.start + 2 and (f.ready or math.inf) >= prev.start - 2]
+                    row = self.final.get(uid)
+                    bad.append(f"{uid}: re-run without a fault of {prev.node}:\n      {prev.show()}\n      {cur.show()}"
+                               f"\n      faults nearby: {', '.join(near) or 'none'}; the row's last error: "
+                               f"{row.error_msg if row is not None else None!r}")
+        notes = ([f"{by_fence} after a self-fence with no fault injected"] if by_fence else []) + \
+            ([f"{by_stall} after a store stall"] if by_stall else [])
+        self.add("4. every re-run of a one-time job follows a fault of its node", reruns, bad, "; ".join(notes))
+
+        # 5. recurring jobs: unserved due times explained by faults
+        bad, dues, missed, explained, explained_fence, explained_load = [], 0, 0, 0, 0, 0
+        for uid in sorted(u for u in self.accepted if self.plans[u].kind != "once"):
+            created = self.creation.get(uid)
+            if created is None:
+                continue
+            if self.plans[uid].kind == "interval":
+                first = created
+            else:
+                first = math.floor(created) + 1.0
+            last_k = math.floor(self.t_stop - 1.5 - first)
+            lst = self.by_uid.get(uid, [])
+            starts = [r.start for r in lst]
+            served = set()
+            for s in starts:
+                k = math.floor(s - first + 1e-9)
+                if 0 <= k <= last_k:
+                    served.add(k)
+            for k in range(0, last_k + 1):
+                dues += 1
+                if k in served:
+                    continue
+                missed += 1
+                due = first + k
+                i = bisect.bisect_left(starts, due)
+                # the nodes that held the job around that time: those that ran it in the
+                # HELD_BEFORE s before and the first run after, and dead owners a node log
+                # says it took the job over from
+                relevant = set()
+                j = i - 1
+                while j >= 0 and lst[j].start >= due - HELD_BEFORE:
+                    relevant.add(lst[j].node)
+                    j -= 1
+                if i > 0:
+                    relevant.add(lst[i - 1].node)
+                if i < len(lst):
+                    relevant.add(lst[i].node)
+                for t, taker, dead in self.takeovers.get(uid, []):
+                    if due - HELD_BEFORE <= t <= due + EXPLAIN_AFTER:
+                        relevant.add(dead)
+                why = [f for f in self.faults if f.node in relevant
+                       and f.start - EXPLAIN_BEFORE <= due <= (f.ready or f.end or math.inf) + EXPLAIN_AFTER]
+                if why:
+                    explained += 1
+                    continue
+                if any(n in relevant and t - 2.0 <= due <= t + EXPLAIN_AFTER for t, n in self.self_fences) or \
+                        any(a - EXPLAIN_BEFORE <= due <= b + EXPLAIN_AFTER for a, b in self.stalls):
+                    explained_fence += 1
+                    continue
+                # overload of a surviving node: faults elsewhere in progress, and the run before
+                # (on the node that held the job) already started over 0.5 s after its due time
+                if i > 0 and (lst[i - 1].start - first) % 1.0 > LATE and any(
+                        f.start - EXPLAIN_BEFORE <= due <= (f.ready or f.end or math.inf) + EXPLAIN_AFTER
+                        for f in self.faults):
+                    explained_load += 1
+                    continue
+                prev_s = lst[i - 1].show() if i > 0 else "none"
+                next_s = lst[i].show() if i < len(lst) else "none"
+                if i >= len(lst):
+                    rows, listed, at = self.pre_stop
+                    row = rows.get(uid)
+                    next_s += (f" (no run up to STOPJOB; the row at {fmt_t(at)}: " + (
+                        "missing" if row is None else
+                        f"{row.status.value}, owner {row.worker_id}, epoch {row.epoch}, revision {row.revision}, "
+                        f"next_run {fmt_t(row.next_run.timestamp()) if row.next_run else None}, "
+                        + ("listed" if uid in listed else "NOT listed") + " by live_jobs()") + ")")
+                bad.append(f"{uid}: due {fmt_t(due)} not served, no fault of {sorted(relevant)} explains it:\n"
+                           f"      previous run: {prev_s}\n      next run:     {next_s}")
+        self.add("5. no recurring job skipped fires the faults do not explain", dues, bad,
+                 f"{missed} unserved due times, {explained} explained by faults"
+                 + (f", {explained_fence} by a self-fence or store stall" if explained_fence else "")
+                 + (f", {explained_load} by overload during faults elsewhere" if explained_load else ""))
+        self.stats = {"recurring_due_times": dues, "unserved_due_times": missed, "explained": explained,
+                      "explained_by_self_fence_or_stall": explained_fence,
+                      "explained_by_overload_during_faults": explained_load}
+        return not self.offences
+
+
+# ==================================================================================================
+# main
+# ==================================================================================================
+
+
+def warm_up(cluster: "Cluster") -> None:
+    """POOL jobs pinned to each node in turn (AFFINITY = its name), logging elsewhere: every
+    node has its worker processes before the soak starts. They are not part of the checked
+    jobs. A warm-up job that never finishes is reported with what the store and the node say."""
+    log = cluster.tmp / "warm-up.jsonl"
+    a = json.dumps({"log": str(log), "seconds": 0.3})
+    store = cluster.monitor_store
+    for n in cluster.nodes:
+        statements = [f"startjob user_job name='{JOB_NAME}' uid='w-{n}-{i:03d}' affinity='{n}' args='{a}';"
+                      for i in range(POOL)]
+        cluster.monitor_client.run_script("".join(statements))
+        state = {"live": []}
+
+        def done():
+            for node in cluster.nodes.values():
+                if not node.alive():
+                    raise ChaosError(f"node {node.name} exited during the warm-up")
+            state["live"] = [j for j in store.live_jobs(type="USER_JOB", name=JOB_NAME) if j.key.uid.startswith("w-")]
+            return not state["live"]
+
+        try:
+            wait_until(done, 60, f"the warm-up jobs of {n}")
+        except ChaosError:
+            started = {json.loads(line)["uid"] for line in log.read_text().splitlines()} if log.exists() else set()
+            tasks = {r.name: r.tasks for r in store.nodes()}
+            stuck = ", ".join(f"{j.key.uid} {j.status.value} owner {j.worker_id} "
+                              f"({'started' if j.key.uid in started else 'no start record'})" for j in state["live"])
+            raise ChaosError(f"warm-up jobs still live after 60 s with no fault injected: {stuck}; "
+                             f"tasks {n} publishes: {tasks.get(n)}") from None
+
+
+def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise ChaosError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=120.0, help="seconds of faults (120)")
+    ap.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
+    ap.add_argument("--nodes", type=int, default=4, help="node processes (4)")
+    ap.add_argument("--jobs", type=int, default=2000, help="jobs in all (2000)")
+    ap.add_argument("--recurring", type=int, default=None,
+                    help="how many of them recur, half interval, half cron (200 on sqlite, 40 on cassandra)")
+    ap.add_argument("--backend", choices=["sqlite", "cassandra"], default="sqlite")
+    ap.add_argument("--reconcile-ms", type=int, default=None,
+                    help="RECONCILE_INTERVAL_MS (200 on sqlite; 500 on cassandra, where a full pass is dozens of "
+                         "CQL reads and four nodes polling every 200 ms load the single-threaded test server)")
+    ap.add_argument("--json", metavar="FILE", help="write the timeline, figures and verdict as JSON")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (store, logs, side log)")
+    ap.add_argument("--verbose", action="store_true", help="log each fault as it is injected (stderr)")
+    args = ap.parse_args()
+    global VERBOSE
+    VERBOSE = args.verbose
+    if args.nodes < 2:
+        ap.error("--nodes must be at least 2")
+    recurring = args.recurring if args.recurring is not None else (200 if args.backend == "sqlite" else 40)
+    recurring = min(recurring, args.jobs)
+    if args.reconcile_ms is None:
+        args.reconcile_ms = 200 if args.backend == "sqlite" else 500
+    seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    rng = random.Random(seed)
+    print(f"chaos: seed {seed} (rerun with --seed {seed}); backend {args.backend}; {args.nodes} nodes "
+          f"(heartbeat {HEARTBEAT_MS} ms x {HEARTBEAT_MISS}, reconcile {args.reconcile_ms} ms, pool {POOL}); "
+          f"{args.jobs} jobs ({args.jobs - recurring} one-time, {recurring // 2} interval, "
+          f"{recurring - recurring // 2} cron); {args.duration:g} s of faults", flush=True)
+
+    cluster = Cluster(args, rng)
+    watcher = RunWatcher(cluster.side_log)
+    probe: LockProbe | ReadProbe | None = None
+    ok = False
+    report: dict = {"seed": seed, "backend": args.backend, "nodes": args.nodes, "jobs": args.jobs,
+                    "recurring": recurring, "duration": args.duration}
+    try:
+        log_line(f"working directory {cluster.tmp}")
+        t_begin = time.time()
+        for node in cluster.nodes.values():
+            node.spawn()
+        for node in cluster.nodes.values():
+            node.wait_ready()
+        log_line("nodes ready; warming up (one 0.3 s job per pool slot on each node, so that the start of the "
+                 "soak is not a burst of worker forks)")
+        warm_up(cluster)
+        log_line("warm")
+        cql_cpu0, cql_t0 = (cluster.cql.cpu_seconds(), time.time()) if cluster.cql else (0.0, 0.0)
+        watcher.start()
+        if args.backend == "sqlite":
+            probe = LockProbe(Path(cluster.settings["store"]["SQLITE_PATH"]))
+        else:
+            probe = ReadProbe(cluster.config_path, JobKey("USER_JOB", JOB_NAME, f"w-{next(iter(cluster.nodes))}-000"))
+        probe.start()
+        plans = plan_jobs(rng, args.jobs, recurring, cluster.side_log)
+        submitter = Submitter(cluster.submit_client, plans, spread=args.duration * SPREAD)
+        submitter.start()
+
+        t_faults = time.time()
+        t_end = t_faults + args.duration
+        next_fault = t_faults + rng.uniform(1, 3)
+        while time.time() < t_end:
+            now = time.time()
+            if now >= next_fault:
+                f = cluster.inject()
+                if f is not None:
+                    log_line(f"fault: {f.kind} {f.node}", always=False)
+                next_fault = now + rng.uniform(1, 3)
+            if cluster.cql is not None and not cluster.cql.alive():
+                raise ChaosError(f"the CQL test server died (exit status {cluster.cql.proc.returncode}): "
+                                 + cluster.cql.log_path.read_text(errors="replace")[-1500:])
+            time.sleep(min(0.05, max(0.0, min(next_fault, t_end) - time.time())))
+        log_line(f"faults stop ({len(cluster.faults)} injected); waiting for the ones in progress")
+        for t in cluster.fault_threads:
+            t.join(timeout=120)
+        if any(t.is_alive() for t in cluster.fault_threads):
+            raise ChaosError("a fault did not finish within 120 s")
+        submitter.join(timeout=300)
+        for node in cluster.nodes.values():
+            if not node.alive():
+                raise ChaosError(f"node {node.name} is not running after the faults: "
+                                 + node.logs[-1].read_text(errors="replace")[-1500:])
+        time.sleep(SETTLE)
+        store = cluster.monitor_store
+        recurring_uids = [p.uid for p in plans if p.kind != "once" and p.uid in submitter.accepted]
+        # the recurring rows as they are before STOPJOB (evidence for a job that stopped firing)
+        pre_stop = {uid: store.get(JobKey("USER_JOB", JOB_NAME, uid)) for uid in recurring_uids}
+        pre_listed = {j.key.uid for j in store.live_jobs(type="USER_JOB", name=JOB_NAME)}
+        log_line(f"STOPJOB of the {len(recurring_uids)} recurring jobs")
+        t_stop_recurring = time.time()
+        for i in range(0, len(recurring_uids), 200):
+            chunk = "".join(f"stopjob user_job name='{JOB_NAME}' uid='{u}';" for u in recurring_uids[i:i + 200])
+            cluster.monitor_client.run_script(chunk)
+        log_line("waiting for every job to reach a final status")
+        state = {"live": None}
+
+        def all_final():
+            live = store.live_jobs(type="USER_JOB", name=JOB_NAME)
+            state["live"] = len(live)
+            for node in cluster.nodes.values():
+                if not node.alive():
+                    raise ChaosError(f"node {node.name} exited during the drain")
+            return not live
+
+        try:
+            wait_until(all_final, 180, "every job to be final")
+        except ChaosError as exc:
+            log_line(f"{exc} ({state['live']} still live); checking what there is")
+        t_drained = time.time()
+        final_rows = {uid: store.get(JobKey("USER_JOB", JOB_NAME, uid)) for uid in submitter.accepted}
+        listed = {j.key.uid for j in store.live_jobs(type="USER_JOB", name=JOB_NAME)}
+        log_line("all final; stopping the nodes")
+        if probe is not None:
+            probe.stop()
+        cql_busy = None
+        if cluster.cql is not None:
+            cql_busy = (cluster.cql.cpu_seconds() - cql_cpu0) / max(1e-9, time.time() - cql_t0)
+        cluster.stop_nodes()
+        time.sleep(0.2)
+        watcher.stop()
+        watcher.join(timeout=10)
+
+        by_uid, bad_lines = read_runs(cluster.side_log)
+        bound_runs(by_uid, watcher.deaths, cluster.group_kills)
+        takeovers = parse_takeovers(cluster.node_logs())
+        provoked, unprovoked = parse_self_fences(cluster.node_logs(), cluster.faults)
+        # SQLite: a node SIGSTOPped while it holds the write lock stalls every writer, so every
+        # node's heartbeat: a stall seen by the probe while a SIGSTOP was in progress is a fault
+        # of every node
+        # Cassandra (the CQL test server): a slow read while a fault is in progress or just
+        # recovered (its takeovers load the single-threaded server) is the same kind of fault
+        stalls = []
+        for t, w in (probe.long if probe is not None else []):
+            if args.backend == "sqlite":
+                cause = [f for f in cluster.faults if f.kind == "stop" and f.start <= t + w and (f.end or t) >= t]
+            else:
+                cause = [f for f in cluster.faults if f.start <= t + w and (f.ready or t) + EXPLAIN_AFTER >= t]
+            if cause:
+                stalls.append((t, t + w))
+        creation = {uid: row.creation_time.timestamp() for uid, row in final_rows.items() if row is not None}
+        checker = Checker(plans=plans, accepted=submitter.accepted, final_rows=final_rows, by_uid=by_uid,
+                          faults=cluster.faults, takeovers=takeovers, t_stop_recurring=t_stop_recurring,
+                          creation=creation, self_fences=unprovoked, listed=listed,
+                          pre_stop=(pre_stop, pre_listed, t_stop_recurring), stalls=stalls)
+        ok = checker.run()
+
+        # -- the report ------------------------------------------------------------------------------
+        kinds: dict[str, int] = {}
+        for f in cluster.faults:
+            kinds[f.kind] = kinds.get(f.kind, 0) + 1
+        all_runs = [r for lst in by_uid.values() for r in lst]
+        ended = {"end": 0, "abort": 0, None: 0}
+        for r in all_runs:
+            ended[r.ev] = ended.get(r.ev, 0) + 1
+        bound_kinds: dict[str, int] = {}
+        for r in all_runs:
+            if r.ev is None:
+                bound_kinds[r.bound_by] = bound_kinds.get(r.bound_by, 0) + 1
+        reruns_once = sum(max(0, len(by_uid.get(p.uid, [])) - 1) for p in plans if p.kind == "once")
+        log_problems = []
+        for name, path in cluster.node_logs():
+            for line in path.read_text(errors="replace").splitlines():
+                if LOG_PROBLEM.search(line) and not SELF_FENCE.match(line):
+                    log_problems.append(f"[{path.name}] {line[:200]}")
+        print(f"took {time.time() - t_begin:.0f} s; faults: {len(cluster.faults)} "
+              f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; {len(cluster.fault_errors)} errors); "
+              f"STARTJOBs accepted: {len(submitter.accepted)} of {len(plans)}; drain after STOPJOB "
+              f"{t_drained - t_stop_recurring:.1f} s")
+        print(f"runs: {len(all_runs)} ({ended.get('end', 0)} ended, {ended.get('abort', 0)} aborted, "
+              f"{ended.get(None, 0)} killed without an end record, bounded by "
+              + (", ".join(f"{k} {v}" for k, v in sorted(bound_kinds.items())) or "-")
+              + f"); one-time re-runs {reruns_once}; bad side-log lines {bad_lines}; "
+              f"pid watcher sweep max {watcher.lag_max * 1000:.0f} ms")
+        print(f"recurring: {checker.stats['recurring_due_times']} due times, {checker.stats['unserved_due_times']} "
+              f"unserved, {checker.stats['explained']} of those explained by faults"
+              + (f", {checker.stats['explained_by_self_fence_or_stall']} by a self-fence or store stall"
+                 if checker.stats['explained_by_self_fence_or_stall'] else "")
+              + (f", {checker.stats['explained_by_overload_during_faults']} by overload during faults elsewhere"
+                 if checker.stats['explained_by_overload_during_faults'] else ""))
+        print(f"self-fencing ('could not renew its lease'): {len(provoked)} after a SIGSTOP (expected), "
+              f"{len(unprovoked)} with no fault injected"
+              + (": " + ", ".join(f"{n} {fmt_t(t)}" for t, n in unprovoked[:12]) if unprovoked else ""))
+        if cql_busy is not None:
+            print(f"CQL test server process: {cql_busy * 100:.0f} % of one core on average (its limit is ~100 %)")
+        if probe is not None:
+            what = "SQLite write lock (a BEGIN IMMEDIATE every 100 ms): wait" if args.backend == "sqlite" else \
+                "store read (one row every 100 ms): latency"
+            during = "during a SIGSTOP" if args.backend == "sqlite" else "during or just after a fault"
+            print(f"{what} p50 {probe.pct(50) * 1000:.0f} ms, p99 {probe.pct(99) * 1000:.0f} ms, "
+                  f"max {probe.pct(100) * 1000:.0f} ms; {len(probe.long)} over {STALL} s, {len(stalls)} of them {during}")
+            for t, w in probe.long[:5]:
+                in_progress = [f"{f.kind} {f.node}" for f in cluster.faults if f.start <= t + w and (f.end or t) >= t]
+                print(f"  wait {w:.2f} s from {fmt_t(t)}; faults in progress: {', '.join(in_progress) or 'none'}")
+        print(tabulate([[r["check"], r["checked"], r["violations"], r["note"]] for r in checker.results],
+                       headers=["check", "checked", "violations", "note"], disable_numparse=True))
+        if cluster.fault_errors:
+            print("fault errors:\n  " + "\n  ".join(cluster.fault_errors))
+        if log_problems:
+            print(f"node logs: {len(log_problems)} ERROR / Traceback lines; first ones:")
+            for line in log_problems[:10]:
+                print("  " + line)
+        else:
+            print("node logs: no ERROR / Traceback lines")
+        if submitter.errors:
+            print("refused STARTJOBs (first 5): " + "; ".join(f"{u}: {e}" for u, e in submitter.errors[:5]))
+        if not ok:
+            print(f"\nCHAOS CHECK FAILED (seed {seed}); offending records:")
+            for name, items in checker.offences.items():
+                per_job: dict[str, int] = {}
+                for item in items:
+                    uid = item.split(":", 1)[0]
+                    per_job[uid] = per_job.get(uid, 0) + 1
+                print(f"  {name}: {len(items)} in {len(per_job)} jobs ("
+                      + ", ".join(f"{u} {n}" for u, n in sorted(per_job.items(), key=lambda kv: -kv[1])[:20])
+                      + (", ..." if len(per_job) > 20 else "") + ")")
+                shown: dict[str, int] = {}
+                printed = 0
+                for item in items:  # at most 2 per job, 30 in all
+                    uid = item.split(":", 1)[0]
+                    shown[uid] = shown.get(uid, 0) + 1
+                    if shown[uid] <= 2 and printed < 30:
+                        print("    " + item)
+                        printed += 1
+            print(f"fault timeline: on stderr{' and in ' + args.json if args.json else ''}; "
+                  f"rerun with --seed {seed}{' --backend cassandra' if args.backend == 'cassandra' else ''}")
+            print("fault timeline (kind, node, start, end, ready):", file=sys.stderr)
+            for f in cluster.faults:
+                print(f"  {f.kind:8s} {f.node:8s} {fmt_t(f.start)} end {fmt_t(f.end)} ready {fmt_t(f.ready)} {f.note}",
+                      file=sys.stderr)
+        else:
+            print(f"chaos check PASSED (seed {seed})")
+        report.update({
+            "passed": ok, "checks": checker.results, "offences": checker.offences,
+            "faults": [f.__dict__ for f in cluster.faults], "fault_errors": cluster.fault_errors,
+            "accepted": len(submitter.accepted), "refused": submitter.errors, "runs": len(all_runs),
+            "runs_ended": ended.get("end", 0), "runs_aborted": ended.get("abort", 0),
+            "runs_without_end": ended.get(None, 0), "bounds": bound_kinds, "recurring_stats": checker.stats,
+            "node_log_problems": log_problems,
+            "self_fences_after_sigstop": [(fmt_t(t), n) for t, n in provoked],
+            "self_fences_without_fault": [(fmt_t(t), n) for t, n in unprovoked],
+            "cql_server_cpu_fraction": cql_busy,
+            "store_probe": None if probe is None else {"p50": probe.pct(50), "p99": probe.pct(99),
+                                                           "max": probe.pct(100), "stalls": probe.long},
+        })
+    except ChaosError as exc:
+        print(f"\nCHAOS RUN FAILED (seed {seed}): {exc}", file=sys.stderr)
+        report.update({"passed": False, "error": str(exc)})
+        ok = False
+    except KeyboardInterrupt:
+        print(f"chaos: interrupted (seed {seed}); processes killed", file=sys.stderr)
+        return 130
+    finally:
+        watcher.stop()
+        if probe is not None:
+            probe.stop()
+        cluster.close()
+        if args.keep or not ok:
+            print(f"chaos: kept {cluster.tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(cluster.tmp, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
