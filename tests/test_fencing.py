@@ -121,8 +121,16 @@ def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dea
 def test_a_process_job_dies_with_its_worker(cluster, tmp_path):
     cluster.start_node("a")
     cluster.fetch("startjob process name='ignore_term.sh' uid='p';")
-    ps = wait_for(lambda: cluster.fetch("ps;").first_row(), 10, "the PROCESS job in PS")
-    group = ps["thread"]
+    def job_group():
+        """PS's thread once it is the PROCESS job's own process group (not yet its worker's pid)."""
+        row = cluster.fetch("ps;").first_row()
+        pid = row and row["thread"]
+        try:
+            return pid if pid and os.getpgid(pid) == pid else None
+        except ProcessLookupError:
+            return None
+
+    group = wait_for(job_group, 10, "the PROCESS job's process group in PS")
     worker = [p for p in cluster.client().store.nodes() if p.name == "a"][0]
     # Find the worker (the process group leader's parent) and SIGKILL it, as the OOM killer would.
     ppid = int(open(f"/proc/{group}/stat").read().split(") ", 1)[1].split()[1])

@@ -179,7 +179,10 @@ class Executor:
         """Hold the runs started in this block until it ends: wrapped around a store
         transaction that claims rows, no run may begin before its claim is committed. If the
         block fails and the store rolled the claims back, the held runs are dropped (their rows
-        are still WAITING); a store that commits each write by itself keeps them, so they run."""
+        are still WAITING); a store that commits each write by itself keeps them, so they run.
+        (Outcomes written in a transaction whose COMMIT itself fails are lost with it: their
+        rows stay IN_PROCESS here with no run, and the next full pass takes them over, as
+        after a restart: at least once.)"""
         self._held, self._holder = [], threading.get_ident()
         try:
             yield

@@ -327,14 +327,22 @@ class Node:
     def _pass(self, full: bool) -> None:
         """Write the outcomes that are ready, then reconcile. The hot path (a pass woken by
         ended runs) does both in one store transaction: the outcomes free slots and the claims
-        that fill them share one commit, and no run starts before that commit."""
+        that fill them share one commit, and no run starts before that commit. A claim pass
+        that fails does not take the outcomes down with it: each write is its own savepoint,
+        so what was written before the failure is committed, then the failure is raised."""
         if full:
             self.executor.flush()
             self.reconciler.run_pass(True)
             return
+        failed: Exception | None = None
         with self.executor.holding_starts(), self.store.transaction():
             self.executor.flush()
-            self.reconciler.run_pass(False)
+            try:
+                self.reconciler.run_pass(False)
+            except Exception as exc:
+                failed = exc
+        if failed is not None:
+            raise failed
 
     def _purge_archive(self) -> float:
         """Delete archived rows past K2JOB_ARCHIVING_TIME_HOUR; return seconds until the next try."""
