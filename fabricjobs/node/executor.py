@@ -3,9 +3,10 @@
 The collector thread waits on every worker's pipe and turns each finished run into an
 outcome; the node's loop writes all outcomes that are ready in one ``cas_many`` (group
 commit), in the same store transaction as the claims that refill the freed slots (see
-:meth:`holding_starts`). Every write is fenced: it is conditioned on the (status, epoch, worker_id, revision) this node holds, and a
-write that loses is decided again from the current row. If the row is no longer ours (another
-node took it over), the run's bookkeeping stops there and that is logged.
+:meth:`Executor.holding_starts`). Every write is fenced: it is conditioned on the (status,
+epoch, worker_id, revision) this node holds, and a write that loses is decided again from
+the current row. If the row is no longer ours (another node took it over), the run's
+bookkeeping stops there and that is logged.
 """
 
 from __future__ import annotations
