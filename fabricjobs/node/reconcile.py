@@ -22,6 +22,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import time
 import random
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -41,6 +42,7 @@ log = logging.getLogger("fabricjobs.node.reconcile")
 _CONTROL = (Status.STOPPING, Status.RESTART)
 _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
+_TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
 _MAX_PAGES = 10
 
 
@@ -153,7 +155,13 @@ class Reconciler:
         generation = self._claimable()
         if generation is None:
             return
+        budget = time.perf_counter() + _TAKEOVER_SLICE
         for row in rows:
+            if time.perf_counter() > budget:
+                # A big takeover on a slow store must not hold up this node's own due jobs and
+                # outcomes: do the rest in the next pass, at once.
+                n.wake_full()
+                break
             affinity = parse_affinity(row.affinity)
             if row.status is Status.SCHEDULED:
                 if n.affinity.can_run(affinity):
