@@ -226,6 +226,20 @@ def test_archived_rows_are_deleted_after_the_retention(cluster):
     wait_for(lambda: cluster.job("USER_JOB", "Probe.noop", "old") is None, 10, "the archived row to be deleted (1.8 s retention)")
 
 
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005}}], indirect=True)
+def test_a_node_gone_longer_than_the_retention_is_forgotten(cluster):
+    cluster.start_node("node-a")
+    gone = cluster.start_node("node-b")
+    assert "node-b" in cluster.shell("-e", "nodes;").stdout
+    gone.signal_group(signal.SIGKILL)
+    store = cluster.client().store
+    wait_for(lambda: [r.name for r in store.nodes()] == ["node-a"], 15,
+             "node-b's row to be deleted (dead, and no beat for the 1.8 s retention)")
+    out = cluster.shell("-e", "nodes;").stdout
+    assert "node-a" in out and "node-b" not in out
+    assert "forgot node node-b" in cluster.nodes["node-a"].log()
+
+
 def test_sigterm_stops_cleanly_and_leaves_interrupted_runs_for_a_rerun(cluster, tmp_path):
     log = tmp_path / "runs.jsonl"
     node = cluster.start_node("node-a")

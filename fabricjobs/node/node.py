@@ -360,7 +360,26 @@ class Node:
                     log.info("deleted %d %s older than %g hours", total, what, hours)
         except Exception:
             log.exception("archive retention failed (retrying later)")
+        try:
+            self._forget_dead_nodes(timedelta(hours=hours))
+        except Exception:
+            log.exception("forgetting dead nodes failed (retrying later)")
         return max(0.5, min(300.0, hours * 3600 / 4))
+
+    def _forget_dead_nodes(self, retention: timedelta) -> None:
+        """Delete the ``nodes`` rows of nodes gone for longer than the archive retention, so
+        NODES and PS ALL do not list every node that ever ran. Two judgments must agree: this
+        node has watched the beat stand still (liveness, its own clock), and the last beat is
+        older than the retention by the store's clock. Nothing is orphaned: an owner with no row
+        is judged dead like one whose beat stopped, and a node that comes back writes its row
+        again with its next beat."""
+        cutoff = self.store.store_time() - retention
+        for row in self.store.nodes():
+            if (row.name != self.name and row.beat_time is not None and row.beat_time < cutoff
+                    and self.liveness.is_dead(row.name)):
+                self.store.delete_node(row.name)
+                log.info("forgot node %s: no heartbeat since %s (%g hours)", row.name, row.beat_time,
+                         retention.total_seconds() / 3600)
 
     def stop(self) -> None:
         self._stop.set()
