@@ -61,3 +61,34 @@ def test_a_lease_that_runs_out_during_a_slow_heartbeat_write_counts_as_a_lapse(s
         assert board.generation() == 1 and lapses == [1]
     finally:
         board.close(unlink=True)
+
+
+def test_a_beat_brought_back_by_a_stalled_read_counts_from_when_the_read_returned(store_config, store):
+    """Found by the chaos soak: an observer paused (SIGSTOP) while its read of the nodes was in
+    flight got a fresh beat back, counted it from before the pause, saw the same beat again
+    10 ms later, and took over a live node's running jobs. A beat counts from the read's
+    return; a node whose beat really stands still for the threshold is still judged dead."""
+    import json
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.config import load_config
+    from fabricjobs.node.node import Node
+    from fabricjobs.store.base import NodeRow
+
+    clock = ManualClock()
+    observer = Node(load_config(store_config), name="b", clock=clock, store=store)
+    try:
+        store.write_node(NodeRow(name="a", incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(),
+                                 version="x", beat=7, info=json.dumps({"heartbeat_ms": 200, "miss": 5})))
+        read = store.nodes
+        store.nodes = lambda: (clock.advance(2.4), read())[1]  # the observer is paused mid-read
+        observer.reconciler._observe()
+        store.nodes = read
+        clock.advance(0.01)
+        observer.reconciler._observe()  # a has not beaten again in these 10 ms
+        assert not observer.liveness.is_dead("a") and observer.liveness.dead() == []
+        clock.advance(1.0)
+        observer.reconciler._observe()  # now a's beat has stood still for 1.01 s > 0.2 s x 5
+        assert observer.liveness.is_dead("a")
+    finally:
+        observer.board.close(unlink=True)

@@ -7,10 +7,19 @@ shut down cleanly (state 'stopped') is dead at once. A node the observer has jus
 watching gets the full threshold, and so does an owner with no row at all: nobody is judged
 on a single reading.
 
-Verdicts are as of the last *read* (the monotonic time taken just before it), never "now":
-an observer that stalls after reading must not declare a node dead that it has not seen
-stand still for the whole threshold. A caller about to take over a row reads the row first
-and the nodes after it, so the verdict is newer than the row it acts on.
+A read is bracketed by two monotonic times, taken just before it was sent and just after it
+returned, and each is used where it is the cautious one:
+
+* a beat seen to change counts from the read's *return*: the store may have run the read
+  (and the node written that beat) at any moment up to then, however long ago it was sent.
+  Counting from the send would age a fresh beat by the read's latency, and an observer paused
+  mid-read (a SIGSTOP, a VM stall) would see it seconds old, then dead at its next read;
+* verdicts are as of the last read's *send*, never "now": an observer that stalls after
+  reading must not declare a node dead that it has not seen stand still for the whole
+  threshold.
+
+A caller about to take over a row reads the row first and the nodes after it, so the verdict
+is newer than the row it acts on.
 """
 
 from __future__ import annotations
@@ -39,10 +48,13 @@ class Liveness:
         self._unknown: dict[str, float] = {}  # owner without a row -> when first looked for
         self._read_at = clock.monotonic()
 
-    def observe(self, rows: list[NodeRow], read_at: float | None = None) -> None:
-        """Take in a read of ``nodes``; ``read_at`` is the monotonic time taken before it."""
-        now = self.clock.monotonic() if read_at is None else read_at
-        self._read_at = now
+    def observe(self, rows: list[NodeRow], read_at: float | None = None, returned_at: float | None = None) -> None:
+        """Take in a read of ``nodes``; ``read_at`` and ``returned_at`` are the monotonic times
+        taken before it was sent and after it returned (both default to now)."""
+        now = self.clock.monotonic()
+        sent = now if read_at is None else read_at
+        returned = now if returned_at is None else returned_at
+        self._read_at = sent
         present = set()
         for row in rows:
             present.add(row.name)
@@ -50,7 +62,7 @@ class Liveness:
             seen = self._seen.get(row.name)
             threshold = _threshold(row, self.default_threshold)
             if seen is None or seen.mark != mark:
-                self._seen[row.name] = _Seen(mark, now, threshold, row.state == "stopped")
+                self._seen[row.name] = _Seen(mark, returned, threshold, row.state == "stopped")
             else:
                 seen.threshold = threshold
         for name in list(self._seen):
@@ -79,7 +91,7 @@ class Liveness:
 
     def ages(self) -> dict[str, float]:
         """Seconds since each peer's beat was last seen to change, as of the last read."""
-        return {n: self._read_at - s.changed_at for n, s in self._seen.items() if n != self.me}
+        return {n: max(0.0, self._read_at - s.changed_at) for n, s in self._seen.items() if n != self.me}
 
     def alive(self) -> list[str]:
         return sorted(n for n in self._seen if not self.is_dead(n))

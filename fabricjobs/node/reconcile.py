@@ -44,6 +44,7 @@ _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
 _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
 _MAX_PAGES = 10
+_SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
 
 
 class Reconciler:
@@ -60,26 +61,44 @@ class Reconciler:
     def run_pass(self, full: bool) -> None:
         n = self.node
         now = n.clock.now()
-        if full:
-            self._observe()
-            self._kill_requests()
-            self._control(now)
-        if n.fenced or n.stopping:
-            return
-        if full:
-            self._take_over(now)
-            self._adopt_scheduled(now)
-        if full or n.parents_changed.is_set():
-            self._unblock(now)
-        self._claim(now)
-        if full:
-            self._give_up(now)
+        steps: list[tuple[str, float]] = []
+        began = mark = time.perf_counter()
+
+        def step(name: str, fn, *args) -> None:
+            nonlocal mark
+            fn(*args)
+            t = time.perf_counter()
+            steps.append((name, t - mark))
+            mark = t
+
+        try:
+            if full:
+                step("nodes", self._observe)
+                step("kills", self._kill_requests)
+                step("stop/restart", self._control, now)
+            if n.fenced or n.stopping:
+                return
+            if full:
+                step("takeover", self._take_over, now)
+                step("adopt", self._adopt_scheduled, now)
+            if full or n.parents_changed.is_set():
+                step("dependencies", self._unblock, now)
+            step("claim", self._claim, now)
+            if full:
+                step("give-up", self._give_up, now)
+        finally:
+            took = time.perf_counter() - began
+            if took > _SLOW_PASS:
+                # A pass this slow delays this node's own due jobs: say where the time went.
+                log.warning("slow %s reconcile pass: %.2f s (%s)", "full" if full else "claim", took,
+                            ", ".join(f"{name} {secs:.2f}" for name, secs in steps) or "interrupted")
 
     def _observe(self) -> None:
-        """Read the nodes table and judge liveness as of just before that read."""
+        """Read the nodes table; judge liveness as of just before that read, and count the beats
+        it shows as of just after it (see liveness.py)."""
         read_at = self.node.clock.monotonic()
         self.peers = self.node.store.nodes()
-        self.node.liveness.observe(self.peers, read_at)
+        self.node.liveness.observe(self.peers, read_at, self.node.clock.monotonic())
 
     def _still_dead(self, rows: list[Job]) -> list[Job]:
         """Rows of (apparently) dead owners, re-judged by a read of the nodes made *after* the
