@@ -493,7 +493,7 @@ def main() -> None:
     print("counting the statements on the job's own path (its LWTs, its reads of k2_jobs, its plain writes:")
     print("index entries, archive index, run record; net, from the tables above), which are sent one after")
     print("another. Not included: STARTJOB's read of `nodes` (to ring nodes on the same host), the reconcile")
-    print("poll or doorbell wait before a claim, the index scan that finds the job (8 shard reads in parallel,")
+    print("poll or doorbell wait before a claim, the index scan that finds the job (one read over the 8 shard partitions,")
     print("about 1 RTT per pass), the job's own run time.")
     arith = []
     for what, pc in (("one-time job", po), ("recurring fire", pf)):
