@@ -92,3 +92,38 @@ def test_a_beat_brought_back_by_a_stalled_read_counts_from_when_the_read_returne
         assert observer.liveness.is_dead("a")
     finally:
         observer.board.close(unlink=True)
+
+
+def test_a_row_missing_from_a_stalled_read_counts_as_missing_from_when_the_read_returned(store_config, store):
+    """The mirror case: a row absent from a read that stalled in flight (deleted, and the node
+    not yet re-written by its next beat) was absent only as of the read's return."""
+    import json
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.config import load_config
+    from fabricjobs.node.node import Node
+    from fabricjobs.store.base import NodeRow
+
+    clock = ManualClock()
+    observer = Node(load_config(store_config), name="b", clock=clock, store=store)
+    try:
+        store.write_node(NodeRow(name="a", incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(),
+                                 version="x", beat=7, info=json.dumps({"heartbeat_ms": 400, "miss": 5})))
+        observer.reconciler._observe()
+        store.delete_node(next(r for r in store.nodes() if r.name == "a"))
+        read = store.nodes
+        store.nodes = lambda: (clock.advance(2.4), read())[1]  # paused mid-read
+        observer.reconciler._observe()
+        store.nodes = read
+        assert not observer.liveness.is_dead("a")
+        clock.advance(0.01)
+        observer.reconciler._observe()
+        assert not observer.liveness.is_dead("a")  # missing for 10 ms, not 2.41 s
+        clock.advance(1.5)
+        observer.reconciler._observe()
+        assert not observer.liveness.is_dead("a")  # judged by its own threshold (0.4 s x 5 = 2 s)
+        clock.advance(0.6)
+        observer.reconciler._observe()
+        assert observer.liveness.is_dead("a")
+    finally:
+        observer.board.close(unlink=True)

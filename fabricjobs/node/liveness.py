@@ -45,8 +45,10 @@ class Liveness:
         self.clock = clock
         self.default_threshold = default_threshold
         self._seen: dict[str, _Seen] = {}
-        self._unknown: dict[str, float] = {}  # owner without a row -> when first looked for
-        self._read_at = clock.monotonic()
+        # owner without a row -> (since when, as of a read's return; threshold). A row that
+        # vanished keeps its node's own threshold; a name never seen gets the default.
+        self._unknown: dict[str, tuple[float, float]] = {}
+        self._read_at = self._returned_at = clock.monotonic()
 
     def observe(self, rows: list[NodeRow], read_at: float | None = None, returned_at: float | None = None) -> None:
         """Take in a read of ``nodes``; ``read_at`` and ``returned_at`` are the monotonic times
@@ -54,7 +56,7 @@ class Liveness:
         now = self.clock.monotonic()
         sent = now if read_at is None else read_at
         returned = now if returned_at is None else returned_at
-        self._read_at = sent
+        self._read_at, self._returned_at = sent, returned
         present = set()
         for row in rows:
             present.add(row.name)
@@ -66,8 +68,8 @@ class Liveness:
             else:
                 seen.threshold = threshold
         for name in list(self._seen):
-            if name not in present:
-                del self._seen[name]
+            if name not in present:  # deleted (forgotten): missing from this read's return on
+                self._unknown.setdefault(name, (returned, self._seen.pop(name).threshold))
         for name in list(self._unknown):
             if name in present:
                 del self._unknown[name]
@@ -77,8 +79,8 @@ class Liveness:
             return False
         seen = self._seen.get(name)
         if seen is None:
-            first = self._unknown.setdefault(name, self._read_at)
-            return self._read_at - first > self.default_threshold
+            first, threshold = self._unknown.setdefault(name, (self._returned_at, self.default_threshold))
+            return self._read_at - first > threshold
         if seen.stopped:
             return True
         return self._read_at - seen.changed_at > seen.threshold

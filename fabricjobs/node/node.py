@@ -377,7 +377,7 @@ class Node:
         for row in self.store.nodes():
             if (row.name != self.name and row.beat_time is not None and row.beat_time < cutoff
                     and self.liveness.is_dead(row.name)):
-                self.store.delete_node(row.name)
+                self.store.delete_node(row)  # only as read: a beat written since survives
                 log.info("forgot node %s: no heartbeat since %s (%g hours)", row.name, row.beat_time,
                          retention.total_seconds() / 3600)
 

@@ -92,6 +92,7 @@ class NodeRow:
     info: str = "{}"
     tasks: str = "[]"
     beat_time: datetime | None = None
+    stamp: int | None = None  # the store's write stamp of this beat (Cassandra: its WRITETIME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +285,10 @@ class JobStore(ABC):
         """Every row of ``nodes``, ordered by name."""
 
     @abstractmethod
-    def delete_node(self, name: str) -> None:
-        """Remove a node's row (and its kill requests)."""
+    def delete_node(self, row: NodeRow) -> None:
+        """Remove a node's row as ``row`` shows it (read by :meth:`nodes`), and its kill
+        requests. A beat written since that read survives: the caller judged that beat
+        stale, not the node's next one."""
 
     # -- kill requests (KILL from any shell, carried out by the target node) ---------------
 

@@ -997,17 +997,24 @@ class CassandraStore(JobStore):
                          node.version, node.beat, node.state, node.running, node.info, node.tasks))
 
     def nodes(self) -> list[NodeRow]:
-        rows = self._run(self._stmt(("nodes",), "SELECT * FROM nodes"))
+        rows = self._run(self._stmt(("nodes",), "SELECT name, incarnation, dc, host, pid, started, version, beat,"
+                                                " beat_time, state, running, info, tasks, WRITETIME(beat) AS stamp FROM nodes"))
         out = [
             NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _aware(r["started"]), r["version"],
-                    r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]))
+                    r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]), r["stamp"])
             for r in rows
         ]
         return sorted(out, key=lambda n: n.name)
 
-    def delete_node(self, name: str) -> None:
-        self._run(self._stmt(("ndel",), "DELETE FROM nodes WHERE name = ?"), (name,))
-        self._run(self._stmt(("kdelall",), "DELETE FROM kill_requests WHERE node = ?"), (name,))
+    def delete_node(self, row: NodeRow) -> None:
+        """A delete stamped with the read beat's own write time: it hides that beat and older
+        cells, never a beat written after it (a later client timestamp), whatever the clock of
+        the host that deletes. No LWT: the row only ever gets plain writes."""
+        if row.stamp is None:
+            return
+        self._run(self._stmt(("ndel",), "DELETE FROM nodes USING TIMESTAMP ? WHERE name = ?"), (row.stamp, row.name))
+        self._run(self._stmt(("kdel_old",), "DELETE FROM kill_requests USING TIMESTAMP ? WHERE node = ?"),
+                  (row.stamp, row.name))
 
     # -- kill requests -----------------------------------------------------------------------------
 

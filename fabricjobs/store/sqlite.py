@@ -664,10 +664,12 @@ class SqliteStore(JobStore):
             for r in rows
         ]
 
-    def delete_node(self, name: str) -> None:
+    def delete_node(self, row: NodeRow) -> None:
         with self._write() as conn:
-            conn.execute("DELETE FROM nodes WHERE name = ?", (name,))
-            conn.execute("DELETE FROM kill_requests WHERE node = ?", (name,))
+            cur = conn.execute("DELETE FROM nodes WHERE name = ? AND incarnation = ? AND beat = ?",
+                               (row.name, row.incarnation, row.beat))
+            if cur.rowcount:
+                conn.execute("DELETE FROM kill_requests WHERE node = ?", (row.name,))
 
     # -- kill requests -------------------------------------------------------------------------
 

@@ -401,8 +401,22 @@ def test_node_rows_are_upserted_and_stamped_by_the_store_clock(store):
     assert (n1.beat, n1.running, n1.info, n1.state, n1.tasks) == (2, 3, '{"ANY": 25}', "stopped", "[]")
     assert before <= n1.beat_time <= datetime.now(UTC) + timedelta(seconds=5)
     assert abs((store.store_time() - datetime.now(UTC)).total_seconds()) < 5
-    store.delete_node("n2")
+    n2 = next(r for r in store.nodes() if r.name == "n2")
+    store.delete_node(n2)
     assert [r.name for r in store.nodes()] == ["n1"]
+
+
+def test_deleting_a_node_row_spares_a_beat_written_after_the_read(store):
+    """Forgetting a dead node acts on the row it read; if the node came back and beat again
+    in between, that newer beat (and so the node) must stay visible."""
+    store.write_node(node_row("n3", beat=1))
+    stale = next(r for r in store.nodes() if r.name == "n3")
+    time.sleep(0.002)  # a later write (Cassandra orders cells by write time)
+    store.write_node(node_row("n3", beat=2))
+    store.delete_node(stale)
+    assert [(r.name, r.beat) for r in store.nodes()] == [("n3", 2)]
+    store.delete_node(next(r for r in store.nodes() if r.name == "n3"))
+    assert store.nodes() == []
 
 
 def test_kill_requests_are_per_node_and_idempotent(store):
