@@ -12,10 +12,18 @@ job that holds the GIL can defeat it:
 * a watchdog thread sees the lease run out, makes ``is_aborted()`` true, gives the job a
   moment to end on its own, then ends it (killing a PROCESS job's process group);
 * a kernel timer (``ITIMER_REAL``, with SIGALRM left at its default action: terminate) is
-  kept armed to the lease's end plus that moment. The watchdog pushes it forward while the
-  lease is renewed; if the watchdog cannot run (a C call holding the GIL) or the whole node
-  was paused past the lease, the kernel ends the process. (A job must therefore not hold
-  the GIL for longer than the lease: 50 s with the default heartbeat.)
+  kept armed to the lease's end plus *twice* that moment, so that it fires only after the
+  watchdog has had its chance to kill a PROCESS job's process group (which lives in its own
+  session and would outlive its worker). The watchdog pushes it forward while the lease is
+  renewed; if the watchdog cannot run (a C call holding the GIL) or the whole node was
+  paused past the lease, the kernel ends the process. (A job must therefore not hold the GIL
+  for longer than the lease: 50 s with the default heartbeat.) The lease's margin before
+  anyone may declare the node dead is at least 0.25 s (heartbeat.py), more than the 0.2 s
+  this takes.
+
+The timer is relative, so it is armed from a fresh clock reading and re-armed if a pause got
+between the reading and the system call; a run is checked against its lease *after* the
+timer is armed, so a pause anywhere before the job starts is caught by one or the other.
 
 The same check runs before a result is reported, so a run resumed after a pause never reports
 success from a lease it lost.
@@ -41,6 +49,8 @@ from .runner import LEASE_LOST, Outcome, RunSpec, run_job
 _WATCH_PERIOD = 0.02
 _WATCH_PERIOD_MAX = 0.1
 _COOPERATIVE_END = 0.1  # seconds a run gets to notice is_aborted() once the lease is gone
+_DEAD_MAN = 2 * _COOPERATIVE_END  # the kernel timer fires this long after the lease's end
+_ARM_SLACK = 0.01  # a timer armed later than this after its clock reading is armed again
 _LOST = "run ended: its node stopped renewing the lease"
 
 
@@ -73,8 +83,13 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
         with send_lock:
             conn.send(msg)
 
-    def arm(seconds: float) -> None:
-        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    def arm(until: float) -> None:
+        """Set the dead-man timer to fire _DEAD_MAN after the lease end ``until`` (monotonic)."""
+        while True:
+            read = time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, max(until + _DEAD_MAN - read, 0.001))
+            if time.monotonic() - read <= _ARM_SLACK:
+                return  # no pause between the reading and the call worth speaking of
 
     def lease_watchdog() -> None:
         while True:
@@ -87,7 +102,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             now = time.monotonic()
             if board.lease_valid(now, generation) and os.getppid() == parent:
                 until = board.lease_until()
-                arm(until - now + _COOPERATIVE_END)  # push the dead-man timer forward
+                arm(until)  # push the dead-man timer forward
                 # The lease cannot lapse before `until`: sleep till then (a renewal moves it on),
                 # but look at least every _WATCH_PERIOD_MAX for a node that died.
                 time.sleep(min(max(until - now, _WATCH_PERIOD), _WATCH_PERIOD_MAX))
@@ -135,11 +150,11 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             return
         # (The node clears this slot's abort flag before sending the spec; clearing it here
         # would lose a STOPJOB that arrived before the run began.)
-        now = time.monotonic()
-        if not board.lease_valid(now, spec.generation):
+        arm(board.lease_until())  # first the timer, then the check: a pause between is caught
+        if not board.lease_valid(time.monotonic(), spec.generation):
+            signal.setitimer(signal.ITIMER_REAL, 0)
             send(("done", spec.task, Outcome(LEASE_LOST, error=_LOST)))
             continue
-        arm(board.lease_until() - now + _COOPERATIVE_END)
         lost.clear()
         with current.lock:
             current.task, current.generation, current.child = spec.task, spec.generation, None

@@ -2,7 +2,7 @@
 
 Every ``interval`` the node writes its row with a bigger beat counter. Each successful write
 renews the lease on the board to ``t0 + interval x miss - margin`` (margin: two intervals, at
-least 0.25 s), where ``t0`` is the monotonic time *before* the write was sent. Another node can
+least 0.35 s), where ``t0`` is the monotonic time *before* the write was sent. Another node can
 only declare this one dead after watching its beat stand still for ``interval x miss`` on its
 own clock, and it cannot have seen this beat before ``t0``; so when the beats stop, this
 node's runs (which watch the lease, see :mod:`fabricjobs.jobs.worker`) end themselves at least
@@ -38,8 +38,8 @@ log = logging.getLogger("fabricjobs.node.heartbeat")
 
 def lease_seconds(interval: float, miss: int) -> float:
     """How long a run outlives the last successful beat: the dead threshold less a margin of
-    two intervals (at least 0.25 s, the time a run is given to end once its lease is gone)."""
-    return interval * miss - max(2 * interval, 0.25)
+    two intervals (at least 0.35 s: a run whose lease is gone is ended within 0.2 s, see jobs/worker.py)."""
+    return interval * miss - max(2 * interval, 0.35)
 
 
 class Heartbeat:

@@ -1,0 +1,106 @@
+"""A worker process ends its run when its node's lease runs out (SPEC 5, guarantee 1), at the
+worst moments a review found: a PROCESS job that ignores SIGTERM, and a worker paused right
+after it checked the lease. Real worker processes, a real board, no node: the lease is set
+once and never renewed, as if the node had been paused."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.jobs import worker as worker_module
+from fabricjobs.jobs.board import Board
+from fabricjobs.jobs.registry import JobCatalog
+from fabricjobs.jobs.runner import LEASE_LOST, RunSpec
+from fabricjobs.model import JobKey
+from harness import wait_for
+
+LEASE = 0.3
+
+
+@pytest.fixture
+def board():
+    b = Board.create(1)
+    yield b
+    b.close(unlink=True)
+
+
+def _script(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+
+
+def _start(board: Board, tmp_path: Path, job: str, target=worker_module.worker_main):
+    ctx = mp.get_context("fork")
+    ours, theirs = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=target, args=(theirs, board.path, 1, 0, 30, 30, "n1"), daemon=True)
+    board.set_lease(time.monotonic() + LEASE, time.monotonic())  # the last renewal there will be
+    proc.start()
+    ours.send(RunSpec(1, JobKey("PROCESS", job, "u1"), 1, "n1", "{}", 0, 65536,
+                      JobCatalog("", (), str(tmp_path)), board.generation()))
+    return proc, ours
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_process_job_that_ignores_sigterm_dies_with_the_lease_not_after_its_worker(board, tmp_path):
+    """The watchdog must kill the job's own process group before the kernel's dead-man timer
+    ends the worker: a PROCESS job lives in its own session and would outlive its worker."""
+    log = tmp_path / "log"
+    _script(tmp_path, "stubborn.sh", f"trap 'echo term >> {log}' TERM\necho \"start $$\" >> {log}\n"
+                                     f"for i in $(seq 1 50); do sleep 0.1; done\necho end >> {log}\n")
+    began = time.monotonic()
+    proc, conn = _start(board, tmp_path, "stubborn.sh")
+    pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 5, "the job to start")[0])
+    proc.join(5)
+    wait_for(lambda: not _alive(pid), 1.0, "the job's process to be gone")
+    gone_after = time.monotonic() - began
+    assert gone_after < LEASE + 0.35, f"the job outlived its lease by {gone_after - LEASE:.2f} s"
+    assert proc.exitcode == 3, f"the worker ended by {proc.exitcode} (-14: the kernel timer beat the watchdog)"
+    msgs = []
+    try:
+        while conn.poll(0.2):
+            msgs.append(conn.recv())
+    except EOFError:  # the worker is gone; what it sent before is in msgs
+        pass
+    assert any(m[0] == "done" and m[2].kind == LEASE_LOST for m in msgs), msgs
+    time.sleep(0.3)
+    assert "end" not in log.read_text()
+
+
+def _paused_after_its_lease_check(*args):
+    """worker_main, but its main thread stalls 1 s right after its first lease check said yes
+    (a SIGSTOP at that instant)."""
+    original, state = Board.lease_valid, {"paused": False}
+
+    def lease_valid(self, now=None, generation=None):
+        ok = original(self, now, generation)
+        if threading.current_thread() is threading.main_thread() and not state["paused"]:
+            state["paused"] = True
+            time.sleep(1.0)
+        return ok
+
+    Board.lease_valid = lease_valid
+    worker_module.worker_main(*args)
+
+
+def test_a_worker_paused_after_its_lease_check_never_starts_the_job(board, tmp_path):
+    mark = tmp_path / "started"
+    _script(tmp_path, "mark.sh", f"echo started > {mark}\nsleep 2\n")
+    proc, conn = _start(board, tmp_path, "mark.sh", target=_paused_after_its_lease_check)
+    proc.join(5)
+    assert not proc.is_alive()
+    time.sleep(0.3)
+    assert not mark.exists(), "the job started after its lease had run out"
