@@ -188,3 +188,12 @@ def read_records(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 pass  # a record cut by a kill
     return out
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (or stopped) process, not a zombie: /proc, no signal sent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
+    except OSError:
+        return False

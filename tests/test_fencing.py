@@ -19,7 +19,7 @@ import pytest
 
 from fabricjobs.config import load_config
 from fabricjobs.model import Status
-from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+from harness import TESTS, Cluster, NodeProcess, process_alive, read_records, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +29,6 @@ def cluster(tmp_path, request):
     c = Cluster(tmp_path, settings=getattr(request, "param", None), request=request)
     yield c
     c.stop_all()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(cluster, tmp_path):
@@ -109,7 +101,7 @@ def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dea
     paused_at = time.time()
     a.signal(signal.SIGSTOP)  # the node only: its worker sits in a C call that never releases the GIL
     try:
-        wait_for(lambda: not _alive(pid), 5, "the GIL-bound run to be ended by its lease")
+        wait_for(lambda: not process_alive(pid), 5, "the GIL-bound run to be ended by its lease")
         ended_after = time.time() - paused_at
         wait_for(lambda: "b start" in log.read_text(), 10, "b to take the job over")
         assert ended_after < 1.0, f"the stale run lived {ended_after:.2f} s; the dead threshold is 1.0 s"

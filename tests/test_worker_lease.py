@@ -18,7 +18,7 @@ from fabricjobs.jobs.board import Board
 from fabricjobs.jobs.registry import JobCatalog
 from fabricjobs.jobs.runner import LEASE_LOST, RunSpec
 from fabricjobs.model import JobKey
-from harness import wait_for
+from harness import process_alive, wait_for
 
 LEASE = 0.3
 
@@ -47,14 +47,6 @@ def _start(board: Board, tmp_path: Path, job: str, target=worker_module.worker_m
     return proc, ours
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
-    except OSError:
-        return False
-
-
 def test_a_process_job_that_ignores_sigterm_dies_with_the_lease_not_after_its_worker(board, tmp_path):
     """The watchdog must kill the job's own process group before the kernel's dead-man timer
     ends the worker: a PROCESS job lives in its own session and would outlive its worker."""
@@ -65,7 +57,7 @@ def test_a_process_job_that_ignores_sigterm_dies_with_the_lease_not_after_its_wo
     proc, conn = _start(board, tmp_path, "stubborn.sh")
     pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 5, "the job to start")[0])
     proc.join(5)
-    wait_for(lambda: not _alive(pid), 1.0, "the job's process to be gone")
+    wait_for(lambda: not process_alive(pid), 1.0, "the job's process to be gone")
     gone_after = time.monotonic() - began
     assert gone_after < LEASE + 0.35, f"the job outlived its lease by {gone_after - LEASE:.2f} s"
     assert proc.exitcode == 3, f"the worker ended by {proc.exitcode} (-14: the kernel timer beat the watchdog)"
