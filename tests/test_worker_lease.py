@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -96,3 +97,27 @@ def test_a_worker_paused_after_its_lease_check_never_starts_the_job(board, tmp_p
     assert not proc.is_alive()
     time.sleep(0.3)
     assert not mark.exists(), "the job started after its lease had run out"
+
+
+@pytest.mark.parametrize("blow", ["SIGSTOP", "SIGKILL"])
+def test_a_process_job_ends_with_the_lease_whatever_happens_to_its_worker(board, tmp_path, blow):
+    """The node's process group stopped (Ctrl-Z) or killed (a supervisor): the worker can do
+    nothing, but the PROCESS job lives in its own session and must still end with the lease,
+    before another node may take it over. Its guard, in the job's own group, ends it."""
+    log = tmp_path / "log"
+    _script(tmp_path, "stubborn.sh", f"trap 'echo term >> {log}' TERM\necho \"start $$\" >> {log}\n"
+                                     f"for i in $(seq 1 50); do sleep 0.1; done\necho end >> {log}\n")
+    began = time.monotonic()
+    proc, conn = _start(board, tmp_path, "stubborn.sh")
+    pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 5, "the job to start")[0])
+    os.kill(proc.pid, getattr(signal, blow))
+    try:
+        wait_for(lambda: not process_alive(pid), LEASE + 1.0, f"the job to end with the lease after {blow} of its worker")
+        gone_after = time.monotonic() - began
+        assert gone_after < LEASE + 0.35, f"the job outlived its lease by {gone_after - LEASE:.2f} s"
+        time.sleep(0.2)
+        assert "end" not in log.read_text()
+    finally:
+        if blow == "SIGSTOP":
+            os.kill(proc.pid, signal.SIGCONT)
+        proc.join(5)

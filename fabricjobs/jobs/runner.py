@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -41,6 +42,7 @@ class RunSpec:
     log_max: int = 65536  # bytes of log lines kept for the run's history
     job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
     store_config: dict | None = None  # config values, for jobs that use the store (INTERFACE_LISTENER)
+    board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
 
 
 @dataclass(frozen=True)
@@ -259,8 +261,12 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
         "FABRICJOBS_JOB_KEY": str(spec.key), "FABRICJOBS_JOB_UID": spec.key.uid,
         "FABRICJOBS_EPOCH": str(spec.epoch), "FABRICJOBS_NODE": spec.node,
     })
+    argv = process_argv(str(path), arguments)
+    if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
+        argv = [sys.executable, "-P", "-m", "fabricjobs.jobs.guard", spec.board[0], str(spec.board[1]),
+                str(spec.generation), "--", *argv]
     proc = subprocess.Popen(
-        process_argv(str(path), arguments),
+        argv,
         cwd=str(path.parent),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -36,6 +36,7 @@ Protocol on the pipe (picklable tuples):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -159,6 +160,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
         with current.lock:
             current.task, current.generation, current.child = spec.task, spec.generation, None
         busy.set()
+
+        spec = dataclasses.replace(spec, board=(board_path, slots))  # for a PROCESS job's guard
 
         def aborted() -> bool:
             return lost.is_set() or board.aborted(spec.slot) or not board.lease_valid(None, spec.generation)

@@ -1,0 +1,72 @@
+"""The leader of a PROCESS job's process group: runs the job as its child and ends the whole
+group when the node's lease runs out (SPEC 5, guarantee 1).
+
+A PROCESS job gets its own session so that STOPJOB and KILL can end everything it started.
+That also puts it out of reach of whatever happens to the node's process group: a SIGSTOP of
+the group (Ctrl-Z at the node's terminal) stops the worker that would end the job, and a
+SIGKILL of the group (a supervisor killing the node) kills that worker outright; either way
+the job ran on beside the run of the node that took it over. So the lease is also watched
+from inside the job's own group, by this small process, which maps the same board as the
+worker and kills its group (itself included) once the lease is gone or renewed under a new
+generation. Otherwise it waits for the job and exits as the job did, so the worker sees the
+job's own exit code or signal.
+
+usage (by the worker): python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION -- ARGV...
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from .board import Board
+
+_PERIOD = 0.02  # how often the job is polled while the lease is far from its end
+_LAPSE_GRACE = 0.1  # the moment a run gets to end by itself, as in the worker
+
+
+def main(argv: list[str]) -> int:
+    board_path, slots, generation, sep, *command = argv
+    if sep != "--" or not command:
+        print("usage: python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION -- ARGV...", file=sys.stderr)
+        return 2
+    board = Board(board_path, int(slots))
+    gen = int(generation)
+    if not board.lease_valid(None, gen):
+        return 128 + signal.SIGKILL  # claimed under a lease that is already gone: never start
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # a STOPJOB's SIGTERM is for the job; the guard reports
+    child = os.fork()
+    if child == 0:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execv(command[0], command)
+        except OSError as exc:
+            print(f"cannot run {command[0]}: {exc}", file=sys.stderr)
+            os._exit(127)
+    lapsed_at: float | None = None
+    while True:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid == child:
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)  # die the way the job died
+            return os.waitstatus_to_exitcode(status)
+        now = time.monotonic()
+        if board.lease_valid(now, gen):
+            time.sleep(min(max(board.lease_until() - now, 0.001), _PERIOD))
+            continue
+        if lapsed_at is None:
+            lapsed_at = now
+            os.killpg(0, signal.SIGTERM)  # the job's chance to end by itself
+        elif now - lapsed_at >= _LAPSE_GRACE:
+            os.killpg(0, signal.SIGKILL)  # the job's whole group, this process too
+        time.sleep(0.005)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
