@@ -48,15 +48,22 @@ def _start(board: Board, tmp_path: Path, job: str, target=worker_module.worker_m
     return proc, ours
 
 
-def test_a_process_job_that_ignores_sigterm_dies_with_the_lease_not_after_its_worker(board, tmp_path):
-    """The watchdog must kill the job's own process group before the kernel's dead-man timer
-    ends the worker: a PROCESS job lives in its own session and would outlive its worker."""
+def _start_stubborn(board: Board, tmp_path: Path):
+    """A PROCESS job that ignores SIGTERM and would run 5 s, started under a 0.3 s lease;
+    returns its log, the start time, the worker, its pipe and the job's pid."""
     log = tmp_path / "log"
     _script(tmp_path, "stubborn.sh", f"trap 'echo term >> {log}' TERM\necho \"start $$\" >> {log}\n"
                                      f"for i in $(seq 1 50); do sleep 0.1; done\necho end >> {log}\n")
     began = time.monotonic()
     proc, conn = _start(board, tmp_path, "stubborn.sh")
     pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 5, "the job to start")[0])
+    return log, began, proc, conn, pid
+
+
+def test_a_process_job_that_ignores_sigterm_dies_with_the_lease_not_after_its_worker(board, tmp_path):
+    """The watchdog must kill the job's own process group before the kernel's dead-man timer
+    ends the worker: a PROCESS job lives in its own session and would outlive its worker."""
+    log, began, proc, conn, pid = _start_stubborn(board, tmp_path)
     proc.join(5)
     wait_for(lambda: not process_alive(pid), 1.0, "the job's process to be gone")
     gone_after = time.monotonic() - began
@@ -104,12 +111,7 @@ def test_a_process_job_ends_with_the_lease_whatever_happens_to_its_worker(board,
     """The node's process group stopped (Ctrl-Z) or killed (a supervisor): the worker can do
     nothing, but the PROCESS job lives in its own session and must still end with the lease,
     before another node may take it over. Its guard, in the job's own group, ends it."""
-    log = tmp_path / "log"
-    _script(tmp_path, "stubborn.sh", f"trap 'echo term >> {log}' TERM\necho \"start $$\" >> {log}\n"
-                                     f"for i in $(seq 1 50); do sleep 0.1; done\necho end >> {log}\n")
-    began = time.monotonic()
-    proc, conn = _start(board, tmp_path, "stubborn.sh")
-    pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 5, "the job to start")[0])
+    log, began, proc, conn, pid = _start_stubborn(board, tmp_path)
     os.kill(proc.pid, getattr(signal, blow))
     try:
         wait_for(lambda: not process_alive(pid), LEASE + 1.0, f"the job to end with the lease after {blow} of its worker")
