@@ -237,7 +237,25 @@ def test_a_node_gone_longer_than_the_retention_is_forgotten(cluster):
              "node-b's row to be deleted (dead, and no beat for the 1.8 s retention)")
     out = cluster.shell("-e", "nodes;").stdout
     assert "node-a" in out and "node-b" not in out
-    assert "forgot node node-b" in cluster.nodes["node-a"].log()
+    assert "forgetting node node-b" in cluster.nodes["node-a"].log()
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005}}], indirect=True)
+def test_a_dead_node_that_still_owns_a_job_is_not_forgotten(cluster, tmp_path):
+    """node-b dies holding a job only it may run (AFFINITY = its name); node-c dies holding
+    nothing. Both are past the retention, but only node-c's row may go: node-b's row is how a
+    node started later finds the job's owner dead."""
+    cluster.start_node("node-a")
+    b, c = cluster.start_node("node-b"), cluster.start_node("node-c")
+    args = json.dumps({"log": str(tmp_path / "runs.jsonl"), "seconds": 3600})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='pinned' affinity='node-b' args='{args}';")
+    cluster.wait_job("USER_JOB", "Probe.record", "pinned", lambda j: j.status is Status.IN_PROCESS and j.worker_id == "node-b")
+    b.signal_group(signal.SIGKILL)
+    c.signal_group(signal.SIGKILL)
+    store = cluster.client().store
+    wait_for(lambda: "node-c" not in [r.name for r in store.nodes()], 15, "node-c's row to be deleted")
+    assert [r.name for r in store.nodes()] == ["node-a", "node-b"]
+    assert cluster.job("USER_JOB", "Probe.record", "pinned").worker_id == "node-b"
 
 
 def test_sigterm_stops_cleanly_and_leaves_interrupted_runs_for_a_rerun(cluster, tmp_path):

@@ -37,11 +37,11 @@ def _script(directory: Path, name: str, body: str) -> None:
     path.chmod(0o755)
 
 
-def _start(board: Board, tmp_path: Path, job: str, target=worker_module.worker_main):
+def _start(board: Board, tmp_path: Path, job: str, target=worker_module.worker_main, lease: float = LEASE):
     ctx = mp.get_context("fork")
     ours, theirs = ctx.Pipe(duplex=True)
     proc = ctx.Process(target=target, args=(theirs, board.path, 1, 0, 30, 30, "n1"), daemon=True)
-    board.set_lease(time.monotonic() + LEASE, time.monotonic())  # the last renewal there will be
+    board.set_lease(time.monotonic() + lease, time.monotonic())  # the last renewal there will be
     proc.start()
     ours.send(RunSpec(1, JobKey("PROCESS", job, "u1"), 1, "n1", "{}", 0, 65536,
                       JobCatalog("", (), str(tmp_path)), board.generation()))
@@ -100,10 +100,17 @@ def test_a_worker_paused_after_its_lease_check_never_starts_the_job(board, tmp_p
     mark = tmp_path / "started"
     _script(tmp_path, "mark.sh", f"echo started > {mark}\nsleep 2\n")
     proc, conn = _start(board, tmp_path, "mark.sh", target=_paused_after_its_lease_check)
-    proc.join(5)
-    assert not proc.is_alive()
+    try:
+        # Either the worker saw the lapse and said so, or its dead-man timer ended it.
+        reply = conn.recv() if conn.poll(5) else None
+        assert reply is None or (reply[0], reply[2].kind) == ("done", LEASE_LOST), reply
+    except EOFError:
+        assert not proc.is_alive() or proc.join(1) is None
     time.sleep(0.3)
     assert not mark.exists(), "the job started after its lease had run out"
+    if proc.is_alive():
+        conn.send(None)
+    proc.join(5)
 
 
 @pytest.mark.parametrize("blow", ["SIGSTOP", "SIGKILL"])
@@ -122,4 +129,26 @@ def test_a_process_job_ends_with_the_lease_whatever_happens_to_its_worker(board,
     finally:
         if blow == "SIGSTOP":
             os.kill(proc.pid, signal.SIGCONT)
+        proc.join(5)
+
+
+@pytest.mark.parametrize("body, exit_code, error", [
+    ("exit 3\n", 3, "exit code 3"),
+    ("kill -KILL $$\n", -9, "killed by signal 9"),
+    ("kill -SEGV $$\n", -11, "killed by signal 11"),
+    # SIGPIPE at its default (as without a guard): `yes` dies of it (141), not of EPIPE (1)
+    ("yes | head -n 1 > /dev/null\nexit ${PIPESTATUS[0]}\n", 141, "exit code 141"),
+])
+def test_a_guarded_process_job_reports_its_own_exit_code_or_signal(board, tmp_path, body, exit_code, error):
+    _script(tmp_path, "ends.sh", body)
+    proc, conn = _start(board, tmp_path, "ends.sh", lease=30.0)
+    try:
+        msg = conn.recv()
+        while msg[0] != "done":
+            msg = conn.recv()
+        outcome = msg[2]
+        assert (outcome.exit_code, outcome.error.split(":")[0]) == (exit_code, error), outcome
+        assert not list(tmp_path.glob("core*"))
+    finally:
+        conn.send(None)
         proc.join(5)

@@ -33,6 +33,7 @@ _SEQ = struct.Struct("=Q")
 _LEASE = struct.Struct("=d")
 _GEN = struct.Struct("=Q")
 _PREFIX = "fabricjobs-board-"
+_READ_TRIES = 10_000  # a torn read is retried this often (an update takes microseconds)
 
 
 class Board:
@@ -67,7 +68,7 @@ class Board:
         return lapsed
 
     def _read(self) -> tuple[float, int]:
-        while True:
+        for _ in range(_READ_TRIES):
             s1 = _SEQ.unpack_from(self._mm, 0)[0]
             lease = _LEASE.unpack_from(self._mm, 8)[0]
             gen = _GEN.unpack_from(self._mm, 16)[0]
@@ -75,6 +76,8 @@ class Board:
             if s1 == s2 and not s1 & 1:
                 return lease, gen
             time.sleep(0)
+        # The writer died or froze mid-update (odd sequence): its lease cannot be trusted.
+        return 0.0, gen
 
     def lease_until(self) -> float:
         return self._read()[0]

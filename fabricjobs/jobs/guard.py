@@ -17,6 +17,7 @@ usage (by the worker): python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION --
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sys
 import time
@@ -25,6 +26,7 @@ from .board import Board
 
 _PERIOD = 0.02  # how often the job is polled while the lease is far from its end
 _LAPSE_GRACE = 0.1  # the moment a run gets to end by itself, as in the worker
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # for the job, not for the guard
 
 
 def main(argv: list[str]) -> int:
@@ -36,36 +38,55 @@ def main(argv: list[str]) -> int:
     gen = int(generation)
     if not board.lease_valid(None, gen):
         return 128 + signal.SIGKILL  # claimed under a lease that is already gone: never start
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)  # a STOPJOB's SIGTERM is for the job; the guard reports
+    # Blocked, not ignored: a STOPJOB's SIGTERM that comes before the job has its own handlers
+    # stays pending and reaches the job; the guard itself never acts on these.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     child = os.fork()
     if child == 0:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # What Popen would have given the job: default dispositions (Python ignores SIGPIPE
+        # and SIGXFSZ, and exec keeps ignored signals ignored), nothing blocked.
+        for sig in (*_STOPS, signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
         try:
             os.execv(command[0], command)
         except OSError as exc:
             print(f"cannot run {command[0]}: {exc}", file=sys.stderr)
             os._exit(127)
+    status: int | None = None
     lapsed_at: float | None = None
     while True:
-        pid, status = os.waitpid(child, os.WNOHANG)
-        if pid == child:
-            if os.WIFSIGNALED(status):
-                sig = os.WTERMSIG(status)
-                signal.signal(sig, signal.SIG_DFL)
-                os.kill(os.getpid(), sig)  # die the way the job died
-            return os.waitstatus_to_exitcode(status)
+        if status is None:
+            pid, st = os.waitpid(child, os.WNOHANG)
+            if pid == child:
+                status = st
+                if lapsed_at is None:
+                    return _exit_like(status)  # the job ended under a valid lease
         now = time.monotonic()
-        if board.lease_valid(now, gen):
-            time.sleep(min(max(board.lease_until() - now, 0.001), _PERIOD))
-            continue
         if lapsed_at is None:
+            if board.lease_valid(now, gen):
+                time.sleep(min(max(board.lease_until() - now, 0.001), _PERIOD))
+                continue
             lapsed_at = now
             os.killpg(0, signal.SIGTERM)  # the job's chance to end by itself
         elif now - lapsed_at >= _LAPSE_GRACE:
-            os.killpg(0, signal.SIGKILL)  # the job's whole group, this process too
+            # The whole group, this process too: also what the job started, even if the job
+            # itself has already ended on the SIGTERM.
+            os.killpg(0, signal.SIGKILL)
         time.sleep(0.005)
+
+
+def _exit_like(status: int) -> int:
+    """Exit as the job did, so the worker reports its exit code or signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a SIGSEGV here must not dump the guard
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        time.sleep(1.0)  # the signal ends the process before this returns
+    return os.waitstatus_to_exitcode(status)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ job that holds the GIL can defeat it:
   renewed; if the watchdog cannot run (a C call holding the GIL) or the whole node was
   paused past the lease, the kernel ends the process. (A job must therefore not hold the GIL
   for longer than the lease: 50 s with the default heartbeat.) The lease's margin before
-  anyone may declare the node dead is at least 0.25 s (heartbeat.py), more than the 0.2 s
+  anyone may declare the node dead is at least 0.35 s (heartbeat.py), more than the 0.2 s
   this takes.
 
 The timer is relative, so it is armed from a fresh clock reading and re-armed if a pause got
@@ -151,8 +151,11 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             return
         # (The node clears this slot's abort flag before sending the spec; clearing it here
         # would lose a STOPJOB that arrived before the run began.)
-        arm(board.lease_until())  # first the timer, then the check: a pause between is caught
-        if not board.lease_valid(time.monotonic(), spec.generation):
+        ok = board.lease_valid(time.monotonic(), spec.generation)
+        if ok:  # (a lease long gone would make the timer race the reply below)
+            arm(board.lease_until())
+            ok = board.lease_valid(time.monotonic(), spec.generation)  # after arming: a pause between is caught
+        if not ok:
             signal.setitimer(signal.ITIMER_REAL, 0)
             send(("done", spec.task, Outcome(LEASE_LOST, error=_LOST)))
             continue

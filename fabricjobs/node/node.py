@@ -32,6 +32,7 @@ from ..errors import ConfigError
 from ..errors import FabricJobsError
 from ..jobs.board import Board
 from ..jobs.registry import JobCatalog
+from ..model import Status
 from ..schedule import resolve_zone
 from ..store import JobStore, open_store
 from ..wakeup import Doorbell
@@ -48,6 +49,7 @@ from .workers import WorkerPool
 #: The node's threads mostly wait on pipes and the store; a collector that has a finished
 #: run in hand must not wait 5 ms for the reconcile loop to let go.
 _SWITCH_INTERVAL = 0.0005
+_OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
 log = logging.getLogger("fabricjobs.node")
 
 
@@ -370,15 +372,17 @@ class Node:
         """Delete the ``nodes`` rows of nodes gone for longer than the archive retention, so
         NODES and PS ALL do not list every node that ever ran. Two judgments must agree: this
         node has watched the beat stand still (liveness, its own clock), and the last beat is
-        older than the retention by the store's clock. Nothing is orphaned: an owner with no row
-        is judged dead like one whose beat stopped, and a node that comes back writes its row
-        again with its next beat."""
+        older than the retention by the store's clock. And the node owns no live row: its jobs
+        were taken over long ago, but one that no live node may run (its affinity) stays with
+        it, and a node started later finds dead owners through their rows in ``nodes``. A node
+        that comes back writes its row again with its next beat, before it claims anything."""
         cutoff = self.store.store_time() - retention
         for row in self.store.nodes():
             if (row.name != self.name and row.beat_time is not None and row.beat_time < cutoff
-                    and self.liveness.is_dead(row.name)):
+                    and self.liveness.is_dead(row.name)
+                    and not self.store.by_owner([row.name], _OWNED, limit=1)):
                 self.store.delete_node(row)  # only as read: a beat written since survives
-                log.info("forgot node %s: no heartbeat since %s (%g hours)", row.name, row.beat_time,
+                log.info("forgetting node %s: no heartbeat since %s (%g hours)", row.name, row.beat_time,
                          retention.total_seconds() / 3600)
 
     def stop(self) -> None:
