@@ -664,6 +664,13 @@ class CassandraStore(JobStore):
             return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
 
         self._index_upsert(target, revision)
+        if target.archived:
+            # Before the LWT, like an index intent: the moment the row is archived, JOBSTATUS n
+            # DAYS AGO can find it (readers check the row, so an entry whose LWT fails is inert).
+            try:
+                self._archive_index(target)
+            except StoreError as exc:  # JOBSTATUS n DAYS AGO misses it; the row itself is right
+                log.warning("could not record %s in the archive index (%s)", key, exc)
         new_bucket = _job_bucket(target)
         if new_bucket is not None:
             self._intents[(new_bucket, key, revision)] = datetime.now(UTC)
@@ -673,11 +680,6 @@ class CassandraStore(JobStore):
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision)
             if new_bucket is not None:
                 self._intents.pop((new_bucket, key, revision), None)
-            if target.archived:
-                try:
-                    self._archive_index(target)
-                except StoreError as exc:  # JOBSTATUS n DAYS AGO misses it; the row itself is right
-                    log.warning("could not record %s in the archive index (%s)", key, exc)
             row = settled if full is False and settled is not None else None
             if row is None:
                 row = target if full else self._select_job(key)
