@@ -1015,8 +1015,9 @@ class CassandraStore(JobStore):
         if row.stamp is None:
             return
         self._run(self._stmt(("ndel",), "DELETE FROM nodes USING TIMESTAMP ? WHERE name = ?"), (row.stamp, row.name))
-        self._run(self._stmt(("kdel_old",), "DELETE FROM kill_requests USING TIMESTAMP ? WHERE node = ?"),
-                  (row.stamp, row.name))
+        # Its KILL requests go whatever their age: none can reach a node gone this long, and
+        # a node that starts under this name clears its own anyway.
+        self._run(self._stmt(("kdelall",), "DELETE FROM kill_requests WHERE node = ?"), (row.name,))
 
     # -- kill requests -----------------------------------------------------------------------------
 
