@@ -83,7 +83,7 @@ sys.path.insert(0, str(ROOT))
 from tabulate import tabulate  # noqa: E402
 
 from bench_node import (  # noqa: E402
-    BenchError, Rig, facts_line, install_signal_handlers, machine_facts, percentile,
+    BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
 from fabricjobs.model import Status  # noqa: E402
@@ -831,18 +831,7 @@ def cmd_shell(args, backend: Backend, facts: dict, findings: list) -> dict:
 
 
 def _group_pids(pgid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry))
-    return sorted(pids)
+    return sorted(pid for pid, fields in group_stats(pgid).items() if fields[0] != "Z")
 
 
 def _rss_pss(pid: int) -> tuple[int, int | None]:

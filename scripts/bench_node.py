@@ -41,9 +41,11 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # backends.write_config: the config writer the tests use
 
 from tabulate import tabulate  # noqa: E402
 
+from backends import write_config  # noqa: E402
 from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
 
@@ -177,11 +179,10 @@ def facts_line(f: dict) -> str:
     return line + (f", commit {f['commit']}" if f.get("commit") else "")
 
 
-def group_cpu_seconds(pgid: int) -> float:
-    """utime + stime of every live process in process group ``pgid`` (the node, its fork server
-    and its workers), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+def group_stats(pgid: int) -> dict[int, list[str]]:
+    """pid -> the /proc/PID/stat fields after the comm (state ppid pgrp session tty tpgid flags
+    minflt cminflt majflt cmajflt utime stime ...) of every process in process group ``pgid``."""
+    out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -190,10 +191,15 @@ def group_cpu_seconds(pgid: int) -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
         if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+            out[int(entry)] = fields
+    return out
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """utime + stime of every live process in process group ``pgid`` (the node, its fork server
+    and its workers), from /proc."""
+    return sum(int(f[11]) + int(f[12]) for f in group_stats(pgid).values()) / os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -259,13 +265,8 @@ class Rig:
         for section, keys in settings.items():
             sections.setdefault(section, {}).update(keys)
         self.settings = sections
-        lines = []
-        for section, keys in sections.items():
-            lines.append(f"[{section}]")
-            lines.extend(f"{k} = {v}" for k, v in keys.items())
-            lines.append("")
         self.config_path = self.tmp / "config.ini"
-        self.config_path.write_text("\n".join(lines), encoding="utf-8")
+        write_config(self.config_path, sections)
 
     # -- processes ----------------------------------------------------------------------------------
 

@@ -103,9 +103,11 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from tabulate import tabulate  # noqa: E402
 
+from backends import write_config  # noqa: E402  (tests/backends.py: the config writer the tests use)
 from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.commands import parse_script  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
@@ -361,13 +363,12 @@ class RunWatcher(threading.Thread):
         self.sweep()
 
 
-class LockProbe(threading.Thread):
-    """SQLite only: every 100 ms, how long BEGIN IMMEDIATE waits for the store's write lock (what
-    a node's heartbeat write waits too). Evidence for the cause of a self-fence."""
+class _Probe(threading.Thread):
+    """Every 100 ms, times one ``_once()``; keeps every wait, and (start time, seconds) of the
+    waits over STALL. A ``_once()`` that fails is not counted."""
 
-    def __init__(self, db: Path) -> None:
-        super().__init__(name="lock-probe", daemon=True)
-        self.db = db
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
         self.waits: list[float] = []
         self.long: list[tuple[float, float]] = []  # (time the wait began, seconds) of waits over STALL
         self._halt = threading.Event()
@@ -376,23 +377,25 @@ class LockProbe(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        import sqlite3
-
-        conn = sqlite3.connect(self.db, isolation_level=None, timeout=30)
         try:
             while not self._halt.wait(0.1):
                 t, wall = time.perf_counter(), time.time()
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
+                    self._once()
+                except Exception:
                     continue
                 w = time.perf_counter() - t
                 self.waits.append(w)
                 if w > STALL:
                     self.long.append((wall, w))
         finally:
-            conn.close()
+            self._close()
+
+    def _once(self) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        pass
 
     def pct(self, p: float) -> float:
         if not self.waits:
@@ -404,42 +407,46 @@ class LockProbe(threading.Thread):
         return sum(1 for w in self.waits if w > limit)
 
 
-class ReadProbe(threading.Thread):
-    """Cassandra: every 100 ms, how long one read of one row takes through the store (its own
-    driver session). The CQL test server is one Python process; when the takeovers and
-    restarts that faults cause saturate it, every node's writes (outcomes, fires, claims) wait
-    as long. Waits over STALL are kept, as the SQLite probe keeps lock waits."""
+class LockProbe(_Probe):
+    """SQLite only: how long BEGIN IMMEDIATE waits for the store's write lock (what a node's
+    heartbeat write waits too). Evidence for the cause of a self-fence."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__("lock-probe")
+        self.db = db
+        self._conn = None
+
+    def _once(self) -> None:
+        import sqlite3
+
+        if self._conn is None:
+            self._conn = sqlite3.connect(self.db, isolation_level=None, timeout=30)
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._conn.execute("ROLLBACK")
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+class ReadProbe(_Probe):
+    """Cassandra: how long one read of one row takes through the store (its own driver
+    session). The CQL test server is one Python process; when the takeovers and restarts that
+    faults cause saturate it, every node's writes (outcomes, fires, claims) wait as long."""
 
     def __init__(self, config_path: Path, key: JobKey) -> None:
-        super().__init__(name="read-probe", daemon=True)
+        super().__init__("read-probe")
         self.client = Client.from_config(config_path)
         self.key = key
-        self.waits: list[float] = []
-        self.long: list[tuple[float, float]] = []
-        self._halt = threading.Event()
 
-    def stop(self) -> None:
-        self._halt.set()
+    def _once(self) -> None:
+        self.client.store.get(self.key)
 
-    def run(self) -> None:
+    def _close(self) -> None:
         try:
-            while not self._halt.wait(0.1):
-                t, wall = time.perf_counter(), time.time()
-                try:
-                    self.client.store.get(self.key)
-                except Exception:
-                    continue
-                w = time.perf_counter() - t
-                self.waits.append(w)
-                if w > STALL:
-                    self.long.append((wall, w))
-        finally:
-            try:
-                self.client.close()
-            except Exception:
-                pass
-
-    pct = LockProbe.pct
+            self.client.close()
+        except Exception:
+            pass
 
 
 # ==================================================================================================
@@ -480,13 +487,8 @@ class Cluster:
                                      "KEYSPACE": "chaos_" + uuid.uuid4().hex[:10], "PROTOCOL_VERSION": 4,
                                      "CONSISTENCY": "ONE", "REQUEST_TIMEOUT_SEC": 10}
         self.settings = sections
-        lines = []
-        for section, keys in sections.items():
-            lines.append(f"[{section}]")
-            lines.extend(f"{k} = {v}" for k, v in keys.items())
-            lines.append("")
         self.config_path = self.tmp / "config.ini"
-        self.config_path.write_text("\n".join(lines))
+        write_config(self.config_path, sections)
         self.submit_client = Client.from_config(self.config_path)
         self.monitor_client = Client.from_config(self.config_path)
         self.monitor_store = self.monitor_client.store
