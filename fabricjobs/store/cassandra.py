@@ -707,10 +707,16 @@ class CassandraStore(JobStore):
 
         def one(item):
             (expected, new), record = item
+            if record is None:
+                return self.cas(expected, new)
+            # The history line goes in BEFORE the LWT (as the archive-index entry does), so a
+            # reader who sees the row's change (WAITJOB, then JOBLOG) finds its run; a writer
+            # whose LWT lost takes its line back, so a fenced writer records nothing. A crash
+            # between the two leaves a line for a run whose row change never landed.
+            self._record_run(record)
             res = self.cas(expected, new)
-            if res.applied and record is not None:
-                # After the LWT decided, only by its winner: a fenced writer records nothing.
-                self._record_run(record)
+            if not res.applied:
+                self._unrecord_run(record)
             return res
 
         items = list(zip(pairs, records))
@@ -728,6 +734,14 @@ class CassandraStore(JobStore):
                              r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note, self.archive_ttl))
         except StoreError as exc:  # the job row is right; only its history line is missing
             log.warning("could not record run %s of %s (%s)", r.epoch, r.key, exc)
+
+    def _unrecord_run(self, r: RunRecord) -> None:
+        stmt = self._stmt(("rundel",), "DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? "
+                                       "AND epoch = ? AND end_time = ?")
+        try:
+            self._run(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.end))
+        except StoreError as exc:
+            log.warning("could not take back the history line of fenced run %s of %s (%s)", r.epoch, r.key, exc)
 
     @staticmethod
     def _to_run(row: dict) -> RunRecord:

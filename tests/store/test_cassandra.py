@@ -6,6 +6,7 @@ injects the failures a real cluster produces.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -13,6 +14,7 @@ import pytest
 
 from fabricjobs.errors import SchemaVersionError, StoreError
 from fabricjobs.model import Job, JobKey, Status
+from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
 
 UTC = timezone.utc
@@ -249,3 +251,31 @@ def test_the_driver_is_imported_only_for_this_backend(tmp_path):
     (tmp_path / "c.ini").write_text(f"[store]\nSQLITE_PATH = {tmp_path / 'x.db'}\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_runs_history_line_is_readable_by_the_time_its_row_change_lands(server, keyspace, monkeypatch):
+    """WAITJOB then JOBLOG: whoever sees the outcome row must find its run. Cassandra cannot
+    put both in one transaction, so the line goes first and a losing writer takes it back."""
+    store = open_store(server, keyspace)
+    try:
+        inserted = store.insert(waiting_job("h")).row
+        row = store.cas(inserted, claim(inserted, "n1")).row
+        seen_at_lwt = []
+        real_cas = store.cas
+
+        def spying_cas(expected, new):
+            seen_at_lwt.append(store.run(expected.key, expected.epoch))
+            return real_cas(expected, new)
+
+        monkeypatch.setattr(store, "cas", spying_cas)
+        done = row.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(seconds=1))
+        rec = RunRecord(row.key, row.epoch, "n1", T0, T0, T0 + timedelta(seconds=1), "OK", "PROCESSED", 0)
+        assert store.cas_many([(row, done)], runs=[rec])[0].applied
+        assert seen_at_lwt[0] is not None and seen_at_lwt[0].result == "OK"
+        # The same write again is fenced (the row moved on): its line is taken back.
+        stale = dataclasses.replace(rec, end=T0 + timedelta(seconds=2), result="ERROR")
+        later = row.replace(status=Status.FAILED, end_time=T0 + timedelta(seconds=2))
+        assert not store.cas_many([(row, later)], runs=[stale])[0].applied
+        assert [r.result for r in store.runs("USER_JOB", "A.b", "h")] == ["OK"]
+    finally:
+        store.close()
