@@ -45,6 +45,7 @@ _RUN_COLUMNS = (
     "error", "output", "exit_code", "log", "note",
 )
 _COLS = ", ".join(_JOB_COLUMNS)
+_RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35) else ""
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -443,16 +444,23 @@ class SqliteStore(JobStore):
                 old_p, new_p = _job_params(expected), _job_params(new)
                 changed = [i for i in range(3, len(_JOB_COLUMNS)) if _JOB_COLUMNS[i] != "revision" and old_p[i] != new_p[i]]
                 sets = "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed)
-                cur = conn.execute(
+                # RETURNING hands back the whole row as written (a claimed candidate's arguments
+                # included) in the same statement: no second read per write.
+                written = conn.execute(
                     f"UPDATE k2_jobs SET {sets}revision = ? "
                     "WHERE type = ? AND name = ? AND uid = ? "
-                    "AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?",
+                    f"AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?{_RETURNING}",
                     tuple(new_p[i] for i in changed)
                     + (expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
                        expected.status.value, expected.epoch, expected.worker_id, expected.revision),
                 )
-                if cur.rowcount == 1:
-                    results.append(CasResult(True, row=self._get(conn, expected.key)))
+                if _RETURNING:
+                    returned = written.fetchall()  # all: the statement ends here, not at commit
+                    row = _row_to_job(returned[0]) if returned else None
+                else:  # SQLite before 3.35: read the row back
+                    row = self._get(conn, expected.key) if written.rowcount == 1 else None
+                if row is not None:
+                    results.append(CasResult(True, row=row))
                     if record is not None:  # in the same transaction: recorded iff the CAS applied
                         conn.execute(
                             f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
