@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -179,6 +179,35 @@ def test_stopjob_kills_a_process_job_that_ignores_sigterm_with_its_children(clus
         return not out.strip()
 
     wait_for(group_gone, 5, "the process group of the job (and its sleep child) to be gone")
+
+
+def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster, tmp_path):
+    """Runs of jobs seen to be short ride to a worker together (a train); if one of them runs
+    long after all, the ones behind it are sent back and run on other workers at once."""
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("node-a")
+    quick = json.dumps({"log": str(log)})
+    for i in range(8):  # the node learns that Probe.record is short (the first run imports it)
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
+        cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
+    slow = json.dumps({"log": str(log), "seconds": 3600, "starts": str(tmp_path / "starts.jsonl")})
+    # Four jobs due in the same second: claimed in one pass, a (long this time) ahead of b.
+    due = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    at = f"exec_interval='{due}' tz='UTC'"
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='a' args='{slow}' {at};"
+                  + "".join(f"startjob user_job name='Probe.record' uid='{u}' args='{quick}' {at};" for u in "bcd"))
+    for u in "bcd":
+        assert cluster.wait_job("USER_JOB", "Probe.record", u, final, timeout=8).status is Status.PROCESSED
+    assert cluster.job("USER_JOB", "Probe.record", "a").status is Status.IN_PROCESS
+    a = read_records(tmp_path / "starts.jsonl")[0]
+    b = next(r for r in read_records(log) if r["key"].endswith(".b"))
+    # Claimed ahead of the due time (the scheduler's lead), but started at it, not before.
+    due_at = datetime.strptime(due, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    assert due_at <= a["start"] < due_at + 1
+    # b rode behind a: it began only once a had run long, and in another worker process.
+    assert b["start"] - a["start"] >= 0.15 and b["pid"] != a["pid"]
+    cluster.fetch("stopjob user_job name='Probe.record' uid='a';")
+    assert cluster.wait_job("USER_JOB", "Probe.record", "a", final).status is Status.TERMINATED
 
 
 def test_restartjob_reruns_a_running_job_and_resumejob_revives_an_archived_one(cluster, tmp_path):

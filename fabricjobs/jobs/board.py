@@ -16,7 +16,8 @@ Layout (one small file mapped by every process of the node):
     0   uint64  sequence (odd while the writer is mid-update)
     8   float64 lease_until, on CLOCK_MONOTONIC (shared by all processes of one host)
     16  uint64  generation
-    24  uint8   abort flag per worker slot
+    24  uint64  per worker slot: the task whose run must end (0: none). A worker may hold
+                a short train of runs (see executor.py), so the flag names the run, not the slot.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _HEADER = 24
 _SEQ = struct.Struct("=Q")
 _LEASE = struct.Struct("=d")
 _GEN = struct.Struct("=Q")
+_TASK = struct.Struct("=Q")
 _PREFIX = "fabricjobs-board-"
 _READ_TRIES = 10_000  # a torn read is retried this often (an update takes microseconds)
 
@@ -40,7 +42,7 @@ class Board:
     def __init__(self, path: str, slots: int, *, create: bool = False) -> None:
         self.path = path
         self.slots = slots
-        size = _HEADER + max(slots, 1)
+        size = _HEADER + _TASK.size * max(slots, 1)
         if create:
             with open(path, "wb") as f:
                 f.write(b"\0" * size)
@@ -93,11 +95,15 @@ class Board:
 
     # -- abort flags (node sets, the run in that slot reads) --------------------------------------
 
-    def set_abort(self, slot: int, value: bool = True) -> None:
-        self._mm[_HEADER + slot] = 1 if value else 0
+    def set_abort(self, slot: int, task: int) -> None:
+        """Ask run ``task`` in ``slot`` to end (it may be running, or still queued there)."""
+        _TASK.pack_into(self._mm, _HEADER + _TASK.size * slot, task)
 
-    def aborted(self, slot: int) -> bool:
-        return self._mm[_HEADER + slot] != 0
+    def clear_abort(self, slot: int) -> None:
+        _TASK.pack_into(self._mm, _HEADER + _TASK.size * slot, 0)
+
+    def aborted(self, slot: int, task: int) -> bool:
+        return _TASK.unpack_from(self._mm, _HEADER + _TASK.size * slot)[0] == task
 
     def close(self, unlink: bool = False) -> None:
         try:

@@ -43,6 +43,7 @@ class RunSpec:
     job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
     store_config: dict | None = None  # config values, for jobs that use the store (INTERFACE_LISTENER)
     board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
+    not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,10 @@ class Outcome:
     mode: FailMode = FailMode.RETRY_UNTIL_MAX
     exit_code: int | None = None
     log: str = ""  # the run's log lines (bounded: head and tail)
+    elapsed: float = 0.0  # seconds the job ran, measured by its worker (how short it is)
 
     def with_log(self, log: str) -> "Outcome":
-        return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log)
+        return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log, self.elapsed)
 
 
 class RunLog(logging.Handler):

@@ -29,13 +29,16 @@ The same check runs before a result is reported, so a run resumed after a pause 
 success from a lease it lost.
 
 Protocol on the pipe (picklable tuples):
-    node -> worker   RunSpec | None (exit)
+    node -> worker   RunSpec | list[RunSpec] (a train: run in order) | None (exit)
     worker -> node   ("spawned", task, pid)     a PROCESS job's process group leader
                      ("done", task, Outcome)
+                     ("bounced", [task, ...])    runs of a train it will not run (the run
+                                                 ahead of them is taking long)
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -45,10 +48,12 @@ import threading
 import time
 
 from .board import Board
-from .runner import LEASE_LOST, Outcome, RunSpec, run_job
+from .runner import INTERRUPTED, LEASE_LOST, Outcome, RunSpec, run_job
 
 _WATCH_PERIOD = 0.02
 _WATCH_PERIOD_MAX = 0.1
+_WATCH_IDLE = 1.0  # the watchdog stops polling (and is woken by each run) after this idle
+_TRAIN_PATIENCE = 0.2  # a train's run taking longer than this sends the rest of it back
 _COOPERATIVE_END = 0.1  # seconds a run gets to notice is_aborted() once the lease is gone
 _DEAD_MAN = 2 * _COOPERATIVE_END  # the kernel timer fires this long after the lease's end
 _ARM_SLACK = 0.01  # a timer armed later than this after its clock reading is armed again
@@ -61,6 +66,9 @@ class _Current:
         self.task: int | None = None
         self.generation = 0
         self.child: int | None = None
+        self.watchdog_idle = True  # the watchdog waits to be woken by the next run start
+        self.started = 0.0  # monotonic: when the current run began
+        self.queue: collections.deque[RunSpec] = collections.deque()  # the rest of a train
 
 
 def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, log_level: int, node: str,
@@ -93,17 +101,35 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                 return  # no pause between the reading and the call worth speaking of
 
     def lease_watchdog() -> None:
+        last_busy = time.monotonic()
         while True:
             with current.lock:
                 task, generation = current.task, current.generation
+                if task is None and time.monotonic() - last_busy > _WATCH_IDLE:
+                    current.watchdog_idle = True  # from now on a run start wakes it
             if task is None:
-                busy.wait(1.0)  # idle: nothing to watch until a run begins
-                busy.clear()
+                if current.watchdog_idle:
+                    busy.wait(1.0)  # idle: nothing to watch until a run begins
+                    busy.clear()
+                    with current.lock:
+                        current.watchdog_idle = False
+                else:  # runs come and go: look again soon rather than be woken for each one
+                    time.sleep(_WATCH_PERIOD_MAX / 2)
                 continue
+            last_busy = time.monotonic()
             now = time.monotonic()
             if board.lease_valid(now, generation) and os.getppid() == parent:
                 until = board.lease_until()
                 arm(until)  # push the dead-man timer forward
+                with current.lock:  # a short job that ran long: its train-mates go elsewhere
+                    bounced = [s.task for s in current.queue] if now - current.started > _TRAIN_PATIENCE else []
+                    if bounced:
+                        current.queue.clear()
+                if bounced:
+                    try:
+                        send(("bounced", bounced))
+                    except (OSError, ValueError):
+                        pass
                 # The lease cannot lapse before `until`: sleep till then (a renewal moves it on),
                 # but look at least every _WATCH_PERIOD_MAX for a node that died.
                 time.sleep(min(max(until - now, _WATCH_PERIOD), _WATCH_PERIOD_MAX))
@@ -140,45 +166,88 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             current.child = pid
         send(("spawned", current.task, pid))
 
-    while True:
-        try:
-            if not conn.poll(idle_sec if idle_sec > 0 else None):
-                return  # idle too long: the node starts a new worker when it needs one
-            spec: RunSpec | None = conn.recv()
-        except (EOFError, OSError):
-            return  # the node is gone
-        if spec is None:
-            return
-        # (The node clears this slot's abort flag before sending the spec; clearing it here
-        # would lose a STOPJOB that arrived before the run began.)
+    def run_one(spec: RunSpec, queued: bool) -> bool:
+        """Run one spec and report it; False if the node can no longer be told."""
+        if queued and board.aborted(spec.slot, spec.task):  # a train's run, stopped before it began
+            return report(spec.task, Outcome(INTERRUPTED, error="ended before it started"))
+        # (The node clears this slot's abort flag before sending; clearing it here would lose
+        # a STOPJOB that arrived before the run began.)
         ok = board.lease_valid(time.monotonic(), spec.generation)
         if ok:  # (a lease long gone would make the timer race the reply below)
             arm(board.lease_until())
             ok = board.lease_valid(time.monotonic(), spec.generation)  # after arming: a pause between is caught
         if not ok:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            send(("done", spec.task, Outcome(LEASE_LOST, error=_LOST)))
-            continue
+            return report(spec.task, Outcome(LEASE_LOST, error=_LOST))
         lost.clear()
         with current.lock:
             current.task, current.generation, current.child = spec.task, spec.generation, None
-        busy.set()
+            current.started = time.monotonic()
+            wake = current.watchdog_idle
+        if wake:
+            busy.set()
 
         spec = dataclasses.replace(spec, board=(board_path, slots))  # for a PROCESS job's guard
 
         def aborted() -> bool:
-            return lost.is_set() or board.aborted(spec.slot) or not board.lease_valid(None, spec.generation)
+            return lost.is_set() or board.aborted(spec.slot, spec.task) or not board.lease_valid(None, spec.generation)
 
-        outcome = run_job(spec, aborted, on_spawn, log)
+        if spec.not_before is not None and not wait_until(spec.not_before, aborted):
+            outcome, elapsed = Outcome(INTERRUPTED, error="ended before it started"), 0.0
+        else:
+            began = time.monotonic()
+            outcome = run_job(spec, aborted, on_spawn, log)
+            elapsed = time.monotonic() - began
         with current.lock:
             if (lost.is_set() or not board.lease_valid(None, spec.generation)) and outcome.kind != LEASE_LOST:
                 outcome = Outcome(LEASE_LOST, error=_LOST)
             current.task, current.child = None, None
         signal.setitimer(signal.ITIMER_REAL, 0)  # idle: nothing to end
+        return report(spec.task, dataclasses.replace(outcome, elapsed=elapsed))
+
+    def report(task: int, outcome: Outcome) -> bool:
         try:
-            send(("done", spec.task, outcome))
+            send(("done", task, outcome))
+            return True
         except (OSError, ValueError):
+            return False
+
+    while True:
+        try:
+            if not conn.poll(idle_sec if idle_sec > 0 else None):
+                return  # idle too long: the node starts a new worker when it needs one
+            msg: RunSpec | list[RunSpec] | None = conn.recv()
+        except (EOFError, OSError):
+            return  # the node is gone
+        if msg is None:
             return
+        # A train (a list) runs in order, each run reported as it ends, so that the node knows
+        # exactly which of them ran if this process is killed halfway. The watchdog may send
+        # the rest back meanwhile (a run that took long), so they are taken from the queue.
+        specs = msg if isinstance(msg, list) else [msg]
+        with current.lock:
+            current.queue.extend(specs[1:])
+        if not run_one(specs[0], queued=False):
+            return
+        while True:
+            with current.lock:
+                if not current.queue:
+                    break
+                spec = current.queue.popleft()
+            if not run_one(spec, queued=True):
+                return
+
+
+def wait_until(wall: float, aborted) -> bool:
+    """Wait for a fire's due time (wall clock; at most 1 s); False if the run was aborted."""
+    end = time.monotonic() + min(wall - time.time(), 1.0)
+    while True:
+        if aborted():
+            return False
+        left = end - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(left, 0.005))
 
 
 def _inherit() -> None:

@@ -127,9 +127,16 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
     return Event.TAKEOVER, row.replace(worker_id=me, epoch=row.epoch + 1, hold_until=None)
 
 
+EARLY_START_MAX = timedelta(seconds=1)  # a claim this much ahead of a fire at most waits for it
+
+
 def claim(row: Job, me: str, now: datetime) -> tuple[Event, Job]:
+    """Take a WAITING row to run it. A fire prepared ahead of its due time (the scheduler's
+    lead) starts at the due time: that is its start time, and its worker waits for it."""
+    due = row.next_run
+    start = due if due is not None and now < due <= now + EARLY_START_MAX else now
     return Event.CLAIM, row.replace(
-        status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=now, hold_until=None,
+        status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=start, hold_until=None,
     )
 
 

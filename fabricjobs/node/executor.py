@@ -7,6 +7,11 @@ commit), in the same store transaction as the claims that refill the freed slots
 epoch, worker_id, revision) this node holds, and a write that loses is decided again from
 the current row. If the row is no longer ours (another node took it over), the run's
 bookkeeping stops there and that is logged.
+
+Runs of jobs known to be short (their last runs each took well under a millisecond) that are
+started together go to one worker as a *train*: one message instead of one per run, and one
+process woken. The worker runs them in order and reports each as it ends, so if it is killed
+the node knows which ran; the ones it never reached are released (WAITING, no try counted).
 """
 
 from __future__ import annotations
@@ -35,6 +40,10 @@ from .workers import Worker, WorkerPool
 log = logging.getLogger("fabricjobs.node.executor")
 
 _REDECIDE = 20
+TRAIN_MAX = 8  # runs per train
+SHORT_RUN = 0.001  # seconds: a job whose runs take less than this (on average) may ride a train
+_SHORT_SEEN = 3  # ... once this many of its runs have been seen
+_NOT_STARTED = "not started: the worker of its train ended before reaching it"
 
 
 @dataclass(eq=False)
@@ -98,6 +107,7 @@ class Executor:
         self._runs: dict[int, Run] = {}
         self._by_key: dict[JobKey, Run] = {}
         self._tasks = itertools.count(random.randrange(10_000, 60_000))
+        self._durations: dict[tuple[str, str], tuple[int, float]] = {}  # (type, name) -> (runs seen, mean s)
         self._pending: list[tuple[Run, Outcome]] = []
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
         self._held: list[Run] | None = None
@@ -202,43 +212,83 @@ class Executor:
                 self.on_freed()
             raise
         held, self._held, self._holder = self._held, None, None
-        for run in held:
-            self._launch(run)
+        self._launch(*held)
 
-    def _launch(self, run: Run) -> None:
-        """Hand a claimed run to a worker. If the lease lapsed since the claim, the run never
-        starts: another node may already have the job."""
-        if not self.pool.board.lease_valid(None, run.generation):
-            self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
-        else:
+    def _launch(self, *runs: Run) -> None:
+        """Hand claimed runs to workers (short ones in trains). If the lease lapsed since the
+        claim, a run never starts: another node may already have the job."""
+        ready = []
+        for run in runs:
+            if not self.pool.board.lease_valid(None, run.generation):
+                self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
+            else:
+                ready.append(run)
+        for train in self._trains(ready):
             try:
-                self._dispatch(run)
-            except Exception as exc:  # cannot start a worker: the run fails like any other
-                log.exception("could not start %s on a worker", run.key)
-                self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
-        self.on_tasks_changed()
+                self._dispatch(train)
+            except Exception as exc:  # cannot start a worker: the runs fail like any other
+                log.exception("could not start %s on a worker", train[0].key)
+                for run in train:
+                    self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
+        if runs:
+            self.on_tasks_changed()
 
-    def _dispatch(self, run: Run) -> None:
+    def _trains(self, runs: list[Run]) -> list[list[Run]]:
+        """Each run alone, except runs of known-short jobs: up to TRAIN_MAX of them per train,
+        as many trains as there are cores' worth of parallelism to use (at least 2)."""
+        short = [r for r in runs if self._is_short(r)]
+        if len(short) < 2:
+            return [[r] for r in runs]
+        out = [[r] for r in runs if not self._is_short(r)]
+        per_train = min(TRAIN_MAX, -(-len(short) // 2))
+        out.extend(short[i:i + per_train] for i in range(0, len(short), per_train))
+        return out
+
+    def _is_short(self, run: Run) -> bool:
+        if run.row.type != JobType.USER_JOB:
+            return False
+        seen, mean = self._durations.get((run.row.type, run.row.name), (0, 0.0))
+        return seen >= _SHORT_SEEN and mean < SHORT_RUN
+
+    def _observe(self, run: Run, outcome: Outcome) -> None:
+        """Remember how long this job's runs take (a moving mean that forgets in ~10 runs)."""
+        key = (run.row.type, run.row.name)
+        seen, mean = self._durations.get(key, (0, 0.0))
+        if len(self._durations) > 10_000 and seen == 0:
+            self._durations.clear()  # bounded: many one-off names
+        self._durations[key] = (seen + 1, outcome.elapsed if seen == 0 else mean + (outcome.elapsed - mean) / min(seen + 1, 10))
+
+    def _dispatch(self, train: list[Run]) -> None:
         for attempt in range(3):
             worker = self.pool.acquire()
-            listener = run.row.type == JobType.INTERFACE_LISTENER
-            spec = RunSpec(
-                run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
-                self.catalog, run.generation, self.log_max,
-                job=run.row if listener else None, store_config=self.store_config if listener else None,
-            )
+            now = self.clock.now()
             try:
-                self.pool.start(worker, spec)
+                specs = [self._spec(run, worker, now) for run in train]
+                self.pool.start(worker, specs)
             except (OSError, ValueError):
                 self.pool.forget(worker)  # it died while idle; take another
                 if attempt == 2:
                     raise
                 continue
-            run.worker = worker
-            if self.metrics is not None and run.facts.due is not None:
-                self.metrics.fire_lag((self.clock.now() - run.facts.due).total_seconds())
+            except BaseException:
+                self.pool.unreserve(worker)
+                raise
+            for run in train:
+                run.worker = worker
+                if self.metrics is not None and run.facts.due is not None:
+                    self.metrics.fire_lag(max((now - run.facts.due).total_seconds(), 0.0))
             self._wake_collector()
             return
+
+    def _spec(self, run: Run, worker: Worker, now: datetime) -> RunSpec:
+        listener = run.row.type == JobType.INTERFACE_LISTENER
+        ahead = run.facts.started > now  # a fire prepared before its due time
+        return RunSpec(
+            run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
+            self.catalog, run.generation, self.log_max,
+            job=run.row if listener else None, store_config=self.store_config if listener else None,
+            not_before=run.facts.started.timestamp() if ahead else None,
+        )
 
     def abort(self, run: Run, reason: str, grace: float, note: str = "") -> None:
         """Ask a run to end (STOPJOB, RESTARTJOB, give-up, shutdown); kill it after ``grace``."""
@@ -250,17 +300,26 @@ class Executor:
                 run.stop_deadline = self.clock.monotonic() + grace
             worker = run.worker
         if worker is not None:
-            self.pool.abort(worker)
+            self.pool.abort(worker, run.task)
 
     def kill(self, run: Run, reason: str, note: str) -> None:
-        """End a run at once (KILL, an expired grace period, a lost lease)."""
+        """End a run at once (KILL, an expired grace period, a lost lease). A run still queued
+        on a train is skipped rather than its worker killed (that would end the run ahead of
+        it); if it began meanwhile, it is killed when a short grace runs out."""
         with self._lock:
             if run.end_reason in (None, "release", "stop", "restart", "shutdown"):
                 if reason in ("kill", "lease") or run.end_reason is None:
                     run.end_reason = reason
                     run.end_note = note
             worker = run.worker
-        if worker is not None:
+            queued = worker is not None and run.task in worker.tasks and worker.tasks[0] != run.task
+            if queued:
+                run.stop_deadline = self.clock.monotonic() + 0.2
+        if worker is None:
+            return
+        if queued:
+            self.pool.abort(worker, run.task)
+        else:
             self.pool.kill(worker)
 
     def end_generation(self, generation: int) -> None:
@@ -334,7 +393,11 @@ class Executor:
                 self._on_worker_death(worker)
 
     def _on_message(self, worker: Worker, msg) -> None:
-        kind, task = msg[0], msg[1]
+        kind = msg[0]
+        if kind == "bounced":
+            self._on_bounced(worker, msg[1])
+            return
+        task = msg[1]
         with self._lock:
             run = self._runs.get(task)
         if kind == "spawned":
@@ -347,22 +410,53 @@ class Executor:
                 with self._lock:
                     if run.worker is worker:
                         run.worker = None  # stop and KILL must never reach the worker's next job
-            if worker.task == task:
-                self.pool.release(worker)
+            self.pool.release(worker, task)
             if run is not None and run.outcome is None:
+                self._observe(run, msg[2])
                 self._finish_later(run, self._explain(run, msg[2]))
 
+    def _on_bounced(self, worker: Worker, tasks: list[int]) -> None:
+        """A train's runs sent back unstarted (the run ahead of them is taking long): each goes
+        to a worker of its own, and the job is no longer taken for a short one."""
+        with self._lock:
+            ahead = self._runs.get(worker.tasks[0]) if worker.tasks else None
+        if ahead is not None:
+            key = (ahead.row.type, ahead.row.name)
+            seen, _ = self._durations.get(key, (0, 0.0))
+            self._durations[key] = (seen, SHORT_RUN * 10)
+        for task in tasks:
+            self.pool.release(worker, task)
+            with self._lock:
+                run = self._runs.get(task)
+                if run is None or run.outcome is not None:
+                    continue
+                run.worker = None
+                stopped = run.end_reason is not None
+            if stopped:
+                self._finish_later(run, self._explain(run, Outcome(INTERRUPTED, error="ended before it started")))
+                continue
+            try:
+                self._dispatch([run])
+            except Exception as exc:
+                log.exception("could not start %s on a worker", run.key)
+                self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
+        self.on_tasks_changed()
+
     def _on_worker_death(self, worker: Worker) -> None:
-        task = worker.task
+        tasks = list(worker.tasks)  # [0] was running; the rest of a train never began
         self.pool.kill_children(worker)  # whatever it started (a PROCESS job's group) goes with it
         self.pool.forget(worker)
-        if task is None:
-            return
-        with self._lock:
-            run = self._runs.get(task)
-        if run is not None and run.outcome is None:
-            code = worker.process.exitcode
-            self._finish_later(run, self._explain(run, Outcome(ERROR, error=f"worker process died (exit code {code})")))
+        for i, task in enumerate(tasks):
+            with self._lock:
+                run = self._runs.get(task)
+            if run is None or run.outcome is not None:
+                continue
+            if i == 0:
+                code = worker.process.exitcode
+                outcome = Outcome(ERROR, error=f"worker process died (exit code {code})")
+            else:
+                outcome = Outcome(RELEASED, error=_NOT_STARTED)
+            self._finish_later(run, self._explain(run, outcome))
 
     def _explain(self, run: Run, outcome: Outcome) -> Outcome:
         """Say why a run ended when the node ended it (the worker only sees that it died)."""

@@ -2,7 +2,8 @@
 
 Workers are forked from a fork server that imported fabricjobs once, so starting one costs
 a fork, not an interpreter start; and they are reused across runs, so most runs cost two
-pipe messages. Each worker owns a fixed slot on the board (its abort flag).
+pipe messages. Each worker owns a fixed slot on the board (its abort flag). A worker may be
+given a *train* of short runs in one message (see executor.py); it runs them in order.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from ..jobs.runner import RunSpec
 
 log = logging.getLogger("fabricjobs.node.workers")
 
+_RESERVED = 0  # in Worker.tasks between acquire() and start() (task numbers start above it)
+
 
 @dataclass(eq=False)
 class Worker:
     slot: int
     process: multiprocessing.process.BaseProcess
     conn: Connection
-    task: int | None = None
+    tasks: list[int] = field(default_factory=list)  # its runs not yet reported, in order: [0] runs
     child_pid: int | None = None  # process group of a running PROCESS job
     idle_since: float = field(default_factory=time.monotonic)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -72,38 +75,49 @@ class WorkerPool:
         return Worker(slot, proc, parent)
 
     def acquire(self) -> Worker:
-        """An idle worker (warm if possible); the caller must have a free slot."""
+        """An idle worker (warm if possible), reserved for the caller's :meth:`start` (the node's
+        loop and its collector both start runs); the caller must have a free slot."""
         with self._lock:
             for w in self._workers.values():
-                if w.task is None and w.process.is_alive():
+                if not w.tasks and w.process.is_alive():
+                    w.tasks = [_RESERVED]
                     return w
             for slot in range(self.size):
                 w = self._workers.get(slot)
-                if w is not None and w.task is not None:
+                if w is not None and w.tasks:
                     continue  # busy, or died holding a run: the collector must see that death first
                 if w is None or not w.process.is_alive():
                     if w is not None:
                         self._discard(w)
                     w = self._spawn(slot)
+                    w.tasks = [_RESERVED]
                     self._workers[slot] = w
                     return w
         raise RuntimeError("no free worker slot")
 
-    def start(self, worker: Worker, spec: RunSpec) -> None:
-        worker.task = spec.task
+    def start(self, worker: Worker, specs: list[RunSpec]) -> None:
+        worker.tasks = [s.task for s in specs]
         worker.child_pid = None
-        self.board.set_abort(worker.slot, False)
+        self.board.clear_abort(worker.slot)
         with worker.send_lock:
-            worker.conn.send(spec)
+            worker.conn.send(specs[0] if len(specs) == 1 else specs)
 
-    def release(self, worker: Worker) -> None:
-        worker.task = None
+    def unreserve(self, worker: Worker) -> None:
+        if worker.tasks == [_RESERVED]:
+            worker.tasks = []
+
+    def release(self, worker: Worker, task: int) -> None:
+        """Run ``task`` of this worker was reported; the worker is idle once all of its are."""
+        if task in worker.tasks:
+            worker.tasks.remove(task)
         worker.child_pid = None
-        worker.idle_since = time.monotonic()
+        if not worker.tasks:
+            worker.idle_since = time.monotonic()
 
-    def abort(self, worker: Worker) -> None:
-        """Ask the run to end (is_aborted() turns true; a PROCESS job gets SIGTERM)."""
-        self.board.set_abort(worker.slot, True)
+    def abort(self, worker: Worker, task: int) -> None:
+        """Ask run ``task`` to end (is_aborted() turns true; a PROCESS job gets SIGTERM; a
+        queued run of a train is skipped)."""
+        self.board.set_abort(worker.slot, task)
 
     def kill_children(self, worker: Worker) -> None:
         """SIGKILL a PROCESS job's process group (its own session: all it started)."""
@@ -143,7 +157,7 @@ class WorkerPool:
     def reap_idle(self) -> None:
         """Forget workers that exited on their own after their idle timeout."""
         with self._lock:
-            gone = [w for w in self._workers.values() if w.task is None and not w.process.is_alive()]
+            gone = [w for w in self._workers.values() if not w.tasks and not w.process.is_alive()]
             for w in gone:
                 del self._workers[w.slot]
         for w in gone:
