@@ -127,3 +127,32 @@ def test_a_row_missing_from_a_stalled_read_counts_as_missing_from_when_the_read_
         assert observer.liveness.is_dead("a")
     finally:
         observer.board.close(unlink=True)
+
+
+def test_a_fire_prepared_ahead_never_starts_before_its_due_time(monkeypatch):
+    """The worker waits for a prepared fire's due time on the clock the job sees; a pause
+    between two clock readings (a busy host) must not make it start early."""
+    from fabricjobs.jobs import worker as worker_module
+
+    class Clocks:  # monotonic and wall advance together; the first wall reading is paused 5 ms
+        def __init__(self):
+            self.mono, self.offset, self.paused = 100.0, 1_700_000_000.0, False
+
+        def monotonic(self):
+            return self.mono
+
+        def time(self):
+            if not self.paused:
+                self.paused = True
+                self.mono += 0.005
+            return self.mono + self.offset
+
+        def sleep(self, seconds):
+            self.mono += max(seconds, 0.0001)
+
+    clocks = Clocks()
+    monkeypatch.setattr(worker_module, "time", clocks)
+    due = clocks.mono + clocks.offset + 0.05
+    assert worker_module.wait_until(due, lambda: False)
+    assert clocks.time() >= due
+    assert not worker_module.wait_until(due + 0.5, lambda: True)  # aborted while waiting: no start

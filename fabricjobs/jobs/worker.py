@@ -239,13 +239,15 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
 
 
 def wait_until(wall: float, aborted) -> bool:
-    """Wait for a fire's due time (wall clock; at most 1 s); False if the run was aborted."""
-    end = time.monotonic() + min(wall - time.time(), 1.0)
+    """Wait for a fire's due time; False if the run was aborted. The job must see a wall clock
+    at or past ``wall``, so that clock is what is compared (a monotonic deadline computed from
+    it would come early by any pause between the two readings); the wait is at most 1 s."""
+    cap = time.monotonic() + 1.0
     while True:
         if aborted():
             return False
-        left = end - time.monotonic()
-        if left <= 0:
+        left = wall - time.time()
+        if left <= 0 or time.monotonic() >= cap:
             return True
         time.sleep(min(left, 0.005))
 
