@@ -262,19 +262,22 @@ class Executor:
         for attempt in range(3):
             worker = self.pool.acquire()
             now = self.clock.now()
+            for run in train:  # before the send: its "done" may come back at once
+                run.worker = worker
             try:
                 specs = [self._spec(run, worker, now) for run in train]
                 self.pool.start(worker, specs)
-            except (OSError, ValueError):
-                self.pool.forget(worker)  # it died while idle; take another
-                if attempt == 2:
-                    raise
-                continue
-            except BaseException:
-                self.pool.unreserve(worker)
+            except BaseException as exc:
+                for run in train:
+                    run.worker = None
+                if isinstance(exc, (OSError, ValueError)):
+                    self.pool.forget(worker)  # it died while idle; take another
+                    if attempt < 2:
+                        continue
+                else:
+                    self.pool.unreserve(worker)
                 raise
             for run in train:
-                run.worker = worker
                 if self.metrics is not None and run.facts.due is not None:
                     self.metrics.fire_lag(max((now - run.facts.due).total_seconds(), 0.0))
             self._wake_collector()
@@ -312,11 +315,12 @@ class Executor:
                     run.end_reason = reason
                     run.end_note = note
             worker = run.worker
-            queued = worker is not None and run.task in worker.tasks and worker.tasks[0] != run.task
+            tasks = list(worker.tasks) if worker is not None else []
+            if run.task not in tasks:
+                return  # not on a worker (yet, or any more): nothing to kill
+            queued = tasks[0] != run.task
             if queued:
                 run.stop_deadline = self.clock.monotonic() + 0.2
-        if worker is None:
-            return
         if queued:
             self.pool.abort(worker, run.task)
         else:
@@ -412,7 +416,8 @@ class Executor:
                         run.worker = None  # stop and KILL must never reach the worker's next job
             self.pool.release(worker, task)
             if run is not None and run.outcome is None:
-                self._observe(run, msg[2])
+                if msg[2].kind in ("ok", "error"):  # it ran its course (not cut short, not skipped)
+                    self._observe(run, msg[2])
                 self._finish_later(run, self._explain(run, msg[2]))
 
     def _on_bounced(self, worker: Worker, tasks: list[int]) -> None:
@@ -424,6 +429,7 @@ class Executor:
             key = (ahead.row.type, ahead.row.name)
             seen, _ = self._durations.get(key, (0, 0.0))
             self._durations[key] = (seen, SHORT_RUN * 10)
+        again = []
         for task in tasks:
             self.pool.release(worker, task)
             with self._lock:
@@ -434,13 +440,9 @@ class Executor:
                 stopped = run.end_reason is not None
             if stopped:
                 self._finish_later(run, self._explain(run, Outcome(INTERRUPTED, error="ended before it started")))
-                continue
-            try:
-                self._dispatch([run])
-            except Exception as exc:
-                log.exception("could not start %s on a worker", run.key)
-                self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
-        self.on_tasks_changed()
+            else:
+                again.append(run)
+        self._launch(*again)
 
     def _on_worker_death(self, worker: Worker) -> None:
         tasks = list(worker.tasks)  # [0] was running; the rest of a train never began
