@@ -210,6 +210,31 @@ def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster,
     assert cluster.wait_job("USER_JOB", "Probe.record", "a", final).status is Status.TERMINATED
 
 
+def test_stopjob_of_a_run_waiting_behind_another_on_its_worker_ends_only_that_run(cluster, tmp_path):
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("node-a")
+    quick = json.dumps({"log": str(log)})
+    for i in range(8):  # the node learns that Probe.record is short
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
+        cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
+    slow = json.dumps({"log": str(log), "seconds": 3600})
+    due = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    at = f"exec_interval='{due}' tz='UTC'"
+    # b runs 5 s this time: whether the STOPJOB finds it still waiting behind a or already sent
+    # to another worker (after 0.2 s), it must end TERMINATED and leave a alone.
+    medium = json.dumps({"log": str(log), "seconds": 5})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='a' args='{slow}' {at};"  # trains: [a, b], [c, d]
+                  f"startjob user_job name='Probe.record' uid='b' args='{medium}' {at};"
+                  + "".join(f"startjob user_job name='Probe.record' uid='{u}' args='{quick}' {at};" for u in "cd"))
+    running = cluster.wait_job("USER_JOB", "Probe.record", "a", lambda j: j.status is Status.IN_PROCESS, timeout=5)
+    cluster.fetch("stopjob user_job name='Probe.record' uid='b';")
+    assert cluster.wait_job("USER_JOB", "Probe.record", "b", final, timeout=5).status is Status.TERMINATED
+    a = cluster.job("USER_JOB", "Probe.record", "a")
+    assert a.status is Status.IN_PROCESS and a.epoch == running.epoch  # a's run goes on, untouched
+    cluster.fetch("stopjob user_job name='Probe.record' uid='a';")
+    assert cluster.wait_job("USER_JOB", "Probe.record", "a", final).status is Status.TERMINATED
+
+
 def test_restartjob_reruns_a_running_job_and_resumejob_revives_an_archived_one(cluster, tmp_path):
     log = tmp_path / "runs.jsonl"
     cluster.start_node("node-a")
