@@ -221,6 +221,8 @@ class Executor:
         for run in runs:
             if not self.pool.board.lease_valid(None, run.generation):
                 self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
+            elif run.end_reason is not None:  # stopped, killed or given up before it reached a worker
+                self._finish_later(run, self._explain(run, Outcome(INTERRUPTED, error="ended before it started")))
             else:
                 ready.append(run)
         for train in self._trains(ready):
