@@ -101,12 +101,11 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                 return  # no pause between the reading and the call worth speaking of
 
     def lease_watchdog() -> None:
-        last_busy = time.monotonic()
         while True:
             with current.lock:
                 task, generation = current.task, current.generation
-                if task is None and time.monotonic() - last_busy > _WATCH_IDLE:
-                    current.watchdog_idle = True  # from now on a run start wakes it
+                if task is None and time.monotonic() - current.started > _WATCH_IDLE:
+                    current.watchdog_idle = True  # no run began for a while: from now on a run start wakes it
             if task is None:
                 if current.watchdog_idle:
                     busy.wait(1.0)  # idle: nothing to watch until a run begins
@@ -116,7 +115,6 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                 else:  # runs come and go: look again soon rather than be woken for each one
                     time.sleep(_WATCH_PERIOD_MAX / 2)
                 continue
-            last_busy = time.monotonic()
             now = time.monotonic()
             if board.lease_valid(now, generation) and os.getppid() == parent:
                 until = board.lease_until()
