@@ -32,8 +32,8 @@ Protocol on the pipe (picklable tuples):
     node -> worker   RunSpec | list[RunSpec] (a train: run in order) | None (exit)
     worker -> node   ("spawned", task, pid)     a PROCESS job's process group leader
                      ("done", task, Outcome)
-                     ("bounced", [task, ...])    runs of a train it will not run (the run
-                                                 ahead of them is taking long)
+                     ("bounced", [task, ...], slow_task)   runs of a train it will not run
+                                                 (slow_task, ahead of them, is taking long)
 """
 
 from __future__ import annotations
@@ -113,19 +113,21 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                     with current.lock:
                         current.watchdog_idle = False
                 else:  # runs come and go: look again soon rather than be woken for each one
-                    time.sleep(_WATCH_PERIOD_MAX / 2)
+                    busy.wait(_WATCH_PERIOD_MAX / 2)
+                    busy.clear()
                 continue
             now = time.monotonic()
             if board.lease_valid(now, generation) and os.getppid() == parent:
                 until = board.lease_until()
                 arm(until)  # push the dead-man timer forward
                 with current.lock:  # a short job that ran long: its train-mates go elsewhere
-                    bounced = [s.task for s in current.queue] if now - current.started > _TRAIN_PATIENCE else []
+                    slow = current.task == task and now - current.started > _TRAIN_PATIENCE
+                    bounced = [s.task for s in current.queue] if slow else []
                     if bounced:
                         current.queue.clear()
                 if bounced:
                     try:
-                        send(("bounced", bounced))
+                        send(("bounced", bounced, task))
                     except (OSError, ValueError):
                         pass
                 # The lease cannot lapse before `until`: sleep till then (a renewal moves it on),
@@ -151,8 +153,11 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                     except (ProcessLookupError, PermissionError):
                         pass
                 log.warning("run %s ended: its node stopped renewing the lease", task)
+                with current.lock:
+                    queued = [s.task for s in current.queue]
                 try:
-                    send(("done", task, Outcome(LEASE_LOST, error=_LOST)))
+                    for t in [task] + queued:  # the rest of its train never began
+                        send(("done", t, Outcome(LEASE_LOST, error=_LOST)))
                 except (OSError, ValueError):
                     pass
                 os._exit(3)
@@ -182,8 +187,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             current.task, current.generation, current.child = spec.task, spec.generation, None
             current.started = time.monotonic()
             wake = current.watchdog_idle
-        if wake:
-            busy.set()
+        if wake or board.lease_until() - current.started < 2 * _WATCH_PERIOD_MAX:
+            busy.set()  # idle, or the lease ends soon: the watchdog must look now, not in 50 ms
 
         spec = dataclasses.replace(spec, board=(board_path, slots))  # for a PROCESS job's guard
 

@@ -77,9 +77,10 @@ def after_run(
                 tries=0, hold_until=None,
             )
         return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output)
-    if outcome.kind == RELEASED:
+    if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
         return Event.RELEASE, row.replace(
-            status=Status.WAITING, next_run=now, end_time=now, hold_until=run.hold_until,
+            status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,
+            hold_until=run.hold_until,
         )
     return failed(row, outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries, retry_delay=retry_delay)
 
@@ -130,11 +131,13 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
 EARLY_START_MAX = timedelta(seconds=1)  # a claim this much ahead of a fire at most waits for it
 
 
-def claim(row: Job, me: str, now: datetime) -> tuple[Event, Job]:
-    """Take a WAITING row to run it. A fire prepared ahead of its due time (the scheduler's
-    lead) starts at the due time: that is its start time, and its worker waits for it."""
+def claim(row: Job, me: str, now: datetime, prepared: bool = False) -> tuple[Event, Job]:
+    """Take a WAITING row to run it. A fire this node's scheduler prepared ahead of its due
+    time starts at the due time: that is its start time, and its worker waits for it. (Only
+    those: a row whose due time merely looks ahead, written by a node whose clock runs fast,
+    starts now.)"""
     due = row.next_run
-    start = due if due is not None and now < due <= now + EARLY_START_MAX else now
+    start = due if prepared and due is not None and now < due <= now + EARLY_START_MAX else now
     return Event.CLAIM, row.replace(
         status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=start, hold_until=None,
     )

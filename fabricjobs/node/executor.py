@@ -109,6 +109,7 @@ class Executor:
         self._tasks = itertools.count(random.randrange(10_000, 60_000))
         self._durations: dict[tuple[str, str], tuple[int, float]] = {}  # (type, name) -> (runs seen, mean s)
         self._pending: list[tuple[Run, Outcome]] = []
+        self._bounced: list[Run] = []  # sent back from a train; launched again by the node's loop
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held
@@ -270,8 +271,14 @@ class Executor:
                 specs = [self._spec(run, worker, now) for run in train]
                 self.pool.start(worker, specs)
             except BaseException as exc:
-                for run in train:
-                    run.worker = None
+                with self._lock:  # the collector may be handling this worker's death right now
+                    worker.tasks = []
+                    for run in train:
+                        if run.worker is worker:
+                            run.worker = None
+                    train = [r for r in train if r.outcome is None]  # the rest it already ended
+                if not train:
+                    return
                 if isinstance(exc, (OSError, ValueError)):
                     self.pool.forget(worker)  # it died while idle; take another
                     if attempt < 2:
@@ -326,6 +333,7 @@ class Executor:
         if queued:
             self.pool.abort(worker, run.task)
         else:
+            worker.killed_for = run.task
             self.pool.kill(worker)
 
     def end_generation(self, generation: int) -> None:
@@ -401,7 +409,7 @@ class Executor:
     def _on_message(self, worker: Worker, msg) -> None:
         kind = msg[0]
         if kind == "bounced":
-            self._on_bounced(worker, msg[1])
+            self._on_bounced(worker, msg[1], msg[2] if len(msg) > 2 else None)
             return
         task = msg[1]
         with self._lock:
@@ -422,29 +430,24 @@ class Executor:
                     self._observe(run, msg[2])
                 self._finish_later(run, self._explain(run, msg[2]))
 
-    def _on_bounced(self, worker: Worker, tasks: list[int]) -> None:
-        """A train's runs sent back unstarted (the run ahead of them is taking long): each goes
-        to a worker of its own, and the job is no longer taken for a short one."""
+    def _on_bounced(self, worker: Worker, tasks: list[int], slow: int | None) -> None:
+        """A train's runs sent back unstarted (the run ahead of them is taking long): the node's
+        loop gives each a worker of its own, and the slow job is no longer taken for a short one."""
         with self._lock:
-            ahead = self._runs.get(worker.tasks[0]) if worker.tasks else None
+            ahead = self._runs.get(slow) if slow is not None else None
         if ahead is not None:
             key = (ahead.row.type, ahead.row.name)
             seen, _ = self._durations.get(key, (0, 0.0))
             self._durations[key] = (seen, SHORT_RUN * 10)
-        again = []
         for task in tasks:
             self.pool.release(worker, task)
             with self._lock:
                 run = self._runs.get(task)
-                if run is None or run.outcome is not None:
+                if run is None or run.outcome is not None or run.worker is not worker:
                     continue
                 run.worker = None
-                stopped = run.end_reason is not None
-            if stopped:
-                self._finish_later(run, self._explain(run, Outcome(INTERRUPTED, error="ended before it started")))
-            else:
-                again.append(run)
-        self._launch(*again)
+                self._bounced.append(run)
+        self.on_outcome()  # wake the node's loop
 
     def _on_worker_death(self, worker: Worker) -> None:
         tasks = list(worker.tasks)  # [0] was running; the rest of a train never began
@@ -453,14 +456,16 @@ class Executor:
         for i, task in enumerate(tasks):
             with self._lock:
                 run = self._runs.get(task)
-            if run is None or run.outcome is not None:
-                continue
-            if i == 0:
-                code = worker.process.exitcode
-                outcome = Outcome(ERROR, error=f"worker process died (exit code {code})")
-            else:
-                outcome = Outcome(RELEASED, error=_NOT_STARTED)
-            self._finish_later(run, self._explain(run, outcome))
+                if run is None or run.outcome is not None or run.worker is not worker:
+                    continue
+                if i == 0 and worker.killed_for in (None, task):
+                    code = worker.process.exitcode
+                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})")
+                elif i == 0:  # killed to end a train-mate that had just ended: this one is innocent
+                    outcome = Outcome(RELEASED, error="its worker was killed to end the run before it")
+                else:
+                    outcome = Outcome(RELEASED, error=_NOT_STARTED)
+                self._finish_later(run, self._explain(run, outcome))
 
     def _explain(self, run: Run, outcome: Outcome) -> Outcome:
         """Say why a run ended when the node ended it (the worker only sees that it died)."""
@@ -495,6 +500,9 @@ class Executor:
             self.retry_at = None
         with self._lock:
             pending, self._pending = self._pending, []
+            bounced, self._bounced = self._bounced, []
+        if bounced:  # dispatching stays on this thread, where KILL and STOPJOB are decided too
+            self._launch(*bounced)
         if not pending:
             return
         now = self.clock.now()

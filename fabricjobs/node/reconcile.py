@@ -236,7 +236,7 @@ class Reconciler:
                 return
             pairs = []
             for row, _pool in chosen:
-                event, new = claim(row, self.me, now)
+                event, new = claim(row, self.me, now, prepared=n.scheduler.prepared(row))
                 pairs.append((row, advance(row, event, new)))
             results = n.store.cas_many(pairs)
             lost = 0

@@ -54,6 +54,7 @@ class Scheduler:
         self.horizon = timedelta(seconds=horizon)
         self.batch = batch
         self._heap: list[tuple[float, int, JobKey]] = []
+        self._prepared: dict[JobKey, object] = {}  # fired ahead of time: key -> due time
         self._rows: dict[JobKey, Job] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -88,6 +89,10 @@ class Scheduler:
             # A full batch means more may be due soon: look again sooner.
             period = self.horizon.total_seconds() / (10 if len(rows) >= self.batch else 3)
             self._refresh_due = self.clock.monotonic() + period
+
+    def prepared(self, row: Job) -> bool:
+        """This scheduler marked ``row`` ready ahead of its due time (its claim waits for it)."""
+        return self._prepared.get(row.key) == row.next_run
 
     def size(self) -> int:
         with self._cond:
@@ -191,12 +196,16 @@ class Scheduler:
                 self.store.add_runs(skipped)
             except Exception:
                 log.exception("could not record %d skipped fires", len(skipped))
+        if len(self._prepared) > 4 * self.batch:
+            self._prepared.clear()  # bounded: entries of fires claimed elsewhere or stopped
         for row, res in zip(rows, results):
             if res.applied and res.row.status is Status.SCHEDULED:
                 self.add(res.row)  # a skipped fire: its next due time
                 continue
             if res.applied:
                 ready += 1
+                if res.row.next_run is not None and res.row.next_run > now:
+                    self._prepared[row.key] = res.row.next_run
                 log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
                 continue
             # Changed meanwhile (UPDATEJOB, STOPJOB, a takeover): re-read and decide again.

@@ -32,6 +32,7 @@ class Worker:
     conn: Connection
     tasks: list[int] = field(default_factory=list)  # its runs not yet reported, in order: [0] runs
     child_pid: int | None = None  # process group of a running PROCESS job
+    killed_for: int | None = None  # the run the node killed this worker to end
     idle_since: float = field(default_factory=time.monotonic)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
 
