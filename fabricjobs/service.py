@@ -55,7 +55,7 @@ PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
 _CAS_ATTEMPTS = 50
-_GROUP = 256  # STARTJOBs per store transaction in a script
+_GROUP = 64  # STARTJOBs per store transaction in a script (the nodes are rung after each)
 
 
 @dataclass
@@ -151,6 +151,7 @@ class CommandService:
                         except CommandError as exc:  # the ones before it are kept, as one by one
                             error = exc
                             break
+                self._ring_now()  # nodes start on this group while the next one is written
                 if error is not None:
                     raise error
                 i = j
@@ -178,6 +179,13 @@ class CommandService:
             self._rang = True
         elif self.doorbell.enabled:
             self.doorbell.ring(n.name for n in self.store.nodes())
+
+    def _ring_now(self) -> None:
+        """Inside a batch: ring for what is committed so far, if anything asked for a ring."""
+        if self._rang:
+            self._rang = False
+            if self.doorbell.enabled:
+                self.doorbell.ring(n.name for n in self.store.nodes())
 
     @contextmanager
     def batch(self) -> Iterator[None]:
