@@ -156,3 +156,18 @@ def test_a_fire_prepared_ahead_never_starts_before_its_due_time(monkeypatch):
     assert worker_module.wait_until(due, lambda: False)
     assert clocks.time() >= due
     assert not worker_module.wait_until(due + 0.5, lambda: True)  # aborted while waiting: no start
+
+
+def test_stopping_two_runs_of_one_train_reaches_both():
+    """A worker may hold a train of runs; each place has its own abort flag, so a second
+    STOPJOB does not cancel the first (or reach a train-mate)."""
+    board = Board.create(2)
+    try:
+        board.set_abort(1, 0, 101)
+        board.set_abort(1, 2, 103)
+        assert board.aborted(1, 101) and board.aborted(1, 103)
+        assert not board.aborted(1, 102) and not board.aborted(0, 101)  # the mate, the other worker
+        board.clear_abort(1)  # a new message to that worker
+        assert not board.aborted(1, 101) and not board.aborted(1, 103)
+    finally:
+        board.close(unlink=True)

@@ -16,8 +16,9 @@ Layout (one small file mapped by every process of the node):
     0   uint64  sequence (odd while the writer is mid-update)
     8   float64 lease_until, on CLOCK_MONOTONIC (shared by all processes of one host)
     16  uint64  generation
-    24  uint64  per worker slot: the task whose run must end (0: none). A worker may hold
-                a short train of runs (see executor.py), so the flag names the run, not the slot.
+    24  uint64  per worker slot, TRAIN_RUNS of them: the tasks whose runs must end (0: none).
+                A worker may hold a train of up to TRAIN_RUNS short runs (see executor.py), so
+                a flag names a run, one entry per place in the train.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ _SEQ = struct.Struct("=Q")
 _LEASE = struct.Struct("=d")
 _GEN = struct.Struct("=Q")
 _TASK = struct.Struct("=Q")
+TRAIN_RUNS = 8  # runs per worker message at most (executor.py), one abort entry each
+_FLAGS = struct.Struct(f"={TRAIN_RUNS}Q")
 _PREFIX = "fabricjobs-board-"
 _READ_TRIES = 10_000  # a torn read is retried this often (an update takes microseconds)
 
@@ -42,7 +45,7 @@ class Board:
     def __init__(self, path: str, slots: int, *, create: bool = False) -> None:
         self.path = path
         self.slots = slots
-        size = _HEADER + _TASK.size * max(slots, 1)
+        size = _HEADER + _FLAGS.size * max(slots, 1)
         if create:
             with open(path, "wb") as f:
                 f.write(b"\0" * size)
@@ -95,15 +98,16 @@ class Board:
 
     # -- abort flags (node sets, the run in that slot reads) --------------------------------------
 
-    def set_abort(self, slot: int, task: int) -> None:
-        """Ask run ``task`` in ``slot`` to end (it may be running, or still queued there)."""
-        _TASK.pack_into(self._mm, _HEADER + _TASK.size * slot, task)
+    def set_abort(self, slot: int, place: int, task: int) -> None:
+        """Ask run ``task``, at ``place`` in the train of ``slot``, to end (it may be running
+        or still queued)."""
+        _TASK.pack_into(self._mm, _HEADER + _FLAGS.size * slot + _TASK.size * place, task)
 
     def clear_abort(self, slot: int) -> None:
-        _TASK.pack_into(self._mm, _HEADER + _TASK.size * slot, 0)
+        _FLAGS.pack_into(self._mm, _HEADER + _FLAGS.size * slot, *([0] * TRAIN_RUNS))
 
     def aborted(self, slot: int, task: int) -> bool:
-        return _TASK.unpack_from(self._mm, _HEADER + _TASK.size * slot)[0] == task
+        return task in _FLAGS.unpack_from(self._mm, _HEADER + _FLAGS.size * slot)
 
     def close(self, unlink: bool = False) -> None:
         try:

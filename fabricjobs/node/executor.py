@@ -29,6 +29,7 @@ from multiprocessing.connection import wait
 from typing import Callable, Iterator
 
 from ..clock import Clock
+from ..jobs.board import TRAIN_RUNS
 from ..jobs.registry import JobCatalog
 from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec, clean_text
 from ..model import Job, JobKey, JobType, Status, advance
@@ -40,7 +41,7 @@ from .workers import Worker, WorkerPool
 log = logging.getLogger("fabricjobs.node.executor")
 
 _REDECIDE = 20
-TRAIN_MAX = 8  # runs per train
+TRAIN_MAX = TRAIN_RUNS  # runs per train (one abort entry each on the board)
 SHORT_RUN = 0.001  # seconds: a job whose runs take less than this (on average) may ride a train
 _SHORT_SEEN = 3  # ... once this many of its runs have been seen
 _NOT_STARTED = "not started: the worker of its train ended before reaching it"

@@ -31,6 +31,7 @@ class Worker:
     process: multiprocessing.process.BaseProcess
     conn: Connection
     tasks: list[int] = field(default_factory=list)  # its runs not yet reported, in order: [0] runs
+    train: list[int] = field(default_factory=list)  # the runs of its last message, in order
     child_pid: int | None = None  # process group of a running PROCESS job
     killed_for: int | None = None  # the run the node killed this worker to end
     idle_since: float = field(default_factory=time.monotonic)
@@ -98,6 +99,7 @@ class WorkerPool:
 
     def start(self, worker: Worker, specs: list[RunSpec]) -> None:
         worker.tasks = [s.task for s in specs]
+        worker.train = list(worker.tasks)
         worker.child_pid = None
         self.board.clear_abort(worker.slot)
         with worker.send_lock:
@@ -118,7 +120,8 @@ class WorkerPool:
     def abort(self, worker: Worker, task: int) -> None:
         """Ask run ``task`` to end (is_aborted() turns true; a PROCESS job gets SIGTERM; a
         queued run of a train is skipped)."""
-        self.board.set_abort(worker.slot, task)
+        place = worker.train.index(task) if task in worker.train else 0
+        self.board.set_abort(worker.slot, place, task)
 
     def kill_children(self, worker: Worker) -> None:
         """SIGKILL a PROCESS job's process group (its own session: all it started)."""
