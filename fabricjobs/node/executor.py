@@ -188,11 +188,13 @@ class Executor:
         return run
 
     @contextmanager
-    def holding_starts(self) -> Iterator[None]:
+    def holding_starts(self, in_transaction: bool = True) -> Iterator[None]:
         """Hold the runs started in this block until it ends: wrapped around a store
         transaction that claims rows, no run may begin before its claim is committed. If the
         block fails and the store rolled the claims back, the held runs are dropped (their rows
-        are still WAITING); a store that commits each write by itself keeps them, so they run.
+        are still WAITING); a store that commits each write by itself keeps them, so they run,
+        as do those of a block that is not one transaction (``in_transaction=False``: a full
+        pass, held so that the runs it claims leave together, short ones in trains).
         (Outcomes written in a transaction whose COMMIT itself fails are lost with it: their
         rows stay IN_PROCESS here with no run, and the next full pass takes them over, as
         after a restart: at least once.)"""
@@ -201,8 +203,9 @@ class Executor:
             yield
         except BaseException:
             held, self._held, self._holder = self._held, None, None
+            rolled_back = in_transaction and self.store.groups_writes
             for run in held:
-                if self.store.groups_writes:
+                if rolled_back:
                     log.warning("claim of '%s' was rolled back; not started", run.key)
                     with self._lock:
                         self._runs.pop(run.task, None)
@@ -210,7 +213,7 @@ class Executor:
                             del self._by_key[run.key]
                 else:
                     self._launch(run)
-            if held and self.store.groups_writes:
+            if held and rolled_back:
                 self.on_freed()
             raise
         held, self._held, self._holder = self._held, None, None

@@ -334,7 +334,8 @@ class Node:
         so what was written before the failure is committed, then the failure is raised."""
         if full:
             self.executor.flush()
-            self.reconciler.run_pass(True)
+            with self.executor.holding_starts(in_transaction=False):
+                self.reconciler.run_pass(True)
             return
         failed: Exception | None = None
         with self.executor.holding_starts(), self.store.transaction():
