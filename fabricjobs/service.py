@@ -177,15 +177,18 @@ class CommandService:
         :meth:`batch` the ring waits for the end of the batch (one ring per script)."""
         if self._batch_depth:
             self._rang = True
-        elif self.doorbell.enabled:
-            self.doorbell.ring(n.name for n in self.store.nodes())
+        else:
+            self._ring_nodes()
 
     def _ring_now(self) -> None:
-        """Inside a batch: ring for what is committed so far, if anything asked for a ring."""
+        """Ring for what a batch committed so far, if anything in it asked for a ring."""
         if self._rang:
             self._rang = False
-            if self.doorbell.enabled:
-                self.doorbell.ring(n.name for n in self.store.nodes())
+            self._ring_nodes()
+
+    def _ring_nodes(self) -> None:
+        if self.doorbell.enabled:
+            self.doorbell.ring(n.name for n in self.store.nodes())
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -194,9 +197,8 @@ class CommandService:
             yield
         finally:
             self._batch_depth -= 1
-            if not self._batch_depth and self._rang:
-                self._rang = False
-                self._ring()
+            if not self._batch_depth:
+                self._ring_now()
 
     def _change(self, key: JobKey, decide: Callable[[Job], tuple[Event, Job] | None]) -> Job | None:
         """Read-decide-CAS until the CAS applies or ``decide`` says there is nothing to do.

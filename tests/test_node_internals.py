@@ -27,7 +27,7 @@ def test_a_worker_that_dies_holding_a_run_stays_until_the_collector_has_seen_its
     """Its slot must not be reused behind the executor's back: that would close the pipe the
     executor waits on, the death would go unseen and the run would stay IN_PROCESS forever."""
     holder = pool.acquire()
-    holder.task = 4242  # as WorkerPool.start() records a dispatched run
+    holder.tasks = [4242]  # as WorkerPool.start() records a dispatched run
     os.kill(holder.pid, signal.SIGKILL)
     wait_for(lambda: not holder.process.is_alive(), 10, "the worker to die")
 
@@ -38,7 +38,7 @@ def test_a_worker_that_dies_holding_a_run_stays_until_the_collector_has_seen_its
         holder.conn.recv()  # what the collector sees: the death
 
     pool.forget(holder)  # the collector's answer to it; now the slot is free again
-    other.task = 1
+    other.tasks = [1]
     fresh = pool.acquire()
     assert fresh.slot == holder.slot and fresh.process.is_alive()
 

@@ -46,6 +46,9 @@ class RunSpec:
     not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
 
 
+NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train, a prepared fire)
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: str  # ok | error | killed | lease_lost | interrupted

@@ -48,7 +48,7 @@ import threading
 import time
 
 from .board import Board
-from .runner import INTERRUPTED, LEASE_LOST, Outcome, RunSpec, run_job
+from .runner import INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, run_job
 
 _WATCH_PERIOD = 0.02
 _WATCH_PERIOD_MAX = 0.1
@@ -172,7 +172,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     def run_one(spec: RunSpec, queued: bool) -> bool:
         """Run one spec and report it; False if the node can no longer be told."""
         if queued and board.aborted(spec.slot, spec.task):  # a train's run, stopped before it began
-            return report(spec.task, Outcome(INTERRUPTED, error="ended before it started"))
+            return report(spec.task, Outcome(INTERRUPTED, error=NOT_BEGUN))
         # (The node clears this slot's abort flag before sending; clearing it here would lose
         # a STOPJOB that arrived before the run began.)
         ok = board.lease_valid(time.monotonic(), spec.generation)
@@ -196,7 +196,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             return lost.is_set() or board.aborted(spec.slot, spec.task) or not board.lease_valid(None, spec.generation)
 
         if spec.not_before is not None and not wait_until(spec.not_before, aborted):
-            outcome, elapsed = Outcome(INTERRUPTED, error="ended before it started"), 0.0
+            outcome, elapsed = Outcome(INTERRUPTED, error=NOT_BEGUN), 0.0
         else:
             began = time.monotonic()
             outcome = run_job(spec, aborted, on_spawn, log)

@@ -31,7 +31,7 @@ from typing import Callable, Iterator
 from ..clock import Clock
 from ..jobs.board import TRAIN_RUNS
 from ..jobs.registry import JobCatalog
-from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, Outcome, RunSpec, clean_text
+from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, clean_text
 from ..model import Job, JobKey, JobType, Status, advance
 from ..store.base import JobStore
 from ..logs import job_extra
@@ -41,7 +41,6 @@ from .workers import Worker, WorkerPool
 log = logging.getLogger("fabricjobs.node.executor")
 
 _REDECIDE = 20
-TRAIN_MAX = TRAIN_RUNS  # runs per train (one abort entry each on the board)
 SHORT_RUN = 0.001  # seconds: a job whose runs take less than this (on average) may ride a train
 _SHORT_SEEN = 3  # ... once this many of its runs have been seen
 _NOT_STARTED = "not started: the worker of its train ended before reaching it"
@@ -227,7 +226,7 @@ class Executor:
             if not self.pool.board.lease_valid(None, run.generation):
                 self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
             elif run.end_reason is not None:  # stopped, killed or given up before it reached a worker
-                self._finish_later(run, self._explain(run, Outcome(INTERRUPTED, error="ended before it started")))
+                self._finish_later(run, self._explain(run, Outcome(INTERRUPTED, error=NOT_BEGUN)))
             else:
                 ready.append(run)
         for train in self._trains(ready):
@@ -241,15 +240,15 @@ class Executor:
             self.on_tasks_changed()
 
     def _trains(self, runs: list[Run]) -> list[list[Run]]:
-        """Each run alone, except runs of known-short jobs: up to TRAIN_MAX of them per train,
-        as many trains as there are cores' worth of parallelism to use (at least 2)."""
-        short = [r for r in runs if self._is_short(r)]
+        """Each run alone, except runs of known-short jobs: up to TRAIN_RUNS of them per train
+        (one abort flag each on the board), in at least 2 trains."""
+        short, alone = [], []
+        for r in runs:
+            (short if self._is_short(r) else alone).append(r)
         if len(short) < 2:
             return [[r] for r in runs]
-        out = [[r] for r in runs if not self._is_short(r)]
-        per_train = min(TRAIN_MAX, -(-len(short) // 2))
-        out.extend(short[i:i + per_train] for i in range(0, len(short), per_train))
-        return out
+        per_train = min(TRAIN_RUNS, -(-len(short) // 2))
+        return [[r] for r in alone] + [short[i:i + per_train] for i in range(0, len(short), per_train)]
 
     def _is_short(self, run: Run) -> bool:
         if run.row.type != JobType.USER_JOB:
@@ -287,8 +286,6 @@ class Executor:
                     self.pool.forget(worker)  # it died while idle; take another
                     if attempt < 2:
                         continue
-                else:
-                    self.pool.unreserve(worker)
                 raise
             for run in train:
                 if self.metrics is not None and run.facts.due is not None:

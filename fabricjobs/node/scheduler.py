@@ -18,7 +18,7 @@ import heapq
 import itertools
 import logging
 import threading
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable
 
 from ..clock import Clock
@@ -54,7 +54,7 @@ class Scheduler:
         self.horizon = timedelta(seconds=horizon)
         self.batch = batch
         self._heap: list[tuple[float, int, JobKey]] = []
-        self._prepared: dict[JobKey, object] = {}  # fired ahead of time: key -> due time
+        self._prepared: dict[JobKey, datetime] = {}  # fired ahead of time: key -> due time
         self._rows: dict[JobKey, Job] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()

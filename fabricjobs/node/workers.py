@@ -22,8 +22,6 @@ from ..jobs.runner import RunSpec
 
 log = logging.getLogger("fabricjobs.node.workers")
 
-_RESERVED = 0  # in Worker.tasks between acquire() and start() (task numbers start above it)
-
 
 @dataclass(eq=False)
 class Worker:
@@ -77,12 +75,11 @@ class WorkerPool:
         return Worker(slot, proc, parent)
 
     def acquire(self) -> Worker:
-        """An idle worker (warm if possible), reserved for the caller's :meth:`start` (the node's
-        loop and its collector both start runs); the caller must have a free slot."""
+        """An idle worker (warm if possible); the caller must have a free slot. (Only the
+        node's loop starts runs, so nothing takes it between here and :meth:`start`.)"""
         with self._lock:
             for w in self._workers.values():
                 if not w.tasks and w.process.is_alive():
-                    w.tasks = [_RESERVED]
                     return w
             for slot in range(self.size):
                 w = self._workers.get(slot)
@@ -92,7 +89,6 @@ class WorkerPool:
                     if w is not None:
                         self._discard(w)
                     w = self._spawn(slot)
-                    w.tasks = [_RESERVED]
                     self._workers[slot] = w
                     return w
         raise RuntimeError("no free worker slot")
@@ -104,10 +100,6 @@ class WorkerPool:
         self.board.clear_abort(worker.slot)
         with worker.send_lock:
             worker.conn.send(specs[0] if len(specs) == 1 else specs)
-
-    def unreserve(self, worker: Worker) -> None:
-        if worker.tasks == [_RESERVED]:
-            worker.tasks = []
 
     def release(self, worker: Worker, task: int) -> None:
         """Run ``task`` of this worker was reported; the worker is idle once all of its are."""
