@@ -71,12 +71,9 @@ class Liveness:
             if name not in present:  # deleted (forgotten): missing from this read's return on
                 self._unknown.setdefault(name, (returned, self._seen.pop(name).threshold))
         for name, (since, threshold) in list(self._unknown.items()):
-            if name not in present and returned - since > 10 * threshold + 60:
-                # Long gone and forgotten (a node is forgotten only once it owns no live row):
-                # stop listing it among the dead, which every full pass looks up rows for.
-                del self._unknown[name]
-        for name in list(self._unknown):
-            if name in present:
+            # Back with a row; or long gone and forgotten (a node is forgotten only once it owns
+            # no live row): stop listing it among the dead, which every full pass looks up rows for.
+            if name in present or returned - since > 10 * threshold + 60:
                 del self._unknown[name]
 
     def is_dead(self, name: str | None) -> bool:

@@ -194,7 +194,9 @@ class JobStore(ABC):
         cheaper than a loop: SQLite commits them in one transaction, Cassandra sends the LWTs
         concurrently. ``runs[i]``, if given, is recorded in the run history exactly when pair
         ``i`` applied: a writer that lost the row (a fenced, stale executor) records nothing,
-        and a record is never overwritten (one per key and epoch).
+        and a record is never overwritten (one per key and epoch). A reader that sees the
+        row's change finds its record (Cassandra writes the record first and takes it back if
+        the LWT loses; a crash between the two can leave it behind).
         """
 
     @abstractmethod
