@@ -8,6 +8,7 @@ node change it only through :func:`advance`, which refuses a transition that is 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -121,7 +122,19 @@ class Job:
         return self.key.uid
 
     def replace(self, **changes) -> "Job":
-        return dataclasses.replace(self, **changes)
+        # dataclasses.replace, at half its cost: every transition of every run makes a few.
+        values = list(_JOB_VALUES(self))
+        try:
+            for name, value in changes.items():
+                values[_JOB_INDEX[name]] = value
+        except KeyError as exc:
+            raise TypeError(f"Job has no field {exc.args[0]!r}") from None
+        return Job(*values)
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+_JOB_INDEX = {name: i for i, name in enumerate(_JOB_FIELDS)}
+_JOB_VALUES = operator.attrgetter(*_JOB_FIELDS)
 
 
 class Event(StrEnum):

@@ -47,13 +47,13 @@ def after_run(
     """Post-execution (the seed's JobExecutor): the row's status decides first, then the outcome."""
     if not still_mine(row, run):
         return None
-    counted = row.replace(runs=row.runs + 1, kills=row.kills + (outcome.kind == KILLED))
+    counts = {"runs": row.runs + 1, "kills": row.kills + (outcome.kind == KILLED)}
     if outcome.kind == OK:
-        counted = counted.replace(successes=row.successes + 1)
+        counts["successes"] = row.successes + 1
     elif outcome.kind != RELEASED and row.status is Status.IN_PROCESS:
-        counted = counted.replace(failures=row.failures + 1)
+        counts["failures"] = row.failures + 1
     row_in = row
-    row = counted
+    row = row.replace(**counts)
     if row_in.status is Status.STOPPING:
         return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now)
     if row_in.status is Status.RESTART:

@@ -583,7 +583,9 @@ class Executor:
         if decision is None:
             return None
         event, new = decision
-        new = new.replace(error_msg=clean_text(new.error_msg, 4000))
+        error = clean_text(new.error_msg, 4000)
+        if error != new.error_msg:
+            new = new.replace(error_msg=error)
         return advance(row, event, new)
 
     def _applied(self, run: Run, outcome: Outcome, row: Job) -> None:
