@@ -58,6 +58,11 @@ _CAS_ATTEMPTS = 50
 _GROUP = 64  # STARTJOBs per store transaction in a script (the nodes are rung after each)
 
 
+def _groupable(command: ast.Command) -> bool:
+    """A STARTJOB whose checks read nothing its script may have written just before it."""
+    return isinstance(command, ast.StartJob) and not command.depends_on
+
+
 @dataclass
 class Session:
     """Per-connection state: SET variables (in order of first SET) and the session's LOG_ID."""
@@ -131,24 +136,34 @@ class CommandService:
 
         Consecutive STARTJOBs share one store transaction (at most ``_GROUP`` at a time, so the
         write lock is held briefly): a bulk submit costs one commit per group, not one per job.
+        A STARTJOB with DEPENDS_ON runs on its own: its checks read the jobs written before it.
         Their results are returned only after that commit."""
         results: list[Result] = []
         with self.batch():
             i = 0
             while i < len(commands):
                 j = i
-                while j < len(commands) and j - i < _GROUP and isinstance(commands[j], ast.StartJob):
+                while j < len(commands) and j - i < _GROUP and _groupable(commands[j]):
                     j += 1
                 if j == i:
                     results.append(self.execute(commands[i], session))
                     i += 1
                     continue
+                # Checks and rows first, outside the transaction: the store's write lock (which
+                # every node's claims and heartbeats wait for) is held for the inserts alone.
+                rows: list[Job] = []
                 error: CommandError | None = None
+                for command in commands[i:j]:
+                    try:
+                        rows.append(self._new_job(command, session))
+                    except CommandError as exc:  # the ones before it are kept, as one by one
+                        error = exc
+                        break
                 with self.store.transaction():
-                    for command in commands[i:j]:
+                    for row in rows:
                         try:
-                            results.append(self.execute(command, session))
-                        except CommandError as exc:  # the ones before it are kept, as one by one
+                            results.append(self._insert_new(row))
+                        except CommandError as exc:  # comes before any error of a later check
                             error = exc
                             break
                 self._ring_now()  # nodes start on this group while the next one is written
@@ -233,6 +248,10 @@ class CommandService:
     # -- STARTJOB ------------------------------------------------------------------------------
 
     def start_job(self, cmd: ast.StartJob, session: Session) -> Result:
+        return self._insert_new(self._new_job(cmd, session))
+
+    def _new_job(self, cmd: ast.StartJob, session: Session) -> Job:
+        """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""
         self.catalog.check(cmd.type, cmd.name)
         if cmd.type == JobType.INTERFACE_LISTENER:
             self.catalog.check_listener(cmd.args)
@@ -259,10 +278,12 @@ class CommandService:
             late_threshold=cmd.late_threshold or "",
             overlap=cmd.overlap or "",
         )
-        event = Event.START if job.status is Status.WAITING else Event.START_SCHEDULED
-        res = self.store.insert(advance(None, event, job))
+        return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
+
+    def _insert_new(self, job: Job) -> Result:
+        res = self.store.insert(job)
         if not res.applied:
-            raise JobAlreadyRunning(f"Job is running {key.describe()}")
+            raise JobAlreadyRunning(f"Job is running {job.key.describe()}")
         self._ring()
         return Result(START_COLUMNS, (self._change_row(res.row),))
 

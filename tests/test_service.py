@@ -65,6 +65,23 @@ def test_a_bulk_script_stops_at_its_first_error_and_keeps_what_ran_before(client
     assert len(uids) == 301 and "new1" in uids and "new2" not in uids
 
 
+def test_a_bulk_scripts_first_error_wins_whether_a_check_or_a_write(client):
+    """A group's rows are checked before its inserts: a bad STARTJOB stops the script with the
+    ones before it written, and a write that fails before a later bad check is the error shown."""
+    bad_check = ("startjob user_job name='Customer.userJob1' uid='c1';"
+                 "startjob user_job name='Customer.noSuchJob' uid='c2';"
+                 "startjob user_job name='Customer.userJob1' uid='c3';")
+    with pytest.raises(ValidationError):
+        client.run_script(bad_check)
+    assert {j.key.uid for j in client.store.live_jobs()} == {"c1"}
+    conflict_first = ("startjob user_job name='Customer.userJob1' uid='c4';"
+                      "startjob user_job name='Customer.userJob1' uid='c1';"
+                      "startjob user_job name='Customer.noSuchJob' uid='c5';")
+    with pytest.raises(JobAlreadyRunning):
+        client.run_script(conflict_first)
+    assert {j.key.uid for j in client.store.live_jobs()} == {"c1", "c4"}
+
+
 def test_a_script_statement_sees_the_jobs_started_earlier_in_it(client):
     client.run_script("startjob user_job name='Customer.userJob1' uid='parent';"
                       "startjob user_job name='Customer.userJob1' uid='child' "
