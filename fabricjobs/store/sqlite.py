@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import dataclasses
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +48,10 @@ _RUN_COLUMNS = (
 _COLS = ", ".join(_JOB_COLUMNS)
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35) else ""
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
+# What a CAS may write (not the key, and revision is written by the CAS itself), and its
+# UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
+_CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
+_CAS_SQL: dict[tuple[int, ...], str] = {}
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -164,6 +169,9 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
+_fromts = datetime.fromtimestamp
+
+
 def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
@@ -182,37 +190,20 @@ def _job_params(job: Job) -> tuple:
 _STATUS = {s.value: s for s in Status}
 
 
+# _row_to_job builds a Job from positions (a third cheaper than by keyword; it runs a few times
+# per run on the node's loop): the Job fields must stay in the order of the columns.
+assert [f.name for f in dataclasses.fields(Job)] == [
+    "key", "status", "creation_time", "archived", "affinity", "arguments", "execution_interval",
+    *_JOB_COLUMNS[9:13], *_JOB_COLUMNS[13:27], "blocked", *_JOB_COLUMNS[28:],
+], "Job fields and k2_jobs columns are out of step"
+
+
 def _row_to_job(r: Sequence) -> Job:
     return Job(
-        key=JobKey(r[0], r[1], r[2]),
-        status=_STATUS[r[3]],
-        archived=bool(r[4]),
-        affinity=r[5],
-        arguments=r[6],
-        execution_interval=r[7],
-        creation_time=_dt(r[8]),
-        start_time=_dt(r[9]),
-        end_time=_dt(r[10]),
-        next_run=_dt(r[11]),
-        hold_until=_dt(r[12]),
-        error_msg=r[13],
-        output=r[14],
-        tries=r[15],
-        worker_id=r[16],
-        epoch=r[17],
-        revision=r[18],
-        priority=r[19],
-        runs=r[20],
-        successes=r[21],
-        failures=r[22],
-        retries_error=r[23],
-        retries_lost=r[24],
-        kills=r[25],
-        depends_on=r[26],
-        blocked=bool(r[27]),
-        time_zone=r[28],
-        late_threshold=r[29],
-        overlap=r[30],
+        JobKey(r[0], r[1], r[2]), _STATUS[r[3]], _fromts(r[8], UTC), bool(r[4]), r[5], r[6], r[7],
+        None if r[9] is None else _fromts(r[9], UTC), None if r[10] is None else _fromts(r[10], UTC),
+        None if r[11] is None else _fromts(r[11], UTC), None if r[12] is None else _fromts(r[12], UTC),
+        *r[13:27], bool(r[27]), *r[28:31],
     )
 
 
@@ -442,14 +433,20 @@ class SqliteStore(JobStore):
                 # Only the columns that change are written: a row read from an index may be a
                 # candidate without arguments or output, and must not blank them.
                 old_p, new_p = _job_params(expected), _job_params(new)
-                changed = [i for i in range(3, len(_JOB_COLUMNS)) if _JOB_COLUMNS[i] != "revision" and old_p[i] != new_p[i]]
-                sets = "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed)
-                # RETURNING hands back the whole row as written (a claimed candidate's arguments
-                # included) in the same statement: no second read per write.
+                changed = tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
+                sql = _CAS_SQL.get(changed)
+                if sql is None:
+                    # RETURNING hands back the whole row as written (a claimed candidate's
+                    # arguments included) in the same statement: no second read per write.
+                    sql = (
+                        "UPDATE k2_jobs SET " + "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed) + "revision = ? "
+                        "WHERE type = ? AND name = ? AND uid = ? "
+                        f"AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?{_RETURNING}"
+                    )
+                    if len(_CAS_SQL) < 256:
+                        _CAS_SQL[changed] = sql
                 written = conn.execute(
-                    f"UPDATE k2_jobs SET {sets}revision = ? "
-                    "WHERE type = ? AND name = ? AND uid = ? "
-                    f"AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?{_RETURNING}",
+                    sql,
                     tuple(new_p[i] for i in changed)
                     + (expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
                        expected.status.value, expected.epoch, expected.worker_id, expected.revision),
