@@ -171,3 +171,44 @@ def test_stopping_two_runs_of_one_train_reaches_both():
         assert not board.aborted(1, 101) and not board.aborted(1, 103)
     finally:
         board.close(unlink=True)
+
+
+def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
+    """The node's loop may claim a row the moment the scheduler writes it WAITING, while the
+    rest of the batch is still being written (LWT by LWT on Cassandra). A claim that does not
+    know the fire was prepared ahead starts it at once, before its due time (chaos on
+    Cassandra saw runs start 2 ms early): the scheduler marks it before the write."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    known_at_write: list[bool] = []
+
+    class LoopsView:  # what the node's loop would see at the instant each row is written
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def cas_many(self, pairs, runs=None):
+            known_at_write.extend(scheduler.prepared(new) for _, new in pairs)
+            return store.cas_many(pairs, runs)
+
+    scheduler = Scheduler(LoopsView(), clock, "n1", on_ready=lambda: None)
+    due = clock.now() + timedelta(milliseconds=30)  # within the fire lead
+    rows = [Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1) for uid in ("a", "b")]
+    for row in rows:
+        store.insert(row)
+    stale = store.get(rows[1].key)
+    store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node meanwhile
+    scheduler._fire([store.get(rows[0].key), stale])
+
+    assert known_at_write == [True, True]
+    fired, lost = store.get(rows[0].key), store.get(rows[1].key)
+    assert fired.status is Status.WAITING and scheduler.prepared(fired)
+    assert lost.status is Status.SCHEDULED and not scheduler.prepared(lost.replace(status=Status.WAITING))
+    store.close()

@@ -181,9 +181,19 @@ class Scheduler:
                 continue
             event, new = fire(row)
             pairs.append((row, advance(row, event, new)))
+        if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
+            self._prepared = {key: due for key, due in self._prepared.items() if due > now}
+        ahead = [(row.key, new.next_run) for row, (_, new) in zip(rows, pairs)
+                 if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]
+        # Marked before the write, not after it: this node's loop may claim a row the moment it
+        # is written (the other rows of a batch are still being written), and a claim that does
+        # not know the fire was prepared ahead starts it at once, before its due time.
+        self._prepared.update(ahead)
         try:
             results = self.store.cas_many(pairs)
         except Exception:
+            for key, _due in ahead:
+                self._prepared.pop(key, None)
             log.exception("could not mark %d due jobs ready; retrying in 1 s", len(rows))
             with self._cond:
                 self._retry_at = self.clock.monotonic() + 1.0
@@ -196,16 +206,14 @@ class Scheduler:
                 self.store.add_runs(skipped)
             except Exception:
                 log.exception("could not record %d skipped fires", len(skipped))
-        if len(self._prepared) > 4 * self.batch:
-            self._prepared.clear()  # bounded: entries of fires claimed elsewhere or stopped
         for row, res in zip(rows, results):
+            if not res.applied or res.row.status is not Status.WAITING:
+                self._prepared.pop(row.key, None)
             if res.applied and res.row.status is Status.SCHEDULED:
                 self.add(res.row)  # a skipped fire: its next due time
                 continue
             if res.applied:
                 ready += 1
-                if res.row.next_run is not None and res.row.next_run > now:
-                    self._prepared[row.key] = res.row.next_run
                 log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
                 continue
             # Changed meanwhile (UPDATEJOB, STOPJOB, a takeover): re-read and decide again.
