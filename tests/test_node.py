@@ -13,6 +13,8 @@ import pytest
 from fabricjobs.model import JobKey, Status
 from harness import ROOT, Cluster, read_records, wait_for
 
+LEARN_RUNS = 24  # quick runs that make the node take Probe.record for a short job (trains)
+
 pytestmark = pytest.mark.slow
 
 
@@ -187,7 +189,9 @@ def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster,
     log = tmp_path / "runs.jsonl"
     cluster.start_node("node-a")
     quick = json.dumps({"log": str(log)})
-    for i in range(8):  # the node learns that Probe.record is short (the first run imports it)
+    # The node learns that Probe.record is short: the mean of its last ~10 runs below 1 ms, which
+    # takes ~20 runs when the first one (it imports the module) took 5-10 ms.
+    for i in range(LEARN_RUNS):
         cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
         cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
     slow = json.dumps({"log": str(log), "seconds": 3600, "starts": str(tmp_path / "starts.jsonl")})
@@ -218,7 +222,7 @@ def test_stopjob_of_a_run_waiting_behind_another_on_its_worker_ends_only_that_ru
     log = tmp_path / "runs.jsonl"
     cluster.start_node("node-a")
     quick = json.dumps({"log": str(log)})
-    for i in range(8):  # the node learns that Probe.record is short
+    for i in range(LEARN_RUNS):  # the node learns that Probe.record is short
         cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
         cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
     slow = json.dumps({"log": str(log), "seconds": 3600})

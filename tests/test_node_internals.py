@@ -212,3 +212,41 @@ def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
     assert fired.status is Status.WAITING and scheduler.prepared(fired)
     assert lost.status is Status.SCHEDULED and not scheduler.prepared(lost.replace(status=Status.WAITING))
     store.close()
+
+
+def test_a_full_pass_starts_each_batch_of_claims_at_once_and_a_claim_pass_only_after_its_commit(tmp_path):
+    """A full pass commits each claim by itself: what one of its steps claimed (a due fire)
+    starts then, not after the pass's slower steps (chaos on Cassandra saw fires start 0.6 s
+    late behind them). A claim pass is one transaction: nothing starts before its commit."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.executor import Executor
+    from fabricjobs.store.sqlite import SqliteStore
+
+    clock = ManualClock()
+    store = SqliteStore(tmp_path / "jobs.db")
+    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None)
+    launched: list = []
+    executor._launch = lambda *runs: launched.extend(run.key.uid for run in runs)
+
+    def claimed(uid: str) -> Job:
+        return Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
+                   epoch=1, start_time=clock.now(), next_run=clock.now() + timedelta(milliseconds=10))
+
+    with executor.holding_starts(in_transaction=False):  # a full pass
+        executor.start(claimed("fire"), "ANY", False, 1)
+        executor.launch_held()  # the end of its claim batch
+        assert launched == ["fire"]
+        executor.start(claimed("later"), "ANY", False, 1)
+        assert launched == ["fire"]  # trains still form within a batch
+    assert launched == ["fire", "later"]
+    with executor.holding_starts():  # a claim pass: one transaction
+        executor.start(claimed("uncommitted"), "ANY", False, 1)
+        executor.launch_held()
+        assert launched == ["fire", "later"]
+    assert launched == ["fire", "later", "uncommitted"]
+    store.close()

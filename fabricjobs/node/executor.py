@@ -113,6 +113,7 @@ class Executor:
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held
+        self._held_in_transaction = True  # ... until the transaction commits (else: launch_held)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._stop = False
@@ -197,7 +198,7 @@ class Executor:
         (Outcomes written in a transaction whose COMMIT itself fails are lost with it: their
         rows stay IN_PROCESS here with no run, and the next full pass takes them over, as
         after a restart: at least once.)"""
-        self._held, self._holder = [], threading.get_ident()
+        self._held, self._holder, self._held_in_transaction = [], threading.get_ident(), in_transaction
         try:
             yield
         except BaseException:
@@ -217,6 +218,15 @@ class Executor:
             raise
         held, self._held, self._holder = self._held, None, None
         self._launch(*held)
+
+    def launch_held(self) -> None:
+        """Inside ``holding_starts(in_transaction=False)``, on its thread: hand the runs held
+        so far to workers now. Their claims are committed already (each write commits by
+        itself); a full pass calls this after each batch of claims, so that a run claimed early
+        in a long pass (a due fire) does not wait for the rest of the pass."""
+        if self._held and self._holder == threading.get_ident() and not self._held_in_transaction:
+            held, self._held = self._held, []
+            self._launch(*held)
 
     def _launch(self, *runs: Run) -> None:
         """Hand claimed runs to workers (short ones in trains). If the lease lapsed since the

@@ -67,6 +67,7 @@ class Reconciler:
         def step(name: str, fn, *args) -> None:
             nonlocal mark
             fn(*args)
+            n.executor.launch_held()  # a full pass: what a step claimed starts now, not at its end
             t = time.perf_counter()
             steps.append((name, t - mark))
             mark = t
@@ -248,6 +249,7 @@ class Reconciler:
                 else:
                     lost += 1
             n.metrics.claims(len(pairs), lost)
+            n.executor.launch_held()
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
 
