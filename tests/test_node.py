@@ -79,6 +79,9 @@ def test_interval_job_runs_at_a_fixed_rate_and_is_scheduled_between_runs(cluster
     first_due = cluster.job("USER_JOB", "Probe.stamp", "tick").creation_time.timestamp()
     lags = [s - (first_due + k) for k, s in enumerate(starts)]
     assert all(-0.01 < lag < 0.35 for lag in lags), lags
+    # Each run knows the fire it stands for (current_job().due): the fixed-rate grid itself.
+    dues = [r["due"] for r in read_records(log)][:4]
+    assert dues == pytest.approx([first_due + k for k in range(4)], abs=0.0015), dues
 
 
 def test_six_field_cron_fires_at_its_due_second(cluster, tmp_path):
@@ -90,6 +93,7 @@ def test_six_field_cron_fires_at_its_due_second(cluster, tmp_path):
     starts = [r["start"] for r in read_records(log)]
     for s in starts:
         assert int(s) % 2 == 0 and s - int(s) < 0.25, starts  # on an even second, promptly
+    assert [r["due"] for r in read_records(log)] == [float(int(s)) for s in starts]  # current_job().due
     assert "marked as ready" in cluster.nodes["node-a"].log()
 
 

@@ -6,11 +6,12 @@ Each run appends JSON lines to ``log`` (one ``os.write`` of one line on a file o
 O_APPEND, so lines of concurrent runs never mix):
 
     {"ev": "start", "run": R, "key": "USER_JOB.Chaos.work.o000001", "uid": ..., "node": ..., "epoch": E,
-     "pid": P, "start": T0}
+     "pid": P, "start": T0, "due": D}
     {"ev": "end",   "run": R, ..., "start": T0, "end": T1}     it worked ``seconds`` and was not aborted
     {"ev": "abort", "run": R, ..., "start": T0, "end": T1}     it saw is_aborted() and stopped at T1
 
-Times are ``time.time()`` of this host. While it works (in steps of at most 20 ms) and again
+Times are ``time.time()`` of this host; ``due`` is the due time the run stands for
+(``current_job().due``: a recurring job's fire time, even when the run starts late). While it works (in steps of at most 20 ms) and again
 right before it writes its end record, the run checks ``current_job().is_aborted()`` (STOPJOB,
 or its node can no longer vouch for it: lease lost). An aborted run writes an ``abort`` record
 and raises; it never writes an ``end`` record. A run that was killed (its node's process group
@@ -44,6 +45,7 @@ def work(log: str, seconds: float = 0.1):
     base = {
         "run": uuid.uuid4().hex, "key": str(job.key), "uid": job.key.uid, "node": job.node,
         "epoch": job.epoch, "pid": os.getpid(), "start": start,
+        "due": job.due.timestamp() if job.due is not None else None,
     }
     _append(log, dict(base, ev="start"))
     deadline = start + max(0.0, float(seconds))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Callable, NoReturn
 
@@ -49,6 +50,9 @@ class JobContext:
     arguments: dict[str, Any]
     logger: logging.Logger
     _is_aborted: Callable[[], bool] = field(repr=False, default=lambda: False)
+    # The due time this run stands for (a recurring job's fire time, a one-time job's start
+    # request), even when it starts late: a job that works on "the hour just ended" uses it.
+    due: datetime | None = None
 
     @property
     def args(self) -> dict[str, Any]:

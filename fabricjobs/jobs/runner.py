@@ -18,6 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..clock import utc_from_timestamp
 from ..model import Job, JobKey, JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
@@ -44,6 +45,7 @@ class RunSpec:
     store_config: dict | None = None  # config values, for jobs that use the store (INTERFACE_LISTENER)
     board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
     not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
+    due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
 
 
 NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train, a prepared fire)
@@ -138,6 +140,7 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
         arguments=arguments,
         logger=JobLogger(log, {"job": str(spec.key), "epoch": spec.epoch}),  # type: ignore[arg-type]
         _is_aborted=is_aborted,
+        due=utc_from_timestamp(spec.due) if spec.due is not None else None,
     )
     token = _bind(ctx)
     try:

@@ -311,6 +311,7 @@ class Executor:
             self.catalog, run.generation, self.log_max,
             job=run.row if listener else None, store_config=self.store_config if listener else None,
             not_before=run.facts.started.timestamp() if ahead else None,
+            due=run.facts.due.timestamp() if run.facts.due is not None else None,
         )
 
     def abort(self, run: Run, reason: str, grace: float, note: str = "") -> None:

@@ -99,9 +99,9 @@ def noisy(megabytes: int = 5):
 
 
 def stamp(log: str):
-    """Appends the start time of each run (interval and cron tests)."""
+    """Appends the start time and the due time of each run (interval and cron tests)."""
     job = current_job()
-    _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=time.time()))
+    _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=time.time(), due=job.due.timestamp()))
 
 
 def chatty(counter: str):
