@@ -54,10 +54,15 @@ class WorkerPool:
         self._workers: dict[int, Worker] = {}  # slot -> worker
 
     def prewarm(self) -> None:
-        """Start the fork server now, so the first run (or a takeover) does not wait for it."""
+        """Start the fork server and one worker now, so the first run (or a takeover) waits
+        for neither. (Like any worker, it exits after WORKER_IDLE_SEC without a run.)"""
         from multiprocessing import forkserver
 
         forkserver.ensure_running()
+        if self.size:
+            with self._lock:
+                if 0 not in self._workers:
+                    self._workers[0] = self._spawn(0)
 
     def _spawn(self, slot: int) -> Worker:
         from ..jobs.worker import worker_main
