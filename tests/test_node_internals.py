@@ -250,3 +250,41 @@ def test_a_full_pass_starts_each_batch_of_claims_at_once_and_a_claim_pass_only_a
         assert launched == ["fire", "later"]
     assert launched == ["fire", "later", "uncommitted"]
     store.close()
+
+
+def test_the_next_verdict_is_when_a_silent_node_may_first_be_judged_dead():
+    """The node's loop reads the nodes again at that moment instead of at its next periodic
+    pass, so a crash is noticed one read after the threshold (SPEC 8.1), not a period later."""
+    import json
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.node.liveness import Liveness
+    from fabricjobs.store.base import NodeRow
+
+    clock = ManualClock()
+    live = Liveness("me", clock, default_threshold=3.0)
+    assert live.next_verdict() is None  # nobody watched
+
+    def row(beat: int, state: str = "running") -> NodeRow:
+        return NodeRow(name="a", incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(), version="x",
+                       beat=beat, state=state, info=json.dumps({"heartbeat_ms": 200, "miss": 5}))
+
+    t0 = clock.monotonic()
+    live.observe([row(1)])
+    assert live.next_verdict() == pytest.approx(t0 + 1.0)  # a's own threshold: 200 ms x 5
+    clock.advance(0.6)
+    live.observe([row(2)])  # it beat: the verdict moves with it
+    assert live.next_verdict() == pytest.approx(t0 + 1.6)
+    clock.advance(1.0)
+    live.observe([row(2)])  # read exactly at the verdict time: not yet dead
+    assert not live.is_dead("a") and live.next_verdict() == pytest.approx(t0 + 1.6)
+    clock.advance(0.002)
+    live.observe([row(2)])  # the read the loop makes just after it
+    assert live.is_dead("a") and live.next_verdict() is None  # judged: nothing left to wait for
+    assert live.dead() == ["a"]
+    live.observe([row(3)])
+    assert not live.is_dead("a")
+    live.observe([row(4, state="stopped")])
+    assert live.is_dead("a") and live.next_verdict() is None  # a clean stop is dead at once
+    live.is_dead("ghost")  # an owner with no row: judged after the default threshold
+    assert live.next_verdict() == pytest.approx(clock.monotonic() + 3.0)

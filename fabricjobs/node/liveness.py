@@ -87,6 +87,16 @@ class Liveness:
             return True
         return self._read_at - seen.changed_at > seen.threshold
 
+    def next_verdict(self) -> float | None:
+        """The monotonic time after which a read could first find a watched node dead (its beat
+        unchanged for its whole threshold), or None. The node's loop reads the nodes then,
+        rather than at its next periodic pass: a crash is noticed one read after the
+        threshold, not up to a whole reconcile period later."""
+        times = [s.changed_at + s.threshold for n, s in self._seen.items()
+                 if n != self.me and not s.stopped and self._read_at - s.changed_at <= s.threshold]
+        times += [first + threshold for first, threshold in self._unknown.values() if self._read_at - first <= threshold]
+        return min(times) if times else None
+
     def is_alive(self, name: str | None) -> bool:
         return name is not None and not self.is_dead(name)
 

@@ -49,6 +49,7 @@ from .workers import WorkerPool
 #: The node's threads mostly wait on pipes and the store; a collector that has a finished
 #: run in hand must not wait 5 ms for the reconcile loop to let go.
 _SWITCH_INTERVAL = 0.0005
+_VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
 log = logging.getLogger("fabricjobs.node")
 
@@ -313,6 +314,9 @@ class Node:
                 next_full = mono + min(s.reconcile_interval, 1.0)
             if mono >= next_purge:
                 next_purge = mono + self._purge_archive()
+            verdict = self.liveness.next_verdict()
+            if verdict is not None and verdict < next_full:
+                next_full = verdict + _VERDICT_GAP  # a crash is taken over one read after the threshold
             deadline = self.executor.enforce_deadlines()
             timeout = next_full - self.clock.monotonic()
             if deadline is not None:

@@ -32,6 +32,7 @@ from ..config import AffinityLimit
 from .. import dependencies
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
+from ..store.base import Version
 from .decisions import claim, lost_run_record, take_over
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,6 +44,7 @@ _CONTROL = (Status.STOPPING, Status.RESTART)
 _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
 _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
+_TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
 _MAX_PAGES = 10
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
 
@@ -176,22 +178,53 @@ class Reconciler:
         if generation is None:
             return
         budget = time.perf_counter() + _TAKEOVER_SLICE
-        for row in rows:
-            if time.perf_counter() > budget:
+        # Runs first (their jobs are down until taken), in batches: one round of concurrent
+        # writes per batch, not one per job. Then the dead node's schedules.
+        running = [r for r in rows if r.status is not Status.SCHEDULED]
+        for i in range(0, len(running), _TAKEOVER_BATCH):
+            if i and time.perf_counter() > budget:
                 # A big takeover on a slow store must not hold up this node's own due jobs and
                 # outcomes: do the rest in the next pass, at once.
                 n.wake_full()
-                break
-            affinity = parse_affinity(row.affinity)
-            if row.status is Status.SCHEDULED:
-                if n.affinity.can_run(affinity):
-                    self._adopt(row, now, f"from dead node {row.worker_id}")
+                return
+            self._take_runs(running[i:i + _TAKEOVER_BATCH], now, generation)
+            n.executor.launch_held()  # each batch starts at once, not at the end of the pass
+        for row in rows:
+            if row.status is not Status.SCHEDULED:
                 continue
-            pool = self._pool_for(row, now)
+            if time.perf_counter() > budget:
+                n.wake_full()
+                return
+            if n.affinity.can_run(parse_affinity(row.affinity)):
+                self._adopt(row, now, f"from dead node {row.worker_id}")
+
+    def _take_runs(self, rows: list[Job], now: datetime, generation: int) -> None:
+        """Take over IN_PROCESS rows of dead owners, or of this node's previous life, that there
+        is room for here; start the runs of those taken."""
+        n = self.node
+        taken: dict[str, int] = {}
+        chosen = []
+        for row in rows:
+            pool = self._pool_for(row, now, taken)
             if pool is None:
                 continue  # no room (or not allowed) here; another node or a later pass takes it
-            res = self._take(row, now)
-            if res is None or not res.applied:
+            taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
+            chosen.append((row, pool))
+        if not chosen:
+            return
+        fulls = n.store.get_many([row.key for row, _ in chosen])
+        todo, pairs, records = [], [], []
+        for (row, pool), full in zip(chosen, fulls):
+            # The stored row, when still as ``row`` says (index rows carry no counters).
+            if full is None or Version.of(full) != Version.of(row):
+                continue
+            event, new = take_over(full, self.me, now, max_tries=self.s.max_tries)
+            new = advance(full, event, new)
+            todo.append((row, pool))
+            pairs.append((full, new))
+            records.append(lost_run_record(full, new, now))
+        for (row, pool), res in zip(todo, n.store.cas_many(pairs, records)):
+            if not res.applied:
                 continue
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)

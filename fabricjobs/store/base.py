@@ -228,6 +228,11 @@ class JobStore(ABC):
     def get(self, key: JobKey) -> Job | None:
         """The row with this key, archived or not."""
 
+    def get_many(self, keys: Sequence[JobKey]) -> list[Job | None]:
+        """``get`` of each key, in order (None for a missing row). Cassandra reads them
+        concurrently: a takeover of many jobs pays for one round trip, not one per job."""
+        return [self.get(k) for k in keys]
+
     @abstractmethod
     def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
         """Non-archived rows, optionally narrowed by type, name, uid; ordered by key."""

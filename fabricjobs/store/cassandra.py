@@ -866,7 +866,7 @@ class CassandraStore(JobStore):
         several = [k for k, es in by_key.items() if len(es) > 1]
         if several:
             now = datetime.now(UTC)
-            for key, row in zip(several, self._get_many(several)):
+            for key, row in zip(several, self.get_many(several)):
                 e = self._settle(list(by_key[key].values()), row, now)
                 if e is not None:
                     chosen.append(e)
@@ -932,10 +932,10 @@ class CassandraStore(JobStore):
         keys = [j.key for j in self._candidates(self._buckets(tuple(s for s in Status if not s.is_final), None))]
         keys = [k for k in keys if (type is None or k.type == type) and (name is None or k.name == name)
                 and (uid is None or k.uid == uid)]
-        rows = self._get_many(keys)
+        rows = self.get_many(keys)
         return sorted((j for j in rows if j is not None and not j.archived), key=lambda j: j.key)
 
-    def _get_many(self, keys: Sequence[JobKey]) -> list[Job | None]:
+    def get_many(self, keys: Sequence[JobKey]) -> list[Job | None]:
         stmt = self._stmt(("get",), f"SELECT type, name, uid, {', '.join(_JOB_COLUMNS)} FROM k2_jobs "
                                    "WHERE type = ? AND name = ? AND uid = ?")
         out: list[Job | None] = []
@@ -960,7 +960,7 @@ class CassandraStore(JobStore):
                 k = JobKey(r["type"], r["name"], r["uid"])
                 if type is None or k.type == type:
                     keys[k] = None
-        rows = self._get_many(list(keys))
+        rows = self.get_many(list(keys))
         return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
                       key=lambda j: j.key)
 
@@ -981,7 +981,7 @@ class CassandraStore(JobStore):
 
     def blocked_jobs(self, limit: int) -> list[Job]:
         keys = [e.key for e in self._latest(self._scan(_BLOCKED, limit=limit))][:limit]
-        return [j for j in self._get_many(keys) if j is not None and j.blocked and not j.archived]
+        return [j for j in self.get_many(keys) if j is not None and j.blocked and not j.archived]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
         entries = self._scan(f"{Status.SCHEDULED.value}|{worker_id}", before=before, limit=limit)

@@ -168,6 +168,15 @@ def test_values_are_data_never_code(store):
 
 # -- reads ---------------------------------------------------------------------------------------
 
+def test_get_many_reads_each_key_in_order_archived_or_not(store):
+    live = store.insert(job("a")).row
+    gone = store.insert(job("b")).row
+    gone = store.cas(gone, gone.replace(status=Status.PROCESSED, archived=True, end_time=T0)).row
+    missing = JobKey("USER_JOB", "Customer.userJob1", "nope")
+    assert store.get_many([gone.key, missing, live.key]) == [gone, None, live]
+    assert store.get_many([]) == []
+
+
 def test_live_jobs_filters_and_never_returns_archived_rows(store):
     for uid, name, typ in [("1", "A.x", "USER_JOB"), ("2", "A.x", "USER_JOB"), ("3", "B.y", "USER_JOB"), ("4", "p.sh", "PROCESS")]:
         store.insert(job(uid=uid, name=name, type=typ))
