@@ -223,6 +223,7 @@ def test_a_late_fire_is_skipped_and_shown_in_the_history_on_a_real_node(cluster,
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # a queued run must start right after the one before it
 def test_overlap_skip_and_queue(cluster, tmp_path):
     cluster.start_node("n1")
     for policy in ("SKIP", "QUEUE"):
