@@ -201,6 +201,21 @@ def test_symlinks_out_of_the_process_dir_are_refused(client, tmp_path):
         JobCatalog("", (), str(tmp_path / "procs")).process_path("escape.sh")
 
 
+def test_a_job_function_removed_after_startjob_fails_its_run_with_a_clear_error(tmp_path):
+    """STARTJOB checks the function is there without running the module; a worker, which
+    imports the module anyway, finds out from the import."""
+    from fabricjobs.jobs.registry import JobCatalog, JobResolutionError
+
+    (tmp_path / "Gone.py").write_text("def here():\n    return 1\n")
+    catalog = JobCatalog(str(tmp_path), (), "")
+    catalog.check("USER_JOB", "Gone.here")
+    with pytest.raises(JobResolutionError, match="has no top-level function 'away'"):
+        catalog.check("USER_JOB", "Gone.away")
+    assert catalog.load_user_job("Gone.here")() == 1
+    with pytest.raises(JobResolutionError, match="has no function 'away'"):
+        catalog.load_user_job("Gone.away")
+
+
 NASTY = [
     "it's; DROP TABLE k2_jobs; --",
     "O''Reilly \" `x` \\n",

@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 
+from ..logs import setup_logging  # here, not in worker_main: the fork server imports it once for all forks
 from .board import Board
 from .runner import INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, run_job
 
@@ -76,8 +77,6 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved
-    from ..logs import setup_logging
-
     threading.current_thread().name = f"worker-{slot}@{node}"
     setup_logging(log_level, log_format, node, thread_name=f"worker-{slot}@{node}")
     log = logging.getLogger("fabricjobs.job")

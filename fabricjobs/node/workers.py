@@ -49,7 +49,10 @@ class WorkerPool:
         self.log_level = log_level
         self.log_format = log_format
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["fabricjobs.jobs.worker"])
+        # fabricjobs.cli: a node started by the console script (a path, not ``-m``) has each
+        # worker run that script again as __mp_main__, which imports the CLI; the fork server
+        # imports it once, so a fork does not.
+        self._ctx.set_forkserver_preload(["fabricjobs.jobs.worker", "fabricjobs.cli"])
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
 
