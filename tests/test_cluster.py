@@ -177,7 +177,11 @@ def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_r
     assert "status was updated to PROCESSED" not in frozen.log()
 
 
+# A dead threshold (200 ms x 10) that a node restart beats on a busy machine: this test is
+# about who owns the jobs after the restart, not about how fast a node starts.
 @pytest.mark.timing
+@pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 10}}],
+                         indirect=True)
 def test_a_node_restarted_with_the_same_id_takes_its_scheduled_jobs_back(cluster, tmp_path):
     a = cluster.start_node("a")
     b = cluster.start_node("b")
@@ -191,7 +195,7 @@ def test_a_node_restarted_with_the_same_id_takes_its_scheduled_jobs_back(cluster
     survivor = "b" if name == "a" else "a"
     cluster.nodes[name].signal_group(signal.SIGKILL)
     cluster.start_node(name)  # back well within the dead threshold
-    deadline = time.monotonic() + 3 * DEAD_AFTER
+    deadline = time.monotonic() + 3 * 2.0
     while time.monotonic() < deadline:  # the survivor never gets them
         for uid in mine:
             job = cluster.job("USER_JOB", "Probe.noop", uid)
