@@ -124,11 +124,12 @@ def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(clust
     uids = [f"p{i}" for i in range(6)]
     start_records(cluster.client(), uids, log, 3.0, starts)
     wait_for(lambda: len(read_records(starts)) == 6, 15, "6 runs to start")
-    other = cluster.start_node("other")
-    time.sleep(0.5)
+    # Paused while its runs are surely going (3 s each); the other node starts after that, so
+    # however slowly it starts, it finds the paused node's beat standing still.
     stopped_at = time.time()
     paused.signal(signal.SIGSTOP)
     try:
+        cluster.start_node("other")
         wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "other"}) == 6, 10,
                  "the other node to take all 6 over")
         time.sleep(0.5)
@@ -155,10 +156,9 @@ def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_r
     uids = [f"g{i}" for i in range(4)]
     start_records(cluster.client(), uids, log, 2.0, starts)
     wait_for(lambda: len(read_records(starts)) == 4, 15, "4 runs to start")
-    cluster.start_node("other")
-    time.sleep(0.5)
-    frozen.signal_group(signal.SIGSTOP)  # node, fork server and workers all stop
+    frozen.signal_group(signal.SIGSTOP)  # node, fork server and workers all stop, mid-run
     try:
+        cluster.start_node("other")  # after the freeze: however slowly it starts
         wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "other"}) == 4, 10,
                  "the other node to take all 4 over")
         time.sleep(2.5)  # long enough that the stale runs' 2 s of work is "done" when they wake
