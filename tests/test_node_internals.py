@@ -288,3 +288,58 @@ def test_the_next_verdict_is_when_a_silent_node_may_first_be_judged_dead():
     assert live.is_dead("a") and live.next_verdict() is None  # a clean stop is dead at once
     live.is_dead("ghost")  # an owner with no row: judged after the default threshold
     assert live.next_verdict() == pytest.approx(clock.monotonic() + 3.0)
+
+
+def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_path):
+    """A fire is prepared ahead by as long as the node's recent fires took to reach a worker
+    (1.5 x their 90th percentile), never less than FIRE_LEAD nor more than FIRE_LEAD_MAX, so
+    that on a slow store (Cassandra: several LWT rounds per burst) jobs still start on time."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    scheduler = Scheduler(store, clock, "n1", on_ready=lambda: None)
+    assert scheduler.lead == FIRE_LEAD
+
+    def fire_and_dispatch(uid: str, took: float) -> None:
+        due = clock.now() + timedelta(seconds=0.02)
+        row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                               execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)).row
+        scheduler._fire([row])
+        clock.advance(took)  # claimed and handed to a worker this long after it was taken
+        scheduler.dispatched(row.key, due)
+
+    for i in range(7):
+        fire_and_dispatch(f"a{i}", 0.2)
+    assert scheduler.lead == FIRE_LEAD  # not from a handful of fires
+    fire_and_dispatch("a7", 0.2)
+    assert scheduler.lead == pytest.approx(0.3)  # 1.5 x 0.2 s
+    scheduler.dispatched(JobKey("USER_JOB", "Customer.userJob1", "other"), clock.now())  # not prepared here
+    assert scheduler.lead == pytest.approx(0.3)
+    for i in range(64):
+        fire_and_dispatch(f"b{i}", 2.0)
+    assert scheduler.lead == FIRE_LEAD_MAX
+    for i in range(64):
+        fire_and_dispatch(f"c{i}", 0.001)
+    assert scheduler.lead == FIRE_LEAD  # fast again: back to the least lead
+
+    # A prepared fire holds a pool slot until its due time: at 20 fires/s, a lead of 0.5 s
+    # would hold 10 slots; with max_ahead 4 the lead is cut to 0.2 s (never under FIRE_LEAD).
+    busy = Scheduler(store, clock, "n1", on_ready=lambda: None, max_ahead=4)
+    busy.lead = 0.5
+    due = clock.now() + timedelta(seconds=5)
+    rows = [store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", f"d{i}"), Status.SCHEDULED, clock.now(),
+                             execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)).row
+            for i in range(40)]
+    busy._fire(rows)  # 40 fires within the last 2 s: 20 per second
+    with busy._cond:
+        assert busy._lead() == pytest.approx(0.2)
+    clock.advance(2.5)  # the rate is measured over the last 2 s: nothing fired since
+    with busy._cond:
+        assert busy._lead() == pytest.approx(0.5)
+    store.close()

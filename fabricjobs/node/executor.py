@@ -87,6 +87,7 @@ class Executor:
         on_tasks_changed: Callable[[], None],
         on_final: Callable[[Job], None] = lambda row: None,
         on_outcome: Callable[[], None] = lambda: None,
+        on_dispatch: Callable[[JobKey, datetime | None], None] = lambda key, due: None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -103,6 +104,7 @@ class Executor:
         self.on_tasks_changed = on_tasks_changed
         self.on_final = on_final
         self.on_outcome = on_outcome  # an outcome is ready to be written (wakes the node loop)
+        self.on_dispatch = on_dispatch  # a run reached its worker (the scheduler times its fires)
         self._lock = threading.RLock()
         self._runs: dict[int, Run] = {}
         self._by_key: dict[JobKey, Run] = {}
@@ -300,6 +302,7 @@ class Executor:
             for run in train:
                 if self.metrics is not None and run.facts.due is not None:
                     self.metrics.fire_lag(max((now - run.facts.due).total_seconds(), 0.0))
+                self.on_dispatch(run.key, run.facts.due)
             self._wake_collector()
             return
 

@@ -156,7 +156,8 @@ class Node:
             self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
             log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format,
         )
-        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake, zone=self.zone)
+        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake, zone=self.zone,
+                                   max_ahead=max(1, s.pool_size // 2))
         self.heartbeat = Heartbeat(
             self.store, self.board, self.clock, name=self.name, dc=self.dc,
             interval=s.heartbeat_interval, miss=s.heartbeat_miss,
@@ -169,7 +170,7 @@ class Node:
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
             retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
             on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
-            on_final=self._on_final, on_outcome=self.wake,
+            on_final=self._on_final, on_outcome=self.wake, on_dispatch=self.scheduler.dispatched,
         )
         self.reconciler = Reconciler(self)
         self.metrics = Metrics(

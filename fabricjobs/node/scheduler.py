@@ -6,14 +6,21 @@ which claims them first (owner precedence). Jobs due later than the horizon stay
 and are loaded when their time approaches, so a node owning 100,000 far-future jobs holds
 none of them in memory.
 
-A fire is prepared ``lead`` seconds (FIRE_LEAD) before its due time: marked ready, claimed
-and handed to a worker, which starts the job at the due time itself, not before. So the
-store writes and the hand-over of a burst of fires happen ahead of the second they are due
-for, and the jobs start on time rather than one store round after it.
+A fire is prepared ``lead`` seconds before its due time: marked ready, claimed and handed
+to a worker, which starts the job at the due time itself, not before. So the store writes
+and the hand-over of a burst of fires happen ahead of the second they are due for, and the
+jobs start on time rather than one store round after it. The lead learns from the node's
+own fires: it is 1.5 x the 90th percentile of how long the recent ones took from being
+taken here to reaching a worker, at least FIRE_LEAD (50 ms on a fast store) and at most
+FIRE_LEAD_MAX (1 s; on Cassandra a burst of fires takes several LWT rounds). A prepared fire
+holds a pool slot while its worker waits for the due time, so the lead is also kept short
+enough that the fires of one lead take at most ``max_ahead`` slots (half the pool) at the
+rate this node has been firing.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -29,7 +36,10 @@ from .decisions import fire, late_fire
 
 log = logging.getLogger("fabricjobs.node.scheduler")
 
-FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared (see above)
+FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared, at least (see above)
+FIRE_LEAD_MAX = 1.0  # ... and at most (a claim starts a prepared fire at its due time up to 1 s ahead)
+_LEARN_FROM = 8  # fires measured before the lead moves from its minimum
+_RATE_WINDOW = 2.0  # seconds of fires the firing rate is measured over
 
 
 class Scheduler:
@@ -44,8 +54,13 @@ class Scheduler:
         horizon: float = 60.0,
         batch: int = 5000,
         lead: float = FIRE_LEAD,
+        max_ahead: int | None = None,
     ) -> None:
-        self.lead = lead
+        self.lead = lead  # what the recent fires needed (see dispatched)
+        self.min_lead = lead
+        self.max_ahead = max_ahead
+        self._took: collections.deque[float] = collections.deque(maxlen=64)  # take -> worker, seconds
+        self._fired: collections.deque[tuple[float, int]] = collections.deque()  # (monotonic, fires) of the last 2 s
         self.zone = zone
         self.store = store
         self.clock = clock
@@ -54,7 +69,7 @@ class Scheduler:
         self.horizon = timedelta(seconds=horizon)
         self.batch = batch
         self._heap: list[tuple[float, int, JobKey]] = []
-        self._prepared: dict[JobKey, datetime] = {}  # fired ahead of time: key -> due time
+        self._prepared: dict[JobKey, tuple[datetime, float]] = {}  # fired ahead: key -> (due, taken at, monotonic)
         self._rows: dict[JobKey, Job] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -92,7 +107,21 @@ class Scheduler:
 
     def prepared(self, row: Job) -> bool:
         """This scheduler marked ``row`` ready ahead of its due time (its claim waits for it)."""
-        return self._prepared.get(row.key) == row.next_run
+        entry = self._prepared.get(row.key)
+        return entry is not None and entry[0] == row.next_run
+
+    def dispatched(self, key: JobKey, due: datetime | None) -> None:
+        """A run of ``key`` for ``due`` reached a worker. If this scheduler prepared that fire,
+        learn from how long it took: the lead must cover it for the job to start on time."""
+        entry = self._prepared.get(key)
+        if entry is None or entry[0] != due:
+            return
+        with self._cond:
+            self._took.append(self.clock.monotonic() - entry[1])
+            if len(self._took) >= _LEARN_FROM:
+                ordered = sorted(self._took)
+                p90 = ordered[int(0.9 * (len(ordered) - 1))]
+                self.lead = min(FIRE_LEAD_MAX, max(self.min_lead, 1.5 * p90))
 
     def size(self) -> int:
         with self._cond:
@@ -146,10 +175,23 @@ class Scheduler:
     def _held(self) -> bool:
         return self.paused or self.clock.monotonic() < self._retry_at
 
+    def _lead(self) -> float:
+        """How far ahead to prepare fires now: what they need, within the slots they may hold
+        (caller holds the lock)."""
+        lead = self.lead
+        if self.max_ahead is not None and self._fired:
+            cutoff = self.clock.monotonic() - _RATE_WINDOW
+            while self._fired and self._fired[0][0] < cutoff:
+                self._fired.popleft()
+            rate = sum(n for _, n in self._fired) / _RATE_WINDOW
+            if rate > 0:
+                lead = min(lead, self.max_ahead / rate)
+        return max(self.min_lead, lead)
+
     def _take_due(self) -> list[Job]:
         """Pop the rows whose time has come (caller holds the lock)."""
         due: list[Job] = []
-        now_ts = self.clock.now().timestamp() + self.lead
+        now_ts = self.clock.now().timestamp() + self._lead()
         while self._heap and self._heap[0][0] <= now_ts and not self._held():
             _, _, key = heapq.heappop(self._heap)
             row = self._rows.pop(key, None)
@@ -164,7 +206,7 @@ class Scheduler:
         if self._held():
             wait = min(wait, max(self._retry_at - self.clock.monotonic(), 0.05))
         elif self._heap:
-            wait = min(wait, self._heap[0][0] - self.lead - self.clock.now().timestamp())
+            wait = min(wait, self._heap[0][0] - self._lead() - self.clock.now().timestamp())
         return min(max(wait, 0.0), 1.0)
 
     def _fire(self, rows: list[Job]) -> None:
@@ -182,8 +224,11 @@ class Scheduler:
             event, new = fire(row)
             pairs.append((row, advance(row, event, new)))
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
-            self._prepared = {key: due for key, due in self._prepared.items() if due > now}
-        ahead = [(row.key, new.next_run) for row, (_, new) in zip(rows, pairs)
+            self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
+        taken = self.clock.monotonic()
+        with self._cond:
+            self._fired.append((taken, len(rows)))
+        ahead = [(row.key, (new.next_run, taken)) for row, (_, new) in zip(rows, pairs)
                  if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]
         # Marked before the write, not after it: this node's loop may claim a row the moment it
         # is written (the other rows of a batch are still being written), and a claim that does
