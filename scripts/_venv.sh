@@ -22,3 +22,7 @@ if ! have "$stamp" && ! { [ -z "$extras" ] && have "$VENV/.fabricjobs-installed-
     "$VENV/bin/python" -m pip install --disable-pip-version-check -q -e "$spec" >&2
     echo "$want" > "$stamp"
 fi
+# Byte-compile the checkout (quick when up to date): with PYTHONDONTWRITEBYTECODE set, as on
+# some machines, every command would otherwise compile fabricjobs from source at each start
+# (~50 ms of the shell's cold start), which an installed package never does.
+"$VENV/bin/python" -m compileall -q -j 0 "$ROOT/fabricjobs" >/dev/null 2>&1 || true
