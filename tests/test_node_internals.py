@@ -343,3 +343,56 @@ def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_pat
     with busy._cond:
         assert busy._lead() == pytest.approx(0.5)
     store.close()
+
+
+def test_a_prepared_fire_starts_at_its_due_time_however_old_the_passes_now_is():
+    """Found in review: a claim step reads ``now`` when its (possibly long) pass began, while
+    the scheduler may prepare a fire up to the whole lead (1 s) after that. Bounding the wait
+    by that ``now`` made such a fire start at once, before its due time."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.decisions import claim
+
+    clock = ManualClock()
+    pass_began = clock.now()
+    due = pass_began + timedelta(seconds=1.6)  # prepared 1 s ahead, 0.6 s into a slow pass
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "u"), Status.WAITING, pass_began, next_run=due,
+              worker_id="n1", epoch=3)
+    _, mine = claim(row, "n1", pass_began, prepared=True)
+    assert mine.start_time == due and mine.epoch == 4
+    _, other = claim(row, "n2", pass_began, prepared=False)  # not prepared here: starts now
+    assert other.start_time == pass_began
+
+
+def test_the_loop_looks_again_at_the_verdict_time_but_never_chases_a_past_one():
+    """Found in review: while reads of the nodes failed, the verdict time stayed in the past
+    and the loop ran full passes back to back, without its back-off after an error."""
+    from fabricjobs.node.node import _VERDICT_GAP, next_full_pass
+
+    assert next_full_pass(10.0, None, 5.0) == 10.0
+    assert next_full_pass(10.0, 7.0, 5.0) == 7.0 + _VERDICT_GAP  # a peer may be dead at 7: look then
+    assert next_full_pass(10.0, 12.0, 5.0) == 10.0  # the periodic pass comes first anyway
+    assert next_full_pass(10.0, 4.0, 5.0) == 10.0  # past: its read failed; no busy loop
+
+
+def test_a_retry_stands_for_the_same_due_time():
+    """A failed run goes back to WAITING with its due time kept: a recurring job's fixed rate
+    stays anchored on its fire, and the retry's current_job().due says which fire it is. This
+    node waits the retry delay; others may take it at once."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.jobs.context import FailMode
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.decisions import failed
+
+    clock = ManualClock()
+    due = clock.now()
+    clock.advance(2.5)
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "u"), Status.IN_PROCESS, due, next_run=due,
+              worker_id="n1", epoch=2, execution_interval="00:00:01")
+    _, retry = failed(row, "boom", FailMode.RETRY_UNTIL_MAX, clock.now(), max_tries=3, retry_delay=timedelta(seconds=1))
+    assert retry.status is Status.WAITING and retry.next_run == due and retry.tries == 1
+    assert retry.hold_until == clock.now() + timedelta(seconds=1)

@@ -51,7 +51,8 @@ class JobContext:
     logger: logging.Logger
     _is_aborted: Callable[[], bool] = field(repr=False, default=lambda: False)
     # The due time this run stands for (a recurring job's fire time, a one-time job's start
-    # request), even when it starts late: a job that works on "the hour just ended" uses it.
+    # request), even when it starts late or is a retry: a job that works on "the hour just
+    # ended" uses it. (RESTARTJOB's run is due when the restart was asked for.)
     due: datetime | None = None
 
     @property

@@ -89,12 +89,14 @@ def failed(
     row: Job, error: str, mode: FailMode, now: datetime, *, max_tries: int, retry_delay: timedelta
 ) -> tuple[Event, Job]:
     """A failed attempt: WAITING with tries + 1 (others may take it at once, this node only
-    after the retry delay), or FAILED when no tries are left or the job said no retry."""
+    after the retry delay), or FAILED when no tries are left or the job said no retry. The
+    retry stands for the same due time (a recurring job's fixed rate stays anchored on its
+    fire, and the retry's current_job().due says which fire it is)."""
     tries = row.tries + 1
     if mode is FailMode.NO_RETRY or (mode is not FailMode.ALWAYS_RETRY and tries >= max_tries):
         return Event.FAIL_FINAL, row.replace(status=Status.FAILED, tries=tries, error_msg=error, end_time=now)
     return Event.FAIL_RETRY, row.replace(
-        status=Status.WAITING, tries=tries, error_msg=error, end_time=now, next_run=now,
+        status=Status.WAITING, tries=tries, error_msg=error, end_time=now, next_run=row.next_run or now,
         hold_until=now + retry_delay, retries_error=row.retries_error + 1,
     )
 
@@ -128,16 +130,14 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
     return Event.TAKEOVER, row.replace(worker_id=me, epoch=row.epoch + 1, hold_until=None)
 
 
-EARLY_START_MAX = timedelta(seconds=1)  # a claim this much ahead of a fire at most waits for it
-
-
 def claim(row: Job, me: str, now: datetime, prepared: bool = False) -> tuple[Event, Job]:
     """Take a WAITING row to run it. A fire this node's scheduler prepared ahead of its due
     time starts at the due time: that is its start time, and its worker waits for it. (Only
     those: a row whose due time merely looks ahead, written by a node whose clock runs fast,
-    starts now.)"""
+    starts now.) ``now`` may be older than the preparation (read when a long pass began), so
+    a prepared fire is never bounded by it: the scheduler prepares at most FIRE_LEAD_MAX ahead."""
     due = row.next_run
-    start = due if prepared and due is not None and now < due <= now + EARLY_START_MAX else now
+    start = due if prepared and due is not None and now < due else now
     return Event.CLAIM, row.replace(
         status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=start, hold_until=None,
     )

@@ -118,6 +118,17 @@ class NodeSettings:
             )
 
 
+def next_full_pass(periodic: float, verdict: float | None, now: float) -> float:
+    """When the loop's next full pass is due (monotonic): at its period, or just after the
+    earliest moment a silent peer could be judged dead if that comes first, so that a crash is
+    taken over one read after the threshold. A verdict time already past means the read meant
+    to judge it failed (the store is failing): the periodic pass, or its back-off after an
+    error, comes next; chasing the past would spin."""
+    if verdict is not None and now < verdict < periodic:
+        return verdict + _VERDICT_GAP
+    return periodic
+
+
 class Node:
     def __init__(
         self,
@@ -315,9 +326,7 @@ class Node:
                 next_full = mono + min(s.reconcile_interval, 1.0)
             if mono >= next_purge:
                 next_purge = mono + self._purge_archive()
-            verdict = self.liveness.next_verdict()
-            if verdict is not None and verdict < next_full:
-                next_full = verdict + _VERDICT_GAP  # a crash is taken over one read after the threshold
+            next_full = next_full_pass(next_full, self.liveness.next_verdict(), self.clock.monotonic())
             deadline = self.executor.enforce_deadlines()
             timeout = next_full - self.clock.monotonic()
             if deadline is not None:

@@ -69,7 +69,8 @@ class Scheduler:
         self.horizon = timedelta(seconds=horizon)
         self.batch = batch
         self._heap: list[tuple[float, int, JobKey]] = []
-        self._prepared: dict[JobKey, tuple[datetime, float]] = {}  # fired ahead: key -> (due, taken at, monotonic)
+        # fired ahead: key -> (due, monotonic time it was taken; None once it reached a worker)
+        self._prepared: dict[JobKey, tuple[datetime, float | None]] = {}
         self._rows: dict[JobKey, Job] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -114,9 +115,11 @@ class Scheduler:
         """A run of ``key`` for ``due`` reached a worker. If this scheduler prepared that fire,
         learn from how long it took: the lead must cover it for the job to start on time."""
         entry = self._prepared.get(key)
-        if entry is None or entry[0] != due:
+        if entry is None or entry[0] != due or entry[1] is None:
             return
         with self._cond:
+            self._prepared[key] = (due, None)  # measured once: a run bounced from a train, or taken
+            # back after a restart, goes to a worker again, but its preparation was not slower
             self._took.append(self.clock.monotonic() - entry[1])
             if len(self._took) >= _LEARN_FROM:
                 ordered = sorted(self._took)
@@ -175,14 +178,17 @@ class Scheduler:
     def _held(self) -> bool:
         return self.paused or self.clock.monotonic() < self._retry_at
 
+    def _forget_old_fires(self) -> None:
+        cutoff = self.clock.monotonic() - _RATE_WINDOW
+        while self._fired and self._fired[0][0] < cutoff:
+            self._fired.popleft()
+
     def _lead(self) -> float:
         """How far ahead to prepare fires now: what they need, within the slots they may hold
         (caller holds the lock)."""
         lead = self.lead
+        self._forget_old_fires()
         if self.max_ahead is not None and self._fired:
-            cutoff = self.clock.monotonic() - _RATE_WINDOW
-            while self._fired and self._fired[0][0] < cutoff:
-                self._fired.popleft()
             rate = sum(n for _, n in self._fired) / _RATE_WINDOW
             if rate > 0:
                 lead = min(lead, self.max_ahead / rate)
@@ -228,6 +234,7 @@ class Scheduler:
         taken = self.clock.monotonic()
         with self._cond:
             self._fired.append((taken, len(rows)))
+            self._forget_old_fires()
         ahead = [(row.key, (new.next_run, taken)) for row, (_, new) in zip(rows, pairs)
                  if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]
         # Marked before the write, not after it: this node's loop may claim a row the moment it
