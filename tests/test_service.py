@@ -214,6 +214,13 @@ def test_a_job_function_removed_after_startjob_fails_its_run_with_a_clear_error(
     assert catalog.load_user_job("Gone.here")() == 1
     with pytest.raises(JobResolutionError, match="has no function 'away'"):
         catalog.load_user_job("Gone.away")
+    # A module broken after STARTJOB fails its run cleanly (no retry), not its worker process.
+    (tmp_path / "Broken.py").write_text("def here(:\n")
+    (tmp_path / "Raising.py").write_text("raise RuntimeError('no config here')\ndef here():\n    return 1\n")
+    with pytest.raises(JobResolutionError, match=r"cannot import Broken\.py: SyntaxError"):
+        catalog.load_user_job("Broken.here")
+    with pytest.raises(JobResolutionError, match="cannot import Raising.py: RuntimeError: no config here"):
+        catalog.load_user_job("Raising.here")
 
 
 NASTY = [

@@ -192,7 +192,12 @@ class JobCatalog:
                     raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} has no attribute {func!r}")
             else:
                 root, module, func = target
-                fn = getattr(_import_from_dir(root, module), func, None)
+                try:
+                    loaded = _import_from_dir(root, module)
+                except Exception as exc:  # a syntax error, or the module's own code raising on import
+                    raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}.py: "
+                                             f"{type(exc).__name__}: {exc}") from None
+                fn = getattr(loaded, func, None)
                 if fn is None:
                     raise JobResolutionError(f"unknown USER_JOB {name!r}: module {module!r} has no function {func!r}")
         if not callable(fn):

@@ -570,25 +570,10 @@ class Executor:
             self.retry_at = self.clock.monotonic() + 0.2  # the store is failing or contended: pause
 
     def _write(self, pairs: list[tuple[Job, Job]], records: list) -> list:
-        """cas_many (each applied outcome also recorded in the run history), falling back to
-        one pair at a time when the batch fails (one bad row must not block the others); None
-        for a pair that could not be written at all."""
-        if not pairs:
-            return []
-        try:
-            return self.store.cas_many(pairs, records)
-        except Exception:
-            if len(pairs) == 1:
-                log.exception("post-execution write of '%s' failed", pairs[0][0].key)
-                return [None]
-        out = []
-        for pair, record in zip(pairs, records):
-            try:
-                out.append(self.store.cas_many([pair], [record])[0])
-            except Exception:
-                log.exception("post-execution write of '%s' failed", pair[0].key)
-                out.append(None)
-        return out
+        """cas_each: each applied outcome also recorded in the run history; None for a pair
+        that could not be written at all (tried again later)."""
+        return self.store.cas_each(
+            pairs, records, lambda expected: log.exception("post-execution write of '%s' failed", expected.key))
 
     def _decide(self, run: Run, outcome: Outcome, row: Job | None, now: datetime) -> Job | None:
         decision = after_run(

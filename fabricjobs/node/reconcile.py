@@ -198,6 +198,10 @@ class Reconciler:
             if n.affinity.can_run(parse_affinity(row.affinity)):
                 self._adopt(row, now, f"from dead node {row.worker_id}")
 
+    @staticmethod
+    def _write_failed(expected: Job) -> None:
+        log.exception("write of '%s' failed; it is looked at again in a later pass", expected.key)
+
     def _take_runs(self, rows: list[Job], now: datetime, generation: int) -> None:
         """Take over IN_PROCESS rows of dead owners, or of this node's previous life, that there
         is room for here; start the runs of those taken."""
@@ -223,8 +227,8 @@ class Reconciler:
             todo.append((row, pool))
             pairs.append((full, new))
             records.append(lost_run_record(full, new, now))
-        for (row, pool), res in zip(todo, n.store.cas_many(pairs, records)):
-            if not res.applied:
+        for (row, pool), res in zip(todo, n.store.cas_each(pairs, records, self._write_failed)):
+            if res is None or not res.applied:
                 continue
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
@@ -272,10 +276,10 @@ class Reconciler:
             for row, _pool in chosen:
                 event, new = claim(row, self.me, now, prepared=n.scheduler.prepared(row))
                 pairs.append((row, advance(row, event, new)))
-            results = n.store.cas_many(pairs)
+            results = n.store.cas_each(pairs, on_error=self._write_failed)
             lost = 0
             for (row, pool), res in zip(chosen, results):
-                if res.applied:
+                if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.row.epoch))
                     n.executor.start(res.row, pool[0].name, pool[1], generation)

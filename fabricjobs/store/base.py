@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Collection, ContextManager, Iterable, Sequence
+from typing import Callable, Collection, ContextManager, Iterable, Sequence
 
 from ..model import Job, JobKey, Status
 
@@ -198,6 +198,32 @@ class JobStore(ABC):
         row's change finds its record (Cassandra writes the record first and takes it back if
         the LWT loses; a crash between the two can leave it behind).
         """
+
+    def cas_each(
+        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
+        on_error: Callable[[Job], None] = lambda expected: None,
+    ) -> list[CasResult | None]:
+        """``cas_many``, falling back to one pair at a time when the batch raises, so that one
+        bad write does not hide the results of the others (on Cassandra they have applied,
+        and a lost result would leave those rows claimed with nothing running them). None
+        for a pair that could not be written at all; ``on_error`` is told of each."""
+        if not pairs:
+            return []
+        records = list(runs) if runs is not None else [None] * len(pairs)
+        try:
+            return list(self.cas_many(pairs, records))
+        except Exception:
+            if len(pairs) == 1:
+                on_error(pairs[0][0])
+                return [None]
+        out: list[CasResult | None] = []
+        for pair, record in zip(pairs, records):
+            try:
+                out.append(self.cas_many([pair], [record])[0])
+            except Exception:
+                on_error(pair[0])
+                out.append(None)
+        return out
 
     @abstractmethod
     def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:

@@ -168,6 +168,25 @@ def test_values_are_data_never_code(store):
 
 # -- reads ---------------------------------------------------------------------------------------
 
+def test_cas_each_keeps_the_other_results_when_one_write_fails(store):
+    """A batch that raises is written one pair at a time: the good pairs apply and report so,
+    the bad one reports None (and is named), nothing is silently lost."""
+    rows = [store.insert(job(uid)).row for uid in ("a", "b", "c")]
+    real = store.cas_many
+
+    def flaky(pairs, runs=None):
+        if len(pairs) > 1 or pairs[0][0].key.uid == "b":
+            raise RuntimeError("the store hiccupped")
+        return real(pairs, runs)
+
+    store.cas_many = flaky
+    failed = []
+    results = store.cas_each([(r, claim(r, "n1")) for r in rows], on_error=lambda expected: failed.append(expected.key.uid))
+    assert [r is not None and r.applied for r in results] == [True, False, True] and results[1] is None
+    assert failed == ["b"]
+    assert [store.get(r.key).worker_id for r in rows] == ["n1", None, "n1"]
+
+
 def test_get_many_reads_each_key_in_order_archived_or_not(store):
     live = store.insert(job("a")).row
     gone = store.insert(job("b")).row
