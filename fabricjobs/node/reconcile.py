@@ -145,24 +145,29 @@ class Reconciler:
             elif not n.fenced and n.liveness.is_dead(row.worker_id):
                 self._finish_orphan(row, now)
 
-    def _full(self, row: Job) -> Job | None:
-        """The stored row, when still as ``row`` says (index rows carry no counters)."""
-        full = self.node.store.get(row.key)
-        if full is None or (full.status, full.epoch, full.worker_id, full.revision) != (row.status, row.epoch, row.worker_id, row.revision):
-            return None
-        return full
-
-    def _take(self, row: Job, now: datetime):
-        """Take ``row`` over by CAS, recording its lost run; the CAS result (or None)."""
-        full = self._full(row)
-        if full is None:
-            return None
-        event, new = take_over(full, self.me, now, max_tries=self.s.max_tries)
-        new = advance(full, event, new)
-        return self.node.store.cas_many([(full, new)], [lost_run_record(full, new, now)])[0]
+    def _take(self, rows: list[Job], now: datetime) -> list:
+        """Take ``rows`` over by CAS, each recording its lost run: one read and one round of
+        writes for all of them. A result per row: the CAS result, or None when the stored row
+        is no longer as ``row`` says (index rows carry no counters, so the full row is read)
+        or could not be written."""
+        results: list = [None] * len(rows)
+        if not rows:
+            return results
+        at, pairs, records = [], [], []
+        for i, (row, full) in enumerate(zip(rows, self.node.store.get_many([r.key for r in rows]))):
+            if full is None or Version.of(full) != Version.of(row):
+                continue
+            event, new = take_over(full, self.me, now, max_tries=self.s.max_tries)
+            new = advance(full, event, new)
+            at.append(i)
+            pairs.append((full, new))
+            records.append(lost_run_record(full, new, now))
+        for i, res in zip(at, self.node.store.cas_each(pairs, records, self._write_failed)):
+            results[i] = res
+        return results
 
     def _finish_orphan(self, row: Job, now: datetime) -> None:
-        res = self._take(row, now)
+        res = self._take([row], now)[0]
         if res is not None and res.applied:
             log.info("job %s status was updated to %s.", row.key, res.row.status.value)
 
@@ -214,20 +219,7 @@ class Reconciler:
                 continue  # no room (or not allowed) here; another node or a later pass takes it
             taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
             chosen.append((row, pool))
-        if not chosen:
-            return
-        fulls = n.store.get_many([row.key for row, _ in chosen])
-        todo, pairs, records = [], [], []
-        for (row, pool), full in zip(chosen, fulls):
-            # The stored row, when still as ``row`` says (index rows carry no counters).
-            if full is None or Version.of(full) != Version.of(row):
-                continue
-            event, new = take_over(full, self.me, now, max_tries=self.s.max_tries)
-            new = advance(full, event, new)
-            todo.append((row, pool))
-            pairs.append((full, new))
-            records.append(lost_run_record(full, new, now))
-        for (row, pool), res in zip(todo, n.store.cas_each(pairs, records, self._write_failed)):
+        for (row, pool), res in zip(chosen, self._take([row for row, _ in chosen], now)):
             if res is None or not res.applied:
                 continue
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"

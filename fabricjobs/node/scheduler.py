@@ -37,7 +37,7 @@ from .decisions import fire, late_fire
 log = logging.getLogger("fabricjobs.node.scheduler")
 
 FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared, at least (see above)
-FIRE_LEAD_MAX = 1.0  # ... and at most (a claim starts a prepared fire at its due time up to 1 s ahead)
+FIRE_LEAD_MAX = 1.0  # ... and at most
 _LEARN_FROM = 8  # fires measured before the lead moves from its minimum
 _RATE_WINDOW = 2.0  # seconds of fires the firing rate is measured over
 
