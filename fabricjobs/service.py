@@ -55,7 +55,10 @@ PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
 _CAS_ATTEMPTS = 50
-_GROUP = 64  # STARTJOBs per store transaction in a script (the nodes are rung after each)
+# STARTJOBs per store transaction in a script (the nodes are rung after each). The write lock
+# is held for the inserts alone (~60 us each on a slow host): ~15 ms, against which every
+# lock taken less often counts when busy nodes contend for it (4 nodes: submit 1,150 -> 2,300/s).
+_GROUP = 256
 
 
 def _groupable(command: ast.Command) -> bool:
@@ -159,6 +162,10 @@ class CommandService:
                     except CommandError as exc:  # the ones before it are kept, as one by one
                         error = exc
                         break
+                # Created (and, run at once or on an interval, first due) when written: the
+                # group's checks took time that is not its jobs' lateness.
+                now = self.clock.now()
+                rows = [_created_at(row, now) for row in rows]
                 with self.store.transaction():
                     for row in rows:
                         try:
@@ -608,3 +615,11 @@ def _requester() -> str:
     except Exception:
         user = "?"
     return f"{user}@{socket.gethostname()}:{os.getpid()} (fabricjobs {__version__})"
+
+
+def _created_at(row: Job, now: datetime) -> Job:
+    """``row`` as created at ``now`` instead of when it was built (a job due at creation, one
+    run at once or on an interval, is due then too)."""
+    if row.next_run == row.creation_time:
+        return row.replace(creation_time=now, next_run=now)
+    return row.replace(creation_time=now)

@@ -48,6 +48,13 @@ _RUN_COLUMNS = (
 _COLS = ", ".join(_JOB_COLUMNS)
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35) else ""
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
+# STARTJOB: a new key, or a key whose row is archived (the job is started again).
+_INSERT_SQL = (
+    f"INSERT INTO k2_jobs ({_COLS}) VALUES ({_PLACEHOLDERS}) ON CONFLICT (type, name, uid) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision"))
+    + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1 WHERE k2_jobs.archived = 1"
+    + _RETURNING
+)
 # What a CAS may write (not the key, and revision is written by the CAS itself), and its
 # UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
 _CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
@@ -329,11 +336,15 @@ class SqliteStore(JobStore):
             self._writer.release()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self, atomic: bool = False) -> Iterator[sqlite3.Connection]:
         """One write transaction: BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error). Inside
-        :meth:`transaction` it is a savepoint of that transaction instead."""
+        :meth:`transaction` it is a savepoint of that transaction instead, or nothing for an
+        ``atomic`` write (one statement: SQLite undoes a failed statement by itself)."""
         conn = self._conn()
         if getattr(self._local, "in_transaction", False):
+            if atomic:
+                yield conn
+                return
             conn.execute("SAVEPOINT w")
             try:
                 yield conn
@@ -406,17 +417,17 @@ class SqliteStore(JobStore):
 
     def insert(self, job: Job) -> CasResult:
         params = _job_params(job.replace(revision=1))
-        with self._write() as conn:
-            cur = conn.execute(
-                f"INSERT INTO k2_jobs ({_COLS}) VALUES ({_PLACEHOLDERS}) "
-                f"ON CONFLICT (type, name, uid) DO UPDATE SET "
-                + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision"))
-                + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1"
-                " WHERE k2_jobs.archived = 1",
-                params,
-            )
-            row = self._get(conn, job.key)
-        return CasResult(applied=cur.rowcount == 1, row=row)
+        # One statement, atomic by itself (no savepoint even inside a transaction); RETURNING
+        # hands back the row as written, so only a refused insert reads the row in its way.
+        with self._write(atomic=True) as conn:
+            cur = conn.execute(_INSERT_SQL, params)
+            if _RETURNING:
+                returned = cur.fetchall()
+                if returned:
+                    return CasResult(applied=True, row=_row_to_job(returned[0]))
+                return CasResult(applied=False, row=self._get(conn, job.key))
+            applied = cur.rowcount == 1
+            return CasResult(applied=applied, row=self._get(conn, job.key))
 
     def cas(self, expected: Job, new: Job) -> CasResult:
         return self.cas_many([(expected, new)])[0]
