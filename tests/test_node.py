@@ -30,6 +30,26 @@ def final(job) -> bool:
     return job.archived
 
 
+def trains_ahead(cluster, tmp_path) -> tuple[Path, str, str, str]:
+    """node-a, having learned that Probe.record is a short job (its runs may ride on trains):
+    the median of its last runs below 1 ms (the first run imports the module: 5-10 ms).
+    Returns the runs' log, ARGS of a quick run, and a due time 2 s ahead with the STARTJOB
+    parameters for it (claimed ahead of it by the scheduler's lead, started at it)."""
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("node-a")
+    quick = json.dumps({"log": str(log)})
+    for i in range(LEARN_RUNS):
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
+        cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
+    return (log, quick, *due_soon())
+
+
+def due_soon() -> tuple[str, str]:
+    """A due time 2 s ahead (whole seconds, UTC) and the STARTJOB parameters for it."""
+    due = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    return due, f"exec_interval='{due}' tz='UTC'"
+
+
 def test_one_time_user_job_reaches_processed_with_its_output(cluster):
     cluster.start_node("node-a")
     row = cluster.fetch("startjob user_job name='Probe.echo' uid='u1' args='{\"value\": \"héllo; it''s\"}';").first_row()
@@ -194,18 +214,9 @@ def test_stopjob_kills_a_process_job_that_ignores_sigterm_with_its_children(clus
 def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster, tmp_path):
     """Runs of jobs seen to be short ride to a worker together (a train); if one of them runs
     long after all, the ones behind it are sent back and run on other workers at once."""
-    log = tmp_path / "runs.jsonl"
-    cluster.start_node("node-a")
-    quick = json.dumps({"log": str(log)})
-    # The node learns that Probe.record is short: the mean of its last ~10 runs below 1 ms, which
-    # takes ~20 runs when the first one (it imports the module) took 5-10 ms.
-    for i in range(LEARN_RUNS):
-        cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
-        cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
+    log, quick, due, at = trains_ahead(cluster, tmp_path)
     slow = json.dumps({"log": str(log), "seconds": 3600, "starts": str(tmp_path / "starts.jsonl")})
     # Four jobs due in the same second: claimed in one pass, a (long this time) ahead of b.
-    due = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
-    at = f"exec_interval='{due}' tz='UTC'"
     cluster.fetch(f"startjob user_job name='Probe.record' uid='a' args='{slow}' {at};"
                   + "".join(f"startjob user_job name='Probe.record' uid='{u}' args='{quick}' {at};" for u in "bcd"))
     for u in "bcd":
@@ -226,16 +237,46 @@ def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster,
     assert cluster.wait_job("USER_JOB", "Probe.record", "a", final).status is Status.TERMINATED
 
 
-def test_stopjob_of_a_run_waiting_behind_another_on_its_worker_ends_only_that_run(cluster, tmp_path):
-    log = tmp_path / "runs.jsonl"
-    cluster.start_node("node-a")
-    quick = json.dumps({"log": str(log)})
-    for i in range(LEARN_RUNS):  # the node learns that Probe.record is short
-        cluster.fetch(f"startjob user_job name='Probe.record' uid='learn{i}' args='{quick}';")
-        cluster.wait_job("USER_JOB", "Probe.record", f"learn{i}", final)
+# timing: the node must measure Probe.record's runs as short (< 1 ms), which a busy machine may not.
+@pytest.mark.timing
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 2}}], indirect=True)
+def test_a_burst_of_short_fires_larger_than_the_pool_rides_on_trains_within_the_pool(cluster, tmp_path):
+    """Twelve fires of a short job due at once on a node with 2 slots: the node claims them all
+    in one pass, the ten beyond its free slots as passengers on the trains of the two that have
+    slots, so they start at their due time instead of six claim rounds later, and never more
+    than two run at once. The passengers behind a run that turns out long are given back to the
+    store (RELEASED in their history, no try counted) and run afterwards."""
+    log, quick, _, at = trains_ahead(cluster, tmp_path)
     slow = json.dumps({"log": str(log), "seconds": 3600})
-    due = (datetime.now(timezone.utc) + timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
-    at = f"exec_interval='{due}' tz='UTC'"
+    # The long one first (PRIORITY 9): it leads the first train, with five passengers behind it.
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='long' args='{slow}' priority=9 {at};"
+                  + "".join(f"startjob user_job name='Probe.record' uid='b{i:02d}' args='{quick}' {at};"
+                            for i in range(11)))
+    burst = [f"b{i:02d}" for i in range(11)]
+    for uid in burst:
+        job = cluster.wait_job("USER_JOB", "Probe.record", uid, final, timeout=10)
+        assert job.status is Status.PROCESSED and job.tries == 0
+    store = cluster.client().store
+    histories = {uid: [r.result for r in store.runs("USER_JOB", "Probe.record", uid)] for uid in burst}
+    released = [uid for uid, results in histories.items() if "RELEASED" in results]
+    assert len(released) == 5, histories  # rode behind the long run, given back, then ran
+    assert all(histories[uid][0] == "OK" and histories[uid].count("OK") == 1 for uid in burst), histories  # newest first
+    runs = [r for r in read_records(log) if r["key"].split(".")[-1] in burst]
+    assert sorted(r["key"].split(".")[-1] for r in runs) == burst  # each ran once
+    # At most two at once: the long run and one other.
+    events = sorted([(r["start"], 1) for r in runs] + [(r["end"], -1) for r in runs])
+    going = peak = 0
+    for _, step in events:
+        going += step
+        peak = max(peak, going)
+    assert peak == 1
+    cluster.fetch("stopjob user_job name='Probe.record' uid='long';")
+    assert cluster.wait_job("USER_JOB", "Probe.record", "long", final).status is Status.TERMINATED
+
+
+def test_stopjob_of_a_run_waiting_behind_another_on_its_worker_ends_only_that_run(cluster, tmp_path):
+    log, quick, _, at = trains_ahead(cluster, tmp_path)
+    slow = json.dumps({"log": str(log), "seconds": 3600})
     # b runs 5 s this time: whether the STOPJOB finds it still waiting behind a or already sent
     # to another worker (after 0.2 s), it must end TERMINATED and leave a alone.
     medium = json.dumps({"log": str(log), "seconds": 5})

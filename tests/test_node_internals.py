@@ -396,3 +396,80 @@ def test_a_retry_stands_for_the_same_due_time():
     _, retry = failed(row, "boom", FailMode.RETRY_UNTIL_MAX, clock.now(), max_tries=3, retry_delay=timedelta(seconds=1))
     assert retry.status is Status.WAITING and retry.next_run == due and retry.tries == 1
     assert retry.hold_until == clock.now() + timedelta(seconds=1)
+
+
+def test_passengers_ride_on_the_trains_of_slot_holders_and_inherit_their_slots(tmp_path):
+    """Known-short runs claimed beyond the free slots (passengers) hold no slot: each train
+    is led by runs that do, passengers fill the trains in claim order, and a passenger takes
+    a slot over only when a train-mate that held one is done, so the slots in use never
+    exceed what was free. A passenger sent back by its worker has no slot to run in: it is
+    given back to the store, not started elsewhere."""
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.executor import Executor
+    from fabricjobs.store.sqlite import SqliteStore
+
+    clock = ManualClock()
+    store = SqliteStore(tmp_path / "jobs.db")
+    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None)
+    trains: list[list] = []
+    executor._dispatch = lambda train: trains.append(train)
+
+    class Board:
+        @staticmethod
+        def lease_valid(now, generation):
+            return True
+
+    class Pool:
+        board = Board()
+
+        @staticmethod
+        def release(worker, task):
+            pass
+
+    executor.pool = Pool()
+
+    def claimed(uid: str) -> Job:
+        return Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
+                   epoch=1, start_time=clock.now())
+
+    class Ended:
+        elapsed = 0.0002
+
+    for i in range(3):  # the job is known to be short: its last runs were quick
+        executor._observe(executor.start(claimed(f"learn{i}"), "ANY", False, 1), Ended())
+    for run in executor.runs():
+        executor._forget(run)
+    trains.clear()
+    assert executor.slots_used() == 0 and executor.is_short(claimed("x"))
+
+    with executor.holding_starts():
+        holders = [executor.start(claimed(f"h{i}"), "ANY", False, 1) for i in range(2)]
+        riders = [executor.start(claimed(f"p{i}"), "ANY", False, 1, passenger=True) for i in range(8)]
+        assert executor.slots_used() == 2 and executor.running() == 10
+    assert [[r.key.uid for r in t] for t in trains] == [["h0", "p0", "p1", "p2", "p3"], ["h1", "p4", "p5", "p6", "p7"]]
+    for train in trains:
+        for run in train:
+            run.train = train  # as _dispatch records it
+
+    executor._forget(holders[0])  # its outcome written: p0 (next on its train) takes its slot
+    assert riders[0].holds_slot and executor.slots_used() == 2 and executor.running() == 9
+    for run in (riders[0], riders[1], riders[2]):
+        executor._forget(run)
+    assert riders[3].holds_slot and executor.slots_used() == 2
+    executor._forget(riders[3])  # the last of its train: the slot is free again
+    assert executor.slots_used() == 1
+
+    class Worker:
+        pass
+
+    worker = Worker()
+    for run in trains[1]:
+        run.worker = worker
+    executor._on_bounced(worker, [r.task for r in riders[4:]], holders[1].task)
+    assert [r.outcome.kind for r in riders[4:]] == ["released"] * 4  # back to the store, not started
+    assert not executor.is_short(claimed("x"))  # the job ahead of them ran long
+    assert executor._bounced == [] and executor.slots_used() == 1
+    store.close()

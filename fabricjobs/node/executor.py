@@ -12,10 +12,21 @@ Runs of jobs known to be short (their last runs each took well under a milliseco
 started together go to one worker as a *train*: one message instead of one per run, and one
 process woken. The worker runs them in order and reports each as it ends, so if it is killed
 the node knows which ran; the ones it never reached are released (WAITING, no try counted).
+
+A pool slot is a run going on at once (K2JOBS_POOL_SIZE of them). A train runs one run at a
+time, so besides the runs that hold slots it may carry *passengers*: runs of known-short jobs
+claimed beyond the free slots (up to TRAIN_RUNS - 1 per slot-holding short run of the same
+claim batch), each of which takes over a slot when a train-mate that holds one is done. That
+is what lets a burst of short fires larger than the pool start on time (a hundred fires of a
+second on 25 slots: trains of four, not four rounds of claims), and what lets one store
+transaction carry more runs. A passenger sent back by its worker (the run ahead of it is
+taking long) has no slot to run in, so it is given back to the store (WAITING, no try
+counted); runs that hold slots are sent to other workers at once, as before.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import random
@@ -41,9 +52,11 @@ from .workers import Worker, WorkerPool
 log = logging.getLogger("fabricjobs.node.executor")
 
 _REDECIDE = 20
-SHORT_RUN = 0.001  # seconds: a job whose runs take less than this (on average) may ride a train
+SHORT_RUN = 0.001  # seconds: a job whose runs typically take less than this may ride a train
 _SHORT_SEEN = 3  # ... once this many of its runs have been seen
+_SHORT_WINDOW = 9  # its last runs, whose median is "typically" (one run preempted on a busy host does not count)
 _NOT_STARTED = "not started: the worker of its train ended before reaching it"
+_NO_ROOM = "not started: no room on a train (given back)"
 
 
 @dataclass(eq=False)
@@ -55,6 +68,7 @@ class Run:
     exceptional: bool
     generation: int  # the lease generation it was claimed under
     started_mono: float
+    holds_slot: bool = True  # False: a passenger on a train, until a train-mate hands it its slot
     worker: Worker | None = None
     end_reason: str | None = None  # why the node is ending it: stop | restart | kill | release | shutdown | lease
     end_note: str = ""
@@ -62,6 +76,7 @@ class Run:
     give_up_at: datetime | None = None  # an exceptional run this node will hand back then
     outcome: Outcome | None = None
     ended: datetime | None = None  # when the outcome reached the node (the run's end time)
+    train: list["Run"] | None = None  # the runs sent to its worker with it (itself included)
 
     @property
     def key(self) -> JobKey:
@@ -107,9 +122,11 @@ class Executor:
         self.on_dispatch = on_dispatch  # a run reached its worker (the scheduler times its fires)
         self._lock = threading.RLock()
         self._runs: dict[int, Run] = {}
+        self._slots: dict[str, int] = {}  # pool -> runs holding a slot of it
         self._by_key: dict[JobKey, Run] = {}
         self._tasks = itertools.count(random.randrange(10_000, 60_000))
-        self._durations: dict[tuple[str, str], tuple[int, float]] = {}  # (type, name) -> (runs seen, mean s)
+        self._durations: dict[tuple[str, str], collections.deque[float]] = {}  # (type, name) -> last runs' seconds
+        self._short: set[tuple[str, str]] = set()  # the (type, name)s known to be short now
         self._pending: list[tuple[Run, Outcome]] = []
         self._bounced: list[Run] = []  # sent back from a train; launched again by the node's loop
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
@@ -127,17 +144,28 @@ class Executor:
     # -- queries ---------------------------------------------------------------------------------
 
     def running(self, pool: str | None = None) -> int:
+        """Runs this node has (passengers waiting on a train included)."""
         with self._lock:
             if pool is None:
                 return len(self._runs)
             return sum(1 for r in self._runs.values() if r.pool == pool)
 
-    def per_pool(self) -> dict[str, int]:
-        out: dict[str, int] = {}
+    def slots_used(self, pool: str | None = None) -> int:
+        """Pool slots taken: what claims are limited by (passengers hold none)."""
         with self._lock:
-            for r in self._runs.values():
-                out[r.pool] = out.get(r.pool, 0) + 1
-        return out
+            return sum(self._slots.values()) if pool is None else self._slots.get(pool, 0)
+
+    def per_pool(self) -> dict[str, int]:
+        """Slots taken per affinity pool (what peers compare with the recommended counts)."""
+        with self._lock:
+            return {pool: n for pool, n in self._slots.items() if n}
+
+    def knows_short_jobs(self) -> bool:
+        return bool(self._short)
+
+    def is_short(self, row: Job) -> bool:
+        """Whether runs of ``row``'s job are known to be short (they may ride on a train)."""
+        return (row.key.type, row.key.name) in self._short
 
     def run_for(self, key: JobKey) -> Run | None:
         with self._lock:
@@ -167,10 +195,12 @@ class Executor:
 
     # -- starting and ending runs -------------------------------------------------------------------
 
-    def start(self, row: Job, pool: str, exceptional: bool, generation: int) -> Run:
+    def start(self, row: Job, pool: str, exceptional: bool, generation: int, passenger: bool = False) -> Run:
         """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)
         under lease ``generation``. Inside :meth:`holding_starts` the run counts against its
-        pool at once but reaches a worker only once the claim is committed."""
+        pool at once but reaches a worker only once the claim is committed. A ``passenger``
+        (a known-short run claimed beyond the free slots) must be started in the same held
+        batch as slot-holding short runs of its pool: it rides on one of their trains."""
         run = Run(
             task=next(self._tasks),
             row=row,
@@ -179,10 +209,13 @@ class Executor:
             exceptional=exceptional,
             generation=generation,
             started_mono=self.clock.monotonic(),
+            holds_slot=not passenger,
         )
         with self._lock:
             self._runs[run.task] = run
             self._by_key[run.key] = run
+            if run.holds_slot:
+                self._slots[pool] = self._slots.get(pool, 0) + 1
         if self._held is not None and self._holder == threading.get_ident():
             self._held.append(run)
         else:
@@ -210,9 +243,7 @@ class Executor:
                 if rolled_back:
                     log.warning("claim of '%s' was rolled back; not started", run.key)
                     with self._lock:
-                        self._runs.pop(run.task, None)
-                        if self._by_key.get(run.key) is run:
-                            del self._by_key[run.key]
+                        self._forget(run)
                 else:
                     self._launch(run)
             if held and rolled_back:
@@ -252,29 +283,56 @@ class Executor:
             self.on_tasks_changed()
 
     def _trains(self, runs: list[Run]) -> list[list[Run]]:
-        """Each run alone, except runs of known-short jobs: up to TRAIN_RUNS of them per train
-        (one abort flag each on the board), in at least 2 trains."""
-        short, alone = [], []
+        """Each run alone, except runs of known-short jobs: those of one pool go in trains of
+        up to TRAIN_RUNS, at least 2 (two workers start at once) and no more than they hold
+        slots; each train is led by slot holders, passengers fill them up in claim order. A
+        passenger with no room left (not expected: claims leave it room) is given back."""
+        alone: list[list[Run]] = []
+        short: dict[str, list[Run]] = {}
         for r in runs:
-            (short if self._is_short(r) else alone).append(r)
-        if len(short) < 2:
-            return [[r] for r in runs]
-        per_train = min(TRAIN_RUNS, -(-len(short) // 2))
-        return [[r] for r in alone] + [short[i:i + per_train] for i in range(0, len(short), per_train)]
+            if not r.holds_slot or self._is_short(r):
+                short.setdefault(r.pool, []).append(r)
+            else:
+                alone.append([r])
+        trains = alone
+        for group in short.values():
+            holders = [r for r in group if r.holds_slot]
+            riders = [r for r in group if not r.holds_slot]
+            count = min(len(holders), max(2, -(-len(group) // TRAIN_RUNS)))
+            if len(group) < 2:
+                count = len(holders)  # one run: alone
+            cars = _chunks(holders, count)
+            size = min(TRAIN_RUNS, -(-len(group) // count)) if count else 0
+            at = 0
+            for car in cars:  # passengers fill the cars up to an even size, in claim order
+                take = max(0, size - len(car))
+                car.extend(riders[at:at + take])
+                at += take
+            for r in riders[at:]:
+                self._finish_later(r, Outcome(RELEASED, error=_NO_ROOM))
+            trains.extend(cars)
+        return trains
 
     def _is_short(self, run: Run) -> bool:
-        if run.row.type != JobType.USER_JOB:
-            return False
-        seen, mean = self._durations.get((run.row.type, run.row.name), (0, 0.0))
-        return seen >= _SHORT_SEEN and mean < SHORT_RUN
+        return self.is_short(run.row)
 
     def _observe(self, run: Run, outcome: Outcome) -> None:
-        """Remember how long this job's runs take (a moving mean that forgets in ~10 runs)."""
+        """Remember how long this job's last runs took."""
         key = (run.row.type, run.row.name)
-        seen, mean = self._durations.get(key, (0, 0.0))
-        if len(self._durations) > 10_000 and seen == 0:
+        if len(self._durations) > 10_000 and key not in self._durations:
             self._durations.clear()  # bounded: many one-off names
-        self._durations[key] = (seen + 1, outcome.elapsed if seen == 0 else mean + (outcome.elapsed - mean) / min(seen + 1, 10))
+            self._short.clear()
+        self._learn(key, [outcome.elapsed])
+
+    def _learn(self, key: tuple[str, str], elapsed: list[float]) -> None:
+        last = self._durations.get(key)
+        if last is None:
+            last = self._durations[key] = collections.deque(maxlen=_SHORT_WINDOW)
+        last.extend(elapsed)
+        if key[0] == JobType.USER_JOB and len(last) >= _SHORT_SEEN and sorted(last)[len(last) // 2] < SHORT_RUN:
+            self._short.add(key)
+        else:
+            self._short.discard(key)
 
     def _dispatch(self, train: list[Run]) -> None:
         for attempt in range(3):
@@ -282,6 +340,7 @@ class Executor:
             now = self.clock.now()
             for run in train:  # before the send: its "done" may come back at once
                 run.worker = worker
+                run.train = train
             try:
                 specs = [self._spec(run, worker, now) for run in train]
                 self.pool.start(worker, specs)
@@ -447,13 +506,13 @@ class Executor:
 
     def _on_bounced(self, worker: Worker, tasks: list[int], slow: int | None) -> None:
         """A train's runs sent back unstarted (the run ahead of them is taking long): the node's
-        loop gives each a worker of its own, and the slow job is no longer taken for a short one."""
+        loop gives each that holds a slot a worker of its own, passengers go back to the store,
+        and the slow job is no longer taken for a short one."""
         with self._lock:
             ahead = self._runs.get(slow) if slow is not None else None
         if ahead is not None:
             key = (ahead.row.type, ahead.row.name)
-            seen, _ = self._durations.get(key, (0, 0.0))
-            self._durations[key] = (seen, SHORT_RUN * 10)
+            self._learn(key, [SHORT_RUN * 10] * _SHORT_WINDOW)  # short again only after most of a window of short runs
         for task in tasks:
             self.pool.release(worker, task)
             with self._lock:
@@ -461,7 +520,11 @@ class Executor:
                 if run is None or run.outcome is not None or run.worker is not worker:
                     continue
                 run.worker = None
-                self._bounced.append(run)
+                passenger = not run.holds_slot
+                if not passenger:
+                    self._bounced.append(run)
+            if passenger:  # no slot to run in: back to the store for any node (no try counted)
+                self._finish_later(run, self._explain(run, Outcome(RELEASED, error=_NOT_STARTED)))
         self.on_outcome()  # wake the node's loop
 
     def _on_worker_death(self, worker: Worker) -> None:
@@ -610,11 +673,36 @@ class Executor:
 
     def _done(self, run: Run) -> None:
         with self._lock:
-            self._runs.pop(run.task, None)
-            if self._by_key.get(run.key) is run:
-                del self._by_key[run.key]
+            self._forget(run)
         self.on_freed()
         self.on_tasks_changed()
+
+
+    def _forget(self, run: Run) -> None:
+        """Drop a run (caller holds the lock). Its slot goes to a train-mate still waiting
+        without one, else back to the pool."""
+        if self._runs.pop(run.task, None) is None:
+            return
+        if self._by_key.get(run.key) is run:
+            del self._by_key[run.key]
+        if run.holds_slot:
+            run.holds_slot = False
+            heir = next((m for m in run.train or () if not m.holds_slot and m.task in self._runs), None)
+            if heir is not None:
+                heir.holds_slot = True
+            else:
+                self._slots[run.pool] -= 1
+
+
+def _chunks(items: list, count: int) -> list[list]:
+    """``items`` in ``count`` contiguous parts of sizes differing by at most one."""
+    size, extra = divmod(len(items), count) if count else (0, 0)
+    out, at = [], 0
+    for i in range(count):
+        n = size + (1 if i < extra else 0)
+        out.append(items[at:at + n])
+        at += n
+    return out
 
 
 def _type_label(job_type: str) -> str:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from ..affinity import parse_affinity
 from ..config import AffinityLimit
+from ..jobs.board import TRAIN_RUNS
 from .. import dependencies
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
@@ -257,7 +258,7 @@ class Reconciler:
     def _claim(self, now: datetime) -> None:
         n = self.node
         for _ in range(4):
-            free = self.s.pool_size - n.executor.running()
+            free = self.s.pool_size - n.executor.slots_used()
             generation = self._claimable()
             if free <= 0 or generation is None:
                 return
@@ -265,16 +266,16 @@ class Reconciler:
             if not chosen:
                 return
             pairs = []
-            for row, _pool in chosen:
+            for row, _pool, _rides in chosen:
                 event, new = claim(row, self.me, now, prepared=n.scheduler.prepared(row))
                 pairs.append((row, advance(row, event, new)))
             results = n.store.cas_each(pairs, on_error=self._write_failed)
             lost = 0
-            for (row, pool), res in zip(chosen, results):
+            for (row, pool, rides), res in zip(chosen, results):
                 if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.row.epoch))
-                    n.executor.start(res.row, pool[0].name, pool[1], generation)
+                    n.executor.start(res.row, pool[0].name, pool[1], generation, passenger=rides)
                 else:
                     lost += 1
             n.metrics.claims(len(pairs), lost)
@@ -284,9 +285,13 @@ class Reconciler:
 
     def _choose_paged(self, free: int, now: datetime) -> list:
         """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
-        order of effective priority (below). Reads on past pages of rows this node cannot take
-        (other affinities, holds, owner precedence), so those never hide claimable ones."""
+        order of effective priority (below), as (row, (limit, exceptional), passenger). Reads
+        on past pages of rows this node cannot take (other affinities, holds, owner
+        precedence), so those never hide claimable ones. Once this node knows short jobs, a
+        page is long enough to fill the free slots' trains with passengers (executor.py)."""
         page_size = max(2 * free, 16)
+        if self.node.executor.knows_short_jobs():
+            page_size = max(page_size, free * TRAIN_RUNS)
         after = None
         self.next_wake = None
         for page_no in range(_MAX_PAGES):
@@ -298,7 +303,7 @@ class Reconciler:
             candidates.sort(key=lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key))
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
-                return chosen
+                return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, now)
             after = (page[-1].next_run or now, page[-1].key)
         return []
 
@@ -345,6 +350,37 @@ class Reconciler:
             eligible = kept
         return eligible
 
+    def _passengers(self, candidates: list[Job], chosen: list, now: datetime) -> list:
+        """Known-short rows beyond the free slots, up to TRAIN_RUNS - 1 per chosen short run of
+        their pool (not an exceptional one): they ride on its train and take a slot only when
+        a train-mate is done with one, so the pool's limit on runs going on at once holds."""
+        ex = self.node.executor
+        room: dict[str, int] = {}
+        for row, (lim, exceptional) in chosen:
+            if not exceptional and ex.is_short(row):
+                room[lim.name] = room.get(lim.name, 0) + TRAIN_RUNS - 1
+        if not room:
+            return []
+        picked = {row.key for row, _ in chosen}
+        riders = [row for row in candidates
+                  if row.key not in picked and ex.is_short(row) and self._may_claim(row, now)]
+        left = sum(room.values())
+        out = []
+        for row in riders:
+            try:
+                affinity = parse_affinity(row.affinity)
+            except ValueError:
+                continue
+            for lim in self.node.affinity.pools_for(affinity):
+                if room.get(lim.name, 0) > 0:
+                    room[lim.name] -= 1
+                    left -= 1
+                    out.append((row, (lim, False), True))
+                    break
+            if not left:
+                break
+        return out
+
     @staticmethod
     def _spread(eligible: list, free: int) -> list:
         """``free`` of the eligible rows, best first, but not all nodes the same ones: each
@@ -376,7 +412,7 @@ class Reconciler:
         """The affinity limit a run of ``row`` would count against here and whether the claim
         is exceptional (beyond the recommended count); None if there is no room."""
         n = self.node
-        if n.executor.running() + sum((taken or {}).values()) >= self.s.pool_size:
+        if n.executor.slots_used() + sum((taken or {}).values()) >= self.s.pool_size:
             return None
         try:
             affinity = parse_affinity(row.affinity)
@@ -384,7 +420,7 @@ class Reconciler:
             return None
         waited = (now - (row.next_run or now)).total_seconds()
         for lim in n.affinity.pools_for(affinity):
-            used = n.executor.running(lim.name) + (taken or {}).get(lim.name, 0)
+            used = n.executor.slots_used(lim.name) + (taken or {}).get(lim.name, 0)
             if used < lim.recommended:
                 return lim, False
             if used < lim.absolute and waited >= self.s.claim_exceptional_sec:
@@ -427,7 +463,7 @@ class Reconciler:
                 extras.setdefault(run.pool, []).append(run)
         for pool, runs in extras.items():
             lim = n.affinity.limits.get(pool)
-            over = n.executor.running(pool) - (lim.recommended if lim else 0)
+            over = n.executor.slots_used(pool) - (lim.recommended if lim else 0)
             if over <= 0 or not self._peer_has_room(pool):
                 for run in runs:
                     run.give_up_at = None
