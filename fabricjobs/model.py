@@ -12,7 +12,7 @@ import operator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 
 class JobType(StrEnum):
@@ -129,12 +129,29 @@ class Job:
                 values[_JOB_INDEX[name]] = value
         except KeyError as exc:
             raise TypeError(f"Job has no field {exc.args[0]!r}") from None
-        return Job(*values)
+        return job_from_values(values)
 
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _JOB_INDEX = {name: i for i, name in enumerate(_JOB_FIELDS)}
 _JOB_VALUES = operator.attrgetter(*_JOB_FIELDS)
+
+
+def _values_constructor() -> Callable[[Sequence], Job]:
+    """A Job from all its field values in order, at half the cost of ``Job(*values)``: the
+    frozen dataclass's __init__ looks up ``object.__setattr__`` for each of ~30 fields, and
+    the node builds several rows per run (each CAS result, each decision). Generated as
+    dataclasses generates __init__, with each slot's setter bound once."""
+    setters = {f"_set{i}": getattr(Job, name).__set__ for i, name in enumerate(_JOB_FIELDS)}
+    body = "".join(f"    _set{i}(job, values[{i}])\n" for i in range(len(_JOB_FIELDS)))
+    source = (f"def job_from_values(values, _new=object.__new__, _Job=Job, {', '.join(f'{k}={k}' for k in setters)}):\n"
+              f"    job = _new(_Job)\n{body}    return job\n")
+    namespace: dict = {"Job": Job, **setters}
+    exec(source, namespace)  # noqa: S102 - generated from the field names above, no outside input
+    return namespace["job_from_values"]
+
+
+job_from_values = _values_constructor()
 
 
 class Event(StrEnum):

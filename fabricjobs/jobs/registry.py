@@ -38,6 +38,7 @@ from ..model import JobType
 ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _load_lock = threading.Lock()
+_loaded: dict[tuple, Callable] = {}  # (jobs dir, module allowlist, name) -> function, per process
 _CHECK_TRUST_SEC = 1.0
 _checked: dict[tuple, float] = {}  # (catalog, type, name) -> trusted until (monotonic)
 
@@ -181,6 +182,11 @@ class JobCatalog:
     # -- loading (worker side) -----------------------------------------------------------------
 
     def load_user_job(self, name: str) -> Callable:
+        """The job's function, resolved once per worker process (its module is imported once
+        anyway: a changed file takes effect in new workers, as before)."""
+        cached = _loaded.get((self.user_jobs_dir, self.user_job_modules, name))
+        if cached is not None:
+            return cached
         origin, target = self._user_job_origin(name, verify=False)
         with _load_lock:
             if origin == "entry_point":
@@ -202,6 +208,8 @@ class JobCatalog:
                     raise JobResolutionError(f"unknown USER_JOB {name!r}: module {module!r} has no function {func!r}")
         if not callable(fn):
             raise JobResolutionError(f"USER_JOB {name!r} is not a function")
+        if len(_loaded) < 10_000:
+            _loaded[(self.user_jobs_dir, self.user_job_modules, name)] = fn
         return fn
 
 

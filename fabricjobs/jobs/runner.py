@@ -65,16 +65,24 @@ class Outcome:
         return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log, self.elapsed)
 
 
+_RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+
+
 class RunLog(logging.Handler):
-    """Keeps a run's log lines, bounded to ``limit`` bytes: the head and the tail."""
+    """Keeps a run's log lines, bounded to ``limit`` bytes: the head and the tail. A worker
+    keeps one and resets it for each run (one run at a time)."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
+        self.setFormatter(_RUN_LOG_FORMAT)
+        self.reset(limit)
+
+    def reset(self, limit: int) -> "RunLog":
         self.limit = limit
         self.head: list[str] = []
         self.tail: list[str] = []
         self.head_bytes = self.tail_bytes = self.dropped = 0
-        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        return self
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -101,6 +109,9 @@ class RunLog(logging.Handler):
         return clean_text("\n".join(lines + self.tail), self.limit + 200)
 
 
+_run_log: RunLog | None = None  # this worker's (one run at a time)
+
+
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger) -> Outcome:
     try:
         arguments = json.loads(spec.arguments or "{}")
@@ -108,7 +119,10 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
             raise ValueError("ARGS is not a JSON object")
     except ValueError as exc:
         return Outcome(ERROR, error=f"bad ARGS: {exc}", mode=FailMode.NO_RETRY)
-    run_log = RunLog(spec.log_max)
+    global _run_log
+    if _run_log is None:
+        _run_log = RunLog(spec.log_max)
+    run_log = _run_log.reset(spec.log_max)
     job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
     job_log.addHandler(run_log)
     try:

@@ -48,6 +48,7 @@ import threading
 import time
 
 from ..logs import setup_logging  # here, not in worker_main: the fork server imports it once for all forks
+from ..model import JobType
 from .board import Board
 from .runner import INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, run_job
 
@@ -189,7 +190,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
         if wake or board.lease_until() - current.started < 2 * _WATCH_PERIOD_MAX:
             busy.set()  # idle, or the lease ends soon: the watchdog must look now, not in 50 ms
 
-        spec = dataclasses.replace(spec, board=(board_path, slots))  # for a PROCESS job's guard
+        if spec.key.type == JobType.PROCESS:
+            spec = dataclasses.replace(spec, board=(board_path, slots))  # for its guard
 
         def aborted() -> bool:
             return lost.is_set() or board.aborted(spec.slot, spec.task) or not board.lease_valid(None, spec.generation)

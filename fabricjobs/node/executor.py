@@ -30,13 +30,13 @@ import collections
 import itertools
 import logging
 import random
+import selectors
 import socket
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from multiprocessing.connection import wait
 from typing import Callable, Iterator
 
 from ..clock import Clock
@@ -135,6 +135,8 @@ class Executor:
         self._held_in_transaction = True  # ... until the transaction commits (else: launch_held)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        self._selector: selectors.BaseSelector | None = None  # used by the collector thread only
+        self._watching: set = set()
         self._stop = False
         self._thread: threading.Thread | None = None
         self.shutting_down = False
@@ -458,9 +460,30 @@ class Executor:
                 log.exception("executor loop error (continuing)")
                 time.sleep(0.05)
 
+    def _watched(self) -> selectors.BaseSelector:
+        """The selector over the wake-up socket and every worker's pipe, kept from one wait to
+        the next (``multiprocessing.connection.wait`` builds one per call: a registration per
+        worker each time a run ends)."""
+        if self._selector is None:
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._wake_r, selectors.EVENT_READ)
+        return self._selector
+
     def _collect_once(self, timeout: float) -> None:
         conns = self.pool.connections()
-        ready = wait(list(conns) + [self._wake_r], timeout=timeout)
+        selector = self._watched()
+        for key in list(selector.get_map().values()):
+            if key.fileobj is not self._wake_r and key.fileobj not in conns:
+                selector.unregister(key.fd)  # a worker forgotten (its pipe is closed: by number)
+                self._watching.discard(key.fileobj)
+        for conn in conns:
+            if conn not in self._watching:
+                try:
+                    selector.register(conn, selectors.EVENT_READ)
+                except (OSError, ValueError):  # closed meanwhile by the loop: gone from the pool next time
+                    continue
+                self._watching.add(conn)
+        ready = [key.fileobj for key, _ in selector.select(timeout)]
         for obj in ready:
             if obj is self._wake_r:
                 try:

@@ -26,7 +26,7 @@ from typing import Callable, Collection, Iterator, Sequence, TypeVar
 from contextlib import contextmanager
 
 from ..errors import SchemaVersionError, StoreError
-from ..model import Job, JobKey, Status
+from ..model import Job, JobKey, Status, job_from_values
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
 
 T = TypeVar("T")
@@ -206,12 +206,12 @@ assert [f.name for f in dataclasses.fields(Job)] == [
 
 
 def _row_to_job(r: Sequence) -> Job:
-    return Job(
+    return job_from_values((
         JobKey(r[0], r[1], r[2]), _STATUS[r[3]], _fromts(r[8], UTC), bool(r[4]), r[5], r[6], r[7],
         None if r[9] is None else _fromts(r[9], UTC), None if r[10] is None else _fromts(r[10], UTC),
         None if r[11] is None else _fromts(r[11], UTC), None if r[12] is None else _fromts(r[12], UTC),
         *r[13:27], bool(r[27]), *r[28:31],
-    )
+    ))
 
 
 def _run_params(r: RunRecord) -> tuple:
