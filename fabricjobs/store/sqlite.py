@@ -58,7 +58,33 @@ _INSERT_SQL = (
 # What a CAS may write (not the key, and revision is written by the CAS itself), and its
 # UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
 _CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
-_CAS_SQL: dict[tuple[int, ...], str] = {}
+_CAS_SQL: dict[tuple[tuple[int, ...], int], str] = {}
+# UPDATE ... FROM (VALUES ...) RETURNING: SQLite 3.35 (before it, one row per statement).
+_BATCHED = sqlite3.sqlite_version_info >= (3, 35)
+_BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
+
+
+def _cas_sql(changed: tuple[int, ...], rows: int) -> str:
+    """The CAS UPDATE of ``rows`` rows that write the columns ``changed`` (and revision): the
+    values and the conditions of each row come from one row of a VALUES list."""
+    sql = _CAS_SQL.get((changed, rows))
+    if sql is not None:
+        return sql
+    if not _BATCHED:
+        sql = ("UPDATE k2_jobs SET " + "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed) + "revision = ? "
+               "WHERE type = ? AND name = ? AND uid = ? AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?")
+    else:
+        n = len(changed)
+        sets = "".join(f"{_JOB_COLUMNS[i]} = v.column{k + 1}, " for k, i in enumerate(changed))
+        row = "(" + ", ".join("?" for _ in range(n + 8)) + ")"
+        sql = (f"UPDATE k2_jobs SET {sets}revision = v.column{n + 1} FROM (VALUES {', '.join([row] * rows)}) AS v "
+               f"WHERE k2_jobs.type = v.column{n + 2} AND k2_jobs.name = v.column{n + 3} AND k2_jobs.uid = v.column{n + 4} "
+               f"AND k2_jobs.status = v.column{n + 5} AND k2_jobs.epoch = v.column{n + 6} "
+               f"AND k2_jobs.worker_id IS v.column{n + 7} AND k2_jobs.revision = v.column{n + 8}{_RETURNING}")
+    if len(_CAS_SQL) < 512:
+        _CAS_SQL[(changed, rows)] = sql
+    return sql
+
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -225,6 +251,7 @@ def _row_to_run(r: Sequence) -> RunRecord:
 
 
 _RUN_COLS = ", ".join(f'"{c}"' for c in _RUN_COLUMNS)
+_INSERT_RUN_SQL = f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
 
 
 class SqliteStore(JobStore):
@@ -433,56 +460,77 @@ class SqliteStore(JobStore):
         return self.cas_many([(expected, new)])[0]
 
     def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+        """Pairs that write the same columns go together in one UPDATE ... FROM (VALUES ...)
+        statement of up to 64 rows, each row still conditioned on its own expected (status,
+        epoch, worker_id, revision): a third of the cost of one statement per row, most of
+        which is the statement's round trip, not the B-tree work. The rows RETURNING gives
+        back are the applied ones; for the others, the current version is read. A key given
+        twice is written in order (its second pair after the first, on its own)."""
         if not pairs:
             return []
-        results: list[CasResult] = []
+        for expected, new in pairs:
+            if new.key != expected.key:
+                raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+        results: list[CasResult | None] = [None] * len(pairs)
         records = list(runs) if runs is not None else [None] * len(pairs)
         with self._write() as conn:
-            for (expected, new), record in zip(pairs, records):
-                if new.key != expected.key:
-                    raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+            shapes: dict[tuple[int, ...], list[tuple[int, tuple, Job]]] = {}
+            later: list[int] = []  # a key already in this round: written after it, alone
+            keys: set[JobKey] = set()
+            for i, (expected, new) in enumerate(pairs):
+                if expected.key in keys:
+                    later.append(i)
+                    continue
+                keys.add(expected.key)
                 # Only the columns that change are written: a row read from an index may be a
                 # candidate without arguments or output, and must not blank them.
                 old_p, new_p = _job_params(expected), _job_params(new)
                 changed = tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
-                sql = _CAS_SQL.get(changed)
-                if sql is None:
-                    # RETURNING hands back the whole row as written (a claimed candidate's
-                    # arguments included) in the same statement: no second read per write.
-                    sql = (
-                        "UPDATE k2_jobs SET " + "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed) + "revision = ? "
-                        "WHERE type = ? AND name = ? AND uid = ? "
-                        f"AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?{_RETURNING}"
-                    )
-                    if len(_CAS_SQL) < 256:
-                        _CAS_SQL[changed] = sql
-                written = conn.execute(
-                    sql,
-                    tuple(new_p[i] for i in changed)
-                    + (expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
-                       expected.status.value, expected.epoch, expected.worker_id, expected.revision),
-                )
-                if _RETURNING:
-                    returned = written.fetchall()  # all: the statement ends here, not at commit
-                    row = _row_to_job(returned[0]) if returned else None
-                else:  # SQLite before 3.35: read the row back
-                    row = self._get(conn, expected.key) if written.rowcount == 1 else None
-                if row is not None:
-                    results.append(CasResult(True, row=row))
-                    if record is not None:  # in the same transaction: recorded iff the CAS applied
-                        conn.execute(
-                            f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
-                            _run_params(record),
-                        )
-                else:
-                    r = conn.execute(
-                        "SELECT status, epoch, worker_id, revision FROM k2_jobs "
-                        "WHERE type = ? AND name = ? AND uid = ?",
-                        (expected.key.type, expected.key.name, expected.key.uid),
-                    ).fetchone()
-                    current = None if r is None else Version(_STATUS[r[0]], r[1], r[2], r[3])
-                    results.append(CasResult(False, current=current))
-        return results
+                shapes.setdefault(changed, []).append((i, new_p, expected))
+            for changed, items in shapes.items():
+                at = 0
+                for size in _BATCH_SIZES:
+                    while len(items) - at >= size:
+                        self._cas_batch(conn, changed, items[at:at + size], results)
+                        at += size
+            for i in later:
+                expected, new = pairs[i]
+                old_p, new_p = _job_params(expected), _job_params(new)
+                changed = tuple(j for j in _CAS_COLUMNS if old_p[j] != new_p[j])
+                self._cas_batch(conn, changed, [(i, new_p, expected)], results)
+            applied = [_run_params(record) for record, res in zip(records, results)
+                       if record is not None and res is not None and res.applied]
+            if applied:  # in the same transaction: recorded iff the CAS applied
+                conn.executemany(_INSERT_RUN_SQL, applied)
+        return results  # type: ignore[return-value]
+
+    def _cas_batch(self, conn: sqlite3.Connection, changed: tuple[int, ...], items: list[tuple[int, tuple, Job]],
+                   results: list[CasResult | None]) -> None:
+        """One UPDATE for ``items`` (index, new row's params, expected row), all writing
+        ``changed``; fills their places in ``results``."""
+        params: list = []
+        for _, new_p, expected in items:
+            params.extend([new_p[j] for j in changed])
+            params.extend((expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
+                           expected.status.value, expected.epoch, expected.worker_id, expected.revision))
+        written = conn.execute(_cas_sql(changed, len(items)), params)
+        if _BATCHED:
+            by_key = {(r[0], r[1], r[2]): r for r in written.fetchall()}  # all: the statement ends here
+            for i, _, expected in items:
+                r = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
+                results[i] = CasResult(True, row=_row_to_job(r)) if r is not None else self._refused(conn, expected.key)
+        else:  # SQLite before 3.35: one row per statement, read back
+            i, _, expected = items[0]
+            results[i] = CasResult(True, row=self._get(conn, expected.key)) if written.rowcount == 1 \
+                else self._refused(conn, expected.key)
+
+    @staticmethod
+    def _refused(conn: sqlite3.Connection, key: JobKey) -> CasResult:
+        r = conn.execute(
+            "SELECT status, epoch, worker_id, revision FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
+            (key.type, key.name, key.uid),
+        ).fetchone()
+        return CasResult(False, current=None if r is None else Version(_STATUS[r[0]], r[1], r[2], r[3]))
 
     def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
         sql = f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ?"
@@ -505,7 +553,7 @@ class SqliteStore(JobStore):
         """Record runs that change no job row (skipped fires)."""
         with self._write() as conn:
             conn.executemany(
-                f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
+                _INSERT_RUN_SQL,
                 [_run_params(r) for r in records],
             )
 

@@ -129,6 +129,33 @@ def test_cas_many_decides_each_write_on_its_own(store):
     assert store.cas_many([]) == []
 
 
+def test_cas_many_of_a_large_mixed_batch_answers_each_pair_in_order(store):
+    """A node writes a pass's claims and outcomes together: many rows, several shapes of
+    change, some stale, one key twice (in order: the second pair, built from the same row as
+    the first, finds the row changed by it). Each result is the one a lone CAS would give."""
+    rows = [store.insert(job(uid=f"r{i:03d}", arguments=f'{{"i": {i}}}')).row for i in range(150)]
+    stale = {7, 64, 100, 149}
+    for i in stale:
+        store.cas(rows[i], claim(rows[i], "thief"))
+    pairs = []
+    for i, row in enumerate(rows):
+        new = claim(row, "me") if i % 3 else row.replace(priority=9, error_msg=f"note {i}")  # two shapes
+        candidate = row.replace(arguments="{}") if i % 5 == 0 else row  # as the claim's index read gives it
+        pairs.append((candidate, new))
+    pairs.append((rows[10], rows[10].replace(priority=1)))  # r010 again, after its first write
+    results = store.cas_many(pairs)
+    assert len(results) == 151
+    for i, res in enumerate(results[:150]):
+        assert res.applied is (i not in stale), i
+        if res.applied:
+            assert res.row == store.get(rows[i].key) and res.row.revision == rows[i].revision + 1
+            assert res.row.arguments == f'{{"i": {i}}}'  # not blanked by a candidate
+        else:
+            assert res.current.worker_id == "thief"
+    assert not results[150].applied and results[150].current.revision == rows[10].revision + 1
+    assert store.get(rows[10].key).priority == rows[10].priority  # the first write of r010 stands
+
+
 def test_writes_grouped_in_a_transaction_are_all_there_when_it_ends(store, store_config):
     """A script's STARTJOBs share one transaction: readable by their writer inside it (a later
     statement may depend on an earlier one), by everyone once it ends, nested blocks included."""
