@@ -35,7 +35,7 @@ from . import dependencies
 from .model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from .result import Result
 from .schedule import Schedule, parse_schedule
-from .store.base import JobStore, KillRequest
+from .store.base import CasResult, JobStore, KillRequest
 from .wakeup import Doorbell
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -167,9 +167,9 @@ class CommandService:
                 now = self.clock.now()
                 rows = [_created_at(row, now) for row in rows]
                 with self.store.transaction():
-                    for row in rows:
+                    for row, res in zip(rows, self.store.insert_many(rows)):
                         try:
-                            results.append(self._insert_new(row))
+                            results.append(self._started(row, res))
                         except CommandError as exc:  # comes before any error of a later check
                             error = exc
                             break
@@ -288,7 +288,9 @@ class CommandService:
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
 
     def _insert_new(self, job: Job) -> Result:
-        res = self.store.insert(job)
+        return self._started(job, self.store.insert(job))
+
+    def _started(self, job: Job, res: CasResult) -> Result:
         if not res.applied:
             raise JobAlreadyRunning(f"Job is running {job.key.describe()}")
         self._ring()

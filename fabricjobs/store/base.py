@@ -174,6 +174,17 @@ class JobStore(ABC):
         and the result's ``row`` is that live row.
         """
 
+    def insert_many(self, jobs: Sequence[Job]) -> list[CasResult]:
+        """:meth:`insert` each job in order until one is refused (a live row has its key):
+        the results up to and including that one; the jobs after it are not written (a bulk
+        submit stops at its first error, what came before it stays)."""
+        results: list[CasResult] = []
+        for job in jobs:
+            results.append(self.insert(job))
+            if not results[-1].applied:
+                break
+        return results
+
     @abstractmethod
     def cas(self, expected: Job, new: Job) -> CasResult:
         """Write ``new`` if the stored row still matches ``expected`` (see the module docstring).

@@ -49,12 +49,26 @@ _COLS = ", ".join(_JOB_COLUMNS)
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35) else ""
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
 # STARTJOB: a new key, or a key whose row is archived (the job is started again).
-_INSERT_SQL = (
-    f"INSERT INTO k2_jobs ({_COLS}) VALUES ({_PLACEHOLDERS}) ON CONFLICT (type, name, uid) DO UPDATE SET "
+_UPSERT = (
+    " ON CONFLICT (type, name, uid) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision"))
     + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1 WHERE k2_jobs.archived = 1"
     + _RETURNING
 )
+_INSERT_SQL = f"INSERT INTO k2_jobs ({_COLS}) VALUES ({_PLACEHOLDERS}){_UPSERT}"
+
+
+_INSERT_MANY_SQL: dict[int, str] = {}
+
+
+def _insert_sql(rows: int) -> str:
+    """The upsert of ``rows`` rows in one statement (applied in order)."""
+    sql = _INSERT_MANY_SQL.get(rows)
+    if sql is None:
+        sql = _INSERT_MANY_SQL[rows] = f"INSERT INTO k2_jobs ({_COLS}) VALUES {', '.join([f'({_PLACEHOLDERS})'] * rows)}{_UPSERT}"
+    return sql
+
+
 # What a CAS may write (not the key, and revision is written by the CAS itself), and its
 # UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
 _CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
@@ -443,18 +457,46 @@ class SqliteStore(JobStore):
     # -- jobs: writes --------------------------------------------------------------------------
 
     def insert(self, job: Job) -> CasResult:
-        params = _job_params(job.replace(revision=1))
-        # One statement, atomic by itself (no savepoint even inside a transaction); RETURNING
-        # hands back the row as written, so only a refused insert reads the row in its way.
+        # One statement, atomic by itself (no savepoint even inside a transaction).
         with self._write(atomic=True) as conn:
-            cur = conn.execute(_INSERT_SQL, params)
-            if _RETURNING:
-                returned = cur.fetchall()
-                if returned:
-                    return CasResult(applied=True, row=_row_to_job(returned[0]))
-                return CasResult(applied=False, row=self._get(conn, job.key))
-            applied = cur.rowcount == 1
-            return CasResult(applied=applied, row=self._get(conn, job.key))
+            return self._insert(conn, job)
+
+    def _insert(self, conn: sqlite3.Connection, job: Job) -> CasResult:
+        """RETURNING hands back the row as written, so only a refused insert reads the row in
+        its way."""
+        cur = conn.execute(_INSERT_SQL, _job_params(job.replace(revision=1)))
+        if _RETURNING:
+            returned = cur.fetchall()
+            if returned:
+                return CasResult(applied=True, row=_row_to_job(returned[0]))
+            return CasResult(applied=False, row=self._get(conn, job.key))
+        return CasResult(applied=cur.rowcount == 1, row=self._get(conn, job.key))
+
+    def insert_many(self, jobs: Sequence[Job]) -> list[CasResult]:
+        """Up to 64 rows per INSERT statement (its rows are applied in order, so a key given
+        twice is refused the second time). A refusal is rare: the statement that met one is
+        undone and its rows before the refused one are inserted again, without the rest."""
+        if not _BATCHED:
+            return super().insert_many(jobs)
+        results: list[CasResult] = []
+        with self._write() as conn:
+            for batch in chunked(jobs, 64):
+                conn.execute("SAVEPOINT insert_many")
+                returned = conn.execute(_insert_sql(len(batch)),
+                                        [p for job in batch for p in _job_params(job.replace(revision=1))]).fetchall()
+                if len(returned) == len(batch):
+                    conn.execute("RELEASE insert_many")
+                    rows = {(r[0], r[1], r[2]): r for r in returned}
+                    results.extend(CasResult(True, row=_row_to_job(rows[(j.key.type, j.key.name, j.key.uid)]))
+                                   for j in batch)
+                    continue
+                conn.execute("ROLLBACK TO insert_many")
+                conn.execute("RELEASE insert_many")
+                for job in batch:  # one at a time up to the refused one
+                    results.append(self._insert(conn, job))
+                    if not results[-1].applied:
+                        return results
+        return results
 
     def cas(self, expected: Job, new: Job) -> CasResult:
         return self.cas_many([(expected, new)])[0]

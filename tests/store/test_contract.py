@@ -51,6 +51,33 @@ def test_insert_refused_while_a_live_row_has_the_key(store):
     assert store.get(first.key).arguments == '{"v": 1}'
 
 
+def test_insert_many_writes_in_order_and_stops_at_the_first_refusal(store):
+    """A script's STARTJOBs: each inserted as insert() would (an archived key reused, with its
+    counting kept), up to the first refused one; the jobs after it are not written."""
+    old = store.insert(job(uid="u005")).row
+    old = store.cas(old, claim(old, "n1")).row
+    store.cas(old, old.replace(status=Status.PROCESSED, archived=True, end_time=T0))
+    results = store.insert_many([job(uid=f"u{i:03d}") for i in range(100)])
+    assert [r.applied for r in results] == [True] * 100
+    assert [r.row.key.uid for r in results] == [f"u{i:03d}" for i in range(100)]
+    assert results[5].row.epoch == 2 and results[3].row.revision == 1
+    assert len(store.live_jobs()) == 100
+
+    live = store.insert(job(uid="v070")).row
+    batch = [job(uid=f"v{i:03d}", arguments=f'{{"i": {i}}}') for i in range(90)] + [job(uid="w")]
+    results = store.insert_many(batch)
+    assert [r.applied for r in results] == [True] * 70 + [False]  # v070 is live: refused, the rest unwritten
+    assert results[70].row == live
+    assert store.get(JobKey("USER_JOB", "Customer.userJob1", "v069")).arguments == '{"i": 69}'
+    assert store.get(JobKey("USER_JOB", "Customer.userJob1", "v071")) is None
+    assert store.get(JobKey("USER_JOB", "Customer.userJob1", "w")) is None
+
+    twice = store.insert_many([job(uid="x1"), job(uid="x2"), job(uid="x1"), job(uid="x3")])
+    assert [r.applied for r in twice] == [True, True, False]  # the second x1 meets the first
+    assert store.get(JobKey("USER_JOB", "Customer.userJob1", "x3")) is None
+    assert store.insert_many([]) == []
+
+
 def test_insert_replaces_an_archived_row_and_keeps_counting(store):
     row = store.insert(job()).row
     claimed = store.cas(row, claim(row, "n1")).row
