@@ -311,14 +311,15 @@ class Rig:
         self.wait_processed(lambda uid: uid.startswith("ready-"), len(names), utc(time.time() - 3600), timeout,
                             f"the readiness probe jobs (AFFINITY = node) of nodes {', '.join(names)}")
 
-    def warm_up(self, names: list[str], per_node: int, timeout: float = 60.0) -> None:
-        """``per_node`` no-op jobs pinned to each node, so that its worker processes exist before
-        a measurement starts."""
-        text = "".join(f"startjob user_job name='Bench.noop' uid='warm-{n}-{i}' affinity='{n}';"
+    def warm_up(self, names: list[str], per_node: int, timeout: float = 60.0, job: str = "Bench.noop",
+                args: str = "{}") -> None:
+        """``per_node`` runs of ``job`` (a no-op by default) pinned to each node, so that its
+        worker processes exist, and it has seen the job run, before a measurement starts."""
+        text = "".join(f"startjob user_job name='{job}' uid='warm-{n}-{job}-{i}' affinity='{n}' args='{args}';"
                        for n in names for i in range(per_node))
         self.client.run_script(text)
-        self.wait_processed(lambda uid: uid.startswith("warm-"), per_node * len(names), utc(time.time() - 3600),
-                            timeout, "the warm-up jobs")
+        self.wait_processed(lambda uid: uid.startswith("warm-") and f"-{job}-" in uid, per_node * len(names),
+                            utc(time.time() - 3600), timeout, f"the warm-up runs of {job}")
 
     def wait_processed(self, select: Callable[[str], bool], count: int, since: datetime, timeout: float,
                        what: str, interval: float = 0.05) -> list:
