@@ -200,6 +200,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             outcome, elapsed = Outcome(INTERRUPTED, error=NOT_BEGUN), 0.0
         else:
             began = time.monotonic()
+            with current.lock:  # a run is slow (its train-mates sent back) from when it began, not its wait
+                current.started = began
             outcome = run_job(spec, aborted, on_spawn, log)
             elapsed = time.monotonic() - began
         with current.lock:

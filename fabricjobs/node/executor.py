@@ -298,6 +298,9 @@ class Executor:
                 alone.append([r])
         trains = alone
         for group in short.values():
+            # By start time (a prepared fire's is its due time): a train runs in order, so a
+            # run must not wait behind one due later (fires of a lead of up to 1 s mix here).
+            group.sort(key=lambda r: r.facts.started)
             holders = [r for r in group if r.holds_slot]
             riders = [r for r in group if not r.holds_slot]
             count = min(len(holders), max(2, -(-len(group) // TRAIN_RUNS)))
@@ -312,6 +315,8 @@ class Executor:
                 at += take
             for r in riders[at:]:
                 self._finish_later(r, Outcome(RELEASED, error=_NO_ROOM))
+            for car in cars:
+                car.sort(key=lambda r: r.facts.started)
             trains.extend(cars)
         return trains
 
