@@ -162,9 +162,6 @@ class Executor:
         with self._lock:
             return {pool: n for pool, n in self._slots.items() if n}
 
-    def knows_short_jobs(self) -> bool:
-        return bool(self._short)
-
     def is_short(self, row: Job) -> bool:
         """Whether runs of ``row``'s job are known to be short (they may ride on a train)."""
         return (row.key.type, row.key.name) in self._short

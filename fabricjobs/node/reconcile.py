@@ -291,11 +291,9 @@ class Reconciler:
         """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
         order of effective priority (below), as (row, (limit, exceptional), passenger). Reads
         on past pages of rows this node cannot take (other affinities, holds, owner
-        precedence), so those never hide claimable ones. Once this node knows short jobs, a
-        page is long enough to fill the free slots' trains with passengers (executor.py)."""
+        precedence), so those never hide claimable ones. Short runs among those chosen make
+        room for passengers (executor.py): then the rows after the page are read for them."""
         page_size = max(2 * free, 16)
-        if self.node.executor.knows_short_jobs():
-            page_size = max(page_size, free * TRAIN_RUNS)
         after = None
         self.next_wake = None
         for page_no in range(_MAX_PAGES):
@@ -304,10 +302,16 @@ class Reconciler:
             if page_no == 0 and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
                 candidates = page + [j for j in self.node.store.waiting_by_priority(page_size) if j.key not in seen]
-            candidates.sort(key=lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key))
+            order = lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key)  # noqa: E731
+            candidates.sort(key=order)
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
-                return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, now)
+                room = self._passenger_room(chosen)
+                if room and len(page) == page_size:
+                    seen = {j.key for j in candidates}
+                    more = self.node.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key))
+                    candidates = candidates + sorted((j for j in more if j.key not in seen), key=order)
+                return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
             after = (page[-1].next_run or now, page[-1].key)
         return []
 
@@ -354,17 +358,24 @@ class Reconciler:
             eligible = kept
         return eligible
 
-    def _passengers(self, candidates: list[Job], chosen: list, now: datetime) -> list:
-        """Known-short rows beyond the free slots, up to TRAIN_RUNS - 1 per chosen short run of
-        their pool (not an exceptional one): they ride on its train and take a slot only when
-        a train-mate is done with one, so the pool's limit on runs going on at once holds."""
+    def _passenger_room(self, chosen: list) -> dict[str, int]:
+        """Passengers each pool may take: TRAIN_RUNS - 1 per chosen short run of it (not an
+        exceptional one)."""
         ex = self.node.executor
         room: dict[str, int] = {}
         for row, (lim, exceptional) in chosen:
             if not exceptional and ex.is_short(row):
                 room[lim.name] = room.get(lim.name, 0) + TRAIN_RUNS - 1
+        return room
+
+    def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
+        """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
+        the chosen short runs of their pool and take a slot only when a train-mate is done
+        with one, so the pool's limit on runs going on at once holds."""
         if not room:
             return []
+        ex = self.node.executor
+        room = dict(room)
         picked = {row.key for row, _ in chosen}
         riders = [row for row in candidates
                   if row.key not in picked and ex.is_short(row) and self._may_claim(row, now)]
