@@ -398,42 +398,61 @@ def test_a_retry_stands_for_the_same_due_time():
     assert retry.hold_until == clock.now() + timedelta(seconds=1)
 
 
+class _TrainsPool:
+    """The executor's view of a worker pool, for tests of how runs are put on trains: the
+    lease holds, reports are noted nowhere; the trains dispatched are kept by the test."""
+
+    class board:
+        @staticmethod
+        def lease_valid(now, generation):
+            return True
+
+    @staticmethod
+    def release(worker, task):
+        pass
+
+
+def _train_executor(tmp_path):
+    """An executor on a SQLite store and a manual clock that knows Customer.userJob1 for a
+    short job, and keeps the trains it would dispatch: (executor, clock, store, trains)."""
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.node.executor import Executor
+    from fabricjobs.store.sqlite import SqliteStore
+
+    clock = ManualClock()
+    store = SqliteStore(tmp_path / "jobs.db")
+    executor = Executor(store, clock, _TrainsPool(), None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None)
+    executor._learn(("USER_JOB", "Customer.userJob1"), [0.0002] * 3)
+    trains: list[list] = []
+    executor._dispatch = lambda train: trains.append(train)
+    return executor, clock, store, trains
+
+
+def _claimed(clock, uid: str, ahead: float = 0.0):
+    """Customer.userJob1 ``uid`` as claimed by n1, starting ``ahead`` seconds from now."""
+    from datetime import timedelta
+
+    from fabricjobs.model import Job, JobKey, Status
+
+    start = clock.now() + timedelta(seconds=ahead)
+    return Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
+               epoch=1, start_time=start, next_run=start)
+
+
 def test_passengers_ride_on_the_trains_of_slot_holders_and_inherit_their_slots(tmp_path):
     """Known-short runs claimed beyond the free slots (passengers) hold no slot: each train
     is led by runs that do, passengers fill the trains in claim order, and a passenger takes
     a slot over only when a train-mate that held one is done, so the slots in use never
     exceed what was free. A passenger sent back by its worker has no slot to run in: it is
     given back to the store, not started elsewhere."""
-    from fabricjobs.clock import ManualClock
-    from fabricjobs.model import Job, JobKey, Status
-    from fabricjobs.node.executor import Executor
-    from fabricjobs.store.sqlite import SqliteStore
+    executor, clock, store, trains = _train_executor(tmp_path)
+    executor._durations.clear()
+    executor._short.clear()
 
-    clock = ManualClock()
-    store = SqliteStore(tmp_path / "jobs.db")
-    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
-                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
-                        on_tasks_changed=lambda: None)
-    trains: list[list] = []
-    executor._dispatch = lambda train: trains.append(train)
-
-    class Board:
-        @staticmethod
-        def lease_valid(now, generation):
-            return True
-
-    class Pool:
-        board = Board()
-
-        @staticmethod
-        def release(worker, task):
-            pass
-
-    executor.pool = Pool()
-
-    def claimed(uid: str) -> Job:
-        return Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
-                   epoch=1, start_time=clock.now())
+    def claimed(uid: str):
+        return _claimed(clock, uid)
 
     class Ended:
         elapsed = 0.0002
@@ -479,36 +498,30 @@ def test_a_train_never_runs_a_fire_ahead_of_one_due_earlier(tmp_path):
     """Prepared fires of one lead (up to 1 s on a slow store) are due at different times, and a
     train runs in order: trains are cut by due time and run it in order, or a fire would wait
     behind one due later (chaos-like runs on the CQL test server saw fires ~1 s late)."""
-    from datetime import timedelta
-
-    from fabricjobs.clock import ManualClock
-    from fabricjobs.model import Job, JobKey, Status
-    from fabricjobs.node.executor import Executor
-    from fabricjobs.store.sqlite import SqliteStore
-
-    clock = ManualClock()
-    store = SqliteStore(tmp_path / "jobs.db")
-    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
-                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
-                        on_tasks_changed=lambda: None)
-    executor._learn(("USER_JOB", "Customer.userJob1"), [0.0002] * 3)
-    trains: list[list] = []
-    executor._dispatch = lambda train: trains.append(train)
-
-    class Pool:
-        class board:
-            @staticmethod
-            def lease_valid(now, generation):
-                return True
-
-    executor.pool = Pool()
+    executor, clock, store, trains = _train_executor(tmp_path)
     offsets = [0.9, 0.1, 0.5, 0.0, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]  # due times in claim order (s ahead)
     with executor.holding_starts():
         for i, ahead in enumerate(offsets):
-            due = clock.now() + timedelta(seconds=ahead)
-            executor.start(Job(JobKey("USER_JOB", "Customer.userJob1", f"f{i}"), Status.IN_PROCESS, clock.now(),
-                               worker_id="n1", epoch=1, start_time=due, next_run=due), "ANY", False, 1,
-                           passenger=i >= 4)
+            executor.start(_claimed(clock, f"f{i}", ahead), "ANY", False, 1, passenger=i >= 4)
     ahead = [[round((run.facts.started - clock.now()).total_seconds(), 1) for run in train] for train in trains]
     assert ahead == [[0.0, 0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8, 0.9]]  # 4 slot holders, 6 passengers
+    store.close()
+
+
+def test_a_slot_holder_sent_back_from_behind_a_passenger_leaves_its_slot_to_it(tmp_path):
+    """A train runs in due-time order, so a passenger may run ahead of the run holding the
+    train's slot. If that passenger runs long, the worker sends the rest back; the one going
+    on keeps the slot, and the holder sent back is given back to the store: the runs going on
+    at once never exceed the slots."""
+    executor, clock, store, trains = _train_executor(tmp_path)
+    with executor.holding_starts():
+        holder = executor.start(_claimed(clock, "h", 0.5), "ANY", False, 1)
+        rider = executor.start(_claimed(clock, "p", 0.1), "ANY", False, 1, passenger=True)
+    assert [[r.key.uid for r in t] for t in trains] == [["p", "h"]]  # the passenger is due first
+    worker = object()
+    for run in trains[0]:
+        run.worker, run.train = worker, trains[0]
+    executor._on_bounced(worker, [holder.task], rider.task)  # p ran long: h is sent back
+    assert rider.holds_slot and not holder.holds_slot and executor.slots_used() == 1
+    assert holder.outcome.kind == "released" and executor._bounced == []
     store.close()

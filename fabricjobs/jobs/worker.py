@@ -70,6 +70,7 @@ class _Current:
         self.child: int | None = None
         self.watchdog_idle = True  # the watchdog waits to be woken by the next run start
         self.started = 0.0  # monotonic: when the current run began
+        self.waiting = False  # the current run waits for its due time (a fire prepared ahead)
         self.queue: collections.deque[RunSpec] = collections.deque()  # the rest of a train
 
 
@@ -121,7 +122,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                 until = board.lease_until()
                 arm(until)  # push the dead-man timer forward
                 with current.lock:  # a short job that ran long: its train-mates go elsewhere
-                    slow = current.task == task and now - current.started > _TRAIN_PATIENCE
+                    slow = current.task == task and not current.waiting and now - current.started > _TRAIN_PATIENCE
                     bounced = [s.task for s in current.queue] if slow else []
                     if bounced:
                         current.queue.clear()
@@ -196,18 +197,21 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
         def aborted() -> bool:
             return lost.is_set() or board.aborted(spec.slot, spec.task) or not board.lease_valid(None, spec.generation)
 
+        if spec.not_before is not None:
+            with current.lock:  # waiting for its due time is not running long (its train-mates stay)
+                current.waiting = True
         if spec.not_before is not None and not wait_until(spec.not_before, aborted):
             outcome, elapsed = Outcome(INTERRUPTED, error=NOT_BEGUN), 0.0
         else:
             began = time.monotonic()
             with current.lock:  # a run is slow (its train-mates sent back) from when it began, not its wait
-                current.started = began
+                current.started, current.waiting = began, False
             outcome = run_job(spec, aborted, on_spawn, log)
             elapsed = time.monotonic() - began
         with current.lock:
             if (lost.is_set() or not board.lease_valid(None, spec.generation)) and outcome.kind != LEASE_LOST:
                 outcome = Outcome(LEASE_LOST, error=_LOST)
-            current.task, current.child = None, None
+            current.task, current.child, current.waiting = None, None, False
         signal.setitimer(signal.ITIMER_REAL, 0)  # idle: nothing to end
         return report(spec.task, dataclasses.replace(outcome, elapsed=elapsed))
 

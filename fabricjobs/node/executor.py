@@ -238,15 +238,15 @@ class Executor:
         except BaseException:
             held, self._held, self._holder = self._held, None, None
             rolled_back = in_transaction and self.store.groups_writes
-            for run in held:
-                if rolled_back:
+            if rolled_back:
+                for run in held:
                     log.warning("claim of '%s' was rolled back; not started", run.key)
                     with self._lock:
                         self._forget(run)
-                else:
-                    self._launch(run)
-            if held and rolled_back:
-                self.on_freed()
+                if held:
+                    self.on_freed()
+            else:
+                self._launch(*held)  # together: passengers ride with their slot holders
             raise
         held, self._held, self._holder = self._held, None, None
         self._launch(*held)
@@ -277,15 +277,17 @@ class Executor:
             except Exception as exc:  # cannot start a worker: the runs fail like any other
                 log.exception("could not start %s on a worker", train[0].key)
                 for run in train:
-                    self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
+                    if run.outcome is None:  # (one its worker reported before dying is done)
+                        self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
         if runs:
             self.on_tasks_changed()
 
     def _trains(self, runs: list[Run]) -> list[list[Run]]:
         """Each run alone, except runs of known-short jobs: those of one pool go in trains of
         up to TRAIN_RUNS, at least 2 (two workers start at once) and no more than they hold
-        slots; each train is led by slot holders, passengers fill them up in claim order. A
-        passenger with no room left (not expected: claims leave it room) is given back."""
+        slots. Cut by start time (a prepared fire's is its due time), each train gets slot
+        holders and passengers fill it up, and runs in start-time order. A passenger with no
+        room left (not expected: claims leave it room) is given back."""
         alone: list[list[Run]] = []
         short: dict[str, list[Run]] = {}
         for r in runs:
@@ -545,6 +547,11 @@ class Executor:
                 if run is None or run.outcome is not None or run.worker is not worker:
                     continue
                 run.worker = None
+                if run.holds_slot and ahead is not None and not ahead.holds_slot and ahead.outcome is None:
+                    # The run going on ahead is a passenger (a train runs in due-time order): the
+                    # slot stays with it, and this run, sent back, is the one without a slot.
+                    run.holds_slot, ahead.holds_slot = False, True
+                    ahead.exceptional = run.exceptional
                 passenger = not run.holds_slot
                 if not passenger:
                     self._bounced.append(run)
@@ -715,6 +722,7 @@ class Executor:
             heir = next((m for m in run.train or () if not m.holds_slot and m.task in self._runs), None)
             if heir is not None:
                 heir.holds_slot = True
+                heir.exceptional = run.exceptional  # a slot beyond the recommended count stays one
             else:
                 self._slots[run.pool] -= 1
 

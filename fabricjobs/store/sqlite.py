@@ -46,7 +46,7 @@ _RUN_COLUMNS = (
     "error", "output", "exit_code", "log", "note",
 )
 _COLS = ", ".join(_JOB_COLUMNS)
-_RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35) else ""
+_RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35, 4) else ""  # RETURNING fixes in 3.35.4
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
 # STARTJOB: a new key, or a key whose row is archived (the job is started again).
 _UPSERT = (
@@ -73,8 +73,8 @@ def _insert_sql(rows: int) -> str:
 # UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
 _CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
 _CAS_SQL: dict[tuple[tuple[int, ...], int], str] = {}
-# UPDATE ... FROM (VALUES ...) RETURNING: SQLite 3.35 (before it, one row per statement).
-_BATCHED = sqlite3.sqlite_version_info >= (3, 35)
+# UPDATE ... FROM (VALUES ...) RETURNING: SQLite 3.35.4 (before it, one row per statement).
+_BATCHED = bool(_RETURNING)
 _BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
 
 
@@ -561,7 +561,7 @@ class SqliteStore(JobStore):
             for i, _, expected in items:
                 r = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
                 results[i] = CasResult(True, row=_row_to_job(r)) if r is not None else self._refused(conn, expected.key)
-        else:  # SQLite before 3.35: one row per statement, read back
+        else:  # SQLite before 3.35.4: one row per statement, read back
             i, _, expected = items[0]
             results[i] = CasResult(True, row=self._get(conn, expected.key)) if written.rowcount == 1 \
                 else self._refused(conn, expected.key)
