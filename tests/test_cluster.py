@@ -106,7 +106,11 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
 
     again = wait_for(rerun, bound + 5, "all 20 jobs to start again on the survivors")
     latest = max(r["start"] for r in again) - killed_at
-    assert latest <= bound + 0.25, f"took {latest:.2f} s; the bound is {bound:.2f} s (+0.25 s to start processes)"
+    # Slack to start the runs: 20 takeover writes and starts. On the CQL test server (a Python
+    # process sharing the two cores with the suite) those take up to ~0.4 s more under load:
+    # there the bound is the failover goal itself, dead threshold + 1 s.
+    slack = 0.25 if cluster.backend == "sqlite" else 0.6
+    assert latest <= bound + slack, f"took {latest:.2f} s; the bound is {bound:.2f} s (+{slack} s to start the runs)"
     assert min(r["start"] for r in again) > killed_at
     wait_for(lambda: processed(cluster, uids), 20, "the re-runs to finish")
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
