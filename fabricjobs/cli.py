@@ -19,7 +19,7 @@ import sys
 
 from . import __version__
 from .config import KEYS, Config, find_config, load_config
-from .errors import FabricJobsError
+from .errors import CommandError, FabricJobsError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,6 +141,9 @@ def _one_command(args: argparse.Namespace, command, fmt: str = "table") -> int:
     client.session.node = getattr(args, "node_filter", None)
     try:
         result = client.execute(command)
+    except CommandError as exc:  # as in the shell: one line, status 1 (2 is for usage and config)
+        print(f"fabricjobs: {exc}", file=sys.stderr)
+        return 1
     finally:
         client.close()
     print(render(result, fmt, zone=resolve_zone(cfg.get("node", "TIME_ZONE") or None)))

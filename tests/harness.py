@@ -186,8 +186,12 @@ class Cluster:
         )
 
     def shell(self, *args: str, input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        return self.cli("shell", *args, input=input, timeout=timeout)
+
+    def cli(self, *args: str, input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """``fabricjobs --config <this cluster's> ARGS...`` in a process of its own."""
         return subprocess.run(
-            [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), "shell", *args],
+            [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), *args],
             input=input, capture_output=True, text=True, timeout=timeout, cwd=self.tmp,
         )
 
