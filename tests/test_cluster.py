@@ -111,6 +111,8 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
     # there the bound is the failover goal itself, dead threshold + 1 s.
     slack = 0.25 if cluster.backend == "sqlite" else 0.6
     assert latest <= bound + slack, f"took {latest:.2f} s; the bound is {bound:.2f} s (+{slack} s to start the runs)"
+    victim_state = lambda: next(r["state"] for r in cluster.fetch("nodes;") if r["node"] == "victim")  # noqa: E731
+    wait_for(lambda: victim_state() == "dead", 5, "NODES to show the killed node dead")
     assert min(r["start"] for r in again) > killed_at
     wait_for(lambda: processed(cluster, uids), 20, "the re-runs to finish")
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
@@ -333,3 +335,21 @@ def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_nod
     bad = cluster.cli("kill", victim["node"], "1")
     assert bad.returncode == 1 and "has no task 1" in bad.stderr
     assert "alive" in cluster.cli("nodes").stdout
+
+
+def test_nodes_judges_a_silent_node_suspect_after_two_beats_and_dead_at_the_threshold():
+    """NODES' state column (an operator's view; takeover uses liveness.py's own-clock judgment):
+    alive within two beat intervals, suspect until the node's dead threshold, then dead; a node
+    that stopped cleanly says so."""
+    import dataclasses
+    import json as _json
+    from datetime import datetime, timezone
+
+    from fabricjobs.cluster import judge
+    from fabricjobs.store.base import NodeRow
+
+    row = NodeRow("n1", "inc", "DC1", "host", 1, datetime(2026, 1, 1, tzinfo=timezone.utc), "1", 7,
+                  info=_json.dumps({"heartbeat_ms": 200, "miss": 5}))
+    assert [judge(row, age) for age in (0.1, 0.4, 0.41, 0.99, 1.0, 60.0)] == [
+        "alive", "alive", "suspect", "suspect", "dead", "dead"]
+    assert judge(dataclasses.replace(row, state="stopped"), 0.1) == "stopped"
