@@ -82,6 +82,22 @@ def test_a_failed_parent_blocks_its_child_until_it_is_resumed_and_succeeds(clust
     assert not child.blocked and len(read_records(log)) == 1
 
 
+def test_a_stopped_parent_blocks_its_child_with_a_note(cluster, tmp_path):
+    """A parent that ends TERMINATED (STOPJOB) leaves its child blocked, as a FAILED one does
+    (RJM): the child never runs, and its Notes say why."""
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("n1")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='P' args='{rec(log, 3600)}';")
+    cluster.wait_job("USER_JOB", "Probe.record", "P", lambda j: j.status is Status.IN_PROCESS)
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='K' depends_on='USER_JOB.Probe.record.P' args='{rec(log)}';")
+    cluster.fetch("stopjob user_job name='Probe.record' uid='P';")
+    assert cluster.wait_job("USER_JOB", "Probe.record", "P", lambda j: j.archived).status is Status.TERMINATED
+    child = wait_for(lambda: (lambda j: "is TERMINATED" in j.error_msg and j)(cluster.job("USER_JOB", "Probe.record", "K")),
+                     10, "the child's note to say its parent was stopped")
+    assert child.status is Status.WAITING and child.blocked
+    assert [r["key"] for r in read_records(log)] == ["USER_JOB.Probe.record.P"]  # only the parent's (stopped) run
+
+
 def test_cycles_self_dependencies_and_unknown_parents_are_rejected(tmp_path, request, node_backend):
     cluster = Cluster(tmp_path, backend=node_backend, request=request)
     try:
