@@ -91,6 +91,11 @@ def test_waitjob_returns_on_processed_and_times_out_cleanly(cluster, tmp_path):
     client = cluster.client()
     client.fetch(f"startjob user_job name='Probe.record' uid='w2' args='{json.dumps({'log': str(log), 'seconds': 0.2})}';")
     assert client.wait("user_job", "Probe.record", "w2", timeout=20)["Status"] == "PROCESSED"
+    # client.stop(..., wait=True): STOPJOB ... WAIT from application code
+    client.fetch(f"startjob user_job name='Probe.record' uid='w3' args='{json.dumps({'log': str(log), 'seconds': 3600})}';")
+    cluster.wait_job("USER_JOB", "Probe.record", "w3", lambda j: j.status is Status.IN_PROCESS)
+    assert client.stop("user_job", "Probe.record", "w3", wait=True, timeout=20).first_row()["Status"] == "TERMINATED"
+    assert cluster.job("USER_JOB", "Probe.record", "w3").status is Status.TERMINATED
 
 
 def test_waitjob_on_a_recurring_job_returns_when_its_next_run_ends(cluster, tmp_path):
