@@ -197,10 +197,12 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
         def aborted() -> bool:
             return lost.is_set() or board.aborted(spec.slot, spec.task) or not board.lease_valid(None, spec.generation)
 
+        due = True
         if spec.not_before is not None:
             with current.lock:  # waiting for its due time is not running long (its train-mates stay)
                 current.waiting = True
-        if spec.not_before is not None and not wait_until(spec.not_before, aborted):
+            due = wait_until(spec.not_before, aborted)
+        if not due:
             outcome, elapsed = Outcome(INTERRUPTED, error=NOT_BEGUN), 0.0
         else:
             began = time.monotonic()

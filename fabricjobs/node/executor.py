@@ -136,7 +136,6 @@ class Executor:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector: selectors.BaseSelector | None = None  # used by the collector thread only
-        self._watching: set = set()
         self._stop = False
         self._thread: threading.Thread | None = None
         self.shutting_down = False
@@ -291,7 +290,7 @@ class Executor:
         alone: list[list[Run]] = []
         short: dict[str, list[Run]] = {}
         for r in runs:
-            if not r.holds_slot or self._is_short(r):
+            if not r.holds_slot or self.is_short(r.row):
                 short.setdefault(r.pool, []).append(r)
             else:
                 alone.append([r])
@@ -302,9 +301,8 @@ class Executor:
             group.sort(key=lambda r: r.facts.started)
             holders = [r for r in group if r.holds_slot]
             riders = [r for r in group if not r.holds_slot]
-            count = min(len(holders), max(2, -(-len(group) // TRAIN_RUNS)))
-            if len(group) < 2:
-                count = len(holders)  # one run: alone
+            # One run goes alone; more: at least two trains, as few as hold TRAIN_RUNS each.
+            count = len(holders) if len(group) < 2 else min(len(holders), max(2, -(-len(group) // TRAIN_RUNS)))
             cars = _chunks(holders, count)
             size = min(TRAIN_RUNS, -(-len(group) // count)) if count else 0
             at = 0
@@ -318,9 +316,6 @@ class Executor:
                 car.sort(key=lambda r: r.facts.started)
             trains.extend(cars)
         return trains
-
-    def _is_short(self, run: Run) -> bool:
-        return self.is_short(run.row)
 
     def _observe(self, run: Run, outcome: Outcome) -> None:
         """Remember how long this job's last runs took."""
@@ -476,17 +471,18 @@ class Executor:
     def _collect_once(self, timeout: float) -> None:
         conns = self.pool.connections()
         selector = self._watched()
+        watched = set()
         for key in list(selector.get_map().values()):
             if key.fileobj is not self._wake_r and key.fileobj not in conns:
                 selector.unregister(key.fd)  # a worker forgotten (its pipe is closed: by number)
-                self._watching.discard(key.fileobj)
+            else:
+                watched.add(key.fileobj)
         for conn in conns:
-            if conn not in self._watching:
+            if conn not in watched:
                 try:
                     selector.register(conn, selectors.EVENT_READ)
                 except (OSError, ValueError):  # closed meanwhile by the loop: gone from the pool next time
-                    continue
-                self._watching.add(conn)
+                    pass
         ready = [key.fileobj for key, _ in selector.select(timeout)]
         for obj in ready:
             if obj is self._wake_r:
@@ -550,8 +546,7 @@ class Executor:
                 if run.holds_slot and ahead is not None and not ahead.holds_slot and ahead.outcome is None:
                     # The run going on ahead is a passenger (a train runs in due-time order): the
                     # slot stays with it, and this run, sent back, is the one without a slot.
-                    run.holds_slot, ahead.holds_slot = False, True
-                    ahead.exceptional = run.exceptional
+                    _hand_slot(run, ahead)
                 passenger = not run.holds_slot
                 if not passenger:
                     self._bounced.append(run)
@@ -718,13 +713,19 @@ class Executor:
         if self._by_key.get(run.key) is run:
             del self._by_key[run.key]
         if run.holds_slot:
-            run.holds_slot = False
             heir = next((m for m in run.train or () if not m.holds_slot and m.task in self._runs), None)
             if heir is not None:
-                heir.holds_slot = True
-                heir.exceptional = run.exceptional  # a slot beyond the recommended count stays one
+                _hand_slot(run, heir)
             else:
+                run.holds_slot = False
                 self._slots[run.pool] -= 1
+
+
+def _hand_slot(holder: Run, heir: Run) -> None:
+    """``heir`` (a train-mate, same pool) takes ``holder``'s slot (caller holds the lock); a
+    slot beyond the recommended count stays one (exceptional: give-up may hand it back)."""
+    holder.holds_slot, heir.holds_slot = False, True
+    heir.exceptional = holder.exceptional
 
 
 def _chunks(items: list, count: int) -> list[list]:

@@ -55,18 +55,20 @@ _UPSERT = (
     + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1 WHERE k2_jobs.archived = 1"
     + _RETURNING
 )
-_INSERT_SQL = f"INSERT INTO k2_jobs ({_COLS}) VALUES ({_PLACEHOLDERS}){_UPSERT}"
-
-
-_INSERT_MANY_SQL: dict[int, str] = {}
+_INSERT_SQL: dict[int, str] = {}
 
 
 def _insert_sql(rows: int) -> str:
     """The upsert of ``rows`` rows in one statement (applied in order)."""
-    sql = _INSERT_MANY_SQL.get(rows)
+    sql = _INSERT_SQL.get(rows)
     if sql is None:
-        sql = _INSERT_MANY_SQL[rows] = f"INSERT INTO k2_jobs ({_COLS}) VALUES {', '.join([f'({_PLACEHOLDERS})'] * rows)}{_UPSERT}"
+        sql = _INSERT_SQL[rows] = f"INSERT INTO k2_jobs ({_COLS}) VALUES {', '.join([f'({_PLACEHOLDERS})'] * rows)}{_UPSERT}"
     return sql
+
+
+def _insert_params(job: Job) -> tuple:
+    """A STARTJOB's row as inserted: a new row starts at revision 1."""
+    return _job_params(job.replace(revision=1))
 
 
 # What a CAS may write (not the key, and revision is written by the CAS itself), and its
@@ -76,6 +78,14 @@ _CAS_SQL: dict[tuple[tuple[int, ...], int], str] = {}
 # UPDATE ... FROM (VALUES ...) RETURNING: SQLite 3.35.4 (before it, one row per statement).
 _BATCHED = bool(_RETURNING)
 _BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
+
+
+def _changes(expected: Job, new: Job) -> tuple[tuple, tuple[int, ...]]:
+    """``new``'s params and the CAS columns in which it differs from ``expected``: only those
+    are written, since a row read from an index may be a candidate without arguments or
+    output, and must not blank them."""
+    old_p, new_p = _job_params(expected), _job_params(new)
+    return new_p, tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
 
 
 def _cas_sql(changed: tuple[int, ...], rows: int) -> str:
@@ -464,7 +474,7 @@ class SqliteStore(JobStore):
     def _insert(self, conn: sqlite3.Connection, job: Job) -> CasResult:
         """RETURNING hands back the row as written, so only a refused insert reads the row in
         its way."""
-        cur = conn.execute(_INSERT_SQL, _job_params(job.replace(revision=1)))
+        cur = conn.execute(_insert_sql(1), _insert_params(job))
         if _RETURNING:
             returned = cur.fetchall()
             if returned:
@@ -483,7 +493,7 @@ class SqliteStore(JobStore):
             for batch in chunked(jobs, 64):
                 conn.execute("SAVEPOINT insert_many")
                 returned = conn.execute(_insert_sql(len(batch)),
-                                        [p for job in batch for p in _job_params(job.replace(revision=1))]).fetchall()
+                                        [p for job in batch for p in _insert_params(job)]).fetchall()
                 if len(returned) == len(batch):
                     conn.execute("RELEASE insert_many")
                     rows = {(r[0], r[1], r[2]): r for r in returned}
@@ -524,10 +534,7 @@ class SqliteStore(JobStore):
                     later.append(i)
                     continue
                 keys.add(expected.key)
-                # Only the columns that change are written: a row read from an index may be a
-                # candidate without arguments or output, and must not blank them.
-                old_p, new_p = _job_params(expected), _job_params(new)
-                changed = tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
+                new_p, changed = _changes(expected, new)
                 shapes.setdefault(changed, []).append((i, new_p, expected))
             for changed, items in shapes.items():
                 at = 0
@@ -537,8 +544,7 @@ class SqliteStore(JobStore):
                         at += size
             for i in later:
                 expected, new = pairs[i]
-                old_p, new_p = _job_params(expected), _job_params(new)
-                changed = tuple(j for j in _CAS_COLUMNS if old_p[j] != new_p[j])
+                new_p, changed = _changes(expected, new)
                 self._cas_batch(conn, changed, [(i, new_p, expected)], results)
             applied = [_run_params(record) for record, res in zip(records, results)
                        if record is not None and res is not None and res.applied]
