@@ -329,9 +329,10 @@ def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_nod
     nodes = cluster.shell("-e", "nodes;")
     assert "| w1 " in nodes.stdout and "alive" in nodes.stdout
     # The same through the console script's sub-commands.
-    listed = wait_for(lambda: (lambda p: p.stdout.count("UserJob - Probe.started") == 4 and p)(cluster.cli("ps", "--all")),
-                      5, "4 tasks in `fabricjobs ps --all`")
-    assert listed.returncode == 0 and "w1" in listed.stdout
+    listed = wait_for(lambda: (lambda p: p.returncode == 0 and len(json.loads(p.stdout)) == 4 and json.loads(p.stdout))(
+        cluster.cli("ps", "--all", "--format", "json")), 5, "4 tasks in `fabricjobs ps --all`")
+    assert {r["node"] for r in listed} <= {"w1", "w2"}
+    assert all(r["description"] == "UserJob - Probe.started" for r in listed)
     bad = cluster.cli("kill", victim["node"], "1")
     assert bad.returncode == 1 and "has no task 1" in bad.stderr
     assert "alive" in cluster.cli("nodes").stdout
