@@ -146,6 +146,38 @@ class Cluster:
 
         wait_for(ready, timeout, f"node {node.name} to start")
 
+    def pause(self, node: NodeProcess, *, group: bool = False, timeout: float = 10.0) -> float:
+        """SIGSTOP ``node`` (``group``: with its fork server and workers) between two of its
+        store transactions. On SQLite a process frozen *inside* a write transaction keeps the
+        file's one write lock and stalls every writer (README, SQLite: a known limit of the
+        embedded store), so the other nodes could not take over at all; these tests are about
+        a node paused between transactions. Re-tried until the lock is seen free; returns the
+        wall time of the pause that held."""
+        send = node.signal_group if group else node.signal
+        deadline = time.monotonic() + timeout
+        while True:
+            paused_at = time.time()
+            send(signal.SIGSTOP)
+            if self.backend != "sqlite" or self._write_lock_free():
+                return paused_at
+            send(signal.SIGCONT)
+            if time.monotonic() > deadline:
+                raise AssertionError(f"node {node.name} held the SQLite write lock at every pause for {timeout} s")
+            time.sleep(0.01)
+
+    def _write_lock_free(self) -> bool:
+        import sqlite3
+
+        conn = sqlite3.connect(self.tmp / "jobs.db", timeout=0.1, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False  # locked past the timeout: the frozen node holds it
+        finally:
+            conn.close()
+
     def stop_all(self) -> None:
         for node in self.nodes.values():
             if node.alive():

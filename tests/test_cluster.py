@@ -132,8 +132,7 @@ def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(clust
     wait_for(lambda: len(read_records(starts)) == 6, 15, "6 runs to start")
     # Paused while its runs are surely going (3 s each); the other node starts after that, so
     # however slowly it starts, it finds the paused node's beat standing still.
-    stopped_at = time.time()
-    paused.signal(signal.SIGSTOP)
+    stopped_at = cluster.pause(paused)
     try:
         cluster.start_node("other")
         wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "other"}) == 6, 10,
@@ -162,7 +161,7 @@ def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_r
     uids = [f"g{i}" for i in range(4)]
     start_records(cluster.client(), uids, log, 2.0, starts)
     wait_for(lambda: len(read_records(starts)) == 4, 15, "4 runs to start")
-    frozen.signal_group(signal.SIGSTOP)  # node, fork server and workers all stop, mid-run
+    cluster.pause(frozen, group=True)  # node, fork server and workers all stop, mid-run
     try:
         cluster.start_node("other")  # after the freeze: however slowly it starts
         wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "other"}) == 4, 10,
@@ -227,7 +226,7 @@ def test_a_node_whose_clock_is_30_s_ahead_judges_liveness_and_takes_over_correct
     # node is paused for a moment, shorter than the dead threshold, so that the right-clock
     # node claims all five.)
     more = [f"d{i}" for i in range(5)]
-    cluster.nodes["ahead"].signal(signal.SIGSTOP)
+    cluster.pause(cluster.nodes["ahead"])
     try:
         start_records(cluster.client(), more, log, 5.0, starts)
         wait_for(lambda: len([r for r in read_records(starts) if r["key"].rsplit(".", 1)[1] in more]) == 5, 5, "5 runs to start")

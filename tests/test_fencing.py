@@ -100,8 +100,7 @@ def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dea
     wait_for(lambda: log.exists() and " start " in log.read_text(), 10, "the hog to start on a")
     cluster.start_node("b")
     time.sleep(0.5)
-    paused_at = time.time()
-    a.signal(signal.SIGSTOP)  # the node only: its worker sits in a C call that never releases the GIL
+    paused_at = cluster.pause(a)  # the node only: its worker sits in a C call that never releases the GIL
     try:
         # the run going on when a stopped (a paused node starts nothing new)
         pid = int([line for line in log.read_text().splitlines() if line.startswith("a start")][-1].split()[2])
@@ -150,6 +149,10 @@ def test_jobs_this_node_cannot_run_do_not_hide_the_ones_it_can(cluster, tmp_path
     cluster.wait_job("USER_JOB", "Probe.noop", "plain", lambda j: j.status is Status.PROCESSED, 10)
 
 
+# Not about liveness: a calm heartbeat (4 s to dead) so that a node starved of CPU by the
+# tests alongside does not see its runs' leases lapse (which would count extra tries).
+@pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500, "FABRIC_HEARTBEAT_MISS": 8}}],
+                         indirect=True)
 def test_an_error_text_that_is_not_valid_utf8_fails_that_job_only(cluster, tmp_path):
     counter = tmp_path / "n"
     cluster.start_node("a")
