@@ -1,8 +1,8 @@
 """The cluster (issue #5): several node processes sharing one store, killed and paused for real.
 
-Timings (tests/harness.py FAST): heartbeat 200 ms x 5 misses, so a node is dead 1.0 s after
-its last visible beat and its runs end themselves 0.6 s after its last successful beat;
-reconcile passes every 200 ms.
+Timings (tests/harness.py): reconcile passes every 200 ms. Tests marked ``liveness`` get a
+heartbeat of 200 ms x 5 misses, so a node is dead 1.0 s after its last visible beat and its
+runs end themselves 0.6 s after its last successful beat; the others a calm 500 ms x 8.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ def test_three_nodes_run_300_jobs_each_exactly_once_spread_over_all_nodes(cluste
     assert not again, again  # one claim each, no retries
 
 
+@pytest.mark.liveness
 @pytest.mark.timing
 def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_the_dead_threshold(cluster, tmp_path):
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -122,6 +123,7 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
     assert len(finished) == 20 and all(r["node"] != "victim" for r in finished)
 
 
+@pytest.mark.liveness
 def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(cluster, tmp_path):
     """SIGSTOP only the node process; its workers keep going, see the lease run out and end
     the runs themselves, before the dead threshold; after SIGCONT its late writes are rejected."""
@@ -155,6 +157,7 @@ def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(clust
     assert all(r.worker_id == "other" and r.status is Status.PROCESSED for r in rows)
 
 
+@pytest.mark.liveness
 def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_report_success(cluster, tmp_path):
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
     frozen = cluster.start_node("frozen")
@@ -209,6 +212,7 @@ def test_a_node_restarted_with_the_same_id_takes_its_scheduled_jobs_back(cluster
     assert f"from dead node {name}" not in cluster.nodes[survivor].log()
 
 
+@pytest.mark.liveness
 @pytest.mark.timing
 @pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 10}}], indirect=True)
 def test_a_node_whose_clock_is_30_s_ahead_judges_liveness_and_takes_over_correctly(cluster, tmp_path):

@@ -1,7 +1,7 @@
 """Guarantee 1 of SPEC 5 at the worst moments: a job key never runs on two nodes at once.
 
 Each test is one of the interleavings a review found; real node processes on a real store.
-FAST timings: dead after 1.0 s, a run's lease 0.6 s.
+Marked ``liveness``: dead after 1.0 s, a run's lease 0.6 s (tests/harness.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fabricjobs.config import load_config
 from fabricjobs.model import Status
 from harness import TESTS, Cluster, NodeProcess, process_alive, read_records, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.liveness]
 
 
 @pytest.fixture

@@ -157,7 +157,7 @@ def test_nodes_details_and_json_logs(cluster, tmp_path):
     cluster.fetch("startjob user_job name='Probe.noop' uid='j';")
     cluster.wait_job("USER_JOB", "Probe.noop", "j", lambda j: j.archived)
     details = cluster.fetch("nodes details;")
-    assert details.vertical and details.first_row()["heartbeat"] == "200 ms x 5"
+    assert details.vertical and details.first_row()["heartbeat"] == "500 ms x 8"
     wait_for(lambda: "status was updated to PROCESSED" in node.log(), 5, "the outcome line")
     lines = [json.loads(line) for line in node.log().splitlines() if line.startswith("{")]
     done = [l for l in lines if "status was updated to PROCESSED" in l["message"]]
