@@ -159,6 +159,15 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
         child.send("startjob user_job nme='x';\r")  # an error prints one message and the shell goes on
         child.expect("Syntax error at line 1")
         child.expect("fabric>")
+        child.send("jobstatus user_job 'Probe.n")
+        child.send("\t")  # the name of a job in the store (read in the background at start-up)
+        child.expect("'Probe.noop'")
+        child.send(";\r")
+        child.expect(r"\(1 row\)")
+        child.send("help\r")  # every statement of the language, one screen
+        for statement in ("STARTJOB", "UPDATEJOB", "JOBSTATUS", "JOBHISTORY", "JOBLOG", "WAITJOB", "KILL", "NODES"):
+            child.expect(statement)
+        child.expect("fabric>")
         child.sendcontrol("d")
         child.expect(pexpect.EOF)
     finally:

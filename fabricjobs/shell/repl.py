@@ -21,14 +21,22 @@ from .output import render
 from .script import report_internal_error, shell_log_path, split_statements
 
 HELP = """Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
-and the names of existing jobs. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
+and the names of existing jobs and nodes. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
 
   STARTJOB <TYPE> NAME='<name>' [UID='<uid>'] [AFFINITY='<affinity>'] [ARGS='<json>'] [EXEC_INTERVAL='<interval>']
-  STOPJOB | RESTARTJOB <TYPE> NAME='<name>' [UID='<uid>']
+           [DEPENDS_ON='<TYPE.NAME.UID>,...'] [PRIORITY=0..9] [TZ='<zone>'] [LATE_THRESHOLD='HH:MM:SS']
+           [OVERLAP='SKIP|QUEUE']
+  STOPJOB <TYPE> NAME='<name>' [UID='<uid>'] [WAIT [TIMEOUT <s>]]
+  RESTARTJOB <TYPE> NAME='<name>' [UID='<uid>']
   RESUMEJOB <TYPE> NAME='<name>' UID='<uid>'
   UPDATEJOB <TYPE> NAME='<name>' [UID=..] [AFFINITY=..] [ARGS=..] [EXEC_INTERVAL=..] [RESET_END_TIME=true|false]
-  JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>']]]
-  PS [ALL]          KILL '<node>' <task>          SET <key> [=] <value>"""
+            [PRIORITY=..] [TZ=..] [LATE_THRESHOLD=..] [OVERLAP=..]
+  JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>']] [DETAILS]]
+  JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]
+  JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN <n>]
+  WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [TIMEOUT <s>]
+  PS [ALL]          KILL '<node>' <task>          NODES [DETAILS]          SET <key> [=] <value>
+See the README's Commands section for each statement's output."""
 
 
 def history_path() -> Path:

@@ -1,0 +1,69 @@
+"""The shell's Tab: names, UIDs and nodes that exist in the store are offered where the grammar
+expects them, quoted as the language quotes them (the grammar side is tests/commands/test_complete.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from fabricjobs.client import Client
+from fabricjobs.config import load_config
+from fabricjobs.shell.completer import Catalog, CommandCompleter
+from fabricjobs.shell.repl import _load_catalog
+from fabricjobs.store import open_store
+from fabricjobs.store.base import NodeRow
+from harness import ROOT
+
+
+@pytest.fixture
+def completer(store_config):
+    store_config.write_text(store_config.read_text() + f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\n"
+                            f"PROCESS_JOBS_DIR = {ROOT / 'scripts'}\n")
+    cfg = load_config(store_config)
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    client.fetch("startjob user_job name='Customer.userJob1' uid='u1';"
+                 "startjob user_job name='Customer.userJob3' uid='u2';"
+                 "startjob process name='echoArg.sh' uid='it''s';")
+    client.store.write_node(NodeRow("node-a", "i1", "DC1", "host", 1, datetime.now(timezone.utc), "x", 1))
+    catalog = Catalog(lambda: _load_catalog(client))
+    catalog.refresh(wait=True)
+    yield CommandCompleter(catalog)
+    client.close()
+
+
+def offered(completer: CommandCompleter, text: str) -> list[tuple[str, int]]:
+    """What Tab offers after ``text``: (inserted text, how many characters before the cursor it replaces)."""
+    event = CompleteEvent(completion_requested=True)
+    return [(c.text, c.start_position) for c in completer.get_completions(Document(text), event)]
+
+
+def test_job_names_complete_inside_and_before_a_string(completer):
+    assert offered(completer, "jobstatus user_job 'Customer.userJob") == [
+        ("'Customer.userJob1'", -len("'Customer.userJob")), ("'Customer.userJob3'", -len("'Customer.userJob"))]
+    assert ("'echoArg.sh'", 0) in offered(completer, "stopjob process name=")
+
+
+def test_uids_complete_with_the_languages_quote_escape(completer):
+    assert ("'it''s'", -len("'it")) in offered(completer, "jobstatus process 'echoArg.sh' with uid='it")
+    assert ("'u1'", -len("'u")) in offered(completer, "resumejob user_job name='Customer.userJob1' uid='u")
+
+
+def test_live_nodes_complete_after_kill(completer):
+    assert offered(completer, "kill ") == [("'node-a'", 0)]
+
+
+def test_keywords_and_parameters_still_come_from_the_grammar(completer):
+    assert ("JOBSTATUS", -len("jobsta")) in offered(completer, "jobsta")
+    assert ("EXEC_INTERVAL=", -len("exec")) in offered(completer, "startjob user_job name='x' exec")
+
+
+def test_a_store_that_fails_leaves_the_names_as_they_were():
+    def broken():
+        raise OSError("store unreachable")
+
+    catalog = Catalog(broken)
+    catalog.refresh(wait=True)  # no exception reaches the prompt
+    assert offered(CommandCompleter(catalog), "jobstatus user_job '") == []
