@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -389,3 +392,40 @@ def test_sigterm_stops_cleanly_and_leaves_interrupted_runs_for_a_rerun(cluster, 
     rerun = cluster.wait_job("USER_JOB", "Probe.record", "long",
                              lambda j: j.status is Status.IN_PROCESS and j.epoch > running.epoch, timeout=10)
     assert rerun.worker_id == "node-a" and rerun.tries == 1
+
+
+# -- ./scripts/run ------------------------------------------------------------------------------
+
+def _run_script(where: Path, *args: str, input: str) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen([str(where / "scripts" / "run"), *args], cwd=where, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(input, timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the script and the nodes it started
+        out, err = proc.communicate()
+        raise AssertionError(f"./scripts/run did not finish:\n{out}\n{err}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_scripts_run_starts_a_local_cluster_and_runs_piped_commands(tmp_path):
+    """The README's first command, not at a terminal: the seed's echoArg.sh job runs on the
+    local cluster and its final row is shown. Run in a copy of the scripts and examples (its
+    database and logs go to .run/ beside them) with this checkout's venv."""
+    venv = ROOT / ".venv"
+    if not (venv / "bin" / "fabricjobs").exists():
+        pytest.skip("needs the venv ./scripts/test creates")
+    for part in ("scripts", "examples"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / ".venv").symlink_to(venv)
+    echo = _run_script(tmp_path, input="startjob process name='echoArg.sh' uid='demo' args='{\"0\":\"a\",\"1\":\"b\"}';\n")
+    assert echo.returncode == 0, echo.stderr
+    assert "2 local node(s) running" in echo.stderr and "Traceback" not in echo.stderr
+    final_row = echo.stdout.split("-[ RECORD 1 ]")[1]
+    assert "| PROCESSED" in final_row and r'"Total Arguments : 2\n1st Argument = a\n2nd Argument = b\n"' in final_row
+    nodes = _run_script(tmp_path, "--nodes", "3", input="nodes;\n")
+    assert nodes.returncode == 0 and nodes.stdout.rstrip().endswith("(3 rows)"), nodes.stdout + nodes.stderr
+    assert all(f"local-{i}" in nodes.stdout for i in (1, 2, 3))
+    bad = _run_script(tmp_path, input="startjob process nme='x';\n")  # an error: exit 1, one line, nodes stopped
+    assert bad.returncode == 1 and "Syntax error" in bad.stderr and "Traceback" not in bad.stderr
