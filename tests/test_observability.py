@@ -79,6 +79,23 @@ def test_a_process_jobs_stdout_is_its_log(cluster):
     assert "stdout: Total Arguments : 2" in text and "stdout: 2nd Argument = y" in text
 
 
+@pytest.mark.parametrize("cluster", [{"jobs": {"RUN_LOG_MAX_BYTES": 2048}}], indirect=True)
+def test_joblog_keeps_the_head_and_the_tail_of_a_long_run_within_its_bound(cluster):
+    cluster.start_node("a")
+    cluster.fetch("startjob user_job name='Probe.many_lines' uid='u' args='{\"count\": 2000}';"
+                  "startjob process name='many_lines.sh' uid='p' args='{\"0\": \"2000\"}';")
+    cluster.wait_job("USER_JOB", "Probe.many_lines", "u", lambda j: j.archived)
+    cluster.wait_job("PROCESS", "many_lines.sh", "p", lambda j: j.archived)
+    for statement, first, last in (("joblog user_job 'Probe.many_lines' with uid='u';", "line 0000 of 2000", "line 1999 of 2000"),
+                                   ("joblog process 'many_lines.sh' with uid='p';", "stdout: out 0000", "stdout: out 1999")):
+        text = cluster.fetch(statement).status
+        body = text.split("\n", 1)[1]  # after the run's header line
+        dropped = "lines dropped] ..."
+        assert first in body and last in body and dropped in body, text[:300]
+        assert body.index(first) < body.index(dropped) < body.index(last)
+        assert 1000 < len(body.encode()) < 2048 + 300  # the bound, with the header and the marker
+
+
 def test_waitjob_returns_on_processed_and_times_out_cleanly(cluster, tmp_path):
     cluster.start_node("a")
     log = tmp_path / "r.jsonl"

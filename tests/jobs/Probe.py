@@ -118,6 +118,14 @@ def chatty(counter: str):
     return n
 
 
+def many_lines(count: int):
+    """Logs ``count`` numbered lines through the job's logger (JOBLOG's bound)."""
+    job = current_job()
+    for i in range(count):
+        job.logger.info("line %04d of %d", i, count)
+    return count
+
+
 def fail_once_no_retry(counter: str):
     """Fails (without retry) the first time, succeeds afterwards (e.g. after RESUMEJOB)."""
     path = Path(counter)
