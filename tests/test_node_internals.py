@@ -525,3 +525,44 @@ def test_a_slot_holder_sent_back_from_behind_a_passenger_leaves_its_slot_to_it(t
     assert rider.holds_slot and not holder.holds_slot and executor.slots_used() == 1
     assert holder.outcome.kind == "released" and executor._bounced == []
     store.close()
+
+
+def test_children_that_stay_blocked_do_not_hide_the_ones_behind_them(store_config, store, monkeypatch):
+    """More blocked rows than a page (children of a FAILED parent, due first) and behind them
+    one whose parent is PROCESSED: the dependency checks page on until they free it, then
+    start over from the first page."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.config import load_config
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node import reconcile
+    from fabricjobs.node.node import Node
+
+    monkeypatch.setattr(reconcile, "_ADOPT_BATCH", 3)
+    monkeypatch.setattr(reconcile, "_MAX_PAGES", 1)  # one page per check: the next check goes on
+    clock = ManualClock()
+    node = Node(load_config(store_config), name="a", clock=clock, store=store)
+    try:
+        failed, done = JobKey("USER_JOB", "Customer.userJob1", "failed"), JobKey("USER_JOB", "Customer.userJob1", "done")
+        t0 = clock.now()
+        store.insert(Job(failed, Status.FAILED, t0, archived=True))
+        store.insert(Job(done, Status.PROCESSED, t0, archived=True))
+        for i in range(7):  # two of them share a due time across a page boundary
+            store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", f"stuck{i}"), Status.WAITING, t0,
+                             next_run=t0 + timedelta(seconds=min(i, 5)), blocked=True, depends_on=str(failed)))
+        free = JobKey("USER_JOB", "Customer.userJob1", "free")
+        store.insert(Job(free, Status.WAITING, t0, next_run=t0 + timedelta(seconds=9), blocked=True, depends_on=str(done)))
+        checks = 0
+        while store.get(free).blocked:
+            checks += 1
+            assert checks <= 5, "the job behind a page of stuck children was never checked"
+            node.parents_changed.set()  # a check now (as after a job ended here)
+            node.reconciler._unblock(clock.now())
+        node.parents_changed.set()
+        node.reconciler._unblock(clock.now())  # finds the end of the list ...
+        assert node.reconciler._blocked_from is None  # ... so the next check starts over
+        assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"stuck{i}")).blocked for i in range(7))
+        assert "is FAILED" in store.get(JobKey("USER_JOB", "Customer.userJob1", "stuck6")).error_msg
+    finally:
+        node.board.close(unlink=True)

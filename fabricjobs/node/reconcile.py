@@ -58,6 +58,7 @@ class Reconciler:
         self.next_wake: datetime | None = None  # an owner-precedence window that ends later
         self.peers: list = []  # the nodes rows read by the last full pass
         self._next_dependency_check = 0.0
+        self._blocked_from: datetime | None = None  # where the next dependency check reads on
 
     # -- the pass ----------------------------------------------------------------------------------
 
@@ -455,16 +456,29 @@ class Reconciler:
         self._next_dependency_check = mono + self.s.dependency_check_sec
         cache: dict = {}
         freed = 0
-        for row in n.store.blocked_jobs(_ADOPT_BATCH):
-            blockers = dependencies.blocking(n.store, dependencies.parents_of(row), cache)
-            note = dependencies.note(blockers)
-            if blockers and note == row.error_msg:
-                continue
-            new = row.replace(blocked=bool(blockers), error_msg=note)
-            res = n.store.cas(row, advance(row, Event.UPDATE, new))
-            if res.applied and not blockers:
-                freed += 1
-                log.info("'%s' unblocked: its parents are PROCESSED", row.key, extra=job_extra(row.key, row.epoch))
+        # Page through the blocked rows (longest due first), up to _MAX_PAGES per check and on
+        # from there at the next: children that stay blocked (a failed parent) must not hide
+        # the ones behind them. A page starts at the last one's due time (its rows are read
+        # again, harmless), one ms later if a whole page had that due time.
+        since = self._blocked_from
+        for _ in range(_MAX_PAGES):
+            page = n.store.blocked_jobs(_ADOPT_BATCH, since)
+            for row in page:
+                blockers = dependencies.blocking(n.store, dependencies.parents_of(row), cache)
+                note = dependencies.note(blockers)
+                if blockers and note == row.error_msg:
+                    continue
+                new = row.replace(blocked=bool(blockers), error_msg=note)
+                res = n.store.cas(row, advance(row, Event.UPDATE, new))
+                if res.applied and not blockers:
+                    freed += 1
+                    log.info("'%s' unblocked: its parents are PROCESSED", row.key, extra=job_extra(row.key, row.epoch))
+            last = page[-1].next_run if len(page) == _ADOPT_BATCH else None
+            if last is None:
+                since = None  # the end: the next check starts from the first again
+                break
+            since = last if since is None or last > since else last + timedelta(milliseconds=1)
+        self._blocked_from = since
         if freed:
             n.ring_peers()
 

@@ -288,8 +288,9 @@ class JobStore(ABC):
         """Up to ``limit`` claimable WAITING rows, highest priority first, then longest due."""
 
     @abstractmethod
-    def blocked_jobs(self, limit: int) -> list[Job]:
-        """Up to ``limit`` live rows blocked by unfinished parents (full rows), longest due first."""
+    def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:
+        """Up to ``limit`` live rows blocked by unfinished parents (full rows), longest due
+        first; with ``since``, those due at or after it (the next page of a long list)."""
 
     @abstractmethod
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:

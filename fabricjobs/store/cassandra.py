@@ -979,8 +979,8 @@ class CassandraStore(JobStore):
                 break
         return sorted(jobs, key=lambda j: (-j.priority, j.next_run or _EPOCH0, j.key))[:limit]
 
-    def blocked_jobs(self, limit: int) -> list[Job]:
-        keys = [e.key for e in self._latest(self._scan(_BLOCKED, limit=limit))][:limit]
+    def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:
+        keys = [e.key for e in self._latest(self._scan(_BLOCKED, since=since, limit=limit))][:limit]
         return [j for j in self.get_many(keys) if j is not None and j.blocked and not j.archived]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:

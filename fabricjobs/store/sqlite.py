@@ -698,9 +698,11 @@ class SqliteStore(JobStore):
             "ORDER BY priority DESC, next_run LIMIT ?", (limit,))
         return [_row_to_job(r) for r in rows]
 
-    def blocked_jobs(self, limit: int) -> list[Job]:
+    def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:
+        page = "AND next_run >= ? " if since is not None else ""
+        params = (_ts(since), limit) if since is not None else (limit,)
         rows = self._read(f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_blocked WHERE blocked = 1 AND archived = 0 "
-                          "ORDER BY next_run LIMIT ?", (limit,))
+                          f"{page}ORDER BY next_run LIMIT ?", params)
         return [_row_to_job(r) for r in rows]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:

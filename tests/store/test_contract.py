@@ -439,6 +439,14 @@ def test_blocked_jobs_are_never_claim_candidates(store):
     assert {j.uid for j in store.by_status([Status.WAITING])} == {"kid", "free"}
 
 
+def test_blocked_jobs_page_by_due_time(store):
+    for i in range(5):
+        store.insert(job(uid=f"k{i}", blocked=True, depends_on="USER_JOB.A.b.p", next_run=T0 + timedelta(seconds=i)))
+    assert [j.uid for j in store.blocked_jobs(2)] == ["k0", "k1"]
+    assert [j.uid for j in store.blocked_jobs(2, since=T0 + timedelta(seconds=1))] == ["k1", "k2"]  # at or after
+    assert [j.uid for j in store.blocked_jobs(10, since=T0 + timedelta(seconds=3, milliseconds=1))] == ["k4"]
+
+
 def test_waiting_by_priority_is_highest_first_then_longest_due(store):
     for uid, prio, offset in [("low", 0, 0), ("high", 9, 5), ("mid", 4, 1), ("high-old", 9, 1)]:
         store.insert(job(uid=uid, priority=prio, next_run=T0 + timedelta(seconds=offset)))
