@@ -15,7 +15,7 @@ from collections import defaultdict
 import pytest
 
 from fabricjobs.model import Status
-from harness import Cluster, read_records, wait_for
+from harness import Cluster, process_alive, read_records, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +119,7 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
     assert all(r.worker_id in ("s1", "s2") and r.tries == 1 for r in rows)  # the crash counted as a try
     assert "lost while running" in rows[0].error_msg
+    assert all(r.retries_lost == 1 and r.retries_error == 0 for r in rows)  # JOBSTATUS DETAILS' counters
     finished = read_records(log)
     assert len(finished) == 20 and all(r["node"] != "victim" for r in finished)
 
@@ -191,24 +192,32 @@ def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_r
 @pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 10}}],
                          indirect=True)
 def test_a_node_restarted_with_the_same_id_takes_its_scheduled_jobs_back(cluster, tmp_path):
-    a = cluster.start_node("a")
-    b = cluster.start_node("b")
-    # Scheduled on a (b would only get them if a were judged dead).
+    log = tmp_path / "fires.jsonl"
+    cluster.start_node("a")
+    cluster.start_node("b")
+    # Recurring jobs (every 3 s) owned by one node; the other would only get them if the owner
+    # were judged dead. After the owner's restart they must keep firing: only a node that took
+    # its SCHEDULED rows back into its scheduler fires them (the survivor leaves a live owner's
+    # rows alone).
+    args = json.dumps({"log": str(log)})
     for i in range(5):
-        cluster.fetch(f"startjob user_job name='Probe.noop' uid='s{i}' exec_interval='0 0 1 1 *';")
-    wait_for(lambda: all(cluster.job("USER_JOB", "Probe.noop", f"s{i}").worker_id for i in range(5)), 10,
+        cluster.fetch(f"startjob user_job name='Probe.stamp' uid='s{i}' exec_interval='00:00:03' args='{args}';")
+    wait_for(lambda: all(cluster.job("USER_JOB", "Probe.stamp", f"s{i}").worker_id for i in range(5)), 10,
              "the scheduled jobs to be owned")
-    name = cluster.job("USER_JOB", "Probe.noop", "s0").worker_id
-    mine = [f"s{i}" for i in range(5) if cluster.job("USER_JOB", "Probe.noop", f"s{i}").worker_id == name]
+    name = cluster.job("USER_JOB", "Probe.stamp", "s0").worker_id
+    mine = [f"s{i}" for i in range(5) if cluster.job("USER_JOB", "Probe.stamp", f"s{i}").worker_id == name]
     survivor = "b" if name == "a" else "a"
     cluster.nodes[name].signal_group(signal.SIGKILL)
     cluster.start_node(name)  # back well within the dead threshold
+    restarted_at = time.time()
     deadline = time.monotonic() + 3 * 2.0
-    while time.monotonic() < deadline:  # the survivor never gets them
+    while time.monotonic() < deadline:  # the survivor never takes them over
         for uid in mine:
-            job = cluster.job("USER_JOB", "Probe.noop", uid)
-            assert (job.status, job.worker_id) == (Status.SCHEDULED, name), job
+            job = cluster.job("USER_JOB", "Probe.stamp", uid)
+            assert job.worker_id == name or job.status is not Status.SCHEDULED, job
         time.sleep(0.05)
+    fired = {r["key"].rsplit(".", 1)[1] for r in read_records(log) if r["start"] > restarted_at}
+    assert fired >= set(mine), f"not fired since the restart: {sorted(set(mine) - fired)}"
     assert f"from dead node {name}" not in cluster.nodes[survivor].log()
 
 
@@ -272,6 +281,7 @@ def test_affinity_limits_recommended_counts_and_any_0(cluster, tmp_path):
     # plain jobs never run on the ANY:0 node
     plain = [f"any{i}" for i in range(4)]
     start_records(cluster.client(), plain, log, 0.05)
+    assert cluster.fetch("jobstatus user_job 'Probe.record' with uid='any0';").first_row()["Ownership Candidates Num"] == 2
     wait_for(lambda: processed(cluster, plain), 15, "plain jobs on m1/m2")
     assert {r["node"] for r in read_records(log) if "any" in r["key"]} <= {"m1", "m2"}
 
@@ -310,11 +320,15 @@ def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_nod
     cluster.start_node("w1")
     cluster.start_node("w2")
     args = json.dumps({"log": str(started)})
-    cluster.fetch("".join(f"startjob user_job name='Probe.started' uid='stuck{i}' args='{args}';" for i in range(4)))
+    # two pinned to each node (AFFINITY = a node's name), so PS ALL must gather both nodes' tasks
+    cluster.fetch("".join(f"startjob user_job name='Probe.started' uid='stuck{i}' affinity='w{i % 2 + 1}' args='{args}';"
+                          for i in range(4)))
     wait_for(lambda: len(read_records(started)) == 4, 10, "4 stuck jobs")
     ps = wait_for(lambda: (lambda r: len(r) == 4 and r)(cluster.fetch("ps all;")), 5, "4 tasks in PS ALL")
-    assert {r["node"] for r in ps} <= {"w1", "w2"}
+    assert sorted(r["node"] for r in ps) == ["w1", "w1", "w2", "w2"]
     assert all(r["description"] == "UserJob - Probe.started" and r["duration (ms)"] >= 0 for r in ps)
+    shown = cluster.shell("-e", "ps all;").stdout  # the operator's view: every node's tasks with durations
+    assert "| w1 " in shown and "| w2 " in shown and "duration (ms)" in shown and shown.rstrip().endswith("(4 rows)")
     victim = ps.first_row()
     shell = cluster.shell("-e", f"kill '{victim['node']}' {victim['task']};")
     assert shell.returncode == 0 and "KILL sent" in shell.stdout, shell.stderr
@@ -327,6 +341,10 @@ def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_nod
     row = wait_for(retried, 10, "the killed job to show a retry")
     assert "killed by KILL" in row.error_msg
     assert row.status in (Status.WAITING, Status.IN_PROCESS)
+    killed = next(r for r in read_records(started) if r["key"] == str(row.key))  # its first run
+    assert killed["node"] == victim["node"] and not process_alive(killed["pid"])
+    details = cluster.fetch(f"jobstatus user_job 'Probe.started' with uid='{row.key.uid}' details;").first_row()
+    assert details["Kills"] == 1 and details["Runs"] >= 1
     bad = cluster.shell("-e", f"kill '{victim['node']}' 1;")
     assert bad.returncode == 1 and "has no task 1" in bad.stderr
     nodes = cluster.shell("-e", "nodes;")
