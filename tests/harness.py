@@ -123,10 +123,13 @@ class Cluster:
     # -- nodes ---------------------------------------------------------------------------------
 
     def start_node(self, name: str, *, node_id: str | None = None, clock_offset: float = 0.0, wait: bool = True,
-                   extra_env: dict | None = None, extra_args: list[str] | None = None) -> NodeProcess:
+                   extra_env: dict | None = None, extra_args: list[str] | None = None,
+                   config: Path | None = None) -> NodeProcess:
+        """``config``: a config.ini of its own for this node (same store), e.g. without the
+        metrics port the others serve on."""
         self._seq += 1
         log_path = self.tmp / f"node-{name}-{self._seq}.log"
-        args = [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), "node", "--name", name]
+        args = [sys.executable, "-m", "fabricjobs", "--config", str(config or self.config_path), "node", "--name", name]
         if node_id is not None:
             nid = self.tmp / f"node-{name}.id"
             nid.write_text(node_id)

@@ -4,6 +4,7 @@ STOPJOB WAIT, NODES DETAILS, metrics, JSON logs. Real node processes on both bac
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import time
 import urllib.request
@@ -167,6 +168,25 @@ def test_metrics_are_served_and_change_as_jobs_run(cluster, tmp_path):
     assert after["fabricjobs_reconcile_pass_seconds_count"] > before.get("fabricjobs_reconcile_pass_seconds_count", 0)
     assert after["fabricjobs_fire_lag_seconds_count"] >= 3
     assert after["fabricjobs_lease_remaining_seconds"] > 0
+    # A peer, on this node's own clock: its beat's age grows while it stands still.
+    quiet = cluster.tmp / "quiet.ini"
+    quiet.write_text(cluster.config_path.read_text().replace(f"PORT = {METRICS_PORT}", "PORT = 0"))
+    peer = cluster.start_node("b", config=quiet)
+    age = lambda: _scrape(METRICS_PORT).get('fabricjobs_peer_heartbeat_age_seconds{node="b"}')  # noqa: E731
+    wait_for(lambda: age() is not None, 10, "b's heartbeat age in a's metrics")
+    peer.signal_group(signal.SIGKILL)
+    first = wait_for(lambda: (lambda a: a is not None and a > 1.0 and a)(age()), 10, "b's beat to stand still for a second")
+    wait_for(lambda: age() > first + 0.5, 10, "b's heartbeat age to keep growing")
+    # Claims another node won are counted: both nodes race for the same rows, batch after batch.
+    cluster.start_node("b", config=quiet)
+    batch = iter(range(100))
+
+    def conflicts():
+        i = next(batch)
+        cluster.fetch("".join(f"startjob user_job name='Probe.noop' uid='c{i}-{j}';" for j in range(100)))
+        return _scrape(METRICS_PORT).get("fabricjobs_claim_conflicts_total", 0) > 0
+
+    wait_for(conflicts, 30, "a claim conflict to be counted", interval=0.2)
 
 
 def test_nodes_details_and_json_logs(cluster, tmp_path):
