@@ -51,6 +51,27 @@ def test_the_seeds_two_startjob_transcript(client):
     assert len(client.store.live_jobs()) == 1
 
 
+def test_the_readmes_application_code_example(store_config):
+    """The README's "From application code", as an application writes it."""
+    from fabricjobs import Client as PublicClient
+    from fabricjobs.errors import CommandSyntaxError, FabricJobsError
+
+    store_config.write_text(store_config.read_text() + f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\n")
+    with PublicClient.from_config(store_config) as client:
+        row = client.fetch("startjob user_job name='Customer.userJob1' uid='u1';").first_row()
+        assert row["Status"] == "WAITING"
+        jobs = client.fetch("jobstatus user_job;")
+        assert [(job["UID"], job["Status"], job["Start Time"]) for job in jobs] == [("u1", "WAITING", None)]
+        assert jobs.as_dicts()[0]["Is Archived"] is False and isinstance(jobs.as_dicts()[0]["Creation Time"], datetime)
+        with pytest.raises(JobAlreadyRunning, match=r"Job is running \[type: USER_JOB, name: Customer.userJob1, uid: u1\]"):
+            client.fetch("startjob user_job name='Customer.userJob1' uid='u1';")
+        with pytest.raises(CommandSyntaxError) as bad:
+            client.fetch("startjob user_job nme='x';")
+        assert isinstance(bad.value, FabricJobsError) and (bad.value.line, bad.value.column) == (1, 19)
+        results = client.run_script("set sync off; jobstatus;")
+        assert len(results) == 2 and results[1].first_row()["UID"] == "u1"
+
+
 def test_a_bulk_script_stops_at_its_first_error_and_keeps_what_ran_before(client):
     """A script's STARTJOBs are written together (one commit), but a failing one still stops
     the script with the ones before it done and the ones after it never run."""
@@ -346,6 +367,8 @@ def test_jobstatus_forms_and_columns(client):
     client.fetch("startjob user_job name='Customer.userJob1' uid='a';")
     client.fetch("startjob user_job name='Customer.userJob3' uid='b' exec_interval='2026-03-02 12:00:00';")
     client.fetch("startjob process name='echoArg.sh' uid='c';")
+    waiting = client.fetch("jobstatus user_job 'Customer.userJob1' with uid='a';").first_row()
+    assert (waiting["Status"], waiting["Next Run"]) == ("WAITING", "Ready to be executed")
     _running(client, "a")
     done = row(client, "PROCESS", "echoArg.sh", "c")
     client.store.cas(done, done.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"Total Arguments : 0"'))

@@ -168,6 +168,13 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
         for statement in ("STARTJOB", "UPDATEJOB", "JOBSTATUS", "JOBHISTORY", "JOBLOG", "WAITJOB", "KILL", "NODES"):
             child.expect(statement)
         child.expect("fabric>")
+        child.send("stopjob user_job name='Probe.noop' uid='tty'")
+        child.sendintr()  # Ctrl-C drops the line: the job is not stopped
+        child.expect("fabric>")
+        child.send("jobstatus user_job 'Probe.noop' with uid='tty';\r")
+        child.expect(r"\(1 row\)")
+        assert "WAITING" in child.before and "STOPPING" not in child.before and "TERMINATED" not in child.before
+        child.expect("fabric>")
         child.sendcontrol("d")
         child.expect(pexpect.EOF)
     finally:
