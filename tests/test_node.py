@@ -344,6 +344,21 @@ def test_archived_rows_are_deleted_after_the_retention(cluster):
              5, "the node's log line of the run")
 
 
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005}}], indirect=True)
+def test_run_records_older_than_the_retention_go_while_the_job_lives_on(cluster):
+    """Run history is kept as long as archived rows (1.8 s here): a recurring job's old runs
+    disappear (SQLite: the node's purge; Cassandra: the records' TTL), its recent ones stay."""
+    cluster.start_node("node-a")
+    cluster.fetch("startjob user_job name='Probe.noop' uid='tick' exec_interval='00:00:01';")
+    store = cluster.client().store
+    runs = lambda: store.runs("USER_JOB", "Probe.noop", "tick")  # noqa: E731
+    first = wait_for(lambda: (lambda rs: min(rs, key=lambda r: r.epoch) if rs else None)(runs()), 10, "a first run")
+    wait_for(lambda: (lambda rs: rs and min(r.epoch for r in rs) > first.epoch)(runs()), 10,
+             "the first run's record to pass the 1.8 s retention and go")
+    assert all((datetime.now(timezone.utc) - r.end).total_seconds() < 1.8 + 5 for r in runs())  # (purge every 0.5 s)
+    assert cluster.job("USER_JOB", "Probe.noop", "tick").status in (Status.SCHEDULED, Status.WAITING, Status.IN_PROCESS)
+
+
 @pytest.mark.liveness
 @pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005}}], indirect=True)
 def test_a_node_gone_longer_than_the_retention_is_forgotten(cluster):
