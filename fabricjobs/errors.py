@@ -58,7 +58,7 @@ class CommandSyntaxError(CommandError):
     def _render(self) -> str:
         if self.line is None:
             return self.reason
-        head = f"{self.label} at line {self.line}, column {self.column}: {self.reason}"
+        head = _visible(f"{self.label} at line {self.line}, column {self.column}: {self.reason}")
         lines = self.text.split("\n")  # the parser counts lines by "\n" only
         if not 1 <= self.line <= len(lines):
             return head
@@ -66,10 +66,20 @@ class CommandSyntaxError(CommandError):
         if len(src) > _WIDTH:  # show a window around the column, not a megabyte of line
             start = max(0, min(col - 1 - _WIDTH // 2, len(src) - _WIDTH))
             src, col = src[start:start + _WIDTH], col - start
-        return f"{head}\n  {src}\n  {' ' * (col - 1)}^"
+        return f"{head}\n  {_visible(src)}\n  {' ' * (col - 1)}^"
 
 
 _WIDTH = 160
+_SHOWN = {i: chr(0x2400 + i) for i in range(0x20)}  # control characters as their pictures: one column each
+_SHOWN.update({i: "\ufffd" for i in range(0x80, 0xA0)})  # C1 controls (0x9B starts a terminal escape in some)
+_SHOWN.update({0x09: " ", 0x7F: "\u2421", 0x2028: "\ufffd", 0x2029: "\ufffd"})
+
+
+def _visible(text: str) -> str:
+    """The text with one visible character for each control character or line break, so that
+    the message stays one line and the caret stays under the column it points at (a carriage
+    return in a quoted line would send the terminal back to its start)."""
+    return text if text.isprintable() else text.translate(_SHOWN)
 
 
 class ValidationError(CommandSyntaxError):

@@ -322,6 +322,14 @@ def test_args_not_json_points_into_the_string():
     assert_rendered(exc, 2, 17, "ARGS is not valid JSON: Expecting ',' delimiter at char 8")
 
 
+def test_control_characters_in_the_input_do_not_break_the_message_or_move_the_caret():
+    exc = fails("jobstatus\x1b[2J user_job\r 'x' ;", CommandSyntaxError)  # a terminal escape, a carriage return
+    rendered = str(exc).split("\n")
+    assert len(rendered) == 3 and all(line.isprintable() for line in rendered)
+    assert rendered[1] == "  jobstatus\u241b[2J user_job\u240d 'x' ;"
+    assert rendered[1][2 + exc.column - 1] == rendered[1][rendered[2].index("^")]  # the caret under the column
+
+
 def test_args_error_position_counts_escapes():
     exc = fails(r"startjob user_job name='n' args='{\'a\':''x}'", ValidationError)
     assert "ARGS is not valid JSON" in str(exc)
