@@ -4,6 +4,7 @@ policy, directory listener jobs."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections import Counter
@@ -265,6 +266,12 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
     inbox = tmp_path / "root" / "inbox"
     inbox.mkdir(parents=True)
     (inbox / "old.csv").write_text("present before the listener started")
+    outside = tmp_path / "root" / "staging"  # files written long ago, moved in later (mv keeps their time)
+    outside.mkdir()
+    for name in ("moved1.csv", "moved2.csv"):
+        (outside / name).write_text("an old file")
+        os.utime(outside / name, (time.time() - 86400, time.time() - 86400))
+    expected = {f"f{i:02d}.csv" for i in range(50)} | {"moved1.csv", "moved2.csv"}
     log = tmp_path / "handled.jsonl"
     cluster = Cluster(tmp_path, backend=node_backend, request=request,
                       settings={"jobs": {"LISTENER_ROOT": str(tmp_path / "root")}})
@@ -278,21 +285,23 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
             (inbox / f"f{i:02d}.csv").write_text(f"row {i}")
             (inbox / f"f{i:02d}.txt").write_text("not a csv")
             time.sleep(0.02)
+        os.rename(outside / "moved1.csv", inbox / "moved1.csv")
         wait_for(lambda: len(read_records(log)) >= 10, 15, "some files handled on a")
         a.signal_group(signal.SIGKILL)  # the listener's node dies midway
         for i in range(25, 50):
             (inbox / f"f{i:02d}.csv").write_text(f"row {i}")
             time.sleep(0.02)
+        os.rename(outside / "moved2.csv", inbox / "moved2.csv")
         cluster.start_node("b")
-        wait_for(lambda: len({r["file"] for r in read_records(log)}) == 50, 30, "all 50 files handled")
+        wait_for(lambda: len({r["file"] for r in read_records(log)}) == 52, 30, "all 52 files handled")
         time.sleep(1.0)  # nothing more comes
         records = read_records(log)
-        assert {r["file"] for r in records} == {f"f{i:02d}.csv" for i in range(50)}  # not old.csv, no .txt
+        assert {r["file"] for r in records} == expected  # not old.csv, no .txt
         # Exactly one job per file, each PROCESSED once ...
         store = cluster.client().store
         children = [j for j in store.live_jobs() + store.archived_since(datetime.now(UTC) - timedelta(hours=1))
                     if j.key.uid.startswith("inbox/")]
-        assert sorted(j.key.uid for j in children) == sorted(f"inbox/f{i:02d}.csv" for i in range(50))
+        assert sorted(j.key.uid for j in children) == sorted(f"inbox/{f}" for f in expected)
         assert all(j.status is Status.PROCESSED for j in children)
         # ... and a file ran twice only when its first run was on the killed node (at-least-once
         # after a crash, with a new epoch), never because the listener started it twice.

@@ -133,6 +133,27 @@ def test_the_seeds_set_example_gives_its_session_scope_shape(client):
     assert other["session_scope"]["scope"]["EXECUTION_ID"] != scope["EXECUTION_ID"]
 
 
+def test_a_listener_may_only_watch_a_directory_under_listener_root(store_config, tmp_path):
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    (root / "inbox").mkdir(parents=True)
+    elsewhere.mkdir()
+    (root / "escape").symlink_to(elsewhere)
+    store_config.write_text(store_config.read_text() + f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\n"
+                            f"LISTENER_ROOT = {root}\n")
+    cfg = load_config(store_config)
+    with Client(open_store(cfg), cfg, owns_store=True) as c:
+        def start(path: str) -> str:
+            args = json.dumps({"path": path, "pattern": "*.csv"})
+            return f"startjob interface_listener name='Files.count_lines' uid='l' args='{args}';"
+
+        for path, why in (("../elsewhere", "'..' is not allowed"), ("escape", "outside LISTENER_ROOT"),
+                          (str(elsewhere), "outside LISTENER_ROOT"), ("missing", "no such directory")):
+            with pytest.raises(ValidationError, match=why):
+                c.fetch(start(path))
+        assert c.store.live_jobs() == []  # nothing was written
+        assert c.fetch(start("inbox")).first_row()["Status"] == "WAITING"
+
+
 def test_the_seeds_process_job_example_with_an_absolute_path_inside_the_dir(client):
     path = ROOT / "scripts" / "echoArg.sh"
     r = client.fetch(f"startjob process NAME='{path}' UID='processJobtest' ARGS='{{\"0\":\"ARG 1 value\",\"1\":\"ARG 2 value\"}}';")

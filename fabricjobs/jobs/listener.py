@@ -11,9 +11,10 @@ listener's own other ARGS (all but path, pattern, settle_sec, poll_sec).
 Exactly once per file, across node failover: a file is handled by starting its job (or
 finding it already there: the UID is derived from the file) and then marking the file in the
 store (``k2_listener_files``); a listener that starts again after a takeover handles exactly
-the files not marked yet. "Only files added after the listener started": files whose
-modification time is before the listener job's creation time are marked as present at start
-and never run. A file is taken once its size and time have not changed for ``settle_sec``
+the files not marked yet. "Only files added after the listener started": when a listener
+first runs, the files already there whose modification time is before its STARTJOB are marked
+as present at start (never run), then a baseline mark says so; from then on every unmarked
+file is new, whatever its modification time (a file moved in with ``mv`` keeps an old one). A file is taken once its size and time have not changed for ``settle_sec``
 (default 0.5 s), so half-written files wait.
 
 File events come from watchdog (inotify) when it is available; the directory is also listed
@@ -60,6 +61,7 @@ def listen(
     handled = 0
     seen: dict[str, tuple[int, float, float]] = {}  # name -> (size, mtime, first seen unchanged)
     marked = store.marked_files(listener.key)
+    baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
     try:
         while not is_aborted():
             for name in sorted(os.listdir(directory)):
@@ -72,7 +74,7 @@ def listen(
                     continue
                 if not path.is_file():
                     continue
-                if st.st_mtime < started_at:
+                if baseline not in marked and st.st_mtime < started_at:
                     store.mark_file(listener.key, name, "present when the listener started")
                     marked.add(name)
                     continue
@@ -90,6 +92,9 @@ def listen(
                 marked.add(name)
                 seen.pop(name, None)
                 handled += 1
+            if baseline not in marked:  # the files there at start are sorted out: the rest is new
+                store.mark_file(listener.key, baseline, "the files present at start are marked")
+                marked.add(baseline)
             wake.wait(min(poll, settle) if seen else poll)
             wake.clear()
     finally:
