@@ -76,6 +76,24 @@ def test_the_seeds_echoarg_process_job(cluster):
     assert "1st Argument = ARG 1 value" in out and "2nd Argument = ARG 2 value" in out
 
 
+def test_a_user_job_installed_as_an_entry_point_runs_by_its_name(cluster, tmp_path, monkeypatch):
+    """An installed distribution offers a job under [project.entry-points."fabricjobs.jobs"]:
+    STARTJOB names it, no USER_JOBS_DIR or allowlist involved (shell and node see it)."""
+    site = tmp_path / "site"
+    (site / "acme_jobs-1.0.dist-info").mkdir(parents=True)
+    (site / "acme_jobs-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-jobs\nVersion: 1.0\n")
+    (site / "acme_jobs-1.0.dist-info" / "entry_points.txt").write_text("[fabricjobs.jobs]\nAcme.greet = acme_jobs:greet\n")
+    (site / "acme_jobs.py").write_text("def greet(who: str):\n    return f'hello {who}'\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))  # for the node and the shell started below
+    cluster.start_node("node-a")
+    out = cluster.shell("-e", "startjob user_job name='Acme.greet' uid='ep' args='{\"who\": \"ops\"}';")
+    assert out.returncode == 0, out.stderr
+    job = cluster.wait_job("USER_JOB", "Acme.greet", "ep", final)
+    assert job.status is Status.PROCESSED and json.loads(job.output) == "hello ops"
+    unknown = cluster.shell("-e", "startjob user_job name='Acme.missing' uid='x';")
+    assert unknown.returncode == 1 and "Acme.missing" in unknown.stderr
+
+
 def test_a_process_job_that_fails_reports_exit_code_and_stderr(cluster):
     cluster.start_node("node-a")
     cluster.fetch("startjob process name='fail.sh' uid='f' args='{\"0\":\"disk full\"}';")

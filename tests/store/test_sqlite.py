@@ -83,3 +83,26 @@ def test_reconcile_queries_use_the_live_indexes_never_a_scan(tmp_path):
     ]:
         plan = " ".join(r[-1] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
         assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
+
+
+def test_a_write_lock_held_past_the_busy_timeout_is_a_clear_error_that_changes_nothing(tmp_path):
+    """Another process holding the file's write lock (a node paused mid-transaction, a sqlite3
+    shell left in BEGIN): a write waits SQLITE_BUSY_TIMEOUT_MS, then fails with a message
+    naming the file, not a raw 'database is locked' traceback; once the lock goes, writes work."""
+    import time
+
+    from fabricjobs.errors import StoreError
+
+    path = tmp_path / "jobs.db"
+    store = SqliteStore(path, busy_timeout_ms=300)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    began = time.monotonic()
+    with pytest.raises(StoreError, match=r"SQLite store '.*jobs\.db' stayed locked"):
+        store.insert(job("blocked"))
+    assert 0.25 < time.monotonic() - began < 5
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert store.get(JobKey("USER_JOB", "A.b", "blocked")) is None  # nothing half-written
+    assert store.insert(job("blocked")).applied
+    store.close()
