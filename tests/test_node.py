@@ -230,6 +230,15 @@ def test_stopjob_kills_a_process_job_that_ignores_sigterm_with_its_children(clus
         return not out.strip()
 
     wait_for(group_gone, 5, "the process group of the job (and its sleep child) to be gone")
+    # KILL ends such a job at once (no grace), children too, and the run counts as a failed try.
+    cluster.fetch("startjob process name='ignore_term.sh' uid='k';")
+    cluster.wait_job("PROCESS", "ignore_term.sh", "k", lambda j: j.status is Status.IN_PROCESS)
+    task = wait_for(lambda: cluster.fetch("ps;").first_row(), 5, "the second task in PS")
+    pgid = task["thread"]
+    cluster.fetch(f"kill 'node-a' {task['task']};")
+    killed = cluster.wait_job("PROCESS", "ignore_term.sh", "k", lambda j: j.tries == 1, 8)
+    assert "killed by KILL" in killed.error_msg
+    wait_for(group_gone, 5, "the killed job's process group (and its sleep child) to be gone")
 
 
 # timing: the node must measure Probe.record's runs as short (< 1 ms), which a busy machine may not.
