@@ -11,6 +11,7 @@ import json
 import signal
 import time
 from collections import defaultdict
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -313,6 +314,28 @@ def test_exceptional_claims_beyond_recommended_and_giving_them_back(cluster, tmp
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
     assert sorted(r.worker_id for r in rows) == ["x1", "x1", "x2", "x2"]
     assert all(r.tries == 0 for r in rows)  # giving back is not a failure
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 1, "OWNER_PRECEDENCE_MS": 2500}}], indirect=True)
+def test_a_due_job_is_left_to_its_live_owner_for_the_precedence_window(cluster, tmp_path):
+    """SPEC 8.3: a's scheduler fires its job at the due time, but a's one slot is busy; b, idle,
+    may take the job only once OWNER_PRECEDENCE_MS has passed since the due time."""
+    from datetime import timezone
+
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    cluster.start_node("a")
+    start_records(cluster.client(), ["busy"], log, 60, starts)  # a's only slot
+    wait_for(lambda: read_records(starts), 10, "a's slot to be taken")
+    due = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=4)
+    args = json.dumps({"log": str(log), "seconds": 0.05, "starts": str(starts)})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='due' exec_interval='{due:%Y-%m-%d %H:%M:%S}' tz='UTC' "
+                  f"args='{args}';")
+    cluster.wait_job("USER_JOB", "Probe.record", "due", lambda j: j.worker_id == "a", 10, "a to own the schedule")
+    cluster.start_node("b")
+    run = wait_for(lambda: next((r for r in read_records(starts) if r["key"].endswith(".due")), None), 15,
+                   "the due job to run")
+    assert run["node"] == "b"
+    assert 2.5 - 0.01 <= run["start"] - due.timestamp() < 2.5 + 5, run["start"] - due.timestamp()
 
 
 def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_node(cluster, tmp_path):
