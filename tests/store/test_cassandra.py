@@ -228,6 +228,31 @@ def test_an_unreachable_cluster_is_a_clear_error():
         CassandraStore(hosts=["127.0.0.1"], port=1, connect_timeout=1.0)
 
 
+def test_username_and_password_from_config_ini_log_in(tmp_path):
+    """[cassandra] USERNAME / PASSWORD reach the driver (PasswordAuthenticator on the server);
+    a wrong password is one clear error."""
+    from backends import write_config
+    from cqlserver import CqlTestServer
+
+    from fabricjobs.config import load_config
+    from fabricjobs.store import open_store as open_configured
+
+    with CqlTestServer(username="fabric", password="s3cret") as srv:
+        def config(password: str):
+            return load_config(write_config(tmp_path / f"{password}.ini", {
+                "store": {"BACKEND": "cassandra"},
+                "cassandra": {"HOSTS": srv.host, "PORT": srv.port, "KEYSPACE": "fj_auth", "PROTOCOL_VERSION": 4,
+                              "CONSISTENCY": "ONE", "USERNAME": "fabric", "PASSWORD": password, "CONNECT_TIMEOUT_SEC": 2}}))
+
+        store = open_configured(config("s3cret"))
+        try:
+            assert store.insert(Job(JobKey("USER_JOB", "A.b", "u"), Status.WAITING, T0, next_run=T0)).applied
+        finally:
+            store.close()
+        with pytest.raises(StoreError, match="cannot connect to Cassandra"):
+            open_configured(config("wrong"))
+
+
 def test_replication_settings():
     assert parse_replication("SimpleStrategy:3") == {"class": "SimpleStrategy", "replication_factor": 3}
     assert parse_replication("NetworkTopologyStrategy:DC1=3, DC2=2") == {
