@@ -119,6 +119,12 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
     wait_for(lambda: processed(cluster, uids), 20, "the re-runs to finish")
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
     assert all(r.worker_id in ("s1", "s2") and r.tries == 1 for r in rows)  # the crash counted as a try
+    # The takeover itself (each row's new start time, stamped by the survivor that took it):
+    # on SQLite within the bound with no slack (0.9-1.1 s of 1.4 s seen); on the CQL test server,
+    # whose reads of the nodes table are slower (1.1-1.3 s seen), within the failover goal.
+    taken = max(r.start_time.timestamp() for r in rows) - killed_at
+    limit = bound if cluster.backend == "sqlite" else DEAD_AFTER + 1.0
+    assert taken <= limit, f"taken over {taken:.2f} s after the kill; the bound is {limit:.2f} s"
     assert "lost while running" in rows[0].error_msg
     assert all(r.retries_lost == 1 and r.retries_error == 0 for r in rows)  # JOBSTATUS DETAILS' counters
     finished = read_records(log)
