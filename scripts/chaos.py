@@ -133,7 +133,14 @@ HELD_BEFORE = 10.0
 SPREAD = 0.75  # the one-time jobs are submitted over this part of --duration
 LATE_LIMIT = 5.0  # a fire served later than this after its due time needs a fault to explain it
 LATE = 0.5  # a run this late after its due time shows its node overloaded
-DUE_EPS = 0.002  # due times are kept in whole milliseconds
+DUE_EPS_MS = 2  # due times are kept in whole milliseconds
+
+
+def fire_of(due: float, first: float) -> int:
+    """The fire (second k after ``first``) a run due at ``due`` stands for, in whole
+    milliseconds: a due time up to DUE_EPS_MS early counts for that second. (In floats,
+    floor(due - first + 0.002) put a due exactly 2 ms early into the second before.)"""
+    return (round(due * 1000) - round(first * 1000) + DUE_EPS_MS) // 1000
 STALL = 0.3  # a wait for the SQLite write lock this long can cost a node its lease (0.6 s, renewed every 0.2 s)
 RECURRING_SECONDS = 0.05
 SUBMIT_BATCH = 25
@@ -988,7 +995,7 @@ class Checker:
                 if r.due is None:
                     raise ChaosError(f"{uid}: a run without a due time in the side log: {r.show()}")
                 lateness.append(r.start - r.due)
-                by_k.setdefault(math.floor(r.due - first + DUE_EPS), []).append(r)
+                by_k.setdefault(fire_of(r.due, first), []).append(r)
             in_second = {math.floor(s - first + 1e-9) for s in starts}
             for k in range(0, last_k + 1):
                 dues += 1
@@ -1006,7 +1013,7 @@ class Checker:
                     missed += 1
                     # A fire that came due while a run of an earlier fire had not started yet (a
                     # late run) or was still going collapses into that run (SPEC 4).
-                    if any(r.due < due - DUE_EPS and (r.start >= due or r.bound > due)
+                    if any(fire_of(r.due, first) < k and (r.start >= due or r.bound > due)
                            and r.start - r.due <= LATE_LIMIT for r in lst):
                         coalesced += 1
                         continue

@@ -312,11 +312,13 @@ def test_exceptional_claims_beyond_recommended_and_giving_them_back(cluster, tmp
     wait_for(lambda: {r["node"] for r in read_records(starts)} == {"x1", "x2"}
              and sum(1 for r in read_records(starts) if r["node"] == "x2") == 2, 20, "x2 to take the 2 extra runs")
     assert "giving 'USER_JOB.Probe.record." in cluster.nodes["x1"].log()
+    # (If x2 is slow to claim a run x1 gave back, x1 may take it again once its hold is over,
+    # 0.6-1.2 s here, and give it back again: correct, so the same key may appear twice.)
     given_back = [r for r in read_records(log) if r["node"] == "x1"]
-    assert len(given_back) == 2 and all(r["aborted"] for r in given_back)
+    assert len({r["key"] for r in given_back}) == 2 and all(r["aborted"] for r in given_back)
     taken = {r["key"]: r["start"] for r in read_records(starts) if r["node"] == "x2"}
     assert set(taken) == {r["key"] for r in given_back}  # x2 runs exactly the runs x1 gave back ...
-    assert all(taken[r["key"]] >= r["end"] for r in given_back)  # ... after x1's run of them ended
+    assert all(taken[r["key"]] >= r["end"] for r in given_back)  # ... after x1's runs of them ended
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
     assert sorted(r.worker_id for r in rows) == ["x1", "x1", "x2", "x2"]
     assert all(r.tries == 0 for r in rows)  # giving back is not a failure

@@ -1,7 +1,8 @@
 """Guarantee 1 of SPEC 5 at the worst moments: a job key never runs on two nodes at once.
 
 Each test is one of the interleavings a review found; real node processes on a real store.
-Marked ``liveness``: dead after 1.0 s, a run's lease 0.6 s (tests/harness.py).
+The tests about paused and dead nodes are marked ``liveness``: dead after 1.0 s, a run's
+lease 0.6 s (tests/harness.py); the others run on the harness's calm heartbeat.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from fabricjobs.config import load_config
 from fabricjobs.model import Status
 from harness import TESTS, Cluster, NodeProcess, process_alive, read_records, wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.liveness]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -31,6 +32,7 @@ def cluster(tmp_path, request):
     c.stop_all()
 
 
+@pytest.mark.liveness
 def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(cluster, tmp_path):
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
     log_path = tmp_path / "node-a.log"
@@ -56,6 +58,7 @@ def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(clu
     assert [r["node"] for r in read_records(log)] == ["b"]
 
 
+@pytest.mark.liveness
 def test_an_observer_that_stalls_after_reading_does_not_declare_a_live_node_dead(cluster, tmp_path):
     """Node b (in this process) stalls 1.6 s between reading the nodes and acting; a is alive
     all along and must keep its job."""
@@ -90,6 +93,7 @@ def test_an_observer_that_stalls_after_reading_does_not_declare_a_live_node_dead
         thread.join(timeout=15)
 
 
+@pytest.mark.liveness
 # The hog outlives its node's lease (0.6 s here) even while the node is well, so each of its
 # runs is ended and retried; enough tries that it is still alive when b takes it over.
 @pytest.mark.parametrize("cluster", [{"jobs": {"MAX_TRIES": 100}}], indirect=True)
@@ -149,10 +153,6 @@ def test_jobs_this_node_cannot_run_do_not_hide_the_ones_it_can(cluster, tmp_path
     cluster.wait_job("USER_JOB", "Probe.noop", "plain", lambda j: j.status is Status.PROCESSED, 10)
 
 
-# Not about liveness: a calm heartbeat (4 s to dead) so that a node starved of CPU by the
-# tests alongside does not see its runs' leases lapse (which would count extra tries).
-@pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500, "FABRIC_HEARTBEAT_MISS": 8}}],
-                         indirect=True)
 def test_an_error_text_that_is_not_valid_utf8_fails_that_job_only(cluster, tmp_path):
     counter = tmp_path / "n"
     cluster.start_node("a")
@@ -168,6 +168,7 @@ def test_an_error_text_that_is_not_valid_utf8_fails_that_job_only(cluster, tmp_p
         assert Path(str(counter) + str(i)).read_text() == "1"  # ran once
 
 
+@pytest.mark.liveness
 def test_a_name_alive_on_another_host_is_refused_and_a_dead_one_is_taken_after_its_threshold(cluster, tmp_path):
     from fabricjobs.node.node import Node, NodeStartError
     from fabricjobs.store import open_store
