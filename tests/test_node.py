@@ -233,7 +233,9 @@ def test_stopjob_kills_a_process_job_that_ignores_sigterm_with_its_children(clus
     # KILL ends such a job at once (no grace), children too, and the run counts as a failed try.
     cluster.fetch("startjob process name='ignore_term.sh' uid='k';")
     cluster.wait_job("PROCESS", "ignore_term.sh", "k", lambda j: j.status is Status.IN_PROCESS)
-    task = wait_for(lambda: cluster.fetch("ps;").first_row(), 5, "the second task in PS")
+    # (PS shows what the node last published: wait until it lists the new run, not the stopped one)
+    task = wait_for(lambda: next((r for r in cluster.fetch("ps;") if r["task"] != ps["task"]), None), 5,
+                    "the second task in PS")
     pgid = task["thread"]
     cluster.fetch(f"kill 'node-a' {task['task']};")
     killed = cluster.wait_job("PROCESS", "ignore_term.sh", "k", lambda j: j.tries == 1, 8)
