@@ -19,13 +19,23 @@ if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):
 
 
 def write_config(path: Path, sections: dict[str, dict[str, object]]) -> Path:
+    path.write_text(_ini(sections), encoding="utf-8")
+    return path
+
+
+def add_sections(path: Path, sections: dict[str, dict[str, object]]) -> Path:
+    """Sections a test needs beside the store's, appended to a config.ini (e.g. store_config)."""
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + _ini(sections), encoding="utf-8")
+    return path
+
+
+def _ini(sections: dict[str, dict[str, object]]) -> str:
     lines = []
     for section, keys in sections.items():
         lines.append(f"[{section}]")
         lines.extend(f"{k} = {v}" for k, v in keys.items())
         lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return "\n".join(lines)
 
 
 def real_cluster() -> tuple[str, int]:

@@ -179,7 +179,9 @@ class Cluster:
     def _write_lock_free(self) -> bool:
         import sqlite3
 
-        conn = sqlite3.connect(self.tmp / "jobs.db", timeout=0.1, isolation_level=None)
+        from fabricjobs.config import load_config
+
+        conn = sqlite3.connect(load_config(self.config_path).get("store", "SQLITE_PATH"), timeout=0.1, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("ROLLBACK")

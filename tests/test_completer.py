@@ -15,13 +15,13 @@ from fabricjobs.shell.completer import Catalog, CommandCompleter
 from fabricjobs.shell.repl import _load_catalog
 from fabricjobs.store import open_store
 from fabricjobs.store.base import NodeRow
+from backends import add_sections
 from harness import ROOT
 
 
 @pytest.fixture
 def completer(store_config):
-    store_config.write_text(store_config.read_text() + f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\n"
-                            f"PROCESS_JOBS_DIR = {ROOT / 'scripts'}\n")
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "PROCESS_JOBS_DIR": ROOT / "scripts"}})
     cfg = load_config(store_config)
     client = Client(open_store(cfg), cfg, owns_store=True)
     client.fetch("startjob user_job name='Customer.userJob1' uid='u1';"

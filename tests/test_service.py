@@ -15,6 +15,7 @@ from fabricjobs.errors import (
 )
 from fabricjobs.model import JobKey, Status
 from fabricjobs.store import open_store
+from backends import add_sections
 from harness import ROOT, TESTS
 
 UTC = timezone.utc
@@ -23,11 +24,10 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def client(store_config, tmp_path):
-    text = store_config.read_text() + (
-        f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\nPROCESS_JOBS_DIR = {ROOT / 'scripts'}\n"
-        "USER_JOB_MODULES = json\n[node]\nTIME_ZONE = UTC\n"
-    )
-    store_config.write_text(text)
+    add_sections(store_config, {
+        "jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "PROCESS_JOBS_DIR": ROOT / "scripts", "USER_JOB_MODULES": "json"},
+        "node": {"TIME_ZONE": "UTC"},
+    })
     cfg = load_config(store_config)
     c = Client(open_store(cfg), cfg, ManualClock(T0), owns_store=True)
     yield c
@@ -56,7 +56,7 @@ def test_the_readmes_application_code_example(store_config):
     from fabricjobs import Client as PublicClient
     from fabricjobs.errors import CommandSyntaxError, FabricJobsError
 
-    store_config.write_text(store_config.read_text() + f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\n")
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}})
     with PublicClient.from_config(store_config) as client:
         row = client.fetch("startjob user_job name='Customer.userJob1' uid='u1';").first_row()
         assert row["Status"] == "WAITING"
@@ -138,8 +138,7 @@ def test_a_listener_may_only_watch_a_directory_under_listener_root(store_config,
     (root / "inbox").mkdir(parents=True)
     elsewhere.mkdir()
     (root / "escape").symlink_to(elsewhere)
-    store_config.write_text(store_config.read_text() + f"\n[jobs]\nUSER_JOBS_DIR = {ROOT / 'examples' / 'jobs'}\n"
-                            f"LISTENER_ROOT = {root}\n")
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "LISTENER_ROOT": root}})
     cfg = load_config(store_config)
     with Client(open_store(cfg), cfg, owns_store=True) as c:
         def start(path: str) -> str:

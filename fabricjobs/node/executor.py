@@ -704,7 +704,6 @@ class Executor:
         self.on_freed()
         self.on_tasks_changed()
 
-
     def _forget(self, run: Run) -> None:
         """Drop a run (caller holds the lock). Its slot goes to a train-mate still waiting
         without one, else back to the pool."""
