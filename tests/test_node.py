@@ -293,7 +293,10 @@ def test_a_burst_of_short_fires_larger_than_the_pool_rides_on_trains_within_the_
     store = cluster.client().store
     histories = {uid: [r.result for r in store.runs("USER_JOB", "Probe.record", uid)] for uid in burst}
     released = [uid for uid, results in histories.items() if "RELEASED" in results]
-    assert len(released) == 5, histories  # rode behind the long run, given back, then ran
+    # The five that rode behind the long run were given back and ran later. On a loaded machine a
+    # quick run that stalls past a train's patience (0.2 s) sends its riders back too: the same
+    # rule, so more than five may show RELEASED, never fewer.
+    assert len(released) >= 5, histories
     assert all(histories[uid][0] == "OK" and histories[uid].count("OK") == 1 for uid in burst), histories  # newest first
     runs = [r for r in read_records(log) if r["key"].split(".")[-1] in burst]
     assert sorted(r["key"].split(".")[-1] for r in runs) == burst  # each ran once
