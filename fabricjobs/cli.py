@@ -19,7 +19,7 @@ import sys
 
 from . import __version__
 from .config import KEYS, Config, find_config, load_config
-from .errors import CommandError, FabricJobsError
+from .errors import CommandError, FabricJobsError, message_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,7 +142,7 @@ def _one_command(args: argparse.Namespace, command, fmt: str = "table") -> int:
     try:
         result = client.execute(command)
     except CommandError as exc:  # as in the shell: one line, status 1 (2 is for usage and config)
-        print(f"fabricjobs: {exc}", file=sys.stderr)
+        print(f"fabricjobs: {message_of(exc)}", file=sys.stderr)
         return 1
     finally:
         client.close()
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except FabricJobsError as exc:
-        print(f"fabricjobs: {exc}", file=sys.stderr)
+        print(f"fabricjobs: {message_of(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -57,7 +57,7 @@ class CommandSyntaxError(CommandError):
 
     def _render(self) -> str:
         if self.line is None:
-            return self.reason
+            return _visible(self.reason)
         head = _visible(f"{self.label} at line {self.line}, column {self.column}: {self.reason}")
         lines = self.text.split("\n")  # the parser counts lines by "\n" only
         if not 1 <= self.line <= len(lines):
@@ -80,6 +80,20 @@ def _visible(text: str) -> str:
     the message stays one line and the caret stays under the column it points at (a carriage
     return in a quoted line would send the terminal back to its start)."""
     return text if text.isprintable() else text.translate(_SHOWN)
+
+
+def message_of(exc: BaseException) -> str:
+    """What a terminal user is shown for ``exc``: a syntax error's lines (its quote of the input
+    already visible), anything else as one line with every control character visible. A
+    message may quote user data (a name, a job's error), which must neither split it nor move
+    the terminal's cursor."""
+    return str(exc) if isinstance(exc, CommandSyntaxError) else _visible(str(exc))
+
+
+def shown(text: str) -> str:
+    """``text`` (a table cell, a notice) as a terminal should print it: its line breaks kept,
+    every other control character made visible (a job's output may hold escape sequences)."""
+    return "\n".join(_visible(line) for line in text.replace("\r\n", "\n").split("\n"))
 
 
 class ValidationError(CommandSyntaxError):

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fabricjobs.client import Client
 from fabricjobs.config import load_config
+from fabricjobs.errors import JobNotFound
 from fabricjobs.shell.script import run_text
 from fabricjobs.store import open_store
 from harness import ROOT, Cluster
@@ -71,6 +72,41 @@ def test_stdin_and_file_input_and_the_output_formats(cluster, tmp_path):
     r = cluster.shell("-e", "jobstatus user_job;", "--format", "csv")
     assert r.stdout.splitlines()[0].startswith("Type,Name,UID,Status,Creation Time")
     assert r.stdout.splitlines()[1].startswith("USER_JOB,Probe.noop,s,WAITING,")
+
+
+def test_control_characters_from_a_job_or_a_command_are_shown_not_sent_to_the_terminal(cluster):
+    """A job's error may hold a carriage return or an escape sequence, a command may name a
+    node with one: a table cell or a message shows them as symbols (one column each), while
+    the JSON output keeps the value exactly, for programs."""
+    cluster.start_node("node-a")
+    error = "line one\r\n\x1b[2Jcleared?\rback"
+    cluster.fetch(f"startjob user_job name='Probe.fails_saying' uid='ctl' args='{json.dumps({'message': error})}';")
+    cluster.wait_job("USER_JOB", "Probe.fails_saying", "ctl", lambda j: j.status.name == "FAILED")
+    table = cluster.shell("-e", "jobhistory user_job 'Probe.fails_saying' with uid='ctl';")
+    assert table.returncode == 0, table.stderr
+    assert "\x1b" not in table.stdout and "\r" not in table.stdout
+    assert "\u241b[2Jcleared?\u240dback" in table.stdout  # ␛ and ␍; the "\r\n" is a line break in the cell
+    as_json = cluster.shell("--format", "json", "-e", "jobhistory user_job 'Probe.fails_saying' with uid='ctl';")
+    assert error in json.loads(as_json.stdout)[0]["Error"]
+    # Found by the fuzz test below: a name with a line break in it split the "No active job"
+    # message in two. Such names are refused (one message, the input quoted visibly).
+    bad = cluster.shell("-e", "stopjob user_job name='\x1eProbe.noop' uid='u';")
+    assert bad.returncode == 1 and bad.stdout == ""
+    head, quoted, caret = bad.stderr.rstrip("\n").split("\n")
+    assert head.endswith("NAME must not contain control characters or line breaks (U+001E at character 1)")
+    assert quoted == "  stopjob user_job name='\u241eProbe.noop' uid='u'" and caret.strip() == "^"
+
+
+def test_a_message_quoting_raw_control_characters_is_printed_as_one_visible_line():
+    """Whatever a message quotes (here an error that carries a job's own text), the shell
+    prints it as one line without sending the terminal an escape sequence or a carriage return."""
+    class Refusing:
+        def execute(self, command):
+            raise JobNotFound("job said: \x1b[2Jgone\r\nsecond\u2028third")
+
+    err = io.StringIO()
+    assert run_text(Refusing(), "jobstatus;", io.StringIO(), err) == 1
+    assert err.getvalue() == "job said: \u241b[2Jgone\u240d\u240asecond\ufffdthird\n"
 
 
 def test_environment_names_the_config(cluster, tmp_path):

@@ -72,6 +72,9 @@ _JOB_COMMANDS: dict[str, type] = {
 #: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
 _REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
 _NON_EMPTY = frozenset({"NAME", "UID"})
+#: Names that end up in log lines, tables and file names: no control characters or line breaks.
+_PLAIN = frozenset({"NAME", "UID", "AFFINITY"})
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 _MAX_TASK = 2**63 - 1
 _MAX_DAYS = 36_500
@@ -346,10 +349,9 @@ class _ToCommand(Transformer):
     def _string_param(self, children: list[Token]) -> _Param:
         key, value = children
         name = param_name(key.type)
-        decoded = _string_value(value)
-        if name in _NON_EMPTY and decoded == "":
-            raise _invalid(self._text, value, f"{name} must not be empty")
-        return _Param(name, key, decoded)
+        if name in _PLAIN:
+            return _Param(name, key, self._plain(value, name, empty_ok=name not in _NON_EMPTY))
+        return _Param(name, key, _string_value(value))
 
     name = uid = affinity = _string_param
 
@@ -489,21 +491,14 @@ class _ToCommand(Transformer):
             days = self._whole(rest[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days")
             return JobStatus(days_ago=days, details=details)
         strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
-        values = []
-        for tok, what in zip(strings, ("NAME", "UID")):
-            value = _string_value(tok)
-            if value == "":
-                raise _invalid(self._text, tok, f"{what} must not be empty")
-            values.append(value)
+        values = [self._plain(tok, what) for tok, what in zip(strings, ("NAME", "UID"))]
         name, uid = (values + [None, None])[:2]
         return JobStatus(type=rest[0], name=name, uid=uid, details=details)
 
     def _named(self, children: list[Any]) -> tuple[str, str, str | None, dict[str, Token]]:
         """<TYPE> '<NAME>' [WITH UID='<UID>'] and trailing keyword NUMBER options."""
         keyword, job_type, name_tok, *rest = [c for c in children if c is not None]
-        name = _string_value(name_tok)
-        if name == "":
-            raise _invalid(self._text, name_tok, "NAME must not be empty")
+        name = self._plain(name_tok, "NAME")
         uid = None
         options: dict[str, Token] = {}
         i = 0
@@ -511,9 +506,7 @@ class _ToCommand(Transformer):
             tok = rest[i]
             if tok.type == "WITH":
                 uid_tok = rest[i + 2]
-                uid = _string_value(uid_tok)
-                if uid == "":
-                    raise _invalid(self._text, uid_tok, "UID must not be empty")
+                uid = self._plain(uid_tok, "UID")
                 i += 3
             else:
                 options[tok.type] = rest[i + 1]
@@ -559,6 +552,18 @@ class _ToCommand(Transformer):
         key, value = children[1], children[-1]
         text = _string_value(value) if value.type == "STRING" else value.value
         return Set(key=key.value, value=text)
+
+    def _plain(self, tok: Token, what: str, empty_ok: bool = False) -> str:
+        """A name, UID or affinity: shown in log lines, tables and file names, so not empty and
+        free of control characters (a carriage return would forge a log line)."""
+        value = _string_value(tok)
+        if value == "" and not empty_ok:
+            raise _invalid(self._text, tok, f"{what} must not be empty")
+        bad = _CONTROL.search(value)
+        if bad:
+            raise _invalid(self._text, tok, f"{what} must not contain control characters or line breaks "
+                                            f"(U+{ord(bad.group()):04X} at character {bad.start() + 1})")
+        return value
 
     def _whole(self, tok: Token, limit: int, message: str) -> int:
         digits = tok.value.lstrip("+")

@@ -14,6 +14,7 @@ import json
 from datetime import datetime, tzinfo
 from typing import Any
 
+from ..errors import shown
 from ..result import Result
 
 FORMATS = ("table", "json", "csv")
@@ -46,8 +47,11 @@ def _table(result: Result, zone: tzinfo | None, width: int | None) -> str:
     from tabulate import tabulate
 
     if not result.has_table:
-        return result.status or ""
-    rows = [[_text(v, zone) for v in r] for r in result.rows]
+        return shown(result.status or "")
+    # For a terminal: a cell's own lines kept, any other control character shown (a job's
+    # error or output may hold a carriage return or an escape sequence). json and csv keep
+    # values exactly, for programs.
+    rows = [[shown(_text(v, zone)) for v in r] for r in result.rows]
     lines = []
     if result.vertical:
         lines.append(_vertical(result.columns, rows))
@@ -57,9 +61,9 @@ def _table(result: Result, zone: tzinfo | None, width: int | None) -> str:
             table = _vertical(result.columns, rows)
         lines.append(table)
     lines.append(_count(len(rows)))
-    lines.extend(result.notices)
+    lines.extend(shown(notice) for notice in result.notices)
     if result.status:
-        lines.append(result.status)
+        lines.append(shown(result.status))
     return "\n".join(lines)
 
 

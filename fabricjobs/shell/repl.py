@@ -13,7 +13,7 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
 
 from ..client import Client
-from ..errors import FabricJobsError
+from ..errors import FabricJobsError, message_of
 from .completer import Catalog, CommandCompleter
 from .keys import SHELL_WORDS, key_bindings
 from .lexer import STYLE, CommandLexer
@@ -90,7 +90,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
                 for result in client.run_script(piece.text):
                     print(render(result, fmt, zone=zone, width=width), file=out, flush=True)
             except FabricJobsError as exc:
-                print(str(exc), file=sys.stderr, flush=True)
+                print(message_of(exc), file=sys.stderr, flush=True)
                 break
             except KeyboardInterrupt:
                 print("cancelled", file=sys.stderr)

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from ..client import Client
 from ..commands import lex, parse_script
-from ..errors import FabricJobsError
+from ..errors import FabricJobsError, message_of
 from .output import render
 
 log = logging.getLogger("fabricjobs.shell")
@@ -69,7 +69,7 @@ def report_internal_error(exc: BaseException, err: TextIO, context: str = "") ->
         where = f" (details in {path})"
     except OSError:
         where = ""
-    print(f"internal error: {type(exc).__name__}: {exc}{where}", file=err)
+    print(f"internal error: {type(exc).__name__}: {message_of(exc)}{where}", file=err)
 
 
 def run_text(
@@ -90,7 +90,7 @@ def run_text(
                 result = client.execute(statement.command)
                 print(render(result, fmt, zone=zone), file=out, flush=True)
         except FabricJobsError as exc:
-            print(str(exc), file=err, flush=True)
+            print(message_of(exc), file=err, flush=True)
             failed = True
         except Exception as exc:  # a bug: never a traceback on the terminal
             report_internal_error(exc, err, piece.text.strip())

@@ -78,6 +78,10 @@ def fails_no_retry():
     fail_job_no_retry(RuntimeError("bad input, do not retry"))
 
 
+def fails_saying(message: str):
+    fail_job_no_retry(RuntimeError(message))
+
+
 def fails_always_retry(counter: str):
     path = Path(counter)
     n = int(path.read_text()) if path.exists() else 0
