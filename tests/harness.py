@@ -165,31 +165,22 @@ class Cluster:
         a node paused between transactions. Re-tried until the lock is seen free; returns the
         wall time of the pause that held."""
         send = node.signal_group if group else node.signal
+        database = self._sqlite_path() if self.backend == "sqlite" else None
         deadline = time.monotonic() + timeout
         while True:
             paused_at = time.time()
             send(signal.SIGSTOP)
-            if self.backend != "sqlite" or self._write_lock_free():
+            if database is None or _write_lock_free(database):
                 return paused_at
             send(signal.SIGCONT)
             if time.monotonic() > deadline:
                 raise AssertionError(f"node {node.name} held the SQLite write lock at every pause for {timeout} s")
             time.sleep(0.01)
 
-    def _write_lock_free(self) -> bool:
-        import sqlite3
-
+    def _sqlite_path(self) -> str:
         from fabricjobs.config import load_config
 
-        conn = sqlite3.connect(load_config(self.config_path).get("store", "SQLITE_PATH"), timeout=0.1, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False  # locked past the timeout: the frozen node holds it
-        finally:
-            conn.close()
+        return load_config(self.config_path).get("store", "SQLITE_PATH")
 
     def stop_all(self) -> None:
         for node in self.nodes.values():
@@ -254,6 +245,21 @@ def read_records(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 pass  # a record cut by a kill
     return out
+
+
+def _write_lock_free(database: str) -> bool:
+    """Whether a write transaction on the SQLite file can begin within 0.1 s."""
+    import sqlite3
+
+    conn = sqlite3.connect(database, timeout=0.1, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False  # locked past the timeout: the frozen node holds it
+    finally:
+        conn.close()
 
 
 def process_alive(pid: int) -> bool:

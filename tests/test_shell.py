@@ -75,9 +75,9 @@ def test_stdin_and_file_input_and_the_output_formats(cluster, tmp_path):
 
 
 def test_control_characters_from_a_job_or_a_command_are_shown_not_sent_to_the_terminal(cluster):
-    """A job's error may hold a carriage return or an escape sequence, a command may name a
-    node with one: a table cell or a message shows them as symbols (one column each), while
-    the JSON output keeps the value exactly, for programs."""
+    """A job's error may hold a carriage return or an escape sequence: a table cell shows them
+    as symbols (one column each), while the JSON output keeps the value exactly, for programs.
+    A command that puts one in a name is refused, its input quoted visibly."""
     cluster.start_node("node-a")
     error = "line one\r\n\x1b[2Jcleared?\rback"
     cluster.fetch(f"startjob user_job name='Probe.fails_saying' uid='ctl' args='{json.dumps({'message': error})}';")
