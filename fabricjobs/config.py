@@ -79,6 +79,16 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _consistency(text: str) -> str:
+    """A Cassandra consistency level that is a quorum: with ONE a heartbeat or a claim read
+    may miss the write a quorum made, and a live node would be judged dead."""
+    t = text.strip().upper()
+    if t in ("ONE", "LOCAL_ONE", "ANY", "TWO", "THREE"):
+        raise ValueError(f"{t} is refused: reads at {t} can miss a quorum's writes (a live node's heartbeat, "
+                         "a claimed job), so use LOCAL_QUORUM (one DC), QUORUM or EACH_QUORUM")
+    return _choice("QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL")(text)
+
+
 def _lower_choice(*choices: str) -> Callable[[str], str]:
     upper = _choice(*(c.upper() for c in choices))
     return lambda text: upper(text).lower()
@@ -160,7 +170,7 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "KEYSPACE", _name, "k2system", "Keyspace of k2_jobs and nodes."),
     Key("cassandra", "REPLICATION", _str, "SimpleStrategy:1", "Used when the keyspace is created: 'SimpleStrategy:<factor>' or 'NetworkTopologyStrategy:DC1=3,DC2=3'."),
     Key("cassandra", "LOCAL_DC", _str, "", "The driver's local data centre (DC-aware load balancing)."),
-    Key("cassandra", "CONSISTENCY", _choice("ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"), "LOCAL_QUORUM", "Consistency of reads and writes (and of the LWT commit)."),
+    Key("cassandra", "CONSISTENCY", _consistency, "LOCAL_QUORUM", "Consistency of reads and writes (and of the LWT commit): LOCAL_QUORUM, QUORUM, EACH_QUORUM or ALL (ONE and LOCAL_ONE are refused: heartbeat and claim reads must see a quorum's writes)."),
     Key("cassandra", "SERIAL_CONSISTENCY", _choice("SERIAL", "LOCAL_SERIAL"), "SERIAL", "Consistency of the Paxos phase of lightweight transactions."),
     Key("cassandra", "USERNAME", _str, "", "Password authentication user (empty: none)."),
     Key("cassandra", "PASSWORD", _str, "", "Password authentication password."),
@@ -171,6 +181,7 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "TLS_VERIFY", _bool, True, "Verify the server certificate and host name."),
     Key("cassandra", "CONNECT_TIMEOUT_SEC", _float(0.1), 10.0, "Connection timeout."),
     Key("cassandra", "REQUEST_TIMEOUT_SEC", _float(0.1), 10.0, "Client-side request timeout."),
+    Key("cassandra", "TOKEN_AWARE", _bool, True, "Send each statement to a replica of its partition (reads the token ring and schema metadata at connect)."),
     Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),
     Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
     # [metrics]

@@ -57,6 +57,8 @@ def test_values_are_typed_and_keys_case_insensitive(tmp_path):
         ("[store]\nBACKEND = mysql\n", "[store] BACKEND: expected one of SQLITE, CASSANDRA, got 'mysql'"),
         ("[node]\nTIME_ZONE = Mars/Base\n", "[node] TIME_ZONE: unknown time zone 'Mars/Base'"),
         ("[cassandra]\nTLS = maybe\n", "[cassandra] TLS: expected true or false"),
+        ("[cassandra]\nCONSISTENCY = ONE\n", "[cassandra] CONSISTENCY: ONE is refused: reads at ONE can miss a quorum's writes"),
+        ("[cassandra]\nCONSISTENCY = local_one\n", "[cassandra] CONSISTENCY: LOCAL_ONE is refused"),
         ("[jobs]\nMIN_GIVE_UP_EXCEPTIONAL_MINUTES = 9\nMAX_GIVE_UP_EXCEPTIONAL_MINUTES = 2\n", "larger than MAX_GIVE_UP"),
         ("[jobs\nK2JOBS_POOL_SIZE = 1\n", "config"),
         ("K2JOBS_POOL_SIZE = 1\n", "no section header"),
