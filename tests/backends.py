@@ -57,7 +57,8 @@ def make_backend_config(request, backend: str, tmp_path: Path, extra: dict | Non
         server = request.getfixturevalue("cql_server")
         sections["store"] = {"BACKEND": "cassandra"}
         sections["cassandra"] = {"HOSTS": server.host, "PORT": server.port, "KEYSPACE": keyspace,
-                                 "PROTOCOL_VERSION": 4, "CONSISTENCY": "ONE", "REQUEST_TIMEOUT_SEC": 5}
+                                 "PROTOCOL_VERSION": 4, "CONSISTENCY": "QUORUM", "REQUEST_TIMEOUT_SEC": 5,
+                                 "TOKEN_AWARE": "false"}  # one node: nothing to route, and no schema reads
     elif backend == "cassandra-real":
         hosts, port = real_cluster()
         sections["store"] = {"BACKEND": "cassandra"}

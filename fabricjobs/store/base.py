@@ -123,6 +123,17 @@ class RunRecord:
     note: str = ""  # scheduling notes: a fire skipped as too late or while the last run still went
 
 
+@dataclass(slots=True)
+class StoreStats:
+    """Counts a backend keeps of its own work, which the node exports as metrics: the costs
+    and troubles of a distributed store that no job row shows (SQLite leaves them at 0)."""
+
+    lwt_attempts: int = 0  # conditional writes sent (a retried one counts again)
+    contention_retries: int = 0  # LWTs sent again after an unknown outcome on an unchanged row
+    unknown_outcomes: int = 0  # LWTs whose outcome had to be settled by a SERIAL read
+    index_repairs: int = 0  # stale index entries removed by whoever met them
+
+
 @dataclass(frozen=True, slots=True)
 class KillRequest:
     node: str
@@ -139,6 +150,8 @@ class JobStore(ABC):
     #: True if :meth:`transaction` is atomic (all of its writes or none); False if each write
     #: commits by itself.
     groups_writes: bool = False
+    #: The backend's own counters (a backend that keeps any sets its own object).
+    stats: StoreStats = StoreStats()
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import logging
 import random
-import re
+
 import ssl
 import threading
 import time
@@ -80,14 +80,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Collection, Iterable, Sequence
 
 from ..config import Config
-from ..errors import SchemaVersionError, StoreError
+from ..errors import StoreError
 from ..model import Job, JobKey, Status
-from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version
+from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
+from .cassandra_schema import COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name
+from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
 UTC = timezone.utc
-SCHEMA_VERSION = 2
 SHARDS = 8
 _ALL_SHARDS = list(range(SHARDS))
 _SCAN_BUCKETS = 8  # buckets per index read: an IN over at most 8 x SHARDS partitions
@@ -95,63 +96,14 @@ INTENT_GRACE = timedelta(seconds=60)
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
 _CAS_UNKNOWN = 0x1700
 _CONTENTION_RETRIES = 8
-_KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 _STATUS = {s.value: s for s in Status}
 
 _JOB_COLUMNS = tuple(
     f.name for f in fields(Job) if f.name != "key"
 )  # status, creation_time, archived, affinity, arguments, ..., the counters
-_COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 _RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time", "end_time", "result", "status",
                 "tries", "error", "output", "exit_code", "log", "note")
-_SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
-
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS k2_jobs (
-        type text, name text, uid text,
-        status text, archived boolean, affinity text, arguments text, execution_interval text,
-        creation_time timestamp, start_time timestamp, end_time timestamp, next_run timestamp,
-        hold_until timestamp, error_msg text, output text, tries int, worker_id text,
-        epoch bigint, revision bigint, priority int,
-        PRIMARY KEY ((type, name, uid)))""",
-    """CREATE TABLE IF NOT EXISTS k2_jobs_index (
-        bucket text, shard int, next_run timestamp, type text, name text, uid text, revision bigint,
-        status text, worker_id text, hold_until timestamp, affinity text, priority int, epoch bigint,
-        tries int, written_at timestamp,
-        PRIMARY KEY ((bucket, shard), next_run, type, name, uid, revision))""",
-    """CREATE TABLE IF NOT EXISTS k2_jobs_owners (kind text, owner text, PRIMARY KEY ((kind), owner))""",
-    """CREATE TABLE IF NOT EXISTS k2_jobs_archive (
-        day text, end_time timestamp, type text, name text, uid text,
-        PRIMARY KEY ((day), end_time, type, name, uid))""",
-    """CREATE TABLE IF NOT EXISTS nodes (
-        name text PRIMARY KEY, incarnation text, dc text, host text, pid int, started timestamp,
-        version text, beat bigint, beat_time timestamp, state text, running int, info text, tasks text)""",
-    """CREATE TABLE IF NOT EXISTS kill_requests (
-        node text, task bigint, requested_at timestamp, requested_by text, PRIMARY KEY ((node), task))""",
-    """CREATE TABLE IF NOT EXISTS fabricjobs_schema (id text PRIMARY KEY, version int)""",
-)
-
-#: Schema changes after version 1, applied in order (each step is idempotent: a statement that
-#: finds its change already made is skipped).
-MIGRATIONS: dict[int, tuple[str, ...]] = {
-    2: (
-        *(f"ALTER TABLE k2_jobs ADD {c} int" for c in _COUNTERS),
-        *(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in _SCHEDULING.items()),
-        """CREATE TABLE IF NOT EXISTS k2_job_runs (
-            type text, name text, uid text, epoch bigint, node text, due_time timestamp,
-            start_time timestamp, end_time timestamp, result text, status text, tries int,
-            error text, output text, exit_code int, log text, note text,
-            PRIMARY KEY ((type, name, uid), epoch, end_time))
-            WITH CLUSTERING ORDER BY (epoch DESC, end_time DESC)""",
-        # Which uids of a job name have run records (JOBHISTORY by name).
-        """CREATE TABLE IF NOT EXISTS k2_job_run_uids (type text, name text, uid text, PRIMARY KEY ((type, name), uid))""",
-        """CREATE TABLE IF NOT EXISTS k2_listener_files (
-            type text, name text, uid text, file text, note text, marked_at timestamp,
-            PRIMARY KEY ((type, name, uid), file))""",
-    ),
-}
-
 
 def _aware(value: datetime | None) -> datetime | None:
     if value is None:
@@ -187,6 +139,15 @@ def _slot(row: Job) -> tuple[str | None, datetime]:
     return _job_bucket(row), due.replace(microsecond=due.microsecond // 1000 * 1000)
 
 
+def _bound(value):
+    """A value to bind, or the driver's "unset" for None: a bound null writes a tombstone."""
+    if value is None:
+        from cassandra.query import UNSET_VALUE
+
+        return UNSET_VALUE
+    return value
+
+
 def _result(future):
     try:
         return future.result()
@@ -207,44 +168,6 @@ class _Entry:
     revision: int
     written_at: datetime | None
     job: Job  # a candidate built from the entry
-
-
-def schema_cql(keyspace: str, replication: str) -> str:
-    """The CQL that creates this code's schema in ``keyspace`` (for CREATE_SCHEMA = false:
-    an administrator runs it once, e.g. ``fabricjobs cassandra-schema | cqlsh``)."""
-    if not _KEYSPACE_RE.match(keyspace):
-        raise StoreError(f"[cassandra] KEYSPACE: {keyspace!r} is not a valid keyspace name (letters, digits, _)")
-    rep = parse_replication(replication)
-    rep_cql = "{" + ", ".join(f"'{k}': " + (f"'{v}'" if isinstance(v, str) else str(v)) for k, v in rep.items()) + "}"
-    lines = [f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {rep_cql};", f"USE {keyspace};"]
-    lines += [" ".join(ddl.split()) + ";" for ddl in SCHEMA]
-    for version in sorted(MIGRATIONS):
-        lines += [" ".join(ddl.split()) + ";" for ddl in MIGRATIONS[version]]
-    lines.append(f"INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', {SCHEMA_VERSION});")
-    return "\n".join(lines)
-
-
-def parse_replication(text: str) -> dict[str, Any]:
-    """'SimpleStrategy:3' or 'NetworkTopologyStrategy:DC1=3,DC2=3' -> a CQL replication map."""
-    strategy, _, rest = text.partition(":")
-    strategy = strategy.strip()
-    if strategy == "SimpleStrategy":
-        try:
-            factor = int(rest or "1")
-        except ValueError:
-            raise StoreError(f"[cassandra] REPLICATION: bad replication factor {rest!r}") from None
-        return {"class": "SimpleStrategy", "replication_factor": factor}
-    if strategy == "NetworkTopologyStrategy":
-        out: dict[str, Any] = {"class": "NetworkTopologyStrategy"}
-        for part in filter(None, (p.strip() for p in rest.split(","))):
-            dc, _, n = part.partition("=")
-            if not dc or not n.isdigit():
-                raise StoreError(f"[cassandra] REPLICATION: expected DC=factor, got {part!r}")
-            out[dc.strip()] = int(n)
-        if len(out) == 1:
-            raise StoreError("[cassandra] REPLICATION: NetworkTopologyStrategy needs at least one DC=factor")
-        return out
-    raise StoreError(f"[cassandra] REPLICATION: expected SimpleStrategy:<n> or NetworkTopologyStrategy:DC=n,..., got {text!r}")
 
 
 class CassandraStore(JobStore):
@@ -272,15 +195,15 @@ class CassandraStore(JobStore):
         create_schema: bool = True,
         protocol_version: int = 4,
         archive_ttl_seconds: int = 720 * 3600,
+        token_aware: bool = True,
     ) -> None:
         # The driver is imported here, not at module level: choosing SQLite never pays for it.
         from cassandra import ConsistencyLevel
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-        from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy
+        from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
         from cassandra.query import dict_factory
 
-        if not _KEYSPACE_RE.match(keyspace):
-            raise StoreError(f"[cassandra] KEYSPACE: {keyspace!r} is not a valid keyspace name (letters, digits, _)")
+        check_keyspace_name(keyspace)
         self.keyspace = keyspace
         self.archive_ttl = max(1, int(archive_ttl_seconds))
         self.request_timeout = request_timeout
@@ -288,7 +211,10 @@ class CassandraStore(JobStore):
         serial = ConsistencyLevel.name_to_value[serial_consistency]
 
         def lbp():
-            return DCAwareRoundRobinPolicy(local_dc=local_dc or None)
+            # Token-aware: a statement goes to a replica of its partition, saving the hop from a
+            # coordinator that holds no copy (and, for an LWT, a Paxos round's extra latency).
+            dc_aware = DCAwareRoundRobinPolicy(local_dc=local_dc or None)
+            return TokenAwarePolicy(dc_aware) if token_aware else dc_aware
 
         profiles = {
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
@@ -319,7 +245,8 @@ class CassandraStore(JobStore):
             kwargs["ssl_context"] = ctx
         self._cluster = Cluster(
             list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
-            connect_timeout=connect_timeout, schema_metadata_enabled=False, token_metadata_enabled=False,
+            # Routing by token needs the token ring and the keyspace's replication (schema metadata).
+            connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
             **kwargs,
         )
         try:
@@ -333,6 +260,7 @@ class CassandraStore(JobStore):
         self._owners_known: set[str] = set()
         self._intents: dict[tuple, datetime] = {}
         self._closed = False
+        self.stats = StoreStats()
         try:
             self._setup_schema(create_schema, replication)
         except Exception:
@@ -350,55 +278,17 @@ class CassandraStore(JobStore):
             connect_timeout=c["CONNECT_TIMEOUT_SEC"], request_timeout=c["REQUEST_TIMEOUT_SEC"],
             create_schema=c["CREATE_SCHEMA"], protocol_version=c["PROTOCOL_VERSION"],
             archive_ttl_seconds=int(config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR") * 3600),
+            token_aware=c["TOKEN_AWARE"],
         )
 
     # -- schema ----------------------------------------------------------------------------------
 
     def _setup_schema(self, create: bool, replication: str) -> None:
-        s = self._session
-        if create:
-            rep = parse_replication(replication)
-            rep_cql = "{" + ", ".join(f"'{k}': " + (f"'{v}'" if isinstance(v, str) else str(v)) for k, v in rep.items()) + "}"
-            s.execute(f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = {rep_cql}")
-        try:
-            s.set_keyspace(self.keyspace)
-        except Exception as exc:
-            raise StoreError(f"keyspace {self.keyspace!r} is not usable ({exc}); create it or set [cassandra] CREATE_SCHEMA = true") from None
-        if create:
-            for ddl in SCHEMA:
-                s.execute(ddl)
-        try:
-            row = s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()
-        except Exception as exc:
-            raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema ({exc}); set [cassandra] CREATE_SCHEMA = true") from None
-        if row is None:
-            if not create:
-                raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema; set [cassandra] CREATE_SCHEMA = true")
-            s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', 1) IF NOT EXISTS", execution_profile="lwt")
-            row = s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()
-        version = row["version"]
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"Cassandra keyspace {self.keyspace!r} has schema version {version}, newer than this "
-                f"fabricjobs understands ({SCHEMA_VERSION}); upgrade fabricjobs"
-            )
-        if version < SCHEMA_VERSION and not create:
-            raise StoreError(
-                f"Cassandra keyspace {self.keyspace!r} has schema version {version}; this fabricjobs needs "
-                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the README)"
-            )
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for ddl in MIGRATIONS[target]:
-                try:
-                    s.execute(ddl)
-                except Exception as exc:  # another node made the same change first
-                    if "conflicts with an existing column" not in str(exc) and "already exist" not in str(exc):
-                        raise
-            s.execute("UPDATE fabricjobs_schema SET version = %s WHERE id = 'k2_jobs' IF version = %s",
-                      (target, target - 1), execution_profile="lwt")
+        self._schema = SchemaManager(self._session, self.keyspace)
+        self._schema.ensure(create, replication)
 
     def schema_version(self) -> int:
-        return self._session.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'").one()["version"]
+        return self._schema.version()
 
     def _stmt(self, key: tuple, cql: str):
         stmt = self._prepared.get(key)
@@ -406,7 +296,10 @@ class CassandraStore(JobStore):
             with self._prep_lock:
                 stmt = self._prepared.get(key)
                 if stmt is None:
-                    stmt = self._session.prepare(cql)
+                    try:
+                        stmt = self._session.prepare(cql)
+                    except Exception as exc:
+                        raise StoreError(f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
                     self._prepared[key] = stmt
         return stmt
 
@@ -475,45 +368,87 @@ class CassandraStore(JobStore):
 
     # -- the LWT core ----------------------------------------------------------------------------
 
-    def _execute_lwt(self, stmt, params, key: JobKey, ours, unchanged) -> tuple[bool, dict | None, Job | None]:
+    def _execute_lwt(self, stmt, params, key: JobKey, ours, unchanged,
+                     before_retry=None) -> tuple[bool, dict | None, Job | None]:
         """Run one LWT; settle an unknown outcome with a SERIAL read.
 
         Returns (applied, the [applied] row when known, the row read at SERIAL when the
         outcome had to be settled). ``ours(row)`` says whether a row shows our write;
-        ``unchanged(row)`` whether the row is still as the LWT expected (then a timeout was
-        contention, and the LWT is sent again after a jittered pause).
+        ``unchanged(row)`` whether the row is still as the LWT expected (then the unknown
+        outcome was contention, and the LWT is sent again after a jittered pause, with
+        ``before_retry()`` first: it re-writes the index intent, so that no reader's grace can
+        run out under a write that is still being tried). An attempt after an unknown outcome
+        that answers "not applied" may have met our own earlier attempt: it is checked too.
+
+        Unknown outcomes: a write timeout or failure (the proposal may have reached some
+        replicas), the protocol-v5 CAS_WRITE_UNKNOWN, the client's own timeout, and a
+        connection lost after the request may have been sent.
         """
-        from cassandra import OperationTimedOut, WriteTimeout
+        from cassandra import OperationTimedOut, WriteFailure, WriteTimeout
+        from cassandra.cluster import NoHostAvailable
+        from cassandra.connection import ConnectionException
         from cassandra.policies import WriteType
         from cassandra.protocol import ErrorMessage
 
         backoff = 0.01
+        retried = False
         for attempt in range(_CONTENTION_RETRIES):
+            self.stats.lwt_attempts += 1
             try:
                 row = self._session.execute(stmt, params, execution_profile="lwt").one()
-                return bool(row["[applied]"]), row, None
+                if row["[applied]"] or not retried:
+                    return bool(row["[applied]"]), row, None
+                why = "a retry not applied"  # maybe because our earlier attempt did apply
             except WriteTimeout as exc:
                 if exc.write_type not in (WriteType.CAS, WriteType.SIMPLE):
                     raise StoreError(f"Cassandra write timeout ({exc})") from None
                 why = f"WriteTimeout({WriteType.value_to_name.get(exc.write_type, exc.write_type)})"
+            except WriteFailure as exc:
+                why = f"WriteFailure({exc})"
             except OperationTimedOut:
                 why = "client timeout"
+            except (ConnectionException, NoHostAvailable) as exc:
+                if isinstance(exc, NoHostAvailable) and not any(
+                        isinstance(e, (ConnectionException, OperationTimedOut)) for e in exc.errors.values()):
+                    raise StoreError(f"Cassandra: {exc}") from None  # refused before it was sent
+                why = f"connection lost ({type(exc).__name__})"
             except ErrorMessage as exc:
                 if getattr(exc, "code", None) != _CAS_UNKNOWN:
                     raise StoreError(f"Cassandra error: {exc}") from None
                 why = "CAS_WRITE_UNKNOWN"
-            current = self._select_job(key, serial=True)
+            self.stats.unknown_outcomes += 1
+            current = self._settle_read(key)
             if current is not None and ours(current):
                 log.info("LWT on %s had an unknown outcome (%s); a SERIAL read shows it applied", key, why)
                 return True, None, current
             if attempt + 1 < _CONTENTION_RETRIES and unchanged(current):
                 # Nobody changed the row: the timeout was contention. Try again, later.
+                self.stats.contention_retries += 1
                 time.sleep(backoff * (1 + random.random()))
                 backoff = min(backoff * 2, 0.5)
+                if before_retry is not None:
+                    before_retry()
+                retried = True
                 continue
             log.info("LWT on %s had an unknown outcome (%s); a SERIAL read shows it did not apply", key, why)
             return False, None, current
         raise StoreError(f"gave up on {key} after {_CONTENTION_RETRIES} contended attempts")
+
+    def _settle_read(self, key: JobKey) -> Job | None:
+        """The row at SERIAL, to settle an unknown outcome. A lost connection may have taken
+        the only reachable host down with it: the read is tried again until the driver has
+        reconnected, for up to two request timeouts or 5 s (then the outcome stays unknown and the
+        caller's write fails; it is looked at again later)."""
+        deadline = time.monotonic() + max(2 * self.request_timeout, 5.0)
+        pause = 0.05
+        while True:
+            try:
+                return self._select_job(key, serial=True)
+            except StoreError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     # -- index maintenance -----------------------------------------------------------------------
 
@@ -532,7 +467,7 @@ class CassandraStore(JobStore):
         k = job.key
         self._run(stmt, (
             bucket, _shard(k), job.next_run or _EPOCH0, k.type, k.name, k.uid, revision, job.status.value,
-            job.worker_id, job.hold_until, job.affinity, job.priority, job.epoch, job.tries,
+            _bound(job.worker_id), _bound(job.hold_until), job.affinity, job.priority, job.epoch, job.tries,
         ))
 
     def _index_delete(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> None:
@@ -544,11 +479,13 @@ class CassandraStore(JobStore):
         self._run(stmt, (bucket, _shard(key), next_run or _EPOCH0, key.type, key.name, key.uid, revision))
         self._intents.pop((bucket, key, revision), None)
 
-    def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> None:
+    def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int, *, repair: bool = True) -> None:
         """Delete an index entry that is no longer true, after the LWT decided. If this write is
         lost the entry is only stale: the next reader that meets it deletes it."""
         try:
             self._index_delete(bucket, key, next_run, revision)
+            if repair:  # not the writer's own entry of a change it made
+                self.stats.index_repairs += 1
         except StoreError as exc:
             log.warning("could not delete a stale index entry of %s (%s); a later reader will", key, exc)
 
@@ -598,29 +535,30 @@ class CassandraStore(JobStore):
     def insert(self, job: Job) -> CasResult:
         new = job.replace(revision=1)
         self._index_upsert(new, 1)
-        cols = ", ".join(_JOB_COLUMNS)
-        stmt = self._stmt(("insert",), f"INSERT INTO k2_jobs (type, name, uid, {cols}) VALUES (?, ?, ?, "
-                                       + ", ".join("?" for _ in _JOB_COLUMNS) + ") IF NOT EXISTS")
-        params = (job.key.type, job.key.name, job.key.uid) + tuple(getattr(new, c) for c in _JOB_COLUMNS)
-        params = tuple(p.value if isinstance(p, Status) else p for p in params)
+        # An UPDATE, not an INSERT: an INSERT writes a row marker that no later UPDATE ... USING
+        # TTL covers, so an archived row would leave its key behind when its cells expire. The
+        # condition "revision = null" holds exactly when no row (or only expired cells) is
+        # there. Columns without a value are left unset: a bound null is a tombstone per cell.
+        sets = ", ".join(f"{c} = ?" for c in _JOB_COLUMNS)
+        stmt = self._stmt(("insert",), f"UPDATE k2_jobs SET {sets} WHERE type = ? AND name = ? AND uid = ? "
+                                       "IF revision = null")
+        params = tuple(_bound(getattr(new, c)) for c in _JOB_COLUMNS) + (job.key.type, job.key.name, job.key.uid)
 
         def ours(row: Job) -> bool:
             return row.revision == 1 and row.creation_time == new.creation_time and row.arguments == new.arguments
 
-        applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None)
+        applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None,
+                                                      before_retry=lambda: self._index_upsert(new, 1))
         if applied:
             return CasResult(True, row=settled or new)
-        existing = settled
-        if existing is None and lwt_row is not None and lwt_row.get("status") is not None:
-            existing = self._job({k: lwt_row.get(k) for k in ("type", "name", "uid", *_JOB_COLUMNS)})
-        if existing is None:
-            existing = self._select_job(job.key)
+        # A refused conditional UPDATE returns only the condition's column: read the row.
+        existing = settled if settled is not None else self._select_job(job.key)
         # Drop our intent only if an existing row proves it false: the row is past revision 1, or
         # its entry is elsewhere (compared as stored: an identical insert that won wrote this
         # very entry). With no row to be seen, the same entry may be the intent of another
         # insert of this key still before its LWT; the grace rule removes it if it is orphaned.
         if existing is not None and (existing.revision, _slot(existing)) != (1, _slot(new)):
-            self._tidy(_job_bucket(new), new.key, new.next_run, 1)  # our intent describes no row
+            self._tidy(_job_bucket(new), new.key, new.next_run, 1, repair=False)  # our intent describes no row
         if existing is None or not existing.archived:
             return CasResult(False, row=existing)
         # An archived row with this key: reuse it, counting on from its epoch and revision.
@@ -634,10 +572,12 @@ class CassandraStore(JobStore):
             raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
         key = expected.key
         revision = expected.revision + 1
-        full = expected.archived != new.archived
+        full = expected.archived or new.archived
+        stored = None
         if full:
-            # Archiving (or un-archiving) rewrites every cell so that the TTL covers all of them
-            # (or is lifted from all of them): merge the change into the stored row.
+            # A write that archives, un-archives or touches an archived row rewrites every cell,
+            # so that one TTL covers all of them (or is lifted from all of them) and they expire
+            # together: the row then leaves nothing behind. Merge the change into the stored row.
             stored = self._select_job(key)
             if stored is None or Version.of(stored) != Version.of(expected):
                 current = None if stored is None else Version.of(stored)
@@ -655,7 +595,9 @@ class CassandraStore(JobStore):
         stmt = self._stmt(("cas",) + tuple(columns),
                           f"UPDATE k2_jobs USING TTL ? SET {sets} WHERE type = ? AND name = ? AND uid = ? "
                           "IF status = ? AND epoch = ? AND worker_id = ? AND revision = ?")
-        values = [getattr(target, c) for c in columns] + [revision]
+        # A null clears a cell (a cell tombstone): bound only where the stored row has a value.
+        values = [_bound(getattr(target, c)) if stored is not None and getattr(stored, c) is None
+                  else getattr(target, c) for c in columns] + [revision]
         params = tuple(v.value if isinstance(v, Status) else v for v in values)
         params = (ttl,) + params + (key.type, key.name, key.uid, expected.status.value, expected.epoch,
                                     expected.worker_id, expected.revision)
@@ -675,9 +617,10 @@ class CassandraStore(JobStore):
         if new_bucket is not None:
             self._intents[(new_bucket, key, revision)] = datetime.now(UTC)
         applied, lwt_row, settled = self._execute_lwt(
-            stmt, params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected))
+            stmt, params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
+            before_retry=lambda: self._index_upsert(target, revision))
         if applied:
-            self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision)
+            self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False)
             if new_bucket is not None:
                 self._intents.pop((new_bucket, key, revision), None)
             row = settled if full is False and settled is not None else None
@@ -698,7 +641,7 @@ class CassandraStore(JobStore):
             current is not None and current.revision == revision
             and _bucket(current.status, current.worker_id, False, target.blocked, target.priority) == new_bucket
         ):
-            self._tidy(new_bucket, key, target.next_run, revision)
+            self._tidy(new_bucket, key, target.next_run, revision, repair=False)
         self._repair(expected, current)
         return CasResult(False, current=current)
 
@@ -730,8 +673,9 @@ class CassandraStore(JobStore):
         uids = self._stmt(("runuid",), "INSERT INTO k2_job_run_uids (type, name, uid) VALUES (?, ?, ?) USING TTL ?")
         try:
             self._run(uids, (r.key.type, r.key.name, r.key.uid, self.archive_ttl))
-            self._run(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end, r.result,
-                             r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note, self.archive_ttl))
+            self._run(stmt, tuple(map(_bound, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end,
+                                               r.result, r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note)))
+                      + (self.archive_ttl,))
         except StoreError as exc:  # the job row is right; only its history line is missing
             log.warning("could not record run %s of %s (%s)", r.epoch, r.key, exc)
 

@@ -13,6 +13,7 @@ UNAVAILABLE = 0x1000
 OVERLOADED = 0x1001
 WRITE_TIMEOUT = 0x1100
 READ_TIMEOUT = 0x1200
+WRITE_FAILURE = 0x1500
 CAS_WRITE_UNKNOWN = 0x1700  # protocol v5 only; sent bare to test the driver's handling
 SYNTAX_ERROR = 0x2000
 UNAUTHORIZED = 0x2100
@@ -91,6 +92,23 @@ class WriteTimeout(CqlError):
         write_short(f, self.consistency)
         write_int(f, self.received)
         write_int(f, self.block_for)
+        write_string(f, self.write_type)
+
+
+class WriteFailure(CqlError):
+    """A write that replicas answered with a failure (protocol v4 body: no reason map)."""
+    code = WRITE_FAILURE
+
+    def __init__(self, write_type: str, consistency: int, received: int = 0, block_for: int = 1, failures: int = 1):
+        super().__init__(f"Operation failed - received {received} responses and {failures} failures")
+        self.write_type, self.consistency = write_type, consistency
+        self.received, self.block_for, self.failures = received, block_for, failures
+
+    def write_extra(self, f):
+        write_short(f, self.consistency)
+        write_int(f, self.received)
+        write_int(f, self.block_for)
+        write_int(f, self.failures)
         write_string(f, self.write_type)
 
 

@@ -7,6 +7,9 @@ BATCH the text is the statements' texts joined with "; ".
 
 Kinds and what the client sees:
   write_timeout      error 0x1100 WriteTimeout, ``write_type`` "CAS" (default) or "SIMPLE", ...
+  write_failure      error 0x1500 WriteFailure (v4 body), ``write_type`` as above
+  disconnect         the connection is closed instead of answering (the driver sees it lost
+                     with the request in flight)
   cas_write_unknown  error 0x1700 (protocol v5 CAS_WRITE_UNKNOWN) sent bare; the driver raises
                      a plain cassandra.protocol.ErrorMessage with .code == 0x1700
   read_timeout       error 0x1200 ReadTimeout
@@ -27,7 +30,7 @@ import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-KINDS = ("write_timeout", "cas_write_unknown", "read_timeout", "unavailable", "overloaded", "delay")
+KINDS = ("write_timeout", "write_failure", "disconnect", "cas_write_unknown", "read_timeout", "unavailable", "overloaded", "delay")
 WRITE_TYPES = ("SIMPLE", "BATCH", "UNLOGGED_BATCH", "COUNTER", "BATCH_LOG", "CAS", "VIEW", "CDC")
 STAT_KEYS = ("queries", "prepares", "executes", "batches", "prepared_executions", "reads", "serial_reads",
              "writes", "lwts", "lwts_applied", "lwts_not_applied", "ddl", "system_queries", "errors",

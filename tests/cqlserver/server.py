@@ -14,7 +14,7 @@ from . import protocol as W
 from .control import ControlServer
 from .engine import SERIAL_CLS, BatchPlan, Ctx, Engine, ModPlan, Plan, QueryOptions
 from .errors import (BadCredentials, CasWriteUnknown, CqlError, InvalidRequest, Overloaded, ProtocolError,
-                     ReadTimeout, Unavailable, WriteTimeout, unsupported)
+                     ReadTimeout, Unavailable, WriteFailure, WriteTimeout, unsupported)
 from .faults import FaultInjector, FaultRule, Stats
 
 log = logging.getLogger("cqlserver")
@@ -148,6 +148,8 @@ def _fault_error(rule: FaultRule, opts: QueryOptions) -> CqlError:
     serial = opts.serial_consistency or CL.SERIAL
     if rule.kind == "write_timeout":
         return WriteTimeout(rule.write_type, serial if rule.write_type == "CAS" else opts.consistency)
+    if rule.kind == "write_failure":
+        return WriteFailure(rule.write_type, serial if rule.write_type == "CAS" else opts.consistency)
     if rule.kind == "cas_write_unknown":
         return CasWriteUnknown(serial)
     if rule.kind == "read_timeout":
@@ -338,6 +340,9 @@ class _Connection:
                 outcome = fn()
             except CqlError as e:
                 outcome = e
+        if rule.kind == "disconnect":
+            self.close()  # the request may or may not have been carried out: the client cannot know
+            return
         if rule.kind == "delay":
             if rule.applied:
                 self.server._later(rule.delay, lambda: self.send_outcome(stream, outcome))

@@ -16,6 +16,7 @@ from fabricjobs.errors import SchemaVersionError, StoreError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
+from fabricjobs.store.cassandra_schema import SCHEMA_VERSION
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -62,11 +63,14 @@ UNKNOWN = [
     ("write_timeout", dict(write_type="CAS")),
     ("write_timeout", dict(write_type="SIMPLE")),
     ("cas_write_unknown", {}),
+    ("write_failure", dict(write_type="CAS")),
+    ("disconnect", {}),  # the connection is lost with the LWT in flight
     ("delay", dict(delay=2.0)),  # longer than the client's 1 s request timeout: OperationTimedOut
 ]
+UNKNOWN_IDS = ["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "WriteFailure", "connection-lost", "OperationTimedOut"]
 
 
-@pytest.mark.parametrize("kind, kw", UNKNOWN, ids=["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "OperationTimedOut"])
+@pytest.mark.parametrize("kind, kw", UNKNOWN, ids=UNKNOWN_IDS)
 def test_unknown_outcome_that_did_apply_is_recognised_as_ours(server, pair, kind, kw):
     a, b = pair
     row = a.insert(waiting_job()).row
@@ -80,7 +84,7 @@ def test_unknown_outcome_that_did_apply_is_recognised_as_ours(server, pair, kind
     assert server.stats["serial_reads"] >= 1
 
 
-@pytest.mark.parametrize("kind, kw", UNKNOWN, ids=["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "OperationTimedOut"])
+@pytest.mark.parametrize("kind, kw", UNKNOWN, ids=UNKNOWN_IDS)
 def test_unknown_outcome_when_someone_else_owns_the_row(server, pair, kind, kw):
     a, b = pair
     row = a.insert(waiting_job()).row
@@ -93,7 +97,7 @@ def test_unknown_outcome_when_someone_else_owns_the_row(server, pair, kind, kw):
     assert (stored.worker_id, stored.epoch, stored.revision) == ("node-b", 1, 2)
 
 
-@pytest.mark.parametrize("kind, kw", UNKNOWN[:3], ids=["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700"])
+@pytest.mark.parametrize("kind, kw", UNKNOWN[:5], ids=UNKNOWN_IDS[:5])
 def test_an_unknown_outcome_that_did_not_apply_on_an_unchanged_row_is_contention_and_is_retried(server, pair, kind, kw):
     a, _ = pair
     row = a.insert(waiting_job()).row
@@ -106,9 +110,45 @@ def test_an_unknown_outcome_that_did_not_apply_on_an_unchanged_row_is_contention
     assert after["lwts_applied"] - before["lwts_applied"] == 1  # ... then the third applied, once
 
 
+def test_a_retry_answered_not_applied_is_recognised_as_our_own_earlier_attempt(server, pair):
+    """The first attempt timed out on an unchanged row (contention, it seemed), yet it did
+    apply, late: the retry then meets our own write and answers "not applied". That is ours."""
+    a, _ = pair
+    row = a.insert(waiting_job()).row
+    applied_late = {}
+    original = a._select_job
+
+    def serial_read_before_the_late_commit(key, serial=False):
+        if serial and not applied_late:  # the settle read sees the row unchanged ...
+            applied_late["row"] = original(key, serial)
+            b_stmt = a._session.prepare("UPDATE k2_jobs SET status = 'IN_PROCESS', worker_id = 'node-a', epoch = 1, "
+                                        "revision = 2 WHERE type = ? AND name = ? AND uid = ? IF revision = 1")
+            a._session.execute(b_stmt, (key.type, key.name, key.uid))  # ... then our first attempt lands
+            return applied_late["row"]
+        return original(key, serial)
+
+    a._select_job = serial_read_before_the_late_commit
+    server.faults.add("write_timeout", CLAIM_LWT, applied=False, times=1, write_type="CAS")
+    before = a.stats.unknown_outcomes
+    res = a.cas(row, claim(row, "node-a"))
+    assert res.applied and (res.row.worker_id, res.row.epoch, res.row.revision) == ("node-a", 1, 2)
+    assert a.stats.unknown_outcomes == before + 2 and a.stats.contention_retries >= 1
+
+
+def test_the_intent_is_written_again_before_each_retry(server, pair):
+    a, _ = pair
+    row = a.insert(waiting_job()).row
+    writes = []
+    original = a._index_upsert
+    a._index_upsert = lambda job, revision: (writes.append((job.status, revision)), original(job, revision))
+    server.faults.add("write_timeout", CLAIM_LWT, applied=False, times=2, write_type="CAS")
+    assert a.cas(row, claim(row, "node-a")).applied
+    assert writes == [(Status.IN_PROCESS, 2)] * 3  # the intent, then once more before each of the two retries
+
+
 def test_an_unknown_insert_outcome_is_settled_too(server, pair):
     a, b = pair
-    server.faults.add("write_timeout", r"INSERT INTO k2_jobs \(", applied=True, times=1, write_type="CAS")
+    server.faults.add("write_timeout", r"UPDATE k2_jobs SET .* IF revision = null", applied=True, times=1, write_type="CAS")
     res = a.insert(waiting_job("i1"))
     assert res.applied and res.row.revision == 1
     again = b.insert(waiting_job("i1"))
@@ -164,7 +204,7 @@ def test_a_lost_index_write_is_repaired_not_lost(server, keyspace):
 
 def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
     store = open_store(server, keyspace)
-    assert store.schema_version() == 2
+    assert store.schema_version() == SCHEMA_VERSION
     store._session.execute("UPDATE fabricjobs_schema SET version = 99 WHERE id = 'k2_jobs'")
     store.close()
     with pytest.raises(SchemaVersionError, match="schema version 99, newer than this fabricjobs understands"):
@@ -174,7 +214,7 @@ def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
 def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
     from cassandra.cluster import Cluster
 
-    from fabricjobs.store.cassandra import SCHEMA
+    from fabricjobs.store.cassandra_schema import SCHEMA_V1 as SCHEMA
 
     cluster = Cluster([server.host], port=server.port, protocol_version=4)
     s = cluster.connect()
@@ -186,11 +226,11 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
     s.execute("INSERT INTO k2_jobs (type, name, uid, status, archived, creation_time, revision, epoch, tries) "
               "VALUES ('USER_JOB', 'A.b', 'old', 'WAITING', false, '2026-01-01T00:00:00Z', 1, 0, 0)")
     cluster.shutdown()
-    with pytest.raises(StoreError, match="schema version 1; this fabricjobs needs 2"):
+    with pytest.raises(StoreError, match=f"schema version 1; this fabricjobs needs {SCHEMA_VERSION}"):
         open_store(server, keyspace, create_schema=False)
     store = open_store(server, keyspace)
     try:
-        assert store.schema_version() == 2
+        assert store.schema_version() == SCHEMA_VERSION
         old = store.get(JobKey("USER_JOB", "A.b", "old"))
         assert old.runs == 0 and old.status is Status.WAITING
         assert store.runs("USER_JOB", "A.b") == []
@@ -210,7 +250,7 @@ def test_the_printed_schema_cql_makes_a_store_that_works_without_create_schema(s
     cluster.shutdown()
     store = open_store(server, keyspace, create_schema=False)
     try:
-        assert store.schema_version() == 2
+        assert store.schema_version() == SCHEMA_VERSION
         row = store.insert(waiting_job("s")).row
         assert store.cas(row, claim(row, "n1")).applied
         assert store.mark_file(JobKey("INTERFACE_LISTENER", "A.b", "l"), "f", "x")
@@ -242,7 +282,7 @@ def test_username_and_password_from_config_ini_log_in(tmp_path):
             return load_config(write_config(tmp_path / f"{password}.ini", {
                 "store": {"BACKEND": "cassandra"},
                 "cassandra": {"HOSTS": srv.host, "PORT": srv.port, "KEYSPACE": "fj_auth", "PROTOCOL_VERSION": 4,
-                              "CONSISTENCY": "ONE", "USERNAME": "fabric", "PASSWORD": password, "CONNECT_TIMEOUT_SEC": 2}}))
+                              "CONSISTENCY": "QUORUM", "USERNAME": "fabric", "PASSWORD": password, "CONNECT_TIMEOUT_SEC": 2}}))
 
         store = open_configured(config("s3cret"))
         try:

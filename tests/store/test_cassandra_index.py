@@ -161,7 +161,7 @@ def test_an_insert_that_cannot_see_a_row_leaves_its_intent_to_the_grace_rule(ser
     job = waiting_job("twin")
     other = HeldLwt(b, monkeypatch).run(b.insert, job)
     monkeypatch.setattr(cassandra_store, "_CONTENTION_RETRIES", 2)
-    server.faults.add("write_timeout", r"INSERT INTO k2_jobs \(", applied=False, times=2, write_type="CAS")
+    server.faults.add("write_timeout", r"UPDATE k2_jobs SET .* IF revision = null", applied=False, times=2, write_type="CAS")
     gave_up = a.insert(job)
     assert not gave_up.applied and gave_up.row is None
     assert entries(a, job.key) == [("WAITING|4", 1)]

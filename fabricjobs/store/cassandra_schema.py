@@ -1,0 +1,308 @@
+"""The Cassandra schema: its tables, their storage options, and how a cluster of nodes creates
+or upgrades it safely.
+
+Creating tables from several nodes at once is unsafe on Cassandra 5.0: two coordinators that
+both run ``CREATE TABLE IF NOT EXISTS`` can each make the table with a different id, and the
+replicas disagree about which one holds the data. So one node at a time holds a lock (an LWT on
+a row of ``fabricjobs_schema``, with a TTL so a crashed holder frees it), makes the changes, and
+waits for every replica to agree on the schema before the next statement; the others wait for
+the version row to say the schema is current. Only the tiny ``fabricjobs_schema`` table itself
+is ever created concurrently (nothing but that row lives in it).
+
+Storage options, per table (the README's "Cassandra data model" says the same):
+
+``k2_jobs``          leveled compaction: rows are updated in place many times, and every read
+                     is a single-row read that should touch one SSTable per level.
+                     gc_grace_seconds stays at Cassandra's 10 days: a cell that a write
+                     cleared (``worker_id`` set to null on a release) must not come back from a
+                     replica that was down, so tombstones live until a repair has run.
+``k2_jobs_index``    leveled; gc_grace_seconds 1 hour. The index is a hint, every entry is
+                     checked against its row: a deleted entry that a lagging replica brings
+                     back is met as stale and deleted again, so its tombstones need not wait.
+``k2_jobs_archive``, ``k2_job_runs``, ``k2_job_run_uids``
+                     written with a TTL only (the retention): time-window compaction by day,
+                     so whole SSTables expire and are dropped without compaction, and a
+                     gc_grace_seconds of 3 hours (the hint window): expired cells are the same
+                     on every replica, nothing can come back.
+``nodes``, ``kill_requests``, ``k2_jobs_owners``, ``k2_listener_files``
+                     small; gc_grace_seconds 1 day: a resurrected node row is judged dead and
+                     deleted again, a resurrected kill request names a task its node no longer
+                     has.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from typing import Any
+
+from ..errors import SchemaVersionError, StoreError
+
+log = logging.getLogger("fabricjobs.store.cassandra")
+
+SCHEMA_VERSION = 3
+KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
+SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
+LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
+SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
+
+_LEVELED = "compaction = {'class': 'LeveledCompactionStrategy'}"
+_BY_DAY = "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}"
+
+#: Storage options of each table (see the module docstring for why).
+TABLE_OPTIONS: dict[str, str] = {
+    "k2_jobs": f"{_LEVELED} AND gc_grace_seconds = 864000",
+    "k2_jobs_index": f"{_LEVELED} AND gc_grace_seconds = 3600",
+    "k2_jobs_owners": "gc_grace_seconds = 86400",
+    "k2_jobs_archive": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "nodes": "gc_grace_seconds = 86400",
+    "kill_requests": "gc_grace_seconds = 86400",
+    "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_job_run_uids": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_listener_files": "gc_grace_seconds = 86400",
+}
+
+_JOBS_V1 = """k2_jobs (
+        type text, name text, uid text,
+        status text, archived boolean, affinity text, arguments text, execution_interval text,
+        creation_time timestamp, start_time timestamp, end_time timestamp, next_run timestamp,
+        hold_until timestamp, error_msg text, output text, tries int, worker_id text,
+        epoch bigint, revision bigint, priority int,{extra}
+        PRIMARY KEY ((type, name, uid)))"""
+_INDEX = """k2_jobs_index (
+        bucket text, shard int, next_run timestamp, type text, name text, uid text, revision bigint,
+        status text, worker_id text, hold_until timestamp, affinity text, priority int, epoch bigint,
+        tries int, written_at timestamp,
+        PRIMARY KEY ((bucket, shard), next_run, type, name, uid, revision))"""
+_OWNERS = "k2_jobs_owners (kind text, owner text, PRIMARY KEY ((kind), owner))"
+_ARCHIVE = """k2_jobs_archive (
+        day text, end_time timestamp, type text, name text, uid text,
+        PRIMARY KEY ((day), end_time, type, name, uid))"""
+_NODES = """nodes (
+        name text PRIMARY KEY, incarnation text, dc text, host text, pid int, started timestamp,
+        version text, beat bigint, beat_time timestamp, state text, running int, info text, tasks text)"""
+_KILLS = "kill_requests (node text, task bigint, requested_at timestamp, requested_by text, PRIMARY KEY ((node), task))"
+_SCHEMA = "fabricjobs_schema (id text PRIMARY KEY, version int)"
+_RUNS = """k2_job_runs (
+        type text, name text, uid text, epoch bigint, node text, due_time timestamp,
+        start_time timestamp, end_time timestamp, result text, status text, tries int,
+        error text, output text, exit_code int, log text, note text,
+        PRIMARY KEY ((type, name, uid), epoch, end_time))"""
+_RUN_UIDS = "k2_job_run_uids (type text, name text, uid text, PRIMARY KEY ((type, name), uid))"
+_LISTENER = """k2_listener_files (
+        type text, name text, uid text, file text, note text, marked_at timestamp,
+        PRIMARY KEY ((type, name, uid), file))"""
+_RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
+
+
+def _create(body: str, options: str = "") -> str:
+    return f"CREATE TABLE IF NOT EXISTS {body}" + (f" WITH {options}" if options else "")
+
+
+def _name(body: str) -> str:
+    return body.split(" ", 1)[0]
+
+
+#: Version 1's tables (kept to test upgrades from it).
+SCHEMA_V1: tuple[str, ...] = tuple(
+    _create(b) for b in (_JOBS_V1.format(extra=""), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _SCHEMA)
+)
+
+_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in SCHEDULING.items())
+
+#: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
+SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
+    _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body is _RUNS else ""))
+    for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _RUNS, _RUN_UIDS, _LISTENER)
+)
+
+#: Changes from the version before, applied in order under the lock (each is idempotent: a
+#: statement that finds its change already made is skipped).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: (
+        *(f"ALTER TABLE k2_jobs ADD {c} int" for c in COUNTERS),
+        *(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in SCHEDULING.items()),
+        _create(_RUNS, _RUNS_ORDER),
+        _create(_RUN_UIDS),
+        _create(_LISTENER),
+    ),
+    3: tuple(f"ALTER TABLE {table} WITH {options}" for table, options in TABLE_OPTIONS.items()),
+}
+
+
+def parse_replication(text: str) -> dict[str, Any]:
+    """'SimpleStrategy:3' or 'NetworkTopologyStrategy:DC1=3,DC2=3' -> a CQL replication map."""
+    strategy, _, rest = text.partition(":")
+    strategy = strategy.strip()
+    if strategy == "SimpleStrategy":
+        try:
+            factor = int(rest or "1")
+        except ValueError:
+            raise StoreError(f"[cassandra] REPLICATION: bad replication factor {rest!r}") from None
+        return {"class": "SimpleStrategy", "replication_factor": factor}
+    if strategy == "NetworkTopologyStrategy":
+        out: dict[str, Any] = {"class": "NetworkTopologyStrategy"}
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            dc, _, n = part.partition("=")
+            if not dc or not n.isdigit():
+                raise StoreError(f"[cassandra] REPLICATION: expected DC=factor, got {part!r}")
+            out[dc.strip()] = int(n)
+        if len(out) == 1:
+            raise StoreError("[cassandra] REPLICATION: NetworkTopologyStrategy needs at least one DC=factor")
+        return out
+    raise StoreError(f"[cassandra] REPLICATION: expected SimpleStrategy:<n> or NetworkTopologyStrategy:DC=n,..., got {text!r}")
+
+
+def check_keyspace_name(keyspace: str) -> None:
+    if not KEYSPACE_RE.match(keyspace):
+        raise StoreError(f"[cassandra] KEYSPACE: {keyspace!r} is not a valid keyspace name (letters, digits, _)")
+
+
+def _replication_cql(replication: str) -> str:
+    rep = parse_replication(replication)
+    return "{" + ", ".join(f"'{k}': " + (f"'{v}'" if isinstance(v, str) else str(v)) for k, v in rep.items()) + "}"
+
+
+def schema_cql(keyspace: str, replication: str) -> str:
+    """The CQL that creates this code's schema in ``keyspace`` (for CREATE_SCHEMA = false:
+    an administrator runs it once, e.g. ``fabricjobs cassandra-schema | cqlsh``)."""
+    check_keyspace_name(keyspace)
+    lines = [f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_replication_cql(replication)};",
+             f"USE {keyspace};"]
+    lines += [" ".join(ddl.split()) + ";" for ddl in SCHEMA]
+    lines.append(f"INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', {SCHEMA_VERSION});")
+    return "\n".join(lines)
+
+
+class SchemaManager:
+    """Creates or upgrades the schema of one keyspace through a connected driver session."""
+
+    def __init__(self, session, keyspace: str, *, lwt_profile: str = "lwt", serial_profile: str = "serial",
+                 wait: float = SCHEMA_WAIT) -> None:
+        self.s = session
+        self.keyspace = keyspace
+        self.lwt = lwt_profile
+        self.serial = serial_profile
+        self.wait = wait
+
+    def ensure(self, create: bool, replication: str) -> int:
+        """Make the keyspace's schema current (``create``) or check that it is; the version."""
+        if create and not self._keyspace_exists():
+            self._create_keyspace(replication)
+        try:
+            self.s.set_keyspace(self.keyspace)
+        except Exception as exc:
+            raise StoreError(f"keyspace {self.keyspace!r} is not usable ({exc}); create it or set [cassandra] CREATE_SCHEMA = true") from None
+        version = self.version()
+        if version == SCHEMA_VERSION:
+            return version  # the usual start: nothing to change, no DDL sent
+        if version is not None and version > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"Cassandra keyspace {self.keyspace!r} has schema version {version}, newer than this "
+                f"fabricjobs understands ({SCHEMA_VERSION}); upgrade fabricjobs"
+            )
+        if not create:
+            if version is None:
+                raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema; set [cassandra] CREATE_SCHEMA = true")
+            raise StoreError(
+                f"Cassandra keyspace {self.keyspace!r} has schema version {version}; this fabricjobs needs "
+                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the README)"
+            )
+        self._ddl(SCHEMA[0])  # the lock's own table: the only one ever made concurrently
+        deadline = time.monotonic() + self.wait
+        while True:
+            token = random.getrandbits(31)
+            if self._lock(token):
+                try:
+                    return self._upgrade()
+                finally:
+                    self._unlock(token)
+            version = self.version()  # another node holds the lock: wait for its work
+            if version == SCHEMA_VERSION:
+                return version
+            if time.monotonic() > deadline:
+                raise StoreError(f"the fabricjobs schema of keyspace {self.keyspace!r} is locked by another node "
+                                 f"for over {self.wait:.0f} s (row id='lock' of fabricjobs_schema; it expires "
+                                 f"by itself {LOCK_TTL} s after its holder died)")
+            time.sleep(0.2 + random.random() * 0.3)
+
+    def version(self) -> int | None:
+        """The schema version, or None for a keyspace without fabricjobs tables."""
+        try:
+            row = self.s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'",
+                                 execution_profile=self.serial).one()
+        except Exception as exc:
+            if "unconfigured table" in str(exc).lower() or "fabricjobs_schema" in str(exc):
+                return None
+            raise StoreError(f"cannot read the fabricjobs schema version of keyspace {self.keyspace!r}: {exc}") from None
+        return None if row is None else row["version"]
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _keyspace_exists(self) -> bool:
+        row = self.s.execute("SELECT keyspace_name FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                             (self.keyspace,)).one()
+        return row is not None
+
+    def _create_keyspace(self, replication: str) -> None:
+        cql = f"CREATE KEYSPACE IF NOT EXISTS {self.keyspace} WITH replication = {_replication_cql(replication)}"
+        try:
+            self._ddl(cql)
+        except StoreError as exc:
+            text = str(exc)
+            if "guardrail" in text.lower() or "not allowed" in text.lower():
+                raise StoreError(f"[cassandra] REPLICATION = {replication}: the cluster refuses to create keyspace "
+                                 f"{self.keyspace!r} ({text}); use NetworkTopologyStrategy:<DC>=<factor>") from None
+            raise
+
+    def _ddl(self, cql: str) -> None:
+        """One schema statement, then wait until every live replica has the same schema."""
+        try:
+            rs = self.s.execute(cql)
+        except Exception as exc:
+            raise StoreError(f"Cassandra refused a schema change ({' '.join(cql.split())[:80]}...): {exc}") from None
+        future = getattr(rs, "response_future", None)
+        if future is not None and not future.is_schema_agreed:
+            if not self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=self.wait):
+                raise StoreError(f"Cassandra replicas did not agree on the schema of {self.keyspace!r} within "
+                                 f"{self.wait:.0f} s; check that every node is up")
+
+    def _lock(self, token: int) -> bool:
+        row = self.s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('lock', %s) IF NOT EXISTS USING TTL %s",
+                             (token, LOCK_TTL), execution_profile=self.lwt).one()
+        if row["[applied]"]:
+            return True
+        return row.get("version") == token  # our own earlier attempt (a retried request)
+
+    def _unlock(self, token: int) -> None:
+        try:
+            self.s.execute("DELETE FROM fabricjobs_schema WHERE id = 'lock' IF version = %s", (token,),
+                           execution_profile=self.lwt)
+        except Exception as exc:  # it expires by itself
+            log.warning("could not release the schema lock (%s); it expires within %d s", exc, LOCK_TTL)
+
+    def _upgrade(self) -> int:
+        version = self.version()  # again, under the lock: another node may have done it
+        if version == SCHEMA_VERSION:
+            return version
+        if version is None:
+            for ddl in SCHEMA[1:]:
+                self._ddl(ddl)
+            self.s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', %s) IF NOT EXISTS",
+                           (SCHEMA_VERSION,), execution_profile=self.lwt)
+            log.info("created the fabricjobs schema (version %d) in keyspace %s", SCHEMA_VERSION, self.keyspace)
+            return SCHEMA_VERSION
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for ddl in MIGRATIONS[target]:
+                try:
+                    self._ddl(ddl)
+                except StoreError as exc:  # made by an earlier, interrupted upgrade
+                    if "conflicts with an existing column" not in str(exc) and "already exist" not in str(exc):
+                        raise
+            self.s.execute("UPDATE fabricjobs_schema SET version = %s WHERE id = 'k2_jobs' IF version = %s",
+                           (target, target - 1), execution_profile=self.lwt)
+            log.info("upgraded the fabricjobs schema of keyspace %s to version %d", self.keyspace, target)
+        return SCHEMA_VERSION
