@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format")
     shell.add_argument("--continue-on-error", action="store_true", help="keep running a script after a failed statement")
     shell.add_argument("--node", help="the node PS shows (default: the one node running on this host, else all)")
+    shell.add_argument("--started-jobs", metavar="FILE",
+                       help="with -e/-f/stdin: append to FILE a JSON line (type, name, uid) per job a "
+                            "STARTJOB or RESUMEJOB started")
 
     ps = sub.add_parser("ps", help="tasks running on this host's node (--all: every live node)")
     ps.add_argument("--all", action="store_true", help="every live node")
@@ -123,8 +127,14 @@ def cmd_shell(args: argparse.Namespace) -> int:
             from .shell.repl import run_repl
 
             return run_repl(client, fmt=args.format, zone=zone)
-        return run_text(client, text, sys.stdout, sys.stderr, fmt=args.format,
-                        continue_on_error=args.continue_on_error, zone=zone)
+        try:
+            record = open(args.started_jobs, "a", encoding="utf-8") if args.started_jobs else contextlib.nullcontext()
+        except OSError as exc:
+            print(f"fabricjobs: cannot write {args.started_jobs}: {exc.strerror}", file=sys.stderr)
+            return 2
+        with record as started:
+            return run_text(client, text, sys.stdout, sys.stderr, fmt=args.format,
+                            continue_on_error=args.continue_on_error, zone=zone, started=started)
     finally:
         client.close()
 

@@ -74,6 +74,20 @@ def test_stdin_and_file_input_and_the_output_formats(cluster, tmp_path):
     assert r.stdout.splitlines()[1].startswith("USER_JOB,Probe.noop,s,WAITING,")
 
 
+def test_started_jobs_lists_exactly_the_jobs_the_script_started(cluster, tmp_path):
+    """What ./scripts/run waits for: the jobs of this script's STARTJOBs (a generated UID
+    included), not those of an earlier script nor those a failed STARTJOB did not create."""
+    assert cluster.shell("-e", "startjob user_job name='Probe.noop' uid='earlier';").returncode == 0
+    started = tmp_path / "started.jsonl"
+    r = cluster.shell("--started-jobs", str(started), "--continue-on-error", "-e",
+                      "startjob user_job name='Probe.noop' uid='a'; startjob user_job name='Probe.noop' uid='earlier';"
+                      " startjob user_job name='Probe.noop'; jobstatus user_job;")
+    assert r.returncode == 1 and "Job is running" in r.stderr
+    lines = [json.loads(line) for line in started.read_text().splitlines()]
+    assert lines[0] == {"type": "USER_JOB", "name": "Probe.noop", "uid": "a"} and len(lines) == 2
+    assert cluster.job("USER_JOB", "Probe.noop", lines[1]["uid"]) is not None and lines[1]["uid"] not in ("a", "earlier")
+
+
 def test_control_characters_from_a_job_or_a_command_are_shown_not_sent_to_the_terminal(cluster):
     """A job's error may hold a carriage return or an escape sequence: a table cell shows them
     as symbols (one column each), while the JSON output keeps the value exactly, for programs.

@@ -8,6 +8,7 @@ and reported in one line (never a traceback on the terminal).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..client import Client
-from ..commands import lex, parse_script
+from ..commands import ast, lex, parse_script
 from ..errors import FabricJobsError, message_of
 from .output import render
 
@@ -81,14 +82,20 @@ def run_text(
     fmt: str = "table",
     continue_on_error: bool = False,
     zone=None,
+    started: TextIO | None = None,
 ) -> int:
-    """Run every statement of ``text``; return the exit status (0 ok, 1 if any failed)."""
+    """Run every statement of ``text``; return the exit status (0 ok, 1 if any failed).
+    ``started`` gets one JSON line (type, name, uid) per job a STARTJOB or RESUMEJOB started,
+    so that a caller can wait for exactly those jobs."""
     failed = False
     for piece in split_statements(text):
         try:
             for statement in parse_script(piece.text):
                 result = client.execute(statement.command)
                 print(render(result, fmt, zone=zone), file=out, flush=True)
+                if started is not None and isinstance(statement.command, (ast.StartJob, ast.ResumeJob)):
+                    for row in result.rows:
+                        print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)
         except FabricJobsError as exc:
             print(message_of(exc), file=err, flush=True)
             failed = True
