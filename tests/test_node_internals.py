@@ -252,6 +252,39 @@ def test_a_full_pass_starts_each_batch_of_claims_at_once_and_a_claim_pass_only_a
     store.close()
 
 
+def test_a_run_is_counted_as_ended_only_once_it_left_the_running_gauge(tmp_path):
+    """A scrape reads fabricjobs_executions_total before fabricjobs_running_jobs: counting a
+    run while it is still among the executor's runs let one scrape show it ended and running."""
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.jobs.runner import OK, Outcome
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.executor import Executor
+    from fabricjobs.store.sqlite import SqliteStore
+
+    clock = ManualClock()
+    store = SqliteStore(tmp_path / "jobs.db")
+    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None)
+    executor._launch = lambda *runs: None
+    running_when_counted: list[int] = []
+
+    class Metrics:
+        def execution(self, job_type: str, result: str) -> None:
+            running_when_counted.append(executor.running())
+
+    executor.metrics = Metrics()
+    for uid in ("a", "b"):
+        row = Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
+                  epoch=1, start_time=clock.now())
+        store.insert(row)
+        executor._finish_later(executor.start(row, "ANY", False, 1), Outcome(OK, output="{}"))
+    executor.flush()
+    assert running_when_counted == [1, 0]
+    assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", uid)).archived for uid in ("a", "b"))
+    store.close()
+
+
 def test_the_next_verdict_is_when_a_silent_node_may_first_be_judged_dead():
     """The node's loop reads the nodes again at that moment instead of at its next periodic
     pass, so a crash is noticed one read after the threshold (SPEC 8.1), not a period later."""

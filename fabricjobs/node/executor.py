@@ -644,9 +644,9 @@ class Executor:
                 if res is None:
                     retry.append((run, outcome))
                 elif res.applied:
-                    if self.metrics is not None:
-                        self.metrics.execution(run.row.type, record.result)
                     self._applied(run, outcome, res.row)
+                    if self.metrics is not None:  # only once the run left the running gauge (_applied)
+                        self.metrics.execution(run.row.type, record.result)
                 else:
                     try:
                         todo.append((run, outcome, self.store.get(run.key)))

@@ -68,6 +68,9 @@ class Metrics:
                 yield GaugeMetricFamily("fabricjobs_lease_remaining_seconds", "This node's lease left",
                                         value=lease_remaining())
 
+        # Registered after the counters, so a scrape reads fabricjobs_executions_total before
+        # fabricjobs_running_jobs: the executor counts a run only once it left the gauge, so no
+        # scrape shows a run as ended and still running.
         self.registry.register(_State())
         self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
         log.info("metrics on http://%s:%d/metrics", address, port)
