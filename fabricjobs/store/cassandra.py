@@ -83,7 +83,7 @@ from ..config import Config
 from ..errors import StoreError
 from ..model import Job, JobKey, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
-from .cassandra_schema import COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name
+from .cassandra_schema import COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
 from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
 
 log = logging.getLogger("fabricjobs.store.cassandra")
@@ -297,7 +297,7 @@ class CassandraStore(JobStore):
                 stmt = self._prepared.get(key)
                 if stmt is None:
                     try:
-                        stmt = self._session.prepare(cql)
+                        stmt = self._session.prepare(qualify(cql, self.keyspace))
                     except Exception as exc:
                         raise StoreError(f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
                     self._prepared[key] = stmt

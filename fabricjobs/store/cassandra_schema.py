@@ -156,6 +156,17 @@ def parse_replication(text: str) -> dict[str, Any]:
     raise StoreError(f"[cassandra] REPLICATION: expected SimpleStrategy:<n> or NetworkTopologyStrategy:DC=n,..., got {text!r}")
 
 
+_TABLE_REF = re.compile(r"\b(FROM|INTO|UPDATE|TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([A-Za-z_]\w*)\b(?!\.)")
+
+
+def qualify(cql: str, keyspace: str) -> str:
+    """``cql`` with its table names prefixed by ``keyspace``. Statements name their keyspace
+    instead of relying on ``USE``: Cassandra 5 warns about prepared statements on a
+    connection with a current keyspace (a name could mean two tables), and a shared session
+    could then only ever serve one keyspace."""
+    return _TABLE_REF.sub(lambda m: f"{m.group(1)} {keyspace}.{m.group(2)}", cql)
+
+
 def check_keyspace_name(keyspace: str) -> None:
     if not KEYSPACE_RE.match(keyspace):
         raise StoreError(f"[cassandra] KEYSPACE: {keyspace!r} is not a valid keyspace name (letters, digits, _)")
@@ -170,10 +181,9 @@ def schema_cql(keyspace: str, replication: str) -> str:
     """The CQL that creates this code's schema in ``keyspace`` (for CREATE_SCHEMA = false:
     an administrator runs it once, e.g. ``fabricjobs cassandra-schema | cqlsh``)."""
     check_keyspace_name(keyspace)
-    lines = [f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_replication_cql(replication)};",
-             f"USE {keyspace};"]
-    lines += [" ".join(ddl.split()) + ";" for ddl in SCHEMA]
-    lines.append(f"INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', {SCHEMA_VERSION});")
+    lines = [f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_replication_cql(replication)};"]
+    lines += [qualify(" ".join(ddl.split()), keyspace) + ";" for ddl in SCHEMA]
+    lines.append(f"INSERT INTO {keyspace}.fabricjobs_schema (id, version) VALUES ('k2_jobs', {SCHEMA_VERSION});")
     return "\n".join(lines)
 
 
@@ -192,10 +202,8 @@ class SchemaManager:
         """Make the keyspace's schema current (``create``) or check that it is; the version."""
         if create and not self._keyspace_exists():
             self._create_keyspace(replication)
-        try:
-            self.s.set_keyspace(self.keyspace)
-        except Exception as exc:
-            raise StoreError(f"keyspace {self.keyspace!r} is not usable ({exc}); create it or set [cassandra] CREATE_SCHEMA = true") from None
+        if not self._keyspace_exists():
+            raise StoreError(f"keyspace {self.keyspace!r} does not exist; create it or set [cassandra] CREATE_SCHEMA = true")
         version = self.version()
         if version == SCHEMA_VERSION:
             return version  # the usual start: nothing to change, no DDL sent
@@ -229,10 +237,13 @@ class SchemaManager:
                                  f"by itself {LOCK_TTL} s after its holder died)")
             time.sleep(0.2 + random.random() * 0.3)
 
+    def _q(self, cql: str) -> str:
+        return qualify(cql, self.keyspace)
+
     def version(self) -> int | None:
         """The schema version, or None for a keyspace without fabricjobs tables."""
         try:
-            row = self.s.execute("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'",
+            row = self.s.execute(self._q("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'"),
                                  execution_profile=self.serial).one()
         except Exception as exc:
             if "unconfigured table" in str(exc).lower() or "fabricjobs_schema" in str(exc):
@@ -261,7 +272,7 @@ class SchemaManager:
     def _ddl(self, cql: str) -> None:
         """One schema statement, then wait until every live replica has the same schema."""
         try:
-            rs = self.s.execute(cql)
+            rs = self.s.execute(self._q(cql))
         except Exception as exc:
             raise StoreError(f"Cassandra refused a schema change ({' '.join(cql.split())[:80]}...): {exc}") from None
         future = getattr(rs, "response_future", None)
@@ -271,7 +282,7 @@ class SchemaManager:
                                  f"{self.wait:.0f} s; check that every node is up")
 
     def _lock(self, token: int) -> bool:
-        row = self.s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('lock', %s) IF NOT EXISTS USING TTL %s",
+        row = self.s.execute(self._q("INSERT INTO fabricjobs_schema (id, version) VALUES ('lock', %s) IF NOT EXISTS USING TTL %s"),
                              (token, LOCK_TTL), execution_profile=self.lwt).one()
         if row["[applied]"]:
             return True
@@ -279,7 +290,7 @@ class SchemaManager:
 
     def _unlock(self, token: int) -> None:
         try:
-            self.s.execute("DELETE FROM fabricjobs_schema WHERE id = 'lock' IF version = %s", (token,),
+            self.s.execute(self._q("DELETE FROM fabricjobs_schema WHERE id = 'lock' IF version = %s"), (token,),
                            execution_profile=self.lwt)
         except Exception as exc:  # it expires by itself
             log.warning("could not release the schema lock (%s); it expires within %d s", exc, LOCK_TTL)
@@ -291,7 +302,7 @@ class SchemaManager:
         if version is None:
             for ddl in SCHEMA[1:]:
                 self._ddl(ddl)
-            self.s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', %s) IF NOT EXISTS",
+            self.s.execute(self._q("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', %s) IF NOT EXISTS"),
                            (SCHEMA_VERSION,), execution_profile=self.lwt)
             log.info("created the fabricjobs schema (version %d) in keyspace %s", SCHEMA_VERSION, self.keyspace)
             return SCHEMA_VERSION
@@ -302,7 +313,7 @@ class SchemaManager:
                 except StoreError as exc:  # made by an earlier, interrupted upgrade
                     if "conflicts with an existing column" not in str(exc) and "already exist" not in str(exc):
                         raise
-            self.s.execute("UPDATE fabricjobs_schema SET version = %s WHERE id = 'k2_jobs' IF version = %s",
+            self.s.execute(self._q("UPDATE fabricjobs_schema SET version = %s WHERE id = 'k2_jobs' IF version = %s"),
                            (target, target - 1), execution_profile=self.lwt)
             log.info("upgraded the fabricjobs schema of keyspace %s to version %d", self.keyspace, target)
         return SCHEMA_VERSION

@@ -57,7 +57,7 @@ def claim(row: Job, node: str) -> Job:
     return row.replace(status=Status.IN_PROCESS, worker_id=node, epoch=row.epoch + 1, start_time=T0)
 
 
-CLAIM_LWT = r"UPDATE k2_jobs .* IF status"
+CLAIM_LWT = r"UPDATE \w+\.k2_jobs .* IF status"
 
 UNKNOWN = [
     ("write_timeout", dict(write_type="CAS")),
@@ -121,7 +121,7 @@ def test_a_retry_answered_not_applied_is_recognised_as_our_own_earlier_attempt(s
     def serial_read_before_the_late_commit(key, serial=False):
         if serial and not applied_late:  # the settle read sees the row unchanged ...
             applied_late["row"] = original(key, serial)
-            b_stmt = a._session.prepare("UPDATE k2_jobs SET status = 'IN_PROCESS', worker_id = 'node-a', epoch = 1, "
+            b_stmt = a._session.prepare(f"UPDATE {a.keyspace}.k2_jobs SET status = 'IN_PROCESS', worker_id = 'node-a', epoch = 1, "
                                         "revision = 2 WHERE type = ? AND name = ? AND uid = ? IF revision = 1")
             a._session.execute(b_stmt, (key.type, key.name, key.uid))  # ... then our first attempt lands
             return applied_late["row"]
@@ -148,7 +148,7 @@ def test_the_intent_is_written_again_before_each_retry(server, pair):
 
 def test_an_unknown_insert_outcome_is_settled_too(server, pair):
     a, b = pair
-    server.faults.add("write_timeout", r"UPDATE k2_jobs SET .* IF revision = null", applied=True, times=1, write_type="CAS")
+    server.faults.add("write_timeout", r"UPDATE \w+\.k2_jobs SET .* IF revision = null", applied=True, times=1, write_type="CAS")
     res = a.insert(waiting_job("i1"))
     assert res.applied and res.row.revision == 1
     again = b.insert(waiting_job("i1"))
@@ -177,7 +177,7 @@ def test_every_job_row_change_is_an_lwt_and_the_index_follows_it(server, keyspac
         assert after["lwts"] - before["lwts"] == 3  # insert, claim, outcome: one LWT each
         assert store.waiting(10) == [] and store.by_owner(["n1"], [Status.IN_PROCESS]) == []
         assert [j.uid for j in store.archived_since(T0)] == ["life"]
-        ttl = store._session.execute("SELECT TTL(arguments) AS t FROM k2_jobs WHERE type='USER_JOB' AND name='A.b' AND uid='life'").one()["t"]
+        ttl = store._session.execute(f"SELECT TTL(arguments) AS t FROM {store.keyspace}.k2_jobs WHERE type='USER_JOB' AND name='A.b' AND uid='life'").one()["t"]
         assert 0 < ttl <= 720 * 3600  # the whole archived row carries the TTL
     finally:
         store.close()
@@ -190,7 +190,7 @@ def test_a_lost_index_write_is_repaired_not_lost(server, keyspace):
     try:
         row = store.insert(waiting_job("r")).row
         # The claim's LWT applies, but the delete of its WAITING entry is lost (as in a crash).
-        server.faults.add("write_timeout", "DELETE FROM k2_jobs_index", applied=False, times=1, write_type="SIMPLE")
+        server.faults.add("write_timeout", r"DELETE FROM \w+\.k2_jobs_index", applied=False, times=1, write_type="SIMPLE")
         assert store.cas(row, claim(row, "n1")).applied
         stale = store.waiting(10)
         assert [j.uid for j in stale] == ["r"]  # the stale WAITING entry
@@ -205,7 +205,7 @@ def test_a_lost_index_write_is_repaired_not_lost(server, keyspace):
 def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
     store = open_store(server, keyspace)
     assert store.schema_version() == SCHEMA_VERSION
-    store._session.execute("UPDATE fabricjobs_schema SET version = 99 WHERE id = 'k2_jobs'")
+    store._session.execute(f"UPDATE {keyspace}.fabricjobs_schema SET version = 99 WHERE id = 'k2_jobs'")
     store.close()
     with pytest.raises(SchemaVersionError, match="schema version 99, newer than this fabricjobs understands"):
         open_store(server, keyspace)

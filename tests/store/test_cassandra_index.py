@@ -61,7 +61,7 @@ def entries(store: CassandraStore, key: JobKey) -> list[tuple[str, int]]:
 def age_entries(store: CassandraStore, key: JobKey) -> None:
     """Make every index entry of ``key`` look written longer than INTENT_GRACE ago."""
     stmt = store._session.prepare(
-        "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, written_at)"
+        f"INSERT INTO {store.keyspace}.k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, written_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
     old = datetime.now(UTC) - cassandra_store.INTENT_GRACE - timedelta(minutes=1)
     for b in store._buckets(LIVE, None):
@@ -161,7 +161,7 @@ def test_an_insert_that_cannot_see_a_row_leaves_its_intent_to_the_grace_rule(ser
     job = waiting_job("twin")
     other = HeldLwt(b, monkeypatch).run(b.insert, job)
     monkeypatch.setattr(cassandra_store, "_CONTENTION_RETRIES", 2)
-    server.faults.add("write_timeout", r"UPDATE k2_jobs SET .* IF revision = null", applied=False, times=2, write_type="CAS")
+    server.faults.add("write_timeout", r"UPDATE \w+\.k2_jobs SET .* IF revision = null", applied=False, times=2, write_type="CAS")
     gave_up = a.insert(job)
     assert not gave_up.applied and gave_up.row is None
     assert entries(a, job.key) == [("WAITING|4", 1)]
