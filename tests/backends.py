@@ -3,8 +3,10 @@
 sqlite            always.
 cassandra         the Cassandra backend through the real cassandra-driver, against the CQL
                   test server (tests/cqlserver; a test double, not Cassandra), in every run.
-cassandra-real    the same against a real cluster, when FABRICJOBS_CASSANDRA_HOSTS=host[:port][,host...]
-                  is set (./scripts/test --cassandra host:port). Each test uses a new keyspace.
+cassandra-real    the same against Apache Cassandra itself, when FABRICJOBS_CASSANDRA_HOSTS=host[:port][,host...]
+                  is set: ./scripts/test starts a single-node Cassandra 5.0 for the whole run and
+                  sets it (or --cassandra host:port names a cluster of yours). Each test uses a
+                  keyspace of its own, dropped when the test ends.
 """
 
 from __future__ import annotations
@@ -63,9 +65,30 @@ def make_backend_config(request, backend: str, tmp_path: Path, extra: dict | Non
         hosts, port = real_cluster()
         sections["store"] = {"BACKEND": "cassandra"}
         sections["cassandra"] = {"HOSTS": hosts, "PORT": port, "KEYSPACE": keyspace,
-                                 "PROTOCOL_VERSION": int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "4"))}
+                                 "PROTOCOL_VERSION": int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "5")),
+                                 "CONSISTENCY": "QUORUM"}
+        request.addfinalizer(lambda: drop_keyspace(keyspace))
     else:
         raise ValueError(backend)
     for section, keys in (extra or {}).items():
         sections.setdefault(section, {}).update(keys)
     return write_config(tmp_path / "config.ini", sections)
+
+
+_admin = None
+
+
+def drop_keyspace(keyspace: str) -> None:
+    """Drop a test's keyspace on the real cluster (thousands of leftover tables would fill the
+    server's heap). Not waited for: the next test need not pay for it."""
+    global _admin
+    try:
+        if _admin is None:
+            from cassandra.cluster import Cluster
+
+            hosts, port = real_cluster()
+            _admin = Cluster(hosts.split(","), port=port, protocol_version=5, schema_metadata_enabled=False,
+                             token_metadata_enabled=False).connect()
+        _admin.execute_async(f"DROP KEYSPACE IF EXISTS {keyspace}")
+    except Exception:  # a leftover keyspace costs only memory on a test server
+        pass
