@@ -142,7 +142,7 @@ class Backend:
         return {
             "store": {"BACKEND": "cassandra"},
             "cassandra": {"HOSTS": self.server.host, "PORT": self.server.port, "KEYSPACE": keyspace,
-                          "PROTOCOL_VERSION": 4, "CONSISTENCY": "QUORUM", "REQUEST_TIMEOUT_SEC": 10},
+                          "PROTOCOL_VERSION": 4, "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false", "REQUEST_TIMEOUT_SEC": 10},
         }
 
     def label(self) -> str:

@@ -505,7 +505,7 @@ class Cluster:
             sections["store"] = {"BACKEND": "cassandra"}
             sections["cassandra"] = {"HOSTS": self.cql.host, "PORT": self.cql.port,
                                      "KEYSPACE": "chaos_" + uuid.uuid4().hex[:10], "PROTOCOL_VERSION": 4,
-                                     "CONSISTENCY": "QUORUM", "REQUEST_TIMEOUT_SEC": 10}
+                                     "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false", "REQUEST_TIMEOUT_SEC": 10}
         self.settings = sections
         self.config_path = self.tmp / "config.ini"
         write_config(self.config_path, sections)

@@ -10,6 +10,10 @@ The seed's JMX stats and more:
     fabricjobs_fire_lag_seconds                          histogram  due time -> run start
     fabricjobs_peer_heartbeat_age_seconds{node}          gauge    since each peer's beat last changed (this node's clock)
     fabricjobs_lease_remaining_seconds                   gauge    this node's own lease
+    fabricjobs_store_lwt_attempts_total                  counter  conditional writes sent (Cassandra)
+    fabricjobs_store_lwt_contention_retries_total        counter  LWTs sent again after contention
+    fabricjobs_store_lwt_unknown_outcomes_total          counter  LWT outcomes settled by a SERIAL read
+    fabricjobs_store_index_repairs_total                 counter  stale index entries removed
 
 prometheus_client is imported only when the port is set; a disabled Metrics is free.
 """
@@ -25,6 +29,16 @@ _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 _PASS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+#: The store's own counters (store.base.StoreStats), read at each scrape.
+_STORE_COUNTERS = (
+    ("fabricjobs_store_lwt_attempts", "lwt_attempts", "Conditional writes (LWTs) sent to the store"),
+    ("fabricjobs_store_lwt_contention_retries", "contention_retries",
+     "LWTs sent again after an unknown outcome on an unchanged row (contention)"),
+    ("fabricjobs_store_lwt_unknown_outcomes", "unknown_outcomes", "LWT outcomes that had to be settled by a SERIAL read"),
+    ("fabricjobs_store_index_repairs", "index_repairs", "Stale index entries removed by whoever met them"),
+)
+
+
 class Metrics:
     def __init__(
         self,
@@ -34,6 +48,7 @@ class Metrics:
         running: Callable[[], Iterable[tuple[str, str, int]]],
         peer_ages: Callable[[], dict[str, float]],
         lease_remaining: Callable[[], float],
+        store_stats: Callable[[], object] = lambda: None,
     ) -> None:
         self.enabled = port > 0
         self.port = port
@@ -41,7 +56,7 @@ class Metrics:
         if not self.enabled:
             return
         from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         self.registry = CollectorRegistry()
         self._executions = Counter("fabricjobs_executions", "Ended runs, by job type and result",
@@ -67,6 +82,9 @@ class Metrics:
                 yield ages
                 yield GaugeMetricFamily("fabricjobs_lease_remaining_seconds", "This node's lease left",
                                         value=lease_remaining())
+                stats = store_stats()
+                for name, field, text in _STORE_COUNTERS:
+                    yield CounterMetricFamily(name, text, value=getattr(stats, field, 0) if stats is not None else 0)
 
         # Registered after the counters, so a scrape reads fabricjobs_executions_total before
         # fabricjobs_running_jobs: the executor counts a run only once it left the gauge, so no

@@ -188,6 +188,7 @@ class Node:
             config.get("metrics", "PORT"), config.get("metrics", "ADDRESS"),
             running=self._running_by_type, peer_ages=self.liveness.ages,
             lease_remaining=lambda: max(0.0, self.board.lease_until() - self.clock.monotonic()),
+            store_stats=lambda: self.store.stats,
         )
         self.executor.metrics = self.metrics
         self.executor.store_config = dict(config.values)
