@@ -129,6 +129,9 @@ class StoreStats:
     and troubles of a distributed store that no job row shows (SQLite leaves them at 0)."""
 
     lwt_attempts: int = 0  # conditional writes sent (a retried one counts again)
+    writes: int = 0  # plain (unconditional) writes and deletes sent
+    reads: int = 0  # reads sent (serial_reads among them)
+    serial_reads: int = 0  # reads at SERIAL: settling an unknown outcome, schema version
     contention_retries: int = 0  # LWTs sent again after an unknown outcome on an unchanged row
     unknown_outcomes: int = 0  # LWTs whose outcome had to be settled by a SERIAL read
     index_repairs: int = 0  # stale index entries removed by whoever met them

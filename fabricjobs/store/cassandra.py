@@ -139,6 +139,9 @@ def _slot(row: Job) -> tuple[str | None, datetime]:
     return _job_bucket(row), due.replace(microsecond=due.microsecond // 1000 * 1000)
 
 
+_NO_PROFILE = object()
+
+
 def _bound(value):
     """A value to bind, or the driver's "unset" for None: a bound null writes a tombstone."""
     if value is None:
@@ -157,6 +160,42 @@ def _result(future):
 
 def _shard(key: JobKey) -> int:
     return zlib.crc32(f"{key.type}\0{key.name}\0{key.uid}".encode()) % SHARDS
+
+
+class _CountingSession:
+    """The driver's session, counting what is sent by kind (StoreStats): the figures of
+    scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
+
+    def __init__(self, session, stats: StoreStats) -> None:
+        self._s = session
+        self.stats = stats
+
+    def _count(self, stmt, profile) -> None:
+        if profile == "lwt":
+            self.stats.lwt_attempts += 1
+            return
+        text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None), "query_string", "")
+        if text.lstrip()[:6].upper() == "SELECT":
+            self.stats.reads += 1
+            if profile == "serial":
+                self.stats.serial_reads += 1
+        elif text:
+            self.stats.writes += 1
+
+    def execute(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
+        self._count(stmt, execution_profile)
+        if execution_profile is _NO_PROFILE:
+            return self._s.execute(stmt, params, **kw)
+        return self._s.execute(stmt, params, execution_profile=execution_profile, **kw)
+
+    def execute_async(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
+        self._count(stmt, execution_profile)
+        if execution_profile is _NO_PROFILE:
+            return self._s.execute_async(stmt, params, **kw)
+        return self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
+
+    def __getattr__(self, name):  # prepare, cluster, shutdown, ...
+        return getattr(self._s, name)
 
 
 @dataclass(frozen=True)
@@ -249,8 +288,9 @@ class CassandraStore(JobStore):
             connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
             **kwargs,
         )
+        self.stats = StoreStats()
         try:
-            self._session = self._cluster.connect()
+            self._session = _CountingSession(self._cluster.connect(), self.stats)
         except Exception as exc:
             self._cluster.shutdown()
             raise StoreError(f"cannot connect to Cassandra at {', '.join(hosts)}:{port}: {exc}") from None
@@ -260,7 +300,6 @@ class CassandraStore(JobStore):
         self._owners_known: set[str] = set()
         self._intents: dict[tuple, datetime] = {}
         self._closed = False
-        self.stats = StoreStats()
         try:
             self._setup_schema(create_schema, replication)
         except Exception:
@@ -393,7 +432,6 @@ class CassandraStore(JobStore):
         backoff = 0.01
         retried = False
         for attempt in range(_CONTENTION_RETRIES):
-            self.stats.lwt_attempts += 1
             try:
                 row = self._session.execute(stmt, params, execution_profile="lwt").one()
                 if row["[applied]"] or not retried:
