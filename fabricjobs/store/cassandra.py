@@ -35,8 +35,10 @@ so an entry is deleted only on that evidence:
   intent of a change that lost (or never ran) against the one that made the row: its LWT
   cannot apply any more, and it is deleted at once;
 * revision > the row's, or no row at all: possibly an intent whose LWT has not happened
-  *yet*. It is deleted only once its ``written_at`` is older than ``INTENT_GRACE`` (far
-  longer than any request timeout), so a slow writer's intent is never taken away before
+  *yet*. It is deleted only once it has been there, unchanged, for longer than
+  ``INTENT_GRACE`` (far longer than one attempt of a writer, which writes its intent again
+  before each retry), as the reader's own monotonic clock measures from its first sighting
+  (no two hosts' clocks are compared), so a slow writer's intent is never taken away before
   its LWT; one whose writer died is gone after the grace.
 
 A CAS that fails on a candidate applies these rules to the candidate's entry with the current
@@ -298,7 +300,10 @@ class CassandraStore(JobStore):
         self._prepared: dict[tuple, Any] = {}
         self._prep_lock = threading.Lock()
         self._owners_known: set[str] = set()
-        self._intents: dict[tuple, datetime] = {}
+        # When this process first saw each possible intent (its written_at as seen), on its own
+        # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
+        self._seen: dict[tuple, tuple[datetime | None, float]] = {}
+        self._monotonic = time.monotonic
         self._closed = False
         try:
             self._setup_schema(create_schema, replication)
@@ -515,7 +520,7 @@ class CassandraStore(JobStore):
             "DELETE FROM k2_jobs_index WHERE bucket = ? AND shard = ? AND next_run = ? AND type = ? AND name = ?"
             " AND uid = ? AND revision = ?")
         self._run(stmt, (bucket, _shard(key), next_run or _EPOCH0, key.type, key.name, key.uid, revision))
-        self._intents.pop((bucket, key, revision), None)
+        self._seen.pop((bucket, key, revision), None)
 
     def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int, *, repair: bool = True) -> None:
         """Delete an index entry that is no longer true, after the LWT decided. If this write is
@@ -535,11 +540,23 @@ class CassandraStore(JobStore):
         k = job.key
         self._run(stmt, (job.end_time.strftime("%Y-%m-%d"), job.end_time, k.type, k.name, k.uid, self.archive_ttl))
 
-    @staticmethod
-    def _intent_expired(written_at: datetime | None, now: datetime | None = None) -> bool:
-        """Whether an entry that may be an intent is old enough that its LWT can no longer come.
-        Unknown age: never (the entry stays; a later scan learns its ``written_at``)."""
-        return written_at is not None and written_at < (now or datetime.now(UTC)) - INTENT_GRACE
+    def _observe(self, bucket: str, key: JobKey, revision: int, written_at: datetime | None) -> None:
+        """Note that this entry exists as of now (kept from the first sighting while its
+        ``written_at`` stays the same: a writer that retries writes its intent again)."""
+        k = (bucket, key, revision)
+        seen = self._seen.get(k)
+        if seen is None or seen[0] != written_at:
+            if len(self._seen) > 100_000:
+                self._seen.clear()
+            self._seen[k] = (written_at, self._monotonic())
+
+    def _intent_expired(self, bucket: str, key: JobKey, revision: int) -> bool:
+        """Whether an entry that may be an intent has existed, unchanged, for longer than
+        ``INTENT_GRACE`` (far longer than any attempt of a writer, which re-writes its intent
+        before each retry), measured on this process's own clock since it first saw the entry.
+        Never seen: not expired (a later scan starts its clock)."""
+        seen = self._seen.get((bucket, key, revision))
+        return seen is not None and self._monotonic() - seen[1] > INTENT_GRACE.total_seconds()
 
     def _repair(self, expected: Job, current: Version | None) -> None:
         """A CAS on ``expected`` failed: drop its index entry if it is stale.
@@ -554,7 +571,7 @@ class CassandraStore(JobStore):
         if current is not None and current.revision > expected.revision:
             self._tidy(bucket, expected.key, expected.next_run, expected.revision)
         elif current is None or current.revision < expected.revision:
-            if self._intent_expired(self._intents.get((bucket, expected.key, expected.revision))):
+            if self._intent_expired(bucket, expected.key, expected.revision):
                 self._tidy(bucket, expected.key, expected.next_run, expected.revision)
         else:
             # Same revision, other content: a losing (or dead) writer's intent, e.g. a dead
@@ -653,14 +670,14 @@ class CassandraStore(JobStore):
                 log.warning("could not record %s in the archive index (%s)", key, exc)
         new_bucket = _job_bucket(target)
         if new_bucket is not None:
-            self._intents[(new_bucket, key, revision)] = datetime.now(UTC)
+            self._seen[(new_bucket, key, revision)] = (None, self._monotonic())  # our own: fresh
         applied, lwt_row, settled = self._execute_lwt(
             stmt, params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
             before_retry=lambda: self._index_upsert(target, revision))
         if applied:
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False)
             if new_bucket is not None:
-                self._intents.pop((new_bucket, key, revision), None)
+                self._seen.pop((new_bucket, key, revision), None)
             row = settled if full is False and settled is not None else None
             if row is None:
                 row = target if full else self._select_job(key)
@@ -847,25 +864,22 @@ class CassandraStore(JobStore):
         chosen = [next(iter(es.values())) for es in by_key.values() if len(es) == 1]
         several = [k for k, es in by_key.items() if len(es) > 1]
         if several:
-            now = datetime.now(UTC)
             for key, row in zip(several, self.get_many(several)):
-                e = self._settle(list(by_key[key].values()), row, now)
+                e = self._settle(list(by_key[key].values()), row)
                 if e is not None:
                     chosen.append(e)
-        for e in chosen:
-            if e.written_at is not None:  # the entry's own age, for _repair's grace rule
-                self._intents[(e.bucket, e.key, e.revision)] = e.written_at
-        if len(self._intents) > 100_000:
-            self._intents.clear()
+        for e in chosen:  # the entry's own age, for _repair's grace rule
+            self._observe(e.bucket, e.key, e.revision, e.written_at)
         return sorted(chosen, key=lambda e: (e.next_run, e.key))
 
-    def _settle(self, entries: list[_Entry], row: Job | None, now: datetime) -> _Entry | None:
+    def _settle(self, entries: list[_Entry], row: Job | None) -> _Entry | None:
         """Several entries of one key, and its row (None: none yet): delete the ones the row
         proves false and the expired intents; return the row's true entry if it is among them."""
         true_entry = None
         for e in entries:
             if row is None or e.revision > row.revision:
-                if self._intent_expired(e.written_at, now):  # an intent whose LWT never came
+                self._observe(e.bucket, e.key, e.revision, e.written_at)
+                if self._intent_expired(e.bucket, e.key, e.revision):  # an intent whose LWT never came
                     self._tidy(e.bucket, e.key, e.next_run, e.revision)
             elif e.revision < row.revision or (e.bucket, e.next_run) != _slot(row):
                 self._tidy(e.bucket, e.key, e.next_run, e.revision)  # superseded, or a loser's intent

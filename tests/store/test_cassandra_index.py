@@ -59,16 +59,10 @@ def entries(store: CassandraStore, key: JobKey) -> list[tuple[str, int]]:
 
 
 def age_entries(store: CassandraStore, key: JobKey) -> None:
-    """Make every index entry of ``key`` look written longer than INTENT_GRACE ago."""
-    stmt = store._session.prepare(
-        f"INSERT INTO {store.keyspace}.k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, written_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-    old = datetime.now(UTC) - cassandra_store.INTENT_GRACE - timedelta(minutes=1)
-    for b in store._buckets(LIVE, None):
-        for e in store._scan(b):
-            if e.key == key:
-                store._session.execute(stmt, (e.bucket, e.shard, e.next_run, key.type, key.name, key.uid,
-                                              e.revision, old))
+    """Let INTENT_GRACE pass on ``store``'s own clock: an intent's age is measured on the
+    reader's monotonic clock, from when it first saw the entry (never by comparing clocks)."""
+    real = store._monotonic
+    store._monotonic = lambda: real() + cassandra_store.INTENT_GRACE.total_seconds() + 60
 
 
 class HeldLwt:
