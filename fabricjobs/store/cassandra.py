@@ -1028,6 +1028,12 @@ class CassandraStore(JobStore):
         # Its KILL requests go whatever their age: none can reach a node gone this long, and
         # a node that starts under this name clears its own anyway.
         self._run(self._stmt(("kdelall",), "DELETE FROM kill_requests WHERE node = ?"), (row.name,))
+        # And its place in the owners registry: the node layer forgets a node only once it
+        # owns nothing, so no bucket of its name is left to list (a node that comes back
+        # under this name registers again with its first entry). The registry stays as small
+        # as the set of nodes alive within the retention.
+        self._run(self._stmt(("odel",), "DELETE FROM k2_jobs_owners WHERE kind = 'owner' AND owner = ?"), (row.name,))
+        self._owners_known.discard(("owner", row.name))
 
     # -- kill requests -----------------------------------------------------------------------------
 

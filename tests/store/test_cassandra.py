@@ -348,3 +348,22 @@ def test_a_runs_history_line_is_readable_by_the_time_its_row_change_lands(server
         assert [r.result for r in store.runs("USER_JOB", "A.b", "h")] == ["OK"]
     finally:
         store.close()
+
+
+def test_a_forgotten_node_leaves_the_owners_registry(server, keyspace):
+    """k2_jobs_owners lists the owners whose buckets a full read must visit; a node forgotten
+    (gone longer than the retention, owning nothing) must not stay there for ever."""
+    from fabricjobs.store.base import NodeRow
+
+    store = open_store(server, keyspace)
+    try:
+        for node in ("n1", "n2"):
+            row = store.insert(waiting_job(f"j-{node}")).row
+            done = store.cas(row, claim(row, node)).row
+            store.cas(done, done.replace(status=Status.PROCESSED, archived=True, end_time=T0))
+            store.write_node(NodeRow(node, "i", "DC1", "h", 1, T0, "v", 1))
+        assert sorted(store._registry("owner")) == ["n1", "n2"]
+        store.delete_node(next(r for r in store.nodes() if r.name == "n1"))
+        assert store._registry("owner") == ["n2"]
+    finally:
+        store.close()
