@@ -16,6 +16,15 @@ if str(TESTS) not in sys.path:
 from backends import BACKENDS, make_backend_config  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Mark every test that runs on Apache Cassandra itself ("real_cassandra"), so that
+    ./scripts/test can give that tier a phase of its own."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "cassandra-real" in params.values():
+            item.add_marker(pytest.mark.real_cassandra)
+
+
 @pytest.fixture(scope="session")
 def cql_server():
     """One CQL test server for the whole run (each test gets its own keyspace)."""
