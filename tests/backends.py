@@ -85,10 +85,11 @@ def drop_keyspace(keyspace: str) -> None:
     try:
         if _admin is None:
             from cassandra.cluster import Cluster
+            from cassandra.policies import RoundRobinPolicy
 
             hosts, port = real_cluster()
             _admin = Cluster(hosts.split(","), port=port, protocol_version=5, schema_metadata_enabled=False,
-                             token_metadata_enabled=False).connect()
+                             token_metadata_enabled=False, load_balancing_policy=RoundRobinPolicy()).connect()
         _admin.execute_async(f"DROP KEYSPACE IF EXISTS {keyspace}")
     except Exception:  # a leftover keyspace costs only memory on a test server
         pass
