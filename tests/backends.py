@@ -84,12 +84,13 @@ def drop_keyspace(keyspace: str) -> None:
     global _admin
     try:
         if _admin is None:
-            from cassandra.cluster import Cluster
+            from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
             from cassandra.policies import RoundRobinPolicy
 
             hosts, port = real_cluster()
+            profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy())
             _admin = Cluster(hosts.split(","), port=port, protocol_version=5, schema_metadata_enabled=False,
-                             token_metadata_enabled=False, load_balancing_policy=RoundRobinPolicy()).connect()
+                             token_metadata_enabled=False, execution_profiles={EXEC_PROFILE_DEFAULT: profile}).connect()
         _admin.execute_async(f"DROP KEYSPACE IF EXISTS {keyspace}")
     except Exception:  # a leftover keyspace costs only memory on a test server
         pass
