@@ -66,7 +66,12 @@ def make_backend_config(request, backend: str, tmp_path: Path, extra: dict | Non
         sections["store"] = {"BACKEND": "cassandra"}
         sections["cassandra"] = {"HOSTS": hosts, "PORT": port, "KEYSPACE": keyspace,
                                  "PROTOCOL_VERSION": int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "5")),
-                                 "CONSISTENCY": "QUORUM"}
+                                 "CONSISTENCY": "QUORUM",
+                                 # One node: nothing to route. With it on, every node process of
+                                 # every test would read (and, at each test's DDL, re-read) the
+                                 # schema of all the tests' keyspaces: a CPU storm on 2 cores.
+                                 # tests/store/test_cassandra_lifecycle.py tests routing itself.
+                                 "TOKEN_AWARE": "false"}
         request.addfinalizer(lambda: drop_keyspace(keyspace))
     else:
         raise ValueError(backend)

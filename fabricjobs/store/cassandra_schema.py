@@ -48,6 +48,7 @@ COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "k
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
 LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
 SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
+DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
 
 _LEVELED = "compaction = {'class': 'LeveledCompactionStrategy'}"
 _BY_DAY = "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}"
@@ -272,7 +273,7 @@ class SchemaManager:
     def _ddl(self, cql: str) -> None:
         """One schema statement, then wait until every live replica has the same schema."""
         try:
-            rs = self.s.execute(self._q(cql))
+            rs = self.s.execute(self._q(cql), timeout=DDL_TIMEOUT)
         except Exception as exc:
             raise StoreError(f"Cassandra refused a schema change ({' '.join(cql.split())[:80]}...): {exc}") from None
         future = getattr(rs, "response_future", None)

@@ -91,3 +91,25 @@ def test_absent_values_are_not_written_as_nulls(cql_server, tmp_path, request):
         assert nulls == set()
     finally:
         store.close()
+
+
+@pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="needs Apache Cassandra (./scripts/test starts one)")
+def test_statements_are_routed_to_a_replica_of_their_partition(request, tmp_path):
+    """TOKEN_AWARE (the default): the driver knows the ring and the keyspace's replicas, so a
+    job's statements go to a node that holds its partition (on one node: that node)."""
+    config = make_backend_config(request, "cassandra-real", tmp_path, {"cassandra": {"TOKEN_AWARE": "true"}})
+    store = open_store(load_config(config))
+    try:
+        from cassandra.policies import TokenAwarePolicy
+
+        key = JobKey("USER_JOB", "Customer.userJob1", "routed")
+        row = store.insert(Job(key, Status.WAITING, T0, next_run=T0)).row
+        assert store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=1)).applied
+        profile = store._cluster.profile_manager.default
+        assert isinstance(profile.load_balancing_policy, TokenAwarePolicy)
+        get = store._stmt(("get",), "SELECT status FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?")
+        bound = get.bind((key.type, key.name, key.uid))
+        replicas = store._cluster.metadata.get_replicas(store.keyspace, bound.routing_key)
+        assert [h.address for h in replicas] == [load_config(config).get("cassandra", "HOSTS")[0]]
+    finally:
+        store.close()
