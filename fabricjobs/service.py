@@ -12,6 +12,7 @@ their ``nodes`` row, and a KILL is a request row that the target node carries ou
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 import uuid
@@ -27,8 +28,8 @@ from .cluster import NodeView, candidates, read_cluster
 from .commands import ast
 from .config import Config
 from .errors import (
-    CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, TaskNotFound, ValidationError,
-    WaitTimeout,
+    CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, StoreError, TaskNotFound,
+    ValidationError, WaitTimeout,
 )
 from .jobs.registry import JobCatalog
 from . import dependencies
@@ -37,6 +38,8 @@ from .result import Result
 from .schedule import Schedule, parse_schedule
 from .store.base import CasResult, JobStore, KillRequest
 from .wakeup import Doorbell
+
+log = logging.getLogger("fabricjobs.service")
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -209,8 +212,18 @@ class CommandService:
             self._ring_nodes()
 
     def _ring_nodes(self) -> None:
-        if self.doorbell.enabled:
-            self.doorbell.ring(n.name for n in self.store.nodes())
+        """Only a hint that saves the nodes a poll period: it comes after the command's writes
+        were committed, so a store that fails here (a read timeout) must not turn a command
+        that took effect into an error (a client would retry an accepted STARTJOB and be told
+        "Job is running"). The nodes find the work at their next pass."""
+        if not self.doorbell.enabled:
+            return
+        try:
+            names = [n.name for n in self.store.nodes()]
+        except StoreError as exc:
+            log.warning("could not wake the local nodes (%s); they see the change at their next pass", exc)
+            return
+        self.doorbell.ring(names)
 
     @contextmanager
     def batch(self) -> Iterator[None]:

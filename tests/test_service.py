@@ -428,3 +428,22 @@ def test_ps_and_kill_read_and_write_the_nodes_published_state(client):
         client.fetch("kill 'node-x' 1;")
     assert "KILL sent to node node-x for task 52625" in client.fetch("kill 'node-x' 52625;").status
     assert [k.task for k in client.store.kill_requests("node-x")] == [52625]
+
+
+def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(client, monkeypatch):
+    """Waking the local nodes is a hint after the commit: a store that times out on that read
+    (seen on Cassandra with a replica paused) must not turn an accepted STARTJOB into an error
+    that a client would retry into "Job is running"."""
+    from fabricjobs.errors import StoreError
+
+    client.service.doorbell.enabled = True
+
+    def nodes_times_out():
+        raise StoreError("Cassandra: ReadTimeout (QUORUM, received only 1 responses)")
+
+    monkeypatch.setattr(client.store, "nodes", nodes_times_out)
+    one = client.fetch("startjob user_job name='Customer.userJob1' uid='woken';")
+    script = client.fetch("startjob user_job name='Customer.userJob1' uid='in-a-script';"
+                          "startjob user_job name='Customer.userJob1' uid='woken2';")  # rings at the end
+    assert one.first_row()["Status"] == script.first_row()["Status"] == "WAITING"
+    assert all(row(client, uid=u).status is Status.WAITING for u in ("woken", "in-a-script", "woken2"))
