@@ -56,7 +56,7 @@ def test_a_lease_that_runs_out_during_a_slow_heartbeat_write_counts_as_a_lapse(s
     try:
         assert beat.beat_once() and board.generation() == 0 and lapses == []
         write = store.write_node
-        store.write_node = lambda row: (clock.advance(beat.lease + 0.1), write(row))
+        store.write_node = lambda row, timeout=None: (clock.advance(beat.lease + 0.1), write(row))
         assert beat.beat_once()  # the write succeeded, but only after the lease ran out
         assert board.generation() == 1 and lapses == [1]
     finally:
@@ -81,7 +81,7 @@ def test_a_beat_brought_back_by_a_stalled_read_counts_from_when_the_read_returne
         store.write_node(NodeRow(name="a", incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(),
                                  version="x", beat=7, info=json.dumps({"heartbeat_ms": 200, "miss": 5})))
         read = store.nodes
-        store.nodes = lambda: (clock.advance(2.4), read())[1]  # the observer is paused mid-read
+        store.nodes = lambda timeout=None: (clock.advance(2.4), read())[1]  # the observer is paused mid-read
         observer.reconciler._observe()
         store.nodes = read
         clock.advance(0.01)
@@ -112,7 +112,7 @@ def test_a_row_missing_from_a_stalled_read_counts_as_missing_from_when_the_read_
         observer.reconciler._observe()
         store.delete_node(next(r for r in store.nodes() if r.name == "a"))
         read = store.nodes
-        store.nodes = lambda: (clock.advance(2.4), read())[1]  # paused mid-read
+        store.nodes = lambda timeout=None: (clock.advance(2.4), read())[1]  # paused mid-read
         observer.reconciler._observe()
         store.nodes = read
         assert not observer.liveness.is_dead("a")

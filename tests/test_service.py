@@ -438,7 +438,7 @@ def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(c
 
     client.service.doorbell.enabled = True
 
-    def nodes_times_out():
+    def nodes_times_out(timeout=None):
         raise StoreError("Cassandra: ReadTimeout (QUORUM, received only 1 responses)")
 
     monkeypatch.setattr(client.store, "nodes", nodes_times_out)

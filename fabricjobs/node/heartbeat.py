@@ -69,6 +69,10 @@ class Heartbeat:
         self.interval = interval
         self.miss = miss
         self.lease = lease_seconds(interval, miss)
+        # One beat's store requests give up after an interval: a request stuck on one
+        # unresponsive server (a paused Cassandra coordinator) would otherwise use up the
+        # whole lease, while the next beat may well reach another one.
+        self._timeout = max(interval, 0.25)
         self.incarnation = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.started = clock.now()
@@ -106,7 +110,7 @@ class Heartbeat:
             try:
                 if self.beat > 1 and self._displaced():
                     return False
-                self.store.write_node(self.row(state))
+                self.store.write_node(self.row(state), timeout=self._timeout)
                 # Judge a lapse by the time the write came back: a lease that ran out while the
                 # write was slow still ended this node's runs, so the generation must go up.
                 t1 = self.clock.monotonic()
@@ -133,7 +137,7 @@ class Heartbeat:
     def _displaced(self) -> bool:
         """Another instance with this name wrote the row after this one started: the older
         instance stops (two nodes with one name would each think the other's jobs are theirs)."""
-        row = next((r for r in self.store.nodes() if r.name == self.name), None)
+        row = next((r for r in self.store.nodes(timeout=self._timeout) if r.name == self.name), None)
         if row is None or row.incarnation == self.incarnation or row.state == "stopped":
             return False
         if row.started > self.started or (row.started == self.started and row.incarnation > self.incarnation):

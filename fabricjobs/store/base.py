@@ -338,12 +338,15 @@ class JobStore(ABC):
     # -- nodes -----------------------------------------------------------------------------
 
     @abstractmethod
-    def write_node(self, node: NodeRow) -> None:
-        """Create or overwrite this node's row; ``beat_time`` is set from the store's clock."""
+    def write_node(self, node: NodeRow, timeout: float | None = None) -> None:
+        """Create or overwrite this node's row; ``beat_time`` is set from the store's clock.
+        ``timeout``: give up (StoreError) after that many seconds instead of the store's
+        request timeout, so that a heartbeat stuck on one unresponsive server is not the
+        node's only try within its lease (the next beat may reach another)."""
 
     @abstractmethod
-    def nodes(self) -> list[NodeRow]:
-        """Every row of ``nodes``, ordered by name."""
+    def nodes(self, timeout: float | None = None) -> list[NodeRow]:
+        """Every row of ``nodes``, ordered by name (``timeout`` as for :meth:`write_node`)."""
 
     @abstractmethod
     def delete_node(self, row: NodeRow) -> None:

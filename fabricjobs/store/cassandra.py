@@ -347,9 +347,11 @@ class CassandraStore(JobStore):
                     self._prepared[key] = stmt
         return stmt
 
-    def _run(self, stmt, params=()):
+    def _run(self, stmt, params=(), timeout: float | None = None):
         """Execute a plain statement; a driver error becomes a StoreError with its text."""
         try:
+            if timeout is not None:
+                return self._session.execute(stmt, params, timeout=timeout)
             return self._session.execute(stmt, params)
         except Exception as exc:
             if isinstance(exc, StoreError):
@@ -1001,16 +1003,17 @@ class CassandraStore(JobStore):
 
     # -- nodes -------------------------------------------------------------------------------------
 
-    def write_node(self, node: NodeRow) -> None:
+    def write_node(self, node: NodeRow, timeout: float | None = None) -> None:
         stmt = self._stmt(("node",),
             "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
             " info, tasks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()), ?, ?, ?, ?)")
         self._run(stmt, (node.name, node.incarnation, node.dc, node.host, node.pid, node.started,
-                         node.version, node.beat, node.state, node.running, node.info, node.tasks))
+                         node.version, node.beat, node.state, node.running, node.info, node.tasks), timeout)
 
-    def nodes(self) -> list[NodeRow]:
+    def nodes(self, timeout: float | None = None) -> list[NodeRow]:
         rows = self._run(self._stmt(("nodes",), "SELECT name, incarnation, dc, host, pid, started, version, beat,"
-                                                " beat_time, state, running, info, tasks, WRITETIME(beat) AS stamp FROM nodes"))
+                                                " beat_time, state, running, info, tasks, WRITETIME(beat) AS stamp FROM nodes"),
+                         (), timeout)
         out = [
             NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _aware(r["started"]), r["version"],
                     r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]), r["stamp"])

@@ -753,7 +753,7 @@ class SqliteStore(JobStore):
 
     # -- nodes ---------------------------------------------------------------------------------
 
-    def write_node(self, node: NodeRow) -> None:
+    def write_node(self, node: NodeRow, timeout: float | None = None) -> None:  # one host: the busy timeout rules
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time,"
@@ -768,7 +768,7 @@ class SqliteStore(JobStore):
                  node.beat, node.state, node.running, node.info, node.tasks),
             )
 
-    def nodes(self) -> list[NodeRow]:
+    def nodes(self, timeout: float | None = None) -> list[NodeRow]:
         rows = self._read(
             "SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, info,"
             " tasks, beat_time FROM nodes ORDER BY name"

@@ -367,3 +367,24 @@ def test_a_forgotten_node_leaves_the_owners_registry(server, keyspace):
         assert store._registry("owner") == ["n2"]
     finally:
         store.close()
+
+
+def test_a_heartbeat_request_gives_up_after_its_own_timeout(server, keyspace):
+    """A beat stuck on an unresponsive coordinator must not use up the node's lease: with a
+    timeout the write (and the read of the nodes) fails fast, and the next beat tries again."""
+    import time
+
+    from fabricjobs.store.base import NodeRow
+
+    store = open_store(server, keyspace)  # request timeout 5 s
+    try:
+        row = NodeRow("n1", "i", "DC1", "h", 1, T0, "v", 1)
+        store.write_node(row)
+        for call in (lambda: store.write_node(row, timeout=0.3), lambda: store.nodes(timeout=0.3)):
+            server.faults.add("delay", r"\w+\.nodes", delay=3.0, times=1)
+            began = time.monotonic()
+            with pytest.raises(StoreError):
+                call()
+            assert time.monotonic() - began < 1.5
+    finally:
+        store.close()
