@@ -6,13 +6,20 @@ Run
   --nodes (4) `fabricjobs node` processes share one store: a SQLite file, or (--backend
   cassandra) a CQL test server (tests/cqlserver, a test double, not Cassandra) run as a
   separate process through scripts/cql-test-server, so that killing a node never takes the
-  store down. Settings: heartbeat 200 ms x 5 (dead after 1 s; a run's lease is 0.6 s),
+  store down, or (--backend cassandra-real) Apache Cassandra 5.0: 3 nodes (tests/realcassandra,
+  started in the working directory and stopped at the end, on error and on Ctrl-C too; or
+  --cassandra-hosts for a running cluster), keyspace RF 3, QUORUM / SERIAL, request timeout
+  10 s, and 3 fabricjobs nodes by default. Settings: heartbeat 200 ms x 5 (dead after 1 s; a
+  run's lease is 0.6 s; 500 ms x 6 on cassandra-real: dead after 3 s, lease 2 s),
   RECONCILE_INTERVAL_MS 200 (500 on Cassandra: --reconcile-ms), OWNER_PRECEDENCE_MS 300,
   pool 40, MAX_TRIES 100 (a job hit by many faults must not run out of tries: each takeover
   of a running job counts as one), RETRY_DELAY_SEC 1, SHUTDOWN_GRACE_SEC 1, log level warning.
+  What differs with the store is one Backend class each (SqliteBackend, CqlTestServerBackend,
+  RealCassandraBackend).
 
-  --jobs (2000) USER_JOBs of examples/jobs/Chaos.py:work: --recurring of them (default 200 on
-  SQLite, 40 on the Cassandra test server, which runs ~10x fewer jobs/s) are recurring, half
+  --jobs (2000; 300 on cassandra-real) USER_JOBs of examples/jobs/Chaos.py:work: --recurring of
+  them (default 200 on SQLite, 40 on the Cassandra test server, which runs ~10x fewer jobs/s,
+  12 on cassandra-real, whose three JVMs share the host's cores) are recurring, half
   EXEC_INTERVAL='00:00:01' and half 6-field cron '* * * * * *', each run working 0.05 s; the
   rest are one-time jobs working 0.05-6 s (half under 0.5 s). The recurring jobs are submitted
   first, the one-time jobs spread over the first 75 % of the run (scripts of 25 STARTJOBs);
@@ -28,6 +35,13 @@ Run
     restart  SIGTERM (graceful shutdown) and a start with the same name.
   Each fault is recorded: kind, node, start, end (restart spawned / SIGCONT), ready (the node
   wrote a heartbeat row again as a new process, or SIGCONT).
+  cassandra-real adds faults of Cassandra nodes, one at a time, the first after 4-8 s and each
+  next 5-12 s after the previous one ended (a stream of their own, fixed by the seed too; the
+  first two are one of each kind):
+    cassandra-stop  SIGSTOP of one Cassandra node's JVM for 3-8 s, then SIGCONT;
+    cassandra-kill  SIGKILL of it, down 1-5 s, then restarted on its data (ready: it answers CQL
+                    and the other nodes see it again).
+  They are recorded like the others (node "cassandra@<address>").
   Before the faults start, each node runs one 0.3 s job per pool slot (pinned to it by
   AFFINITY, not checked), so that the soak does not begin with a burst of worker forks.
   No fault begins in the last 3 s, so the last ones end near the end of --duration. Then the
@@ -76,13 +90,27 @@ Checker (a failure prints the seed and the offending records, and exits 1)
     writes wait as long). Long waits are printed with the faults in progress.
   * a node's own lease lapse ("could not renew its lease", or a heartbeat write that came back
     after its lease had run out: self-fencing either way) that no SIGSTOP of that
-    node explains: its heartbeat stalled past its lease. These are listed by time.
+    node explains: its heartbeat stalled past its lease. These are listed by time, those
+    during a Cassandra fault apart. A lapse is logged when the heartbeat thread sees it; on
+    cassandra-real that thread may be waiting for a hung request, so the lapse itself may
+    come up to 21 s (two request timeouts and a beat) before its log line: in 4 the lapse must
+    come between the previous run's start and the re-run's start, i.e. its log line within
+    [previous start - 1 s, re-run start + 21 s]; in 5 the window starts 21 s earlier too.
+  * A Cassandra fault is no fault of any fabricjobs node, and the probe's slow reads are no
+    store stall on cassandra-real (one coordinator's latency says nothing of the nodes'
+    heartbeats): a re-run is explained by a Cassandra fault only through a lease lapse of
+    the previous run's node, as above. (5 only) a fire is also explained by store latency:
+    a Cassandra node in a fault, from its start - 1 s to its ready + 10 s (the request
+    timeout: a request it coordinated, or waited for as a replica, may hang that long) + the
+    dead threshold + 2 s, and the job's previous run already over 0.5 s late (the node
+    holding it was slowed).
   * (5 only) overload of a surviving node: a fault of another node in progress (same window)
     and the job's previous run, on the node that held it, already over 0.5 s late.
 
 usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000]
-                                         [--recurring N] [--backend sqlite|cassandra]
-                                         [--reconcile-ms MS] [--json FILE] [--keep] [--verbose]
+                                         [--recurring N] [--backend sqlite|cassandra|cassandra-real]
+                                         [--cassandra-hosts HOST[:PORT],...] [--reconcile-ms MS]
+                                         [--json FILE] [--keep] [--verbose]
 Progress goes to stderr, the result to stdout; exit status 0 only when every check passed.
 """
 
@@ -117,11 +145,12 @@ from tabulate import tabulate  # noqa: E402
 from backends import write_config  # noqa: E402  (tests/backends.py: the config writer the tests use)
 from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.commands import parse_script  # noqa: E402
+from fabricjobs.errors import StoreError  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
 
 JOBS_DIR = ROOT / "examples" / "jobs"
 JOB_NAME = "Chaos.work"
-HEARTBEAT_MS = 200
+HEARTBEAT_MS = 200  # the backend may set other ones: see set_heartbeat()
 HEARTBEAT_MISS = 5
 DEAD_AFTER = HEARTBEAT_MS * HEARTBEAT_MISS / 1000.0
 POOL = 40
@@ -129,6 +158,14 @@ SETTLE = 2.0
 QUIET_TAIL = 3.0  # no fault begins in the last seconds of --duration: those in progress end near it
 EXPLAIN_BEFORE = 1.0
 EXPLAIN_AFTER = DEAD_AFTER + 2.0
+
+
+def set_heartbeat(ms: int, miss: int) -> None:
+    """The nodes' heartbeat, and the timings of the faults and of the checker that follow from it."""
+    global HEARTBEAT_MS, HEARTBEAT_MISS, DEAD_AFTER, EXPLAIN_AFTER
+    HEARTBEAT_MS, HEARTBEAT_MISS = ms, miss
+    DEAD_AFTER = ms * miss / 1000.0
+    EXPLAIN_AFTER = DEAD_AFTER + 2.0
 HELD_BEFORE = 10.0
 SPREAD = 0.75  # the one-time jobs are submitted over this part of --duration
 LATE_LIMIT = 5.0  # a fire served later than this after its due time needs a fault to explain it
@@ -202,9 +239,12 @@ class Node:
                 "--name", self.name, "--log-level", "warning"]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        with open(log_path, "wb") as f:
-            self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, cwd=self.cluster.tmp, start_new_session=True)
+        with self.cluster.lock:  # no node starts once close() began (a restart fault under way)
+            if self.cluster.closing:
+                raise ChaosError(f"node {self.name} not started: the run is ending")
+            with open(log_path, "wb") as f:
+                self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             env=env, cwd=self.cluster.tmp, start_new_session=True)
         return time.time()
 
     def wait_ready(self, timeout: float = 60.0) -> float:
@@ -483,35 +523,305 @@ class Fault:
     ready: float | None = None
     note: str = ""
 
+    @property
+    def of_store(self) -> bool:
+        """A fault of the store (a Cassandra node), not of a fabricjobs node: it explains
+        nothing by itself, only through a lease lapse of a node (see the checker)."""
+        return self.kind in STORE_FAULTS
+
+
+# ==================================================================================================
+# the store: one Backend per --backend
+# ==================================================================================================
+
+
+class Backend:
+    """The store the nodes share, and all that differs with it: its config sections, its
+    defaults, its probe, what counts as a store stall, its own faults, its report lines."""
+
+    name = ""
+    nodes = 4
+    jobs = 2000
+    recurring = 200
+    reconcile_ms = 200
+    heartbeat = (200, 5)  # FABRIC_HEARTBEAT_INTERVAL_MS, FABRIC_HEARTBEAT_MISS
+    # How long after a node's lease ran out its log may say so (parse_self_fences). 0 on the
+    # stores where a heartbeat write never hangs for long (a fault of a node is what stalls it).
+    lapse_lag = 0.0
+    probe_what = ""
+
+    def __init__(self, args) -> None:
+        self.args = args
+
+    def start(self, tmp: Path) -> dict[str, dict]:
+        """Bring the store up; the config sections that name it ([store], [cassandra])."""
+        raise NotImplementedError
+
+    def probe(self, config_path: Path, key: JobKey) -> _Probe:
+        return ReadProbe(config_path, key)
+
+    def stalls(self, long_waits: list[tuple[float, float]], faults: list[Fault]) -> list[tuple[float, float]]:
+        """The probe's long waits that count as a fault of every node (see the docstring)."""
+        return []
+
+    stall_rule = ""  # how a long wait becomes a store stall ("": it never does)
+
+    def check(self) -> None:
+        """Raise ChaosError when the store itself died."""
+
+    def start_faults(self, cluster: "Cluster", rng: random.Random, t_last: float) -> None:
+        """Faults of the store itself, up to ``t_last`` (none by default)."""
+
+    def mark(self) -> None:
+        """The faults begin (for the report's figures)."""
+
+    def report_lines(self) -> list[str]:
+        return []
+
+    def report(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class SqliteBackend(Backend):
+    name = "sqlite"
+    probe_what = "SQLite write lock (a BEGIN IMMEDIATE every 100 ms): wait"
+    stall_rule = "during a SIGSTOP"
+
+    def start(self, tmp: Path) -> dict[str, dict]:
+        self.db = tmp / "jobs.db"
+        return {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(self.db)}}
+
+    def probe(self, config_path: Path, key: JobKey) -> _Probe:
+        return LockProbe(self.db)
+
+    def stalls(self, long_waits, faults):
+        # a node SIGSTOPped while it holds the write lock stalls every writer, so every node's
+        # heartbeat: a stall seen while a SIGSTOP was in progress is a fault of every node
+        return [(t, t + w) for t, w in long_waits
+                if any(f.kind == "stop" and f.start <= t + w and (f.end or t) >= t for f in faults)]
+
+
+class CqlTestServerBackend(Backend):
+    name = "cassandra"
+    recurring = 40
+    reconcile_ms = 500
+    probe_what = "store read (one row every 100 ms): latency"
+    stall_rule = "during or just after a fault"
+
+    def start(self, tmp: Path) -> dict[str, dict]:
+        self.cql = CqlServerProcess(tmp)
+        return {"store": {"BACKEND": "cassandra"},
+                "cassandra": {"HOSTS": self.cql.host, "PORT": self.cql.port,
+                              "KEYSPACE": "chaos_" + uuid.uuid4().hex[:10], "PROTOCOL_VERSION": 4,
+                              "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false", "REQUEST_TIMEOUT_SEC": 10}}
+
+    def stalls(self, long_waits, faults):
+        # the takeovers and restarts a fault causes saturate the single-threaded server: a slow
+        # read while a fault is in progress or just recovered is a fault of every node
+        return [(t, t + w) for t, w in long_waits
+                if any(f.start <= t + w and (f.ready or t) + EXPLAIN_AFTER >= t for f in faults)]
+
+    def check(self) -> None:
+        if not self.cql.alive():
+            raise ChaosError(f"the CQL test server died (exit status {self.cql.proc.returncode}): "
+                             + self.cql.log_path.read_text(errors="replace")[-1500:])
+
+    def mark(self) -> None:
+        self._cpu0, self._t0 = self.cql.cpu_seconds(), time.time()
+
+    def _busy(self) -> float | None:
+        if not hasattr(self, "_t0"):
+            return None
+        return (self.cql.cpu_seconds() - self._cpu0) / max(1e-9, time.time() - self._t0)
+
+    def report_lines(self) -> list[str]:
+        busy = self._busy()
+        return [] if busy is None else [
+            f"CQL test server process: {busy * 100:.0f} % of one core on average (its limit is ~100 %)"]
+
+    def report(self) -> dict:
+        return {"cql_server_cpu_fraction": self._busy()}
+
+    def close(self) -> None:
+        if hasattr(self, "cql"):
+            self.cql.stop()
+
+
+STORE_FAULTS = ("cassandra-stop", "cassandra-kill")
+REAL_TIMEOUT = 10.0  # REQUEST_TIMEOUT_SEC on real Cassandra: the longest one store request waits
+
+
+class RealCassandraBackend(Backend):
+    """Apache Cassandra: a 3-node cluster (RF 3, QUORUM / SERIAL) this script starts in its
+    working directory (tests/realcassandra), or --cassandra-hosts (then no Cassandra faults:
+    its processes are not ours). Cassandra faults, one Cassandra node at a time:
+      cassandra-stop  SIGSTOP of the node's JVM for 3-8 s, then SIGCONT (requests it
+                      coordinates hang until SIGCONT or the request timeout);
+      cassandra-kill  SIGKILL, down 1-5 s, restarted on its data (start_node: ready when it
+                      answers CQL and the others see it again).
+    The first two are one of each (in an order the seed draws), then either; the first after
+    4-8 s, each next 5-12 s after the previous one ended. A Cassandra fault is no fault of any
+    fabricjobs node: it explains a re-run or a missed fire only through a fabricjobs node that
+    lost its lease while it was going on (see the checker)."""
+
+    name = "cassandra-real"
+    nodes = 3
+    # three Cassandra JVMs share the host's cores with the nodes, and every claim and every
+    # recurring fire is a Paxos round: with the test server's 40 recurring jobs the fires are
+    # seconds late on a 2-core host with no fault at all
+    jobs = 300
+    recurring = 12
+    reconcile_ms = 500
+    # three JVMs on the same cores: a QUORUM write now and then takes most of a second (GC,
+    # compaction), which a 0.6 s lease (200 ms x 5) does not survive even with no fault
+    heartbeat = (500, 6)
+    # a heartbeat sent to a paused coordinator waits out the request timeout: the node's
+    # displacement read and its row write, one after the other, and the tick between beats
+    lapse_lag = 2 * REAL_TIMEOUT + 1.0
+    probe_what = "store read (one row every 100 ms, QUORUM): latency"
+
+    def __init__(self, args) -> None:
+        super().__init__(args)
+        self.cc = None  # the CassandraCluster, when this script started it
+        self.external = args.cassandra_hosts
+        self._busy: int | None = None  # the Cassandra node in a fault now
+        self._lock = threading.Lock()
+        self._faults: threading.Thread | None = None
+        self._closed = False
+
+    def start(self, tmp: Path) -> dict[str, dict]:
+        self.keyspace = "chaos_" + uuid.uuid4().hex[:10]
+        if self.external:
+            hosts, port = [], 9042
+            for part in self.external.split(","):
+                host, _, p = part.strip().partition(":")
+                hosts.append(host)
+                port = int(p) if p else port
+        else:
+            from realcassandra import CassandraCluster, available
+
+            why = available()
+            if why is not None:
+                raise ChaosError(f"no real Cassandra here: {why}")
+            log_line("starting a 3-node Cassandra cluster (RF 3)")
+            t = time.time()
+            self.cc = CassandraCluster(tmp / "cassandra", nodes=3, paxos_variant="v2", heap="768m")
+            self.cc.start()
+            hosts, port = self.cc.hosts, self.cc.port
+            log_line(f"Cassandra up in {time.time() - t:.0f} s: {','.join(hosts)} port {port}")
+        self.hosts, self.port = hosts, port
+        return {"store": {"BACKEND": "cassandra"},
+                "cassandra": {"HOSTS": ",".join(hosts), "PORT": port, "KEYSPACE": self.keyspace,
+                              "REPLICATION": "NetworkTopologyStrategy:datacenter1=3",
+                              "CONSISTENCY": "QUORUM", "SERIAL_CONSISTENCY": "SERIAL", "PROTOCOL_VERSION": 5,
+                              "LOCAL_DC": "datacenter1", "REQUEST_TIMEOUT_SEC": REAL_TIMEOUT}}
+
+    def check(self) -> None:
+        if self.cc is None:
+            return
+        with self._lock:
+            busy = self._busy
+        for i in range(len(self.cc.hosts)):
+            if i != busy and self.cc.state(i) == "stopped":
+                raise ChaosError(f"Cassandra node {i} ({self.cc.hosts[i]}) died with no fault injected:\n"
+                                 + self.cc._tail(i))
+
+    def start_faults(self, cluster: "Cluster", rng: random.Random, t_last: float) -> None:
+        if self.cc is None:
+            log_line("no Cassandra faults: --cassandra-hosts names a cluster this script does not own")
+            return
+        mine = random.Random(rng.randrange(2**31))  # a stream of its own: the seed fixes it
+        t = self._faults = threading.Thread(target=self._fault_loop, args=(cluster, mine, t_last),
+                                            name="cassandra-faults", daemon=True)
+        cluster.fault_threads.append(t)
+        t.start()
+
+    def _fault_loop(self, cluster: "Cluster", rng: random.Random, t_last: float) -> None:
+        first = ["cassandra-stop", "cassandra-kill"]
+        rng.shuffle(first)
+        next_at = time.time() + rng.uniform(4, 8)
+        while True:
+            time.sleep(max(0.0, next_at - time.time()))
+            if time.time() >= t_last or self._closed:
+                return
+            kind = first.pop(0) if first else rng.choice(["cassandra-stop", "cassandra-kill"])
+            i = rng.randrange(len(self.cc.hosts))
+            pause, down = rng.uniform(3, 8), rng.uniform(1, 5)
+            fault = Fault(kind, f"cassandra@{self.cc.hosts[i]}", time.time())
+            with cluster.lock:
+                cluster.faults.append(fault)
+            with self._lock:
+                self._busy = i
+            log_line(f"fault: {kind} {self.cc.hosts[i]}", always=False)
+            try:
+                if kind == "cassandra-stop":
+                    self.cc.kill_node(i, signal.SIGSTOP)
+                    time.sleep(pause)
+                    self.cc.kill_node(i, signal.SIGCONT)
+                    fault.end = fault.ready = time.time()
+                    fault.note += f"paused {pause:.2f} s; "
+                else:
+                    self.cc.kill_node(i, signal.SIGKILL)
+                    time.sleep(down)
+                    fault.end = time.time()
+                    if self._closed:
+                        return
+                    self.cc.start_node(i)
+                    fault.ready = time.time()
+                    fault.note += f"down {down:.2f} s, restarted in {fault.ready - fault.end:.1f} s; "
+            except Exception as exc:
+                if self._closed:
+                    return
+                cluster.fault_errors.append(f"{kind} of {self.cc.hosts[i]}: {exc}")
+                fault.note += f"error: {exc}; "
+                return
+            finally:
+                with self._lock:
+                    self._busy = None
+            next_at = time.time() + rng.uniform(5, 12)
+
+    def close(self) -> None:
+        self._closed = True
+        if self.cc is not None:
+            log_line("stopping the Cassandra cluster")
+            try:
+                self.cc.stop(timeout=30)
+                if self._faults is not None and self._faults.is_alive():
+                    # a restart under way fails once its JVM is gone; one that began just as
+                    # the cluster stopped is stopped now
+                    self._faults.join(timeout=15)
+                    self.cc.stop(timeout=30)
+            except Exception as exc:
+                print(f"chaos: stopping Cassandra: {exc}", file=sys.stderr)
+        elif self.external and hasattr(self, "hosts"):
+            try:
+                from cassandra.cluster import Cluster as DriverCluster
+
+                c = DriverCluster(self.hosts, port=self.port, protocol_version=5, schema_metadata_enabled=False,
+                                  token_metadata_enabled=False)
+                try:
+                    c.connect().execute(f"DROP KEYSPACE IF EXISTS {self.keyspace}", timeout=60)
+                finally:
+                    c.shutdown()
+            except Exception as exc:
+                print(f"chaos: dropping keyspace {self.keyspace}: {exc}", file=sys.stderr)
+
+
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (SqliteBackend, CqlTestServerBackend, RealCassandraBackend)}
+
 
 class Cluster:
-    def __init__(self, args, rng: random.Random) -> None:
+    def __init__(self, args, rng: random.Random, backend: Backend) -> None:
         self.args = args
         self.rng = rng
+        self.backend = backend
         self.tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-chaos-"))
         self.side_log = self.tmp / "runs.jsonl"
-        self.cql: CqlServerProcess | None = None
-        sections: dict[str, dict] = {
-            "node": {"DC": "DC1"},
-            "jobs": {"K2JOBS_POOL_SIZE": POOL, "USER_JOBS_DIR": str(JOBS_DIR), "RECONCILE_INTERVAL_MS": args.reconcile_ms,
-                     "OWNER_PRECEDENCE_MS": 300, "RETRY_DELAY_SEC": 1, "MAX_TRIES": 100, "STOP_GRACE_SEC": 2,
-                     "SHUTDOWN_GRACE_SEC": 1},
-            "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": HEARTBEAT_MS, "FABRIC_HEARTBEAT_MISS": HEARTBEAT_MISS},
-        }
-        if args.backend == "sqlite":
-            sections["store"] = {"BACKEND": "sqlite", "SQLITE_PATH": str(self.tmp / "jobs.db")}
-        else:
-            self.cql = CqlServerProcess(self.tmp)
-            sections["store"] = {"BACKEND": "cassandra"}
-            sections["cassandra"] = {"HOSTS": self.cql.host, "PORT": self.cql.port,
-                                     "KEYSPACE": "chaos_" + uuid.uuid4().hex[:10], "PROTOCOL_VERSION": 4,
-                                     "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false", "REQUEST_TIMEOUT_SEC": 10}
-        self.settings = sections
-        self.config_path = self.tmp / "config.ini"
-        write_config(self.config_path, sections)
-        self.submit_client = Client.from_config(self.config_path)
-        self.monitor_client = Client.from_config(self.config_path)
-        self.monitor_store = self.monitor_client.store
+        self.submit_client = self.monitor_client = None
+        self.closing = False
         self.nodes = {f"chaos{i + 1}": Node(f"chaos{i + 1}", self) for i in range(args.nodes)}
         self.faults: list[Fault] = []
         self.busy: set[str] = set()
@@ -519,6 +829,24 @@ class Cluster:
         self.fault_threads: list[threading.Thread] = []
         self.fault_errors: list[str] = []
         self.group_kills: dict[str, list[float]] = {n: [] for n in self.nodes}  # SIGKILLs of a node's group
+
+    def open(self) -> None:
+        """Start the store, write the nodes' config, connect the script's own clients."""
+        args = self.args
+        sections: dict[str, dict] = {
+            "node": {"DC": "DC1"},
+            "jobs": {"K2JOBS_POOL_SIZE": POOL, "USER_JOBS_DIR": str(JOBS_DIR), "RECONCILE_INTERVAL_MS": args.reconcile_ms,
+                     "OWNER_PRECEDENCE_MS": 300, "RETRY_DELAY_SEC": 1, "MAX_TRIES": 100, "STOP_GRACE_SEC": 2,
+                     "SHUTDOWN_GRACE_SEC": 1},
+            "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": HEARTBEAT_MS, "FABRIC_HEARTBEAT_MISS": HEARTBEAT_MISS},
+        }
+        sections.update(self.backend.start(self.tmp))
+        self.settings = sections
+        self.config_path = self.tmp / "config.ini"
+        write_config(self.config_path, sections)
+        self.submit_client = Client.from_config(self.config_path)
+        self.monitor_client = Client.from_config(self.config_path)
+        self.monitor_store = self.monitor_client.store
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -614,6 +942,8 @@ class Cluster:
             node.wait_group_gone(5.0)
 
     def close(self) -> None:
+        with self.lock:
+            self.closing = True
         for node in self.nodes.values():
             if node.proc is not None:
                 if node.stopped:
@@ -628,11 +958,11 @@ class Cluster:
                     pass
         for c in (self.submit_client, self.monitor_client):
             try:
-                c.close()
+                if c is not None:
+                    c.close()
             except Exception:
                 pass
-        if self.cql is not None:
-            self.cql.stop()
+        self.backend.close()
 
     def node_logs(self) -> list[tuple[str, Path]]:
         return [(n.name, p) for n in self.nodes.values() for p in n.logs]
@@ -684,6 +1014,7 @@ class Submitter(threading.Thread):
         self.spread = spread
         self.accepted: dict[str, float] = {}
         self.errors: list[tuple[str, str]] = []
+        self.ring_errors: list[str] = []  # the wake-up after a batch failed (its STARTJOBs stand)
         self.done = threading.Event()
 
     def _submit(self, batch: list[Plan]) -> None:
@@ -693,17 +1024,23 @@ class Submitter(threading.Thread):
         except Exception as exc:
             self.errors.extend((p.uid, f"parse: {exc}") for p in batch)
             return
-        with self.client.service.batch():
-            for st in statements:
-                uid = st.command.uid
-                try:
-                    res = self.client.execute(st.command)
-                    if res.rows:
-                        self.accepted[uid] = time.time()
-                    else:
-                        self.errors.append((uid, "no row returned"))
-                except Exception as exc:  # not accepted: the checker does not expect it
-                    self.errors.append((uid, f"{type(exc).__name__}: {exc}"))
+        try:
+            with self.client.service.batch():
+                for st in statements:
+                    uid = st.command.uid
+                    try:
+                        res = self.client.execute(st.command)
+                        if res.rows:
+                            self.accepted[uid] = time.time()
+                        else:
+                            self.errors.append((uid, "no row returned"))
+                    except Exception as exc:  # not accepted: the checker does not expect it
+                        self.errors.append((uid, f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:
+            # The end of the batch rings the nodes' doorbells, which reads the nodes table: on
+            # real Cassandra that read can time out after every STARTJOB of the batch was
+            # accepted. They stand (the nodes find them at their next pass); go on.
+            self.ring_errors.append(f"{fmt_t(time.time())} {type(exc).__name__}: {exc}")
 
     def run(self) -> None:
         try:
@@ -846,25 +1183,33 @@ def _log_time(date: str, ms: str) -> float:
     return time.mktime(time.strptime(date, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
 
 
-def parse_self_fences(logs: list[tuple[str, Path]], faults: list["Fault"]) -> tuple[list, list]:
+def parse_self_fences(logs: list[tuple[str, Path]], faults: list["Fault"], lag: float) -> tuple[list, list, list]:
     """The nodes' own lease lapses ('could not renew its lease', 'renewed its lease after it had
-    run out'): (time, node) each, split into those a SIGSTOP of that node explains (logged when
-    it woke up) and the others (the node's heartbeat stalled for longer than its lease with no
-    fault injected)."""
-    provoked, unprovoked = [], []
+    run out'): (time logged, node) each, split into those a SIGSTOP of that node explains
+    (logged when it woke up), those during a fault of the store (a Cassandra node: the lapse,
+    up to ``lag`` s before it was logged, fell in [fault start, fault ready + EXPLAIN_AFTER]),
+    and the others (the node's heartbeat stalled for longer than its lease with no fault
+    injected).
+
+    A lapse is logged when the heartbeat thread sees it, and that thread may be waiting for the
+    store: a lapse that comes while a write hangs is logged when the write returns or fails,
+    i.e. up to ``lag`` s (Backend.lapse_lag) after the lease ran out."""
+    provoked, by_store, unprovoked = [], [], []
     for m in _log_matches(logs, SELF_FENCE):
         t, node = _log_time(m.group(1), m.group(2)), m.group(3)
         stop = [f for f in faults if f.node == node and f.kind == "stop" and f.start <= t <= (f.end or t) + 1.0]
-        (provoked if stop else unprovoked).append((t, node))
-    return sorted(provoked), sorted(unprovoked)
+        store = [f for f in faults if f.of_store and f.start <= t and t - lag <= (f.ready or math.inf) + EXPLAIN_AFTER]
+        (provoked if stop else by_store if store else unprovoked).append((t, node))
+    return sorted(provoked), sorted(by_store), sorted(unprovoked)
 
 
 class Checker:
     def __init__(self, *, plans, accepted, final_rows, by_uid, faults, takeovers, t_stop_recurring, creation,
-                 self_fences, listed, pre_stop, stalls):
+                 self_fences, listed, pre_stop, stalls, lapse_lag=0.0):
         self.stalls = stalls  # (start, end) of store stalls during a SIGSTOP: a fault of every node
         self.pre_stop = pre_stop  # (recurring rows before STOPJOB, uids live_jobs() listed then, when)
-        self.self_fences = self_fences  # unprovoked: (time, node)
+        self.self_fences = self_fences  # lease lapses no SIGSTOP of the node explains: (time, node, during a store fault)
+        self.lapse_lag = lapse_lag  # a lapse may be logged up to this long after the lease ran out
         self.listed = listed  # uids the store's live_jobs() lists at the end
         self.plans = {p.uid: p for p in plans}
         self.accepted = accepted
@@ -952,15 +1297,22 @@ class Checker:
                  f"{unbounded} runs unbounded" if unbounded else "")
 
         # 4. re-runs of one-time jobs follow a fault of the previous run's node
-        bad, reruns, by_fence, by_stall = [], 0, 0, 0
+        bad, reruns, by_fence, by_store_fence, by_stall = [], 0, 0, 0, 0
         for uid in sorted(once):
             lst = self.by_uid.get(uid, [])
             for prev, cur in zip(lst, lst[1:]):
                 reruns += 1
                 ok = [f for f in self.faults_of(prev.node)
                       if f.start <= cur.start and (f.ready or f.end or math.inf) >= prev.start]
-                if not ok and any(n == prev.node and prev.start - 1.0 <= t <= cur.start for t, n in self.self_fences):
-                    by_fence += 1
+                # a lease lapse of the previous run's node between its start and the re-run's
+                # start (the lapse, not its log line, must come before the re-run)
+                fence = [s for t, n, s in self.self_fences
+                         if n == prev.node and prev.start - 1.0 <= t and t - self.lapse_lag <= cur.start]
+                if not ok and fence:
+                    if any(fence):
+                        by_store_fence += 1
+                    else:
+                        by_fence += 1
                     continue
                 if not ok and any(a <= cur.start and b + 0.2 >= prev.start for a, b in self.stalls):
                     by_stall += 1
@@ -972,13 +1324,14 @@ class Checker:
                     bad.append(f"{uid}: re-run without a fault of {prev.node}:\n      {prev.show()}\n      {cur.show()}"
                                f"\n      faults nearby: {', '.join(near) or 'none'}; the row's last error: "
                                f"{row.error_msg if row is not None else None!r}")
-        notes = ([f"{by_fence} after a self-fence with no fault injected"] if by_fence else []) + \
+        notes = ([f"{by_store_fence} after a self-fence during a Cassandra fault"] if by_store_fence else []) + \
+            ([f"{by_fence} after a self-fence with no fault injected"] if by_fence else []) + \
             ([f"{by_stall} after a store stall"] if by_stall else [])
         self.add("4. every re-run of a one-time job follows a fault of its node", reruns, bad, "; ".join(notes))
 
         # 5. recurring jobs: every fire ran (or collapsed into a late run), or a fault explains it
         bad, dues, missed, explained, explained_fence, coalesced = [], 0, 0, 0, 0, 0
-        late_served, explained_load, lateness = 0, 0, []
+        late_served, explained_load, explained_store, lateness = 0, 0, 0, []
         for uid in sorted(u for u in self.accepted if self.plans[u].kind != "once"):
             created = self.creation.get(uid)
             if created is None:
@@ -1024,16 +1377,26 @@ class Checker:
                        + EXPLAIN_AFTER for f in self.faults):
                     explained += 1
                     continue
-                if any(n in relevant and t - 2.0 <= due <= t + EXPLAIN_AFTER for t, n in self.self_fences) or \
+                if any(n in relevant and t - self.lapse_lag - 2.0 <= due <= t + EXPLAIN_AFTER
+                       for t, n, _ in self.self_fences) or \
                         any(a - EXPLAIN_BEFORE <= due <= b + EXPLAIN_AFTER for a, b in self.stalls):
                     explained_fence += 1
                     continue
-                # overload of a surviving node: faults elsewhere in progress, and the run before
-                # (on the node that held the job) already started over LATE s after its due time
+                # overload of a surviving node: faults of other nodes in progress, and the run
+                # before (on the node that held the job) already started over LATE s after its due
+                # time (a fault of the store is no node's: it must show as a lease lapse)
                 if i > 0 and lst[i - 1].start - lst[i - 1].due > LATE and any(
                         f.start - EXPLAIN_BEFORE <= due <= (f.ready or f.end or math.inf) + EXPLAIN_AFTER
-                        for f in self.faults):
+                        for f in self.faults if not f.of_store):
                     explained_load += 1
+                    continue
+                # the same on a node slowed by the store: a Cassandra node in a fault (requests
+                # it coordinates, or waits for as a replica, hang up to the request timeout after
+                # the fault ends; a restarting JVM loads the host), and the run before already late
+                if i > 0 and lst[i - 1].start - lst[i - 1].due > LATE and any(
+                        f.start - EXPLAIN_BEFORE <= due <= (f.ready or math.inf) + REAL_TIMEOUT + EXPLAIN_AFTER
+                        for f in self.faults if f.of_store):
+                    explained_store += 1
                     continue
                 prev_s = lst[i - 1].show() if i > 0 else "none"
                 next_s = lst[i].show() if i < len(lst) else "none"
@@ -1057,10 +1420,12 @@ class Checker:
                  f"{explained} explained by faults"
                  + (f", {explained_fence} by a self-fence or store stall" if explained_fence else "")
                  + (f", {explained_load} by overload during faults elsewhere" if explained_load else "")
+                 + (f", {explained_store} by store latency during a Cassandra fault" if explained_store else "")
                  + (f"; {late_served} served over {LATE_LIMIT:g} s late" if late_served else ""))
         self.stats = {"recurring_due_times": dues, "unserved_due_times": missed, "coalesced": coalesced,
                       "explained": explained, "explained_by_self_fence_or_stall": explained_fence,
                       "explained_by_overload_during_faults": explained_load,
+                      "explained_by_store_latency_during_cassandra_faults": explained_store,
                       "served_too_late": late_served,
                       "start_lateness_s": {"p50": pct(0.5), "p99": pct(0.99), "max": lateness[-1] if lateness else 0.0}}
         return not self.offences
@@ -1102,40 +1467,64 @@ def warm_up(cluster: "Cluster") -> None:
 
 
 def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
+    """Until ``pred()`` is true; a store error (a timeout of a real Cassandra under faults)
+    counts as not yet."""
     deadline = time.monotonic() + timeout
+    last = ""
     while True:
-        v = pred()
+        try:
+            v = pred()
+        except StoreError as exc:
+            v, last = None, f" (last store error: {exc})"
         if v:
             return v
         if time.monotonic() > deadline:
-            raise ChaosError(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise ChaosError(f"timed out after {timeout:.0f} s waiting for {what}{last}")
         time.sleep(interval)
+
+
+def retry_store(fn, what: str, timeout: float = 60.0):
+    """``fn()``, tried again while it fails with a store error (for the script's own reads and
+    STOPJOBs, not the checked STARTJOBs: a real Cassandra times out now and then)."""
+    return wait_until(lambda: (fn(),), timeout, what, interval=0.5)[0]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=120.0, help="seconds of faults (120)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
-    ap.add_argument("--nodes", type=int, default=4, help="node processes (4)")
-    ap.add_argument("--jobs", type=int, default=2000, help="jobs in all (2000)")
+    ap.add_argument("--nodes", type=int, default=None, help="node processes (4; 3 on cassandra-real)")
+    ap.add_argument("--jobs", type=int, default=None, help="jobs in all (2000; 300 on cassandra-real)")
     ap.add_argument("--recurring", type=int, default=None,
-                    help="how many of them recur, half interval, half cron (200 on sqlite, 40 on cassandra)")
-    ap.add_argument("--backend", choices=["sqlite", "cassandra"], default="sqlite")
+                    help="how many of them recur, half interval, half cron (200 on sqlite, 40 on cassandra, "
+                         "12 on cassandra-real)")
+    ap.add_argument("--backend", choices=list(BACKENDS), default="sqlite",
+                    help="sqlite; cassandra (the CQL test server); cassandra-real (Apache Cassandra, 3 nodes, "
+                         "started here unless --cassandra-hosts)")
+    ap.add_argument("--cassandra-hosts", metavar="HOST[:PORT][,HOST...]",
+                    help="cassandra-real: use this running cluster (it needs DC datacenter1 and 3 nodes for RF 3); "
+                         "no Cassandra faults then")
     ap.add_argument("--reconcile-ms", type=int, default=None,
                     help="RECONCILE_INTERVAL_MS (200 on sqlite; 500 on cassandra, where a full pass is dozens of "
-                         "CQL reads and four nodes polling every 200 ms load the single-threaded test server)")
+                         "CQL reads and four nodes polling every 200 ms load the single-threaded test server, "
+                         "and on cassandra-real)")
     ap.add_argument("--json", metavar="FILE", help="write the timeline, figures and verdict as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (store, logs, side log)")
     ap.add_argument("--verbose", action="store_true", help="log each fault as it is injected (stderr)")
     args = ap.parse_args()
     global VERBOSE
     VERBOSE = args.verbose
+    if args.cassandra_hosts and args.backend != "cassandra-real":
+        ap.error("--cassandra-hosts goes with --backend cassandra-real")
+    backend = BACKENDS[args.backend](args)
+    set_heartbeat(*backend.heartbeat)
+    for opt, default in (("nodes", backend.nodes), ("jobs", backend.jobs), ("reconcile_ms", backend.reconcile_ms)):
+        if getattr(args, opt) is None:
+            setattr(args, opt, default)
     if args.nodes < 2:
         ap.error("--nodes must be at least 2")
-    recurring = args.recurring if args.recurring is not None else (200 if args.backend == "sqlite" else 40)
+    recurring = args.recurring if args.recurring is not None else backend.recurring
     recurring = min(recurring, args.jobs)
-    if args.reconcile_ms is None:
-        args.reconcile_ms = 200 if args.backend == "sqlite" else 500
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     signal.signal(signal.SIGTERM, _on_sigterm)
     rng = random.Random(seed)
@@ -1144,7 +1533,7 @@ def main() -> int:
           f"{args.jobs} jobs ({args.jobs - recurring} one-time, {recurring // 2} interval, "
           f"{recurring - recurring // 2} cron); {args.duration:g} s of faults", flush=True)
 
-    cluster = Cluster(args, rng)
+    cluster = Cluster(args, rng, backend)
     watcher = RunWatcher(cluster.side_log)
     probe: LockProbe | ReadProbe | None = None
     ok = False
@@ -1153,6 +1542,7 @@ def main() -> int:
     try:
         log_line(f"working directory {cluster.tmp}")
         t_begin = time.time()
+        cluster.open()
         for node in cluster.nodes.values():
             node.spawn()
         for node in cluster.nodes.values():
@@ -1161,12 +1551,9 @@ def main() -> int:
                  "soak is not a burst of worker forks)")
         warm_up(cluster)
         log_line("warm")
-        cql_cpu0, cql_t0 = (cluster.cql.cpu_seconds(), time.time()) if cluster.cql else (0.0, 0.0)
+        backend.mark()
         watcher.start()
-        if args.backend == "sqlite":
-            probe = LockProbe(Path(cluster.settings["store"]["SQLITE_PATH"]))
-        else:
-            probe = ReadProbe(cluster.config_path, JobKey("USER_JOB", JOB_NAME, f"w-{next(iter(cluster.nodes))}-000"))
+        probe = backend.probe(cluster.config_path, JobKey("USER_JOB", JOB_NAME, f"w-{next(iter(cluster.nodes))}-000"))
         probe.start()
         plans = plan_jobs(rng, args.jobs, recurring, cluster.side_log)
         submitter = Submitter(cluster.submit_client, plans, spread=args.duration * SPREAD)
@@ -1175,6 +1562,7 @@ def main() -> int:
         t_faults = time.time()
         t_end = t_faults + args.duration
         next_fault = t_faults + rng.uniform(1, 3)
+        backend.start_faults(cluster, rng, t_end - QUIET_TAIL)
         while time.time() < t_end:
             now = time.time()
             if now >= next_fault and now < t_end - QUIET_TAIL:
@@ -1182,15 +1570,14 @@ def main() -> int:
                 if f is not None:
                     log_line(f"fault: {f.kind} {f.node}", always=False)
                 next_fault = now + rng.uniform(1, 3)
-            if cluster.cql is not None and not cluster.cql.alive():
-                raise ChaosError(f"the CQL test server died (exit status {cluster.cql.proc.returncode}): "
-                                 + cluster.cql.log_path.read_text(errors="replace")[-1500:])
+            backend.check()
             time.sleep(min(0.05, max(0.0, min(next_fault, t_end) - time.time())))
         log_line(f"faults stop ({len(cluster.faults)} injected); waiting for the ones in progress")
+        deadline = time.monotonic() + 240  # a Cassandra node's restart can take minutes on a busy host
         for t in cluster.fault_threads:
-            t.join(timeout=120)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         if any(t.is_alive() for t in cluster.fault_threads):
-            raise ChaosError("a fault did not finish within 120 s")
+            raise ChaosError("a fault did not finish within 240 s")
         submitter.join(timeout=300)
         for node in cluster.nodes.values():
             if not node.alive():
@@ -1200,13 +1587,15 @@ def main() -> int:
         store = cluster.monitor_store
         recurring_uids = [p.uid for p in plans if p.kind != "once" and p.uid in submitter.accepted]
         # the recurring rows as they are before STOPJOB (evidence for a job that stopped firing)
-        pre_stop = {uid: store.get(JobKey("USER_JOB", JOB_NAME, uid)) for uid in recurring_uids}
-        pre_listed = {j.key.uid for j in store.live_jobs(type="USER_JOB", name=JOB_NAME)}
+        pre_stop = {uid: retry_store(lambda: store.get(JobKey("USER_JOB", JOB_NAME, uid)), f"the row of {uid}")
+                    for uid in recurring_uids}
+        pre_listed = {j.key.uid for j in retry_store(lambda: store.live_jobs(type="USER_JOB", name=JOB_NAME),
+                                                     "live_jobs()")}
         log_line(f"STOPJOB of the {len(recurring_uids)} recurring jobs")
         t_stop_recurring = time.time()
         for i in range(0, len(recurring_uids), 200):
             chunk = "".join(f"stopjob user_job name='{JOB_NAME}' uid='{u}';" for u in recurring_uids[i:i + 200])
-            cluster.monitor_client.run_script(chunk)
+            retry_store(lambda: cluster.monitor_client.run_script(chunk), "STOPJOB")
         log_line("waiting for every job to reach a final status")
         state = {"live": None}
 
@@ -1223,14 +1612,14 @@ def main() -> int:
         except ChaosError as exc:
             log_line(f"{exc} ({state['live']} still live); checking what there is")
         t_drained = time.time()
-        final_rows = {uid: store.get(JobKey("USER_JOB", JOB_NAME, uid)) for uid in submitter.accepted}
-        listed = {j.key.uid for j in store.live_jobs(type="USER_JOB", name=JOB_NAME)}
+        final_rows = {uid: retry_store(lambda: store.get(JobKey("USER_JOB", JOB_NAME, uid)), f"the row of {uid}")
+                      for uid in submitter.accepted}
+        listed = {j.key.uid for j in retry_store(lambda: store.live_jobs(type="USER_JOB", name=JOB_NAME),
+                                                 "live_jobs()")}
         log_line("all final; stopping the nodes")
         if probe is not None:
             probe.stop()
-        cql_busy = None
-        if cluster.cql is not None:
-            cql_busy = (cluster.cql.cpu_seconds() - cql_cpu0) / max(1e-9, time.time() - cql_t0)
+        backend_lines, backend_report = backend.report_lines(), backend.report()
         cluster.stop_nodes()
         time.sleep(0.2)
         watcher.stop()
@@ -1239,24 +1628,13 @@ def main() -> int:
         by_uid, bad_lines = read_runs(cluster.side_log)
         bound_runs(by_uid, watcher.deaths, cluster.group_kills)
         takeovers = parse_takeovers(cluster.node_logs())
-        provoked, unprovoked = parse_self_fences(cluster.node_logs(), cluster.faults)
-        # SQLite: a node SIGSTOPped while it holds the write lock stalls every writer, so every
-        # node's heartbeat: a stall seen by the probe while a SIGSTOP was in progress is a fault
-        # of every node
-        # Cassandra (the CQL test server): a slow read while a fault is in progress or just
-        # recovered (its takeovers load the single-threaded server) is the same kind of fault
-        stalls = []
-        for t, w in (probe.long if probe is not None else []):
-            if args.backend == "sqlite":
-                cause = [f for f in cluster.faults if f.kind == "stop" and f.start <= t + w and (f.end or t) >= t]
-            else:
-                cause = [f for f in cluster.faults if f.start <= t + w and (f.ready or t) + EXPLAIN_AFTER >= t]
-            if cause:
-                stalls.append((t, t + w))
+        provoked, by_store, unprovoked = parse_self_fences(cluster.node_logs(), cluster.faults, backend.lapse_lag)
+        stalls = backend.stalls(probe.long if probe is not None else [], cluster.faults)
         creation = {uid: row.creation_time.timestamp() for uid, row in final_rows.items() if row is not None}
         checker = Checker(plans=plans, accepted=submitter.accepted, final_rows=final_rows, by_uid=by_uid,
                           faults=cluster.faults, takeovers=takeovers, t_stop_recurring=t_stop_recurring,
-                          creation=creation, self_fences=unprovoked, listed=listed,
+                          creation=creation, listed=listed, lapse_lag=backend.lapse_lag,
+                          self_fences=sorted([(t, n, True) for t, n in by_store] + [(t, n, False) for t, n in unprovoked]),
                           pre_stop=(pre_stop, pre_listed, t_stop_recurring), stalls=stalls)
         ok = checker.run()
 
@@ -1295,19 +1673,22 @@ def main() -> int:
                  if st['explained_by_self_fence_or_stall'] else "")
               + (f", {st['explained_by_overload_during_faults']} by overload during faults elsewhere"
                  if st['explained_by_overload_during_faults'] else "")
+              + (f", {st['explained_by_store_latency_during_cassandra_faults']} by store latency during a Cassandra "
+                 "fault" if st['explained_by_store_latency_during_cassandra_faults'] else "")
               + f"; start after due time p50 {lat['p50'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms, "
               f"max {lat['max']:.2f} s")
         print(f"self-fencing (lease lapses): {len(provoked)} after a SIGSTOP (expected), "
-              f"{len(unprovoked)} with no fault injected"
+              + (f"{len(by_store)} during a Cassandra fault, " if any(f.of_store for f in cluster.faults) else "")
+              + f"{len(unprovoked)} with no fault injected"
               + (": " + ", ".join(f"{n} {fmt_t(t)}" for t, n in unprovoked[:12]) if unprovoked else ""))
-        if cql_busy is not None:
-            print(f"CQL test server process: {cql_busy * 100:.0f} % of one core on average (its limit is ~100 %)")
+        for line in backend_lines:
+            print(line)
         if probe is not None:
-            what = "SQLite write lock (a BEGIN IMMEDIATE every 100 ms): wait" if args.backend == "sqlite" else \
-                "store read (one row every 100 ms): latency"
-            during = "during a SIGSTOP" if args.backend == "sqlite" else "during or just after a fault"
+            what, during = backend.probe_what, backend.stall_rule
             print(f"{what} p50 {probe.pct(50) * 1000:.0f} ms, p99 {probe.pct(99) * 1000:.0f} ms, "
-                  f"max {probe.pct(100) * 1000:.0f} ms; {len(probe.long)} over {STALL} s, {len(stalls)} of them {during}")
+                  f"max {probe.pct(100) * 1000:.0f} ms; {len(probe.long)} over {STALL} s"
+                  + (f", {len(stalls)} of them {during}" if during else
+                     " (not faults: a slow read through one coordinator says nothing of the nodes' heartbeats)"))
             for t, w in probe.long[:5]:
                 in_progress = [f"{f.kind} {f.node}" for f in cluster.faults if f.start <= t + w and (f.end or t) >= t]
                 print(f"  wait {w:.2f} s from {fmt_t(t)}; faults in progress: {', '.join(in_progress) or 'none'}")
@@ -1323,6 +1704,9 @@ def main() -> int:
             print("node logs: no ERROR / Traceback lines")
         if submitter.errors:
             print("refused STARTJOBs (first 5): " + "; ".join(f"{u}: {e}" for u, e in submitter.errors[:5]))
+        if submitter.ring_errors:
+            print(f"doorbell rings after a batch of STARTJOBs that failed (the STARTJOBs were accepted): "
+                  f"{len(submitter.ring_errors)}; first: {submitter.ring_errors[0]}")
         if not ok:
             print(f"\nCHAOS CHECK FAILED (seed {seed}); offending records:")
             for name, items in checker.offences.items():
@@ -1342,7 +1726,7 @@ def main() -> int:
                         print("    " + item)
                         printed += 1
             print(f"fault timeline: on stderr{' and in ' + args.json if args.json else ''}; "
-                  f"rerun with --seed {seed}{' --backend cassandra' if args.backend == 'cassandra' else ''}")
+                  f"rerun with --seed {seed}{'' if args.backend == 'sqlite' else ' --backend ' + args.backend}")
             print("fault timeline (kind, node, start, end, ready):", file=sys.stderr)
             for f in cluster.faults:
                 print(f"  {f.kind:8s} {f.node:8s} {fmt_t(f.start)} end {fmt_t(f.end)} ready {fmt_t(f.ready)} {f.note}",
@@ -1352,13 +1736,14 @@ def main() -> int:
         report.update({
             "passed": ok, "checks": checker.results, "offences": checker.offences,
             "faults": [f.__dict__ for f in cluster.faults], "fault_errors": cluster.fault_errors,
-            "accepted": len(submitter.accepted), "refused": submitter.errors, "runs": len(all_runs),
+            "accepted": len(submitter.accepted), "refused": submitter.errors, "ring_errors": submitter.ring_errors, "runs": len(all_runs),
             "runs_ended": ended.get("end", 0), "runs_aborted": ended.get("abort", 0),
             "runs_without_end": ended.get(None, 0), "bounds": bound_kinds, "recurring_stats": checker.stats,
             "node_log_problems": log_problems,
             "self_fences_after_sigstop": [(fmt_t(t), n) for t, n in provoked],
+            "self_fences_during_store_fault": [(fmt_t(t), n) for t, n in by_store],
             "self_fences_without_fault": [(fmt_t(t), n) for t, n in unprovoked],
-            "cql_server_cpu_fraction": cql_busy,
+            **backend_report,
             "store_probe": None if probe is None else {"p50": probe.pct(50), "p99": probe.pct(99),
                                                            "max": probe.pct(100), "stalls": probe.long},
         })
