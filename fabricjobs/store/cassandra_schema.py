@@ -36,6 +36,7 @@ import logging
 import random
 import re
 import time
+import uuid
 from typing import Any
 
 from ..errors import SchemaVersionError, StoreError
@@ -157,6 +158,17 @@ def parse_replication(text: str) -> dict[str, Any]:
     raise StoreError(f"[cassandra] REPLICATION: expected SimpleStrategy:<n> or NetworkTopologyStrategy:DC=n,..., got {text!r}")
 
 
+_TABLE_IDS = uuid.UUID("5f0c6a63-2f59-4c0e-9c52-4c1e8f7d2b11")  # namespace of fabricjobs' fixed table ids
+
+
+def _settling(exc: Exception) -> bool:
+    """Whether an error is a schema change not yet known to every replica (a table that a
+    concurrent node created a moment ago): worth waiting for agreement and trying again."""
+    text = str(exc).lower()
+    return any(s in text for s in ("does not exist", "unknown cf", "unconfigured table", "unknown table",
+                                   "timed out", "timeout"))
+
+
 _TABLE_REF = re.compile(r"\b(FROM|INTO|UPDATE|TABLE(?:\s+IF\s+NOT\s+EXISTS)?)\s+([A-Za-z_]\w*)\b(?!\.)")
 
 
@@ -220,16 +232,26 @@ class SchemaManager:
                 f"Cassandra keyspace {self.keyspace!r} has schema version {version}; this fabricjobs needs "
                 f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the README)"
             )
-        self._ddl(SCHEMA[0])  # the lock's own table: the only one ever made concurrently
+        # The lock's own table, the only one ever made by several nodes at once: with an id of
+        # its own name's making, two concurrent CREATEs make the same table (two ids would
+        # split the lock row between them, and two nodes could each hold the lock).
+        table_id = uuid.uuid5(_TABLE_IDS, f"{self.keyspace}.fabricjobs_schema")
+        self._ddl(f"{SCHEMA[0]} WITH id = '{table_id}'")
         deadline = time.monotonic() + self.wait
         while True:
-            token = random.getrandbits(31)
-            if self._lock(token):
-                try:
-                    return self._upgrade()
-                finally:
-                    self._unlock(token)
-            version = self.version()  # another node holds the lock: wait for its work
+            try:
+                token = random.getrandbits(31)
+                if self._lock(token):
+                    try:
+                        return self._upgrade()
+                    finally:
+                        self._unlock(token)
+                version = self.version()  # another node holds the lock: wait for its work
+            except Exception as exc:  # the table another node just made is not known here yet
+                if not _settling(exc) or time.monotonic() > deadline:
+                    raise StoreError(f"cannot set up the fabricjobs schema of keyspace {self.keyspace!r}: {exc}") from None
+                self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=5)
+                version = None
             if version == SCHEMA_VERSION:
                 return version
             if time.monotonic() > deadline:

@@ -113,3 +113,37 @@ def test_statements_are_routed_to_a_replica_of_their_partition(request, tmp_path
         assert [h.address for h in replicas] == [load_config(config).get("cassandra", "HOSTS")[0]]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", CASSANDRA_BACKENDS)
+def test_nodes_that_start_together_on_a_new_keyspace_make_one_schema(request, tmp_path, backend):
+    """Four stores open a fresh keyspace at once (nodes started together): one makes the
+    schema under the lock, the others wait for it; nobody fails on a table another has just
+    made (seen on Apache Cassandra as 'Unknown CF' and 'table ... does not exist')."""
+    import threading
+
+    from fabricjobs.store.cassandra_schema import SCHEMA_VERSION
+
+    config = load_config(make_backend_config(request, backend, tmp_path))
+    stores, errors = [], []
+
+    def start():
+        try:
+            stores.append(open_store(config))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert errors == [] and len(stores) == 4
+        assert {s.schema_version() for s in stores} == {SCHEMA_VERSION}
+        key = JobKey("USER_JOB", "Customer.userJob1", "together")
+        assert stores[0].insert(Job(key, Status.WAITING, T0, next_run=T0)).applied
+        assert all(s.get(key) is not None for s in stores)
+    finally:
+        for s in stores:
+            s.close()
