@@ -41,10 +41,20 @@ against, and with --json FILE writes its figures as JSON.
         group; RSS sum and PSS sum). Goal: idle node RSS < 80 MB.
   all   every sub-command above in sequence, with its defaults.
 
---backend sqlite|cassandra (throughput, firelag, failover, memory; default sqlite): cassandra
-runs the nodes against the CQL test server (tests/cqlserver, a test double, not Cassandra:
-its figures say nothing about a real cluster) started in this process, a fresh keyspace per
-store. huey and the engine limit are SQLite figures and are skipped there.
+--backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
+cassandra runs the nodes against the CQL test server (tests/cqlserver, a test double, not
+Cassandra: its figures say nothing about a real cluster) started in this process, a fresh
+keyspace per store. huey and the engine limit are SQLite figures and are skipped there.
+cassandra-real starts a real Apache Cassandra 5.0 (tests/realcassandra; --cassandra-nodes N, 1 by
+default; plain JVMs on 127.0.0.1..N in a temporary directory, stopped at the end, also on Ctrl-C
+or error), keyspaces NetworkTopologyStrategy datacenter1 = min(3, N), QUORUM / SERIAL, protocol v5,
+Paxos v2. Its throughput (--jobs 1000 by default) is set against the cluster's own limit: for
+each node count n, right before the fabricjobs run, the raw rate of single-partition LWTs
+(`UPDATE t SET v = ? WHERE k = ? IF v = ?` on distinct rows, no contention) from n client
+processes (--raw-lwts each, --lwt-concurrency in flight each); the LWTs per job are measured on
+the node processes (their store counters, read from each node's Prometheus metrics, plus the
+submitting client's); ratio = jobs/s / (raw LWT/s / LWTs per job), goal >= 0.4. The WARN / ERROR
+lines Cassandra's system.log gets after its start-up are printed at the end.
 
 Requirements: the project's venv; for throughput also huey (not a fabricjobs dependency):
     .venv/bin/pip install huey          (or pass --install-huey to have this script do it)
@@ -54,8 +64,8 @@ Everything lives in temporary directories removed at the end (unless --keep); ev
 started is killed on exit, Ctrl-C or error. Node logs are scanned for WARNING / ERROR /
 Traceback lines, which are printed.
 
-usage: .venv/bin/python scripts/bench.py SUBCOMMAND [options] [--backend sqlite|cassandra]
-                                         [--json FILE] [--keep]
+usage: .venv/bin/python scripts/bench.py SUBCOMMAND [options] [--backend sqlite|cassandra|cassandra-real]
+                                         [--cassandra-nodes N] [--json FILE] [--keep]
 """
 
 from __future__ import annotations
@@ -66,6 +76,7 @@ import json
 import math
 import os
 import pickle
+import re
 import signal
 import sqlite3
 import statistics
@@ -88,6 +99,8 @@ from bench_node import (  # noqa: E402
     BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
+from backends import write_config  # noqa: E402  (tests/, put on sys.path by bench_node)
+from fabricjobs.errors import FabricJobsError  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
 
 UTC = timezone.utc
@@ -121,38 +134,356 @@ def deep_merge(*dicts: dict) -> dict:
 
 
 class Backend:
-    """Where the nodes' store lives: a fresh SQLite file per Rig, or a fresh keyspace on a CQL
-    test server started in this process."""
+    """Where the nodes' store lives. ``settings()`` gives the config sections of a fresh store (a
+    fresh SQLite file per Rig, a fresh keyspace per call on a Cassandra); ``close()`` stops what the
+    backend started. A real cluster also offers ``raw_lwt_rate`` (what it can do without
+    fabricjobs) and the warnings of its own logs."""
 
-    def __init__(self, name: str) -> None:
-        if name not in ("sqlite", "cassandra"):
-            raise ValueError(name)
-        self.name = name
+    name = "?"
+    cassandra = False  # a Cassandra store (the nodes count their LWTs)
+    real = False  # a real Cassandra cluster (raw LWT rate, system.log)
+
+    def __init__(self) -> None:
+        self.findings: list[tuple[str, str]] = []  # (source, log line), filled by close()
+
+    def settings(self) -> dict:
+        return {}
+
+    def rig(self, settings: dict, *, label: str, keep: bool, metered: bool = False) -> Rig:
+        """A Rig on a fresh store of this backend with ``settings`` on top; ``metered``: its nodes
+        serve their metrics (MeteredRig). On Cassandra the keyspace and schema are created here,
+        by this process's client, before any node starts: nodes that start together on a fresh
+        keyspace each run CREATE TABLE IF NOT EXISTS, and on a real Cassandra such concurrent
+        creations can leave the table with two ids ("Unknown CF ..." server errors, a node
+        exiting at start-up), which is not what these benchmarks measure."""
+        rig = (MeteredRig if metered else Rig)(deep_merge(settings, self.settings()), label=label, keep=keep)
+        if self.cassandra:
+            try:
+                rig.client
+            except BaseException:
+                rig.close()
+                raise
+        return rig
+
+    def label(self) -> str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class SqliteBackend(Backend):
+    name = "sqlite"
+
+    def label(self) -> str:
+        return "SQLite (WAL, synchronous=FULL)"
+
+
+class CqlTestServerBackend(Backend):
+    """A fresh keyspace per store on the CQL test server (a test double) started in this process."""
+
+    name = "cassandra"
+    cassandra = True
+
+    def __init__(self) -> None:
+        super().__init__()
         self.server = None
 
     def settings(self) -> dict:
-        if self.name == "sqlite":
-            return {}
         if self.server is None:
             sys.path.insert(0, str(ROOT / "tests"))
             from cqlserver import CqlTestServer
 
             self.server = CqlTestServer().start()
-        keyspace = "bench_" + uuid.uuid4().hex[:12]
         return {
             "store": {"BACKEND": "cassandra"},
-            "cassandra": {"HOSTS": self.server.host, "PORT": self.server.port, "KEYSPACE": keyspace,
-                          "PROTOCOL_VERSION": 4, "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false", "REQUEST_TIMEOUT_SEC": 10},
+            "cassandra": {"HOSTS": self.server.host, "PORT": self.server.port, "KEYSPACE": fresh_keyspace(),
+                          "PROTOCOL_VERSION": 4, "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false",
+                          "REQUEST_TIMEOUT_SEC": 10},
         }
 
     def label(self) -> str:
-        return "SQLite (WAL, synchronous=FULL)" if self.name == "sqlite" else \
-            "Cassandra backend on the CQL test server (a test double; in this process)"
+        return "Cassandra backend on the CQL test server (a test double; in this process)"
 
     def close(self) -> None:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+class RealCassandraBackend(Backend):
+    """A real Apache Cassandra (tests/realcassandra: plain JVMs on 127.0.0.1..N, DC datacenter1),
+    started by the first ``settings()`` in a temporary directory and stopped by ``close()``; a
+    fresh keyspace per store, RF = min(3, nodes), QUORUM / SERIAL, protocol v5, Paxos v2."""
+
+    name = "cassandra-real"
+    cassandra = True
+    real = True
+
+    def __init__(self, nodes: int, keep: bool = False) -> None:
+        super().__init__()
+        self.nodes, self.keep = nodes, keep
+        self.rf = min(3, nodes)
+        self.cluster = None
+        self.dir: Path | None = None
+        self._log_offsets: list[int] = []
+        self.stop_findings = 0  # WARN / ERROR lines logged while the cluster was being stopped
+
+    def start(self):
+        if self.cluster is None:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from realcassandra import CassandraCluster, available
+
+            why = available()
+            if why is not None:
+                raise BenchError(f"cannot start a real Cassandra: {why}")
+            self.dir = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-cassandra-"))
+            progress(f"starting a real Cassandra, {self.nodes} node(s), in {self.dir} ...")
+            t = time.monotonic()
+            cluster = CassandraCluster(self.dir, nodes=self.nodes, paxos_variant="v2", heap="768m")
+            self.cluster = cluster  # before start(): close() stops a half-started one too
+            cluster.start()
+            progress(f"Cassandra {cluster.version} up in {time.monotonic() - t:.0f} s: "
+                     f"hosts {','.join(cluster.hosts)}, port {cluster.port}")
+            # what the nodes log from here on is the benchmark's (start-up warnings are not)
+            self._log_offsets = [self._size(i) for i in range(self.nodes)]
+        return self.cluster
+
+    def _size(self, i: int) -> int:
+        try:
+            return self.cluster.log_path(i).stat().st_size
+        except OSError:
+            return 0
+
+    @property
+    def replication(self) -> str:
+        return f"NetworkTopologyStrategy:datacenter1={self.rf}"
+
+    def settings(self) -> dict:
+        c = self.start()
+        return {
+            "store": {"BACKEND": "cassandra"},
+            "cassandra": {"HOSTS": ",".join(c.hosts), "PORT": c.port, "KEYSPACE": fresh_keyspace(),
+                          "REPLICATION": self.replication, "CONSISTENCY": "QUORUM",
+                          "SERIAL_CONSISTENCY": "SERIAL", "PROTOCOL_VERSION": 5, "LOCAL_DC": "datacenter1"},
+        }
+
+    def label(self) -> str:
+        version = self.cluster.version if self.cluster is not None else "?"
+        return (f"real Apache Cassandra {version}, {self.nodes} node{'s' if self.nodes > 1 else ''} on this host, "
+                f"RF {self.rf}, QUORUM / SERIAL, Paxos v2")
+
+    def raw_lwt_rate(self, procs: int, per_proc: int, concurrency: int) -> dict:
+        """Single-partition LWTs with no contention, ``UPDATE t SET v = 1 WHERE k = ? IF v = 0`` on
+        distinct pre-inserted rows, from ``procs`` client processes (cassandra-driver, token-aware,
+        QUORUM / SERIAL as the store, ``concurrency`` in flight each), all started together:
+        LWTs / the slowest process's time. Every LWT must apply."""
+        c = self.start()
+        keyspace = "rawlwt_" + uuid.uuid4().hex[:10]
+        warm = 200
+        total_keys = procs * (per_proc + warm)
+        cluster = _raw_cluster(c.hosts, c.port)
+        try:
+            s = cluster.connect()
+            s.execute(f"CREATE KEYSPACE {keyspace} WITH replication = "
+                      f"{{'class': 'NetworkTopologyStrategy', 'datacenter1': {self.rf}}}")
+            s.execute(f"CREATE TABLE {keyspace}.t (k int PRIMARY KEY, v int)")
+            cluster.control_connection.wait_for_schema_agreement()
+            from cassandra.concurrent import execute_concurrent_with_args
+
+            ins = s.prepare(f"INSERT INTO {keyspace}.t (k, v) VALUES (?, 0)")
+            res = execute_concurrent_with_args(s, ins, [(k,) for k in range(total_keys)], concurrency=64,
+                                               raise_on_first_error=True)
+            assert all(ok for ok, _ in res)
+        finally:
+            cluster.shutdown()
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        ready, out = ctx.Queue(), ctx.Queue()
+        go = ctx.Event()
+        ps = [ctx.Process(target=_raw_lwt_client, args=(c.hosts, c.port, keyspace, me, procs, per_proc, warm,
+                                                        concurrency, ready, go, out), daemon=True)
+              for me in range(procs)]
+        for p in ps:
+            p.start()
+        try:
+            for _ in ps:
+                r = ready.get(timeout=120)
+                if isinstance(r, str):
+                    raise BenchError(f"raw LWT client: {r}")
+            go.set()
+            results = [out.get(timeout=600) for _ in ps]
+        finally:
+            for p in ps:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+        errors = [r for r in results if isinstance(r, str)]
+        if errors:
+            raise BenchError(f"raw LWT client: {errors[0]}")
+        applied = sum(r[0] for r in results)
+        if applied != procs * per_proc:
+            raise BenchError(f"raw LWTs: {applied} of {procs * per_proc} applied (no contention: all should)")
+        slowest = max(r[1] for r in results)
+        return {"processes": procs, "lwts": applied, "concurrency_per_process": concurrency,
+                "seconds": slowest, "lwts_per_s": applied / slowest,
+                "statement": "UPDATE t SET v = ? WHERE k = ? IF v = ?"}
+
+    def close(self) -> None:
+        if self.cluster is None:
+            return
+        # What the nodes log while they are stopped (drain; LEAK DETECTED errors of the Reference-
+        # Reaper for _paxos_repair_state files; schema pulls from nodes already down) is the stop's,
+        # not the benchmark's: only counted.
+        stop_offsets = [self._size(i) for i in range(self.nodes)]
+        cluster, self.cluster = self.cluster, None
+        try:
+            cluster.stop()
+        finally:
+            for i in range(self.nodes):
+                try:
+                    with open(cluster.log_path(i), errors="replace") as f:
+                        f.seek(self._log_offsets[i] if i < len(self._log_offsets) else 0)
+                        text = f.read()
+                except OSError:
+                    continue
+                start = self._log_offsets[i] if i < len(self._log_offsets) else 0
+                cut = max(0, stop_offsets[i] - start)
+                source = f"cassandra node{i} ({cluster.hosts[i]})"
+                self.findings.extend((source, line) for line in cassandra_log_findings(text[:cut].splitlines()))
+                self.stop_findings += len(cassandra_log_findings(text[cut:].splitlines()))
+            if self.keep:
+                print(f"[cassandra] kept {self.dir}", file=sys.stderr)
+            elif self.dir is not None:
+                import shutil
+
+                shutil.rmtree(self.dir, ignore_errors=True)
+
+
+CASSANDRA_LOG_PATTERN = re.compile(r"^(WARN|ERROR)\b")
+
+
+def cassandra_log_findings(lines: list[str]) -> list[str]:
+    """The WARN / ERROR lines of a Cassandra system.log, each with the first line after it when
+    that is not a log line of its own (an ERROR's exception)."""
+    out = []
+    for i, line in enumerate(lines):
+        if CASSANDRA_LOG_PATTERN.match(line):
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            out.append(line + (f" | {nxt}" if nxt and not CASSANDRA_ANY_LINE.match(lines[i + 1]) else ""))
+    return out
+
+
+CASSANDRA_ANY_LINE = re.compile(r"^(TRACE|DEBUG|INFO|WARN|ERROR)\b")
+
+
+def _raw_cluster(hosts, port):
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
+
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc="datacenter1")),
+        consistency_level=ConsistencyLevel.QUORUM, serial_consistency_level=ConsistencyLevel.SERIAL,
+        retry_policy=FallthroughRetryPolicy(), request_timeout=30)
+    return Cluster(list(hosts), port=port, protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+
+
+def _raw_lwt_client(hosts, port, keyspace, me, procs, per_proc, warm, concurrency, ready, go, out) -> None:
+    """One client process of RealCassandraBackend.raw_lwt_rate (spawned)."""
+    try:
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        cluster = _raw_cluster(hosts, port)
+        try:
+            s = cluster.connect()
+            stmt = s.prepare(f"UPDATE {keyspace}.t SET v = ? WHERE k = ? IF v = ?")
+            keys = list(range(me, procs * (per_proc + warm), procs))
+            # warm-up (connections to every node, the prepared statement, the JIT): keys of its own
+            execute_concurrent_with_args(s, stmt, [(1, k, 0) for k in keys[:warm]], concurrency=concurrency)
+            ready.put(me)
+            go.wait()
+            t = time.perf_counter()
+            res = execute_concurrent_with_args(s, stmt, [(1, k, 0) for k in keys[warm:]], concurrency=concurrency,
+                                               raise_on_first_error=False)
+            elapsed = time.perf_counter() - t
+            failed = [r for ok, r in res if not ok]
+            if failed:
+                raise BenchError(f"{len(failed)} of {len(res)} LWTs failed, first: {failed[0]!r}")
+            out.put((sum(1 for _, r in res if r.was_applied), elapsed))
+        finally:
+            cluster.shutdown()
+    except BaseException as exc:  # the parent waits on the queues: always answer
+        ready.put(f"{type(exc).__name__}: {exc}")
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def fresh_keyspace() -> str:
+    return "bench_" + uuid.uuid4().hex[:12]
+
+
+def make_backend(args) -> Backend:
+    if args.backend == "sqlite":
+        return SqliteBackend()
+    if args.backend == "cassandra":
+        return CqlTestServerBackend()
+    return RealCassandraBackend(args.cassandra_nodes, keep=args.keep)
+
+
+class MeteredRig(Rig):
+    """A Rig whose nodes each serve Prometheus metrics on a loopback port of their own (a config
+    file per node: the shared one plus ``[metrics] PORT``), so that the store's own counters
+    (StoreStats: LWTs sent, contention retries, ...) of every node process can be read."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.metrics_ports: dict[str, int] = {}
+
+    def start_node(self, name: str, log_level: str = "warning"):
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        path = self.tmp / f"config-{name}.ini"
+        write_config(path, deep_merge(self.settings, {"metrics": {"PORT": port, "ADDRESS": "127.0.0.1"}}))
+        shared, self.config_path = self.config_path, path
+        try:
+            node = super().start_node(name, log_level)
+        finally:
+            self.config_path = shared
+        self.metrics_ports[name] = port
+        return node
+
+    def store_counters(self) -> dict[str, float]:
+        """The store counters of every node, summed, plus the client's (this process's STARTJOBs),
+        as {StoreStats field: value}."""
+        import urllib.request
+
+        total = {field: 0.0 for field in STORE_METRICS.values()}
+        for name, port in self.metrics_ports.items():
+            if self.nodes[name].killed:
+                continue
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                text = resp.read().decode()
+            for line in text.splitlines():
+                metric, _, value = line.partition(" ")
+                if metric in STORE_METRICS:
+                    total[STORE_METRICS[metric]] += float(value)
+        stats = self.client.store.stats
+        for field in total:
+            total[field] += getattr(stats, field, 0)
+        return total
+
+
+#: fabricjobs/node/metrics.py exports these StoreStats fields (not writes / reads).
+STORE_METRICS = {
+    "fabricjobs_store_lwt_attempts_total": "lwt_attempts",
+    "fabricjobs_store_lwt_contention_retries_total": "contention_retries",
+    "fabricjobs_store_lwt_unknown_outcomes_total": "unknown_outcomes",
+    "fabricjobs_store_index_repairs_total": "index_repairs",
+}
 
 
 # ==================================================================================================
@@ -355,7 +686,7 @@ def rates(jobs: int, t_first: float, t_submitted: float, t_last: float) -> dict:
 
 
 def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
-    jobs, pool = args.jobs, args.pool
+    jobs, pool = args.jobs or (1000 if backend.real else 5000), args.pool
     out: dict = {"jobs": jobs, "pool": pool, "backend": backend.name, "fabricjobs": []}
     procs: list = []
     tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-tp-"))
@@ -374,17 +705,37 @@ def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
                       f"    {sys.executable} -m pip install huey\n"
                       "or run this script with --install-huey.", file=sys.stderr)
         for n in (int(x) for x in args.nodes.split(",")):
+            raw = None
+            if backend.real:
+                progress(f"throughput: raw LWT rate of the cluster from {n} client process(es) ...")
+                raw = backend.raw_lwt_rate(n, args.raw_lwts, args.lwt_concurrency)
+                out.setdefault("raw_lwt", []).append(raw)
             progress(f"throughput: fabricjobs, {n} node(s) ...")
-            rig = Rig(deep_merge({"jobs": {"K2JOBS_POOL_SIZE": pool}}, backend.settings()),
-                      label=f"bench-tp{n}", keep=args.keep)
+            rig = backend.rig({"jobs": {"K2JOBS_POOL_SIZE": pool}}, label=f"bench-tp{n}", keep=args.keep,
+                              metered=backend.cassandra)
             try:
                 names = [f"node{i + 1}" for i in range(n)]
                 for name in names:
                     rig.start_node(name)
                 rig.wait_ready(names, timeout=60)
                 rig.warm_up(names, pool, timeout=120)
+                counts = None
+                if backend.cassandra:
+                    c0 = rig.store_counters()
+                    time.sleep(IDLE_SECONDS)  # the nodes' LWTs without jobs (none expected)
+                    c1 = rig.store_counters()
                 r = fabricjobs_throughput(rig, jobs, backend)
+                if backend.cassandra:
+                    c2 = rig.store_counters()
+                    counts = {"idle_lwts_per_s": (c1["lwt_attempts"] - c0["lwt_attempts"]) / IDLE_SECONDS,
+                              **{f: c2[f] - c1[f] for f in c2}}
+                    r["store_counters"] = counts
+                    r["lwts_per_job"] = counts["lwt_attempts"] / jobs
                 r["nodes"] = n
+                if raw is not None:
+                    r["raw_lwt_per_s"] = raw["lwts_per_s"]
+                    r["lwt_bound_jobs_per_s"] = raw["lwts_per_s"] / r["lwts_per_job"]
+                    r["ratio_to_lwt_bound"] = r["jobs_per_s"] / r["lwt_bound_jobs_per_s"]
                 out["fabricjobs"].append(r)
             finally:
                 rig.close()
@@ -423,9 +774,15 @@ def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
                      "", "", "", "100 %", ""])
     print(f"\n== throughput: {jobs:,} no-op one-time jobs submitted at once; first submit -> all done "
           f"({backend.label()}; pool {pool} per node, log level warning)")
-    print(tabulate(rows, headers=["system", "jobs/s", "seconds", "submit/s", "vs huey", "of engine limit",
-                                  "jobs per node"], disable_numparse=True))
     goals = []
+    if backend.real:
+        print_lwt_bound(out, goals, args)
+    else:
+        print(tabulate(rows, headers=["system", "jobs/s", "seconds", "submit/s", "vs huey", "of engine limit",
+                                      "jobs per node"], disable_numparse=True))
+        if backend.cassandra:
+            print("LWTs per job (all LWTs the nodes and the submitting client sent in the window / jobs): "
+                  + ", ".join(f"{r['nodes']} node(s) {r['lwts_per_job']:.2f}" for r in out["fabricjobs"]))
     by_n = {r["nodes"]: r for r in out["fabricjobs"]}
     if huey:
         for n, want in ((1, 1.0), (4, 1.5)):
@@ -443,6 +800,39 @@ def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
     return out
 
 
+IDLE_SECONDS = 2.0
+LWT_GOAL = 0.4
+
+
+def print_lwt_bound(out: dict, goals: list, args) -> None:
+    """The real-cluster table: fabricjobs' jobs/s beside what the same cluster's raw LWT rate allows
+    at the LWTs a job costs (its bound), and the ratio of the two (goal >= LWT_GOAL)."""
+    rows = []
+    for r in out["fabricjobs"]:
+        c = r["store_counters"]
+        ok = r["ratio_to_lwt_bound"] >= LWT_GOAL
+        rows.append([r["nodes"], fmt_rate(r["jobs_per_s"]), f"{r['end_to_end_seconds']:.2f}",
+                     f"{r['lwts_per_job']:.2f}", fmt_rate(r["jobs_per_s"] * r["lwts_per_job"]),
+                     fmt_rate(r["raw_lwt_per_s"]), fmt_rate(r["lwt_bound_jobs_per_s"]),
+                     f"{r['ratio_to_lwt_bound']:.2f}", "PASS" if ok else "FAIL",
+                     f"{c['contention_retries']:.0f} / {c['unknown_outcomes']:.0f} / {c['index_repairs']:.0f}",
+                     " ".join(str(v) for v in r["per_node"].values())])
+        goals.append([f"{r['nodes']} node(s): jobs/s >= {LWT_GOAL} x (raw LWT/s / LWTs per job)",
+                      f"{r['ratio_to_lwt_bound']:.2f}", verdict(ok)])
+    print(tabulate(rows, headers=["nodes = client procs", "fabricjobs jobs/s", "seconds", "LWTs/job",
+                                  "LWT/s fabricjobs sent", "raw LWT/s", "bound jobs/s", "ratio", f">= {LWT_GOAL}",
+                                  "retries / unknown / repairs", "jobs per node"], disable_numparse=True))
+    print(f"raw LWT/s: `UPDATE t SET v = ? WHERE k = ? IF v = ?` on distinct pre-inserted partitions (no "
+          f"contention), {args.raw_lwts:,} per client process, {args.lwt_concurrency} in flight per process, "
+          "as many processes as fabricjobs nodes, measured just before the fabricjobs run on the same cluster.")
+    print("LWTs/job: measured on the node processes: their store counters (StoreStats.lwt_attempts, scraped from "
+          "each node's Prometheus metrics, fabricjobs_store_lwt_attempts_total) plus the submitting client's "
+          "(this process's store.stats), over the window from the first submit to all PROCESSED, / jobs; "
+          "idle LWT/s of the nodes before the window: "
+          + ", ".join(f"{r['store_counters']['idle_lwts_per_s']:.1f}" for r in out["fabricjobs"]) + ".")
+    print("bound jobs/s = raw LWT/s / LWTs per job; ratio = fabricjobs jobs/s / bound jobs/s.")
+
+
 # ==================================================================================================
 # firelag
 # ==================================================================================================
@@ -452,8 +842,7 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
     count, seconds = args.jobs, args.seconds
     n_interval = count // 2
     n_cron = count - n_interval
-    rig = Rig(deep_merge({"jobs": {"K2JOBS_POOL_SIZE": args.pool}}, backend.settings()), label="bench-firelag",
-              keep=args.keep)
+    rig = backend.rig({"jobs": {"K2JOBS_POOL_SIZE": args.pool}}, label="bench-firelag", keep=args.keep)
     try:
         names = ["node1", "node2"]
         for name in names:
@@ -483,6 +872,7 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
     finally:
         rig.close()
         findings.extend((f"firelag/{name}", line) for name, line in rig.log_findings)
+    print(f"\n(firelag store: {backend.label()})", end="")
     return firelag_report(args, rows, starts, t_submitted, t_stop, seconds, count)
 
 
@@ -589,11 +979,10 @@ def read_records(path: Path) -> list[dict]:
 def cmd_failover(args, backend: Backend, facts: dict, findings: list) -> dict:
     count = args.jobs
     hb_ms, miss = args.heartbeat_ms, args.miss
-    settings = deep_merge({
+    rig = backend.rig({
         "jobs": {"K2JOBS_POOL_SIZE": args.pool, "RECONCILE_INTERVAL_MS": FAILOVER_RECONCILE_MS},
         "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": hb_ms, "FABRIC_HEARTBEAT_MISS": miss},
-    }, backend.settings())
-    rig = Rig(settings, label="bench-failover", keep=args.keep)
+    }, label="bench-failover", keep=args.keep)
     try:
         names = ["node1", "node2", "node3"]
         for name in names:
@@ -906,8 +1295,7 @@ def _memory_snapshot(pid: int) -> dict:
 
 
 def cmd_memory(args, backend: Backend, facts: dict, findings: list) -> dict:
-    rig = Rig(deep_merge({"jobs": {"K2JOBS_POOL_SIZE": max(25, args.jobs)}}, backend.settings()),
-              label="bench-memory", keep=args.keep)
+    rig = backend.rig({"jobs": {"K2JOBS_POOL_SIZE": max(25, args.jobs)}}, label="bench-memory", keep=args.keep)
     try:
         node = rig.start_node("node1")
         store = rig.client.store
@@ -959,18 +1347,25 @@ BACKEND_AWARE = {"throughput", "firelag", "failover", "memory"}
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--backend", choices=["sqlite", "cassandra"], default="sqlite",
-                        help="store of the nodes (sqlite; cassandra = the CQL test server in this process)")
+    common.add_argument("--backend", choices=["sqlite", "cassandra", "cassandra-real"], default="sqlite",
+                        help="store of the nodes (sqlite; cassandra = the CQL test server in this process; "
+                             "cassandra-real = a real Apache Cassandra started by this run)")
+    common.add_argument("--cassandra-nodes", type=int, default=1, metavar="N",
+                        help="nodes of the real Cassandra cluster (cassandra-real; 1)")
     common.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
     common.add_argument("--keep", action="store_true", help="keep the temporary directories (stores, node logs)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
     def add_throughput(p):
-        p.add_argument("--jobs", type=int, default=5000, help="no-op jobs (5000)")
+        p.add_argument("--jobs", type=int, default=None, help="no-op jobs (5000; 1000 on cassandra-real)")
         p.add_argument("--pool", type=int, default=25, help="K2JOBS_POOL_SIZE of every node (25)")
         p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
         p.add_argument("--nodes", default="1,2,4", help="node counts to measure, comma-separated (1,2,4)")
         p.add_argument("--no-huey", action="store_true", help="skip the huey run (quicker, no ratio)")
+        p.add_argument("--raw-lwts", type=int, default=3000,
+                       help="cassandra-real: LWTs per client process of the raw-rate run (3000)")
+        p.add_argument("--lwt-concurrency", type=int, default=16,
+                       help="cassandra-real: LWTs in flight per raw client process (16, as the store's CAS pool)")
 
     def add_firelag(p):
         p.add_argument("--jobs", type=int, default=200, help="recurring jobs (200), half interval, half cron")
@@ -1006,9 +1401,32 @@ def defaults_for(name: str, parent: argparse.Namespace) -> argparse.Namespace:
     ap = build_parser()
     ns = ap.parse_args([name])
     ns.backend, ns.json, ns.keep, ns.in_all = parent.backend, None, parent.keep, True
+    ns.cassandra_nodes = parent.cassandra_nodes
     if hasattr(parent, "install_huey"):
         ns.install_huey = parent.install_huey
     return ns
+
+
+def print_cassandra_findings(findings: list[tuple[str, str]], limit: int = 20) -> None:
+    """The WARN / ERROR lines the Cassandra nodes logged (system.log) after their start-up."""
+    if not findings:
+        print("Cassandra system.log: no WARN / ERROR lines after start-up")
+        return
+    seen: dict[str, int] = {}
+    for _, line in findings:  # a line without its time stamp, as a kind
+        kind = re.sub(r"\d{4}-\d\d-\d\d[ T][\d:,.]+", "", line)
+        kind = re.sub(r"\b\d+\b", "N", kind)
+        seen[kind] = seen.get(kind, 0) + 1
+    print(f"Cassandra system.log: {len(findings)} WARN / ERROR lines after start-up ({len(seen)} kinds); first ones:")
+    shown = set()
+    for source, line in findings:
+        kind = re.sub(r"\b\d+\b", "N", re.sub(r"\d{4}-\d\d-\d\d[ T][\d:,.]+", "", line))
+        if kind in shown:
+            continue
+        shown.add(kind)
+        print(f"  [{source}] ({seen[kind]}x) {line[:400]}")
+        if len(shown) >= limit:
+            break
 
 
 def main() -> int:
@@ -1016,7 +1434,7 @@ def main() -> int:
     install_signal_handlers()
     facts = machine_facts()
     findings: list[tuple[str, str]] = []
-    backend = Backend(args.backend)
+    backend = make_backend(args)
     names = list(COMMANDS) if args.command == "all" else [args.command]
     result: dict = {"machine": facts, "backend": args.backend}
     failed = []
@@ -1029,8 +1447,8 @@ def main() -> int:
                 continue
             try:
                 result[name] = COMMANDS[name](ns, backend, facts, findings)
-            except BenchError as exc:
-                print(f"\n== {name}: FAILED: {exc}", file=sys.stderr)
+            except (BenchError, FabricJobsError) as exc:
+                print(f"\n== {name}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
                 result[name] = {"error": str(exc)}
                 failed.append(name)
     except KeyboardInterrupt:
@@ -1039,6 +1457,11 @@ def main() -> int:
     finally:
         backend.close()
     print()
+    if backend.real:
+        print_cassandra_findings(backend.findings)
+        if backend.stop_findings:
+            print(f"(and {backend.stop_findings} WARN / ERROR lines while the cluster was stopped at the end, "
+                  "not shown: e.g. Reference-Reaper LEAK DETECTED on _paxos_repair_state files)")
     if args.command == "all":
         rows = []
         for name in names:

@@ -24,8 +24,19 @@ by the jobs or fires) and net (minus the idle node's background rate x the windo
 The net figure is the cost the jobs add; the statements that belong to one job's own rows
 (LWTs, reads of k2_jobs, index and archive writes) are the same in both up to rounding.
 
+--real: phases 1-3 on a real Apache Cassandra 5.0 instead (a 1-node cluster this run starts
+                  in a temporary directory and stops; tests/realcassandra), counted client side
+                  by the stores themselves: the StoreStats of the node process's CassandraStore
+                  and of this process's (the STARTJOB client). The node runs as this script with
+                  --run-node: fabricjobs.cli.main(["node", ...]) unchanged, plus a thread that
+                  serves its StoreStats and a per-statement tally (taken in the same
+                  _CountingSession._count call) on a loopback port; its LWT count is checked
+                  against its Prometheus fabricjobs_store_lwt_attempts_total (the metrics export
+                  no writes / reads). No claims/s phase (see bench.py throughput --backend
+                  cassandra-real). Cassandra's WARN / ERROR log lines after start-up are printed.
+
 usage: .venv/bin/python scripts/bench_cassandra.py [--jobs N] [--recurring M] [--window W]
-           [--idle SEC] [--rows K] [--batch B] [--json FILE]
+           [--idle SEC] [--rows K] [--batch B] [--json FILE] [--real [--keep]]
 """
 
 from __future__ import annotations
@@ -161,18 +172,211 @@ def by_kind(c: Counter, origin: str | None = None) -> dict[str, float]:
     return out
 
 
-# -- direct, uncounted reads of the server's data (for waiting; not through CQL) ---------------------
+# -- where the statements go and how they are counted -----------------------------------------------
 
-def peek(server, keyspace: str, cql: str) -> list:
-    from cqlserver.engine import QueryOptions
+class Target:
+    """The CQL server of a run: its config section, uncounted reads of its data (for waiting), the
+    statement counts so far, and how the node is started."""
 
-    e = server.engine
-    return e.execute(e.plan(cql, keyspace), QueryOptions()).rows
+    def cassandra_section(self, keyspace: str) -> str:
+        raise NotImplementedError
+
+    def peek(self, keyspace: str, cql: str) -> list:
+        raise NotImplementedError
+
+    def snapshot(self) -> Counter:
+        raise NotImplementedError
+
+    def node_command(self, cfg: Path, name: str, tmp: Path) -> list[str]:
+        exe = Path(sys.executable).parent / "fabricjobs"
+        cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fabricjobs"]
+        return cmd + ["--config", str(cfg), "node", "--name", name, "--log-level", "warning"]
+
+    def extra_sections(self, tmp: Path) -> str:
+        return ""
 
 
-# -- the node phases ---------------------------------------------------------------------------------
+class TestServerTarget(Target):
+    """The CQL test server in this process; statements counted on the server (Recorder)."""
 
-def write_setup(tmp: Path, server, keyspace: str) -> Path:
+    def __init__(self, server, rec: Recorder) -> None:
+        self.server, self.rec = server, rec
+
+    def cassandra_section(self, keyspace: str) -> str:
+        return (f"[cassandra]\nHOSTS = {self.server.host}\nPORT = {self.server.port}\nKEYSPACE = {keyspace}\n"
+                "PROTOCOL_VERSION = 4\n")
+
+    def peek(self, keyspace: str, cql: str) -> list:
+        """Direct, uncounted reads of the server's data (not through CQL)."""
+        from cqlserver.engine import QueryOptions
+
+        e = self.server.engine
+        return e.execute(e.plan(cql, keyspace), QueryOptions()).rows
+
+    def snapshot(self) -> Counter:
+        return self.rec.snapshot()
+
+
+# A real Cassandra (--real): the store counts what it sends (StoreStats, client side). The node
+# runs as `scripts/bench_cassandra.py --run-node`: fabricjobs.cli.main(["node", ...]) itself, in a
+# process that also tallies each statement by kind and table (the same _count call that feeds
+# StoreStats) and answers snapshots of both on a loopback port.
+
+STATS_FIELDS = ("lwt_attempts", "writes", "reads", "serial_reads", "contention_retries", "unknown_outcomes",
+                "index_repairs")
+
+
+class Tally:
+    """Every statement the CassandraStores of this process send, by (origin, kind, label), and
+    the sum of their StoreStats, as one Counter: statement keys (origin, kind, label) and
+    (origin, "stats", field) keys for the store's own counters."""
+
+    def __init__(self, origin: str) -> None:
+        import fabricjobs.store.cassandra as fc
+
+        self.origin = origin
+        self._lock = threading.Lock()
+        self._c: Counter = Counter()
+        self._stats: dict[int, object] = {}
+        original = fc._CountingSession._count
+        tally = self
+
+        def _count(session, stmt, profile):
+            original(session, stmt, profile)
+            kind, label = classify(stmt, profile)
+            with tally._lock:
+                tally._stats.setdefault(id(session.stats), session.stats)
+                tally._c[(tally.origin, kind, label)] += 1
+
+        fc._CountingSession._count = _count
+
+    def snapshot(self) -> Counter:
+        with self._lock:
+            out = Counter(self._c)
+            for st in self._stats.values():
+                for f in STATS_FIELDS:
+                    out[(self.origin, "stats", f)] += getattr(st, f)
+        return out
+
+
+def classify(stmt, profile) -> tuple[str, str]:
+    """(kind, label) of a statement the store sends, by the rules of _CountingSession._count."""
+    text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None),
+                                                          "query_string", "") or ""
+    verb = (text.split(None, 1) or ["?"])[0].upper()
+    m = _TABLE_RE.search(text)
+    table = (m.group(1) or m.group(2)).split(".")[-1].strip('"') if m else "?"
+    if profile == "lwt":
+        return "lwt", f"{verb} {table} IF ..."
+    if verb == "SELECT":
+        if table in ("local", "peers", "peers_v2") or text.count("system."):
+            return "system", "system tables"
+        return ("serial_read", f"SELECT {table} @SERIAL") if profile == "serial" else ("read", f"SELECT {table}")
+    return ("write", f"{verb} {table}") if text else ("other", "?")
+
+
+def run_node(cfg: str, name: str, port_file: str) -> int:
+    """The node of --real: `fabricjobs node` in this process, with the tally served on a port."""
+    import socket
+
+    tally = Tally("node")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+
+    def serve():
+        while True:
+            conn, _ = sock.accept()
+            with conn:
+                conn.sendall(json.dumps([[*k, v] for k, v in tally.snapshot().items()]).encode())
+
+    threading.Thread(target=serve, daemon=True, name="bench-tally").start()
+    tmp = port_file + ".tmp"
+    Path(tmp).write_text(str(sock.getsockname()[1]))
+    os.replace(tmp, port_file)
+    from fabricjobs.cli import main as cli_main
+
+    return cli_main(["--config", cfg, "node", "--name", name, "--log-level", "warning"])
+
+
+class RealTarget(Target):
+    """A real Apache Cassandra started by this run (1 node, tests/realcassandra); the counts are
+    the stores' own: the node's (its tally port, and its Prometheus metrics for a cross-check)
+    and this process's client."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.local = Tally("bench")
+        self._sessions: dict = {}
+        self._driver = None
+        self.port_files: list[Path] = []
+        self.metrics_port: int | None = None
+
+    def cassandra_section(self, keyspace: str) -> str:
+        c = self.cluster
+        return (f"[cassandra]\nHOSTS = {','.join(c.hosts)}\nPORT = {c.port}\nKEYSPACE = {keyspace}\n"
+                "REPLICATION = SimpleStrategy:1\nCONSISTENCY = QUORUM\nSERIAL_CONSISTENCY = SERIAL\n"
+                "PROTOCOL_VERSION = 5\nLOCAL_DC = datacenter1\n\n")
+
+    def extra_sections(self, tmp: Path) -> str:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.metrics_port = s.getsockname()[1]
+        return f"[metrics]\nPORT = {self.metrics_port}\n"
+
+    def node_command(self, cfg: Path, name: str, tmp: Path) -> list[str]:
+        port_file = tmp / f"{name}.tally-port"
+        self.port_files.append(port_file)
+        return [sys.executable, str(Path(__file__).resolve()), "--run-node", str(cfg), name, str(port_file)]
+
+    def peek(self, keyspace: str, cql: str) -> list:
+        """Reads of the data through a driver session of this script's own (not a store: not
+        counted), at ONE (1 node)."""
+        if self._driver is None:
+            from cassandra.cluster import Cluster
+
+            self._driver = Cluster(self.cluster.hosts, port=self.cluster.port, protocol_version=5)
+        if keyspace not in self._sessions:
+            self._sessions[keyspace] = self._driver.connect(keyspace)
+        return list(self._sessions[keyspace].execute(cql))
+
+    def snapshot(self) -> Counter:
+        import socket
+        import urllib.request
+
+        out = self.local.snapshot()
+        for pf in self.port_files:
+            if not pf.exists():
+                continue
+            with socket.create_connection(("127.0.0.1", int(pf.read_text())), timeout=10) as conn:
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+            for *k, v in json.loads(data):
+                out[tuple(k)] += v
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+                    for line in r.read().decode().splitlines():
+                        if line.startswith("fabricjobs_store_lwt_attempts_total "):
+                            out[("node", "stats", "prometheus_lwt_attempts")] += float(line.split()[1])
+            except OSError:
+                pass
+        return out
+
+    def close(self) -> None:
+        if self._driver is not None:
+            self._driver.shutdown()
+
+
+def split_stats(c: Counter) -> tuple[Counter, Counter]:
+    """(statement counts, store counters) of a Counter from RealTarget.snapshot."""
+    return (Counter({k: v for k, v in c.items() if k[1] != "stats"}),
+            Counter({k: v for k, v in c.items() if k[1] == "stats"}))
+
+
+def write_setup(tmp: Path, target: Target, keyspace: str) -> Path:
     (tmp / "jobs").mkdir()
     (tmp / "jobs" / "Bench.py").write_text('"""Jobs for scripts/bench_cassandra.py."""\n\n\ndef noop():\n    return None\n')
     cfg = tmp / "config.ini"
@@ -180,18 +384,16 @@ def write_setup(tmp: Path, server, keyspace: str) -> Path:
         "[node]\nDC = DC1\n\n"
         f"[jobs]\nUSER_JOBS_DIR = {tmp / 'jobs'}\n\n"
         "[store]\nBACKEND = cassandra\n\n"
-        f"[cassandra]\nHOSTS = {server.host}\nPORT = {server.port}\nKEYSPACE = {keyspace}\nPROTOCOL_VERSION = 4\n"
+        + target.cassandra_section(keyspace) + target.extra_sections(tmp)
     )
     return cfg
 
 
-def start_node(cfg: Path, tmp: Path, name: str) -> subprocess.Popen:
-    exe = Path(sys.executable).parent / "fabricjobs"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fabricjobs"]
+def start_node(target: Target, cfg: Path, tmp: Path, name: str) -> subprocess.Popen:
     log = open(tmp / f"{name}.log", "w")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    return subprocess.Popen(cmd + ["--config", str(cfg), "node", "--name", name, "--log-level", "warning"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=str(tmp), env=env)
+    return subprocess.Popen(target.node_command(cfg, name, tmp), stdout=log, stderr=subprocess.STDOUT,
+                            cwd=str(tmp), env=env)
 
 
 def wait_for(pred, timeout: float, what: str, node: subprocess.Popen | None = None, log: Path | None = None) -> None:
@@ -205,49 +407,53 @@ def wait_for(pred, timeout: float, what: str, node: subprocess.Popen | None = No
         time.sleep(0.02)
 
 
-def node_phases(args, server, rec: Recorder) -> dict:
+def node_phases(args, target: Target) -> dict:
     from fabricjobs.client import Client
 
     keyspace = "bench_" + uuid.uuid4().hex[:10]
     tmp = Path(tempfile.mkdtemp(prefix="bench_cassandra-"))
-    cfg = write_setup(tmp, server, keyspace)
+    cfg = write_setup(tmp, target, keyspace)
     client = Client.from_config(cfg)  # creates the keyspace and schema
-    node = start_node(cfg, tmp, "n1")
+    node = start_node(target, cfg, tmp, "n1")
+
+    def peek(cql: str) -> list:
+        return target.peek(keyspace, cql)
+
     log = tmp / "n1.log"
     try:
         def beats() -> int:
-            rows = peek(server, keyspace, "SELECT name, beat FROM nodes")
+            rows = peek("SELECT name, beat FROM nodes")
             return max((r[1] or 0 for r in rows if r[0] == "n1"), default=-1)
 
         wait_for(lambda: beats() >= 1, 60, "node n1 to start", node, log)
         time.sleep(args.warmup)
 
         # 1. idle background
-        b = rec.snapshot()
+        b = target.snapshot()
         t = time.monotonic()
         time.sleep(args.idle)
         idle_sec = time.monotonic() - t
-        idle = diff(rec.snapshot(), b)
+        idle = diff(target.snapshot(), b)
         idle_rate = {k: v / idle_sec for k, v in idle.items()}
 
         def settled_once(n: int) -> bool:
-            jobs = peek(server, keyspace, "SELECT status, archived FROM k2_jobs")
+            jobs = peek("SELECT status, archived FROM k2_jobs")
             failed = [r for r in jobs if r[0] == "FAILED"]
             if failed:
                 raise SystemExit(f"{len(failed)} jobs FAILED; node log:\n{log.read_text()}")
             done = sum(1 for r in jobs if r[0] == "PROCESSED" and r[1])
-            return (done == n and not peek(server, keyspace, "SELECT bucket FROM k2_jobs_index")
-                    and len(peek(server, keyspace, "SELECT uid FROM k2_jobs_archive")) == n)
+            return (done == n and not peek("SELECT bucket FROM k2_jobs_index")
+                    and len(peek("SELECT uid FROM k2_jobs_archive")) == n)
 
         # 2. one-time jobs
-        b = rec.snapshot()
+        b = target.snapshot()
         t = time.monotonic()
         for i in range(args.jobs):
             client.fetch(f"startjob user_job name='Bench.noop' uid='once-{i:05d}';")
         submit_sec = time.monotonic() - t
         wait_for(lambda: settled_once(args.jobs), 300, "the one-time jobs to be PROCESSED", node, log)
         once_sec = time.monotonic() - t
-        once = diff(rec.snapshot(), b)
+        once = diff(target.snapshot(), b)
 
         # 3. recurring fires
         for i in range(args.recurring):
@@ -256,10 +462,10 @@ def node_phases(args, server, rec: Recorder) -> dict:
         def quiet_recurring() -> int | None:
             """Sum of the recurring rows' epochs if all are SCHEDULED and the index holds exactly
             their SCHEDULED entries (no fire, claim or outcome under way); else None."""
-            rows = [r for r in peek(server, keyspace, "SELECT uid, status, epoch FROM k2_jobs") if r[0].startswith("every-")]
+            rows = [r for r in peek("SELECT uid, status, epoch FROM k2_jobs") if r[0].startswith("every-")]
             if len(rows) != args.recurring or any(r[1] != "SCHEDULED" for r in rows):
                 return None
-            entries = peek(server, keyspace, "SELECT bucket, uid FROM k2_jobs_index")
+            entries = peek("SELECT bucket, uid FROM k2_jobs_index")
             if len(entries) != args.recurring or any(not e[0].startswith("SCHEDULED|") for e in entries):
                 return None
             return sum(r[2] for r in rows)
@@ -275,7 +481,7 @@ def node_phases(args, server, rec: Recorder) -> dict:
                 if time.monotonic() > deadline or node.poll() is not None:
                     raise SystemExit(f"no quiet moment between fires; node log:\n{log.read_text()}")
                 time.sleep(0.005)
-            marks.append((rec.snapshot(), epochs, time.monotonic()))
+            marks.append((target.snapshot(), epochs, time.monotonic()))
         fires = marks[1][1] - marks[0][1]
         rec_sec = marks[1][2] - marks[0][2]
         recurring = diff(marks[1][0], marks[0][0])
@@ -410,6 +616,100 @@ def path_counts(pu: dict) -> dict:
     return {k: round(v, 2) for k, v in out.items()}
 
 
+NOTE_REAL = ("Counted on a real Apache Cassandra {version} (1 node on this host, started by this run; keyspace "
+             "SimpleStrategy:1, QUORUM / SERIAL, protocol v5, Paxos v2) by the stores themselves, client side: "
+             "each CassandraStore's StoreStats (what _CountingSession sends) in the node process and in this "
+             "process (the STARTJOB client), with a per-statement tally from the same calls.")
+
+
+def real_phases(args) -> tuple[dict, dict, list[str], str]:
+    """node_phases on a 1-node real Cassandra started (and stopped) here. Also returns the store
+    counters per window and the WARN / ERROR lines Cassandra logged after its start-up."""
+    from realcassandra import CassandraCluster, available
+
+    why = available()
+    if why is not None:
+        raise SystemExit(f"--real: cannot start a real Cassandra: {why}")
+    cdir = Path(tempfile.mkdtemp(prefix="bench_cassandra-real-"))
+    print(f"starting a 1-node Cassandra in {cdir} ...", file=sys.stderr, flush=True)
+    cluster = CassandraCluster(cdir, nodes=1, paxos_variant="v2", heap="768m")
+    target = None
+    offset = 0
+    try:
+        cluster.start()
+        offset = cluster.log_path(0).stat().st_size
+        target = RealTarget(cluster)
+        res = node_phases(args, target)
+    finally:
+        if target is not None:
+            target.close()
+        cluster.stop()
+        findings = []
+        try:
+            with open(cluster.log_path(0), errors="replace") as f:
+                f.seek(offset)
+                lines = f.read().splitlines()
+            for i, line in enumerate(lines):  # each with an ERROR's exception (the line after it)
+                if re.match(r"(WARN|ERROR)\b", line):
+                    nxt = lines[i + 1] if i + 1 < len(lines) else ""
+                    findings.append(line + (f" | {nxt.strip()}" if nxt.strip() and not re.match(
+                        r"(TRACE|DEBUG|INFO|WARN|ERROR)\b", nxt) else ""))
+        except OSError:
+            pass
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(cdir, ignore_errors=True)
+    stats = {}
+    for what in ("idle", "once", "recurring"):
+        counts, st = split_stats(res[what]["counts"])
+        res[what]["counts"] = counts
+        stats[what] = st
+    res["idle"]["rate"] = {k: v for k, v in res["idle"]["rate"].items() if k[1] != "stats"}
+    stats["idle_rate"] = Counter({k: v / res["idle"]["seconds"] for k, v in stats["idle"].items()})
+    return res, stats, findings, cluster.version
+
+
+def print_store_stats(stats: dict, once: dict, recur: dict, idle: dict) -> None:
+    """The store's own counters (StoreStats) per one-time job and per fire, raw and net, split by
+    process; and whether the per-statement tally and the node's Prometheus metric agree with them."""
+    from tabulate import tabulate
+
+    rows = []
+    for what, units, seconds in (("once", once["jobs"], once["seconds"]), ("recurring", max(recur["fires"], 1),
+                                                                            recur["seconds"])):
+        st = stats[what]
+        for origin, who in (("bench", "client (STARTJOB)"), ("node", "node (claim, run, PROCESSED / fire)")):
+            if what == "recurring" and origin == "bench":
+                continue
+            vals = []
+            for f in ("lwt_attempts", "writes", "reads", "serial_reads"):
+                raw = st[(origin, "stats", f)]
+                net = raw - stats["idle_rate"][(origin, "stats", f)] * seconds
+                if f == "reads":  # StoreStats.reads includes the SERIAL ones
+                    raw -= st[(origin, "stats", "serial_reads")]
+                    net -= st[(origin, "stats", "serial_reads")] - stats["idle_rate"][(origin, "stats", "serial_reads")] * seconds
+                vals.append(f"{fmt(raw / units)} ({fmt(net / units)})")
+            other = "/".join(f"{st[(origin, 'stats', f)]:.0f}" for f in ("contention_retries", "unknown_outcomes",
+                                                                          "index_repairs"))
+            rows.append(["per one-time job" if what == "once" else "per recurring fire", who, *vals, other])
+    print()
+    print("The store's own counters (StoreStats, client side), raw (net of the idle node's rate):")
+    print(tabulate(rows, headers=["", "process", "LWTs", "plain writes", "reads (not SERIAL)", "SERIAL reads",
+                                  "retries/unknown/repairs (total)"], tablefmt="psql", disable_numparse=True))
+    checks = []
+    for what in ("idle", "once", "recurring"):
+        st, counts = stats[what], (once if what == "once" else recur if what == "recurring" else idle)["counts"]
+        by = by_kind(counts)
+        tally_lwt = by["lwt"]
+        st_lwt = st[("bench", "stats", "lwt_attempts")] + st[("node", "stats", "lwt_attempts")]
+        prom = st[("node", "stats", "prometheus_lwt_attempts")]
+        node_lwt = st[("node", "stats", "lwt_attempts")]
+        checks.append(f"{what}: tally LWTs {tally_lwt:.0f} vs StoreStats {st_lwt:.0f}; node LWTs StoreStats "
+                      f"{node_lwt:.0f} vs Prometheus fabricjobs_store_lwt_attempts_total {prom:.0f}")
+    print("cross-checks (window totals): " + "; ".join(checks))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=200, help="one-time jobs (default 200)")
@@ -420,26 +720,41 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=2000, help="WAITING rows per claims/s run (default 2000)")
     ap.add_argument("--batch", type=int, default=64, help="claims per cas_many call (default 64)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--real", action="store_true",
+                    help="count on a real Apache Cassandra (a 1-node cluster this run starts and stops) with "
+                         "the store's own client-side counters (StoreStats) instead of the CQL test server")
+    ap.add_argument("--keep", action="store_true", help="--real: keep the Cassandra directory")
+    ap.add_argument("--run-node", nargs=3, metavar=("CONFIG", "NAME", "PORT_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.run_node:
+        sys.exit(run_node(*args.run_node))
     from tabulate import tabulate
 
-    from cqlserver import CqlTestServer
+    cassandra_findings: list[str] = []
+    stats = None
+    if args.real:
+        res, stats, cassandra_findings, version = real_phases(args)
+        claims = []
+        note = NOTE_REAL.format(version=version)
+    else:
+        from cqlserver import CqlTestServer
 
-    server = CqlTestServer().start()
-    rec = Recorder(server)
-    rec.install()
-    try:
-        res = node_phases(args, server, rec)
-        claims = [claims_run(server, args.rows, procs, batch) for procs in (1, 4) for batch in (1, args.batch)]
-    finally:
-        server.stop()
+        server = CqlTestServer().start()
+        rec = Recorder(server)
+        rec.install()
+        try:
+            res = node_phases(args, TestServerTarget(server, rec))
+            claims = [claims_run(server, args.rows, procs, batch) for procs in (1, 4) for batch in (1, args.batch)]
+        finally:
+            server.stop()
+        note = NOTE
 
     idle, once, recur = res["idle"], res["once"], res["recurring"]
     pu_once = per_unit(once["counts"], once["seconds"], idle["rate"], once["jobs"])
     pu_fire = per_unit(recur["counts"], recur["seconds"], idle["rate"], max(recur["fires"], 1))
-    out: dict = {"note": NOTE, "settings": vars(args)}
+    out: dict = {"note": note, "settings": vars(args)}
 
-    print(NOTE)
+    print(note)
     print()
     print("Node: 1 process, `fabricjobs node --name n1`, defaults otherwise (RECONCILE_INTERVAL_MS 1000, "
           "heartbeat 5000 ms, pool 25, worker processes); job: USER_JOB Bench.noop (returns None).")
@@ -475,14 +790,17 @@ def main() -> None:
     print(tabulate(breakdown_table(pu_fire), headers=["kind", "sent by", "statement", "per fire (raw)", "(net)"],
                    tablefmt="psql", disable_numparse=True))
 
-    print()
-    print("Claims/s through the CQL test server (a test double in this process, 2-core machine: "
-          "it measures the client code path and the test server, not Cassandra):")
-    ctab = [[c["procs"], "store.cas" if c["batch"] <= 1 else f"store.cas_many, batches of {c['batch']}",
-             f"{c['rate']:,.0f}", fmt(c["per_claim"]["lwts"]), fmt(c["per_claim"]["writes"]),
-             fmt(c["per_claim"]["reads"]), fmt(c["per_claim"]["serial_reads"])] for c in claims]
-    print(tabulate(ctab, headers=["processes", "how", "claims/s", "LWTs/claim", "writes/claim", "reads/claim",
-                                  "SERIAL reads/claim"], tablefmt="psql", disable_numparse=True))
+    if stats is not None:
+        print_store_stats(stats, once, recur, idle)
+    if claims:
+        print()
+        print("Claims/s through the CQL test server (a test double in this process, 2-core machine: "
+              "it measures the client code path and the test server, not Cassandra):")
+        ctab = [[c["procs"], "store.cas" if c["batch"] <= 1 else f"store.cas_many, batches of {c['batch']}",
+                 f"{c['rate']:,.0f}", fmt(c["per_claim"]["lwts"]), fmt(c["per_claim"]["writes"]),
+                 fmt(c["per_claim"]["reads"]), fmt(c["per_claim"]["serial_reads"])] for c in claims]
+        print(tabulate(ctab, headers=["processes", "how", "claims/s", "LWTs/claim", "writes/claim", "reads/claim",
+                                      "SERIAL reads/claim"], tablefmt="psql", disable_numparse=True))
 
     # 5. arithmetic
     po, pf = path_counts(pu_once), path_counts(pu_fire)
@@ -511,6 +829,17 @@ def main() -> None:
         print("node log (warnings and above, last lines):")
         for line in res["node_log_lines"]:
             print("  " + line)
+    if args.real:
+        print()
+        if cassandra_findings:
+            print(f"Cassandra system.log: {len(cassandra_findings)} WARN / ERROR lines after start-up (first 15):")
+            for line in cassandra_findings[:15]:
+                print("  " + line[:500])
+        else:
+            print("Cassandra system.log: no WARN / ERROR lines after start-up")
+        out["cassandra_log"] = cassandra_findings
+        if stats is not None:
+            out["store_stats"] = {w: {f"{o}.{f}": v for (o, _k, f), v in stats[w].items()} for w in stats}
 
     if args.json:
         def enc(c: dict) -> list:
