@@ -213,10 +213,10 @@ class SchemaManager:
 
     def ensure(self, create: bool, replication: str) -> int:
         """Make the keyspace's schema current (``create``) or check that it is; the version."""
-        if create and not self._keyspace_exists():
-            self._create_keyspace(replication)
         if not self._keyspace_exists():
-            raise StoreError(f"keyspace {self.keyspace!r} does not exist; create it or set [cassandra] CREATE_SCHEMA = true")
+            if not create:
+                raise StoreError(f"keyspace {self.keyspace!r} does not exist; create it or set [cassandra] CREATE_SCHEMA = true")
+            self._create_keyspace(replication)
         version = self.version()
         if version == SCHEMA_VERSION:
             return version  # the usual start: nothing to change, no DDL sent
