@@ -153,6 +153,37 @@ def _bound(value):
     return value
 
 
+def _unknown_outcome(exc: Exception) -> str:
+    """Why an LWT that raised ``exc`` may or may not have applied (to be settled by a SERIAL
+    read); a StoreError for an error that proves it did not: a write timeout or failure (the
+    proposal may have reached some replicas), the protocol-v5 CAS_WRITE_UNKNOWN, the client's
+    own timeout, and a connection lost after the request may have been sent."""
+    from cassandra import OperationTimedOut, WriteFailure, WriteTimeout
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.connection import ConnectionException
+    from cassandra.policies import WriteType
+    from cassandra.protocol import ErrorMessage
+
+    if isinstance(exc, WriteTimeout):
+        if exc.write_type not in (WriteType.CAS, WriteType.SIMPLE):
+            raise StoreError(f"Cassandra write timeout ({exc})") from None
+        return f"WriteTimeout({WriteType.value_to_name.get(exc.write_type, exc.write_type)})"
+    if isinstance(exc, WriteFailure):
+        return f"WriteFailure({exc})"
+    if isinstance(exc, OperationTimedOut):
+        return "client timeout"
+    if isinstance(exc, (ConnectionException, NoHostAvailable)):
+        if isinstance(exc, NoHostAvailable) and not any(
+                isinstance(e, (ConnectionException, OperationTimedOut)) for e in exc.errors.values()):
+            raise StoreError(f"Cassandra: {exc}") from None  # refused before it was sent
+        return f"connection lost ({type(exc).__name__})"
+    if isinstance(exc, ErrorMessage) and getattr(exc, "code", None) == _CAS_UNKNOWN:
+        return "CAS_WRITE_UNKNOWN"
+    if isinstance(exc, StoreError):
+        raise exc
+    raise StoreError(f"Cassandra error: {exc}") from None
+
+
 def _result(future):
     try:
         return future.result()
@@ -430,12 +461,6 @@ class CassandraStore(JobStore):
         replicas), the protocol-v5 CAS_WRITE_UNKNOWN, the client's own timeout, and a
         connection lost after the request may have been sent.
         """
-        from cassandra import OperationTimedOut, WriteFailure, WriteTimeout
-        from cassandra.cluster import NoHostAvailable
-        from cassandra.connection import ConnectionException
-        from cassandra.policies import WriteType
-        from cassandra.protocol import ErrorMessage
-
         backoff = 0.01
         retried = False
         for attempt in range(_CONTENTION_RETRIES):
@@ -444,23 +469,8 @@ class CassandraStore(JobStore):
                 if row["[applied]"] or not retried:
                     return bool(row["[applied]"]), row, None
                 why = "a retry not applied"  # maybe because our earlier attempt did apply
-            except WriteTimeout as exc:
-                if exc.write_type not in (WriteType.CAS, WriteType.SIMPLE):
-                    raise StoreError(f"Cassandra write timeout ({exc})") from None
-                why = f"WriteTimeout({WriteType.value_to_name.get(exc.write_type, exc.write_type)})"
-            except WriteFailure as exc:
-                why = f"WriteFailure({exc})"
-            except OperationTimedOut:
-                why = "client timeout"
-            except (ConnectionException, NoHostAvailable) as exc:
-                if isinstance(exc, NoHostAvailable) and not any(
-                        isinstance(e, (ConnectionException, OperationTimedOut)) for e in exc.errors.values()):
-                    raise StoreError(f"Cassandra: {exc}") from None  # refused before it was sent
-                why = f"connection lost ({type(exc).__name__})"
-            except ErrorMessage as exc:
-                if getattr(exc, "code", None) != _CAS_UNKNOWN:
-                    raise StoreError(f"Cassandra error: {exc}") from None
-                why = "CAS_WRITE_UNKNOWN"
+            except Exception as exc:
+                why = _unknown_outcome(exc)
             self.stats.unknown_outcomes += 1
             current = self._settle_read(key)
             if current is not None and ours(current):
@@ -781,18 +791,15 @@ class CassandraStore(JobStore):
             self._record_run(r)
 
     def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
-        from cassandra import OperationTimedOut, WriteTimeout
-        from cassandra.protocol import ErrorMessage
-
         token = f"{note} #{random.getrandbits(64):016x}"  # tells our write from a rival's
         stmt = self._stmt(("mark",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
                                     "VALUES (?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS")
         params = (listener.type, listener.name, listener.uid, file, token)
         try:
             return bool(self._session.execute(stmt, params, execution_profile="lwt").one()["[applied]"])
-        except (WriteTimeout, OperationTimedOut, ErrorMessage) as exc:
-            if isinstance(exc, ErrorMessage) and getattr(exc, "code", None) != _CAS_UNKNOWN:
-                raise StoreError(f"Cassandra: {exc}") from None
+        except Exception as exc:
+            _unknown_outcome(exc)  # raises unless the LWT may have applied
+            self.stats.unknown_outcomes += 1
         read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
         row = self._session.execute(read, params[:4], execution_profile="serial").one()
         return row is not None and row["note"] == token
