@@ -261,12 +261,16 @@ def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster,
     # Claimed ahead of the due time (the scheduler's lead), but started at it, not before.
     due_at = datetime.strptime(due, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
     assert due_at <= a["start"] < due_at + 1
-    assert b["pid"] != a["pid"]
     if cluster.backend == "sqlite":
+        assert b["pid"] != a["pid"]
         # The four fires were one transaction, so one pass claimed them and b rode behind a:
         # it began only once a had run long. (On Cassandra each fire is its own LWT and a pass
         # may see some of them first; then b may have had a worker of its own from the start.)
         assert b["start"] - a["start"] >= 0.15
+    else:
+        # b may have been claimed, and run, before a: then a may start on the worker b left
+        # (seen once on Apache Cassandra). What must never happen is b waiting behind a.
+        assert b["pid"] != a["pid"] or b["end"] <= a["start"], "b waited on the worker of the long run"
     cluster.fetch("stopjob user_job name='Probe.record' uid='a';")
     assert cluster.wait_job("USER_JOB", "Probe.record", "a", final).status is Status.TERMINATED
 
