@@ -14,6 +14,9 @@ The seed's JMX stats and more:
     fabricjobs_store_lwt_contention_retries_total        counter  LWTs sent again after contention
     fabricjobs_store_lwt_unknown_outcomes_total          counter  LWT outcomes settled by a SERIAL read
     fabricjobs_store_index_repairs_total                 counter  stale index entries removed
+    fabricjobs_store_index_sweeps_total                  counter  range deletes over index tombstones
+    fabricjobs_store_slow_entry_writes_total             counter  index entries written again (acknowledged late)
+    fabricjobs_store_server_warnings_total               counter  warnings Cassandra sent (tombstones met, big batches)
 
 prometheus_client is imported only when the port is set; a disabled Metrics is free.
 """
@@ -36,6 +39,11 @@ _STORE_COUNTERS = (
      "LWTs sent again after an unknown outcome on an unchanged row (contention)"),
     ("fabricjobs_store_lwt_unknown_outcomes", "unknown_outcomes", "LWT outcomes that had to be settled by a SERIAL read"),
     ("fabricjobs_store_index_repairs", "index_repairs", "Stale index entries removed by whoever met them"),
+    ("fabricjobs_store_index_sweeps", "index_sweeps", "Range deletes sent over the tombstones of an index partition"),
+    ("fabricjobs_store_slow_entry_writes", "slow_entry_writes",
+     "Index entries written again because their write was acknowledged too late to be safe"),
+    ("fabricjobs_store_server_warnings", "server_warnings",
+     "Warnings Cassandra sent with its answers (tombstones met by a read, batches too large)"),
 )
 
 

@@ -135,6 +135,9 @@ class StoreStats:
     contention_retries: int = 0  # LWTs sent again after an unknown outcome on an unchanged row
     unknown_outcomes: int = 0  # LWTs whose outcome had to be settled by a SERIAL read
     index_repairs: int = 0  # stale index entries removed by whoever met them
+    index_sweeps: int = 0  # range deletes sent over the tombstones of an index partition
+    slow_entry_writes: int = 0  # index entries written again: acknowledged too late to be safe
+    server_warnings: int = 0  # warnings the store sent with its answers (tombstones met, big batches)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,7 @@ from ..errors import StoreError
 from ..model import Job, JobKey, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
 from .cassandra_schema import COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
+from .cassandra_sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
 from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
 
 log = logging.getLogger("fabricjobs.store.cassandra")
@@ -98,6 +99,7 @@ INTENT_GRACE = timedelta(seconds=60)
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
 _CAS_UNKNOWN = 0x1700
 _CONTENTION_RETRIES = 8
+_ENTRY_WRITES = 5  # attempts at an index entry write acknowledged within ENTRY_WRITE_BOUND
 _STATUS = {s.value: s for s in Status}
 
 _JOB_COLUMNS = tuple(
@@ -105,6 +107,7 @@ _JOB_COLUMNS = tuple(
 )  # status, creation_time, archived, affinity, arguments, ..., the counters
 _RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time", "end_time", "result", "status",
                 "tries", "error", "output", "exit_code", "log", "note")
+_CLUSTERING = ("next_run", "type", "name", "uid", "revision")  # of k2_jobs_index, in order
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -202,6 +205,7 @@ class _CountingSession:
     def __init__(self, session, stats: StoreStats) -> None:
         self._s = session
         self.stats = stats
+        self._last_warned: dict[str, float] = {}
 
     def _count(self, stmt, profile) -> None:
         if profile == "lwt":
@@ -216,16 +220,28 @@ class _CountingSession:
             self.stats.writes += 1
 
     def execute(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
-        self._count(stmt, execution_profile)
-        if execution_profile is _NO_PROFILE:
-            return self._s.execute(stmt, params, **kw)
-        return self._s.execute(stmt, params, execution_profile=execution_profile, **kw)
+        return self.execute_async(stmt, params, execution_profile, **kw).result()
 
     def execute_async(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
         self._count(stmt, execution_profile)
         if execution_profile is _NO_PROFILE:
-            return self._s.execute_async(stmt, params, **kw)
-        return self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
+            future = self._s.execute_async(stmt, params, **kw)
+        else:
+            future = self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
+        future.add_callbacks(lambda _rows: self._warned(future), lambda _exc: None)
+        return future
+
+    def _warned(self, future) -> None:
+        """Cassandra's warnings to the client (tombstones met by a read, a batch too large)
+        are otherwise dropped by the driver: each is counted and logged, at most once a minute
+        per kind, since each points at a data-model problem an operator must see."""
+        for text in future.warnings or ():
+            self.stats.server_warnings += 1
+            kind = " ".join(w for w in text.split()[:6] if not w.isdigit())
+            now = time.monotonic()
+            if now - self._last_warned.get(kind, float("-inf")) >= 60.0:
+                self._last_warned[kind] = now
+                log.warning("Cassandra warned: %s", text)
 
     def __getattr__(self, name):  # prepare, cluster, shutdown, ...
         return getattr(self._s, name)
@@ -335,6 +351,8 @@ class CassandraStore(JobStore):
         # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
         self._seen: dict[tuple, tuple[datetime | None, float]] = {}
         self._monotonic = time.monotonic
+        self._latency_clock = time.monotonic
+        self._sweeper = Sweeper()
         self._closed = False
         try:
             self._setup_schema(create_schema, replication)
@@ -520,10 +538,20 @@ class CassandraStore(JobStore):
             "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, status, worker_id,"
             " hold_until, affinity, priority, epoch, tries, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()))")
         k = job.key
-        self._run(stmt, (
+        params = (
             bucket, _shard(k), job.next_run or _EPOCH0, k.type, k.name, k.uid, revision, job.status.value,
             _bound(job.worker_id), _bound(job.hold_until), job.affinity, job.priority, job.epoch, job.tries,
-        ))
+        )
+        # An entry acknowledged later than ENTRY_WRITE_BOUND after it was stamped could fall
+        # under a sweep that read the partition before it landed (cassandra_sweep.py): write
+        # it again, with a fresh stamp, before anything relies on it.
+        for _ in range(_ENTRY_WRITES):
+            started = self._latency_clock()
+            self._run(stmt, params)
+            if self._latency_clock() - started <= ENTRY_WRITE_BOUND:
+                return
+            self.stats.slow_entry_writes += 1
+        raise StoreError(f"index writes of {k} took longer than {ENTRY_WRITE_BOUND:g} s {_ENTRY_WRITES} times")
 
     def _index_delete(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> None:
         if bucket is None:
@@ -531,8 +559,11 @@ class CassandraStore(JobStore):
         stmt = self._stmt(("idel",),
             "DELETE FROM k2_jobs_index WHERE bucket = ? AND shard = ? AND next_run = ? AND type = ? AND name = ?"
             " AND uid = ? AND revision = ?")
-        self._run(stmt, (bucket, _shard(key), next_run or _EPOCH0, key.type, key.name, key.uid, revision))
+        due = next_run or _EPOCH0
+        self._run(stmt, (bucket, _shard(key), due, key.type, key.name, key.uid, revision))
         self._seen.pop((bucket, key, revision), None)
+        due = due.replace(microsecond=due.microsecond // 1000 * 1000)  # as stored
+        self._sweeper.deleted((bucket, _shard(key)), (due, key.type, key.name, key.uid, revision))
 
     def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int, *, repair: bool = True) -> None:
         """Delete an index entry that is no longer true, after the LWT decided. If this write is
@@ -825,13 +856,17 @@ class CassandraStore(JobStore):
         """Entries of the given buckets from every shard, soonest due first; ``limit`` is per
         partition (bucket and shard). One request per ``_SCAN_BUCKETS`` buckets, an IN over
         their partitions, instead of one per partition: a full reconcile pass on an idle node
-        was ~60 requests, and on a busy cluster their count, not their rows, is the cost."""
+        was ~60 requests, and on a busy cluster their count, not their rows, is the cost. The
+        request is not paged: a paged IN makes the coordinator read its partitions one after
+        another, an unpaged one reads them all at once (each is bounded by ``limit`` or by
+        what its bucket can hold). What it read then decides the sweeps (cassandra_sweep.py)."""
         bucket_list = [buckets] if isinstance(buckets, str) else list(dict.fromkeys(buckets))
         cols = "bucket, shard, next_run, type, name, uid, revision, written_at, " + ", ".join(_INDEX_COLUMNS)
         where = "bucket IN ? AND shard IN ?" + (" AND next_run < ?" if before is not None else "") \
             + (" AND next_run >= ?" if since is not None else "")
         cql = f"SELECT {cols} FROM k2_jobs_index WHERE {where}" + (" PER PARTITION LIMIT ?" if limit is not None else "")
         stmt = self._stmt(("scan", before is not None, since is not None, limit is not None), cql)
+        read_at = self._sweeper.now()  # before the read: what the sweeps may shadow is older
         futures = []
         for i in range(0, len(bucket_list), _SCAN_BUCKETS):
             params: list = [bucket_list[i:i + _SCAN_BUCKETS], _ALL_SHARDS]
@@ -841,12 +876,16 @@ class CassandraStore(JobStore):
                 params.append(since)
             if limit is not None:
                 params.append(limit)
-            futures.append(self._session.execute_async(stmt, params))
+            bound = stmt.bind(params)
+            bound.fetch_size = None  # unpaged
+            futures.append(self._session.execute_async(bound))
         entries = []
+        seen: dict[tuple[str, int], list[tuple]] = {(b, s): [] for b in bucket_list for s in _ALL_SHARDS}
         for f in futures:
             for r in _result(f):
                 key = JobKey(r["type"], r["name"], r["uid"])
                 next_run = _aware(r["next_run"])
+                seen[(r["bucket"], r["shard"])].append((next_run, key.type, key.name, key.uid, r["revision"]))
                 job = Job(
                     key=key, status=_STATUS[r["status"]], creation_time=_EPOCH0,
                     affinity=r["affinity"] or "", next_run=None if next_run == _EPOCH0 else next_run,
@@ -857,8 +896,37 @@ class CassandraStore(JobStore):
                 if r["bucket"] == _BLOCKED:
                     job = job.replace(blocked=True)
                 entries.append(_Entry(r["bucket"], r["shard"], next_run, key, r["revision"], _aware(r["written_at"]), job))
+        for partition, live in seen.items():
+            plan = self._sweeper.plan(partition, live, read_at=read_at, since=since, before=before,
+                                      complete=limit is None or len(live) < limit)
+            if plan is not None:
+                self._sweep(plan)
         entries.sort(key=lambda e: (e.next_run, e.key))
         return entries
+
+    def _sweep(self, plan: SweepPlan):
+        """One range delete per gap of ``plan``, in one unlogged batch (one partition: one
+        mutation), stamped in the past (see cassandra_sweep.py). Sent, not waited for: a lost
+        sweep costs only the tombstones it would have covered, until the next."""
+        from cassandra.query import BatchStatement, BatchType
+
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        bucket, shard = plan.partition
+        for gap in plan.gaps:
+            where = ""
+            params: list = [plan.stamp_us, bucket, shard]
+            for end, op in ((gap.lo, ">=" if gap.lo_included else ">"), (gap.hi, "<")):
+                if end is not None:
+                    cols = _CLUSTERING[:len(end)]
+                    where += f" AND ({', '.join(cols)}) {op} ({', '.join('?' for _ in cols)})"
+                    params.extend(end)
+            stmt = self._stmt(("sweep", where), f"DELETE FROM k2_jobs_index USING TIMESTAMP ? WHERE bucket = ? AND shard = ?{where}")
+            batch.add(stmt, params)
+        self.stats.writes += 1
+        self.stats.index_sweeps += 1
+        future = self._session.execute_async(batch)
+        future.add_errback(lambda exc: log.debug("index sweep of %s failed: %s", plan.partition, exc))
+        return future
 
     def _latest(self, entries: Iterable[_Entry]) -> list[_Entry]:
         """One candidate entry per key, soonest due first.

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .errors import SyntaxError_, unsupported
+from .errors import InvalidRequest, SyntaxError_, unsupported
 from .values import CqlType, make_type
 
 # ---- AST ---------------------------------------------------------------------------------
@@ -58,6 +58,14 @@ class Relation:
     column: str
     op: str  # = < <= > >= != IN
     value: Any  # term, or list of terms for IN (...), or Marker for IN ?
+
+
+@dataclass
+class MultiRelation:
+    """``(c1, c2, ...) op (t1, t2, ...)``: a slice of clustering columns compared as a tuple."""
+    columns: list
+    op: str  # < <= > >=
+    values: list  # terms, one per column
 
 
 @dataclass
@@ -378,7 +386,9 @@ class Parser:
         if self.is_kw("token") and self.peek().value == "(":
             raise unsupported("token() restrictions")
         if self.tok.kind == "op" and self.tok.value == "(":
-            raise unsupported("Multi-column relations")
+            if condition:
+                raise unsupported("Multi-column conditions")
+            return self.multi_relation()
         col = self.ident()
         if self.tok.kind == "op" and self.tok.value == "[":
             raise unsupported("Conditions on collection elements" if condition else "Collection element relations")
@@ -399,6 +409,24 @@ class Parser:
         if op is None:
             self.error("an operator")
         return Relation(col, "!=" if op == "<>" else op, self.term())
+
+    def multi_relation(self) -> MultiRelation:
+        self.expect_op("(")
+        cols = [self.ident()]
+        while self.accept_op(","):
+            cols.append(self.ident())
+        self.expect_op(")")
+        op = self.accept_op("<", "<=", ">", ">=")
+        if op is None:
+            raise unsupported("Multi-column relations other than slices (<, <=, >, >=)")
+        self.expect_op("(")
+        vals = [self.term()]
+        while self.accept_op(","):
+            vals.append(self.term())
+        self.expect_op(")")
+        if len(vals) != len(cols):
+            raise InvalidRequest(f"Expected {len(cols)} elements in value tuple, but got {len(vals)}")
+        return MultiRelation(cols, op, vals)
 
     def using(self, allow_ttl=True):
         ttl = ts = None

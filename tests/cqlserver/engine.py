@@ -25,7 +25,7 @@ from . import cql_parser as P
 from . import ddl
 from .ddl import MAX_TTL
 from .errors import InvalidRequest, ProtocolError, Unprepared, unsupported
-from .storage import (Table, delete_partition, delete_range, delete_row, get_partition, live_view,
+from .storage import (Bounds, Table, delete_partition, delete_range, delete_row, get_partition, live_view,
                       sorted_partitions, sorted_rows, write_row)
 from .system_tables import build_system_keyspaces
 from .values import (BIGINT, BOOLEAN, INT, TIMESTAMP, TIMEUUID, UNSET, UUID_T, CqlType, Desc,
@@ -82,6 +82,74 @@ class SchemaChange:
 
 
 @dataclass
+class MultiSlice:
+    """Multi-column slices of a DELETE: ``(c1, ..., ck) > (...)`` and/or ``< (...)`` on a
+    prefix of the clustering columns, compared as tuples (like Cassandra)."""
+    columns: list  # Column, the longest of the two bounds' prefixes
+    lo: Any = None  # (op, [Column], [term])
+    hi: Any = None
+
+    def resolve(self, ctx: "Ctx"):
+        """(predicate(ck) -> bool, storage.Bounds or None) for bound values."""
+        ends = []
+        for bound in (self.lo, self.hi):
+            if bound is None:
+                ends.append(None)
+                continue
+            op, cols, terms = bound
+            key = []
+            for c, term in zip(cols, terms):
+                v = ctx.ev(term, c.type, c.name)
+                if v is None or v is UNSET:
+                    raise InvalidRequest(f"Invalid {'null' if v is None else 'unset'} value in condition for column {c.name}")
+                key.append(sort_key(c.type, v))
+            ends.append((op, tuple(key)))
+
+        def pred(ck):
+            for end in ends:
+                if end is None:
+                    continue
+                op, key = end
+                prefix = tuple(sort_key(c.type, v) for c, v in zip(self.columns, ck[:len(key)]))
+                if not _cmp(op, prefix, key):
+                    return False
+            return True
+        if any(c.desc for c in self.columns):
+            return pred, None
+        lo = None if ends[0] is None else Bounds.point(ends[0][1], low=True, inclusive=ends[0][0] == ">=")
+        hi = None if ends[1] is None else Bounds.point(ends[1][1], low=False, inclusive=ends[1][0] == "<=")
+        return pred, Bounds(lo, hi)
+
+
+def analyze_multi(table: Table, rels: list, binder: Binder) -> Optional[MultiSlice]:
+    if not rels:
+        return None
+    out = MultiSlice([])
+    for rel in rels:
+        cols = []
+        for name in rel.columns:
+            c = table.columns.get(name)
+            if c is None:
+                raise InvalidRequest(f"Undefined column name {name} in table {table.qualified}")
+            if c.kind != "clustering":
+                raise InvalidRequest(f"Multi-column relations can only be applied to clustering columns but was applied to: {name}")
+            cols.append(c)
+        if cols != table.clustering[:len(cols)]:
+            raise InvalidRequest("Clustering columns must appear in the PRIMARY KEY order in multi-column relations: "
+                                 f"({', '.join(rel.columns)}) {rel.op} (...)")
+        slot = "lo" if rel.op in (">", ">=") else "hi"
+        if getattr(out, slot) is not None:
+            raise InvalidRequest(f"More than one restriction was found for the {'start' if slot == 'lo' else 'end'} bound "
+                                 f"on {', '.join(rel.columns)}")
+        for c, term in zip(cols, rel.values):
+            binder.bind(term, table, c.name, c.type)
+        setattr(out, slot, (rel.op, cols, rel.values))
+        if len(cols) > len(out.columns):
+            out.columns = cols
+    return out
+
+
+@dataclass
 class Mutation:
     table: Table
     op: str  # write / delete_row / delete_range / delete_partition
@@ -92,6 +160,24 @@ class Mutation:
     marker: bool = False
     pred: Any = None
     ts: Optional[int] = None  # USING TIMESTAMP
+    bounds: Any = None  # a range deletion on the first clustering column only: storage.Bounds
+
+
+def _slice_bounds(t: Table, r: dict, ctx: "Ctx"):
+    """The bounds of a range deletion that restricts only the first clustering column by a
+    slice (what lets storage drop the range tombstones a newer, wider one covers); else None."""
+    first = t.clustering[0]
+    if any(c.name in r for c in t.clustering[1:]) or first.name not in r or r[first.name].eq_or_in or first.desc:
+        return None
+    ends = []
+    for low, bound in ((True, r[first.name].lo), (False, r[first.name].hi)):
+        if bound is None:
+            ends.append(None)
+        else:
+            op, term = bound
+            key = (sort_key(first.type, ctx.ev(term, first.type, first.name)),)
+            ends.append(Bounds.point(key, low=low, inclusive=op in (">=", "<=")))
+    return Bounds(*ends)
 
 
 def term_text(t) -> str:
@@ -285,6 +371,8 @@ class Binder:
 def build_restrictions(table: Table, where: list, binder: Binder) -> dict:
     out: dict = {}
     for rel in where:
+        if isinstance(rel, P.MultiRelation):
+            raise unsupported("Multi-column relations outside DELETE")
         c = table.columns.get(rel.column)
         if c is None:
             raise InvalidRequest(f"Undefined column name {rel.column} in table {table.qualified}")
@@ -395,6 +483,7 @@ class ModPlan(Plan):
     if_not_exists: bool = False
     ttl: Any = None
     ts: Any = None
+    multi: Optional[MultiSlice] = None  # DELETE ... WHERE (c1, c2) > (?, ?): a range deletion
 
     @property
     def is_lwt(self) -> bool:
@@ -677,7 +766,14 @@ class Engine:
                     if c.kind != "regular":
                         raise InvalidRequest(f"Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)")
                     plan.delete_cols.append(c)
-            plan.restr = build_restrictions(t, st.where, binder)
+            multis = [w for w in st.where if isinstance(w, P.MultiRelation)]
+            if multis and stype != "DELETE":
+                raise unsupported(f"Multi-column relations in {stype}")
+            plan.restr = build_restrictions(t, [w for w in st.where if not isinstance(w, P.MultiRelation)], binder)
+            plan.multi = analyze_multi(t, multis, binder)
+            if plan.multi is not None and any(c.name in plan.restr for c in t.clustering):
+                c = next(c for c in t.clustering if c.name in plan.restr)
+                raise InvalidRequest(f"{c.name} cannot be restricted by more than one relation if it includes an Equal")
             plan.if_exists = st.if_exists
             for rel in st.conditions:
                 c = t.columns.get(rel.column)
@@ -730,6 +826,13 @@ class Engine:
                 raise InvalidRequest(f"Some clustering keys are missing: {', '.join(missing)}")
             return
         clustering_prefix_check(t, r, allow_filtering=False)
+        if plan.multi is not None:
+            if plan.delete_cols:
+                raise InvalidRequest("Range deletions are not supported for specific columns")
+            if plan.is_lwt:
+                raise InvalidRequest("DELETE statements must restrict all PRIMARY KEY columns with equality relations "
+                                     "in order to use IF conditions")
+            return
         full = all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
         if not full and plan.delete_cols:
             raise InvalidRequest("Range deletions are not supported for specific columns")
@@ -823,6 +926,9 @@ class Engine:
                 raise InvalidRequest("Invalid null value of timestamp")
             ts = None if ts is UNSET else ts
         out = []
+        if plan.multi is not None:
+            pred, bounds = plan.multi.resolve(ctx)
+            return [Mutation(t, "delete_range", k, pred=pred, ts=ts, bounds=bounds) for k in keys]
         if plan.stype in ("INSERT", "UPDATE"):
             ttl = ctx.ttl_value(plan.ttl, t)
             values = {}
@@ -848,7 +954,7 @@ class Engine:
             return [Mutation(t, "delete_partition", k, ts=ts) for k in keys]
         preds = [(i, r[c.name].predicate(ctx)) for i, c in enumerate(t.clustering) if c.name in r]
         pred = lambda ck, preds=preds: all(p(ck[i]) for i, p in preds)  # noqa: E731
-        return [Mutation(t, "delete_range", k, pred=pred, ts=ts) for k in keys]
+        return [Mutation(t, "delete_range", k, pred=pred, ts=ts, bounds=_slice_bounds(t, r, ctx)) for k in keys]
 
     def _apply(self, muts: list, default_ts: int, force_ts: bool = False):
         now_s = self.now_s()
@@ -859,7 +965,7 @@ class Engine:
             elif m.op == "delete_row":
                 delete_row(m.table, m.key, m.ck, ts)
             elif m.op == "delete_range":
-                delete_range(m.table, m.key, m.pred, ts)
+                delete_range(m.table, m.key, m.pred, ts, m.bounds)
             else:
                 delete_partition(m.table, m.key, ts)
 

@@ -97,7 +97,7 @@ class Partition:
         self.key, self.token, self.key_bytes = key, token, key_bytes
         self.deleted = None
         self.rows = {}  # clustering tuple -> Row
-        self.ranges = []  # (predicate(ck) -> bool, ts): clustering range tombstones
+        self.ranges = []  # (predicate(ck) -> bool, ts, Bounds | None): clustering range tombstones
 
 
 def partition_key_bytes(table: Table, key: tuple) -> bytes:
@@ -123,7 +123,7 @@ def row_deletion(p: Partition, ck: tuple, row: Optional[Row]):
     d = p.deleted
     if row is not None:
         d = _max(d, row.deleted)
-    for pred, ts in p.ranges:
+    for pred, ts, _ in p.ranges:
         if pred(ck):
             d = _max(d, ts)
     return d
@@ -196,8 +196,41 @@ def delete_partition(table: Table, key: tuple, ts: int) -> None:
     p.deleted = _max(p.deleted, ts)
 
 
-def delete_range(table: Table, key: tuple, predicate, ts: int) -> None:
-    get_partition(table, key, create=True).ranges.append((predicate, ts))
+@dataclass(frozen=True)
+class Bounds:
+    """The ends of a range deletion on a prefix of the clustering columns, each a *point* in
+    clustering order (None: open): the prefix's sort keys, then a marker that puts the point
+    before (an inclusive start, an exclusive end) or after (an exclusive start, an inclusive
+    end) every row with that prefix. Points of different lengths compare correctly."""
+
+    lo: Optional[tuple] = None
+    hi: Optional[tuple] = None
+
+    @staticmethod
+    def point(key: tuple, *, low: bool, inclusive: bool) -> tuple:
+        before = low == inclusive
+        return tuple((1, k) for k in key) + (((0,) if before else (2,)),)
+
+    def within(self, other: "Bounds") -> bool:
+        return ((other.lo is None or (self.lo is not None and self.lo >= other.lo))
+                and (other.hi is None or (self.hi is not None and self.hi <= other.hi)))
+
+
+def _shadowed(row: Row, ts: int) -> bool:
+    return ((row.marker is None or row.marker[0] <= ts) and (row.deleted is None or row.deleted <= ts)
+            and all(c.ts <= ts for c in row.cells.values()))
+
+
+def delete_range(table: Table, key: tuple, predicate, ts: int, bounds: Optional[Bounds] = None) -> None:
+    """A range tombstone. Like compaction would, it drops what it makes invisible for good:
+    the rows in the range with nothing newer than it, and the older range tombstones it covers
+    (known for slices of the first clustering column). Reads stay as cheap as Cassandra's."""
+    p = get_partition(table, key, create=True)
+    for ck in [ck for ck, row in p.rows.items() if predicate(ck) and _shadowed(row, ts)]:
+        del p.rows[ck]
+    if bounds is not None:
+        p.ranges = [r for r in p.ranges if not (r[2] is not None and r[1] <= ts and r[2].within(bounds))]
+    p.ranges.append((predicate, ts, bounds))
 
 
 def sorted_partitions(table: Table, keys=None) -> list:

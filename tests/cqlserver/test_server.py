@@ -330,6 +330,30 @@ def test_write_timestamps_and_tombstones(session):
     assert list(session.execute(f"SELECT c, v FROM {rng} WHERE p = 1")) == [(0, 0), (1, 1), (4, 4), (5, None)]
 
 
+def test_multi_column_range_deletions_stamped_in_the_past(session):
+    """What the index sweep sends (outcomes taken from Apache Cassandra 5.0): tuple slices over
+    a clustering prefix, of mixed lengths, and a USING TIMESTAMP that spares newer writes."""
+    name = table(session, "p int, a int, b text, v int, PRIMARY KEY (p, a, b)")
+    for a, b in [(1, "x"), (1, "y"), (1, "z"), (2, "x"), (2, "y"), (3, "x")]:
+        session.execute(f"INSERT INTO {name} (p, a, b, v) VALUES (1, {a}, '{b}', 0) USING TIMESTAMP 1000")
+    session.execute(f"DELETE FROM {name} USING TIMESTAMP 2000 WHERE p = 1 AND (a, b) > (1, 'x') AND (a, b) < (2, 'y')")
+    assert [(r.a, r.b) for r in session.execute(f"SELECT a, b FROM {name} WHERE p = 1")] == [(1, "x"), (2, "y"), (3, "x")]
+    # Mixed lengths: everything from (2, 'y') on, up to a = 3 excluded.
+    session.execute(f"INSERT INTO {name} (p, a, b, v) VALUES (1, 2, 'z', 0) USING TIMESTAMP 3000")  # newer: spared
+    session.execute(f"DELETE FROM {name} USING TIMESTAMP 2500 WHERE p = 1 AND (a, b) >= (2, 'y') AND (a) < (3)")
+    assert [(r.a, r.b) for r in session.execute(f"SELECT a, b FROM {name} WHERE p = 1")] == [(1, "x"), (2, "z"), (3, "x")]
+    # A later write stamped before the range tombstone stays hidden by it.
+    session.execute(f"INSERT INTO {name} (p, a, b, v) VALUES (1, 2, 'ya', 0) USING TIMESTAMP 2400")
+    assert [(r.a, r.b) for r in session.execute(f"SELECT a, b FROM {name} WHERE p = 1")] == [(1, "x"), (2, "z"), (3, "x")]
+    prepared = session.prepare(f"DELETE FROM {name} USING TIMESTAMP ? WHERE p = ? AND (a, b) < (?, ?)")
+    session.execute(prepared, (4000, 1, 3, "x"))
+    assert [(r.a, r.b) for r in session.execute(f"SELECT a, b FROM {name} WHERE p = 1")] == [(3, "x")]
+    with pytest.raises(InvalidRequest, match="cannot be restricted by more than one relation"):
+        session.execute(f"DELETE FROM {name} WHERE p = 1 AND a = 1 AND (a, b) > (1, 'x')")
+    with pytest.raises(InvalidRequest, match="PRIMARY KEY order"):
+        session.execute(f"DELETE FROM {name} WHERE p = 1 AND (b, a) > ('x', 1)")
+
+
 # ---- rejections --------------------------------------------------------------------------
 
 def test_rejections(session):

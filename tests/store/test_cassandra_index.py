@@ -11,6 +11,7 @@ else). Through the real cassandra-driver against the CQL test server (tests/cqls
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -19,6 +20,7 @@ import pytest
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store import cassandra as cassandra_store
 from fabricjobs.store.cassandra import CassandraStore
+from harness import wait_for
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -258,3 +260,61 @@ def test_a_scan_during_a_change_in_flight_keeps_both_entries(stores, monkeypatch
     assert [(j.uid, j.status) for j in reader.by_status([Status.WAITING, Status.IN_PROCESS])] == \
         [("flight", Status.IN_PROCESS)]
     assert entries(reader, job.key) == [("IN_PROCESS|n1", 2)]
+
+
+# -- sweeps: range deletes over the tombstones of claimed entries (cassandra_sweep.py) ----------
+
+def index_rows(server, store: CassandraStore, bucket: str, key: JobKey) -> int:
+    """Rows (live or tombstoned) the test server keeps in ``key``'s partition of ``bucket``:
+    a row shadowed by a range tombstone is dropped, as compaction would drop it."""
+    table = server.engine.keyspaces[store.keyspace].tables["k2_jobs_index"]
+    partition = table.data.get((bucket, cassandra_store._shard(key)))
+    return 0 if partition is None else len(partition.rows)
+
+
+def test_a_sweep_covers_claimed_entries_and_spares_one_written_after_its_read(server, stores, monkeypatch):
+    """The sweep that follows a read shadows what was deleted before it, and nothing written
+    since the read: its range tombstone is stamped SWEEP_LAG before the read."""
+    from fabricjobs.store.cassandra_sweep import SWEEP_LAG
+
+    writer, other = stores
+    # One shard, so that every entry below shares a partition.
+    monkeypatch.setattr(cassandra_store, "_shard", lambda key: 0)
+    due = [T0 + timedelta(milliseconds=i) for i in range(3)]
+    rows = [writer.insert(Job(JobKey("USER_JOB", "A.b", uid), Status.WAITING, T0, next_run=d)).row
+            for uid, d in zip("abc", due)]
+    assert writer.cas(rows[1], claim(rows[1], "n1")).applied  # deletes b's WAITING entry
+    deleted_at = time.time()
+    assert index_rows(server, writer, "WAITING|4", rows[1].key) == 3  # a, c and b's tombstone
+    wait_for(lambda: time.time() > deleted_at + SWEEP_LAG + 0.05, SWEEP_LAG + 5, "the sweep lag to pass")
+
+    sweeps = []
+    original = writer._sweep
+
+    def late_write_then_sweep(plan):
+        if plan.partition == ("WAITING|4", 0):
+            # Between the read and its sweep another node writes an entry into the very gap.
+            other.insert(Job(JobKey("USER_JOB", "A.b", "late"), Status.WAITING, T0, next_run=due[1]))
+            sweeps.append(original(plan))
+            return sweeps[-1]
+        return original(plan)
+
+    monkeypatch.setattr(writer, "_sweep", late_write_then_sweep)
+    assert [j.uid for j in writer.waiting(10)] == ["a", "c"]
+    assert sweeps, "the read was not followed by a sweep"
+    sweeps[0].result()
+    assert [j.uid for j in other.waiting(10)] == ["a", "late", "c"]  # spared
+    assert index_rows(server, writer, "WAITING|4", rows[1].key) == 3  # a, late, c: b's tombstone is gone
+
+
+def test_an_index_write_acknowledged_too_late_is_written_again(server, stores):
+    """A sweep may shadow an entry whose write took longer than ENTRY_WRITE_BOUND (it can be
+    missed by a read and still be stamped before the sweep's cutoff): such an entry is
+    written again, with a fresh stamp, before the LWT relies on it."""
+    from fabricjobs.store.cassandra_sweep import ENTRY_WRITE_BOUND
+
+    writer, reader = stores
+    server.faults.add("delay", r"INSERT INTO \w+\.k2_jobs_index", delay=ENTRY_WRITE_BOUND + 0.3, applied=True, times=1)
+    assert writer.insert(waiting_job("slow")).applied
+    assert writer.stats.slow_entry_writes == 1
+    assert [j.uid for j in reader.waiting(10)] == ["slow"]
