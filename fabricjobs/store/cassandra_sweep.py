@@ -25,9 +25,9 @@ plus the clock skew allowed between hosts. Gaps are bounded by whole clustering 
 (``(next_run, type, name, uid, revision) > (...)``), strictly between two live entries, so
 jobs due in the same millisecond (a bulk submission) are swept apart.
 
-Which gaps: those holding a delete this process made (it knows their due times) at least
-``SWEEP_LAG`` ago, and every gap once per ``FULL_SWEEP_EVERY`` per partition (the deletes of
-processes that have gone, a shell's STOPJOB). A partition is swept at most once per
+Which gaps: those holding deletes this process made (it knows where) at least ``SWEEP_LAG``
+ago (see ``_worth_it``), and the partition's edges once per ``FULL_SWEEP_EVERY`` (the deletes
+of processes that have gone, a shell's STOPJOB). A partition is swept at most once per
 ``SWEEP_EVERY`` per process; one batch per sweep (one partition, one mutation).
 """
 
@@ -83,6 +83,18 @@ def gaps(live: Iterable[Position], *, since: datetime | None, before: datetime |
     return out
 
 
+def _worth_it(gap: Gap, ripe: int, full: bool) -> bool:
+    """Whether to lay a range tombstone over ``gap`` holding ``ripe`` of this process's own
+    deletes. A range tombstone costs a read two markers, a row tombstone one: a gap between
+    two live entries is swept once it holds two deletes (a later, wider one covers it). The
+    edges are swept on any delete, and on a full sweep on none seen (others' deletes gather
+    there): the head of the partition before its first live entry, where a queue is drained,
+    and the end after its last one; each new sweep of an edge covers the last one whole, so
+    a read meets two markers there whatever the history."""
+    edge = gap.lo is None or gap.hi is None or len(gap.hi) == 1
+    return (edge and (ripe > 0 or full)) or ripe >= 2
+
+
 @dataclass(frozen=True)
 class SweepPlan:
     partition: Partition
@@ -125,7 +137,7 @@ class Sweeper:
             if not ripe and not full:
                 return None
             chosen = [g for g in gaps(live, since=since, before=before, complete=complete)
-                      if full or any(pos in g for pos in ripe)]
+                      if _worth_it(g, sum(1 for pos in ripe if pos in g), full)]
             if not chosen:
                 return None
             # Forget the deletes the sweep covers (and, on a busy partition, ones so old that

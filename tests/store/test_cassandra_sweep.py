@@ -58,7 +58,7 @@ def test_a_partition_is_swept_at_most_once_per_interval_and_fully_now_and_then()
     clock = Clock()
     sweeper = Sweeper(clock)
     first = sweeper.plan(P, [pos(1), pos(2)], read_at=clock.now, since=None, before=None, complete=True)
-    assert first is not None and len(first.gaps) == 3  # a full sweep: every gap, others' deletes too
+    assert first is not None and first.gaps == (Gap(None, pos(1)), Gap(pos(2), None))  # full: the edges
     started = clock.now
     clock.now -= 2 * SWEEP_LAG  # a delete old enough to sweep ...
     sweeper.deleted(P, pos(0))
@@ -66,4 +66,20 @@ def test_a_partition_is_swept_at_most_once_per_interval_and_fully_now_and_then()
     assert sweeper.plan(P, [pos(1)], read_at=clock.now, since=None, before=None, complete=True) is None
     clock.now += FULL_SWEEP_EVERY
     again = sweeper.plan(P, [pos(1), pos(2)], read_at=clock.now, since=None, before=None, complete=True)
-    assert again is not None and len(again.gaps) == 3
+    assert again is not None and again.gaps == (Gap(None, pos(1)), Gap(pos(2), None))
+
+
+def test_a_gap_between_live_entries_is_swept_once_it_holds_two_deletes():
+    """A range tombstone costs a read two markers: over one delete it would cost more than
+    the row tombstone it hides."""
+    clock = Clock()
+    sweeper = Sweeper(clock)
+    sweeper.plan(P, [pos(1)], read_at=clock.now, since=None, before=None, complete=True)  # the first, full
+    sweeper.deleted(P, pos(5))
+    clock.now += SWEEP_LAG + SWEEP_EVERY
+    live = [pos(1), pos(9), pos(20)]
+    assert sweeper.plan(P, live, read_at=clock.now, since=None, before=None, complete=True) is None
+    sweeper.deleted(P, pos(7))
+    clock.now += SWEEP_LAG + SWEEP_EVERY
+    plan = sweeper.plan(P, live, read_at=clock.now, since=None, before=None, complete=True)
+    assert plan is not None and plan.gaps == (Gap(pos(1), pos(9)),)

@@ -4,8 +4,8 @@ Every claim and every outcome deletes an index entry at the head of a queue part
 counts the tombstones each read steps over and warns (``tombstone_warn_threshold``) or fails the
 read (``tombstone_failure_threshold``). The test tier's Cassandra runs with both lowered (100 /
 1,000, see scripts/test), and this test claims and finishes 20,000 jobs the way nodes do: two
-claimer "nodes" (stores) read the WAITING queue, claim, finish, and read their own IN_PROCESS
-bucket each round, while a submitter keeps a backlog. No read may warn (the store counts the
+claimer processes (tests/helpers/drain_queue.py) read the WAITING queue, claim, finish, and read
+their own IN_PROCESS bucket now and then, while the test submits and keeps a backlog. No read may warn (the store counts the
 warnings Cassandra sends back) and the server's own histogram of tombstones per read of the
 index stays under the warning threshold. The claim rate at the start and at the end is printed
 (scripts/bench_cassandra.py --tombstones measures it as a benchmark: no timed test here).
@@ -13,9 +13,10 @@ index stays under the warning threshold. The claim rate at the start and at the 
 
 from __future__ import annotations
 
+import json
 import os
-import random
-import threading
+import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -26,13 +27,14 @@ from backends import BACKENDS, make_backend_config
 from fabricjobs.config import load_config
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store import open_store
+from harness import wait_for
 
 UTC = timezone.utc
-JOBS = int(os.environ.get("FJ_TOMBSTONE_JOBS", 20_000))
+JOBS = 20_000
 BACKLOG = 400  # jobs waiting at most: a queue that is being drained, as in production
-CLAIMERS = 2  # stores ("nodes")
-THREADS = 4  # claiming threads per store
-DEADLINE = 600.0  # seconds; reached only when the queue stalls
+CLAIMERS = 2  # node processes
+DEADLINE = 900.0  # seconds; reached only when the queue stalls
+HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
 
 def _real(backend: str) -> bool:
@@ -41,8 +43,8 @@ def _real(backend: str) -> bool:
 
 @pytest.fixture(params=[b for b in BACKENDS if _real(b)] or
                 [pytest.param("cassandra-real", marks=pytest.mark.skip(reason="needs Apache Cassandra (./scripts/test starts one)"))])
-def config(request, tmp_path):
-    return load_config(make_backend_config(request, request.param, tmp_path))
+def config_path(request, tmp_path):
+    return make_backend_config(request, request.param, tmp_path)
 
 
 def _setting(store, name: str, default: int) -> int:
@@ -57,93 +59,53 @@ def _index_tombstones_per_read(store) -> tuple[float, float]:
     return (row["max"], row["p99th"]) if row else (0.0, 0.0)
 
 
-def test_twenty_thousand_claims_leave_no_read_stepping_over_tombstones(config):
-    submitter = open_store(config)
-    claimers = [open_store(config) for _ in range(CLAIMERS)]
-    stores = [submitter, *claimers]
-    warn = _setting(submitter, "tombstone_warn_threshold", 1000)
-    finished = 0
-    claimed_at: list[float] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def submit() -> None:
-        now = datetime.now(UTC)
-        for i in range(JOBS):
-            while i - finished >= BACKLOG and not stop.is_set():
-                time.sleep(0.005)
-            if stop.is_set():
-                return
-            job = Job(JobKey("USER_JOB", "Load.run", f"j{i:05d}"), Status.WAITING, now,
-                      next_run=now + timedelta(microseconds=i), arguments="{}")
-            assert submitter.insert(job).applied
-
-    def claim(store, node: str, seed: int) -> None:
-        nonlocal finished
-        rng = random.Random(seed)
-        rounds = 0
-        while not stop.is_set():
-            with lock:
-                if finished >= JOBS:
-                    return
-            page = store.waiting(16)
-            rounds += 1
-            if rounds % 4 == 0:
-                store.by_owner([node], [Status.IN_PROCESS])  # what each reconcile pass reads too
-            if not page:
-                time.sleep(0.002)
-                continue
-            for row in rng.sample(page, min(len(page), 4)):
-                now = datetime.now(UTC)
-                got = store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id=node, epoch=row.epoch + 1,
-                                                 start_time=now))
-                if not got.applied:
-                    continue
-                with lock:
-                    claimed_at.append(time.monotonic())
-                done = got.row.replace(status=Status.PROCESSED, end_time=datetime.now(UTC), archived=True)
-                assert store.cas(got.row, done).applied
-                with lock:
-                    finished += 1
-
-    def guarded(fn, *args):
-        try:
-            fn(*args)
-        except BaseException as exc:  # noqa: BLE001 (reported by the test thread)
-            errors.append(exc)
-            stop.set()
-
-    threads = [threading.Thread(target=guarded, args=(submit,))]
-    threads += [threading.Thread(target=guarded, args=(claim, s, f"node-{i}", i * 100 + t))
-                for i, s in enumerate(claimers) for t in range(THREADS)]
+def test_twenty_thousand_claims_leave_no_read_stepping_over_tombstones(config_path, tmp_path):
+    store = open_store(load_config(config_path))
+    warn = _setting(store, "tombstone_warn_threshold", 1000)
+    submitted = tmp_path / "submitted"
+    outs = [tmp_path / f"claimer-{i}.json" for i in range(CLAIMERS)]
+    procs = [subprocess.Popen([sys.executable, str(HELPERS / "drain_queue.py"), str(config_path), f"node-{i}",
+                               str(submitted), str(out)], stderr=subprocess.PIPE)
+             for i, out in enumerate(outs)]
     started = time.monotonic()
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(max(0.0, DEADLINE - (time.monotonic() - started)))
-        stop.set()
-        assert not errors, errors[0]
-        assert finished == JOBS, f"only {finished} of {JOBS} jobs finished in {DEADLINE:.0f} s"
-        assert all(s.waiting(1) == [] for s in stores)
-        worst, p99 = _index_tombstones_per_read(submitter)
-        sweeps = sum(s.stats.index_sweeps for s in stores)
+        now = datetime.now(UTC)
+        for i in range(JOBS):
+            if i % 100 == 0:  # keep a backlog, not a pile: the head of the queue is what is read
+                wait_for(lambda: len(store.waiting(BACKLOG)) < BACKLOG or any(p.poll() is not None for p in procs),
+                         DEADLINE, "the claimers to drain the backlog")
+                assert all(p.poll() is None for p in procs), "a claimer died"
+            job = Job(JobKey("USER_JOB", "Load.run", f"j{i:05d}"), Status.WAITING, now,
+                      next_run=now + timedelta(microseconds=i), arguments="{}")
+            assert store.insert(job).applied
+        submitted.touch()
+        for p in procs:
+            _, err = p.communicate(timeout=max(1.0, DEADLINE - (time.monotonic() - started)))
+            assert p.returncode == 0, err.decode()[-3000:]
+        results = [json.loads(out.read_text()) for out in outs]
+        claimed_at = sorted(t for r in results for t in r["claimed_at"])
+        assert len(claimed_at) == JOBS
+        assert store.waiting(1) == [] and store.by_status([Status.IN_PROCESS]) == []
+        worst, p99 = _index_tombstones_per_read(store)
+        sweeps = sum(r["stats"]["index_sweeps"] for r in results)
         tenth = JOBS // 10
         first = tenth / (claimed_at[tenth] - claimed_at[0])
         last = tenth / (claimed_at[-1] - claimed_at[-1 - tenth])
         print(f"\n{JOBS} jobs in {time.monotonic() - started:.1f} s; claims/s first tenth {first:.0f}, last tenth "
               f"{last:.0f} ({last / first:.2f}x); tombstones per index read max {worst:.0f} p99 {p99:.0f} "
               f"(warn at {warn}; the server's histogram rounds up to its buckets); {sweeps} sweeps")
-        warnings = {f"store {i}": s.stats.server_warnings for i, s in enumerate(stores)}
-        assert sum(warnings.values()) == 0, f"Cassandra warned on reads: {warnings} (see the store's log)"
+        warnings = {f"claimer {i}": r["stats"]["server_warnings"] for i, r in enumerate(results)}
+        warnings["submitter"] = store.stats.server_warnings
+        assert sum(warnings.values()) == 0, f"Cassandra warned on reads: {warnings}"
         assert sweeps > 0
         log = os.environ.get("FABRICJOBS_CASSANDRA_LOG")
         if log and Path(log).exists():
             noisy = [line for line in Path(log).read_text(errors="replace").splitlines()
-                     if "tombstone" in line.lower() and submitter.keyspace in line]
+                     if "tombstone" in line.lower() and store.keyspace in line]
             assert not noisy, noisy[:3]
     finally:
-        stop.set()
-        for s in stores:
-            s.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        store.close()
