@@ -11,7 +11,8 @@ Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
                      for IN_PROCESS / SCHEDULED: ``SCHEDULED|node-a``), spread over
                      ``SHARDS`` partitions and clustered by due time, so "the oldest WAITING
                      jobs" and "node-a's SCHEDULED jobs due before T" are range reads.
-                     Plain writes (no LWT on this table).
+                     Plain writes (no LWT on this table); the tombstones that moving entries
+                     leave are swept up by range deletes (cassandra_sweep.py).
 ``k2_jobs_owners``   the owners that have had index entries (to list IN_PROCESS/SCHEDULED buckets).
 ``k2_jobs_archive``  archived keys by day and end time (JOBSTATUS n DAYS AGO), with TTL.
 ``nodes``            one row per node, plain writes by that node only; ``beat_time`` is set by
