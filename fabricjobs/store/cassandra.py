@@ -14,7 +14,9 @@ Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
                      Plain writes (no LWT on this table); the tombstones that moving entries
                      leave are swept up by range deletes (cassandra_sweep.py).
 ``k2_jobs_owners``   the owners that have had index entries (to list IN_PROCESS/SCHEDULED buckets).
-``k2_jobs_archive``  archived keys by day and end time (JOBSTATUS n DAYS AGO), with TTL.
+``k2_jobs_archived`` archived keys by day (16 shards a day) and end time (JOBSTATUS n DAYS AGO),
+                     with TTL; ``k2_jobs_archive`` (one partition a day) is only read, until
+                     the TTL has emptied it after an upgrade from schema version 3.
 ``nodes``            one row per node, plain writes by that node only; ``beat_time`` is set by
                      the coordinator's clock (``toTimestamp(now())``).
 ``kill_requests``    KILL requests per node.
@@ -86,7 +88,7 @@ from ..config import Config
 from ..errors import StoreError
 from ..model import Job, JobKey, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
-from .cassandra_schema import COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
+from .cassandra_schema import ARCHIVE_SHARDS, COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
 from .cassandra_sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
 from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
 
@@ -193,6 +195,13 @@ def _result(future):
         return future.result()
     except Exception as exc:
         raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+
+
+def _archive_shard(key: JobKey) -> int:
+    return zlib.crc32(f"{key.uid}\0{key.name}\0{key.type}".encode()) % ARCHIVE_SHARDS
+
+
+_ARCHIVE_SHARDS = list(range(ARCHIVE_SHARDS))
 
 
 def _shard(key: JobKey) -> int:
@@ -580,9 +589,10 @@ class CassandraStore(JobStore):
         if job.end_time is None:
             return
         stmt = self._stmt(("aput",),
-            "INSERT INTO k2_jobs_archive (day, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?) USING TTL ?")
+            "INSERT INTO k2_jobs_archived (day, shard, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
         k = job.key
-        self._run(stmt, (job.end_time.strftime("%Y-%m-%d"), job.end_time, k.type, k.name, k.uid, self.archive_ttl))
+        self._run(stmt, (job.end_time.strftime("%Y-%m-%d"), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
+                         self.archive_ttl))
 
     def _observe(self, bucket: str, key: JobKey, revision: int, written_at: datetime | None) -> None:
         """Note that this entry exists as of now (kept from the first sighting while its
@@ -1021,13 +1031,20 @@ class CassandraStore(JobStore):
         return out
 
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
-        stmt = self._stmt(("asel",), "SELECT type, name, uid FROM k2_jobs_archive WHERE day = ? AND end_time >= ?")
+        # A day's ARCHIVE_SHARDS partitions in one unpaged IN (read at once); and the day's
+        # partition of k2_jobs_archive, the version-3 table, until its TTL has emptied it.
+        stmt = self._stmt(("asel",), "SELECT type, name, uid FROM k2_jobs_archived WHERE day = ? AND shard IN ? "
+                                     "AND end_time >= ?")
+        legacy = self._stmt(("asel3",), "SELECT type, name, uid FROM k2_jobs_archive WHERE day = ? AND end_time >= ?")
         day = since.astimezone(UTC).date()
         today = datetime.now(UTC).date() + timedelta(days=1)
         keys: dict[JobKey, None] = {}
         futures = []
         while day <= today:
-            futures.append(self._session.execute_async(stmt, (day.strftime("%Y-%m-%d"), since)))
+            bound = stmt.bind((day.strftime("%Y-%m-%d"), _ARCHIVE_SHARDS, since))
+            bound.fetch_size = None
+            futures.append(self._session.execute_async(bound))
+            futures.append(self._session.execute_async(legacy, (day.strftime("%Y-%m-%d"), since)))
             day += timedelta(days=1)
         for f in futures:
             for r in _result(f):

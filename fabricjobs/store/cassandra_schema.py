@@ -19,7 +19,7 @@ Storage options, per table (the README's "Cassandra data model" says the same):
 ``k2_jobs_index``    leveled; gc_grace_seconds 1 hour. The index is a hint, every entry is
                      checked against its row: a deleted entry that a lagging replica brings
                      back is met as stale and deleted again, so its tombstones need not wait.
-``k2_jobs_archive``, ``k2_job_runs``, ``k2_job_run_uids``
+``k2_jobs_archive``, ``k2_jobs_archived``, ``k2_job_runs``, ``k2_job_run_uids``
                      written with a TTL only (the retention): time-window compaction by day,
                      so whole SSTables expire and are dropped without compaction, and a
                      gc_grace_seconds of 3 hours (the hint window): expired cells are the same
@@ -43,7 +43,8 @@ from ..errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
@@ -60,6 +61,7 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_jobs_index": f"{_LEVELED} AND gc_grace_seconds = 3600",
     "k2_jobs_owners": "gc_grace_seconds = 86400",
     "k2_jobs_archive": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_jobs_archived": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "nodes": "gc_grace_seconds = 86400",
     "kill_requests": "gc_grace_seconds = 86400",
     "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
@@ -83,6 +85,12 @@ _OWNERS = "k2_jobs_owners (kind text, owner text, PRIMARY KEY ((kind), owner))"
 _ARCHIVE = """k2_jobs_archive (
         day text, end_time timestamp, type text, name text, uid text,
         PRIMARY KEY ((day), end_time, type, name, uid))"""
+#: Version 4: archived keys by (day, shard): one partition per day held every job that ended
+#: that day (8.6 million rows at 100 jobs/s), far past the ~100 MB Cassandra keeps a partition
+#: comfortable at. k2_jobs_archive stays, read until its TTL has emptied it.
+_ARCHIVED = """k2_jobs_archived (
+        day text, shard int, end_time timestamp, type text, name text, uid text,
+        PRIMARY KEY ((day, shard), end_time, type, name, uid))"""
 _NODES = """nodes (
         name text PRIMARY KEY, incarnation text, dc text, host text, pid int, started timestamp,
         version text, beat bigint, beat_time timestamp, state text, running int, info text, tasks text)"""
@@ -118,7 +126,8 @@ _EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body is _RUNS else ""))
-    for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _RUNS, _RUN_UIDS, _LISTENER)
+    for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
+                 _LISTENER)
 )
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
@@ -131,7 +140,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _create(_RUN_UIDS),
         _create(_LISTENER),
     ),
-    3: tuple(f"ALTER TABLE {table} WITH {options}" for table, options in TABLE_OPTIONS.items()),
+    3: tuple(f"ALTER TABLE {table} WITH {options}" for table, options in TABLE_OPTIONS.items()
+             if table != "k2_jobs_archived"),  # made by version 4, with its options
+    4: (_create(_ARCHIVED, TABLE_OPTIONS["k2_jobs_archived"]),),
 }
 
 

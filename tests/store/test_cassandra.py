@@ -187,6 +187,30 @@ def test_every_job_row_change_is_an_lwt_and_the_index_follows_it(server, keyspac
         store.close()
 
 
+def test_archived_keys_are_spread_over_partitions_per_day_and_the_version_3_table_is_still_read(server, keyspace):
+    """JOBSTATUS n DAYS AGO: a day's archived keys go to 16 partitions (one a day held every
+    job of the day), and keys that an upgraded cluster wrote to the old one-partition-a-day
+    table before the upgrade are still found until their TTL has run out."""
+    store = open_store(server, keyspace)
+    try:
+        for uid in ("new-1", "new-2", "old"):
+            row = store.insert(waiting_job(uid)).row
+            claimed = store.cas(row, claim(row, "n1")).row
+            assert store.cas(claimed, claimed.replace(status=Status.PROCESSED, archived=True,
+                                                      end_time=T0 + timedelta(seconds=1))).applied
+        ks = store.keyspace
+        shards = {r["shard"] for r in store._session.execute(f"SELECT shard FROM {ks}.k2_jobs_archived")}
+        assert len(shards) >= 2  # spread, not one partition
+        # As a version-3 node wrote it: the old table only.
+        store._session.execute(f"DELETE FROM {ks}.k2_jobs_archived WHERE day = %s AND shard IN ({', '.join(map(str, range(16)))})",
+                               (T0.strftime("%Y-%m-%d"),))
+        store._session.execute(f"INSERT INTO {ks}.k2_jobs_archive (day, end_time, type, name, uid) VALUES (%s, %s, %s, %s, %s)",
+                               (T0.strftime("%Y-%m-%d"), T0 + timedelta(seconds=1), "USER_JOB", "A.b", "old"))
+        assert [j.uid for j in store.archived_since(T0)] == ["old"]
+    finally:
+        store.close()
+
+
 def test_a_lost_index_write_is_repaired_not_lost(server, keyspace):
     """An index entry left behind by a crash between the LWT and the index delete is dropped
     by the first reader that meets it; the row stays findable."""

@@ -63,7 +63,7 @@ def test_an_archived_key_whose_ttl_expired_leaves_nothing_behind_and_can_be_star
     assert store.get(key).archived and store.runs(key.type, key.name, key.uid)
 
     let_expire(key)
-    for table in ("k2_jobs", "k2_jobs_index", "k2_jobs_archive", "k2_job_runs"):
+    for table in ("k2_jobs", "k2_jobs_index", "k2_jobs_archived", "k2_job_runs"):
         assert raw_rows(store, table, key) == [], f"{table} keeps a row of the expired job"
 
     again = store.insert(Job(key, Status.WAITING, T0, next_run=T0, arguments='{"a": 2}'))
