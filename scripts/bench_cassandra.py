@@ -443,7 +443,7 @@ def node_phases(args, target: Target) -> dict:
                 raise SystemExit(f"{len(failed)} jobs FAILED; node log:\n{log.read_text()}")
             done = sum(1 for r in jobs if r[0] == "PROCESSED" and r[1])
             return (done == n and not peek("SELECT bucket FROM k2_jobs_index")
-                    and len(peek("SELECT uid FROM k2_jobs_archive")) == n)
+                    and len(peek("SELECT uid FROM k2_jobs_archived")) == n)
 
         # 2. one-time jobs
         b = target.snapshot()

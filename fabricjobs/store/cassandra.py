@@ -80,7 +80,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Collection, Iterable, Sequence
 
@@ -103,6 +103,8 @@ _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)
 _CAS_UNKNOWN = 0x1700
 _CONTENTION_RETRIES = 8
 _ENTRY_WRITES = 5  # attempts at an index entry write acknowledged within ENTRY_WRITE_BOUND
+_BATCH = 8  # statements per unlogged batch (Cassandra warns from 10 partitions in one)
+_BIG_VALUES = 2048  # characters of output and log above which a history line is sent alone
 _STATUS = {s.value: s for s in Status}
 
 _JOB_COLUMNS = tuple(
@@ -255,6 +257,35 @@ class _CountingSession:
 
     def __getattr__(self, name):  # prepare, cluster, shutdown, ...
         return getattr(self._s, name)
+
+
+@dataclass
+class _Write:
+    """One plain write, to be sent alone or in a batch (CassandraStore._send)."""
+    stmt: Any
+    params: tuple
+    what: str = "an index entry"
+    swept: tuple | None = None  # an index delete: (partition, position), told to the sweeper once sent
+    big: bool = False  # too big to share a batch
+
+
+@dataclass
+class _Change:
+    """One prepared CAS of cas_many: its LWT, and the writes before and after it."""
+    expected: Job
+    target: Job
+    revision: int
+    full: bool
+    stmt: Any
+    params: tuple
+    new_bucket: str | None
+    record: RunRecord | None
+    before: list = field(default_factory=list)
+    after: list = field(default_factory=list)
+
+    @property
+    def key(self) -> JobKey:
+        return self.expected.key
 
 
 @dataclass(frozen=True)
@@ -535,10 +566,12 @@ class CassandraStore(JobStore):
 
     # -- index maintenance -----------------------------------------------------------------------
 
-    def _index_upsert(self, job: Job, revision: int) -> None:
+    def _entry_write(self, job: Job, revision: int) -> _Write | None:
+        """The index entry of ``job`` at ``revision`` (None: a row in no bucket). Registers a new
+        owner or priority in k2_jobs_owners first (once per process)."""
         bucket = _job_bucket(job)
         if bucket is None:
-            return
+            return None
         kind, _, tag = bucket.partition("|")
         registry = "priority" if kind == Status.WAITING.value else "owner"
         if tag and (registry, tag) not in self._owners_known:
@@ -548,51 +581,113 @@ class CassandraStore(JobStore):
             "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, status, worker_id,"
             " hold_until, affinity, priority, epoch, tries, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()))")
         k = job.key
-        params = (
+        return _Write(stmt, (
             bucket, _shard(k), job.next_run or _EPOCH0, k.type, k.name, k.uid, revision, job.status.value,
             _bound(job.worker_id), _bound(job.hold_until), job.affinity, job.priority, job.epoch, job.tries,
-        )
-        # An entry acknowledged later than ENTRY_WRITE_BOUND after it was stamped could fall
-        # under a sweep that read the partition before it landed (cassandra_sweep.py): write
-        # it again, with a fresh stamp, before anything relies on it.
-        for _ in range(_ENTRY_WRITES):
-            started = self._latency_clock()
-            self._run(stmt, params)
-            if self._latency_clock() - started <= ENTRY_WRITE_BOUND:
-                return
-            self.stats.slow_entry_writes += 1
-        raise StoreError(f"index writes of {k} took longer than {ENTRY_WRITE_BOUND:g} s {_ENTRY_WRITES} times")
+        ), what=f"the index entry of {k}")
 
-    def _index_delete(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> None:
+    def _index_upsert(self, job: Job, revision: int) -> None:
+        write = self._entry_write(job, revision)
+        if write is not None:
+            self._send([write], bounded=True)
+
+    def _delete_write(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> _Write | None:
         if bucket is None:
-            return
+            return None
         stmt = self._stmt(("idel",),
             "DELETE FROM k2_jobs_index WHERE bucket = ? AND shard = ? AND next_run = ? AND type = ? AND name = ?"
             " AND uid = ? AND revision = ?")
         due = next_run or _EPOCH0
-        self._run(stmt, (bucket, _shard(key), due, key.type, key.name, key.uid, revision))
         self._seen.pop((bucket, key, revision), None)
-        due = due.replace(microsecond=due.microsecond // 1000 * 1000)  # as stored
-        self._sweeper.deleted((bucket, _shard(key)), (due, key.type, key.name, key.uid, revision))
+        stored = due.replace(microsecond=due.microsecond // 1000 * 1000)
+        return _Write(stmt, (bucket, _shard(key), due, key.type, key.name, key.uid, revision),
+                      swept=((bucket, _shard(key)), (stored, key.type, key.name, key.uid, revision)))
 
-    def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int, *, repair: bool = True) -> None:
-        """Delete an index entry that is no longer true, after the LWT decided. If this write is
-        lost the entry is only stale: the next reader that meets it deletes it."""
-        try:
-            self._index_delete(bucket, key, next_run, revision)
-            if repair:  # not the writer's own entry of a change it made
-                self.stats.index_repairs += 1
-        except StoreError as exc:
-            log.warning("could not delete a stale index entry of %s (%s); a later reader will", key, exc)
-
-    def _archive_index(self, job: Job) -> None:
-        if job.end_time is None:
+    def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int, *, repair: bool = True,
+              later: list | None = None) -> None:
+        """Delete an index entry that is no longer true, after the LWT decided (into ``later``,
+        to be sent with others, if given). If this write is lost the entry is only stale: the
+        next reader that meets it deletes it."""
+        write = self._delete_write(bucket, key, next_run, revision)
+        if write is None:
             return
+        if repair:  # not the writer's own entry of a change it made
+            self.stats.index_repairs += 1
+        if later is not None:
+            later.append(write)
+        else:
+            self._send_quietly([write])
+
+    def _archive_write(self, job: Job) -> _Write | None:
+        if job.end_time is None:
+            return None
         stmt = self._stmt(("aput",),
             "INSERT INTO k2_jobs_archived (day, shard, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
         k = job.key
-        self._run(stmt, (job.end_time.strftime("%Y-%m-%d"), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
-                         self.archive_ttl))
+        return _Write(stmt, (job.end_time.strftime("%Y-%m-%d"), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
+                             self.archive_ttl), what=f"the archive entry of {k}")
+
+    # -- plain writes, batched ---------------------------------------------------------------------
+
+    def _send(self, writes: Sequence[_Write], *, bounded: bool) -> None:
+        """Send plain writes in as few requests as they fit in: unlogged batches of up to
+        ``_BATCH`` small statements (fewer partitions than Cassandra's warning threshold for
+        unlogged batches, 10); a big one (a run line with its output) alone. With ``bounded``,
+        a request acknowledged later than ENTRY_WRITE_BOUND after it was sent is sent again
+        (a fresh stamp): an index entry stamped that long before it landed could fall under a
+        sweep that read its partition in between (cassandra_sweep.py). Raises StoreError."""
+        from cassandra.query import BatchStatement, BatchType
+
+        chunks: list[list[_Write]] = []
+        for w in writes:
+            if w.big or not chunks or len(chunks[-1]) >= _BATCH or chunks[-1][0].big:
+                chunks.append([w])
+            else:
+                chunks[-1].append(w)
+
+        def request(chunk):
+            if len(chunk) == 1:
+                return chunk[0].stmt.bind(chunk[0].params)
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for w in chunk:
+                batch.add(w.stmt, w.params)
+            return batch
+
+        def send(chunk):
+            started = self._latency_clock()
+            acked: list[float] = []
+            future = self._session.execute_async(request(chunk))
+            future.add_callbacks(lambda _rows: acked.append(self._latency_clock()), lambda _exc: None)
+            return future, started, acked
+
+        pending = [(chunk, *send(chunk)) for chunk in chunks]
+        for chunk, future, started, acked in pending:
+            for attempt in range(_ENTRY_WRITES):
+                try:
+                    future.result()
+                except Exception as exc:
+                    raise StoreError(f"Cassandra: cannot write {chunk[0].what}: {type(exc).__name__}: {exc}") from None
+                if not bounded or (acked[0] if acked else self._latency_clock()) - started <= ENTRY_WRITE_BOUND:
+                    break
+                self.stats.slow_entry_writes += 1
+                if attempt + 1 == _ENTRY_WRITES:
+                    raise StoreError(f"writes of {chunk[0].what} took longer than {ENTRY_WRITE_BOUND:g} s "
+                                     f"{_ENTRY_WRITES} times")
+                future, started, acked = send(chunk)
+            self.stats.writes += 1 if len(chunk) > 1 else 0  # a single statement is counted by the session
+            for w in chunk:
+                if w.swept is not None:
+                    self._sweeper.deleted(*w.swept)
+
+    def _send_quietly(self, writes: Sequence[_Write]) -> None:
+        """Tidying writes (index deletes, a fenced run's line): a lost one is met as stale by a
+        later reader, so a failure is logged, not raised."""
+        if not writes:
+            return
+        try:
+            self._send(writes, bounded=False)
+        except StoreError as exc:
+            log.warning("could not tidy up after a change (%s); a later reader will", exc)
 
     def _observe(self, bucket: str, key: JobKey, revision: int, written_at: datetime | None) -> None:
         """Note that this entry exists as of now (kept from the first sighting while its
@@ -612,7 +707,7 @@ class CassandraStore(JobStore):
         seen = self._seen.get((bucket, key, revision))
         return seen is not None and self._monotonic() - seen[1] > INTENT_GRACE.total_seconds()
 
-    def _repair(self, expected: Job, current: Version | None) -> None:
+    def _repair(self, expected: Job, current: Version | None, later: list | None = None) -> None:
         """A CAS on ``expected`` failed: drop its index entry if it is stale.
 
         Only a newer row proves the entry superseded. A missing row or an older one means the
@@ -623,10 +718,10 @@ class CassandraStore(JobStore):
         if bucket is None:
             return
         if current is not None and current.revision > expected.revision:
-            self._tidy(bucket, expected.key, expected.next_run, expected.revision)
+            self._tidy(bucket, expected.key, expected.next_run, expected.revision, later=later)
         elif current is None or current.revision < expected.revision:
             if self._intent_expired(bucket, expected.key, expected.revision):
-                self._tidy(bucket, expected.key, expected.next_run, expected.revision)
+                self._tidy(bucket, expected.key, expected.next_run, expected.revision, later=later)
         else:
             # Same revision, other content: a losing (or dead) writer's intent, e.g. a dead
             # node's outcome intent after a takeover made the same revision. It can never
@@ -637,7 +732,7 @@ class CassandraStore(JobStore):
                 return  # only tidying: a later CAS on it tries again
             if row is not None and row.revision == expected.revision \
                     and Version.of(row) != Version.of(expected) and _slot(row) != _slot(expected):
-                self._tidy(bucket, expected.key, expected.next_run, expected.revision)
+                self._tidy(bucket, expected.key, expected.next_run, expected.revision, later=later)
 
     # -- jobs: writes ----------------------------------------------------------------------------
 
@@ -677,6 +772,38 @@ class CassandraStore(JobStore):
         return CasResult(False, row=self._select_job(job.key))
 
     def cas(self, expected: Job, new: Job) -> CasResult:
+        return self.cas_many([(expected, new)])[0]
+
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+        """Each change in three rounds, each round for all changes at once: the writes that
+        must precede the LWTs (index intents, archive entries, history lines) in batches; the
+        LWTs, concurrently; the writes that follow them (superseded entries deleted, a fenced
+        run's history line taken back) in batches. A claim of 16 rows is then 2 batches and 16
+        LWTs, not 32 plain writes and 16 LWTs."""
+        records = list(runs) if runs is not None else [None] * len(pairs)
+        results: list[CasResult | None] = [None] * len(pairs)
+        changes: list[tuple[int, _Change]] = []
+        for i, ((expected, new), record) in enumerate(zip(pairs, records)):
+            prepared = self._prepare(expected, new, record)
+            if isinstance(prepared, CasResult):
+                results[i] = prepared
+            else:
+                changes.append((i, prepared))
+        before = [w for _, c in changes for w in c.before]
+        self._send(before, bounded=True)
+        for _, c in changes:
+            if c.new_bucket is not None:
+                self._seen[(c.new_bucket, c.key, c.revision)] = (None, self._monotonic())  # our own: fresh
+        if len(changes) > 1:
+            applied = list(self._pool.map(lambda ic: self._apply(ic[1]), changes))
+        else:
+            applied = [self._apply(c) for _, c in changes]
+        for (i, _), res in zip(changes, applied):
+            results[i] = res
+        self._send_quietly([w for _, c in changes for w in c.after])
+        return results  # type: ignore[return-value]
+
+    def _prepare(self, expected: Job, new: Job, record: RunRecord | None) -> "_Change | CasResult":
         if new.key != expected.key:
             raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
         key = expected.key
@@ -686,8 +813,10 @@ class CassandraStore(JobStore):
         if full:
             # A write that archives, un-archives or touches an archived row rewrites every cell,
             # so that one TTL covers all of them (or is lifted from all of them) and they expire
-            # together: the row then leaves nothing behind. Merge the change into the stored row.
-            stored = self._select_job(key)
+            # together: the row then leaves nothing behind. Merge the change into the stored row:
+            # ``expected`` itself when it is a whole row (the LWT's condition on its revision
+            # then proves nothing else changed); an index candidate is read first.
+            stored = expected if expected.creation_time != _EPOCH0 else self._select_job(key)
             if stored is None or Version.of(stored) != Version.of(expected):
                 current = None if stored is None else Version.of(stored)
                 self._repair(expected, current)
@@ -710,32 +839,37 @@ class CassandraStore(JobStore):
         params = tuple(v.value if isinstance(v, Status) else v for v in values)
         params = (ttl,) + params + (key.type, key.name, key.uid, expected.status.value, expected.epoch,
                                     expected.worker_id, expected.revision)
+        change = _Change(expected, target, revision, full, stmt, params, _job_bucket(target), record)
+        # Before the LWT: the intent; the archive entry, so that the moment the row is archived
+        # JOBSTATUS n DAYS AGO can find it (readers check the row, so an entry whose LWT fails
+        # is inert); the history line, so that whoever sees the outcome (WAITJOB, then JOBLOG)
+        # finds its run (a writer whose LWT loses takes it back: a fenced run records nothing).
+        change.before = [w for w in (self._entry_write(target, revision),
+                                     self._archive_write(target) if target.archived else None) if w is not None]
+        if record is not None:
+            change.before += self._run_writes(record)
+        return change
+
+    def _apply(self, c: "_Change") -> CasResult:
+        """The LWT of a prepared change, and what it leaves to tidy (``c.after``)."""
+        key, target, expected, revision = c.key, c.target, c.expected, c.revision
 
         def ours(row: Job) -> bool:
             return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
 
-        self._index_upsert(target, revision)
-        if target.archived:
-            # Before the LWT, like an index intent: the moment the row is archived, JOBSTATUS n
-            # DAYS AGO can find it (readers check the row, so an entry whose LWT fails is inert).
-            try:
-                self._archive_index(target)
-            except StoreError as exc:  # JOBSTATUS n DAYS AGO misses it; the row itself is right
-                log.warning("could not record %s in the archive index (%s)", key, exc)
-        new_bucket = _job_bucket(target)
-        if new_bucket is not None:
-            self._seen[(new_bucket, key, revision)] = (None, self._monotonic())  # our own: fresh
         applied, lwt_row, settled = self._execute_lwt(
-            stmt, params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
+            c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
             before_retry=lambda: self._index_upsert(target, revision))
         if applied:
-            self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False)
-            if new_bucket is not None:
-                self._seen.pop((new_bucket, key, revision), None)
-            row = settled if full is False and settled is not None else None
+            self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
+            if c.new_bucket is not None:
+                self._seen.pop((c.new_bucket, key, revision), None)
+            row = settled if c.full is False and settled is not None else None
             if row is None:
-                row = target if full else self._select_job(key)
+                row = target if c.full else self._select_job(key)
             return CasResult(True, row=row)
+        if c.record is not None:
+            c.after.append(self._unrun_write(c.record))
         if settled is not None:
             current = Version.of(settled)
         elif lwt_row is not None and lwt_row.get("status") is not None:
@@ -746,55 +880,31 @@ class CassandraStore(JobStore):
         # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
         # grace: the entry is ours (its bucket carries our target's owner, due time and
         # revision), and leaving it would let it outlive a different change to that revision.
-        if new_bucket is not None and not (
+        if c.new_bucket is not None and not (
             current is not None and current.revision == revision
-            and _bucket(current.status, current.worker_id, False, target.blocked, target.priority) == new_bucket
+            and _bucket(current.status, current.worker_id, False, target.blocked, target.priority) == c.new_bucket
         ):
-            self._tidy(new_bucket, key, target.next_run, revision, repair=False)
-        self._repair(expected, current)
+            self._tidy(c.new_bucket, key, target.next_run, revision, repair=False, later=c.after)
+        self._repair(expected, current, later=c.after)
         return CasResult(False, current=current)
 
-    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
-        records = list(runs) if runs is not None else [None] * len(pairs)
-
-        def one(item):
-            (expected, new), record = item
-            if record is None:
-                return self.cas(expected, new)
-            # The history line goes in BEFORE the LWT (as the archive-index entry does), so a
-            # reader who sees the row's change (WAITJOB, then JOBLOG) finds its run; a writer
-            # whose LWT lost takes its line back, so a fenced writer records nothing. A crash
-            # between the two leaves a line for a run whose row change never landed.
-            self._record_run(record)
-            res = self.cas(expected, new)
-            if not res.applied:
-                self._unrecord_run(record)
-            return res
-
-        items = list(zip(pairs, records))
-        if len(items) <= 1:
-            return [one(i) for i in items]
-        return list(self._pool.map(one, items))
-
-    def _record_run(self, r: RunRecord) -> None:
+    def _run_writes(self, r: RunRecord) -> list[_Write]:
         stmt = self._stmt(("runput",),
             f"INSERT INTO k2_job_runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)}) USING TTL ?")
         uids = self._stmt(("runuid",), "INSERT INTO k2_job_run_uids (type, name, uid) VALUES (?, ?, ?) USING TTL ?")
-        try:
-            self._run(uids, (r.key.type, r.key.name, r.key.uid, self.archive_ttl))
-            self._run(stmt, tuple(map(_bound, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end,
-                                               r.result, r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note)))
-                      + (self.archive_ttl,))
-        except StoreError as exc:  # the job row is right; only its history line is missing
-            log.warning("could not record run %s of %s (%s)", r.epoch, r.key, exc)
+        values = tuple(map(_bound, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end,
+                                    r.result, r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note)))
+        size = sum(len(v) for v in (r.error, r.output, r.log, r.note) if isinstance(v, str))
+        what = f"the history line of run {r.epoch} of {r.key}"
+        return [_Write(uids, (r.key.type, r.key.name, r.key.uid, self.archive_ttl), what=what),
+                # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
+                _Write(stmt, values + (self.archive_ttl,), what=what, big=size > _BIG_VALUES)]
 
-    def _unrecord_run(self, r: RunRecord) -> None:
+    def _unrun_write(self, r: RunRecord) -> _Write:
         stmt = self._stmt(("rundel",), "DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? "
                                        "AND epoch = ? AND end_time = ?")
-        try:
-            self._run(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.end))
-        except StoreError as exc:
-            log.warning("could not take back the history line of fenced run %s of %s (%s)", r.epoch, r.key, exc)
+        return _Write(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.end),
+                      what=f"the history line of fenced run {r.epoch} of {r.key}")
 
     @staticmethod
     def _to_run(row: dict) -> RunRecord:
@@ -829,8 +939,10 @@ class CassandraStore(JobStore):
         return max(runs, key=lambda r: r.end) if runs else None
 
     def add_runs(self, records: Sequence[RunRecord]) -> None:
-        for r in records:
-            self._record_run(r)
+        try:
+            self._send([w for r in records for w in self._run_writes(r)], bounded=False)
+        except StoreError as exc:  # the job rows are right; only history lines are missing
+            log.warning("could not record %d runs (%s)", len(records), exc)
 
     def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
         token = f"{note} #{random.getrandbits(64):016x}"  # tells our write from a rival's

@@ -139,8 +139,8 @@ def test_the_intent_is_written_again_before_each_retry(server, pair):
     a, _ = pair
     row = a.insert(waiting_job()).row
     writes = []
-    original = a._index_upsert
-    a._index_upsert = lambda job, revision: (writes.append((job.status, revision)), original(job, revision))
+    original = a._entry_write
+    a._entry_write = lambda job, revision: (writes.append((job.status, revision)), original(job, revision))[1]
     server.faults.add("write_timeout", CLAIM_LWT, applied=False, times=2, write_type="CAS")
     assert a.cas(row, claim(row, "node-a")).applied
     assert writes == [(Status.IN_PROCESS, 2)] * 3  # the intent, then once more before each of the two retries
@@ -354,13 +354,13 @@ def test_a_runs_history_line_is_readable_by_the_time_its_row_change_lands(server
         inserted = store.insert(waiting_job("h")).row
         row = store.cas(inserted, claim(inserted, "n1")).row
         seen_at_lwt = []
-        real_cas = store.cas
+        real_apply = store._apply
 
-        def spying_cas(expected, new):
-            seen_at_lwt.append(store.run(expected.key, expected.epoch))
-            return real_cas(expected, new)
+        def spying_apply(change):  # the LWT of the change
+            seen_at_lwt.append(store.run(change.key, change.expected.epoch))
+            return real_apply(change)
 
-        monkeypatch.setattr(store, "cas", spying_cas)
+        monkeypatch.setattr(store, "_apply", spying_apply)
         done = row.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(seconds=1))
         rec = RunRecord(row.key, row.epoch, "n1", T0, T0, T0 + timedelta(seconds=1), "OK", "PROCESSED", 0)
         assert store.cas_many([(row, done)], runs=[rec])[0].applied

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -70,14 +71,15 @@ def test_twenty_thousand_claims_leave_no_read_stepping_over_tombstones(config_pa
     started = time.monotonic()
     try:
         now = datetime.now(UTC)
-        for i in range(JOBS):
-            if i % 100 == 0:  # keep a backlog, not a pile: the head of the queue is what is read
+        jobs = [Job(JobKey("USER_JOB", "Load.run", f"j{i:05d}"), Status.WAITING, now,
+                    next_run=now + timedelta(microseconds=i), arguments="{}") for i in range(JOBS)]
+        with ThreadPoolExecutor(8) as pool:  # as many submitters as a busy cluster has clients
+            for i in range(0, JOBS, 100):
+                # Keep a backlog, not a pile: the head of the queue is what is read.
                 wait_for(lambda: len(store.waiting(BACKLOG)) < BACKLOG or any(p.poll() is not None for p in procs),
                          DEADLINE, "the claimers to drain the backlog")
                 assert all(p.poll() is None for p in procs), "a claimer died"
-            job = Job(JobKey("USER_JOB", "Load.run", f"j{i:05d}"), Status.WAITING, now,
-                      next_run=now + timedelta(microseconds=i), arguments="{}")
-            assert store.insert(job).applied
+                assert all(r.applied for r in pool.map(store.insert, jobs[i:i + 100]))
         submitted.touch()
         for p in procs:
             _, err = p.communicate(timeout=max(1.0, DEADLINE - (time.monotonic() - started)))
