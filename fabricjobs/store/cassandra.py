@@ -14,6 +14,8 @@ Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
                      Plain writes (no LWT on this table); the tombstones that moving entries
                      leave are swept up by range deletes (cassandra_sweep.py).
 ``k2_jobs_owners``   the owners that have had index entries (to list IN_PROCESS/SCHEDULED buckets).
+``k2_job_run_history`` run history, a partition per job and RUN_BUCKET runs; ``k2_job_run_keys``
+                     which (uid, bucket) have runs, by job name and day (JOBHISTORY, JOBLOG).
 ``k2_jobs_archived`` archived keys by day (16 shards a day) and end time (JOBSTATUS n DAYS AGO),
                      with TTL; ``k2_jobs_archive`` (one partition a day) is only read, until
                      the TTL has emptied it after an upgrade from schema version 3.
@@ -88,7 +90,7 @@ from ..config import Config
 from ..errors import StoreError
 from ..model import Job, JobKey, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
-from .cassandra_schema import ARCHIVE_SHARDS, COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
+from .cassandra_schema import ARCHIVE_SHARDS, RUN_BUCKET, COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
 from .cassandra_sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
 from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
 
@@ -199,6 +201,10 @@ def _result(future):
         raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
 
 
+def _day(when) -> str:
+    return when.strftime("%Y-%m-%d")
+
+
 def _archive_shard(key: JobKey) -> int:
     return zlib.crc32(f"{key.uid}\0{key.name}\0{key.type}".encode()) % ARCHIVE_SHARDS
 
@@ -267,6 +273,7 @@ class _Write:
     what: str = "an index entry"
     swept: tuple | None = None  # an index delete: (partition, position), told to the sweeper once sent
     big: bool = False  # too big to share a batch
+    on_sent: Any = None  # called once the write is acknowledged
 
 
 @dataclass
@@ -388,6 +395,7 @@ class CassandraStore(JobStore):
         self._prepared: dict[tuple, Any] = {}
         self._prep_lock = threading.Lock()
         self._owners_known: set[str] = set()
+        self._run_keys_noted: set[tuple] = set()  # (key, day, bucket) this process noted in k2_job_run_keys
         # When this process first saw each possible intent (its written_at as seen), on its own
         # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
         self._seen: dict[tuple, tuple[datetime | None, float]] = {}
@@ -678,6 +686,8 @@ class CassandraStore(JobStore):
             for w in chunk:
                 if w.swept is not None:
                     self._sweeper.deleted(*w.swept)
+                if w.on_sent is not None:
+                    w.on_sent()
 
     def _send_quietly(self, writes: Sequence[_Write]) -> None:
         """Tidying writes (index deletes, a fenced run's line): a lost one is met as stale by a
@@ -889,21 +899,34 @@ class CassandraStore(JobStore):
         return CasResult(False, current=current)
 
     def _run_writes(self, r: RunRecord) -> list[_Write]:
+        """A history line, in its job's partition of RUN_BUCKET runs, and (once a day per
+        process) the note in k2_job_run_keys that this uid and bucket have runs that day."""
         stmt = self._stmt(("runput",),
-            f"INSERT INTO k2_job_runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)}) USING TTL ?")
-        uids = self._stmt(("runuid",), "INSERT INTO k2_job_run_uids (type, name, uid) VALUES (?, ?, ?) USING TTL ?")
+            f"INSERT INTO k2_job_run_history ({', '.join(_RUN_COLUMNS)}, bucket) "
+            f"VALUES ({', '.join('?' for _ in _RUN_COLUMNS)}, ?) USING TTL ?")
         values = tuple(map(_bound, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end,
                                     r.result, r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note)))
         size = sum(len(v) for v in (r.error, r.output, r.log, r.note) if isinstance(v, str))
         what = f"the history line of run {r.epoch} of {r.key}"
-        return [_Write(uids, (r.key.type, r.key.name, r.key.uid, self.archive_ttl), what=what),
-                # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
-                _Write(stmt, values + (self.archive_ttl,), what=what, big=size > _BIG_VALUES)]
+        # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
+        out = [_Write(stmt, values + (r.epoch // RUN_BUCKET, self.archive_ttl), what=what, big=size > _BIG_VALUES)]
+        day = _day(datetime.now(UTC))  # the day the line is written: its TTL runs from then
+        noted = (r.key, day, r.epoch // RUN_BUCKET)
+        if noted not in self._run_keys_noted:
+            if len(self._run_keys_noted) > 100_000:
+                self._run_keys_noted.clear()
+            keys = self._stmt(("runkey",), "INSERT INTO k2_job_run_keys (type, name, day, uid, bucket) "
+                                           "VALUES (?, ?, ?, ?, ?) USING TTL ?")
+            # Outlives the day's last line by the day itself.
+            out.append(_Write(keys, (r.key.type, r.key.name, day, r.key.uid, r.epoch // RUN_BUCKET,
+                                     self.archive_ttl + 86400), what=what,
+                              on_sent=lambda: self._run_keys_noted.add(noted)))
+        return out
 
     def _unrun_write(self, r: RunRecord) -> _Write:
-        stmt = self._stmt(("rundel",), "DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? "
-                                       "AND epoch = ? AND end_time = ?")
-        return _Write(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch, r.end),
+        stmt = self._stmt(("rundel",), "DELETE FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? "
+                                       "AND bucket = ? AND epoch = ? AND end_time = ?")
+        return _Write(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch // RUN_BUCKET, r.epoch, r.end),
                       what=f"the history line of fenced run {r.epoch} of {r.key}")
 
     @staticmethod
@@ -915,27 +938,42 @@ class CassandraStore(JobStore):
         )
 
     def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
-        """One partition per job key (so a job that runs every second fills its own partition,
-        not its name's); without a uid, k2_job_run_uids says which uids have records."""
+        """k2_job_run_keys says which (uid, bucket) partitions of k2_job_run_history have runs,
+        one partition per day of the retention (read at once, unpaged); then those partitions
+        (newest run first, ``limit`` each). Plus the version-3 tables until their TTL has
+        emptied them: one partition per job key, and k2_job_run_uids for the uids."""
         cols = ", ".join(_RUN_COLUMNS)
-        if uid is None:
-            rows = self._run(self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"),
-                             (type, name))
-            uids = [r["uid"] for r in rows]
-        else:
-            uids = [uid]
-        stmt = self._stmt(("runsu", limit is not None), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"
-                                                       + (" LIMIT ?" if limit is not None else ""))
-        futures = [self._session.execute_async(stmt, (type, name, u) + ((limit,) if limit is not None else ()))
-                   for u in uids]
+        today = datetime.now(UTC).date()
+        days = [_day(today - timedelta(days=d)) for d in range(-1, self.archive_ttl // 86400 + 2)]
+        keys_stmt = self._stmt(("runkeys", uid is not None),
+                               "SELECT uid, bucket FROM k2_job_run_keys WHERE type = ? AND name = ? AND day IN ?"
+                               + (" AND uid = ?" if uid is not None else ""))
+        bound = keys_stmt.bind((type, name, days) + ((uid,) if uid is not None else ()))
+        bound.fetch_size = None
+        legacy_uids = [uid] if uid is not None else [
+            r["uid"] for r in self._run(self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"),
+                                        (type, name))]
+        parts = sorted({(r["uid"], r["bucket"]) for r in _result(self._session.execute_async(bound))})
+        lim = " LIMIT ?" if limit is not None else ""
+        more = (limit,) if limit is not None else ()
+        new = self._stmt(("runsh", limit is not None),
+                         f"SELECT {cols} FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? AND bucket = ?{lim}")
+        old = self._stmt(("runsu", limit is not None),
+                         f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?{lim}")
+        futures = [self._session.execute_async(new, (type, name, u, b) + more) for u, b in parts]
+        futures += [self._session.execute_async(old, (type, name, u) + more) for u in legacy_uids]
         out = sorted((self._to_run(r) for f in futures for r in _result(f)), key=lambda r: (r.end, r.epoch), reverse=True)
         return out if limit is None else out[:limit]
 
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
         cols = ", ".join(_RUN_COLUMNS)
-        rows = self._run(self._stmt(("run1",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ?"),
-                         (key.type, key.name, key.uid, epoch))
-        runs = [self._to_run(r) for r in rows if r["result"] != "SKIPPED"]
+        new = self._session.execute_async(self._stmt(("run1",), f"SELECT {cols} FROM k2_job_run_history WHERE type = ? "
+                                                               "AND name = ? AND uid = ? AND bucket = ? AND epoch = ?"),
+                                          (key.type, key.name, key.uid, epoch // RUN_BUCKET, epoch))
+        old = self._session.execute_async(self._stmt(("run1v3",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? "
+                                                                 "AND uid = ? AND epoch = ?"),
+                                          (key.type, key.name, key.uid, epoch))
+        runs = [self._to_run(r) for f in (new, old) for r in _result(f) if r["result"] != "SKIPPED"]
         return max(runs, key=lambda r: r.end) if runs else None
 
     def add_runs(self, records: Sequence[RunRecord]) -> None:

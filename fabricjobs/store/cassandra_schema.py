@@ -19,7 +19,7 @@ Storage options, per table (the README's "Cassandra data model" says the same):
 ``k2_jobs_index``    leveled; gc_grace_seconds 1 hour. The index is a hint, every entry is
                      checked against its row: a deleted entry that a lagging replica brings
                      back is met as stale and deleted again, so its tombstones need not wait.
-``k2_jobs_archive``, ``k2_jobs_archived``, ``k2_job_runs``, ``k2_job_run_uids``
+``k2_jobs_archive``, ``k2_jobs_archived``, ``k2_job_runs``, ``k2_job_run_uids``, ``k2_job_run_history``, ``k2_job_run_keys``
                      written with a TTL only (the retention): time-window compaction by day,
                      so whole SSTables expire and are dropped without compaction, and a
                      gc_grace_seconds of 3 hours (the hint window): expired cells are the same
@@ -45,6 +45,7 @@ log = logging.getLogger("fabricjobs.store.cassandra")
 
 SCHEMA_VERSION = 4
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
+RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
@@ -62,6 +63,8 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_jobs_owners": "gc_grace_seconds = 86400",
     "k2_jobs_archive": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_jobs_archived": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_job_run_history": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_job_run_keys": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "nodes": "gc_grace_seconds = 86400",
     "kill_requests": "gc_grace_seconds = 86400",
     "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
@@ -102,6 +105,19 @@ _RUNS = """k2_job_runs (
         error text, output text, exit_code int, log text, note text,
         PRIMARY KEY ((type, name, uid), epoch, end_time))"""
 _RUN_UIDS = "k2_job_run_uids (type text, name text, uid text, PRIMARY KEY ((type, name), uid))"
+#: Version 4: a job's history in partitions of RUN_BUCKET runs (one partition per job held every
+#: run of a job that fires every second: 2.6 million rows over a 30-day retention), and which
+#: (uid, bucket) have runs, by day (one partition per job name held every uid ever run: a
+#: name run once per order, with a uid each, grows without bound). k2_job_runs and
+#: k2_job_run_uids stay, read until their TTL has emptied them.
+_RUN_HISTORY = """k2_job_run_history (
+        type text, name text, uid text, bucket int, epoch bigint, node text, due_time timestamp,
+        start_time timestamp, end_time timestamp, result text, status text, tries int,
+        error text, output text, exit_code int, log text, note text,
+        PRIMARY KEY ((type, name, uid, bucket), epoch, end_time))"""
+_RUN_KEYS = """k2_job_run_keys (
+        type text, name text, day text, uid text, bucket int,
+        PRIMARY KEY ((type, name, day), uid, bucket))"""
 _LISTENER = """k2_listener_files (
         type text, name text, uid text, file text, note text, marked_at timestamp,
         PRIMARY KEY ((type, name, uid), file))"""
@@ -125,10 +141,12 @@ _EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
-    _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body is _RUNS else ""))
+    _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
-                 _LISTENER)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER)
 )
+
+_V4_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -141,8 +159,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _create(_LISTENER),
     ),
     3: tuple(f"ALTER TABLE {table} WITH {options}" for table, options in TABLE_OPTIONS.items()
-             if table != "k2_jobs_archived"),  # made by version 4, with its options
-    4: (_create(_ARCHIVED, TABLE_OPTIONS["k2_jobs_archived"]),),
+             if table not in _V4_TABLES),  # made by version 4, with their options
+    4: (_create(_ARCHIVED, TABLE_OPTIONS["k2_jobs_archived"]),
+        _create(_RUN_HISTORY, f"{TABLE_OPTIONS['k2_job_run_history']} AND {_RUNS_ORDER}"),
+        _create(_RUN_KEYS, TABLE_OPTIONS["k2_job_run_keys"])),
 }
 
 

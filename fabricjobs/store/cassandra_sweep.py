@@ -42,7 +42,7 @@ from typing import Callable, Iterable, Sequence
 ENTRY_WRITE_BOUND = 1.0  # s: an index write acknowledged later than this is written again
 CLOCK_SKEW_BOUND = 0.5  # s: the clock difference between hosts the sweep tolerates
 SWEEP_LAG = ENTRY_WRITE_BOUND + CLOCK_SKEW_BOUND
-SWEEP_EVERY = 0.5  # s: per partition and process, at most
+SWEEP_EVERY = 0.25  # s: per partition and process, at most
 FULL_SWEEP_EVERY = 10.0  # s: every gap of a partition, deletes of others included
 _PENDING_CAP = 20_000  # own deletes remembered per partition (beyond: the full sweep covers)
 

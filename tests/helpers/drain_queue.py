@@ -1,7 +1,8 @@
 """One claimer "node" of the tombstone test (a separate OS process, as nodes are).
 
-usage: drain_queue.py CONFIG NODE SUBMITTED_FILE OUT_FILE
-Claims WAITING jobs and finishes them (two LWTs each, as a node's claim and outcome), reading
+usage: drain_queue.py CONFIG NODE SUBMITTED_FILE OUT_FILE [MAX_CLAIMS_PER_SEC]
+Claims WAITING jobs (at most MAX_CLAIMS_PER_SEC, default 100: the tombstones a read meets grow
+with the claim rate, so a faster machine must not make the test a different one) and finishes them (two LWTs each, as a node's claim and outcome), reading
 its own IN_PROCESS bucket every few rounds as a reconcile pass does, until the queue is empty
 and SUBMITTED_FILE exists. Writes {"claimed_at": [wall times], "stats": {...}} to OUT_FILE.
 """
@@ -25,6 +26,8 @@ UTC = timezone.utc
 
 def main() -> None:
     config, node, submitted, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
+    pace = float(sys.argv[5]) if len(sys.argv) > 5 else 100.0
+    started = time.monotonic()
     store = open_store(load_config(config))
     rng = random.Random(node)
     claimed_at: list[float] = []
@@ -39,6 +42,9 @@ def main() -> None:
                 break
             time.sleep(0.005)
             continue
+        ahead = len(claimed_at) / pace - (time.monotonic() - started)
+        if ahead > 0:
+            time.sleep(ahead)
         now = datetime.now(UTC)
         batch = rng.sample(page, min(len(page), 8))
         pairs = [(j, j.replace(status=Status.IN_PROCESS, worker_id=node, epoch=j.epoch + 1, start_time=now))

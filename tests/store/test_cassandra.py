@@ -16,6 +16,7 @@ from fabricjobs.errors import SchemaVersionError, StoreError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
+from fabricjobs.store import cassandra as cassandra_store
 from fabricjobs.store.cassandra_schema import SCHEMA_VERSION
 
 UTC = timezone.utc
@@ -207,6 +208,35 @@ def test_archived_keys_are_spread_over_partitions_per_day_and_the_version_3_tabl
         store._session.execute(f"INSERT INTO {ks}.k2_jobs_archive (day, end_time, type, name, uid) VALUES (%s, %s, %s, %s, %s)",
                                (T0.strftime("%Y-%m-%d"), T0 + timedelta(seconds=1), "USER_JOB", "A.b", "old"))
         assert [j.uid for j in store.archived_since(T0)] == ["old"]
+    finally:
+        store.close()
+
+
+def test_run_history_is_kept_in_buckets_of_runs_and_the_version_3_tables_are_still_read(server, keyspace, monkeypatch):
+    """A job that runs every second must not grow one partition for its whole retention: its
+    runs go to partitions of RUN_BUCKET runs, found through k2_job_run_keys; lines an upgraded
+    cluster wrote to the version-3 table (one partition per job) are still read."""
+    monkeypatch.setattr(cassandra_store, "RUN_BUCKET", 2)
+    store = open_store(server, keyspace)
+    try:
+        key = JobKey("USER_JOB", "A.b", "tick")
+        end = datetime.now(timezone.utc)
+        store.add_runs([RunRecord(key, e, "n1", end, end, end + timedelta(seconds=e), "OK", "SCHEDULED", 0)
+                        for e in range(1, 6)])
+        ks = store.keyspace
+        buckets = {r["bucket"] for r in store._session.execute(f"SELECT bucket FROM {ks}.k2_job_run_history")}
+        assert buckets == {0, 1, 2}
+        old = RunRecord(JobKey("USER_JOB", "A.b", "before"), 7, "n1", end, end, end, "ERROR", "FAILED", 0)
+        store._session.execute(
+            f"INSERT INTO {ks}.k2_job_runs (type, name, uid, epoch, node, end_time, result, status, tries) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            ("USER_JOB", "A.b", "before", 7, "n1", end, "ERROR", "FAILED", 0))
+        store._session.execute(f"INSERT INTO {ks}.k2_job_run_uids (type, name, uid) VALUES ('USER_JOB', 'A.b', 'before')")
+        assert [r.epoch for r in store.runs("USER_JOB", "A.b", "tick")] == [5, 4, 3, 2, 1]
+        assert [r.epoch for r in store.runs("USER_JOB", "A.b", "tick", limit=2)] == [5, 4]
+        assert [(r.key.uid, r.epoch) for r in store.runs("USER_JOB", "A.b")][:2] == [("tick", 5), ("tick", 4)]
+        assert ("before", 7) in [(r.key.uid, r.epoch) for r in store.runs("USER_JOB", "A.b")]
+        assert store.run(key, 3).epoch == 3 and store.run(old.key, 7).result == "ERROR"
     finally:
         store.close()
 

@@ -32,8 +32,9 @@ from harness import wait_for
 
 UTC = timezone.utc
 JOBS = 20_000
-BACKLOG = 400  # jobs waiting at most: a queue that is being drained, as in production
+BACKLOG = 64  # jobs waiting before the next 100 are submitted: a queue being drained, as in production
 CLAIMERS = 2  # node processes
+PACE = 100  # claims/s per claimer at most (about what this 2-core machine does): tombstones per read grow with it
 DEADLINE = 900.0  # seconds; reached only when the queue stalls
 HELPERS = Path(__file__).resolve().parents[1] / "helpers"
 
@@ -66,7 +67,7 @@ def test_twenty_thousand_claims_leave_no_read_stepping_over_tombstones(config_pa
     submitted = tmp_path / "submitted"
     outs = [tmp_path / f"claimer-{i}.json" for i in range(CLAIMERS)]
     procs = [subprocess.Popen([sys.executable, str(HELPERS / "drain_queue.py"), str(config_path), f"node-{i}",
-                               str(submitted), str(out)], stderr=subprocess.PIPE)
+                               str(submitted), str(out), str(PACE)], stderr=subprocess.PIPE)
              for i, out in enumerate(outs)]
     started = time.monotonic()
     try:
