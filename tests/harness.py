@@ -170,6 +170,10 @@ class Cluster:
         while True:
             paused_at = time.time()
             send(signal.SIGSTOP)
+            # kill() returns before the process has stopped: until it has, it may still take the
+            # lock after the check below found it free (seen once: the other node's claim then
+            # waited out SQLite's busy timeout, 10 s, and the takeover came too late).
+            wait_for(lambda: _state(node.proc.pid) in ("T", "t", "Z", "X", None), 5, f"node {node.name} to stop")
             if database is None or _write_lock_free(database):
                 return paused_at
             send(signal.SIGCONT)
@@ -260,6 +264,15 @@ def _write_lock_free(database: str) -> bool:
         return False  # locked past the timeout: the frozen node holds it
     finally:
         conn.close()
+
+
+def _state(pid: int) -> str | None:
+    """The process state letter from /proc (R, S, T, Z...), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1]
+    except OSError:
+        return None
 
 
 def process_alive(pid: int) -> bool:
