@@ -147,8 +147,12 @@ def _job_bucket(job: Job) -> str | None:
 def _slot(row: Job) -> tuple[str | None, datetime]:
     """Where a row's index entry is (bucket, due time), as stored: Cassandra keeps timestamps
     in whole milliseconds, so a Job built here (microseconds) and one read back compare equal."""
-    due = row.next_run or _EPOCH0
-    return _job_bucket(row), due.replace(microsecond=due.microsecond // 1000 * 1000)
+    return _job_bucket(row), _stored_ms(row.next_run or _EPOCH0)
+
+
+def _stored_ms(when: datetime) -> datetime:
+    """``when`` as Cassandra stores a timestamp: in whole milliseconds."""
+    return when.replace(microsecond=when.microsecond // 1000 * 1000)
 
 
 _NO_PROFILE = object()
@@ -221,13 +225,19 @@ class _CountingSession:
     scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
 
     def __init__(self, session, stats: StoreStats) -> None:
+        from cassandra.query import BatchStatement
+
         self._s = session
         self.stats = stats
+        self._batch_type = BatchStatement
         self._last_warned: dict[str, float] = {}
 
     def _count(self, stmt, profile) -> None:
         if profile == "lwt":
             self.stats.lwt_attempts += 1
+            return
+        if isinstance(stmt, self._batch_type):  # one request, however many statements
+            self.stats.writes += 1
             return
         text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None), "query_string", "")
         if text.lstrip()[:6].upper() == "SELECT":
@@ -607,9 +617,8 @@ class CassandraStore(JobStore):
             " AND uid = ? AND revision = ?")
         due = next_run or _EPOCH0
         self._seen.pop((bucket, key, revision), None)
-        stored = due.replace(microsecond=due.microsecond // 1000 * 1000)
         return _Write(stmt, (bucket, _shard(key), due, key.type, key.name, key.uid, revision),
-                      swept=((bucket, _shard(key)), (stored, key.type, key.name, key.uid, revision)))
+                      swept=((bucket, _shard(key)), (_stored_ms(due), key.type, key.name, key.uid, revision)))
 
     def _tidy(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int, *, repair: bool = True,
               later: list | None = None) -> None:
@@ -632,7 +641,7 @@ class CassandraStore(JobStore):
         stmt = self._stmt(("aput",),
             "INSERT INTO k2_jobs_archived (day, shard, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
         k = job.key
-        return _Write(stmt, (job.end_time.strftime("%Y-%m-%d"), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
+        return _Write(stmt, (_day(job.end_time), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
                              self.archive_ttl), what=f"the archive entry of {k}")
 
     # -- plain writes, batched ---------------------------------------------------------------------
@@ -682,7 +691,6 @@ class CassandraStore(JobStore):
                     raise StoreError(f"writes of {chunk[0].what} took longer than {ENTRY_WRITE_BOUND:g} s "
                                      f"{_ENTRY_WRITES} times")
                 future, started, acked = send(chunk)
-            self.stats.writes += 1 if len(chunk) > 1 else 0  # a single statement is counted by the session
             for w in chunk:
                 if w.swept is not None:
                     self._sweeper.deleted(*w.swept)
@@ -948,12 +956,11 @@ class CassandraStore(JobStore):
         keys_stmt = self._stmt(("runkeys", uid is not None),
                                "SELECT uid, bucket FROM k2_job_run_keys WHERE type = ? AND name = ? AND day IN ?"
                                + (" AND uid = ?" if uid is not None else ""))
-        bound = keys_stmt.bind((type, name, days) + ((uid,) if uid is not None else ()))
-        bound.fetch_size = None
-        legacy_uids = [uid] if uid is not None else [
-            r["uid"] for r in self._run(self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"),
-                                        (type, name))]
-        parts = sorted({(r["uid"], r["bucket"]) for r in _result(self._session.execute_async(bound))})
+        keys = self._unpaged(keys_stmt, (type, name, days) + ((uid,) if uid is not None else ()))
+        legacy = None if uid is not None else self._session.execute_async(
+            self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"), (type, name))
+        parts = sorted({(r["uid"], r["bucket"]) for r in _result(keys)})
+        legacy_uids = [uid] if legacy is None else [r["uid"] for r in _result(legacy)]
         lim = " LIMIT ?" if limit is not None else ""
         more = (limit,) if limit is not None else ()
         new = self._stmt(("runsh", limit is not None),
@@ -1037,9 +1044,7 @@ class CassandraStore(JobStore):
                 params.append(since)
             if limit is not None:
                 params.append(limit)
-            bound = stmt.bind(params)
-            bound.fetch_size = None  # unpaged
-            futures.append(self._session.execute_async(bound))
+            futures.append(self._unpaged(stmt, params))
         entries = []
         seen: dict[tuple[str, int], list[tuple]] = {(b, s): [] for b in bucket_list for s in _ALL_SHARDS}
         for f in futures:
@@ -1065,6 +1070,13 @@ class CassandraStore(JobStore):
         entries.sort(key=lambda e: (e.next_run, e.key))
         return entries
 
+    def _unpaged(self, stmt, params):
+        """Send a read over several partitions unpaged: a paged one makes the coordinator read
+        them one after another, an unpaged one all at once."""
+        bound = stmt.bind(params)
+        bound.fetch_size = None
+        return self._session.execute_async(bound)
+
     def _sweep(self, plan: SweepPlan):
         """One range delete per gap of ``plan``, in one unlogged batch (one partition: one
         mutation), stamped in the past (see cassandra_sweep.py). Sent, not waited for: a lost
@@ -1083,7 +1095,6 @@ class CassandraStore(JobStore):
                     params.extend(end)
             stmt = self._stmt(("sweep", where), f"DELETE FROM k2_jobs_index USING TIMESTAMP ? WHERE bucket = ? AND shard = ?{where}")
             batch.add(stmt, params)
-        self.stats.writes += 1
         self.stats.index_sweeps += 1
         future = self._session.execute_async(batch)
         future.add_errback(lambda exc: log.debug("index sweep of %s failed: %s", plan.partition, exc))
@@ -1191,10 +1202,8 @@ class CassandraStore(JobStore):
         keys: dict[JobKey, None] = {}
         futures = []
         while day <= today:
-            bound = stmt.bind((day.strftime("%Y-%m-%d"), _ARCHIVE_SHARDS, since))
-            bound.fetch_size = None
-            futures.append(self._session.execute_async(bound))
-            futures.append(self._session.execute_async(legacy, (day.strftime("%Y-%m-%d"), since)))
+            futures.append(self._unpaged(stmt, (_day(day), _ARCHIVE_SHARDS, since)))
+            futures.append(self._session.execute_async(legacy, (_day(day), since)))
             day += timedelta(days=1)
         for f in futures:
             for r in _result(f):
