@@ -145,6 +145,7 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "RETRY_DELAY_SEC", _float(0.0), 60.0, "A failed job is not re-claimed by the node that failed it for this long; others may take it at once."),
     Key("jobs", "RECONCILE_INTERVAL_MS", _int(10), 1000, "Poll period of the reconcile loop (local events wake it sooner)."),
     Key("jobs", "OWNER_PRECEDENCE_MS", _int(0), 2000, "A due job whose owner is alive is left to that owner this long before other nodes may claim it."),
+    Key("jobs", "LANE_PATIENCE_MS", _int(0), 200, "A new job in another live node's claim lane is left to that node this long after this node first saw it (0: no lanes)."),
     Key("jobs", "STOP_GRACE_SEC", _float(0.0), 10.0, "STOPJOB: seconds a run may take to notice the abort before it is killed."),
     Key("jobs", "SHUTDOWN_GRACE_SEC", _float(0.0), 10.0, "SIGTERM: seconds running jobs get to end before they are killed."),
     Key("jobs", "USER_JOBS_DIR", _str, "", "Directory of user job modules: NAME 'Customer.userJob1' runs userJob1() of Customer.py.", path=True),

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
+import urllib.request
 import sys
 import time
 from pathlib import Path
@@ -282,3 +284,20 @@ def process_alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
     except OSError:
         return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """A node's Prometheus metrics: sample name (with labels) -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out

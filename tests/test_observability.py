@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import time
-import urllib.request
 
 import pytest
 
 from fabricjobs.errors import WaitTimeout
 from fabricjobs.model import Status
-from harness import Cluster, ROOT, wait_for
+from harness import Cluster, ROOT, free_port, scrape_metrics, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -130,26 +128,13 @@ def test_waitjob_on_a_recurring_job_returns_when_its_next_run_ends(cluster, tmp_
     assert row["Status"] == "SCHEDULED" and row["End Time"] > first.end_time
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+METRICS_PORT = free_port()
+_scrape = scrape_metrics
 
 
-METRICS_PORT = _free_port()
-
-
-def _scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
-
-
-@pytest.mark.parametrize("cluster", [{"metrics": {"PORT": METRICS_PORT}}], indirect=True)
+# Claim lanes off (LANE_PATIENCE_MS = 0): the nodes race for the same rows, as the conflict
+# counter at the end of this test needs.
+@pytest.mark.parametrize("cluster", [{"metrics": {"PORT": METRICS_PORT}, "jobs": {"LANE_PATIENCE_MS": 0}}], indirect=True)
 def test_metrics_are_served_and_change_as_jobs_run(cluster, tmp_path):
     cluster.start_node("a")
     before = _scrape(METRICS_PORT)

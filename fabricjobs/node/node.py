@@ -65,6 +65,7 @@ class NodeSettings:
     retry_delay: float
     reconcile_interval: float
     owner_precedence_ms: int
+    lane_patience_ms: int
     stop_grace: float
     shutdown_grace: float
     claim_exceptional_sec: float
@@ -88,6 +89,7 @@ class NodeSettings:
             retry_delay=g("jobs", "RETRY_DELAY_SEC"),
             reconcile_interval=g("jobs", "RECONCILE_INTERVAL_MS") / 1000.0,
             owner_precedence_ms=g("jobs", "OWNER_PRECEDENCE_MS"),
+            lane_patience_ms=g("jobs", "LANE_PATIENCE_MS"),
             stop_grace=g("jobs", "STOP_GRACE_SEC"),
             shutdown_grace=g("jobs", "SHUTDOWN_GRACE_SEC"),
             claim_exceptional_sec=g("jobs", "CLAIM_EXCEPTIONAL_INTERVAL_SEC"),

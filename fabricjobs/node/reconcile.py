@@ -19,7 +19,6 @@ over live rows; nothing here reads history or another node's healthy scheduled w
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import time
@@ -35,6 +34,7 @@ from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from ..store.base import Version
 from .decisions import claim, lost_run_record, take_over
+from .lanes import Lanes
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Node
@@ -55,10 +55,12 @@ class Reconciler:
         self.node = node
         self.s = node.settings
         self.me = node.name
-        self.next_wake: datetime | None = None  # an owner-precedence window that ends later
+        self.next_wake: datetime | None = None  # an owner-precedence or lane window that ends later
         self.peers: list = []  # the nodes rows read by the last full pass
         self._next_dependency_check = 0.0
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
+        self.lanes = Lanes(self.me, patience=self.s.lane_patience_ms / 1000)
+        self._preferred: set = set()  # keys the last _choose preferred (lanes.py): passengers' pool
 
     # -- the pass ----------------------------------------------------------------------------------
 
@@ -267,6 +269,7 @@ class Reconciler:
             generation = self._claimable()
             if free <= 0 or generation is None:
                 return
+            began = time.perf_counter()
             chosen = self._choose_paged(free, now)
             if not chosen:
                 return
@@ -275,6 +278,7 @@ class Reconciler:
                 event, new = claim(row, self.me, now, prepared=n.scheduler.prepared(row))
                 pairs.append((row, advance(row, event, new)))
             results = n.store.cas_each(pairs, on_error=self._write_failed)
+            self.lanes.claimed(time.perf_counter() - began)
             lost = 0
             for (row, pool, rides), res in zip(chosen, results):
                 if res is not None and res.applied:
@@ -294,7 +298,7 @@ class Reconciler:
         on past pages of rows this node cannot take (other affinities, holds, owner
         precedence), so those never hide claimable ones. Short runs among those chosen make
         room for passengers (executor.py): then the rows after the page are read for them."""
-        page_size = max(2 * free, 16)
+        page_size = max((self.lanes.count(self.node.liveness.alive()) + 1) * free, 16)
         after = None
         self.next_wake = None
         for page_no in range(_MAX_PAGES):
@@ -333,31 +337,23 @@ class Reconciler:
         return job.priority + waited / self.s.priority_aging_sec
 
     def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
+        """Up to ``free`` of ``candidates`` (best first) that this node may claim now, each with
+        the affinity limit its run counts against."""
+        mono = self.node.clock.monotonic()
+        candidates = [row for row in candidates if self._may_claim(row, now)]
+        candidates, self._preferred = self.lanes.claimable(candidates, free, self.node.liveness.alive(), mono)
+        if self.lanes.next_wake is not None:
+            self._wake_at(now + timedelta(seconds=self.lanes.next_wake - mono))
         taken: dict[str, int] = {}
-        eligible = []
+        chosen = []
         for row in candidates:
-            if not self._may_claim(row, now):
-                continue
             pool = self._pool_for(row, now, taken)
-            if pool is None:
-                continue
-            eligible.append((row, pool))
-            taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
-            if len(eligible) >= 2 * free:
-                break
-        if len(eligible) > free:
-            # Several nodes read the same head of the queue; taking a random part of it makes
-            # their claims collide less while still serving the longest-waiting first.
-            eligible = self._spread(eligible, free)
-            taken = {}
-            kept = []
-            for row, pool in eligible:
-                pool = self._pool_for(row, now, taken)
-                if pool is not None:
-                    kept.append((row, pool))
-                    taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
-            eligible = kept
-        return eligible
+            if pool is not None:
+                chosen.append((row, pool))
+                taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
+                if len(chosen) >= free:
+                    break
+        return chosen
 
     def _passenger_room(self, chosen: list) -> dict[str, int]:
         """Passengers each pool may take: TRAIN_RUNS - 1 per chosen short run of it (not an
@@ -378,8 +374,10 @@ class Reconciler:
         ex = self.node.executor
         room = dict(room)
         picked = {row.key for row, _ in chosen}
+        alive = self.node.liveness.alive()  # rows read after the page: this node's lane only
         riders = [row for row in candidates
-                  if row.key not in picked and ex.is_short(row) and self._may_claim(row, now)]
+                  if row.key not in picked and (row.key in self._preferred or self.lanes.is_own(row, alive))
+                  and ex.is_short(row) and self._may_claim(row, now)]
         left = sum(room.values())
         out = []
         for row in riders:
@@ -397,19 +395,6 @@ class Reconciler:
                 break
         return out
 
-    @staticmethod
-    def _spread(eligible: list, free: int) -> list:
-        """``free`` of the eligible rows, best first, but not all nodes the same ones: each
-        level of priority is sampled at random, so nodes reading the same rows collide less."""
-        out: list = []
-        for _, group in itertools.groupby(eligible, key=lambda item: item[0].priority):
-            group = list(group)
-            room = free - len(out)
-            if room <= 0:
-                break
-            out.extend(group if len(group) <= room else random.sample(group, room))
-        return out
-
     def _may_claim(self, row: Job, now: datetime) -> bool:
         n = self.node
         owner = row.worker_id
@@ -419,10 +404,13 @@ class Reconciler:
             # A job due for a live owner is left to it for a short window (owner precedence).
             until = (row.next_run or now) + timedelta(milliseconds=self.s.owner_precedence_ms)
             if now < until:
-                if self.next_wake is None or until < self.next_wake:
-                    self.next_wake = until
+                self._wake_at(until)
                 return False
         return True
+
+    def _wake_at(self, when: datetime) -> None:
+        if self.next_wake is None or when < self.next_wake:
+            self.next_wake = when
 
     def _pool_for(self, row: Job, now: datetime, taken: dict[str, int] | None = None) -> tuple[AffinityLimit, bool] | None:
         """The affinity limit a run of ``row`` would count against here and whether the claim

@@ -1,0 +1,120 @@
+"""Claim lanes: nodes that see the same new rows at the same moment (rung by the same
+doorbell, or polling a busy queue) claim different ones instead of racing for each.
+
+There is one lane per live node (the live nodes sorted by name, as this node's liveness sees
+them). A row whose owner (worker_id: a recurring job's, or a failed job's) is a live node is in
+that node's lane; every other row falls in one lane by a hash of its key. A node claims the rows
+of its own lane at once. A row of another lane it leaves to that lane's node for a while after
+it first saw the row claimable (``patience``, or a few claim rounds on a slow store); then it
+takes such rows youngest first, as a work-stealing thief takes from the far end of a deque,
+since their own node takes its oldest first; after OVERDUE times that wait it claims them like
+its own. A peer
+that is busy, slow or dead never holds a row up for long, and a backlog that one node cannot
+keep up with is shared without the nodes racing for its head.
+
+A lost race costs a failed compare-and-set (on Cassandra a wasted LWT and an index repair),
+never correctness; nodes that see different live sets only collide more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import zlib
+from collections import Counter
+from typing import Sequence
+
+from ..model import Job, JobKey
+
+
+OVERDUE = 5  # x the wait: a row its lane's node has not taken for this long is taken in order
+ROUNDS = 3  # claim rounds a row is left to its lane's node at least
+
+
+def lane_of(key: JobKey, lanes: int) -> int:
+    """The lane of ``key`` among ``lanes``: stable across processes and restarts."""
+    return zlib.crc32(str(key).encode()) % lanes
+
+
+def _lane(row: Job, names: list[str]) -> int:
+    """The lane of ``row`` among the live ``names`` (sorted)."""
+    if row.worker_id in names:
+        return names.index(row.worker_id)
+    return lane_of(row.key, len(names))
+
+
+class Lanes:
+    def __init__(self, me: str, patience: float, rng: random.Random | None = None) -> None:
+        self.me = me
+        self.patience = patience
+        self._rng = rng or random.Random()
+        self._since: dict[JobKey, float] = {}  # other lanes' rows: first seen claimable (monotonic)
+        self._round = 0.0  # a claim round here (read and compare-and-sets): seconds, slowest lately
+        self.next_wake: float | None = None  # when the first row left to a peer is due here
+
+    def claimed(self, seconds: float) -> None:
+        """A claim round here took ``seconds``. A peer's rounds take about as long (same store,
+        same load), and its lane's rows are left to it for at least ROUNDS of them: on a slow
+        store a fixed patience would have nodes steal rows their owner is claiming."""
+        self._round = max(seconds, self._round * 0.9)  # up at once, down slowly
+
+    @property
+    def wait(self) -> float:
+        """How long a row is left to its lane's node: ``patience``, or ROUNDS claim rounds."""
+        return max(self.patience, ROUNDS * self._round)
+
+    def count(self, alive: Sequence[str]) -> int:
+        return len(self._names(alive))
+
+    def is_own(self, row: Job, alive: Sequence[str]) -> bool:
+        """Whether ``row`` is in this node's lane (every row is, with lanes off)."""
+        names = self._names(alive)
+        return self.patience <= 0 or _lane(row, names) == names.index(self.me)
+
+    def _names(self, alive: Sequence[str]) -> list[str]:
+        return sorted(set(alive) | {self.me})
+
+    def claimable(self, rows: list[Job], free: int, alive: Sequence[str], now: float) -> tuple[list[Job], set[JobKey]]:
+        """Of ``rows`` (claimable here by every other rule, best first), those this node should
+        claim now, in the order to try them, and the keys it prefers (passengers, claimed
+        beyond the free slots, come from those only). Within each level of priority:
+
+        1. its own lane's rows, and other lanes' rows seen for OVERDUE x :attr:`wait`, in order;
+        2. other lanes' rows seen for :attr:`wait`: those beyond the first ``free`` of their lane,
+           youngest first (their own node takes its oldest first); then those first ones, at
+           random.
+
+        Rows seen for less than :attr:`wait` are left out; :attr:`next_wake` is when the first of
+        them is due here. Rows no longer seen are forgotten."""
+        names = self._names(alive)
+        lanes, mine = len(names), names.index(self.me)
+        wait = self.wait
+        self.next_wake = None
+        if lanes == 1 or self.patience <= 0:
+            self._since = {}
+            return rows, {row.key for row in rows}
+        since: dict[JobKey, float] = {}
+        position: Counter[int] = Counter()
+        out: list[Job] = []
+        preferred: set[JobKey] = set()
+        for _, group in itertools.groupby(rows, key=lambda row: row.priority):
+            first, tails, heads = [], [], []
+            for row in group:
+                lane = _lane(row, names)
+                if lane == mine:
+                    first.append(row)
+                    continue
+                since[row.key] = seen = self._since.get(row.key, now)
+                waited = now - seen
+                if waited >= OVERDUE * wait:
+                    first.append(row)
+                elif waited >= wait:
+                    (heads if position[lane] < free else tails).append(row)
+                elif self.next_wake is None or seen + wait < self.next_wake:
+                    self.next_wake = seen + wait
+                position[lane] += 1
+            self._rng.shuffle(heads)
+            out += first + tails[::-1] + heads
+            preferred.update(row.key for row in first)
+        self._since = since
+        return out, preferred
