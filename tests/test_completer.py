@@ -21,7 +21,7 @@ from harness import ROOT
 
 @pytest.fixture
 def completer(store_config):
-    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "PROCESS_JOBS_DIR": ROOT / "scripts"}})
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "PROCESS_JOBS_DIR": ROOT / "examples" / "process_jobs"}})
     cfg = load_config(store_config)
     client = Client(open_store(cfg), cfg, owns_store=True)
     client.fetch("startjob user_job name='Customer.userJob1' uid='u1';"

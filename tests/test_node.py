@@ -65,7 +65,7 @@ def test_one_time_user_job_reaches_processed_with_its_output(cluster):
     assert "'USER_JOB.Probe.echo.u1' is now IN_PROCESS by node-a" in cluster.nodes["node-a"].log()
 
 
-@pytest.mark.parametrize("cluster", [{"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "scripts")}}], indirect=True)
+@pytest.mark.parametrize("cluster", [{"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "examples" / "process_jobs")}}], indirect=True)
 def test_the_seeds_echoarg_process_job(cluster):
     cluster.start_node("node-a")
     cluster.fetch("startjob process NAME='echoArg.sh' UID='processJobtest' ARGS='{\"0\":\"ARG 1 value\",\"1\":\"ARG 2 value\"}';")

@@ -69,7 +69,7 @@ def test_joblog_returns_the_right_runs_lines_from_any_shell(cluster, tmp_path):
     assert missing.returncode == 1 and "No recorded run 9" in missing.stderr
 
 
-@pytest.mark.parametrize("cluster", [{"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "scripts")}}], indirect=True)
+@pytest.mark.parametrize("cluster", [{"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "examples" / "process_jobs")}}], indirect=True)
 def test_a_process_jobs_stdout_is_its_log(cluster):
     cluster.start_node("a")
     cluster.fetch("startjob process name='echoArg.sh' uid='e' args='{\"0\":\"x\",\"1\":\"y\"}';")
