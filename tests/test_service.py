@@ -25,7 +25,7 @@ T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 @pytest.fixture
 def client(store_config, tmp_path):
     add_sections(store_config, {
-        "jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "PROCESS_JOBS_DIR": ROOT / "scripts", "USER_JOB_MODULES": "json"},
+        "jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "PROCESS_JOBS_DIR": ROOT / "examples" / "process_jobs", "USER_JOB_MODULES": "json"},
         "node": {"TIME_ZONE": "UTC"},
     })
     cfg = load_config(store_config)
@@ -154,7 +154,7 @@ def test_a_listener_may_only_watch_a_directory_under_listener_root(store_config,
 
 
 def test_the_seeds_process_job_example_with_an_absolute_path_inside_the_dir(client):
-    path = ROOT / "scripts" / "echoArg.sh"
+    path = ROOT / "examples" / "process_jobs" / "echoArg.sh"
     r = client.fetch(f"startjob process NAME='{path}' UID='processJobtest' ARGS='{{\"0\":\"ARG 1 value\",\"1\":\"ARG 2 value\"}}';")
     assert r.first_row()["Status"] == "WAITING"
 
@@ -250,7 +250,7 @@ def test_a_job_function_removed_after_startjob_fails_its_run_with_a_clear_error(
     (tmp_path / "Gone.py").write_text("def here():\n    return 1\n")
     catalog = JobCatalog(str(tmp_path), (), "")
     catalog.check("USER_JOB", "Gone.here")
-    with pytest.raises(JobResolutionError, match="has no top-level function 'away'"):
+    with pytest.raises(JobResolutionError, match="defines no top-level function 'away'"):
         catalog.check("USER_JOB", "Gone.away")
     assert catalog.load_user_job("Gone.here")() == 1
     with pytest.raises(JobResolutionError, match="has no function 'away'"):

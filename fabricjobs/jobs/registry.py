@@ -22,6 +22,7 @@ import ast
 import functools
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -64,6 +65,25 @@ class JobCatalog:
         )
 
     # -- checking (no user code runs) ----------------------------------------------------------
+
+    def check_directories(self) -> None:
+        """Refuse (ConfigError) a USER_JOBS_DIR or PROCESS_JOBS_DIR that other users may write
+        to: whoever can add a file there can have every node run it. A node checks this at
+        start; it does not start on an unsafe directory, rather than warn and run it anyway."""
+        from ..errors import ConfigError
+
+        for key, directory in (("USER_JOBS_DIR", self.user_jobs_dir), ("PROCESS_JOBS_DIR", self.process_jobs_dir)):
+            if not directory:
+                continue
+            try:
+                mode = os.stat(directory).st_mode
+            except OSError:
+                continue  # a missing directory refuses every job of it already
+            if mode & 0o022:
+                who = " and ".join(w for w, bit in (("its group", 0o020), ("every user", 0o002)) if mode & bit)
+                raise ConfigError(f"[jobs] {key} = {directory} is writable by {who} (mode {mode & 0o777:o}): "
+                                  f"anyone who can write there could make this node run code; "
+                                  f"chmod go-w {directory}")
 
     def check(self, type: str, name: str) -> None:
         """Raise JobResolutionError unless ``name`` resolves. A name that resolved is trusted
@@ -126,12 +146,14 @@ class JobCatalog:
                     f"USER_JOB {name!r} refused: module {module!r} is not in the [jobs] USER_JOB_MODULES "
                     f"allowlist ({allowed}); only code the operator installed may run"
                 )
-            try:
-                spec = importlib.util.find_spec(module)
-            except (ImportError, ValueError):
-                spec = None
-            if spec is None:
-                raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} is not installed")
+            _refuse_private(name, func)
+            if verify:
+                source = _module_source(module)
+                if source is None:
+                    raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} is not installed")
+                if not _defines_function(source, func):
+                    raise JobResolutionError(f"USER_JOB {name!r} refused: {func!r} is not a function defined in "
+                                             f"{module} ({source}); only its own top-level functions may run")
             return "module", (module, func)
         return "dir", self._jobs_dir_target(name, verify)
 
@@ -154,11 +176,13 @@ class JobCatalog:
             )
         root = Path(self.user_jobs_dir)
         *mod_parts, func = parts
+        _refuse_private(name, func)
         base = root.joinpath(*mod_parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
                 if verify and not _defines_function(candidate, func):
-                    raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} has no top-level function {func!r}")
+                    raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level function "
+                                             f"{func!r} (a name it imports is not a job)")
                 return root, ".".join(mod_parts), func
         raise JobResolutionError(f"unknown USER_JOB {name!r}: no {'/'.join(mod_parts)}.py in USER_JOBS_DIR ({root})")
 
@@ -193,9 +217,12 @@ class JobCatalog:
                 fn = target.load()
             elif origin == "module":
                 module, func = target
-                fn = getattr(importlib.import_module(module), func, None)
-                if fn is None:
-                    raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} has no attribute {func!r}")
+                try:
+                    loaded = importlib.import_module(module)
+                except Exception as exc:
+                    raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}: "
+                                             f"{type(exc).__name__}: {exc}") from None
+                fn = _own_function(name, loaded, func)
             else:
                 root, module, func = target
                 try:
@@ -203,14 +230,53 @@ class JobCatalog:
                 except Exception as exc:  # a syntax error, or the module's own code raising on import
                     raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}.py: "
                                              f"{type(exc).__name__}: {exc}") from None
-                fn = getattr(loaded, func, None)
-                if fn is None:
-                    raise JobResolutionError(f"unknown USER_JOB {name!r}: module {module!r} has no function {func!r}")
+                fn = _own_function(name, loaded, func)
         if not callable(fn):
             raise JobResolutionError(f"USER_JOB {name!r} is not a function")
         if len(_loaded) < 10_000:
             _loaded[(self.user_jobs_dir, self.user_job_modules, name)] = fn
         return fn
+
+
+def _refuse_private(name: str, func: str) -> None:
+    if func.startswith("_"):
+        raise JobResolutionError(f"USER_JOB {name!r} refused: {func!r} is private (a name that starts with '_' "
+                                 "is a module's helper, never a job)")
+
+
+def _own_function(name: str, module, func: str) -> Callable:
+    """``module.func`` if it is a plain function defined in ``module`` itself: checked again on
+    the node's own configuration, whatever the shell that sent the STARTJOB checked. A name the
+    module imported (``from subprocess import run``, ``system = os.system``), a class, or any
+    other callable attribute is refused."""
+    _refuse_private(name, func)
+    fn = getattr(module, func, None)
+    if fn is None:
+        raise JobResolutionError(f"unknown USER_JOB {name!r}: module {module.__name__!r} has no function {func!r}")
+    if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
+        raise JobResolutionError(f"USER_JOB {name!r} refused: {func!r} is not a function defined in "
+                                 f"{module.__name__} itself; only its own top-level functions may run")
+    return fn
+
+
+def _module_source(module: str) -> Path | None:
+    """The source file of an installed module, found the way the import system would find it
+    but without running anything: no package's ``__init__`` is imported (find_spec of
+    ``pkg.mod`` imports ``pkg``)."""
+    from importlib.machinery import PathFinder
+
+    path = None
+    spec = None
+    for part in module.split("."):
+        spec = PathFinder.find_spec(part, path)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+        if path is None and part != module.split(".")[-1]:
+            return None  # a plain module has no submodules
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
 
 
 def _defines_function(path: Path, func: str) -> bool:

@@ -151,8 +151,9 @@ class Node:
         self.clock = clock or SystemClock()
         self.node_id = node_id if node_id is not None else load_node_id(config.get("node", "NODE_ID_FILE"))
         self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, self.settings.pool_size)
-        self.store = store or open_store(config)
         self.catalog = JobCatalog.from_config(config)
+        self.catalog.check_directories()  # before anything is opened: a refusal leaves nothing behind
+        self.store = store or open_store(config)
         self.doorbell = Doorbell.for_config(config)
         self.stopping = False
         self.fenced = False
