@@ -25,6 +25,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 
 from ..errors import CommandSyntaxError, ScheduleError, ValidationError
 from ..model import JobType
+from . import plain
 from ..schedule import parse_schedule, resolve_zone
 from .ast import (
     Command,
@@ -72,9 +73,8 @@ _JOB_COMMANDS: dict[str, type] = {
 #: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
 _REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
 _NON_EMPTY = frozenset({"NAME", "UID"})
-#: Names that end up in log lines, tables and file names: no control characters or line breaks.
+#: Names that end up in log lines, tables and file names: checked by plain.py.
 _PLAIN = frozenset({"NAME", "UID", "AFFINITY"})
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 _MAX_TASK = 2**63 - 1
 _MAX_DAYS = 36_500
@@ -555,14 +555,13 @@ class _ToCommand(Transformer):
 
     def _plain(self, tok: Token, what: str, empty_ok: bool = False) -> str:
         """A name, UID or affinity: shown in log lines, tables and file names, so not empty and
-        free of control characters (a carriage return would forge a log line)."""
+        free of what plain.py refuses."""
         value = _string_value(tok)
         if value == "" and not empty_ok:
             raise _invalid(self._text, tok, f"{what} must not be empty")
-        bad = _CONTROL.search(value)
-        if bad:
-            raise _invalid(self._text, tok, f"{what} must not contain control characters or line breaks "
-                                            f"(U+{ord(bad.group()):04X} at character {bad.start() + 1})")
+        why = plain.complaint(what, value)
+        if why is not None:
+            raise _invalid(self._text, tok, why)
         return value
 
     def _whole(self, tok: Token, limit: int, message: str) -> int:

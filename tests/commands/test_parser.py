@@ -323,15 +323,20 @@ def test_empty_values(text, message, column):
 @pytest.mark.parametrize(
     "text, message, column",
     [
-        ("stopjob user_job name='\x1eProbe.noop' uid='u'", "NAME must not contain control characters or line breaks (U+001E at character 1)", 23),
-        ("startjob user_job name='n' uid='a\rb'", "UID must not contain control characters or line breaks (U+000D at character 2)", 32),
-        ("jobstatus user_job 'x' with uid='a\u2028'", "UID must not contain control characters or line breaks (U+2028 at character 2)", 33),
-        ("joblog user_job 'a\x1b[2Jb'", "NAME must not contain control characters or line breaks (U+001B at character 2)", 17),
-        ("startjob user_job name='n' affinity='HANDLE\nMSG'", "AFFINITY must not contain control characters or line breaks (U+000A at character 7)", 37),
+        ("stopjob user_job name='\x1eProbe.noop' uid='u'", "NAME must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+001E at character 1)", 23),
+        ("startjob user_job name='n' uid='a\rb'", "UID must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+000D at character 2)", 32),
+        ("jobstatus user_job 'x' with uid='a\u2028'", "UID must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+2028 at character 2)", 33),
+        ("joblog user_job 'a\x1b[2Jb'", "NAME must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+001B at character 2)", 17),
+        ("startjob user_job name='n' affinity='HANDLE\nMSG'", "AFFINITY must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+000A at character 7)", 37),
+        ("startjob user_job name='n' uid='evil\u202egpj.exe'", "UID must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+202E at character 5)", 32),
+        ("startjob user_job name='Probe\u200b.noop' uid='u'", "NAME must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+200B at character 6)", 24),
+        ("startjob user_job name='n' uid='a\ud800'", "UID must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+D800 at character 2)", 32),
     ],
 )
 def test_control_characters_in_names_uids_and_affinities_are_refused(text, message, column):
-    """They would end up raw in node log lines (a carriage return forges one), tables and file names."""
+    """They would end up raw in node log lines (a carriage return forges one), tables and file
+    names; a direction override or a zero-width character would show a name as another, and a
+    lone surrogate cannot be stored (it reached the store as a raw UnicodeEncodeError)."""
     exc = fails(text, ValidationError)
     assert (exc.line, exc.column) == (1, column)
     head, quoted, caret = str(exc).split("\n")

@@ -1,0 +1,34 @@
+"""What a name, UID or affinity may hold. They end up in log lines, tables and file names, so:
+no control characters or line breaks (a carriage return would forge a log line), no characters
+that change the direction of the text around them or take no room (a name shown as another),
+and no lone surrogates (no encoding can store them). One rule for the parser, which points at
+the character, and for the service, which also takes commands built in code (Client.wait)."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import ValidationError
+
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e"
+                    "\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
+FIELDS = (("name", "NAME"), ("uid", "UID"), ("affinity", "AFFINITY"))
+
+
+def complaint(what: str, value: str) -> str | None:
+    """Why ``value`` may not be ``what`` (NAME, UID, AFFINITY), or None."""
+    bad = UNSAFE.search(value)
+    if bad is None:
+        return None
+    return (f"{what} must not contain control characters, line breaks, invisible or direction-changing "
+            f"characters or lone surrogates (U+{ord(bad.group()):04X} at character {bad.start() + 1})")
+
+
+def check_command(command: object) -> None:
+    """Raise ValidationError if a command's name, UID or affinity holds what :data:`UNSAFE` matches."""
+    for field, what in FIELDS:
+        value = getattr(command, field, None)
+        if isinstance(value, str):
+            why = complaint(what, value)
+            if why is not None:
+                raise ValidationError(why)
