@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
+from ..errors import ConfigError
+
 log = logging.getLogger("fabricjobs.node.metrics")
 
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -98,7 +100,11 @@ class Metrics:
         # fabricjobs_running_jobs: the executor counts a run only once it left the gauge, so no
         # scrape shows a run as ended and still running.
         self.registry.register(_State())
-        self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        try:
+            self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        except OSError as exc:  # in use, or an address this host does not have
+            raise ConfigError(f"[metrics] PORT = {port} (ADDRESS {address}): cannot serve metrics there: "
+                              f"{exc.strerror or exc}; choose a free port, or 0 for no metrics") from None
         log.info("metrics on http://%s:%d/metrics", address, port)
 
     def execution(self, job_type: str, result: str) -> None:

@@ -14,6 +14,7 @@ left as they are, to be re-run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -202,6 +203,9 @@ class Node:
         info = self.affinity.to_info()
         info["running"] = self.executor.per_pool() if hasattr(self, "executor") else {}
         info["zone"] = str(self.zone)
+        ticks = _process_start(os.getpid())
+        if ticks is not None:
+            info["pid_start"] = ticks  # with pid, names this process: a pid alone may be reused
         return info
 
     def _running_by_type(self) -> list[tuple[str, str, int]]:
@@ -264,7 +268,7 @@ class Node:
             return
         threshold = _row_threshold(row, self.settings.dead_after)
         if row.host == socket.gethostname() and row.pid != os.getpid():
-            if _pid_alive(row.pid):
+            if _pid_alive(row.pid) and _same_process(row.pid, row.info):
                 raise NodeStartError(
                     f"node {self.name!r} is already running (pid {row.pid} on {row.host}); "
                     "give this one another name (--name, or [node] NAME)"
@@ -459,7 +463,6 @@ def _no_grace(s: NodeSettings) -> NodeSettings:
 
 
 def _row_threshold(row, default: float) -> float:
-    import json
 
     try:
         info = json.loads(row.info or "{}")
@@ -469,12 +472,33 @@ def _row_threshold(row, default: float) -> float:
 
 
 def _task_pids(row) -> list[int]:
-    import json
 
     try:
         return [int(t["thread"]) for t in json.loads(row.tasks or "[]") if t.get("thread")]
     except (ValueError, TypeError, AttributeError):
         return []
+
+
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _same_process(pid: int, info: str | None) -> bool:
+    """Whether the live process ``pid`` is the node that wrote ``info``: the same start time,
+    when the row recorded one. A pid reused by another process (after a reboot, or a long
+    time) then no longer looks like the node, which could never restart under its name."""
+    try:
+        recorded = json.loads(info or "{}").get("pid_start")
+    except (ValueError, AttributeError):
+        recorded = None
+    if recorded is None:
+        return True  # a row from before pid_start was recorded: the pid is all there is
+    return _process_start(pid) == recorded
 
 
 def _pid_alive(pid: int) -> bool:
