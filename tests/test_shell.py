@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import signal
 import subprocess
 import sys
@@ -107,7 +108,7 @@ def test_control_characters_from_a_job_or_a_command_are_shown_not_sent_to_the_te
     bad = cluster.shell("-e", "stopjob user_job name='\x1eProbe.noop' uid='u';")
     assert bad.returncode == 1 and bad.stdout == ""
     head, quoted, caret = bad.stderr.rstrip("\n").split("\n")
-    assert head.endswith("NAME must not contain control characters or line breaks (U+001E at character 1)")
+    assert head.endswith("NAME must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+001E at character 1)")
     assert quoted == "  stopjob user_job name='\u241eProbe.noop' uid='u'" and caret.strip() == "^"
 
 
@@ -242,4 +243,7 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
-    assert (tmp_path / "state" / "fabricjobs" / "history").exists()
+    history = tmp_path / "state" / "fabricjobs" / "history"
+    assert history.exists() and "startjob user_job nme=" in history.read_text()
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600  # it holds whatever ARGS were typed
+    assert stat.S_IMODE(history.parent.stat().st_mode) == 0o700

@@ -14,6 +14,7 @@ from prompt_toolkit.history import FileHistory
 
 from ..client import Client
 from ..errors import FabricJobsError, message_of
+from ..private import private_file
 from .completer import Catalog, CommandCompleter
 from .keys import SHELL_WORDS, key_bindings
 from .lexer import STYLE, CommandLexer
@@ -52,8 +53,7 @@ def _load_catalog(client: Client):
 def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
     path = history_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        history = FileHistory(str(path))
+        history = FileHistory(str(private_file(path)))  # it holds every ARGS typed, passwords too
     except OSError:
         history = None
     catalog = Catalog(lambda: _load_catalog(client))

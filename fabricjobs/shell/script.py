@@ -18,6 +18,7 @@ from typing import TextIO
 from ..client import Client
 from ..commands import ast, lex, parse_script
 from ..errors import FabricJobsError, message_of
+from ..private import private_file
 from .output import render
 
 log = logging.getLogger("fabricjobs.shell")
@@ -58,8 +59,7 @@ def report_internal_error(exc: BaseException, err: TextIO, context: str = "") ->
     """Log a bug with its traceback; show the user one line."""
     path = shell_log_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(path)
+        handler = logging.FileHandler(private_file(path))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
         try:

@@ -25,6 +25,7 @@ from typing import Callable, Collection, Iterator, Sequence, TypeVar
 
 from contextlib import contextmanager
 
+from ..private import private_file
 from ..errors import SchemaVersionError, StoreError
 from ..model import Job, JobKey, Status, job_from_values
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
@@ -299,6 +300,10 @@ class SqliteStore(JobStore):
         parent = Path(self.path).parent
         if not parent.exists():
             raise StoreError(f"cannot open SQLite store {self.path!r}: directory {str(parent)!r} does not exist")
+        try:  # its WAL and shared-memory files take the database file's mode
+            private_file(self.path, make_parent=False)
+        except OSError as exc:
+            raise StoreError(f"cannot open SQLite store {self.path!r}: {exc.strerror or exc}") from None
         self._migrate()
 
     # -- connections -------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+"""Issue #18, the local surface: a clear message instead of a raw traceback (input through the
+Python API, a node that cannot serve its metrics), and files that may hold secrets created for
+their owner only."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+
+from backends import add_sections
+from fabricjobs.client import Client
+from fabricjobs.config import load_config
+from fabricjobs.errors import ValidationError
+from fabricjobs.model import Job, JobKey, Status
+from fabricjobs.store import open_store
+
+
+@pytest.fixture
+def client(store_config):
+    cfg = load_config(store_config)
+    c = Client(open_store(cfg), cfg, owns_store=True)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda c: c.wait("user_job", "Probe.noop", "a\ud800", timeout=0.1), "UID must not contain .* \\(U\\+D800 at character 2\\)"),
+    (lambda c: c.stop("user_job", "Probe\u202enoop", "a"), "NAME must not contain .* \\(U\\+202E at character 6\\)"),
+    (lambda c: c.stop("user_job", "Probe.noop", "\u200ba"), "UID must not contain .* \\(U\\+200B at character 1\\)"),
+])
+def test_commands_built_in_code_are_held_to_the_same_rules_as_typed_ones(client, call, why):
+    with pytest.raises(ValidationError, match=why):
+        call(client)
+    assert client.store.live_jobs() == []
+
+
+def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_config):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        add_sections(store_config, {"metrics": {"PORT": port}})
+        run = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(store_config), "node", "--name", "n"],
+                             capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert f"fabricjobs: [metrics] PORT = {port} (ADDRESS 127.0.0.1): cannot serve metrics there" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_a_new_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_path):
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(str(tmp_path / "jobs.db"))
+    try:
+        store.insert(Job(JobKey("USER_JOB", "A.b", "secret"), Status.WAITING, datetime.now(timezone.utc),
+                         arguments='{"password": "hunter2"}'))
+        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    finally:
+        store.close()
+
+
+def test_the_shell_log_is_readable_by_its_owner_only(tmp_path, monkeypatch):
+    import io
+
+    from fabricjobs.shell.script import report_internal_error
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    report_internal_error(RuntimeError("a bug"), io.StringIO())
+    log = tmp_path / "state" / "fabricjobs" / "shell.log"
+    assert "RuntimeError: a bug" in log.read_text()
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and stat.S_IMODE(log.parent.stat().st_mode) == 0o700
+
+
+@pytest.mark.slow
+def test_a_node_restarts_when_its_recorded_pid_now_belongs_to_another_process(tmp_path):
+    """The name check tells a live node from a reused pid by the process's start time."""
+    import dataclasses
+    import signal
+
+    from harness import Cluster, wait_for
+
+    (tmp_path / "c").mkdir()
+    cluster = Cluster(tmp_path / "c")
+    other = subprocess.Popen(["sleep", "60"])
+    store = open_store(load_config(cluster.config_path))
+    try:
+        node = cluster.start_node("a")
+        twin = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(cluster.config_path), "node",
+                               "--name", "a"], capture_output=True, text=True, timeout=60)
+        assert twin.returncode == 2 and f"node 'a' is already running (pid {node.pid}" in twin.stderr
+        node.signal_group(signal.SIGKILL)
+        wait_for(lambda: not node.alive(), 10, "the node to die")
+        row = next(r for r in store.nodes() if r.name == "a")
+        store.write_node(dataclasses.replace(row, pid=other.pid))  # the pid now names a sleep
+        again = cluster.start_node("a")  # waits until it has started
+        assert again.alive() and "already running" not in again.log()
+    finally:
+        other.kill()
+        other.wait()
+        store.close()
+        cluster.stop_all()
