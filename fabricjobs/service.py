@@ -276,6 +276,8 @@ class CommandService:
         self.catalog.check(cmd.type, cmd.name)
         if cmd.type == JobType.INTERFACE_LISTENER:
             self.catalog.check_listener(cmd.args)
+        elif cmd.type == JobType.PROCESS:
+            self.catalog.check_process_arguments(cmd.args)
         self._check_affinity(cmd.affinity)
         schedule = self._schedule(cmd.exec_interval, cmd.tz)
         now = self.clock.now()

@@ -105,3 +105,49 @@ def test_a_node_restarts_when_its_recorded_pid_now_belongs_to_another_process(tm
         other.wait()
         store.close()
         cluster.stop_all()
+
+
+# -- hostile ARGS (item 7): one clear error on the job, no retry, never a dead worker -----------
+
+HOSTILE_PROCESS_ARGS = [
+    ('{"²": "x"}', "PROCESS ARGS key '²': argument positions are written in ASCII digits"),
+    ('{"0": "a\\u0000b"}', "PROCESS argument 0 holds a NUL byte"),
+    ('{"0": "' + "x" * 200_000 + '"}', "PROCESS argument 0 is 200,000 bytes; an argument must be under 131,072"),
+]
+
+
+@pytest.mark.parametrize("args, why", HOSTILE_PROCESS_ARGS, ids=["superscript-key", "nul", "e2big"])
+def test_startjob_refuses_process_args_no_program_could_receive(store_config, args, why):
+    from harness import ROOT
+
+    add_sections(store_config, {"jobs": {"PROCESS_JOBS_DIR": ROOT / "examples" / "process_jobs"}})
+    cfg = load_config(store_config)
+    with Client(open_store(cfg), cfg, owns_store=True) as c:
+        with pytest.raises(ValidationError, match=why):
+            c.fetch(f"startjob process name='echoArg.sh' uid='h' args='{args}';")
+        assert c.store.live_jobs() == []
+
+
+@pytest.mark.parametrize("job_type, name, args, why", [
+    *[("PROCESS", "echoArg.sh", a, w) for a, w in HOSTILE_PROCESS_ARGS],
+    ("USER_JOB", "Kinds.takes_dict", '{"d": ' + "[" * 100_000 + "]" * 100_000 + "}", "bad ARGS: nested too deeply"),
+    ("USER_JOB", "Kinds.takes_dict", '{"d": "' + "[" * 100_000 + "]" * 100_000 + '"}', "nested too deeply"),
+], ids=["superscript-key", "nul", "e2big", "deep-json", "deep-json-string"])
+def test_a_worker_fails_a_row_with_hostile_args_cleanly_without_retry(tmp_path, job_type, name, args, why):
+    """Rows that never met this STARTJOB (an older shell, UPDATEJOB, a store written by hand)."""
+    import logging
+
+    from fabricjobs.jobs.context import FailMode
+    from fabricjobs.jobs.registry import JobCatalog
+    from fabricjobs.jobs.runner import ERROR, RunSpec, run_job
+    from harness import ROOT
+
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "Kinds.py").write_text("def takes_dict(d: dict):\n    return len(d)\n")
+    catalog = JobCatalog(str(jobs), (), str(ROOT / "examples" / "process_jobs"))
+    spec = RunSpec(task=1, key=JobKey(job_type, name, "h"), epoch=1, node="n", arguments=args, slot=0,
+                   output_max=4096, catalog=catalog, generation=1)
+    outcome = run_job(spec, lambda: False, lambda pid: None, logging.getLogger("test"))
+    assert outcome.kind == ERROR and outcome.mode is FailMode.NO_RETRY
+    assert why in outcome.error and "Traceback" not in outcome.error

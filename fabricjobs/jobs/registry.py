@@ -23,6 +23,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import re
 import sys
@@ -106,7 +107,6 @@ class JobCatalog:
 
     def check_listener(self, args_text: str | None) -> tuple[Path, str]:
         """An INTERFACE_LISTENER's ARGS: {"path": "<dir under LISTENER_ROOT>", "pattern": "*.csv"}."""
-        import json
 
         try:
             args = json.loads(args_text or "{}")
@@ -118,6 +118,16 @@ class JobCatalog:
         if not isinstance(pattern, str) or "/" in pattern:
             raise JobResolutionError("INTERFACE_LISTENER pattern must be a file name pattern such as *.csv")
         return self.listener_dir(args["path"]), pattern
+
+    def check_process_arguments(self, args_text: str | None) -> None:
+        """A PROCESS job's ARGS, checked at STARTJOB as the worker will use them."""
+
+        try:
+            args = json.loads(args_text or "{}")
+        except (ValueError, RecursionError):
+            return  # the parser refused it already; the worker reports it if it got here
+        if isinstance(args, dict):
+            process_argv("", args)
 
     def listener_dir(self, path: str) -> Path:
         if not self.listener_root:
@@ -236,6 +246,30 @@ class JobCatalog:
         if len(_loaded) < 10_000:
             _loaded[(self.user_jobs_dir, self.user_job_modules, name)] = fn
         return fn
+
+
+#: Longest argument Linux takes (MAX_ARG_STRLEN, 32 pages): a longer one fails exec with E2BIG.
+ARG_MAX_BYTES = 131072
+
+
+def process_argv(path: str, arguments: dict) -> list[str]:
+    """ARGS ``{"0": "...", "1": "..."}`` as argv, in numeric key order. Keys that are not
+    digits (session_scope) are not arguments; a key of other digits ("²", "٣"), a NUL byte or
+    an argument longer than ARG_MAX_BYTES is refused (JobResolutionError): exec cannot pass it."""
+    numbered = []
+    for k, v in arguments.items():
+        if not k.isdigit():
+            continue
+        if not k.isascii():
+            raise JobResolutionError(f"PROCESS ARGS key {k!r}: argument positions are written in ASCII digits (0, 1, ...)")
+        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        if "\x00" in text:
+            raise JobResolutionError(f"PROCESS argument {k} holds a NUL byte, which no program can receive")
+        if len(text.encode("utf-8", "surrogatepass")) >= ARG_MAX_BYTES:
+            raise JobResolutionError(f"PROCESS argument {k} is {len(text.encode('utf-8', 'surrogatepass')):,} bytes; "
+                                     f"an argument must be under {ARG_MAX_BYTES:,} (pass big data in a file)")
+        numbered.append((int(k), text))
+    return [path] + [text for _, text in sorted(numbered)]
 
 
 def _refuse_private(name: str, func: str) -> None:

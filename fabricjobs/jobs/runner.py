@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..clock import utc_from_timestamp
+from ..logs import job_extra
 from ..model import Job, JobKey, JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
-from .registry import JobCatalog, JobResolutionError
+from .registry import JobCatalog, JobResolutionError, process_argv
 
 OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = "ok", "error", "killed", "lease_lost", "interrupted"
 
@@ -117,8 +118,9 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         arguments = json.loads(spec.arguments or "{}")
         if not isinstance(arguments, dict):
             raise ValueError("ARGS is not a JSON object")
-    except ValueError as exc:
-        return Outcome(ERROR, error=f"bad ARGS: {exc}", mode=FailMode.NO_RETRY)
+    except (ValueError, RecursionError) as exc:
+        return Outcome(ERROR, error=f"bad ARGS: {exc if isinstance(exc, ValueError) else 'nested too deeply'}",
+                       mode=FailMode.NO_RETRY)
     global _run_log
     if _run_log is None:
         _run_log = RunLog(spec.log_max)
@@ -136,6 +138,10 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
             outcome = Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
     except JobResolutionError as exc:
         outcome = Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
+    except Exception as exc:  # noqa: BLE001 - our own code failed on this run: the run fails, not the worker
+        log.error("run of %s failed before or after its job code", spec.key, exc_info=True,
+                  extra=job_extra(spec.key, spec.epoch))
+        outcome = Outcome(ERROR, error=f"could not run: {_describe(exc)}", mode=FailMode.NO_RETRY)
     finally:
         job_log.removeHandler(run_log)
     if outcome.kind != OK and outcome.error:
@@ -162,6 +168,8 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
             args, kwargs = bind_arguments(fn, ctx.args)
         except BindError as exc:
             return Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
+        except RecursionError:
+            return Outcome(ERROR, error="bad ARGS: nested too deeply", mode=FailMode.NO_RETRY)
         try:
             value = fn(*args, **kwargs)
         except JobFailure as exc:
@@ -268,13 +276,6 @@ class _Capture:
         return (body + bytes(self.tail)).decode("utf-8", "replace")
 
 
-def process_argv(path: str, arguments: dict) -> list[str]:
-    """ARGS ``{"0": "...", "1": "..."}`` become argv in numeric key order (other keys, such as
-    session_scope, are not arguments)."""
-    numbered = sorted((int(k), v) for k, v in arguments.items() if k.isdigit())
-    return [path] + [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for _, v in numbered]
-
-
 def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None],
                  run_log: RunLog) -> Outcome:
     path = spec.catalog.process_path(spec.key.name)
@@ -287,16 +288,20 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
         argv = [sys.executable, "-P", "-m", "fabricjobs.jobs.guard", spec.board[0], str(spec.board[1]),
                 str(spec.generation), "--", *argv]
-    proc = subprocess.Popen(
-        argv,
-        cwd=str(path.parent),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,  # its own process group: stop and kill end everything it started
-        shell=False,
-    )
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=str(path.parent),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # its own process group: stop and kill end everything it started
+            shell=False,
+        )
+    except (ValueError, OSError) as exc:  # a NUL byte in an argument, argv too long (E2BIG), ...
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return Outcome(ERROR, error=f"cannot start {path.name}: {reason}", mode=FailMode.NO_RETRY)
     on_spawn(proc.pid)
     out = _Capture(proc.stdout, spec.output_max)
     err = _Capture(proc.stderr, spec.output_max)
