@@ -318,3 +318,32 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
         assert stopped.first_row()["Status"] == "TERMINATED"
     finally:
         cluster.stop_all()
+
+
+@pytest.mark.slow
+def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request, node_backend):
+    """SPEC 7.8: a listener only ends when asked to. A SIGTERM of its node hands it back
+    (WAITING, no try), and files dropped after the restart are handled."""
+    inbox = tmp_path / "root" / "inbox"
+    inbox.mkdir(parents=True)
+    log = tmp_path / "handled.jsonl"
+    cluster = Cluster(tmp_path, backend=node_backend, request=request,
+                      settings={"jobs": {"LISTENER_ROOT": str(tmp_path / "root")}})
+    try:
+        a = cluster.start_node("a")
+        cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' "
+                      f"args='{json.dumps({'path': 'inbox', 'pattern': '*.csv', 'settle_sec': 0.1, 'poll_sec': 0.2, 'log': str(log)})}';")
+        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        (inbox / "before.csv").write_text("1")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv"}, 15, "before.csv handled")
+        a.signal(signal.SIGTERM)
+        assert a.proc.wait(timeout=20) == 0
+        row = cluster.job("INTERFACE_LISTENER", "Probe.handle_file", "inbox")
+        assert (row.status, row.tries) == (Status.WAITING, 0), row  # not PROCESSED: it resumes
+        cluster.start_node("a")
+        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        (inbox / "after.csv").write_text("2")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv", "after.csv"}, 15,
+                 "after.csv handled after the restart")
+    finally:
+        cluster.stop_all()

@@ -579,7 +579,12 @@ class Executor:
             return Outcome(KILLED, error=run.end_note or "killed")
         if reason == "release" and outcome.kind != "ok":
             return Outcome(RELEASED, error=run.end_note)
-        if reason in ("stop", "restart", "shutdown") and outcome.kind != "ok":
+        if reason == "shutdown" and (outcome.kind != "ok" or run.key.type == JobType.INTERFACE_LISTENER):
+            # SPEC 7.8: a clean shutdown is not a failed try. The run goes back to WAITING for
+            # the same due time (RELEASED: no try counted) and runs again here or elsewhere; a
+            # listener, which only ends when asked to, resumes after the restart.
+            return Outcome(RELEASED, error=f"node {self.me} shut down during the run; it runs again (no try counted)")
+        if reason in ("stop", "restart") and outcome.kind != "ok":
             return Outcome(INTERRUPTED, error=run.end_note or f"ended by {reason}")
         if reason == "lease" and outcome.kind != "ok":
             return Outcome(LEASE_LOST, error=outcome.error or "run ended: lease lost")
@@ -613,9 +618,10 @@ class Executor:
         now = self.clock.now()
         todo: list[tuple[Run, Outcome, Job | None]] = []
         for run, outcome in pending:
-            if self.shutting_down and outcome.kind in (INTERRUPTED, KILLED, LEASE_LOST):
-                # SPEC 7.8: leave the row; this node (back soon) or another one re-runs it.
-                log.info("'%s' interrupted by shutdown; left for a re-run", run.key)
+            if self.shutting_down and outcome.kind == LEASE_LOST:
+                # Without a lease nothing of ours may be written: the row is left as it is, and
+                # whoever takes it over re-runs it.
+                log.info("'%s' ended without a lease during shutdown; left for a re-run", run.key)
                 self._done(run)
                 continue
             todo.append((run, outcome, run.row))
