@@ -599,3 +599,41 @@ def test_children_that_stay_blocked_do_not_hide_the_ones_behind_them(store_confi
         assert "is FAILED" in store.get(JobKey("USER_JOB", "Customer.userJob1", "stuck6")).error_msg
     finally:
         node.board.close(unlink=True)
+
+
+def test_retention_goes_by_the_stores_clock_and_keeps_parents_that_blocked_children_wait_on(tmp_path):
+    """Issue #18, item 8: a node whose clock ran 31 days fast deleted fresh archived rows, and a
+    deleted FAILED parent (a missing parent counts as done) let its blocked child run."""
+    from datetime import datetime, timedelta, timezone
+
+    from backends import write_config
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.config import load_config
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.node import Node
+    from fabricjobs.store.sqlite import SqliteStore
+
+    config = write_config(tmp_path / "c.ini", {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "j.db")},
+                                               "jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 24}})
+    store = SqliteStore(tmp_path / "j.db")
+    real_now = datetime.now(timezone.utc)
+
+    def archived(uid, status, ended):
+        row = store.insert(Job(JobKey("USER_JOB", "A.b", uid), Status.WAITING, ended, next_run=ended)).row
+        store.cas(row, row.replace(status=status, archived=True, end_time=ended))
+
+    archived("fresh", Status.PROCESSED, real_now - timedelta(minutes=5))
+    archived("old", Status.PROCESSED, real_now - timedelta(days=3))
+    archived("failed-parent", Status.FAILED, real_now - timedelta(days=3))
+    store.insert(Job(JobKey("USER_JOB", "A.b", "child"), Status.WAITING, real_now, next_run=real_now,
+                     depends_on="USER_JOB.A.b.failed-parent", blocked=True))
+    fast = ManualClock(real_now + timedelta(days=31))
+    node = Node(load_config(config), name="fast", clock=fast, store=store)
+    try:
+        node._purge_archive()
+        left = {j.key.uid for j in store.archived_since(real_now - timedelta(days=30))}
+        assert left == {"fresh", "failed-parent"}  # "old" went; the fast clock deleted nothing more
+        assert store.get(JobKey("USER_JOB", "A.b", "child")).blocked
+    finally:
+        node.board.close(unlink=True)
+        store.close()

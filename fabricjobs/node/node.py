@@ -32,6 +32,7 @@ from ..config import Config, NodeId, load_node_id
 from ..errors import ConfigError
 from ..errors import FabricJobsError
 from ..jobs.board import Board
+from .. import dependencies
 from ..jobs.registry import JobCatalog
 from ..model import Status
 from ..schedule import resolve_zone
@@ -372,9 +373,15 @@ class Node:
     def _purge_archive(self) -> float:
         """Delete archived rows past K2JOB_ARCHIVING_TIME_HOUR; return seconds until the next try."""
         hours = self.settings.archive_hours
-        cutoff = self.clock.now() - timedelta(hours=hours)
         try:
-            for what, delete in (("archived job rows", self.store.delete_archived), ("run records", self.store.delete_runs)):
+            # By the store's clock, not this node's: a node whose clock ran a month fast deleted
+            # fresh rows. And never a parent that blocked children still wait on: a missing
+            # parent counts as done, so deleting a FAILED one would let its children run.
+            cutoff = self.store.store_time() - timedelta(hours=hours)
+            keep = frozenset(p for child in self.store.blocked_jobs(100_000) for p in dependencies.parents_of(child))
+            deletes = (("archived job rows", lambda before, limit: self.store.delete_archived(before, limit, keep=keep)),
+                       ("run records", self.store.delete_runs))
+            for what, delete in deletes:
                 total = 0
                 while True:
                     n = delete(cutoff, limit=5000)

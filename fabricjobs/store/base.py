@@ -272,8 +272,9 @@ class JobStore(ABC):
         """Delete up to ``limit`` run records that ended before ``before`` (Cassandra: TTL, 0)."""
 
     @abstractmethod
-    def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` archived rows whose ``end_time`` is before ``before``.
+    def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
+        """Delete up to ``limit`` archived rows whose ``end_time`` is before ``before``, except
+        the keys in ``keep`` (parents that blocked children wait on).
 
         Returns how many were deleted. (Cassandra expires them by TTL instead and returns 0.)
         """

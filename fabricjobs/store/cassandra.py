@@ -1049,8 +1049,8 @@ class CassandraStore(JobStore):
     def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
         return 0  # run records expire by TTL
 
-    def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
-        return 0  # archived rows expire by TTL
+    def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
+        return 0  # archived rows expire by TTL (``keep`` cannot hold one back: see README, Retention)
 
     # -- jobs: reads -----------------------------------------------------------------------------
 

@@ -633,14 +633,22 @@ class SqliteStore(JobStore):
             )
             return cur.rowcount
 
-    def delete_archived(self, before: datetime, limit: int = 10_000) -> int:
+    def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
         with self._write() as conn:
-            cur = conn.execute(
-                "DELETE FROM k2_jobs WHERE (type, name, uid) IN ("
-                " SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?)",
-                (_ts(before), limit),
-            )
-            return cur.rowcount
+            if not keep:
+                cur = conn.execute(
+                    "DELETE FROM k2_jobs WHERE (type, name, uid) IN ("
+                    " SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?)",
+                    (_ts(before), limit),
+                )
+                return cur.rowcount
+            rows = conn.execute(
+                "SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?",
+                (_ts(before), limit + len(keep)),
+            ).fetchall()
+            doomed = [r for r in rows if JobKey(*r) not in keep][:limit]
+            conn.executemany("DELETE FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?", doomed)
+            return len(doomed)
 
     # -- jobs: reads ---------------------------------------------------------------------------
 
