@@ -4,6 +4,7 @@ their owner only."""
 
 from __future__ import annotations
 
+import os
 import socket
 import stat
 import subprocess
@@ -151,3 +152,63 @@ def test_a_worker_fails_a_row_with_hostile_args_cleanly_without_retry(tmp_path, 
     outcome = run_job(spec, lambda: False, lambda pid: None, logging.getLogger("test"))
     assert outcome.kind == ERROR and outcome.mode is FailMode.NO_RETRY
     assert why in outcome.error and "Traceback" not in outcome.error
+
+
+# -- the doorbell (item 15): coalesced, and only this user's rings ------------------------------
+
+def _counting_listener(scope: str):
+    import uuid
+
+    from fabricjobs.wakeup import Doorbell
+
+    bell = Doorbell(f"{scope}-{uuid.uuid4().hex}")
+    rings = {"n": 0}
+    stop = bell.listen("n1", lambda: rings.__setitem__("n", rings["n"] + 1))
+    return bell, rings, stop
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the doorbell is Linux-only")
+def test_a_flood_of_rings_is_answered_at_most_fifty_times_a_second():
+    import time
+
+    from fabricjobs.wakeup import RING_INTERVAL
+    from harness import wait_for
+
+    bell, rings, stop = _counting_listener("flood")
+    try:
+        bell.ring(["n1"])
+        wait_for(lambda: rings["n"] == 1, 5, "a single ring to be answered")
+        began, sent = time.monotonic(), 0
+        while time.monotonic() - began < 0.5:
+            bell.ring(["n1"])
+            sent += 1
+        wait_for(lambda: rings["n"] > 1, 5, "the flood to be answered")
+        elapsed = time.monotonic() - began
+        assert sent > 1000 and rings["n"] <= 1 + elapsed / RING_INTERVAL + 2, (sent, rings["n"])
+    finally:
+        stop()
+        bell.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                    reason="needs root, to ring as another user")
+def test_rings_from_another_user_are_ignored():
+    from harness import wait_for
+
+    bell, rings, stop = _counting_listener("creds")
+    try:
+        child = os.fork()
+        if child == 0:  # another local user (nobody) rings a thousand times
+            try:
+                os.setuid(65534)
+                for _ in range(1000):
+                    bell.ring(["n1"])
+            finally:
+                os._exit(0)
+        os.waitpid(child, 0)
+        bell.ring(["n1"])  # then this user, once: the only ring answered
+        wait_for(lambda: rings["n"] >= 1, 5, "this user's ring to be answered")
+        assert rings["n"] == 1
+    finally:
+        stop()
+        bell.close()
