@@ -4,6 +4,7 @@ their owner only."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -212,3 +213,57 @@ def test_rings_from_another_user_are_ignored():
     finally:
         stop()
         bell.close()
+
+
+# -- what a run starts ends with it (item 6, SPEC 7.10) -----------------------------------------
+
+def _gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (killed, not yet reaped by its new parent)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture
+def cluster(tmp_path, request, node_backend):
+    from harness import Cluster
+
+    c = Cluster(tmp_path, backend=node_backend, request=request)
+    yield c
+    c.stop_all()
+
+
+@pytest.mark.slow
+def test_a_process_job_that_leaves_a_background_process_ends_at_once_and_takes_it_along(cluster, tmp_path):
+    from harness import wait_for
+
+    cluster.start_node("a")
+    pidfile = tmp_path / "bg.pid"
+    cluster.fetch(f"startjob process name='background.sh' uid='bg' args='{{\"0\": \"{pidfile}\"}}';")
+    job = cluster.wait_job("PROCESS", "background.sh", "bg", lambda j: j.archived, 20)
+    assert job.status is Status.PROCESSED and json.loads(job.output).strip() == "started"
+    assert (job.end_time - job.start_time).total_seconds() < 5  # it waited 10 s on the pipe
+    wait_for(lambda: _gone(int(pidfile.read_text())), 5, "the background sleep to be ended")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["returns", "killed", "stopped"])
+def test_a_user_jobs_child_process_ends_with_its_run(cluster, tmp_path, how):
+    from harness import wait_for
+
+    cluster.start_node("a")
+    pidfile = tmp_path / "child.pid"
+    wait = "false" if how == "returns" else "true"
+    cluster.fetch(f"startjob user_job name='Hazard.spawn' uid='s' args='{{\"pidfile\": \"{pidfile}\", \"wait\": {wait}}}';")
+    wait_for(pidfile.exists, 20, "the job to start its child")
+    child = int(pidfile.read_text())
+    if how == "killed":
+        row = cluster.wait_job("USER_JOB", "Hazard.spawn", "s", lambda j: j.status is Status.IN_PROCESS)
+        task = next(r["task"] for r in cluster.fetch("ps;") if r["description"].endswith("Hazard.spawn"))
+        cluster.fetch(f"kill '{row.worker_id}' {task};")
+    elif how == "stopped":
+        cluster.fetch("stopjob user_job name='Hazard.spawn' uid='s';")
+    cluster.wait_job("USER_JOB", "Hazard.spawn", "s", lambda j: j.archived or j.status is Status.WAITING, 20)
+    wait_for(lambda: _gone(child), 10, f"the job's child {child} to be ended ({how})")

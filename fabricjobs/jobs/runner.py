@@ -314,6 +314,9 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
             if is_aborted() and not signalled:
                 signalled = True
                 _signal_group(proc.pid, signal.SIGTERM)
+    # The job's process has ended: so does everything it left in its group (SPEC 7.10; a
+    # 'sleep 40 &' held the output pipes open, and the capture waited on it, then ran on).
+    _signal_group(proc.pid, signal.SIGKILL)
     stdout, stderr = out.text(), err.text()
     for name, text in (("stdout", stdout), ("stderr", stderr)):
         for line in text.splitlines():

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
+from ..jobs.reaper import kill_descendants
 from ..jobs.board import Board
 from ..jobs.runner import RunSpec
 
@@ -132,9 +133,16 @@ class WorkerPool:
                 pass
 
     def kill(self, worker: Worker) -> None:
-        """End the run now: SIGKILL the worker and a PROCESS job's whole process group."""
+        """End the run now: SIGKILL the worker, a PROCESS job's whole process group, and any
+        process the run started (stopped first, so it cannot outlive the worker as an orphan
+        that a retry would run beside)."""
         self.kill_children(worker)
         if worker.process.pid and worker.process.exitcode is None:
+            try:
+                os.kill(worker.process.pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+            kill_descendants(worker.process.pid)
             try:
                 os.kill(worker.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -24,3 +24,17 @@ def hog(log: str, n: int = 30):
 def surrogate():
     """Fails with an exception whose text is not valid UTF-8 (a lone surrogate)."""
     raise ValueError("bad byte \udcff from a decoded file name")
+
+
+def spawn(pidfile: str, wait: bool = False):
+    """Starts a child process (the seed's jobs shell out) and returns at once, or waits."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "45"])
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.rename(pidfile + ".tmp", pidfile)
+    job = current_job()
+    while wait and not job.is_aborted():
+        time.sleep(0.05)
+    return {"child": child.pid}
