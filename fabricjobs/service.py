@@ -25,7 +25,8 @@ from . import __version__
 from .affinity import parse_affinity
 from .clock import Clock
 from .cluster import NodeView, candidates, read_cluster
-from .commands import ast, plain
+from . import names
+from .commands import ast
 from .config import Config
 from .errors import (
     CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, StoreError, TaskNotFound,
@@ -135,7 +136,7 @@ class CommandService:
         }
 
     def execute(self, command: ast.Command, session: Session) -> Result:
-        plain.check_command(command)  # parsed commands passed this already; built ones may not have
+        names.check_command(command)  # parsed commands passed this already; built ones may not have
         return self._handlers[type(command)](command, session)
 
     def run_script(self, commands: Sequence[ast.Command], session: Session) -> list[Result]:

@@ -267,3 +267,56 @@ def test_a_user_jobs_child_process_ends_with_its_run(cluster, tmp_path, how):
         cluster.fetch("stopjob user_job name='Hazard.spawn' uid='s';")
     cluster.wait_job("USER_JOB", "Hazard.spawn", "s", lambda j: j.archived or j.status is Status.WAITING, 20)
     wait_for(lambda: _gone(child), 10, f"the job's child {child} to be ended ({how})")
+
+
+# -- listener file handling (item 14) -----------------------------------------------------------
+
+@pytest.mark.parametrize("extra, why", [
+    ({"poll_sec": 0}, "poll_sec must be a number of seconds from 0.05 to 3600, not 0"),
+    ({"poll_sec": "soon"}, "poll_sec must be a number of seconds from 0.05 to 3600, not \"soon\""),
+    ({"settle_sec": -1}, "settle_sec must be a number of seconds from 0 to 3600, not -1"),
+    ({"settle_sec": True}, "settle_sec must be a number of seconds"),
+])
+def test_startjob_refuses_listener_times_that_would_spin_or_crash_it(store_config, tmp_path, extra, why):
+    (tmp_path / "root" / "inbox").mkdir(parents=True)
+    from harness import ROOT
+
+    add_sections(store_config, {"jobs": {"LISTENER_ROOT": tmp_path / "root", "USER_JOBS_DIR": ROOT / "tests" / "jobs"}})
+    cfg = load_config(store_config)
+    args = json.dumps({"path": "inbox", **extra})
+    with Client(open_store(cfg), cfg, owns_store=True) as c:
+        with pytest.raises(ValidationError, match=why.replace("(", r"\(")):
+            c.fetch(f"startjob interface_listener name='Probe.handle_file' uid='l' args='{args}';")
+        assert c.store.live_jobs() == []
+
+
+@pytest.mark.slow
+def test_a_listener_skips_symlinks_and_names_no_job_could_carry_and_lives_on(tmp_path, request, node_backend):
+    from harness import Cluster, read_records, wait_for
+
+    root = tmp_path / "root"
+    inbox = root / "inbox"
+    inbox.mkdir(parents=True)
+    secret = tmp_path / "secret.csv"
+    secret.write_text("not for the listener")
+    log = tmp_path / "handled.jsonl"
+    cluster = Cluster(tmp_path, backend=node_backend, request=request, settings={"jobs": {"LISTENER_ROOT": str(root)}})
+    try:
+        node = cluster.start_node("a")
+        args = json.dumps({"path": "inbox", "pattern": "*.csv", "settle_sec": 0.1, "poll_sec": 0.2, "log": str(log)})
+        cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' args='{args}';")
+        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        (inbox / "link.csv").symlink_to(secret)
+        fd = os.open(os.fsencode(inbox) + b"/bad\xff.csv", os.O_WRONLY | os.O_CREAT, 0o600)  # not UTF-8
+        os.close(fd)
+        (inbox / "forged\rINFO fake line.csv").write_text("x")
+        (inbox / "good.csv").write_text("y")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"good.csv"}, 15, "good.csv handled")
+        wait_for(lambda: node.log().count("skips the file") >= 2, 10, "the unfit names to be logged")
+        assert "'bad\\udcff.csv'" in node.log() and "'forged\\rINFO fake line.csv'" in node.log()
+        assert "link.csv" not in {r["file"] for r in read_records(log)}
+        assert cluster.job("INTERFACE_LISTENER", "Probe.handle_file", "inbox").status is Status.IN_PROCESS
+        (inbox / "later.csv").write_text("z")  # and it goes on
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"good.csv", "later.csv"}, 15, "later.csv handled")
+    finally:
+        cluster.stop_all()

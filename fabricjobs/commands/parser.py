@@ -25,7 +25,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, Un
 
 from ..errors import CommandSyntaxError, ScheduleError, ValidationError
 from ..model import JobType
-from . import plain
+from ..names import complaint
 from ..schedule import parse_schedule, resolve_zone
 from .ast import (
     Command,
@@ -73,7 +73,7 @@ _JOB_COMMANDS: dict[str, type] = {
 #: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
 _REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
 _NON_EMPTY = frozenset({"NAME", "UID"})
-#: Names that end up in log lines, tables and file names: checked by plain.py.
+#: Names that end up in log lines, tables and file names: checked by names.py.
 _PLAIN = frozenset({"NAME", "UID", "AFFINITY"})
 
 _MAX_TASK = 2**63 - 1
@@ -555,11 +555,11 @@ class _ToCommand(Transformer):
 
     def _plain(self, tok: Token, what: str, empty_ok: bool = False) -> str:
         """A name, UID or affinity: shown in log lines, tables and file names, so not empty and
-        free of what plain.py refuses."""
+        free of what names.py refuses."""
         value = _string_value(tok)
         if value == "" and not empty_ok:
             raise _invalid(self._text, tok, f"{what} must not be empty")
-        why = plain.complaint(what, value)
+        why = complaint(what, value)
         if why is not None:
             raise _invalid(self._text, tok, why)
         return value

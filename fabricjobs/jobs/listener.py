@@ -28,10 +28,12 @@ import fnmatch
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from typing import Callable
 
+from .. import names
 from ..model import Event, Job, JobKey, JobType, Status, advance
 from ..store.base import JobStore
 from .registry import JobCatalog
@@ -60,6 +62,7 @@ def listen(
     stop_watch = _watch(directory, wake)
     handled = 0
     seen: dict[str, tuple[int, float, float]] = {}  # name -> (size, mtime, first seen unchanged)
+    refused: set[str] = set()  # names no job could carry, already logged
     marked = store.marked_files(listener.key)
     baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
     try:
@@ -67,12 +70,18 @@ def listen(
             for name in sorted(os.listdir(directory)):
                 if name in marked or not fnmatch.fnmatch(name, pattern):
                     continue
+                why = _unfit(name)
+                if why is not None:
+                    if name not in refused:  # once per name: it stays where it is
+                        refused.add(name)
+                        log.warning("listener %s skips the file %s: %s", listener.key, ascii(name), why)
+                    continue
                 path = directory / name
                 try:
-                    st = path.stat()
+                    st = os.lstat(path)  # a symlink is not followed (inbox/x.csv -> /etc/shadow)
                 except OSError:
                     continue
-                if not path.is_file():
+                if not stat.S_ISREG(st.st_mode):
                     continue
                 if baseline not in marked and st.st_mtime < started_at:
                     store.mark_file(listener.key, name, "present when the listener started")
@@ -104,6 +113,18 @@ def listen(
 
 
 _OWN_ARGS = ("path", "pattern", "settle_sec", "poll_sec", "session_scope")
+
+
+def _unfit(name: str) -> str | None:
+    """Why a file name cannot become part of a job's UID, or None: not UTF-8 (os.listdir gave
+    it lone surrogates, which no store can hold), or characters that would forge a log line or
+    show one name as another."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8"
+    why = names.complaint("its name", name)
+    return None if why is None else why.replace("its name must not contain", "its name holds")
 
 
 def _start_child(store: JobStore, listener: Job, name: str, path: str, now) -> None:

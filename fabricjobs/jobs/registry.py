@@ -106,8 +106,8 @@ class JobCatalog:
             self.process_path(name)
 
     def check_listener(self, args_text: str | None) -> tuple[Path, str]:
-        """An INTERFACE_LISTENER's ARGS: {"path": "<dir under LISTENER_ROOT>", "pattern": "*.csv"}."""
-
+        """An INTERFACE_LISTENER's ARGS: {"path": "<dir under LISTENER_ROOT>", "pattern": "*.csv",
+        "settle_sec": 0.5, "poll_sec": 1}; the two times are checked against LISTENER_TIMES."""
         try:
             args = json.loads(args_text or "{}")
         except ValueError:
@@ -117,6 +117,13 @@ class JobCatalog:
         pattern = args.get("pattern", "*")
         if not isinstance(pattern, str) or "/" in pattern:
             raise JobResolutionError("INTERFACE_LISTENER pattern must be a file name pattern such as *.csv")
+        for key, (low, high) in LISTENER_TIMES.items():
+            value = args.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise JobResolutionError(f"INTERFACE_LISTENER {key} must be a number of seconds from {low:g} "
+                                         f"to {high:g}, not {json.dumps(value)[:40]}")
         return self.listener_dir(args["path"]), pattern
 
     def check_process_arguments(self, args_text: str | None) -> None:
@@ -247,6 +254,9 @@ class JobCatalog:
             _loaded[(self.user_jobs_dir, self.user_job_modules, name)] = fn
         return fn
 
+
+#: A listener's times in seconds, (lowest, highest): a poll_sec of 0 spun a core.
+LISTENER_TIMES = {"settle_sec": (0.0, 3600.0), "poll_sec": (0.05, 3600.0)}
 
 #: Longest argument Linux takes (MAX_ARG_STRLEN, 32 pages): a longer one fails exec with E2BIG.
 ARG_MAX_BYTES = 131072

@@ -1,4 +1,4 @@
-"""What a name, UID or affinity may hold. They end up in log lines, tables and file names, so:
+"""What a name, UID or affinity may hold (and a file name a listener turns into a UID). They end up in log lines, tables and file names, so:
 no control characters or line breaks (a carriage return would forge a log line), no characters
 that change the direction of the text around them or take no room (a name shown as another),
 and no lone surrogates (no encoding can store them). One rule for the parser, which points at
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ValidationError
+from .errors import ValidationError
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e"
                     "\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
