@@ -320,3 +320,59 @@ def test_a_listener_skips_symlinks_and_names_no_job_could_carry_and_lives_on(tmp
         wait_for(lambda: {r["file"] for r in read_records(log)} == {"good.csv", "later.csv"}, 15, "later.csv handled")
     finally:
         cluster.stop_all()
+
+
+# -- deployment (item 11, SPEC 7.9): a run uses the code on disk when it starts -----------------
+
+DEPLOY_V1 = '''\
+import json
+import time
+
+from fabricjobs.jobs.context import current_job
+
+
+def version(log: str = "", wait: bool = False):
+    job = current_job()
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({"uid": job.key.uid, "v": 1}) + "\\n")
+    while wait and not job.is_aborted():
+        time.sleep(0.05)
+    return {"v": 1}
+'''
+DEPLOY_V2 = DEPLOY_V1.replace('"v": 1', '"v": 2, "deployed": "again"') + '''
+
+def added():
+    return {"added": True}
+'''
+
+
+@pytest.mark.slow
+def test_new_job_code_is_picked_up_by_warm_workers_and_restartjob_moves_running_jobs_onto_it(tmp_path, request,
+                                                                                            node_backend):
+    from harness import Cluster, read_records, wait_for
+
+    jobs = tmp_path / "deploy"
+    jobs.mkdir()
+    (jobs / "Deploy.py").write_text(DEPLOY_V1)
+    log = tmp_path / "versions.jsonl"
+    cluster = Cluster(tmp_path, backend=node_backend, request=request, settings={"jobs": {"USER_JOBS_DIR": str(jobs)}})
+    try:
+        cluster.start_node("a")
+        cluster.fetch(f"startjob user_job name='Deploy.version' uid='one' args='{{\"log\": \"{log}\"}}';")
+        first = cluster.wait_job("USER_JOB", "Deploy.version", "one", lambda j: j.archived, 20)
+        assert json.loads(first.output) == {"v": 1}
+        cluster.fetch(f"startjob user_job name='Deploy.version' uid='long' args='{{\"log\": \"{log}\", \"wait\": true}}';")
+        wait_for(lambda: any(r["uid"] == "long" for r in read_records(log)), 20, "the long run to start on v1")
+        (jobs / "Deploy.py").write_text(DEPLOY_V2)  # the deployment
+        cluster.fetch("startjob user_job name='Deploy.version' uid='two';")
+        second = cluster.wait_job("USER_JOB", "Deploy.version", "two", lambda j: j.archived, 20)
+        assert json.loads(second.output) == {"v": 2, "deployed": "again"}  # same warm worker, new code
+        cluster.fetch("startjob user_job name='Deploy.added' uid='three';")  # a function added by it
+        added = cluster.wait_job("USER_JOB", "Deploy.added", "three", lambda j: j.archived, 20)
+        assert added.status is Status.PROCESSED and json.loads(added.output) == {"added": True}
+        cluster.fetch("restartjob user_job name='Deploy.version';")  # the running ones onto the new code
+        wait_for(lambda: [r["v"] for r in read_records(log) if r["uid"] == "long"] == [1, 2], 20,
+                 "the long job to run again on v2")
+    finally:
+        cluster.stop_all()

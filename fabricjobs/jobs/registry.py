@@ -40,7 +40,7 @@ from ..model import JobType
 ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _load_lock = threading.Lock()
-_loaded: dict[tuple, Callable] = {}  # (jobs dir, module allowlist, name) -> function, per process
+_loaded: dict[tuple, tuple] = {}  # (jobs dir, allowlist, name) -> (function, source file, its version)
 _CHECK_TRUST_SEC = 1.0
 _checked: dict[tuple, float] = {}  # (catalog, type, name) -> trusted until (monotonic)
 
@@ -223,11 +223,17 @@ class JobCatalog:
     # -- loading (worker side) -----------------------------------------------------------------
 
     def load_user_job(self, name: str) -> Callable:
-        """The job's function, resolved once per worker process (its module is imported once
-        anyway: a changed file takes effect in new workers, as before)."""
-        cached = _loaded.get((self.user_jobs_dir, self.user_job_modules, name))
+        """The job's function, resolved once per worker process and version of its module's
+        file (SPEC 7.9): a run uses the code on disk when it starts. A module whose file
+        changed since it was imported is imported afresh (modules it imports in turn are not:
+        a worker that is recycled, or a node restarted, picks those up)."""
+        cache_key = (self.user_jobs_dir, self.user_job_modules, name)
+        cached = _loaded.get(cache_key)
         if cached is not None:
-            return cached
+            fn, source, version = cached
+            if source is None or _version(source) == version:
+                return fn
+            _forget_module(fn.__module__)
         origin, target = self._user_job_origin(name, verify=False)
         with _load_lock:
             if origin == "entry_point":
@@ -250,8 +256,9 @@ class JobCatalog:
                 fn = _own_function(name, loaded, func)
         if not callable(fn):
             raise JobResolutionError(f"USER_JOB {name!r} is not a function")
+        source = getattr(sys.modules.get(fn.__module__), "__file__", None) if origin != "entry_point" else None
         if len(_loaded) < 10_000:
-            _loaded[(self.user_jobs_dir, self.user_job_modules, name)] = fn
+            _loaded[cache_key] = (fn, source, _version(source) if source else None)
         return fn
 
 
@@ -280,6 +287,23 @@ def process_argv(path: str, arguments: dict) -> list[str]:
                                      f"an argument must be under {ARG_MAX_BYTES:,} (pass big data in a file)")
         numbered.append((int(k), text))
     return [path] + [text for _, text in sorted(numbered)]
+
+
+def _version(path: str) -> tuple[int, int] | None:
+    """A source file's version, as the import system would see it changed: (mtime_ns, size)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _forget_module(module: str) -> None:
+    """Drop an imported job module, so that the next load imports its file afresh."""
+    sys.modules.pop(module, None)
+    importlib.invalidate_caches()
+    for key in [k for k, (fn, _s, _v) in _loaded.items() if fn.__module__ == module]:
+        del _loaded[key]
 
 
 def _refuse_private(name: str, func: str) -> None:
