@@ -139,6 +139,7 @@ class Executor:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.shutting_down = False
+        self._uncommitted: list | None = None  # outcomes written in an open transaction (holding_starts)
         self.metrics = None  # set by the node
         self.store_config: dict | None = None  # set by the node (for jobs that use the store)
 
@@ -228,14 +229,22 @@ class Executor:
         are still WAITING); a store that commits each write by itself keeps them, so they run,
         as do those of a block that is not one transaction (``in_transaction=False``: a full
         pass, held so that the runs it claims leave together, short ones in trains).
-        (Outcomes written in a transaction whose COMMIT itself fails are lost with it: their
-        rows stay IN_PROCESS here with no run, and the next full pass takes them over, as
-        after a restart: at least once.)"""
+        Outcomes written in such a transaction count as written only once it committed: if the
+        COMMIT fails (a full disk), they go back to the queue and are written again, instead
+        of their runs being forgotten with their rows still IN_PROCESS (a takeover then ran the
+        job a second time)."""
         self._held, self._holder, self._held_in_transaction = [], threading.get_ident(), in_transaction
+        self._uncommitted = [] if in_transaction and self.store.groups_writes else None
         try:
             yield
         except BaseException:
             held, self._held, self._holder = self._held, None, None
+            uncommitted, self._uncommitted = self._uncommitted or [], None
+            if uncommitted:
+                log.warning("the write of %d outcome(s) was rolled back; writing them again", len(uncommitted))
+                with self._lock:
+                    self._pending.extend((run, outcome) for run, outcome, _row, _result in uncommitted)
+                self.retry_at = self.clock.monotonic() + 0.2
             rolled_back = in_transaction and self.store.groups_writes
             if rolled_back:
                 for run in held:
@@ -248,6 +257,9 @@ class Executor:
                 self._launch(*held)  # together: passengers ride with their slot holders
             raise
         held, self._held, self._holder = self._held, None, None
+        uncommitted, self._uncommitted = self._uncommitted or [], None
+        for run, outcome, row, result in uncommitted:
+            self._applied(run, outcome, row, result)
         self._launch(*held)
 
     def launch_held(self) -> None:
@@ -650,9 +662,10 @@ class Executor:
                 if res is None:
                     retry.append((run, outcome))
                 elif res.applied:
-                    self._applied(run, outcome, res.row)
-                    if self.metrics is not None:  # only once the run left the running gauge (_applied)
-                        self.metrics.execution(run.row.type, record.result)
+                    if self._uncommitted is not None:  # in a transaction: applied once it commits
+                        self._uncommitted.append((run, outcome, res.row, record.result))
+                    else:
+                        self._applied(run, outcome, res.row, record.result)
                 else:
                     try:
                         todo.append((run, outcome, self.store.get(run.key)))
@@ -683,12 +696,14 @@ class Executor:
             new = new.replace(error_msg=error)
         return advance(row, event, new)
 
-    def _applied(self, run: Run, outcome: Outcome, row: Job) -> None:
+    def _applied(self, run: Run, outcome: Outcome, row: Job, result: str) -> None:
         if outcome.kind != "ok" and row.status in (Status.WAITING, Status.FAILED):
             log.info("job %s failed (%s): %s", run.key, outcome.kind, outcome.error)
         if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
             log.info("job %s status was updated to %s.", run.key, row.status.value, extra=job_extra(run.key, run.facts.epoch))
         self._done(run)
+        if self.metrics is not None:  # only once the run left the running gauge (_done)
+            self.metrics.execution(run.row.type, result)
         if row.status is Status.SCHEDULED:
             self.on_scheduled(row)
         elif row.archived:
