@@ -7,7 +7,7 @@ import random
 from datetime import datetime, timezone
 
 from fabricjobs.model import Job, JobKey, Status
-from fabricjobs.node.lanes import OVERDUE, ROUNDS, Lanes, lane_of
+from fabricjobs.node.lanes import MAX_WAIT, OVERDUE, ROUNDS, Lanes, lane_of
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ALIVE = ["a", "b"]
@@ -35,6 +35,14 @@ def test_every_row_falls_in_exactly_one_live_nodes_lane_the_same_on_every_node()
     assert own_a.isdisjoint(own_b) and len(own_a | own_b) == 200
     assert 60 <= len(own_a) <= 140  # a hash, not a split by position
     assert Lanes("a", 0.2).is_own(rows[0], ALIVE) == a.is_own(rows[0], ALIVE)  # stable
+
+
+def test_owned_rows_are_left_to_owner_precedence_not_held_back_by_lanes():
+    a = Lanes("a", 0.2)
+    theirs = rows_in(1, 2)
+    owned = [r.replace(worker_id="b") for r in theirs]
+    order, preferred = a.claimable(owned, 10, ALIVE, now=0.0)
+    assert order == owned and a.next_wake is None  # past owner precedence: claimable at once
 
 
 def test_a_rows_live_owner_decides_its_lane_whatever_its_hash():
@@ -97,10 +105,14 @@ def test_a_row_gone_from_the_window_is_forgotten_and_waits_afresh():
 
 def test_the_wait_grows_with_slow_claim_rounds_and_shrinks_back_slowly():
     a = Lanes("a", 0.2)
-    a.claimed(0.5)
-    assert a.wait == ROUNDS * 0.5
+    a.claimed(0.3)
+    assert a.wait == ROUNDS * 0.3
+    a.claimed(5.0)  # a store fault: rounds of seconds must not hold other lanes' rows that long
+    assert a.wait == MAX_WAIT
+    a = Lanes("a", 0.2)
+    a.claimed(0.3)
     a.claimed(0.01)
-    assert 0.2 < a.wait < ROUNDS * 0.5
+    assert 0.2 < a.wait < ROUNDS * 0.3  # down slowly
     for _ in range(100):
         a.claimed(0.01)
     assert a.wait == 0.2

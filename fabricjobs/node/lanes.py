@@ -2,8 +2,9 @@
 doorbell, or polling a busy queue) claim different ones instead of racing for each.
 
 There is one lane per live node (the live nodes sorted by name, as this node's liveness sees
-them). A row whose owner (worker_id: a recurring job's, or a failed job's) is a live node is in
-that node's lane; every other row falls in one lane by a hash of its key. A node claims the rows
+them). A row with no owner falls in one lane by a hash of its key. A row with an owner
+(worker_id: a recurring job's fire, a retry) is left to lanes' rules only for passengers: who
+may claim it, and when, is owner precedence's business (reconcile.py), as without lanes. A node claims the rows
 of its own lane at once. A row of another lane it leaves to that lane's node for a while after
 it first saw the row claimable (``patience``, or a few claim rounds on a slow store); then it
 takes such rows youngest first, as a work-stealing thief takes from the far end of a deque,
@@ -29,6 +30,7 @@ from ..model import Job, JobKey
 
 OVERDUE = 5  # x the wait: a row its lane's node has not taken for this long is taken in order
 ROUNDS = 3  # claim rounds a row is left to its lane's node at least
+MAX_WAIT = 1.0  # seconds: ... and at most (unless LANE_PATIENCE_MS says more)
 
 
 def lane_of(key: JobKey, lanes: int) -> int:
@@ -60,8 +62,9 @@ class Lanes:
 
     @property
     def wait(self) -> float:
-        """How long a row is left to its lane's node: ``patience``, or ROUNDS claim rounds."""
-        return max(self.patience, ROUNDS * self._round)
+        """How long a row is left to its lane's node: ``patience``, or ROUNDS claim rounds, but
+        never more than MAX_WAIT (rounds slowed by a store fault must not hold rows up)."""
+        return max(self.patience, min(ROUNDS * self._round, MAX_WAIT))
 
     def count(self, alive: Sequence[str]) -> int:
         return len(self._names(alive))
@@ -100,6 +103,9 @@ class Lanes:
         for _, group in itertools.groupby(rows, key=lambda row: row.priority):
             first, tails, heads = [], [], []
             for row in group:
+                if row.worker_id is not None:  # owned: owner precedence (reconcile.py) decides
+                    first.append(row)
+                    continue
                 lane = _lane(row, names)
                 if lane == mine:
                     first.append(row)
