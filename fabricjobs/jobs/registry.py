@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -367,17 +368,24 @@ def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
 
 def _import_from_dir(root: Path, module: str):
     """Import ``module`` from the jobs directory under a private name prefix, so a job module
-    called ``json`` or ``os`` can never shadow the standard library."""
-    qualified = f"fabricjobs_userjobs.{module}"
+    called ``json`` or ``os`` can never shadow the standard library. One prefix per directory:
+    a process that loads jobs from two directories (a test run, a client) gets each module
+    from its own."""
+    base = "fabricjobs_userjobs" + ("" if _first_root.setdefault("root", str(root)) == str(root)
+                                    else "_" + hashlib.sha1(str(root).encode()).hexdigest()[:12])
+    qualified = f"{base}.{module}"
     if qualified in sys.modules:
         return sys.modules[qualified]
-    pkg = sys.modules.get("fabricjobs_userjobs")
+    pkg = sys.modules.get(base)
     if pkg is None:
-        spec = importlib.util.spec_from_loader("fabricjobs_userjobs", loader=None, is_package=True)
+        spec = importlib.util.spec_from_loader(base, loader=None, is_package=True)
         pkg = importlib.util.module_from_spec(spec)
         pkg.__path__ = [str(root)]
-        sys.modules["fabricjobs_userjobs"] = pkg
+        sys.modules[base] = pkg
     return importlib.import_module(qualified)
+
+
+_first_root: dict[str, str] = {}  # the jobs directory a process loads first keeps the plain prefix
 
 
 @functools.lru_cache(maxsize=1)
