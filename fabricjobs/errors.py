@@ -73,10 +73,13 @@ _WIDTH = 160
 _SHOWN = {i: chr(0x2400 + i) for i in range(0x20)}  # control characters as their pictures: one column each
 _SHOWN.update({i: "\ufffd" for i in range(0x80, 0xA0)})  # C1 controls (0x9B starts a terminal escape in some)
 _SHOWN.update({0x09: " ", 0x7F: "\u2421", 0x2028: "\ufffd", 0x2029: "\ufffd"})
-# Direction overrides, zero-width characters and lone surrogates: each one replacement
-# character, so a quote can neither reorder the text around it nor fail to encode.
-_SHOWN.update({c: "\ufffd" for c in (0x061C, *range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2060, 0x2065),
-                                      *range(0x2066, 0x206A), 0xFEFF, *range(0xD800, 0xE000))})
+#: Characters that change the direction of the text around them or take no room, and lone
+#: surrogates, as (first, last) code points: names may not hold them (names.py), and a quote
+#: shows each as one replacement character, so it can neither reorder the text around it nor
+#: fail to encode.
+INVISIBLE = ((0x061C, 0x061C), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x2064), (0x2066, 0x2069),
+             (0xFEFF, 0xFEFF), (0xD800, 0xDFFF))
+_SHOWN.update({c: "\ufffd" for first, last in INVISIBLE for c in range(first, last + 1)})
 
 
 def _visible(text: str) -> str:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
-from .errors import ValidationError
+from .errors import INVISIBLE, ValidationError
 
-UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200b-\u200f\u202a-\u202e"
-                    "\u2060-\u2064\u2066-\u2069\ufeff\ud800-\udfff]")
+UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029"
+                    + "".join(f"{chr(first)}-{chr(last)}" for first, last in INVISIBLE) + "]")
 FIELDS = (("name", "NAME"), ("uid", "UID"), ("affinity", "AFFINITY"))
 
 
