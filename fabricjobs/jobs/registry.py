@@ -129,7 +129,6 @@ class JobCatalog:
 
     def check_process_arguments(self, args_text: str | None) -> None:
         """A PROCESS job's ARGS, checked at STARTJOB as the worker will use them."""
-
         try:
             args = json.loads(args_text or "{}")
         except (ValueError, RecursionError):
@@ -283,8 +282,9 @@ def process_argv(path: str, arguments: dict) -> list[str]:
         text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
         if "\x00" in text:
             raise JobResolutionError(f"PROCESS argument {k} holds a NUL byte, which no program can receive")
-        if len(text.encode("utf-8", "surrogatepass")) >= ARG_MAX_BYTES:
-            raise JobResolutionError(f"PROCESS argument {k} is {len(text.encode('utf-8', 'surrogatepass')):,} bytes; "
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size >= ARG_MAX_BYTES:
+            raise JobResolutionError(f"PROCESS argument {k} is {size:,} bytes; "
                                      f"an argument must be under {ARG_MAX_BYTES:,} (pass big data in a file)")
         numbered.append((int(k), text))
     return [path] + [text for _, text in sorted(numbered)]
@@ -318,8 +318,7 @@ def _own_function(name: str, module, func: str) -> Callable:
     the node's own configuration, whatever the shell that sent the STARTJOB checked. A name the
     module imported (``from subprocess import run``, ``system = os.system``), a class, or any
     other callable attribute is refused."""
-    _refuse_private(name, func)
-    fn = getattr(module, func, None)
+    fn = getattr(module, func, None)  # (a private name was refused when the name was resolved)
     if fn is None:
         raise JobResolutionError(f"unknown USER_JOB {name!r}: module {module.__name__!r} has no function {func!r}")
     if not inspect.isfunction(fn) or fn.__module__ != module.__name__:

@@ -771,11 +771,11 @@ class CassandraStore(JobStore):
         i, seen = 0, set()
         while i < len(jobs):
             end = i + 1
-            if found[i] is None and jobs[i].key not in seen:
-                while end < len(jobs) and found[end] is None and jobs[end].key not in seen | {jobs[i].key}:
-                    seen.add(jobs[end].key)
-                    end += 1
+            alone = found[i] is not None or jobs[i].key in seen
             seen.add(jobs[i].key)
+            while not alone and end < len(jobs) and found[end] is None and jobs[end].key not in seen:
+                seen.add(jobs[end].key)
+                end += 1
             group = jobs[i:end]
             # Each its own intent, then its LWT; not all intents first: an intent is an entry
             # that nodes read and try to claim, in vain until its row is written.
