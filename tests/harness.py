@@ -301,3 +301,13 @@ def scrape_metrics(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+def start_inbox_listener(cluster, log: Path) -> None:
+    """STARTJOB of a Probe.handle_file listener on LISTENER_ROOT/inbox (*.csv, quick to settle
+    and to poll, each handled file recorded in ``log``); returns once it runs."""
+    from fabricjobs.model import Status
+
+    args = json.dumps({"path": "inbox", "pattern": "*.csv", "settle_sec": 0.1, "poll_sec": 0.2, "log": str(log)})
+    cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' args='{args}';")
+    cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)

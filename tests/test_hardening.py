@@ -292,7 +292,7 @@ def test_startjob_refuses_listener_times_that_would_spin_or_crash_it(store_confi
 
 @pytest.mark.slow
 def test_a_listener_skips_symlinks_and_names_no_job_could_carry_and_lives_on(tmp_path, request, node_backend):
-    from harness import Cluster, read_records, wait_for
+    from harness import Cluster, read_records, start_inbox_listener, wait_for
 
     root = tmp_path / "root"
     inbox = root / "inbox"
@@ -303,9 +303,7 @@ def test_a_listener_skips_symlinks_and_names_no_job_could_carry_and_lives_on(tmp
     cluster = Cluster(tmp_path, backend=node_backend, request=request, settings={"jobs": {"LISTENER_ROOT": str(root)}})
     try:
         node = cluster.start_node("a")
-        args = json.dumps({"path": "inbox", "pattern": "*.csv", "settle_sec": 0.1, "poll_sec": 0.2, "log": str(log)})
-        cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' args='{args}';")
-        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        start_inbox_listener(cluster, log)
         (inbox / "link.csv").symlink_to(secret)
         fd = os.open(os.fsencode(inbox) + b"/bad\xff.csv", os.O_WRONLY | os.O_CREAT, 0o600)  # not UTF-8
         os.close(fd)

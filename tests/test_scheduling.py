@@ -17,7 +17,7 @@ from fabricjobs.errors import ValidationError
 from fabricjobs.jobs.runner import OK, Outcome
 from fabricjobs.model import Event, Job, JobKey, Status, advance
 from fabricjobs.node.decisions import RunFacts, after_run, claim, fire, late_fire
-from harness import Cluster, read_records, wait_for
+from harness import Cluster, read_records, start_inbox_listener, wait_for
 
 UTC = timezone.utc
 NEW_YORK = ZoneInfo("America/New_York")
@@ -282,9 +282,7 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
                       settings={"jobs": {"LISTENER_ROOT": str(tmp_path / "root")}})
     try:
         a = cluster.start_node("a")
-        cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' "
-                      f"args='{json.dumps({'path': 'inbox', 'pattern': '*.csv', 'settle_sec': 0.1, 'poll_sec': 0.2, 'log': str(log)})}';")
-        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        start_inbox_listener(cluster, log)
         time.sleep(0.5)
         for i in range(25):
             (inbox / f"f{i:02d}.csv").write_text(f"row {i}")
@@ -336,9 +334,7 @@ def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request,
                       settings={"jobs": {"LISTENER_ROOT": str(tmp_path / "root")}})
     try:
         a = cluster.start_node("a")
-        cluster.fetch(f"startjob interface_listener name='Probe.handle_file' uid='inbox' "
-                      f"args='{json.dumps({'path': 'inbox', 'pattern': '*.csv', 'settle_sec': 0.1, 'poll_sec': 0.2, 'log': str(log)})}';")
-        cluster.wait_job("INTERFACE_LISTENER", "Probe.handle_file", "inbox", lambda j: j.status is Status.IN_PROCESS)
+        start_inbox_listener(cluster, log)
         (inbox / "before.csv").write_text("1")
         wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv"}, 15, "before.csv handled")
         a.signal(signal.SIGTERM)
