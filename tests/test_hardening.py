@@ -89,7 +89,7 @@ def test_a_node_restarts_when_its_recorded_pid_now_belongs_to_another_process(tm
 
     (tmp_path / "c").mkdir()
     cluster = Cluster(tmp_path / "c")
-    other = subprocess.Popen(["sleep", "60"])
+    other = None
     store = open_store(load_config(cluster.config_path))
     try:
         node = cluster.start_node("a")
@@ -98,13 +98,17 @@ def test_a_node_restarts_when_its_recorded_pid_now_belongs_to_another_process(tm
         assert twin.returncode == 2 and f"node 'a' is already running (pid {node.pid}" in twin.stderr
         node.signal_group(signal.SIGKILL)
         wait_for(lambda: not node.alive(), 10, "the node to die")
+        # Started after the node (a pid is reused later): start times have a 10 ms tick, and a
+        # process started in the node's own tick would pass for it.
+        other = subprocess.Popen(["sleep", "60"])
         row = next(r for r in store.nodes() if r.name == "a")
         store.write_node(dataclasses.replace(row, pid=other.pid))  # the pid now names a sleep
         again = cluster.start_node("a")  # waits until it has started
         assert again.alive() and "already running" not in again.log()
     finally:
-        other.kill()
-        other.wait()
+        if other is not None:
+            other.kill()
+            other.wait()
         store.close()
         cluster.stop_all()
 
@@ -261,7 +265,8 @@ def test_a_user_jobs_child_process_ends_with_its_run(cluster, tmp_path, how):
     child = int(pidfile.read_text())
     if how == "killed":
         row = cluster.wait_job("USER_JOB", "Hazard.spawn", "s", lambda j: j.status is Status.IN_PROCESS)
-        task = next(r["task"] for r in cluster.fetch("ps;") if r["description"].endswith("Hazard.spawn"))
+        task = wait_for(lambda: next((r["task"] for r in cluster.fetch("ps;") if r["description"].endswith("Hazard.spawn")),
+                                     None), 10, "the run in PS")  # PS shows what the node's beat published
         cluster.fetch(f"kill '{row.worker_id}' {task};")
     elif how == "stopped":
         cluster.fetch("stopjob user_job name='Hazard.spawn' uid='s';")
