@@ -225,9 +225,11 @@ class _CountingSession:
     scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
 
     def __init__(self, session, stats: StoreStats) -> None:
+        from cassandra import DriverException
         from cassandra.query import BatchStatement
 
         self._s = session
+        self._unfinished = DriverException
         self.stats = stats
         self._batch_type = BatchStatement
         self._last_warned: dict[str, float] = {}
@@ -263,7 +265,14 @@ class _CountingSession:
         """Cassandra's warnings to the client (tombstones met by a read, a batch too large)
         are otherwise dropped by the driver: each is counted and logged, at most once a minute
         per kind, since each points at a data-model problem an operator must see."""
-        for text in future.warnings or ():
+        try:
+            warnings = future.warnings
+        except self._unfinished:
+            # The driver runs a callback added just as the response lands before it marks
+            # the future finished, and `warnings` refuses until then; the response's
+            # warnings are already stored by that point.
+            warnings = getattr(future, "_warnings", None)
+        for text in warnings or ():
             self.stats.server_warnings += 1
             kind = " ".join(w for w in text.split()[:6] if not w.isdigit())
             now = time.monotonic()
