@@ -435,3 +435,58 @@ def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_r
         if filler.exists():
             filler.unlink()
         cluster.stop_all()
+
+
+# -- PROCESS runs: their time, memory and environment (Must show: the resource policy) --------
+
+@pytest.mark.parametrize("extra, why", [
+    ({"time_limit_sec": 0}, "time_limit_sec must be a number of seconds above 0"),
+    ({"time_limit_sec": "soon"}, "time_limit_sec must be a number of seconds above 0"),
+    ({"memory_mb": 1}, "memory_mb must be a whole number of MiB, at least 16, not 1"),
+    ({"memory_mb": 64.5}, "memory_mb must be a whole number of MiB"),
+    ({"memory_mb": True}, "memory_mb must be a whole number of MiB"),
+])
+def test_startjob_refuses_process_limits_that_cannot_be(store_config, extra, why):
+    from harness import ROOT
+
+    add_sections(store_config, {"jobs": {"PROCESS_JOBS_DIR": ROOT / "examples" / "process_jobs"}})
+    cfg = load_config(store_config)
+    with Client(open_store(cfg), cfg, owns_store=True) as c:
+        with pytest.raises(ValidationError, match=why):
+            c.fetch(f"startjob process name='echoArg.sh' uid='h' args='{json.dumps({'0': 'x', **extra})}';")
+        assert c.store.live_jobs() == []
+
+
+@pytest.mark.slow
+def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_documented_environment(tmp_path, request,
+                                                                                                   node_backend):
+    from harness import Cluster
+
+    cluster = Cluster(tmp_path, backend=node_backend, request=request, settings={
+        "jobs": {"MAX_TRIES": 1, "PROCESS_MEMORY_MB": 128, "PROCESS_ENV": "KEEP_ME"}})
+    try:
+        cluster.start_node("a", extra_env={"KEEP_ME": "kept", "NODE_SECRET": "s3cret", "FABRICJOBS_CASSANDRA_PASSWORD": "pw"})
+        cluster.fetch("startjob process name='env.sh' uid='env';"
+                      "startjob process name='alloc.sh' uid='small' args='{\"0\": \"40\"}';"
+                      "startjob process name='alloc.sh' uid='big' args='{\"0\": \"300\", \"memory_mb\": 4096}';"
+                      "startjob process name='ignore_term.sh' uid='slow' args='{\"time_limit_sec\": 1}';")
+        done = lambda j: j.archived  # noqa: E731
+
+        env = cluster.wait_job("PROCESS", "env.sh", "env", done, 20)
+        seen = dict(line.split("=", 1) for line in json.loads(env.output).splitlines() if "=" in line)
+        assert seen["KEEP_ME"] == "kept" and seen["FABRICJOBS_JOB_UID"] == "env" and "PATH" in seen
+        assert "NODE_SECRET" not in seen and "FABRICJOBS_CASSANDRA_PASSWORD" not in seen
+
+        small = cluster.wait_job("PROCESS", "alloc.sh", "small", done, 20)
+        assert small.status is Status.PROCESSED, small.error_msg
+        big = cluster.wait_job("PROCESS", "alloc.sh", "big", done, 20)  # asked for more than the node allows
+        assert big.status is Status.FAILED
+        assert "MemoryError" in big.error_msg and "under a memory limit of 128 MiB" in big.error_msg
+
+        slow = cluster.wait_job("PROCESS", "ignore_term.sh", "slow", done, 30)  # it ignores SIGTERM: killed after the grace
+        assert slow.status is Status.FAILED
+        assert slow.error_msg.startswith("ran past its time limit of 1 s (killed by signal 9)"), slow.error_msg
+        took = (slow.end_time - slow.start_time).total_seconds()
+        assert 1 <= took < 20, took
+    finally:
+        cluster.stop_all()

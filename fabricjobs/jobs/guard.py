@@ -11,7 +11,7 @@ worker and kills its group (itself included) once the lease is gone or renewed u
 generation. Otherwise it waits for the job and exits as the job did, so the worker sees the
 job's own exit code or signal.
 
-usage (by the worker): python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION -- ARGV...
+It also applies the run's memory limit (limits.py) to the job alone, between fork and exec.
 """
 
 from __future__ import annotations
@@ -26,14 +26,19 @@ from .board import Board
 
 _PERIOD = 0.02  # how often the job is polled while the lease is far from its end
 _LAPSE_GRACE = 0.1  # the moment a run gets to end by itself, as in the worker
+USAGE = "usage (by the worker): python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION [--memory-mb=N] -- ARGV..."
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # for the job, not for the guard
 
 
 def main(argv: list[str]) -> int:
-    board_path, slots, generation, sep, *command = argv
-    if sep != "--" or not command:
-        print("usage: python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION -- ARGV...", file=sys.stderr)
+    board_path, slots, generation, *rest = argv
+    memory_mb = 0
+    while rest and rest[0].startswith("--memory-mb="):
+        memory_mb = int(rest.pop(0).partition("=")[2])
+    if not rest or rest[0] != "--" or len(rest) < 2:
+        print(USAGE, file=sys.stderr)
         return 2
+    command = rest[1:]
     board = Board(board_path, int(slots))
     gen = int(generation)
     if not board.lease_valid(None, gen):
@@ -49,6 +54,12 @@ def main(argv: list[str]) -> int:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
         try:
+            if memory_mb:  # the job's, inherited by what it starts; never the guard's own
+                limit = memory_mb * 1024 * 1024
+                hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+                if hard != resource.RLIM_INFINITY:
+                    limit = min(limit, hard)  # an unprivileged process cannot raise its hard limit
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
             os.execv(command[0], command)
         except OSError as exc:
             print(f"cannot run {command[0]}: {exc}", file=sys.stderr)

@@ -37,6 +37,7 @@ from typing import Callable
 from ..config import Config
 from ..errors import ValidationError
 from ..model import JobType
+from .limits import ProcessLimits, check_arguments as check_limit_arguments
 
 ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -56,6 +57,7 @@ class JobCatalog:
     user_job_modules: tuple[str, ...]
     process_jobs_dir: str
     listener_root: str = ""
+    process_limits: ProcessLimits = ProcessLimits()
 
     @classmethod
     def from_config(cls, config: Config) -> "JobCatalog":
@@ -64,6 +66,8 @@ class JobCatalog:
             tuple(config.get("jobs", "USER_JOB_MODULES")),
             config.get("jobs", "PROCESS_JOBS_DIR"),
             config.get("jobs", "LISTENER_ROOT"),
+            ProcessLimits(config.get("jobs", "PROCESS_TIME_LIMIT_SEC"), config.get("jobs", "PROCESS_MEMORY_MB"),
+                          tuple(config.get("jobs", "PROCESS_ENV"))),
         )
 
     # -- checking (no user code runs) ----------------------------------------------------------
@@ -135,6 +139,7 @@ class JobCatalog:
             return  # the parser refused it already; the worker reports it if it got here
         if isinstance(args, dict):
             process_argv("", args)
+            check_limit_arguments(args)
 
     def listener_dir(self, path: str) -> Path:
         if not self.listener_root:

@@ -23,6 +23,7 @@ from ..logs import job_extra
 from ..model import Job, JobKey, JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
+from .limits import TERM_GRACE_SEC, LimitError
 from .registry import JobCatalog, JobResolutionError, process_argv
 
 OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = "ok", "error", "killed", "lease_lost", "interrupted"
@@ -136,7 +137,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
             outcome = _run_listener(spec, arguments, is_aborted)
         else:
             outcome = Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
-    except JobResolutionError as exc:
+    except (JobResolutionError, LimitError) as exc:
         outcome = Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
     except Exception as exc:  # noqa: BLE001 - our own code failed on this run: the run fails, not the worker
         log.error("run of %s failed before or after its job code", spec.key, exc_info=True,
@@ -279,15 +280,15 @@ class _Capture:
 def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None],
                  run_log: RunLog) -> Outcome:
     path = spec.catalog.process_path(spec.key.name)
-    env = dict(os.environ)
-    env.update({
+    limits = spec.catalog.process_limits.for_job(arguments)
+    env = limits.environment(os.environ, {
         "FABRICJOBS_JOB_KEY": str(spec.key), "FABRICJOBS_JOB_UID": spec.key.uid,
         "FABRICJOBS_EPOCH": str(spec.epoch), "FABRICJOBS_NODE": spec.node,
     })
     argv = process_argv(str(path), arguments)
     if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
         argv = [sys.executable, "-P", "-m", "fabricjobs.jobs.guard", spec.board[0], str(spec.board[1]),
-                str(spec.generation), "--", *argv]
+                str(spec.generation), f"--memory-mb={limits.memory_mb}", "--", *argv]
     try:
         proc = subprocess.Popen(
             argv,
@@ -306,6 +307,8 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     out = _Capture(proc.stdout, spec.output_max)
     err = _Capture(proc.stderr, spec.output_max)
     signalled = False
+    started = time.monotonic()
+    timed_out_at: float | None = None  # when the time limit's SIGTERM went out
     while True:
         try:
             code = proc.wait(timeout=0.05)
@@ -314,6 +317,12 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
             if is_aborted() and not signalled:
                 signalled = True
                 _signal_group(proc.pid, signal.SIGTERM)
+            elapsed = time.monotonic() - started
+            if limits.time_limit_sec and timed_out_at is None and elapsed >= limits.time_limit_sec and not signalled:
+                timed_out_at = elapsed
+                _signal_group(proc.pid, signal.SIGTERM)
+            elif timed_out_at is not None and elapsed - timed_out_at >= TERM_GRACE_SEC:
+                _signal_group(proc.pid, signal.SIGKILL)
     # The job's process has ended: so does everything it left in its group (SPEC 7.10; a
     # 'sleep 40 &' held the output pipes open, and the capture waited on it, then ran on).
     _signal_group(proc.pid, signal.SIGKILL)
@@ -327,6 +336,10 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     reason = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
     if signalled:
         return Outcome(INTERRUPTED, error=f"{reason} after stop" + (f": {tail}" if tail else ""), exit_code=code)
+    if timed_out_at is not None:
+        reason = f"ran past its time limit of {limits.time_limit_sec:g} s ({reason})"
+    elif limits.memory_mb:
+        reason += f" (under a memory limit of {limits.memory_mb} MiB)"
     return Outcome(ERROR, error=reason + (f": {tail}" if tail else ""), exit_code=code,
                    output=json.dumps(stdout, ensure_ascii=False) if stdout else None)
 
