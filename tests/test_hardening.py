@@ -122,7 +122,18 @@ HOSTILE_PROCESS_ARGS = [
 ]
 
 
-@pytest.mark.parametrize("args, why", HOSTILE_PROCESS_ARGS, ids=["superscript-key", "nul", "e2big"])
+PROCESS_LIMITS_THAT_CANNOT_BE = [
+    ('{"time_limit_sec": 0}', "time_limit_sec must be a number of seconds above 0"),
+    ('{"time_limit_sec": "soon"}', "time_limit_sec must be a number of seconds above 0"),
+    ('{"memory_mb": 1}', "memory_mb must be a whole number of MiB, at least 16, not 1"),
+    ('{"memory_mb": 64.5}', "memory_mb must be a whole number of MiB"),
+    ('{"memory_mb": true}', "memory_mb must be a whole number of MiB"),
+]
+
+
+@pytest.mark.parametrize("args, why", HOSTILE_PROCESS_ARGS + PROCESS_LIMITS_THAT_CANNOT_BE,
+                         ids=["superscript-key", "nul", "e2big", "time-0", "time-text", "memory-1", "memory-float",
+                              "memory-bool"])
 def test_startjob_refuses_process_args_no_program_could_receive(store_config, args, why):
     from harness import ROOT
 
@@ -438,24 +449,6 @@ def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_r
 
 
 # -- PROCESS runs: their time, memory and environment (Must show: the resource policy) --------
-
-@pytest.mark.parametrize("extra, why", [
-    ({"time_limit_sec": 0}, "time_limit_sec must be a number of seconds above 0"),
-    ({"time_limit_sec": "soon"}, "time_limit_sec must be a number of seconds above 0"),
-    ({"memory_mb": 1}, "memory_mb must be a whole number of MiB, at least 16, not 1"),
-    ({"memory_mb": 64.5}, "memory_mb must be a whole number of MiB"),
-    ({"memory_mb": True}, "memory_mb must be a whole number of MiB"),
-])
-def test_startjob_refuses_process_limits_that_cannot_be(store_config, extra, why):
-    from harness import ROOT
-
-    add_sections(store_config, {"jobs": {"PROCESS_JOBS_DIR": ROOT / "examples" / "process_jobs"}})
-    cfg = load_config(store_config)
-    with Client(open_store(cfg), cfg, owns_store=True) as c:
-        with pytest.raises(ValidationError, match=why):
-            c.fetch(f"startjob process name='echoArg.sh' uid='h' args='{json.dumps({'0': 'x', **extra})}';")
-        assert c.store.live_jobs() == []
-
 
 @pytest.mark.slow
 def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_documented_environment(tmp_path, request,
