@@ -88,7 +88,7 @@ from typing import Any, Collection, Iterable, Sequence
 
 from ..config import Config
 from ..errors import StoreError
-from ..model import Job, JobKey, Status
+from ..model import Job, JobKey, JobType, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
 from .cassandra_schema import ARCHIVE_SHARDS, RUN_BUCKET, COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
 from .cassandra_sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
@@ -927,6 +927,8 @@ class CassandraStore(JobStore):
             before_retry=lambda: self._index_upsert(target, revision))
         if applied:
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
+            if expected.archived != target.archived and key.type == JobType.INTERFACE_LISTENER.value:
+                self._marks_follow(key, self.archive_ttl if target.archived else 0)
             if c.new_bucket is not None:
                 self._seen.pop((c.new_bucket, key, revision), None)
             row = settled if c.full is False and settled is not None else None
@@ -1049,6 +1051,24 @@ class CassandraStore(JobStore):
         read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
         row = self._session.execute(read, params[:4], execution_profile="serial").one()
         return row is not None and row["note"] == token
+
+    def _marks_follow(self, listener: JobKey, ttl: int) -> None:
+        """A listener's file marks share its row's TTL: rewritten with it when the row is
+        archived (they expire together, as SQLite deletes them together), without one when
+        a STARTJOB brings the row back (they must outlive a long-running listener). Lost, the
+        marks only outlive the row, or expire with a listener restarted under the same key
+        a retention period later, whose files then count as present at its start."""
+        try:
+            rows = list(self._run(self._stmt(("marks",), "SELECT file, note, marked_at FROM k2_listener_files "
+                                                         "WHERE type = ? AND name = ? AND uid = ?"),
+                                  (listener.type, listener.name, listener.uid)))
+        except StoreError as exc:  # the row's change applied: report that, not this
+            log.warning("could not carry the file marks of %s along with its row (%s)", listener, exc)
+            return
+        stmt = self._stmt(("markttl",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
+                                        "VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
+        self._send_quietly([_Write(stmt, (listener.type, listener.name, listener.uid, r["file"], r["note"],
+                                          r["marked_at"], ttl), what=f"a file mark of {listener}") for r in rows])
 
     def marked_files(self, listener: JobKey) -> set[str]:
         rows = self._run(self._stmt(("marked",), "SELECT file FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?"),

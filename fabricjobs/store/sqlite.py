@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 from ..private import private_file
 from ..errors import SchemaVersionError, StoreError
-from ..model import Job, JobKey, Status, job_from_values
+from ..model import Job, JobKey, JobType, Status, job_from_values
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
 
 T = TypeVar("T")
@@ -635,19 +635,16 @@ class SqliteStore(JobStore):
 
     def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
         with self._write() as conn:
-            if not keep:
-                cur = conn.execute(
-                    "DELETE FROM k2_jobs WHERE (type, name, uid) IN ("
-                    " SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?)",
-                    (_ts(before), limit),
-                )
-                return cur.rowcount
             rows = conn.execute(
                 "SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?",
                 (_ts(before), limit + len(keep)),
             ).fetchall()
             doomed = [r for r in rows if JobKey(*r) not in keep][:limit]
             conn.executemany("DELETE FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?", doomed)
+            # A listener's file marks go with it (a restarted listener under the same key keeps
+            # them only while its row is kept).
+            conn.executemany("DELETE FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?",
+                             [r for r in doomed if r[0] == JobType.INTERFACE_LISTENER.value])
             return len(doomed)
 
     # -- jobs: reads ---------------------------------------------------------------------------

@@ -464,6 +464,31 @@ def test_a_listener_marks_each_file_once(store):
     assert store.marked_files(JobKey("INTERFACE_LISTENER", "Files.handle", "other")) == set()
 
 
+def test_a_listeners_file_marks_go_with_its_row_and_stay_while_it_is_brought_back(store, request):
+    """SQLite deletes them with the archived row; Cassandra gives them the row's TTL when it is
+    archived and lifts it when a STARTJOB brings the row back."""
+    _needs_test_server_clock(store, request)
+    kept, gone = (JobKey("INTERFACE_LISTENER", "Files.handle", uid) for uid in ("kept", "gone"))
+    for key in (kept, gone):
+        row = store.insert(job(uid=key.uid, name=key.name, type=key.type)).row
+        store.mark_file(key, "a.csv/1-2-3", "started")
+        store.cas(row, row.replace(status=Status.TERMINATED, archived=True, end_time=T0 - timedelta(hours=721)))
+    back = store.get(kept)
+    assert store.insert(job(uid="kept", name=kept.name, type=kept.type, creation_time=T0)).applied
+    assert store.get(kept).epoch > back.epoch
+    if store.backend == "sqlite":
+        assert store.delete_archived(T0 - timedelta(hours=720)) == 1
+    else:
+        server = request.getfixturevalue("cql_server")
+        server.advance(721 * 3600)
+    try:
+        assert store.get(gone) is None and store.marked_files(gone) == set()
+        assert store.marked_files(kept) == {"a.csv/1-2-3"}
+    finally:
+        if store.backend != "sqlite":
+            server.time_offset -= 721 * 3600
+
+
 def test_skipped_fires_are_recorded_beside_the_runs(store):
     row = store.insert(job(uid="s", status=Status.SCHEDULED, worker_id="n1")).row
     store.add_runs([RunRecord(row.key, row.epoch, "n1", T0, None, T0 + timedelta(hours=3), "SKIPPED", "SCHEDULED", 0,
