@@ -307,7 +307,7 @@ def test_startjob_refuses_listener_times_that_would_spin_or_crash_it(store_confi
 
 
 @pytest.mark.slow
-def test_a_listener_skips_symlinks_and_names_no_job_could_carry_and_lives_on(tmp_path, request, node_backend):
+def test_a_listener_skips_symlinks_and_unfit_names_lives_on_and_takes_a_name_dropped_again(tmp_path, request, node_backend):
     from harness import Cluster, read_records, start_inbox_listener, wait_for
 
     root = tmp_path / "root"
@@ -332,6 +332,12 @@ def test_a_listener_skips_symlinks_and_names_no_job_could_carry_and_lives_on(tmp
         assert cluster.job("INTERFACE_LISTENER", "Probe.handle_file", "inbox").status is Status.IN_PROCESS
         (inbox / "later.csv").write_text("z")  # and it goes on
         wait_for(lambda: {r["file"] for r in read_records(log)} == {"good.csv", "later.csv"}, 15, "later.csv handled")
+        (inbox / "good.csv").unlink()  # a new file under a handled name is a new file
+        (inbox / "good.csv").write_text("y, again")
+        handled = wait_for(lambda: (lambda rs: rs if len(rs) == 3 else None)(read_records(log)), 15,
+                           "good.csv dropped again to be handled")
+        keys = [r["key"] for r in handled if r["file"] == "good.csv"]
+        assert len(set(keys)) == 2 and keys[0].endswith("inbox/good.csv") and "inbox/good.csv/" in keys[1], keys
     finally:
         cluster.stop_all()
 

@@ -5,12 +5,14 @@ a user job per newly added file.
 
 The listener is a job like any other (claimed, fenced, taken over when its node dies). While
 it runs it starts, for each new file F, the job USER_JOB NAME with UID '<listener uid>/F' and
-ARGS {"file": "<absolute path>", "name": "F", "listener": "<listener key>"} plus the
-listener's own other ARGS (all but path, pattern, settle_sec, poll_sec).
+ARGS {"file": "<absolute path>", "name": "F", "listener": "<listener key>", "version": "<inode>-<mtime
+ns>-<size>"} plus the listener's own other ARGS (all but path, pattern, settle_sec, poll_sec). A
+file dropped again under the same name (another inode, time or size) is a new file: its job is
+'<listener uid>/F/<version>'.
 
 Exactly once per file, across node failover: a file is handled by starting its job (or
 finding it already there: the UID is derived from the file) and then marking the file in the
-store (``k2_listener_files``); a listener that starts again after a takeover handles exactly
+store (``k2_listener_files``, one mark per version of a file); a listener that starts again after a takeover handles exactly
 the files not marked yet. "Only files added after the listener started": when a listener
 first runs, the files already there whose modification time is before its STARTJOB are marked
 as present at start (never run), then a baseline mark says so; from then on every unmarked
@@ -41,8 +43,44 @@ from .registry import JobCatalog
 log = logging.getLogger("fabricjobs.job.listener")
 
 
-def child_key(listener: JobKey, file: str) -> JobKey:
-    return JobKey(JobType.USER_JOB.value, listener.name, f"{listener.uid}/{file}")
+def child_key(listener: JobKey, file: str, version: str | None = None) -> JobKey:
+    """The job for a file: ``<listener uid>/F``; a later version of F (dropped again under the
+    same name) gets ``<listener uid>/F/<version>``."""
+    uid = f"{listener.uid}/{file}" + (f"/{version}" if version is not None else "")
+    return JobKey(JobType.USER_JOB.value, listener.name, uid)
+
+
+def file_version(st: os.stat_result) -> str:
+    """What tells one file under a name from the next one dropped under it."""
+    return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+
+
+class _Marks:
+    """The listener's marks, as read from and written to the store: ``F/<version>`` per
+    handled version of file F. A mark of the bare name F was written before marks carried
+    versions: it stands for the version there when the listener first meets it again."""
+
+    def __init__(self, store: JobStore, listener: JobKey) -> None:
+        self.store, self.listener = store, listener
+        self.ids = store.marked_files(listener)
+        files = [i for i in self.ids if not i.startswith("/")]  # not the baseline
+        self.names = {i.partition("/")[0] for i in files}
+        self.versioned = {i.partition("/")[0] for i in files if "/" in i}
+
+    def __contains__(self, mark: str) -> bool:
+        return mark in self.ids
+
+    def add(self, mark: str, note: str) -> None:
+        self.store.mark_file(self.listener, mark, note)
+        self.ids.add(mark)
+        name, slash, _ = mark.partition("/")
+        if name:
+            self.names.add(name)
+            if slash:
+                self.versioned.add(name)
+
+    def legacy(self, name: str) -> bool:
+        return name in self.ids and name not in self.versioned
 
 
 def listen(
@@ -61,14 +99,14 @@ def listen(
     wake = threading.Event()
     stop_watch = _watch(directory, wake)
     handled = 0
-    seen: dict[str, tuple[int, float, float]] = {}  # name -> (size, mtime, first seen unchanged)
+    seen: dict[str, tuple[str, float]] = {}  # name -> (version, first seen unchanged)
     refused: set[str] = set()  # names no job could carry, already logged
-    marked = store.marked_files(listener.key)
+    marks = _Marks(store, listener.key)
     baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
     try:
         while not is_aborted():
             for name in sorted(os.listdir(directory)):
-                if name in marked or not fnmatch.fnmatch(name, pattern):
+                if not fnmatch.fnmatch(name, pattern):
                     continue
                 why = _unfit(name)
                 if why is not None:
@@ -83,27 +121,30 @@ def listen(
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     continue
-                if baseline not in marked and st.st_mtime < started_at:
-                    store.mark_file(listener.key, name, "present when the listener started")
-                    marked.add(name)
+                version = file_version(st)
+                mark = f"{name}/{version}"
+                if mark in marks:
                     continue
-                sig = (st.st_size, st.st_mtime)
+                if marks.legacy(name):
+                    marks.add(mark, "handled (marked before marks carried versions)")
+                    continue
+                if baseline not in marks and st.st_mtime < started_at:
+                    marks.add(mark, "present when the listener started")
+                    continue
                 first = seen.get(name)
-                if first is None or first[:2] != sig:
-                    seen[name] = (*sig, time.monotonic())
+                if first is None or first[0] != version:
+                    seen[name] = (version, time.monotonic())
                     continue
-                if time.monotonic() - first[2] < settle:
+                if time.monotonic() - first[1] < settle:
                     continue
                 if is_aborted():
                     break
-                _start_child(store, listener, name, str(path), now())
-                store.mark_file(listener.key, name, f"started {child_key(listener.key, name).uid}")
-                marked.add(name)
+                key = _start_child(store, listener, name, version, name in marks.names, str(path), now())
+                marks.add(mark, f"started {key.uid}")
                 seen.pop(name, None)
                 handled += 1
-            if baseline not in marked:  # the files there at start are sorted out: the rest is new
-                store.mark_file(listener.key, baseline, "the files present at start are marked")
-                marked.add(baseline)
+            if baseline not in marks:  # the files there at start are sorted out: the rest is new
+                marks.add(baseline, "the files present at start are marked")
             wake.wait(min(poll, settle) if seen else poll)
             wake.clear()
     finally:
@@ -127,20 +168,36 @@ def _unfit(name: str) -> str | None:
     return None if why is None else why.replace("its name must not contain", "its name holds")
 
 
-def _start_child(store: JobStore, listener: Job, name: str, path: str, now) -> None:
+def _start_child(store: JobStore, listener: Job, name: str, version: str, again: bool, path: str, now) -> JobKey:
+    """Start the job for this version of the file, or find it started (before a takeover:
+    only its mark was missing). The first version of a name gets the plain key unless that
+    holds another version's job; ``again``: an earlier version of the name was marked."""
     key = child_key(listener.key, name)
-    if store.get(key) is not None:
-        return  # started before a takeover: only its mark was missing
+    existing = store.get(key)
+    if again or (existing is not None and _version_of(existing) not in (None, version)):
+        key = child_key(listener.key, name, version)
+        existing = store.get(key)
+    if existing is not None:
+        return key
     try:
         inherited = {k: v for k, v in json.loads(listener.arguments).items() if k not in _OWN_ARGS}
     except (ValueError, AttributeError):
         inherited = {}
-    args = json.dumps({**inherited, "file": path, "name": name, "listener": str(listener.key)}, ensure_ascii=False)
+    args = json.dumps({**inherited, "file": path, "name": name, "listener": str(listener.key), "version": version},
+                      ensure_ascii=False)
     job = Job(key=key, status=Status.WAITING, creation_time=now, affinity=listener.affinity, arguments=args,
               next_run=now, priority=listener.priority)
     res = store.insert(advance(None, Event.START, job))
     if res.applied:
         log.info("listener %s started %s for %s", listener.key, key, name)
+    return key
+
+
+def _version_of(job: Job) -> str | None:
+    try:
+        return json.loads(job.arguments or "{}").get("version")
+    except (ValueError, AttributeError):
+        return None
 
 
 def _watch(directory, wake: threading.Event):
