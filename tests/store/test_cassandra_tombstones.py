@@ -3,12 +3,13 @@
 Every claim and every outcome deletes an index entry at the head of a queue partition; Cassandra
 counts the tombstones each read steps over and warns (``tombstone_warn_threshold``) or fails the
 read (``tombstone_failure_threshold``). The test tier's Cassandra runs with both lowered (100 /
-1,000, see scripts/test), and this test claims and finishes 20,000 jobs the way nodes do: two
+1,000, see scripts/test), and this test claims and finishes 10,000 jobs the way nodes do: two
 claimer processes (tests/helpers/drain_queue.py) read the WAITING queue, claim, finish, and read
 their own IN_PROCESS bucket now and then, while the test submits and keeps a backlog. No read may warn (the store counts the
 warnings Cassandra sends back) and the server's own histogram of tombstones per read of the
-index stays under the warning threshold. The claim rate at the start and at the end is printed
-(scripts/bench_cassandra.py --tombstones measures it as a benchmark: no timed test here).
+index stays under the warning threshold. The claim rate at the start and at the end is printed,
+as a figure, not asserted. 10,000 claims are 10x the failure threshold and 100x the warning
+one; FABRICJOBS_TOMBSTONE_JOBS=20000 runs the README's longer measurement.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from fabricjobs.store import open_store
 from harness import wait_for
 
 UTC = timezone.utc
-JOBS = 20_000
+JOBS = int(os.environ.get("FABRICJOBS_TOMBSTONE_JOBS", "10000"))
 BACKLOG = 64  # jobs waiting before the next 100 are submitted: a queue being drained, as in production
 CLAIMERS = 2  # node processes
 PACE = 100  # claims/s per claimer at most (about what this 2-core machine does): tombstones per read grow with it
@@ -61,7 +62,7 @@ def _index_tombstones_per_read(store) -> tuple[float, float]:
     return (row["max"], row["p99th"]) if row else (0.0, 0.0)
 
 
-def test_twenty_thousand_claims_leave_no_read_stepping_over_tombstones(config_path, tmp_path):
+def test_ten_thousand_claims_leave_no_read_stepping_over_tombstones(config_path, tmp_path):
     store = open_store(load_config(config_path))
     warn = _setting(store, "tombstone_warn_threshold", 1000)
     submitted = tmp_path / "submitted"
