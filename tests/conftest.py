@@ -37,8 +37,9 @@ def cql_server():
 
 @pytest.fixture(params=BACKENDS)
 def store_config(request, tmp_path):
-    """A config.ini (path) for a fresh, empty store of each backend."""
-    return make_backend_config(request, request.param, tmp_path)
+    """A config.ini (path) for a fresh, empty store of each backend (on the real cluster, in
+    a keyspace an earlier test emptied: these tests' writers end with them)."""
+    return make_backend_config(request, request.param, tmp_path, reuse=True)
 
 
 @pytest.fixture(params=BACKENDS)
