@@ -150,6 +150,7 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "SHUTDOWN_GRACE_SEC", _float(0.0), 10.0, "SIGTERM: seconds running jobs get to end before they are killed."),
     Key("jobs", "USER_JOBS_DIR", _str, "", "Directory of user job modules: NAME 'Customer.userJob1' runs userJob1() of Customer.py.", path=True),
     Key("jobs", "USER_JOB_MODULES", _list, (), "Allowlist of modules or packages whose functions may be named as 'package.module:function' (empty: none)."),
+    Key("jobs", "REQUIRE_JOB_DECORATOR", _bool, False, "Only functions decorated @job (fabricjobs.jobs.context) may run as USER_JOBs from USER_JOBS_DIR and USER_JOB_MODULES (entry points are declared already)."),
     Key("jobs", "PROCESS_JOBS_DIR", _str, "", "Directory of executables for PROCESS jobs; nothing outside it may run.", path=True),
     Key("jobs", "PROCESS_TIME_LIMIT_SEC", _float(0.0), 0.0, "Longest a PROCESS run may take (wall clock) before its process group is ended and the run fails (0: no limit); a job's ARGS time_limit_sec may lower it."),
     Key("jobs", "PROCESS_MEMORY_MB", _int(0), 0, "Address space (RLIMIT_AS) of each process of a PROCESS run, in MiB (0: no limit); a job's ARGS memory_mb may lower it."),

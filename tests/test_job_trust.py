@@ -109,6 +109,57 @@ def test_the_worker_checks_again_whatever_the_shell_checked(tmp_path, jobpkg):
     assert catalog.load_user_job("jobpkg.tasks:ok")() == {"n": 1}
 
 
+DECLARED = """\
+from fabricjobs.jobs import context
+from fabricjobs.jobs.context import job
+
+
+@job
+def declared(n: int = 1):
+    return {"n": n}
+
+
+@context.job
+def also_declared():
+    return "also"
+
+
+def helper(path, text):
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def job_in_disguise():  # "@job" only in a comment is no declaration
+    pass
+"""
+
+
+def test_with_require_job_decorator_only_declared_functions_are_jobs(store_config, tmp_path, jobpkg):
+    root, _ = jobpkg
+    (root / "jobpkg" / "declared.py").write_text(DECLARED)
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "Tasks.py").write_text(DECLARED)
+    settings = {"USER_JOBS_DIR": jobs, "USER_JOB_MODULES": "jobpkg", "REQUIRE_JOB_DECORATOR": "true"}
+    add_sections(store_config, {"jobs": settings})
+    cfg = load_config(store_config)
+    with Client(open_store(cfg), cfg, owns_store=True) as c:  # STARTJOB, from the source
+        for name in ("Tasks.declared", "Tasks.also_declared", "jobpkg.declared:declared"):
+            assert c.fetch(f"startjob user_job name='{name}' uid='ok';").first_row()["Status"] == "WAITING"
+        for name in ("Tasks.helper", "Tasks.job_in_disguise", "jobpkg.declared:helper"):
+            with pytest.raises(ValidationError, match="is not declared a job .REQUIRE_JOB_DECORATOR is on"):
+                c.fetch(f"startjob user_job name='{name}' uid='no';")
+        assert {j.key.name for j in c.store.live_jobs()} == {"Tasks.declared", "Tasks.also_declared",
+                                                              "jobpkg.declared:declared"}
+    catalog = JobCatalog.from_config(cfg)  # the worker, on the node's configuration: the mark itself
+    assert catalog.load_user_job("Tasks.declared")(n=2) == {"n": 2}
+    assert catalog.load_user_job("jobpkg.declared:also_declared")() == "also"
+    for name in ("Tasks.helper", "jobpkg.declared:helper"):
+        with pytest.raises(JobResolutionError, match="is not declared a job"):
+            catalog.load_user_job(name)
+    assert JobCatalog(str(jobs), ("jobpkg",), "").load_user_job("Tasks.helper") is not None  # off: any public def
+
+
 @pytest.mark.slow
 def test_a_node_fails_a_job_a_decoy_shell_accepted_and_runs_nothing(tmp_path):
     node_jobs = tmp_path / "nodejobs"

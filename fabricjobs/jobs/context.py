@@ -116,3 +116,15 @@ def fail_job_no_retry(exc: BaseException | str | None = None) -> NoReturn:
 failJobRetryUntilMax = fail_job_retry_until_max
 failJobAlwaysRetry = fail_job_always_retry
 failJobNoRetry = fail_job_no_retry
+
+
+JOB_MARK = "__fabricjobs_job__"
+
+
+def job(fn: Callable) -> Callable:
+    """Declare a function a job: with ``[jobs] REQUIRE_JOB_DECORATOR = true`` only functions
+    declared so may be named in a STARTJOB, so a public helper in a job module is not a job
+    by accident."""
+    setattr(fn, JOB_MARK, True)
+    return fn
+

@@ -37,6 +37,7 @@ from typing import Callable
 from ..config import Config
 from ..errors import ValidationError
 from ..model import JobType
+from .context import JOB_MARK
 from .limits import ProcessLimits, check_arguments as check_limit_arguments
 
 ENTRY_POINT_GROUP = "fabricjobs.jobs"
@@ -58,6 +59,7 @@ class JobCatalog:
     process_jobs_dir: str
     listener_root: str = ""
     process_limits: ProcessLimits = ProcessLimits()
+    require_decorator: bool = False  # only functions declared with @job (context.job) are jobs
 
     @classmethod
     def from_config(cls, config: Config) -> "JobCatalog":
@@ -68,6 +70,7 @@ class JobCatalog:
             config.get("jobs", "LISTENER_ROOT"),
             ProcessLimits(config.get("jobs", "PROCESS_TIME_LIMIT_SEC"), config.get("jobs", "PROCESS_MEMORY_MB"),
                           tuple(config.get("jobs", "PROCESS_ENV"))),
+            config.get("jobs", "REQUIRE_JOB_DECORATOR"),
         )
 
     # -- checking (no user code runs) ----------------------------------------------------------
@@ -176,8 +179,13 @@ class JobCatalog:
                 if not _defines_function(source, func):
                     raise JobResolutionError(f"USER_JOB {name!r} refused: {func!r} is not a function defined in "
                                              f"{module} ({source}); only its own top-level functions may run")
+                self._check_declared(name, source, func)
             return "module", (module, func)
         return "dir", self._jobs_dir_target(name, verify)
+
+    def _check_declared(self, name: str, source: Path, func: str) -> None:
+        if self.require_decorator and func not in _declared_functions(str(source), source.stat().st_mtime_ns):
+            raise JobResolutionError(_UNDECLARED.format(name=name, func=func))
 
     def _allowed_module(self, module: str) -> bool:
         return any(module == m or module.startswith(m + ".") for m in self.user_job_modules)
@@ -202,9 +210,11 @@ class JobCatalog:
         base = root.joinpath(*mod_parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
-                if verify and not _defines_function(candidate, func):
-                    raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level function "
-                                             f"{func!r} (a name it imports is not a job)")
+                if verify:
+                    if not _defines_function(candidate, func):
+                        raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level "
+                                                 f"function {func!r} (a name it imports is not a job)")
+                    self._check_declared(name, candidate, func)
                 return root, ".".join(mod_parts), func
         raise JobResolutionError(f"unknown USER_JOB {name!r}: no {'/'.join(mod_parts)}.py in USER_JOBS_DIR ({root})")
 
@@ -250,7 +260,7 @@ class JobCatalog:
                 except Exception as exc:
                     raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}: "
                                              f"{type(exc).__name__}: {exc}") from None
-                fn = _own_function(name, loaded, func)
+                fn = _own_function(name, loaded, func, self.require_decorator)
             else:
                 root, module, func = target
                 try:
@@ -258,7 +268,7 @@ class JobCatalog:
                 except Exception as exc:  # a syntax error, or the module's own code raising on import
                     raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}.py: "
                                              f"{type(exc).__name__}: {exc}") from None
-                fn = _own_function(name, loaded, func)
+                fn = _own_function(name, loaded, func, self.require_decorator)
         if not callable(fn):
             raise JobResolutionError(f"USER_JOB {name!r} is not a function")
         source = getattr(sys.modules.get(fn.__module__), "__file__", None) if origin != "entry_point" else None
@@ -318,7 +328,7 @@ def _refuse_private(name: str, func: str) -> None:
                                  "is a module's helper, never a job)")
 
 
-def _own_function(name: str, module, func: str) -> Callable:
+def _own_function(name: str, module, func: str, declared: bool = False) -> Callable:
     """``module.func`` if it is a plain function defined in ``module`` itself: checked again on
     the node's own configuration, whatever the shell that sent the STARTJOB checked. A name the
     module imported (``from subprocess import run``, ``system = os.system``), a class, or any
@@ -329,7 +339,13 @@ def _own_function(name: str, module, func: str) -> Callable:
     if not inspect.isfunction(fn) or fn.__module__ != module.__name__:
         raise JobResolutionError(f"USER_JOB {name!r} refused: {func!r} is not a function defined in "
                                  f"{module.__name__} itself; only its own top-level functions may run")
+    if declared and getattr(fn, JOB_MARK, False) is not True:
+        raise JobResolutionError(_UNDECLARED.format(name=name, func=func))
     return fn
+
+
+_UNDECLARED = ("USER_JOB {name!r} refused: {func!r} is not declared a job (REQUIRE_JOB_DECORATOR is on: "
+               "decorate it with @job from fabricjobs.jobs.context)")
 
 
 def _module_source(module: str) -> Path | None:
@@ -363,11 +379,28 @@ def _defines_function(path: Path, func: str) -> bool:
 @functools.lru_cache(maxsize=256)
 def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
     """Names of a module's top-level functions, parsed once per file version."""
+    return frozenset(n.name for n in _parse(path).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _parse(path: str) -> ast.Module:
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+        return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, ValueError) as exc:
         raise JobResolutionError(f"cannot read {path}: {exc}") from None
-    return frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_functions(path: str, mtime_ns: int) -> frozenset[str]:
+    """Top-level functions decorated ``@job`` (or ``@<module>.job``), read from the source
+    without running it; the worker checks the mark the decorator really set."""
+    tree = _parse(path)
+    return frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and any(_names_job(d) for d in n.decorator_list))
+
+
+def _names_job(decorator: ast.expr) -> bool:
+    return (isinstance(decorator, ast.Name) and decorator.id == "job") or \
+        (isinstance(decorator, ast.Attribute) and decorator.attr == "job")
 
 
 def _import_from_dir(root: Path, module: str):
