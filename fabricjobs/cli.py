@@ -161,20 +161,20 @@ def _one_command(args: argparse.Namespace, command, fmt: str = "table") -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from .commands.ast import Ps
+    from .commands.statements import Ps
 
     args.node_filter = args.node
     return _one_command(args, Ps(all=args.all), args.format)
 
 
 def cmd_kill(args: argparse.Namespace) -> int:
-    from .commands.ast import Kill
+    from .commands.statements import Kill
 
     return _one_command(args, Kill(node=args.node, task=args.task))
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from .commands.ast import Nodes
+    from .commands.statements import Nodes
 
     return _one_command(args, Nodes(), args.format)
 

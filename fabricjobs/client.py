@@ -16,7 +16,7 @@ import os
 from typing import Iterator
 
 from .clock import Clock, SystemClock
-from .commands import ast, parse_script
+from .commands import parse_script, statements
 from .config import Config, find_config, load_config
 from .result import Result
 from .service import CommandService, Session
@@ -47,23 +47,23 @@ class Client:
         """Run every statement in ``text`` in order; the first error stops the script."""
         return self.service.run_script([s.command for s in parse_script(text)], self.session)
 
-    def iter_script(self, text: str) -> Iterator[tuple[ast.Statement, Result]]:
+    def iter_script(self, text: str) -> Iterator[tuple[statements.Statement, Result]]:
         """Parse all of ``text`` first (a syntax error anywhere runs nothing), then run each
         statement, yielding it with its result as it completes."""
         for statement in parse_script(text):
             yield statement, self.execute(statement.command)
 
-    def execute(self, command: ast.Command) -> Result:
+    def execute(self, command: statements.Command) -> Result:
         return self.service.execute(command, self.session)
 
     def wait(self, type: str, name: str, uid: str, timeout: float | None = None):
         """Until the job is final (a recurring job: until its current or next run ends); the
         job's row as JOBSTATUS shows it. Raises WaitTimeout after ``timeout`` seconds."""
-        return self.execute(ast.WaitJob(type.upper(), name, uid, timeout)).first_row()
+        return self.execute(statements.WaitJob(type.upper(), name, uid, timeout)).first_row()
 
     def stop(self, type: str, name: str, uid: str | None = None, *, wait: bool = False, timeout: float | None = None) -> Result:
         """STOPJOB; with ``wait``, returns once every stopped job is final."""
-        return self.execute(ast.StopJob(type.upper(), name, uid, wait=wait, timeout=timeout))
+        return self.execute(statements.StopJob(type.upper(), name, uid, wait=wait, timeout=timeout))
 
     def close(self) -> None:
         if self._owns_store:

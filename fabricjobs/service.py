@@ -26,7 +26,7 @@ from .affinity import parse_affinity
 from .clock import Clock
 from .cluster import NodeView, candidates, read_cluster
 from . import names
-from .commands import ast
+from .commands import statements
 from .config import Config
 from .errors import (
     CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, StoreError, TaskNotFound,
@@ -65,9 +65,9 @@ _CAS_ATTEMPTS = 50
 _GROUP = 256
 
 
-def _groupable(command: ast.Command) -> bool:
+def _groupable(command: statements.Command) -> bool:
     """A STARTJOB whose checks read nothing its script may have written just before it."""
-    return isinstance(command, ast.StartJob) and not command.depends_on
+    return isinstance(command, statements.StartJob) and not command.depends_on
 
 
 @dataclass
@@ -120,26 +120,26 @@ class CommandService:
         self._batch_depth = 0
         self._rang = False
         self._handlers: dict[type, Callable] = {
-            ast.StartJob: self.start_job,
-            ast.StopJob: self.stop_job,
-            ast.RestartJob: self.restart_job,
-            ast.ResumeJob: self.resume_job,
-            ast.UpdateJob: self.update_job,
-            ast.JobStatus: self.job_status,
-            ast.Ps: self.ps,
-            ast.Kill: self.kill,
-            ast.Set: self.set,
-            ast.Nodes: self.nodes,
-            ast.JobHistory: self.job_history,
-            ast.JobLog: self.job_log,
-            ast.WaitJob: self.wait_job,
+            statements.StartJob: self.start_job,
+            statements.StopJob: self.stop_job,
+            statements.RestartJob: self.restart_job,
+            statements.ResumeJob: self.resume_job,
+            statements.UpdateJob: self.update_job,
+            statements.JobStatus: self.job_status,
+            statements.Ps: self.ps,
+            statements.Kill: self.kill,
+            statements.Set: self.set,
+            statements.Nodes: self.nodes,
+            statements.JobHistory: self.job_history,
+            statements.JobLog: self.job_log,
+            statements.WaitJob: self.wait_job,
         }
 
-    def execute(self, command: ast.Command, session: Session) -> Result:
+    def execute(self, command: statements.Command, session: Session) -> Result:
         names.check_command(command)  # parsed commands passed this already; built ones may not have
         return self._handlers[type(command)](command, session)
 
-    def run_script(self, commands: Sequence[ast.Command], session: Session) -> list[Result]:
+    def run_script(self, commands: Sequence[statements.Command], session: Session) -> list[Result]:
         """Run commands in order; the first error stops the script (what ran before it stays).
 
         Consecutive STARTJOBs share one store transaction (at most ``_GROUP`` at a time, so the
@@ -269,10 +269,10 @@ class CommandService:
 
     # -- STARTJOB ------------------------------------------------------------------------------
 
-    def start_job(self, cmd: ast.StartJob, session: Session) -> Result:
+    def start_job(self, cmd: statements.StartJob, session: Session) -> Result:
         return self._insert_new(self._new_job(cmd, session))
 
-    def _new_job(self, cmd: ast.StartJob, session: Session) -> Job:
+    def _new_job(self, cmd: statements.StartJob, session: Session) -> Job:
         """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""
         self.catalog.check(cmd.type, cmd.name)
         if cmd.type == JobType.INTERFACE_LISTENER:
@@ -315,7 +315,7 @@ class CommandService:
 
     # -- STOPJOB / RESTARTJOB / RESUMEJOB --------------------------------------------------------
 
-    def stop_job(self, cmd: ast.StopJob, session: Session) -> Result:
+    def stop_job(self, cmd: statements.StopJob, session: Session) -> Result:
         now = self.clock.now()
 
         def decide(row: Job):
@@ -349,7 +349,7 @@ class CommandService:
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
             pause = min(pause * 1.5, 0.5)
 
-    def restart_job(self, cmd: ast.RestartJob, session: Session) -> Result:
+    def restart_job(self, cmd: statements.RestartJob, session: Session) -> Result:
         now = self.clock.now()
 
         def decide(row: Job):
@@ -366,7 +366,7 @@ class CommandService:
         self._ring()
         return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None))
 
-    def resume_job(self, cmd: ast.ResumeJob, session: Session) -> Result:
+    def resume_job(self, cmd: statements.ResumeJob, session: Session) -> Result:
         key = JobKey(cmd.type, cmd.name, cmd.uid)
         now = self.clock.now()
 
@@ -389,7 +389,7 @@ class CommandService:
 
     # -- UPDATEJOB -----------------------------------------------------------------------------
 
-    def update_job(self, cmd: ast.UpdateJob, session: Session) -> Result:
+    def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
         self._check_affinity(cmd.affinity)
         if cmd.exec_interval is not None:
             self._schedule(cmd.exec_interval, cmd.tz)
@@ -442,7 +442,7 @@ class CommandService:
 
     # -- JOBSTATUS -----------------------------------------------------------------------------
 
-    def job_status(self, cmd: ast.JobStatus, session: Session) -> Result:
+    def job_status(self, cmd: statements.JobStatus, session: Session) -> Result:
         nodes = read_cluster(self.store)
         if cmd.uid is not None:
             job = self.store.get(JobKey(cmd.type, cmd.name, cmd.uid))
@@ -484,7 +484,7 @@ class CommandService:
 
     # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
 
-    def job_history(self, cmd: ast.JobHistory, session: Session) -> Result:
+    def job_history(self, cmd: statements.JobHistory, session: Session) -> Result:
         runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=cmd.limit or HISTORY_LIMIT)
         rows = []
         for r in runs:
@@ -494,7 +494,7 @@ class CommandService:
         notices = () if cmd.limit or len(runs) < HISTORY_LIMIT else (f"(the last {HISTORY_LIMIT}; LIMIT n shows more)",)
         return Result(HISTORY_COLUMNS, tuple(rows), notices=notices)
 
-    def job_log(self, cmd: ast.JobLog, session: Session) -> Result:
+    def job_log(self, cmd: statements.JobLog, session: Session) -> Result:
         runs = self.store.runs(cmd.type, cmd.name, cmd.uid)
         if cmd.run is not None:
             runs = [r for r in runs if r.epoch == cmd.run]
@@ -508,7 +508,7 @@ class CommandService:
         head = f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
         return Result(status=head + "\n" + (r.log or "(no log lines)"))
 
-    def wait_job(self, cmd: ast.WaitJob, session: Session) -> Result:
+    def wait_job(self, cmd: statements.WaitJob, session: Session) -> Result:
         """The seed's JobWait actor: until the job is final; a recurring job until the run
         going on (or, if none is, the next one) ends."""
         key = JobKey(cmd.type, cmd.name, cmd.uid)
@@ -531,7 +531,7 @@ class CommandService:
 
     # -- PS / KILL -----------------------------------------------------------------------------
 
-    def ps(self, cmd: ast.Ps, session: Session) -> Result:
+    def ps(self, cmd: statements.Ps, session: Session) -> Result:
         nodes = [n for n in read_cluster(self.store) if n.is_live]
         if not cmd.all:
             current = session.node or _only_local_node(nodes)
@@ -548,7 +548,7 @@ class CommandService:
         rows.sort(key=lambda r: (r[1], r[2]))
         return Result(PS_COLUMNS, tuple(rows))
 
-    def kill(self, cmd: ast.Kill, session: Session) -> Result:
+    def kill(self, cmd: statements.Kill, session: Session) -> Result:
         nodes = {n.name: n for n in read_cluster(self.store)}
         node = nodes.get(cmd.node)
         if node is None or not node.is_live:
@@ -563,7 +563,7 @@ class CommandService:
 
     # -- NODES -----------------------------------------------------------------------------------
 
-    def nodes(self, cmd: ast.Nodes, session: Session) -> Result:
+    def nodes(self, cmd: statements.Nodes, session: Session) -> Result:
         if cmd.details:
             return self._node_details()
         rows = []
@@ -582,7 +582,7 @@ class CommandService:
     def _node_details(self) -> Result:
         columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "tasks")
         rows = []
-        base = self.nodes(ast.Nodes(), Session())
+        base = self.nodes(statements.Nodes(), Session())
         for n, row in zip(read_cluster(self.store), base.rows):
             hb = f"{n.info.get('heartbeat_ms', '?')} ms x {n.info.get('miss', '?')}"
             tasks = "; ".join(f"{t.get('task')} {t.get('description', '')}" for t in n.tasks())
@@ -591,7 +591,7 @@ class CommandService:
 
     # -- SET -----------------------------------------------------------------------------------
 
-    def set(self, cmd: ast.Set, session: Session) -> Result:
+    def set(self, cmd: statements.Set, session: Session) -> Result:
         session.set(cmd.key, cmd.value)
         return Result(status="SET")
 

@@ -6,7 +6,7 @@ shell's completion and highlighting. All four are driven by ``grammar/fabricjobs
 
 from __future__ import annotations
 
-from .ast import (
+from .statements import (
     Command,
     JobStatus,
     JobHistory,

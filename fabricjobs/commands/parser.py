@@ -27,7 +27,7 @@ from ..errors import CommandSyntaxError, ScheduleError, ValidationError
 from ..model import JobType
 from ..names import complaint
 from ..schedule import parse_schedule, resolve_zone
-from .ast import (
+from .statements import (
     Command,
     JobStatus,
     JobHistory,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..client import Client
-from ..commands import ast, lex, parse_script
+from ..commands import lex, parse_script, statements
 from ..errors import FabricJobsError, message_of
 from ..private import private_file
 from .output import render
@@ -93,7 +93,7 @@ def run_text(
             for statement in parse_script(piece.text):
                 result = client.execute(statement.command)
                 print(render(result, fmt, zone=zone), file=out, flush=True)
-                if started is not None and isinstance(statement.command, (ast.StartJob, ast.ResumeJob)):
+                if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
                     for row in result.rows:
                         print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)
         except FabricJobsError as exc:
