@@ -107,7 +107,7 @@ class NodeAffinity:
     def to_info(self) -> dict:
         return {
             "pool": self.pool_size,
-            "limits": {n: [l.recommended, l.absolute] for n, l in sorted(self.limits.items())},
+            "limits": {n: [lim.recommended, lim.absolute] for n, lim in sorted(self.limits.items())},
         }
 
     @classmethod

@@ -115,7 +115,7 @@ class CommandService:
         self.config = config
         self.clock = clock
         self.catalog = catalog or JobCatalog.from_config(config)
-        self.doorbell = doorbell or Doorbell.for_config(config)
+        self.doorbell = doorbell or Doorbell.for_store(store)
         self.zone = config.get("node", "TIME_ZONE") or None
         self._batch_depth = 0
         self._rang = False
@@ -407,9 +407,9 @@ class CommandService:
                 new = new.replace(arguments=_keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for field in ("priority", "late_threshold", "overlap"):
-                if getattr(cmd, field) is not None:
-                    new = new.replace(**{field: getattr(cmd, field)})
+            for name in ("priority", "late_threshold", "overlap"):
+                if getattr(cmd, name) is not None:
+                    new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:
                 new = new.replace(time_zone=cmd.tz)
             if parents is not None:

@@ -43,7 +43,6 @@ import dataclasses
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 

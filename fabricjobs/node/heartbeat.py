@@ -24,7 +24,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from typing import Callable
 

@@ -4,7 +4,6 @@ a bug is logged with its traceback and reported in one line."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from ..client import Client
 from ..errors import FabricJobsError, message_of
 from ..private import private_file
 from .completer import Catalog, CommandCompleter
-from .keys import SHELL_WORDS, key_bindings
+from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
 from .output import render
 from .script import report_internal_error, shell_log_path, split_statements
