@@ -15,7 +15,8 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Callable
 
 from ..clock import utc_from_timestamp
@@ -26,7 +27,19 @@ from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
 from .limits import TERM_GRACE_SEC, LimitError
 from .registry import JobCatalog, JobResolutionError, process_argv
 
-OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = "ok", "error", "killed", "lease_lost", "interrupted"
+class OutcomeKind(StrEnum):
+    """How a run ended, as its worker (or, for RELEASED, its node) reports it."""
+
+    OK = "ok"
+    ERROR = "error"
+    KILLED = "killed"
+    LEASE_LOST = "lease_lost"
+    INTERRUPTED = "interrupted"
+    RELEASED = "released"  # given back by the node: no try counted (decisions.after_run)
+
+
+OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = (OutcomeKind.OK, OutcomeKind.ERROR, OutcomeKind.KILLED,
+                                              OutcomeKind.LEASE_LOST, OutcomeKind.INTERRUPTED)
 
 
 @dataclass(frozen=True)
@@ -55,7 +68,7 @@ NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train,
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # ok | error | killed | lease_lost | interrupted
+    kind: OutcomeKind
     output: str | None = None  # JSON text of the result (ok)
     error: str = ""
     mode: FailMode = FailMode.RETRY_UNTIL_MAX

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..jobs.context import FailMode
-from ..jobs.runner import KILLED, OK, Outcome
+from ..jobs.runner import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, Status
 from ..schedule import ScheduleError, parse_schedule
 
-RELEASED = "released"  # an Outcome kind the node itself produces when it gives a run back
+RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,15 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Callable, Iterator
 
 from ..clock import Clock
 from ..jobs.board import TRAIN_RUNS
 from ..jobs.registry import JobCatalog
-from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, clean_text
+from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, RunSpec, clean_text
 from ..model import Job, JobKey, JobType, Status, advance
 from ..store.base import JobStore
 from ..logs import job_extra
@@ -59,6 +60,17 @@ _NOT_STARTED = "not started: the worker of its train ended before reaching it"
 _NO_ROOM = "not started: no room on a train (given back)"
 
 
+class EndReason(StrEnum):
+    """Why the node is ending a run before it ends by itself."""
+
+    STOP = "stop"  # STOPJOB
+    RESTART = "restart"  # RESTARTJOB
+    KILL = "kill"  # KILL
+    RELEASE = "release"  # an exceptional run handed back to a node with room
+    SHUTDOWN = "shutdown"  # the node is stopping
+    LEASE = "lease"  # the node's lease lapsed, or another instance took its name
+
+
 @dataclass(eq=False)
 class Run:
     task: int
@@ -70,7 +82,7 @@ class Run:
     started_mono: float
     holds_slot: bool = True  # False: a passenger on a train, until a train-mate hands it its slot
     worker: Worker | None = None
-    end_reason: str | None = None  # why the node is ending it: stop | restart | kill | release | shutdown | lease
+    end_reason: EndReason | None = None
     end_note: str = ""
     stop_deadline: float | None = None
     give_up_at: datetime | None = None  # an exceptional run this node will hand back then
@@ -389,10 +401,10 @@ class Executor:
             due=run.facts.due.timestamp() if run.facts.due is not None else None,
         )
 
-    def abort(self, run: Run, reason: str, grace: float, note: str = "") -> None:
+    def abort(self, run: Run, reason: EndReason, grace: float, note: str = "") -> None:
         """Ask a run to end (STOPJOB, RESTARTJOB, give-up, shutdown); kill it after ``grace``."""
         with self._lock:
-            if run.end_reason is None or run.end_reason == "release":
+            if run.end_reason is None or run.end_reason == EndReason.RELEASE:
                 run.end_reason = reason
                 run.end_note = note
             if run.stop_deadline is None:
@@ -401,13 +413,13 @@ class Executor:
         if worker is not None:
             self.pool.abort(worker, run.task)
 
-    def kill(self, run: Run, reason: str, note: str) -> None:
+    def kill(self, run: Run, reason: EndReason, note: str) -> None:
         """End a run at once (KILL, an expired grace period, a lost lease). A run still queued
         on a train is skipped rather than its worker killed (that would end the run ahead of
         it); if it began meanwhile, it is killed when a short grace runs out."""
         with self._lock:
-            if run.end_reason in (None, "release", "stop", "restart", "shutdown"):
-                if reason in ("kill", "lease") or run.end_reason is None:
+            if run.end_reason in (None, EndReason.RELEASE, EndReason.STOP, EndReason.RESTART, EndReason.SHUTDOWN):
+                if reason in (EndReason.KILL, EndReason.LEASE) or run.end_reason is None:
                     run.end_reason = reason
                     run.end_note = note
             worker = run.worker
@@ -428,7 +440,7 @@ class Executor:
         for run in self.runs():
             if run.generation < generation and run.outcome is None:
                 log.warning("'%s' was claimed before this node's lease lapsed: ending it", run.key)
-                self.kill(run, "lease", "run ended: this node's lease lapsed while it ran")
+                self.kill(run, EndReason.LEASE, "run ended: this node's lease lapsed while it ran")
 
     def enforce_deadlines(self) -> float | None:
         """Kill runs whose stop grace ran out; return the next deadline (monotonic) if any."""
@@ -440,7 +452,7 @@ class Executor:
             if now >= run.stop_deadline:
                 log.warning("'%s' did not end within its grace period; killing it", run.key)
                 run.stop_deadline = None
-                self.kill(run, run.end_reason or "stop", "killed after the stop grace period")
+                self.kill(run, run.end_reason or EndReason.STOP, "killed after the stop grace period")
             elif nxt is None or run.stop_deadline < nxt:
                 nxt = run.stop_deadline
         return nxt
@@ -587,18 +599,18 @@ class Executor:
     def _explain(self, run: Run, outcome: Outcome) -> Outcome:
         """Say why a run ended when the node ended it (the worker only sees that it died)."""
         reason = run.end_reason
-        if reason == "kill" and outcome.kind != "ok":
+        if reason == EndReason.KILL and outcome.kind != OK:
             return Outcome(KILLED, error=run.end_note or "killed")
-        if reason == "release" and outcome.kind != "ok":
+        if reason == EndReason.RELEASE and outcome.kind != OK:
             return Outcome(RELEASED, error=run.end_note)
-        if reason == "shutdown" and (outcome.kind != "ok" or run.key.type == JobType.INTERFACE_LISTENER):
+        if reason == EndReason.SHUTDOWN and (outcome.kind != OK or run.key.type == JobType.INTERFACE_LISTENER):
             # SPEC 7.8: a clean shutdown is not a failed try. The run goes back to WAITING for
             # the same due time (RELEASED: no try counted) and runs again here or elsewhere; a
             # listener, which only ends when asked to, resumes after the restart.
             return Outcome(RELEASED, error=f"node {self.me} shut down during the run; it runs again (no try counted)")
-        if reason in ("stop", "restart") and outcome.kind != "ok":
+        if reason in (EndReason.STOP, EndReason.RESTART) and outcome.kind != OK:
             return Outcome(INTERRUPTED, error=run.end_note or f"ended by {reason}")
-        if reason == "lease" and outcome.kind != "ok":
+        if reason == EndReason.LEASE and outcome.kind != OK:
             return Outcome(LEASE_LOST, error=outcome.error or "run ended: lease lost")
         return outcome
 
@@ -658,7 +670,7 @@ class Executor:
                 records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
             results = self._write(pairs, records)
             todo = []
-            for (run, outcome), (old, new), record, res in zip(order, pairs, records, results):
+            for (run, outcome), _pair, record, res in zip(order, pairs, records, results):
                 if res is None:
                     retry.append((run, outcome))
                 elif res.applied:
@@ -697,7 +709,7 @@ class Executor:
         return advance(row, event, new)
 
     def _applied(self, run: Run, outcome: Outcome, row: Job, result: str) -> None:
-        if outcome.kind != "ok" and row.status in (Status.WAITING, Status.FAILED):
+        if outcome.kind != OK and row.status in (Status.WAITING, Status.FAILED):
             log.info("job %s failed (%s): %s", run.key, outcome.kind, outcome.error)
         if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
             log.info("job %s status was updated to %s.", run.key, row.status.value, extra=job_extra(run.key, run.facts.epoch))

@@ -38,7 +38,7 @@ from ..model import Status
 from ..schedule import resolve_zone
 from ..store import JobStore, open_store
 from ..wakeup import Doorbell
-from .executor import Executor
+from .executor import EndReason, Executor
 from .heartbeat import Heartbeat
 from .liveness import Liveness
 from .metrics import Metrics
@@ -156,7 +156,7 @@ class Node:
         self.catalog = JobCatalog.from_config(config)
         self.catalog.check_directories()  # before anything is opened: a refusal leaves nothing behind
         self.store = store or open_store(config)
-        self.doorbell = Doorbell.for_config(config)
+        self.doorbell = Doorbell.for_store(self.store)
         self.stopping = False
         self.fenced = False
         self._wake = threading.Event()
@@ -238,14 +238,14 @@ class Node:
         self.fenced = True
         self.scheduler.paused = True
         for run in self.executor.runs():
-            self.executor.kill(run, "lease", "run ended: this node could not renew its lease")
+            self.executor.kill(run, EndReason.LEASE, "run ended: this node could not renew its lease")
 
     def _on_displaced(self, row) -> None:
         """Another instance runs under this name now: stop at once, without touching rows."""
         self.fenced = True
         self.scheduler.paused = True
         for run in self.executor.runs():
-            self.executor.kill(run, "lease", "run ended: another instance took this node's name")
+            self.executor.kill(run, EndReason.LEASE, "run ended: another instance took this node's name")
         self.stop()
 
     def _on_recovered(self) -> None:
@@ -302,7 +302,7 @@ class Node:
         self.scheduler.start()
         self._stop_doorbell = self.doorbell.listen(self.name, self.wake_full)
         self._started = True
-        limits = ", ".join(str(l) for l in self.affinity.limits.values())
+        limits = ", ".join(str(lim) for lim in self.affinity.limits.values())
         log.info(
             "node %s started (pid %d, dc %s, pool %d, affinity %s, heartbeat %.0f ms x %d, store %s)",
             self.name, os.getpid(), self.dc, self.settings.pool_size, limits,
@@ -429,7 +429,7 @@ class Node:
         self.scheduler.stop()
         self.executor.shutting_down = True
         for run in self.executor.runs():
-            self.executor.abort(run, "shutdown", s.shutdown_grace, "ended by node shutdown")
+            self.executor.abort(run, EndReason.SHUTDOWN, s.shutdown_grace, "ended by node shutdown")
         deadline = self.clock.monotonic() + s.shutdown_grace + 5
         while self.executor.running() and self.clock.monotonic() < deadline:
             self.executor.enforce_deadlines()
@@ -456,7 +456,7 @@ class Node:
                 log.warning("second %s: killing running jobs now", signal.Signals(signum).name)
                 self.settings = _no_grace(self.settings)
                 for run in self.executor.runs():
-                    self.executor.kill(run, "shutdown", "killed by node shutdown")
+                    self.executor.kill(run, EndReason.SHUTDOWN, "killed by node shutdown")
             self.stop()
 
         signal.signal(signal.SIGTERM, handler)

@@ -34,6 +34,7 @@ from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from ..store.base import Version
 from .decisions import claim, lost_run_record, take_over
+from .executor import EndReason
 from .lanes import Lanes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,7 +124,7 @@ class Reconciler:
             run = next((r for r in n.executor.runs() if r.task == req.task), None)
             if run is not None:
                 log.warning("KILL of task %s ('%s') requested by %s", req.task, run.key, req.requested_by)
-                n.executor.kill(run, "kill", f"killed by KILL from {req.requested_by}")
+                n.executor.kill(run, EndReason.KILL, f"killed by KILL from {req.requested_by}")
             n.store.delete_kill_request(self.me, req.task)
 
     # -- 2. STOPPING / RESTART ------------------------------------------------------------------------
@@ -138,8 +139,8 @@ class Reconciler:
             if row.worker_id == self.me:
                 run = n.executor.run_for(row.key)
                 if run is not None and run.facts.epoch == row.epoch:
-                    if run.end_reason not in ("stop", "restart", "kill"):
-                        reason = "stop" if row.status is Status.STOPPING else "restart"
+                    if run.end_reason not in (EndReason.STOP, EndReason.RESTART, EndReason.KILL):
+                        reason = EndReason.STOP if row.status is Status.STOPPING else EndReason.RESTART
                         log.info("'%s' is %s: aborting its run", row.key, row.status.value)
                         n.executor.abort(run, reason, self.s.stop_grace, f"ended by {row.status.value}")
                     continue
@@ -496,7 +497,7 @@ class Reconciler:
                     run.facts = dataclasses.replace(run.facts, hold_until=hold)
                     log.warning("giving '%s' back: another node has free %s slots (this node takes it again after %s)",
                                 run.key, pool, hold.isoformat(timespec="seconds"))
-                    n.executor.abort(run, "release", self.s.stop_grace, f"released to a node with free {pool} slots")
+                    n.executor.abort(run, EndReason.RELEASE, self.s.stop_grace, f"released to a node with free {pool} slots")
 
     def _give_up_delay(self) -> timedelta:
         return timedelta(minutes=random.uniform(self.s.give_up_min_minutes, self.s.give_up_max_minutes))

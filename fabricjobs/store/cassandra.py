@@ -90,7 +90,7 @@ from ..config import Config
 from ..errors import StoreError
 from ..model import Job, JobKey, JobType, Status
 from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
-from .cassandra_schema import ARCHIVE_SHARDS, RUN_BUCKET, COUNTERS as _COUNTERS, SCHEDULING as _SCHEDULING, SchemaManager, check_keyspace_name, qualify
+from .cassandra_schema import ARCHIVE_SHARDS, RUN_BUCKET, COUNTERS as _COUNTERS, SchemaManager, check_keyspace_name, qualify
 from .cassandra_sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
 from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
 
@@ -360,6 +360,7 @@ class CassandraStore(JobStore):
 
         check_keyspace_name(keyspace)
         self.keyspace = keyspace
+        self.identity = f"cassandra:{','.join(sorted(hosts))}:{port}:{keyspace}"
         self.archive_ttl = max(1, int(archive_ttl_seconds))
         self.request_timeout = request_timeout
         cl = ConsistencyLevel.name_to_value[consistency]
