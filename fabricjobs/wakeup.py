@@ -34,15 +34,10 @@ class Doorbell:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_config(cls, config) -> "Doorbell":
+    def for_store(cls, store) -> "Doorbell":
         """Scoped to the store, so only nodes sharing it hear the bell (nodes on other hosts
         of a Cassandra cluster do not; they poll)."""
-        if config.store_backend == "sqlite":
-            import os
-
-            return cls(os.path.realpath(config.get("store", "SQLITE_PATH")))
-        c = config.section("cassandra")
-        return cls(f"cassandra:{','.join(sorted(c['HOSTS']))}:{c['PORT']}:{c['KEYSPACE']}")
+        return cls(store.identity)
 
     def _address(self, node: str) -> bytes:
         digest = hashlib.sha1(node.encode()).hexdigest()[:16]

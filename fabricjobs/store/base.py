@@ -158,6 +158,8 @@ class JobStore(ABC):
     groups_writes: bool = False
     #: The backend's own counters (a backend that keeps any sets its own object).
     stats: StoreStats = StoreStats()
+    #: Which store this is, the same text for every process that opens it (the doorbell's scope).
+    identity: str = ""
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -285,6 +285,7 @@ class SqliteStore(JobStore):
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
         self.path = str(path)
+        self.identity = os.path.realpath(self.path)
         self.synchronous = synchronous.upper()
         if self.synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"bad synchronous mode {synchronous!r}")
