@@ -631,6 +631,172 @@ def huey_throughput(directory: Path, jobs: int, keep_procs: list) -> dict:
         sys.path.remove(str(hdir))
 
 
+HUEY_PRELOAD_MODULE = '''\
+"""huey side of scripts/bench.py throughput --preload (written by it)."""
+import logging
+import os
+import time
+
+from huey import SqliteHuey
+
+# As huey sets itself up unless told otherwise (results kept, a None result not stored), but
+# with fsync and WAL as the fabricjobs store. FJ_HUEY_RESULTS=1: every task stores its end time.
+STORE = os.environ.get("FJ_HUEY_RESULTS") == "1"
+huey = SqliteHuey("fjpreload", filename=os.environ["FJ_HUEY_DB"], fsync=True, journal_mode="wal")
+
+
+@huey.task()
+def noop():
+    return time.time() if STORE else None
+
+
+def run_consumer():
+    logging.basicConfig(level=logging.WARNING)
+    huey.create_consumer(workers=4, worker_type="thread").run()
+'''
+
+
+def huey_preload_throughput(directory: Path, jobs: int, keep_procs: list, results: bool) -> dict:
+    """``jobs`` no-op tasks enqueued before the consumer (4 threads) starts, then drained. With
+    ``results`` every task stores its end time and the rate is taken from those; without (huey's
+    default for a task that returns None) from polling the queue every 5 ms."""
+    import huey as huey_pkg
+
+    hdir = directory / ("huey-preload-results" if results else "huey-preload")
+    hdir.mkdir()
+    (hdir / "fjhueypreload.py").write_text(HUEY_PRELOAD_MODULE)
+    env = dict(os.environ, FJ_HUEY_DB=str(hdir / "huey.db"), FJ_HUEY_RESULTS="1" if results else "0",
+               PYTHONPATH=os.pathsep.join([str(hdir)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    enqueue = ("import sys, fjhueypreload as m\n"
+               "for _ in range(int(sys.argv[1])): m.noop()\n")
+    subprocess.run([sys.executable, "-c", enqueue, str(jobs)], env=env, cwd=hdir, check=True)
+    probe = ("import sys, time, fjhueypreload as m\n"
+             "h = m.huey; n = int(sys.argv[1])\n"
+             "while h.pending_count() >= n: time.sleep(0.005)\n"
+             "t0 = time.time()\n"
+             "while h.pending_count() > 0: time.sleep(0.005)\n"
+             "t1 = time.time()\n"
+             "if m.STORE:\n"
+             "    import pickle\n"
+             "    while h.storage.result_store_size() < n: time.sleep(0.005)\n"
+             "    ends = [float(pickle.loads(v)) for (v,) in h.storage.conn.execute('SELECT value FROM kv')]\n"
+             "    t0, t1 = min(ends), max(ends)\n"
+             "print(t0, t1)\n")
+    watcher = subprocess.Popen([sys.executable, "-c", probe, str(jobs)], env=env, cwd=hdir, stdout=subprocess.PIPE,
+                               text=True)
+    log_path = hdir / "consumer.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-c", "import fjhueypreload; fjhueypreload.run_consumer()"],
+                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=hdir, start_new_session=True)
+    keep_procs.append(proc)
+    try:
+        out, _ = watcher.communicate(timeout=60 + jobs * 0.1)
+        t0, t1 = (float(x) for x in out.split())
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait(timeout=10)
+        if watcher.poll() is None:
+            watcher.kill()
+    return {"jobs": jobs, "jobs_per_s": (jobs - 1) / (t1 - t0), "drain_seconds": t1 - t0,
+            "huey_version": huey_pkg.__version__, "results": results}
+
+
+def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict:
+    """``jobs`` no-op STARTJOBs written before any node starts; then the nodes start together
+    and drain them. The rate runs from the first run's start to the last run's end (a node's
+    start-up is not the queue's drain)."""
+    rig.submit([f"startjob user_job name='Bench.noop' uid='t{i:06d}';" for i in range(jobs)])
+    for name in names:
+        rig.start_node(name)
+    store = rig.client.store
+    db = Path(rig.settings["store"]["SQLITE_PATH"]) if "SQLITE_PATH" in rig.settings.get("store", {}) else None
+    state = {"n": 0}
+
+    def all_done():  # a cheap count: the poll must not slow the nodes it measures
+        state["n"] = _count_done_sqlite(db, 0) if db is not None else len(store.archived_since(utc(0)))
+        return state["n"] >= jobs
+
+    wait_for(all_done, 60 + jobs * 0.2, lambda: f"the {jobs} preloaded jobs: {state['n']} PROCESSED",
+             interval=0.25, check=rig.check_nodes)
+    rows = [j for j in store.archived_since(utc(0)) if j.key.name == "Bench.noop"]
+    bad = [j for j in rows if j.status is not Status.PROCESSED]
+    if bad or len(rows) != jobs:
+        raise BenchError(f"{len(rows)} rows archived, {len(bad)} not PROCESSED (first: {bad[:1]})")
+    t0 = min(j.start_time.timestamp() for j in rows)
+    t1 = max(j.end_time.timestamp() for j in rows)
+    per_node: dict[str, int] = {}
+    for j in rows:
+        per_node[j.worker_id or "?"] = per_node.get(j.worker_id or "?", 0) + 1
+    return {"jobs": jobs, "jobs_per_s": (jobs - 1) / (t1 - t0), "drain_seconds": t1 - t0, "nodes": len(names),
+            "per_node": dict(sorted(per_node.items()))}
+
+
+def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
+    """throughput --preload (issue #19): the queue is full before anything consumes it."""
+    out: dict = {"jobs": jobs, "pool": pool, "backend": backend.name, "preload": True, "fabricjobs": [], "huey": []}
+    procs: list = []
+    tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-preload-"))
+    try:
+        if backend.name == "sqlite" and not args.no_huey and ensure_huey(args.install_huey):
+            for results in (False, True):
+                progress(f"throughput --preload: huey, results {'stored' if results else 'not stored (default)'} ...")
+                out["huey"].append(huey_preload_throughput(tmp, jobs, procs, results))
+        for n in (int(x) for x in args.nodes.split(",")):
+            progress(f"throughput --preload: fabricjobs, {n} node(s) ...")
+            rig = backend.rig({"jobs": {"K2JOBS_POOL_SIZE": pool}}, label=f"bench-pre{n}", keep=args.keep)
+            try:
+                out["fabricjobs"].append(fabricjobs_preload_throughput(rig, jobs, [f"node{i + 1}" for i in range(n)]))
+            finally:
+                rig.close()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    default = next((h for h in out["huey"] if not h["results"]), None)
+    stored = next((h for h in out["huey"] if h["results"]), None)
+    one = next((r for r in out["fabricjobs"] if r["nodes"] == 1), None)
+    rows = []
+    for r in out["fabricjobs"]:
+        rows.append([f"fabricjobs, {r['nodes']} node{'s' if r['nodes'] > 1 else ''} (pool {pool} each)",
+                     fmt_rate(r["jobs_per_s"]), f"{r['drain_seconds']:.2f}",
+                     f"{r['jobs_per_s'] / one['jobs_per_s']:.2f}x" if one else "n/a",
+                     f"{r['jobs_per_s'] / default['jobs_per_s']:.2f}x" if default else "n/a",
+                     f"{r['jobs_per_s'] / stored['jobs_per_s']:.2f}x" if stored else "n/a",
+                     " ".join(str(v) for v in r["per_node"].values())])
+    for h in out["huey"]:
+        rows.append([f"huey {h['huey_version']} SqliteHuey, 4 threads, results {'stored' if h['results'] else 'not stored'}",
+                     fmt_rate(h["jobs_per_s"]), f"{h['drain_seconds']:.2f}", "", "", "", ""])
+    print(f"\n== throughput --preload: {jobs:,} no-op jobs queued before any consumer starts, then drained "
+          f"(first start -> last end; {backend.label()})")
+    print(tabulate(rows, headers=["system", "jobs/s", "seconds", "vs 1 node", "vs huey default", "vs huey + results",
+                                  "jobs per node"], disable_numparse=True))
+    goals = []
+    if one:
+        for r in out["fabricjobs"]:
+            if r["nodes"] > 1:
+                got = r["jobs_per_s"] / one["jobs_per_s"]
+                goals.append([f"{r['nodes']} nodes >= 0.9x 1 node", f"{got:.2f}x", verdict(got >= 0.9)])
+    if default:
+        for r in out["fabricjobs"]:
+            got = r["jobs_per_s"] / default["jobs_per_s"]
+            goals.append([f"{r['nodes']} node(s) >= 1.5x huey (default)", f"{got:.2f}x", verdict(got >= 1.5)])
+    if goals:
+        print_goals(args, goals)
+    out["goals"] = {g[0]: {"measured": g[1], "met": g[2] == "met"} for g in goals}
+    return out
+
+
 def _count_done_sqlite(db: Path, since: float) -> int:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
@@ -687,6 +853,8 @@ def rates(jobs: int, t_first: float, t_submitted: float, t_last: float) -> dict:
 
 def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
     jobs, pool = args.jobs or (1000 if backend.real else 5000), args.pool
+    if args.preload:
+        return cmd_preload(args, backend, jobs, pool)
     out: dict = {"jobs": jobs, "pool": pool, "backend": backend.name, "fabricjobs": []}
     procs: list = []
     tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-tp-"))
@@ -1362,6 +1530,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
         p.add_argument("--nodes", default="1,2,4", help="node counts to measure, comma-separated (1,2,4)")
         p.add_argument("--no-huey", action="store_true", help="skip the huey run (quicker, no ratio)")
+        p.add_argument("--preload", action="store_true",
+                       help="queue every job before any node (or huey's consumer) starts, then time the drain")
         p.add_argument("--raw-lwts", type=int, default=3000,
                        help="cassandra-real: LWTs per client process of the raw-rate run (3000)")
         p.add_argument("--lwt-concurrency", type=int, default=16,
