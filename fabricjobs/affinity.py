@@ -80,7 +80,7 @@ class NodeAffinity:
     @classmethod
     def from_node_id(cls, node: str, dc: str, node_id: NodeId, pool_size: int) -> "NodeAffinity":
         limits = dict(node_id.limits)
-        limits.setdefault(ANY, node_id.limit(ANY, pool_size))
+        limits.setdefault(ANY, AffinityLimit(ANY, pool_size, pool_size))
         return cls(node, dc, pool_size, limits)
 
     def pool_for(self, affinity: Affinity) -> AffinityLimit | None:

@@ -251,7 +251,7 @@ def load_config(path: str | os.PathLike | None) -> Config:
 
 def parse_config(text: str, source: Path | None = None) -> Config:
     parser = configparser.ConfigParser(interpolation=None, strict=True)
-    parser.optionxform = str  # keep case; we compare case-insensitively ourselves
+    parser.optionxform = str  # type: ignore[assignment, method-assign]  # keep case; we compare case-insensitively ourselves
     where = str(source) if source else "config"
     try:
         parser.read_string(text, source=where)

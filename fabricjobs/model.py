@@ -231,7 +231,7 @@ def check_transition(event: Event, source: Status | None, target: Status) -> Non
     rule = TRANSITIONS[event]
     if source not in rule.sources:
         raise TransitionError(f"{event}: not allowed from {source}")
-    allowed = rule.targets or frozenset({source})
+    allowed = rule.targets or (frozenset({source}) if source is not None else frozenset())
     if target not in allowed:
         raise TransitionError(f"{event}: {source} -> {target} is not allowed")
 

@@ -57,6 +57,12 @@ class Schedule:
     cron_has_seconds: bool = False
 
     @property
+    def step(self) -> timedelta:
+        """The interval of an INTERVAL schedule (set by the parser for that kind only)."""
+        assert self.interval is not None, self.kind
+        return self.interval
+
+    @property
     def is_recurring(self) -> bool:
         return self.kind in (ScheduleKind.INTERVAL, ScheduleKind.CRON)
 
@@ -70,6 +76,7 @@ class Schedule:
     def first_due(self, now: datetime) -> datetime:
         """When a job started (or resumed) at ``now`` is first due."""
         if self.kind is ScheduleKind.ONCE_AT:
+            assert self.at_local is not None
             return _to_instant(self.at_local, self.zone)
         if self.kind is ScheduleKind.CRON:
             return self.next_fire_after(now)
@@ -79,6 +86,7 @@ class Schedule:
         """The first fire time strictly after ``after`` (cron only)."""
         if self.kind is not ScheduleKind.CRON:
             raise TypeError(f"{self.kind} schedules have no fire times")
+        assert self.cron is not None
         return _cron_next(self.cron, self.cron_has_seconds, self.zone, after)
 
     def next_after_run(self, due: datetime, started: datetime, ended: datetime, overlap: str = "") -> datetime | None:
@@ -100,7 +108,7 @@ class Schedule:
           the first fire after the run ended.
         """
         if self.kind is ScheduleKind.INTERVAL:
-            step = self.interval
+            step = self.step
             anchor = due
             if started > due:
                 anchor = due + step * ((started - due) // step)
@@ -116,8 +124,8 @@ class Schedule:
             return ended, 0
         skipped = 0
         if self.kind is ScheduleKind.INTERVAL:
-            skipped = (ended - nxt) // self.interval + 1
-            nxt = nxt + self.interval * skipped
+            skipped = (ended - nxt) // self.step + 1
+            nxt = nxt + self.step * skipped
         else:
             while nxt < ended and skipped < 100_000:
                 skipped += 1
@@ -133,7 +141,7 @@ class Schedule:
             base = grid_from or when
             if base > when:
                 return base
-            return base + self.interval * ((when - base) // self.interval + 1)
+            return base + self.step * ((when - base) // self.step + 1)
         return None
 
 
@@ -158,7 +166,8 @@ def _parse(text: str, tz: ZoneInfo) -> Schedule:
     m = _TIMESTAMP_RE.match(raw)
     if m:
         try:
-            at = datetime(*(int(g) for g in m.groups()))
+            year, month, day, hour, minute, second = (int(g) for g in m.groups())
+            at = datetime(year, month, day, hour, minute, second)
         except ValueError as exc:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: {exc}") from None
         return Schedule(text, ScheduleKind.ONCE_AT, tz, at_local=at)

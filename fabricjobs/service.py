@@ -162,6 +162,7 @@ class CommandService:
                 rows: list[Job] = []
                 error: CommandError | None = None
                 for command in commands[i:j]:
+                    assert isinstance(command, statements.StartJob)  # what _groupable lets in
                     try:
                         rows.append(self._new_job(command, session))
                     except CommandError as exc:  # the ones before it are kept, as one by one
@@ -311,7 +312,7 @@ class CommandService:
         if not res.applied:
             raise JobAlreadyRunning(f"Job is running {job.key.describe()}")
         self._ring()
-        return Result(START_COLUMNS, (self._change_row(res.row),))
+        return Result(START_COLUMNS, (self._change_row(res.stored),))
 
     # -- STOPJOB / RESTARTJOB / RESUMEJOB --------------------------------------------------------
 
@@ -325,9 +326,9 @@ class CommandService:
                 return Event.STOP_IDLE, row.replace(status=Status.TERMINATED, end_time=now)
             return Event.STOP, row.replace(status=Status.STOPPING)
 
-        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        changed = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
         self._ring()
-        rows = [r for r in rows if r is not None]
+        rows = [r for r in changed if r is not None]
         if cmd.wait:
             # The seed's StopJob actor: return once every stopped job is final.
             deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
@@ -445,6 +446,7 @@ class CommandService:
     def job_status(self, cmd: statements.JobStatus, session: Session) -> Result:
         nodes = read_cluster(self.store)
         if cmd.uid is not None:
+            assert cmd.type is not None and cmd.name is not None  # the grammar gives a UID only with both
             job = self.store.get(JobKey(cmd.type, cmd.name, cmd.uid))
             jobs = [job] if job is not None else []
         else:
@@ -459,6 +461,7 @@ class CommandService:
         return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
 
     def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False) -> tuple:
+        next_run: datetime | str | None
         if job.status is Status.SCHEDULED:
             next_run = job.next_run
         else:
@@ -469,7 +472,7 @@ class CommandService:
             cands = 0
         if job.blocked and job.status is Status.WAITING:
             next_run = "Blocked by its parents"
-        row = (
+        row: tuple = (
             job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
             job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,
             job.worker_id or "", job.tries, job.priority,

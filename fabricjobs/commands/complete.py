@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from lark import Token
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from .parser import get_parser, grammar_order, is_keyword, is_param, param_name, terminal_category, unescape
+from .parser import (get_parser, grammar_order, is_keyword, is_param, param_name, terminal_category, token_end,
+                     token_start, unescape)
 
 Span = tuple[int, int, str]
 
@@ -74,6 +75,7 @@ def _expected_at(text: str) -> Expectation:
     start = max((end for s, end, cat in spans if cat == "punct" and text[s:end] == ";"), default=0)
     in_string = bool(last and last[2] == "error" and text.startswith("'", last[0]) and last[0] >= start)
     if in_string:
+        assert last is not None
         head_end, prefix = last[0], unescape(text[last[0] + 1 :])
     else:
         head_end = _word_start(text, start)
@@ -158,11 +160,11 @@ def _lex_statements(text: str, pos: int, spans: list[Span]) -> int:
     except UnexpectedToken as err:
         if pending is not None and err.token is not pending:
             done = _add_token(text, pos, done, pending, spans, contextual=True)
-        stop = pos + err.token.start_pos
+        stop = pos + token_start(err.token)
     except UnexpectedCharacters as err:
         if pending is not None:
             done = _add_token(text, pos, done, pending, spans, contextual=True)
-        stop = pos + err.pos_in_stream
+        stop = pos + (err.pos_in_stream or 0)
     else:
         if pending is not None:
             done = _add_token(text, pos, done, pending, spans, contextual=True)
@@ -177,11 +179,11 @@ def _lex_recover(text: str, pos: int, spans: list[Span]) -> int:
     while pos < len(text):
         try:
             for tok in parser.lex(text[pos:], dont_ignore=True):
-                end = _add_token(text, pos, pos + tok.start_pos, tok, spans, contextual=False)
+                end = _add_token(text, pos, pos + token_start(tok), tok, spans, contextual=False)
                 if tok.type == "SEMI":
                     return end
         except UnexpectedCharacters as err:
-            bad = pos + err.pos_in_stream
+            bad = pos + (err.pos_in_stream or 0)
             if text.startswith(("'", "/*"), bad):  # unterminated string or comment: the rest is not code
                 spans.append((bad, len(text), "error"))
                 return len(text)
@@ -193,7 +195,7 @@ def _lex_recover(text: str, pos: int, spans: list[Span]) -> int:
 
 
 def _add_token(text: str, offset: int, done: int, tok: Token, spans: list[Span], *, contextual: bool) -> int:
-    start, end = offset + tok.start_pos, offset + tok.end_pos
+    start, end = offset + token_start(tok), offset + token_end(tok)
     _add_comments(text, done, start, spans)
     category = terminal_category(tok.type)
     if tok.type == "SET_WORD" and _NUMERIC.fullmatch(tok.value):

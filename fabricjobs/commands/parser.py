@@ -293,6 +293,7 @@ def syntax_error(text: str, err: UnexpectedInput) -> CommandSyntaxError:
     expected = expected_words(accepted)
     if isinstance(err, UnexpectedCharacters):
         pos = err.pos_in_stream
+        assert pos is not None  # lark sets it for characters it could not lex
         line, column = err.line, err.column
         if text.startswith("'", pos):
             reason, expected = "unterminated string starting here", ("a closing quote",)
@@ -370,7 +371,7 @@ class _ToCommand(Transformer):
                     raise ValueError
                 obj = _load_json(decoded)
             except (ValueError, RecursionError):
-                at = value_tok.start_pos + 1 + _source_index(value_tok.value[1:-1], exc.pos)
+                at = token_start(value_tok) + 1 + _source_index(value_tok.value[1:-1], exc.pos)
                 raise _invalid_at(self._text, at, f"ARGS is not valid JSON: {exc.msg} at char {exc.pos}") from None
             param = _Param(param.name, param.token, decoded)
         except RecursionError:
@@ -532,6 +533,7 @@ class _ToCommand(Transformer):
         timeout = None
         if "TIMEOUT" in options:
             timeout = float(self._whole(options["TIMEOUT"], _MAX_WAIT, "TIMEOUT needs a whole number of seconds"))
+        assert uid is not None  # the grammar requires WITH UID for WAITJOB
         return WaitJob(type=job_type, name=name, uid=uid, timeout=timeout)
 
     def ps(self, children: list[Token]) -> Ps:
@@ -738,7 +740,7 @@ def _parse_prepared(text: str) -> list[tuple[Statement, int]] | None:
         return None
     gaps = lexing[1]
     builder = _ToCommand(text)
-    parsed = []
+    parsed: list[Any] = []
     used = offset = line_at = misses = 0
     line = 1
     segments = skeleton.split(";")
@@ -750,13 +752,13 @@ def _parse_prepared(text: str) -> list[tuple[Statement, int]] | None:
             used += n
             extra = sum(map(len, values)) - n  # the strings are longer than their slots
         else:
-            values, extra = (), 0
+            values, extra = [], 0
         shape = segment.strip()
         if shape:
             prepared = _prepared.get(shape)
             if prepared is None:
                 if not n and gaps.fullmatch(shape):  # comments only: no statement
-                    if gaps.match(shape + ";").end() != len(shape) and not _closed(segment, i == last):
+                    if _gap_end(gaps, shape + ";") != len(shape) and not _closed(segment, i == last):
                         return None
                     offset += len(segment) + 1
                     continue
@@ -818,18 +820,18 @@ def _prepare(shape: str, source: str, values: list[str] | tuple[str, ...]) -> _P
         return None
     done = 0
     for tok in tokens:
-        if tok.start_pos < done or not gaps.fullmatch(source, done, tok.start_pos):
+        if token_start(tok) < done or not gaps.fullmatch(source, done, token_start(tok)):
             return None
-        done = tok.end_pos
+        done = token_end(tok)
     if not gaps.fullmatch(source, done):
         return None
-    head, tail = tokens[0].start_pos, len(source) - done
+    head, tail = token_start(tokens[0]), len(source) - done
     if (meta.start_pos, meta.end_pos, meta.line) != (head, done, 1 + source.count("\n", 0, head)):
         return None
     if source[head:done] != source[head:done].strip():
         return None
     # A tail that would run on into a ';' put right after it is a '--' comment.
-    open_tail = gaps.match(source[done:] + ";").end() != len(source) - done
+    open_tail = _gap_end(gaps, source[done:] + ";") != len(source) - done
     compiled = _compile(node, iter(range(len(slots))))
     if compiled is None:
         return None
@@ -880,3 +882,22 @@ def _build(tree: tuple, builder: _ToCommand, values: list[str] | tuple[str, ...]
         else:
             children.append(item)
     return getattr(builder, rule)(children)
+
+
+def token_start(tok: Token) -> int:
+    """A token's offset (lark types it optional; tokens of a parse always have one)."""
+    assert tok.start_pos is not None
+    return tok.start_pos
+
+
+def token_end(tok: Token) -> int:
+    assert tok.end_pos is not None
+    return tok.end_pos
+
+
+def _gap_end(gaps: re.Pattern, text: str) -> int:
+    """Where the comments and blanks at the start of ``text`` end (``gaps`` matches "")."""
+    m = gaps.match(text)
+    assert m is not None
+    return m.end()
+

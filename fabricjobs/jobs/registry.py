@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..config import Config
 from ..errors import ValidationError
@@ -157,7 +157,7 @@ class JobCatalog:
             raise JobResolutionError(f"INTERFACE_LISTENER path {path!r}: no such directory under LISTENER_ROOT ({root})")
         return target
 
-    def _user_job_origin(self, name: str, verify: bool = True) -> tuple[str, object]:
+    def _user_job_origin(self, name: str, verify: bool = True) -> tuple[str, Any]:
         ep = _entry_points().get(name)
         if ep is not None:
             return "entry_point", ep
@@ -252,7 +252,7 @@ class JobCatalog:
         origin, target = self._user_job_origin(name, verify=False)
         with _load_lock:
             if origin == "entry_point":
-                fn = target.load()
+                fn = target.load()  # an EntryPoint
             elif origin == "module":
                 module, func = target
                 try:
@@ -416,6 +416,7 @@ def _import_from_dir(root: Path, module: str):
     pkg = sys.modules.get(base)
     if pkg is None:
         spec = importlib.util.spec_from_loader(base, loader=None, is_package=True)
+        assert spec is not None  # a spec without a loader is always made
         pkg = importlib.util.module_from_spec(spec)
         pkg.__path__ = [str(root)]
         sys.modules[base] = pkg

@@ -220,6 +220,7 @@ def _run_listener(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
     from ..store import open_store
     from .listener import listen
 
+    assert spec.store_config is not None and spec.job is not None  # set for every listener run (executor._spec)
     key = repr(sorted(spec.store_config.items()))
     store = _stores.get(key)
     if store is None:  # one store per worker process, kept while it is warm

@@ -45,7 +45,7 @@ def after_run(
     zone,
 ) -> tuple[Event, Job] | None:
     """Post-execution (the seed's JobExecutor): the row's status decides first, then the outcome."""
-    if not still_mine(row, run):
+    if row is None or not still_mine(row, run):
         return None
     counts = {"runs": row.runs + 1, "kills": row.kills + (outcome.kind == KILLED)}
     if outcome.kind == OK:

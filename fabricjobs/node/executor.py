@@ -38,7 +38,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..clock import Clock
 from ..jobs.board import TRAIN_RUNS
@@ -49,6 +50,9 @@ from ..store.base import JobStore
 from ..logs import job_extra
 from .decisions import RELEASED, RunFacts, after_run, run_record
 from .workers import Worker, WorkerPool
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 log = logging.getLogger("fabricjobs.node.executor")
 
@@ -152,7 +156,7 @@ class Executor:
         self._thread: threading.Thread | None = None
         self.shutting_down = False
         self._uncommitted: list | None = None  # outcomes written in an open transaction (holding_starts)
-        self.metrics = None  # set by the node
+        self.metrics: Metrics | None = None  # set by the node
         self.store_config: dict | None = None  # set by the node (for jobs that use the store)
 
     # -- queries ---------------------------------------------------------------------------------
@@ -215,7 +219,8 @@ class Executor:
         run = Run(
             task=next(self._tasks),
             row=row,
-            facts=RunFacts(self.me, row.epoch, row.next_run or row.start_time, row.start_time or self.clock.now()),
+            facts=RunFacts(self.me, row.epoch, row.next_run or row.start_time or self.clock.now(),
+                           row.start_time or self.clock.now()),
             pool=pool,
             exceptional=exceptional,
             generation=generation,
@@ -429,6 +434,7 @@ class Executor:
             queued = tasks[0] != run.task
             if queued:
                 run.stop_deadline = self.clock.monotonic() + 0.2
+        assert worker is not None  # it holds the run's task
         if queued:
             self.pool.abort(worker, run.task)
         else:
@@ -516,10 +522,11 @@ class Executor:
                 except (BlockingIOError, OSError):
                     pass
                 continue
-            worker = conns[obj]
+            pipe: Connection = obj  # type: ignore[assignment]  # only the wake socket and worker pipes are registered
+            worker = conns[pipe]
             try:
-                while obj.poll():
-                    self._on_message(worker, obj.recv())
+                while pipe.poll():
+                    self._on_message(worker, pipe.recv())
             except (EOFError, OSError):
                 self._on_worker_death(worker)
             except Exception:  # a garbled message from one worker: drop that worker only
@@ -665,6 +672,7 @@ class Executor:
                 if decision is None:
                     self._lost(run, row)
                     continue
+                assert row is not None  # a decision is made on a row only
                 pairs.append((row, decision))
                 order.append((run, outcome))
                 records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))

@@ -101,7 +101,9 @@ class Lanes:
         out: list[Job] = []
         preferred: set[JobKey] = set()
         for _, group in itertools.groupby(rows, key=lambda row: row.priority):
-            first, tails, heads = [], [], []
+            first: list[Job] = []
+            tails: list[Job] = []
+            heads: list[Job] = []
             for row in group:
                 if row.worker_id is not None:  # owned: owner precedence (reconcile.py) decides
                     first.append(row)

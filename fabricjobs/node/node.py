@@ -424,8 +424,9 @@ class Node:
         self.stopping = True
         log.info("node %s stopping: no new claims; %d running jobs get %.0f s to end",
                  self.name, self.executor.running(), s.shutdown_grace)
-        if getattr(self, "_stop_doorbell", None):
-            self._stop_doorbell()
+        stop_doorbell = getattr(self, "_stop_doorbell", None)
+        if stop_doorbell is not None:
+            stop_doorbell()
         self.scheduler.stop()
         self.executor.shutting_down = True
         for run in self.executor.runs():

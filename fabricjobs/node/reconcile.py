@@ -251,7 +251,7 @@ class Reconciler:
             if res is not None and res.applied:
                 note = f" (from dead node {row.worker_id})" if row.worker_id else ""
                 log.info("%s is managed to claim ownership on cron job '%s'%s", self.me, row.key, note)
-                self.node.scheduler.add(res.row)
+                self.node.scheduler.add(res.stored)
 
     # -- 4. claims -----------------------------------------------------------------------------------
 
@@ -284,8 +284,8 @@ class Reconciler:
             for (row, pool, rides), res in zip(chosen, results):
                 if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
-                        log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.row.epoch))
-                    n.executor.start(res.row, pool[0].name, pool[1], generation, passenger=rides)
+                        log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
+                    n.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides)
                 else:
                     lost += 1
             n.metrics.claims(len(pairs), lost)

@@ -201,7 +201,7 @@ class Scheduler:
         while self._heap and self._heap[0][0] <= now_ts and not self._held():
             _, _, key = heapq.heappop(self._heap)
             row = self._rows.pop(key, None)
-            if row is not None and row.next_run.timestamp() <= now_ts:
+            if row is not None and _due(row).timestamp() <= now_ts:
                 due.append(row)
             elif row is not None:  # rescheduled to a later time meanwhile: keep it
                 self._rows[key] = row
@@ -259,10 +259,10 @@ class Scheduler:
             except Exception:
                 log.exception("could not record %d skipped fires", len(skipped))
         for row, res in zip(rows, results):
-            if not res.applied or res.row.status is not Status.WAITING:
+            if not res.applied or res.stored.status is not Status.WAITING:
                 self._prepared.pop(row.key, None)
-            if res.applied and res.row.status is Status.SCHEDULED:
-                self.add(res.row)  # a skipped fire: its next due time
+            if res.applied and res.stored.status is Status.SCHEDULED:
+                self.add(res.stored)  # a skipped fire: its next due time
                 continue
             if res.applied:
                 ready += 1
@@ -281,3 +281,10 @@ class Scheduler:
                 self.add(current)
         if ready:
             self.on_ready()
+
+
+def _due(row: Job) -> datetime:
+    """A scheduled row's due time (every row the scheduler holds has one)."""
+    assert row.next_run is not None, row.key
+    return row.next_run
+

@@ -91,15 +91,15 @@ class WorkerPool:
                 if not w.tasks and w.process.is_alive():
                     return w
             for slot in range(self.size):
-                w = self._workers.get(slot)
-                if w is not None and w.tasks:
+                found = self._workers.get(slot)
+                if found is not None and found.tasks:
                     continue  # busy, or died holding a run: the collector must see that death first
-                if w is None or not w.process.is_alive():
-                    if w is not None:
-                        self._discard(w)
-                    w = self._spawn(slot)
-                    self._workers[slot] = w
-                    return w
+                if found is None or not found.process.is_alive():
+                    if found is not None:
+                        self._discard(found)
+                    fresh = self._spawn(slot)
+                    self._workers[slot] = fresh
+                    return fresh
         raise RuntimeError("no free worker slot")
 
     def start(self, worker: Worker, specs: list[RunSpec]) -> None:

@@ -67,6 +67,12 @@ class CasResult:
     row: Job | None = None
     current: Version | None = None
 
+    @property
+    def stored(self) -> Job:
+        """The row an applied write left (every backend returns it)."""
+        assert self.row is not None, "an applied write returns its row"
+        return self.row
+
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:

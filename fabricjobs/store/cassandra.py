@@ -123,6 +123,11 @@ def _aware(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _when(value: datetime) -> datetime:
+    """A time column that always has a value (a key, or written with every row)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 def _bucket(status: Status, worker_id: str | None, archived: bool, blocked: bool = False, priority: int = 4) -> str | None:
     """Which index bucket a live row is in: SCHEDULED|owner, IN_PROCESS|owner, WAITING|priority,
     BLOCKED (any status, while a parent is unfinished), STOPPING, RESTART."""
@@ -241,7 +246,7 @@ class _CountingSession:
         if isinstance(stmt, self._batch_type):  # one request, however many statements
             self.stats.writes += 1
             return
-        text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None), "query_string", "")
+        text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None), "query_string", "") or ""
         if text.lstrip()[:6].upper() == "SELECT":
             self.stats.reads += 1
             if profile == "serial":
@@ -414,7 +419,7 @@ class CassandraStore(JobStore):
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
         self._prepared: dict[tuple, Any] = {}
         self._prep_lock = threading.Lock()
-        self._owners_known: set[str] = set()
+        self._owners_known: set[tuple[str, str]] = set()
         self._run_keys_noted: set[tuple] = set()  # (key, day, bucket) this process noted in k2_job_run_keys
         # When this process first saw each possible intent (its written_at as seen), on its own
         # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
@@ -450,7 +455,7 @@ class CassandraStore(JobStore):
         self._schema.ensure(create, replication)
 
     def schema_version(self) -> int:
-        return self._schema.version()
+        return self._schema.version() or 0
 
     def _stmt(self, key: tuple, cql: str):
         stmt = self._prepared.get(key)
@@ -485,7 +490,7 @@ class CassandraStore(JobStore):
 
     def store_time(self) -> datetime:
         row = self._run(self._stmt(("now",), "SELECT toTimestamp(now()) AS now FROM system.local")).one()
-        return _aware(row["now"])
+        return _when(row["now"])
 
     # -- rows <-> jobs ---------------------------------------------------------------------------
 
@@ -494,7 +499,7 @@ class CassandraStore(JobStore):
         return Job(
             key=JobKey(row["type"], row["name"], row["uid"]),
             status=_STATUS[row["status"]],
-            creation_time=_aware(row["creation_time"]),
+            creation_time=_aware(row["creation_time"]),  # type: ignore[arg-type]  # null only in a row half gone by TTL
             archived=bool(row["archived"]),
             affinity=row["affinity"] or "",
             arguments=row["arguments"] if row["arguments"] is not None else "{}",
@@ -991,7 +996,7 @@ class CassandraStore(JobStore):
     def _to_run(row: dict) -> RunRecord:
         return RunRecord(
             JobKey(row["type"], row["name"], row["uid"]), row["epoch"], row["node"], _aware(row["due_time"]),
-            _aware(row["start_time"]), _aware(row["end_time"]), row["result"], row["status"], row["tries"] or 0,
+            _aware(row["start_time"]), _when(row["end_time"]), row["result"], row["status"], row["tries"] or 0,
             row["error"] or "", row["output"], row["exit_code"], row["log"] or "", row.get("note") or "",
         )
 
@@ -1118,7 +1123,7 @@ class CassandraStore(JobStore):
         for f in futures:
             for r in _result(f):
                 key = JobKey(r["type"], r["name"], r["uid"])
-                next_run = _aware(r["next_run"])
+                next_run = _when(r["next_run"])
                 seen[(r["bucket"], r["shard"])].append((next_run, key.type, key.name, key.uid, r["revision"]))
                 job = Job(
                     key=key, status=_STATUS[r["status"]], creation_time=_EPOCH0,
@@ -1182,9 +1187,9 @@ class CassandraStore(JobStore):
         several = [k for k, es in by_key.items() if len(es) > 1]
         if several:
             for key, row in zip(several, self.get_many(several)):
-                e = self._settle(list(by_key[key].values()), row)
-                if e is not None:
-                    chosen.append(e)
+                settled = self._settle(list(by_key[key].values()), row)
+                if settled is not None:
+                    chosen.append(settled)
         for e in chosen:  # the entry's own age, for _repair's grace rule
             self._observe(e.bucket, e.key, e.revision, e.written_at)
         return sorted(chosen, key=lambda e: (e.next_run, e.key))
@@ -1334,7 +1339,7 @@ class CassandraStore(JobStore):
                                                 " beat_time, state, running, info, tasks, WRITETIME(beat) AS stamp FROM nodes"),
                          (), timeout)
         out = [
-            NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _aware(r["started"]), r["version"],
+            NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _when(r["started"]), r["version"],
                     r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]), r["stamp"])
             for r in rows
         ]
@@ -1365,7 +1370,7 @@ class CassandraStore(JobStore):
 
     def kill_requests(self, node: str) -> list[KillRequest]:
         rows = self._run(self._stmt(("ksel",), "SELECT * FROM kill_requests WHERE node = ?"), (node,))
-        return [KillRequest(r["node"], r["task"], _aware(r["requested_at"]), r["requested_by"]) for r in rows]
+        return [KillRequest(r["node"], r["task"], _when(r["requested_at"]), r["requested_by"]) for r in rows]
 
     def delete_kill_request(self, node: str, task: int) -> None:
         self._run(self._stmt(("kdel",), "DELETE FROM kill_requests WHERE node = ? AND task = ?"), (node, task))

@@ -234,6 +234,11 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+def _when(value: float) -> datetime:
+    """A NOT NULL time column."""
+    return datetime.fromtimestamp(value, UTC)
+
+
 def _job_params(job: Job) -> tuple:
     return (
         job.key.type, job.key.name, job.key.uid, job.status.value, int(job.archived), job.affinity,
@@ -271,7 +276,7 @@ def _run_params(r: RunRecord) -> tuple:
 
 
 def _row_to_run(r: Sequence) -> RunRecord:
-    return RunRecord(JobKey(r[0], r[1], r[2]), r[3], r[4], _dt(r[5]), _dt(r[6]), _dt(r[7]), r[8], r[9], r[10],
+    return RunRecord(JobKey(r[0], r[1], r[2]), r[3], r[4], _dt(r[5]), _dt(r[6]), _when(r[7]), r[8], r[9], r[10],
                      r[11], r[12], r[13], r[14], r[15])
 
 
@@ -468,7 +473,7 @@ class SqliteStore(JobStore):
         return self._read("PRAGMA user_version")[0][0]
 
     def store_time(self) -> datetime:
-        return _dt(self._read(f"SELECT {_STORE_NOW}")[0][0])
+        return _when(self._read(f"SELECT {_STORE_NOW}")[0][0])
 
     # -- jobs: writes --------------------------------------------------------------------------
 
@@ -785,7 +790,7 @@ class SqliteStore(JobStore):
             " tasks, beat_time FROM nodes ORDER BY name"
         )
         return [
-            NodeRow(r[0], r[1], r[2], r[3], r[4], _dt(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
+            NodeRow(r[0], r[1], r[2], r[3], r[4], _when(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
             for r in rows
         ]
 
@@ -810,7 +815,7 @@ class SqliteStore(JobStore):
             "SELECT node, task, requested_at, requested_by FROM kill_requests WHERE node = ? ORDER BY task",
             (node,),
         )
-        return [KillRequest(r[0], r[1], _dt(r[2]), r[3]) for r in rows]
+        return [KillRequest(r[0], r[1], _when(r[2]), r[3]) for r in rows]
 
     def delete_kill_request(self, node: str, task: int) -> None:
         with self._write() as conn:
