@@ -489,3 +489,40 @@ def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_docu
         assert 1 <= took < 20, took
     finally:
         cluster.stop_all()
+
+
+# -- a listener's store needs go through its node (issue #19: workers hold no store) ----------
+
+def test_a_listeners_requests_are_answered_for_its_own_marks_and_jobs_only(store_config, tmp_path):
+    from fabricjobs.clock import SystemClock
+    from fabricjobs.model import Event, advance
+    from fabricjobs.node.listener_requests import ListenerRequests, RequestRefused
+    from fabricjobs.service import CommandService
+    from harness import ROOT
+
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "tests" / "jobs"}})
+    cfg = load_config(store_config)
+    store = open_store(cfg)
+    try:
+        now = datetime.now(timezone.utc)
+        listener = store.insert(advance(None, Event.START, Job(
+            JobKey("INTERFACE_LISTENER", "Probe.handle_file", "inbox"), Status.WAITING, now, next_run=now,
+            affinity="ANY", priority=7))).row
+        answers = ListenerRequests(CommandService(store, cfg, SystemClock()))
+        child = JobKey("USER_JOB", "Probe.handle_file", "inbox/a.csv")
+        assert answers.answer(listener, "start", (child, '{"file": "/x/a.csv", "name": "a.csv"}')) is True
+        row = answers.answer(listener, "get", (child,))
+        assert row.status is Status.WAITING and row.priority == 7 and json.loads(row.arguments)["name"] == "a.csv"
+        assert answers.answer(listener, "start", (child, "{}")) is False  # a live job has the key
+        assert answers.answer(listener, "mark_file", ("a.csv/1-2-3", "started")) is True
+        assert answers.answer(listener, "marked_files", ()) == {"a.csv/1-2-3"}
+        for other in (JobKey("USER_JOB", "Probe.handle_file", "other/a.csv"), JobKey("USER_JOB", "Probe.echo", "inbox/a.csv"),
+                      JobKey("PROCESS", "Probe.handle_file", "inbox/a.csv")):
+            with pytest.raises(RequestRefused, match="may only touch its own files' jobs"):
+                answers.answer(listener, "start", (other, "{}"))
+        with pytest.raises(ValidationError):  # a STARTJOB like any other: NAME must resolve
+            bad = listener.replace(key=JobKey("INTERFACE_LISTENER", "Probe.no_such_function", "inbox"))
+            answers.answer(bad, "start", (JobKey("USER_JOB", "Probe.no_such_function", "inbox/b.csv"), "{}"))
+        assert store.get(JobKey("USER_JOB", "Probe.no_such_function", "inbox/b.csv")) is None
+    finally:
+        store.close()

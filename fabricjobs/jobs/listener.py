@@ -19,6 +19,10 @@ as present at start (never run), then a baseline mark says so; from then on ever
 file is new, whatever its modification time (a file moved in with ``mv`` keeps an old one). A file is taken once its size and time have not changed for ``settle_sec``
 (default 0.5 s), so half-written files wait.
 
+The listener runs in a worker, which holds no store: it reads and writes its marks, and starts
+its files' jobs, through its node (node_link.py), which starts them with the command service
+like any STARTJOB.
+
 File events come from watchdog (inotify) when it is available; the directory is also listed
 every ``poll_sec`` (default 1 s), which is all there is without watchdog and which catches
 anything an event missed.
@@ -36,8 +40,8 @@ import time
 from typing import Callable
 
 from .. import names
-from ..model import Event, Job, JobKey, JobType, Status, advance
-from ..store.base import JobStore
+from ..model import Job, JobKey, JobType
+from .node_link import NodeLink
 from .registry import JobCatalog
 
 log = logging.getLogger("fabricjobs.job.listener")
@@ -60,7 +64,7 @@ class _Marks:
     handled version of file F. A mark of the bare name F was written before marks carried
     versions: it stands for the version there when the listener first meets it again."""
 
-    def __init__(self, store: JobStore, listener: JobKey) -> None:
+    def __init__(self, store: NodeLink, listener: JobKey) -> None:
         self.store, self.listener = store, listener
         self.ids = store.marked_files(listener)
         files = [i for i in self.ids if not i.startswith("/")]  # not the baseline
@@ -86,10 +90,9 @@ class _Marks:
 def listen(
     listener: Job,
     catalog: JobCatalog,
-    store: JobStore,
+    store: NodeLink,
     args: dict,
     is_aborted: Callable[[], bool],
-    now: Callable,
 ) -> int:
     """Run until aborted; returns how many files it started jobs for."""
     directory, pattern = catalog.check_listener(json.dumps(args))
@@ -139,7 +142,7 @@ def listen(
                     continue
                 if is_aborted():
                     break
-                key = _start_child(store, listener, name, version, name in marks.names, str(path), now())
+                key = _start_child(store, listener, name, version, name in marks.names, str(path))
                 marks.add(mark, f"started {key.uid}")
                 seen.pop(name, None)
                 handled += 1
@@ -168,7 +171,7 @@ def _unfit(name: str) -> str | None:
     return None if why is None else why.replace("its name must not contain", "its name holds")
 
 
-def _start_child(store: JobStore, listener: Job, name: str, version: str, again: bool, path: str, now) -> JobKey:
+def _start_child(store: NodeLink, listener: Job, name: str, version: str, again: bool, path: str) -> JobKey:
     """Start the job for this version of the file, or find it started (before a takeover:
     only its mark was missing). The first version of a name gets the plain key unless that
     holds another version's job; ``again``: an earlier version of the name was marked."""
@@ -185,10 +188,7 @@ def _start_child(store: JobStore, listener: Job, name: str, version: str, again:
         inherited = {}
     args = json.dumps({**inherited, "file": path, "name": name, "listener": str(listener.key), "version": version},
                       ensure_ascii=False)
-    job = Job(key=key, status=Status.WAITING, creation_time=now, affinity=listener.affinity, arguments=args,
-              next_run=now, priority=listener.priority)
-    res = store.insert(advance(None, Event.START, job))
-    if res.applied:
+    if store.start(key, args):
         log.info("listener %s started %s for %s", listener.key, key, name)
     return key
 

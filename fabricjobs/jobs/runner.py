@@ -25,6 +25,7 @@ from ..model import Job, JobKey, JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
 from .limits import TERM_GRACE_SEC, LimitError
+from .node_link import NodeLink
 from .registry import JobCatalog, JobResolutionError, process_argv
 
 class OutcomeKind(StrEnum):
@@ -57,7 +58,6 @@ class RunSpec:
     generation: int  # the lease generation it was claimed under (see board.py)
     log_max: int = 65536  # bytes of log lines kept for the run's history
     job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
-    store_config: dict | None = None  # config values, for jobs that use the store (INTERFACE_LISTENER)
     board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
     not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
     due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
@@ -127,7 +127,9 @@ class RunLog(logging.Handler):
 _run_log: RunLog | None = None  # this worker's (one run at a time)
 
 
-def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger) -> Outcome:
+def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
+            link: NodeLink | None = None) -> Outcome:
+    """Run one job in this worker. ``link``: the node, for an INTERFACE_LISTENER's store needs."""
     try:
         arguments = json.loads(spec.arguments or "{}")
         if not isinstance(arguments, dict):
@@ -147,7 +149,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         elif spec.key.type == JobType.USER_JOB:
             outcome = _run_user_job(spec, arguments, is_aborted, job_log)
         elif spec.key.type == JobType.INTERFACE_LISTENER:
-            outcome = _run_listener(spec, arguments, is_aborted)
+            outcome = _run_listener(spec, arguments, is_aborted, link)
         else:
             outcome = Outcome(ERROR, error=f"job type {spec.key.type} cannot run on this node", mode=FailMode.NO_RETRY)
     except (JobResolutionError, LimitError) as exc:
@@ -208,24 +210,11 @@ _ERROR_MAX = 4000
 
 # -- INTERFACE_LISTENER -----------------------------------------------------------------------------
 
-_stores: dict = {}
-
-
-def _run_listener(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]) -> Outcome:
-    from datetime import datetime, timezone
-    from types import MappingProxyType
-
-    from ..clock import to_millis
-    from ..config import Config
-    from ..store import open_store
+def _run_listener(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], link: NodeLink | None) -> Outcome:
     from .listener import listen
 
-    assert spec.store_config is not None and spec.job is not None  # set for every listener run (executor._spec)
-    key = repr(sorted(spec.store_config.items()))
-    store = _stores.get(key)
-    if store is None:  # one store per worker process, kept while it is warm
-        store = _stores[key] = open_store(Config(MappingProxyType(spec.store_config)))
-    started = listen(spec.job, spec.catalog, store, arguments, is_aborted, lambda: to_millis(datetime.now(timezone.utc)))
+    assert spec.job is not None and link is not None  # set for every listener run (executor._spec, worker)
+    started = listen(spec.job, spec.catalog, link, arguments, is_aborted)
     return Outcome(OK, output=json.dumps({"files": started}))
 
 

@@ -49,6 +49,7 @@ import time
 from ..logs import setup_logging  # here, not in worker_main: the fork server imports it once for all forks
 from ..model import JobType
 from .board import Board
+from .node_link import NodeLink
 from .reaper import kill_descendants
 from .runner import INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, run_job
 
@@ -210,7 +211,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
             began = time.monotonic()
             with current.lock:  # a run is slow (its train-mates sent back) from when it began, not its wait
                 current.started, current.waiting = began, False
-            outcome = run_job(spec, aborted, on_spawn, log)
+            link = NodeLink(spec.task, send, conn) if spec.key.type == JobType.INTERFACE_LISTENER else None
+            outcome = run_job(spec, aborted, on_spawn, log, link)
             elapsed = time.monotonic() - began
             # What the run started ends with it (SPEC 7.10). Starting a process takes longer than
             # _SPAWN_MIN (a fork alone ~0.5 ms here), and the /proc scan ~0.1 ms: a run that

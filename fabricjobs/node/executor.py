@@ -42,12 +42,14 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..clock import Clock
+from ..errors import FabricJobsError
 from ..jobs.board import TRAIN_RUNS
 from ..jobs.registry import JobCatalog
 from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, RunSpec, clean_text
 from ..model import Job, JobKey, JobType, Status, advance
 from ..store.base import JobStore
 from ..logs import job_extra
+from ..jobs.node_link import ANSWER as LINK_ANSWER, REQUEST as LINK_REQUEST
 from .decisions import RELEASED, RunFacts, after_run, run_record
 from .workers import Worker, WorkerPool
 
@@ -119,8 +121,10 @@ class Executor:
         on_final: Callable[[Job], None] = lambda row: None,
         on_outcome: Callable[[], None] = lambda: None,
         on_dispatch: Callable[[JobKey, datetime | None], None] = lambda key, due: None,
+        answer_listener: Callable[[Job, str, tuple], object] | None = None,
     ) -> None:
         self.store = store
+        self.answer_listener = answer_listener  # a listener run's store requests (listener_requests.py)
         self.clock = clock
         self.pool = pool
         self.catalog = catalog
@@ -157,7 +161,6 @@ class Executor:
         self.shutting_down = False
         self._uncommitted: list | None = None  # outcomes written in an open transaction (holding_starts)
         self.metrics: Metrics | None = None  # set by the node
-        self.store_config: dict | None = None  # set by the node (for jobs that use the store)
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -401,7 +404,7 @@ class Executor:
         return RunSpec(
             run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
             self.catalog, run.generation, self.log_max,
-            job=run.row if listener else None, store_config=self.store_config if listener else None,
+            job=run.row if listener else None,
             not_before=run.facts.started.timestamp() if ahead else None,
             due=run.facts.due.timestamp() if run.facts.due is not None else None,
         )
@@ -534,6 +537,22 @@ class Executor:
                 self.pool.kill(worker)
                 self._on_worker_death(worker)
 
+    def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple) -> None:
+        """Answer a listener run's store request (jobs/node_link.py); anything else is refused."""
+        value: object
+        if run is None or run.worker is not worker or run.key.type != JobType.INTERFACE_LISTENER \
+                or self.answer_listener is None:
+            ok, value = False, "store requests are answered for a listener run on this worker only"
+        else:
+            try:
+                ok, value = True, self.answer_listener(run.row, op, args)
+            except Exception as exc:  # the listener's run reports it; the node goes on
+                log.warning("store request %s of listener %s failed: %s", op, run.key, exc,
+                            extra=job_extra(run.key, run.facts.epoch))
+                ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
+        with worker.send_lock:
+            worker.conn.send((LINK_ANSWER, ok, value))
+
     def _on_message(self, worker: Worker, msg) -> None:
         kind = msg[0]
         if kind == "bounced":
@@ -542,6 +561,9 @@ class Executor:
         task = msg[1]
         with self._lock:
             run = self._runs.get(task)
+        if kind == LINK_REQUEST:
+            self._on_link_request(worker, run, msg[2], msg[3])
+            return
         if kind == "spawned":
             worker.child_pid = msg[2]
             if run is None or run.outcome is not None or (run.end_reason is not None and run.stop_deadline is None):

@@ -14,6 +14,8 @@ left as they are, to be re-run.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import json
 import logging
 import os
@@ -46,6 +48,9 @@ from .reconcile import Reconciler
 from .scheduler import Scheduler
 from .workers import WorkerPool
 
+if TYPE_CHECKING:
+    from .listener_requests import ListenerRequests
+
 
 #: How long a thread may hold the GIL while another waits for it (Python's default: 5 ms).
 #: The node's threads mostly wait on pipes and the store; a collector that has a finished
@@ -53,6 +58,7 @@ from .workers import WorkerPool
 _SWITCH_INTERVAL = 0.0005
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
+
 log = logging.getLogger("fabricjobs.node")
 
 
@@ -187,7 +193,9 @@ class Node:
             retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
             on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
             on_final=self._on_final, on_outcome=self.wake, on_dispatch=self.scheduler.dispatched,
+            answer_listener=self._answer_listener,
         )
+        self._listener_requests: ListenerRequests | None = None  # built at a listener's first request (imports the commands)
         self.reconciler = Reconciler(self)
         self.metrics = Metrics(
             config.get("metrics", "PORT"), config.get("metrics", "ADDRESS"),
@@ -196,7 +204,6 @@ class Node:
             store_stats=lambda: self.store.stats,
         )
         self.executor.metrics = self.metrics
-        self.executor.store_config = dict(config.values)
 
     # -- wiring helpers ----------------------------------------------------------------------------
 
@@ -214,6 +221,16 @@ class Node:
         for run in self.executor.runs():
             counts[(run.row.type, run.pool)] = counts.get((run.row.type, run.pool), 0) + 1
         return [(t, a, n) for (t, a), n in sorted(counts.items())]
+
+    def _answer_listener(self, listener, op: str, args: tuple):
+        """A listener run's store request, answered here (its worker holds no store)."""
+        if self._listener_requests is None:
+            from ..service import CommandService
+            from .listener_requests import ListenerRequests
+
+            self._listener_requests = ListenerRequests(
+                CommandService(self.store, self.config, self.clock, catalog=self.catalog, doorbell=self.doorbell))
+        return self._listener_requests.answer(listener, op, args)
 
     def _on_final(self, row) -> None:
         """A job here reached a final status: its children (if any) may be free now."""

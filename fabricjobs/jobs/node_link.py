@@ -1,0 +1,60 @@
+"""What an INTERFACE_LISTENER run asks of the store, asked of its node instead.
+
+A worker holds no store connection and no store settings: a USER_JOB runs in the same kind
+of process, and the Cassandra password is not its business. The listener's four needs go to
+the node over the worker's pipe, and the node answers them for that listener only
+(node/executor.py, ``Executor._on_store_request``): its own file marks, and the jobs under
+its own NAME and UID prefix, which the node starts through the command service like any
+STARTJOB.
+
+The pipe carries one request at a time: the node sends nothing else to a worker while its
+run goes on (trains are for short runs; a listener never rides one).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from ..errors import StoreError
+from ..model import Job, JobKey
+
+REQUEST = "store"  # worker -> node: (REQUEST, task, op, args)
+ANSWER = "store-answer"  # node -> worker: (ANSWER, ok, value or error text)
+TIMEOUT_SEC = 30.0
+
+
+class NodeLink:
+    """The listener's store, as far as it may use one."""
+
+    def __init__(self, task: int, send: Callable[[Any], None], conn) -> None:
+        self._task = task
+        self._send = send
+        self._conn = conn
+
+    def _ask(self, op: str, *args):
+        self._send((REQUEST, self._task, op, args))
+        deadline = time.monotonic() + TIMEOUT_SEC
+        while not self._conn.poll(0.1):
+            if time.monotonic() > deadline:
+                raise StoreError(f"the node did not answer {op} within {TIMEOUT_SEC:g} s")
+        kind, ok, value = self._conn.recv()
+        if kind != ANSWER:
+            raise StoreError(f"unexpected message from the node: {kind!r}")
+        if not ok:
+            raise StoreError(value)
+        return value
+
+    def marked_files(self, listener: JobKey) -> set[str]:
+        return self._ask("marked_files")
+
+    def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
+        return self._ask("mark_file", file, note)
+
+    def get(self, key: JobKey) -> Job | None:
+        return self._ask("get", key)
+
+    def start(self, key: JobKey, arguments: str) -> bool:
+        """STARTJOB USER_JOB of ``key`` with these ARGS, as the node's command service runs it
+        (affinity and priority are the listener's); False if a live job has the key."""
+        return self._ask("start", key, arguments)
