@@ -30,7 +30,7 @@ CONFIG_ENV = "FABRICJOBS_CONFIG"
 
 # -- value parsers ---------------------------------------------------------------------------
 
-def _int(minimum: int | None = None) -> Callable[[str], int]:
+def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text.strip())
@@ -38,6 +38,8 @@ def _int(minimum: int | None = None) -> Callable[[str], int]:
             raise ValueError(f"expected an integer, got {text!r}") from None
         if minimum is not None and value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"must be at most {maximum}, got {value}")
         return value
 
     return parse
@@ -153,7 +155,7 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "REQUIRE_JOB_DECORATOR", _bool, False, "Only functions decorated @job (fabricjobs.jobs.context) may run as USER_JOBs from USER_JOBS_DIR and USER_JOB_MODULES (entry points are declared already)."),
     Key("jobs", "PROCESS_JOBS_DIR", _str, "", "Directory of executables for PROCESS jobs; nothing outside it may run.", path=True),
     Key("jobs", "PROCESS_TIME_LIMIT_SEC", _float(0.0), 0.0, "Longest a PROCESS run may take (wall clock) before its process group is ended and the run fails (0: no limit); a job's ARGS time_limit_sec may lower it."),
-    Key("jobs", "PROCESS_MEMORY_MB", _int(0), 0, "Address space (RLIMIT_AS) of each process of a PROCESS run, in MiB (0: no limit); a job's ARGS memory_mb may lower it."),
+    Key("jobs", "PROCESS_MEMORY_MB", _int(0, 1 << 30), 0, "Address space (RLIMIT_AS) of each process of a PROCESS run, in MiB (0: no limit); a job's ARGS memory_mb may lower it."),
     Key("jobs", "PROCESS_ENV", _list, (), "Node environment variables PROCESS jobs see besides PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM."),
     Key("jobs", "LISTENER_ROOT", _str, "", "Directory under which INTERFACE_LISTENER jobs may watch (empty: none).", path=True),
     Key("jobs", "PRIORITY_AGING_SEC", _float(0.01), 60.0, "A waiting job gains one priority level per this many seconds it waits (no starvation)."),

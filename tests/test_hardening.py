@@ -125,15 +125,16 @@ HOSTILE_PROCESS_ARGS = [
 PROCESS_LIMITS_THAT_CANNOT_BE = [
     ('{"time_limit_sec": 0}', "time_limit_sec must be a number of seconds above 0"),
     ('{"time_limit_sec": "soon"}', "time_limit_sec must be a number of seconds above 0"),
-    ('{"memory_mb": 1}', "memory_mb must be a whole number of MiB, at least 16, not 1"),
+    ('{"memory_mb": 1}', "memory_mb must be a whole number of MiB from 16 to 1073741824, not 1"),
+    ('{"memory_mb": 8796093022208}', "memory_mb must be a whole number of MiB from 16 to 1073741824"),
     ('{"memory_mb": 64.5}', "memory_mb must be a whole number of MiB"),
     ('{"memory_mb": true}', "memory_mb must be a whole number of MiB"),
 ]
 
 
 @pytest.mark.parametrize("args, why", HOSTILE_PROCESS_ARGS + PROCESS_LIMITS_THAT_CANNOT_BE,
-                         ids=["superscript-key", "nul", "e2big", "time-0", "time-text", "memory-1", "memory-float",
-                              "memory-bool"])
+                         ids=["superscript-key", "nul", "e2big", "time-0", "time-text", "memory-1", "memory-huge",
+                              "memory-float", "memory-bool"])
 def test_startjob_refuses_process_args_no_program_could_receive(store_config, args, why):
     from harness import ROOT
 
@@ -468,7 +469,8 @@ def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_docu
         cluster.fetch("startjob process name='env.sh' uid='env';"
                       "startjob process name='alloc.sh' uid='small' args='{\"0\": \"40\"}';"
                       "startjob process name='alloc.sh' uid='big' args='{\"0\": \"300\", \"memory_mb\": 4096}';"
-                      "startjob process name='ignore_term.sh' uid='slow' args='{\"time_limit_sec\": 1}';")
+                      "startjob process name='ignore_term.sh' uid='slow' args='{\"time_limit_sec\": 1}';"
+                      "startjob process name='term_ok.sh' uid='partial' args='{\"time_limit_sec\": 1}';")
         done = lambda j: j.archived  # noqa: E731
 
         env = cluster.wait_job("PROCESS", "env.sh", "env", done, 20)
@@ -487,6 +489,9 @@ def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_docu
         assert slow.error_msg.startswith("ran past its time limit of 1 s (killed by signal 9)"), slow.error_msg
         took = (slow.end_time - slow.start_time).total_seconds()
         assert 1 <= took < 20, took
+        partial = cluster.wait_job("PROCESS", "term_ok.sh", "partial", done, 30)  # exit 0 on SIGTERM: still a failure
+        assert partial.status is Status.FAILED
+        assert partial.error_msg.startswith("ran past its time limit of 1 s (exit code 0)"), partial.error_msg
     finally:
         cluster.stop_all()
 

@@ -16,6 +16,7 @@ It also applies the run's memory limit (limits.py) to the job alone, between for
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -26,6 +27,7 @@ from .board import Board
 
 _PERIOD = 0.02  # how often the job is polled while the lease is far from its end
 _LAPSE_GRACE = 0.1  # the moment a run gets to end by itself, as in the worker
+JOB_ENV = "FABRICJOBS_GUARDED_JOB_ENV"
 USAGE = "usage (by the worker): python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION [--memory-mb=N] -- ARGV..."
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # for the job, not for the guard
 
@@ -39,6 +41,11 @@ def main(argv: list[str]) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     command = rest[1:]
+    # The job's environment (limits.py) comes as one variable: the guard itself needs the node's
+    # (PYTHONPATH, a venv's), the job gets only its own.
+    job_env = json.loads(os.environ.pop(JOB_ENV, "null") or "null")
+    if job_env is None:
+        job_env = dict(os.environ)
     board = Board(board_path, int(slots))
     gen = int(generation)
     if not board.lease_valid(None, gen):
@@ -56,12 +63,12 @@ def main(argv: list[str]) -> int:
         try:
             if memory_mb:  # the job's, inherited by what it starts; never the guard's own
                 limit = memory_mb * 1024 * 1024
-                hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-                if hard != resource.RLIM_INFINITY:
-                    limit = min(limit, hard)  # an unprivileged process cannot raise its hard limit
+                for current in resource.getrlimit(resource.RLIMIT_AS):  # never above the node's own
+                    if current != resource.RLIM_INFINITY:
+                        limit = min(limit, current)
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            os.execv(command[0], command)
-        except OSError as exc:
+            os.execve(command[0], command, job_env)
+        except (OSError, ValueError, OverflowError) as exc:
             print(f"cannot run {command[0]}: {exc}", file=sys.stderr)
             os._exit(127)
     status: int | None = None

@@ -30,6 +30,7 @@ from ..errors import ValidationError
 TERM_GRACE_SEC = 5.0  # after SIGTERM at the time limit, before SIGKILL
 MAX_TIME_LIMIT_SEC = 366 * 86400.0
 MIN_MEMORY_MB = 16  # below this not even a shell starts: a typo, not a limit
+MAX_MEMORY_MB = 1 << 30  # 1 PiB: beyond any machine, and within what setrlimit takes
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM")
 INHERITED_PREFIXES = ("LC_",)
 ARG_KEYS = ("time_limit_sec", "memory_mb")  # PROCESS ARGS that are not program arguments
@@ -84,9 +85,9 @@ def check_arguments(arguments: Mapping) -> dict:
         asked["time_limit_sec"] = float(value)
     value = arguments.get("memory_mb")
     if value is not None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < MIN_MEMORY_MB:
-            raise LimitError(f"PROCESS memory_mb must be a whole number of MiB, at least {MIN_MEMORY_MB}, "
-                             f"not {json.dumps(value)[:40]}")
+        if isinstance(value, bool) or not isinstance(value, int) or not MIN_MEMORY_MB <= value <= MAX_MEMORY_MB:
+            raise LimitError(f"PROCESS memory_mb must be a whole number of MiB from {MIN_MEMORY_MB} to "
+                             f"{MAX_MEMORY_MB}, not {json.dumps(value)[:40]}")
         asked["memory_mb"] = value
     return asked
 

@@ -24,6 +24,7 @@ from ..logs import job_extra
 from ..model import Job, JobKey, JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
+from .guard import JOB_ENV as GUARDED_JOB_ENV
 from .limits import TERM_GRACE_SEC, LimitError
 from .node_link import NodeLink
 from .registry import JobCatalog, JobResolutionError, process_argv
@@ -292,6 +293,7 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
         argv = [sys.executable, "-P", "-m", "fabricjobs.jobs.guard", spec.board[0], str(spec.board[1]),
                 str(spec.generation), f"--memory-mb={limits.memory_mb}", "--", *argv]
+        env = {**os.environ, GUARDED_JOB_ENV: json.dumps(env)}  # the guard runs on the node's, the job on its own
     try:
         proc = subprocess.Popen(
             argv,
@@ -333,10 +335,10 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     for name, text in (("stdout", stdout), ("stderr", stderr)):
         for line in text.splitlines():
             run_log.add(f"{name}: {line}")
-    if code == 0:
+    if code == 0 and timed_out_at is None:  # a job that exits 0 on the limit's SIGTERM did not finish
         return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
     tail = clean_text(stderr.strip()[-2000:], 2000)
-    reason = f"exit code {code}" if code > 0 else f"killed by signal {-code}"
+    reason = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
     if signalled:
         return Outcome(INTERRUPTED, error=f"{reason} after stop" + (f": {tail}" if tail else ""), exit_code=code)
     if timed_out_at is not None:
