@@ -531,3 +531,52 @@ def test_a_listeners_requests_are_answered_for_its_own_marks_and_jobs_only(store
         assert store.get(JobKey("USER_JOB", "Probe.no_such_function", "inbox/b.csv")) is None
     finally:
         store.close()
+
+
+def test_a_bare_name_mark_from_before_versions_stands_only_for_the_file_it_marked(tmp_path):
+    """Marks written before they carried versions name the file only: the file still there is
+    taken as handled, a file dropped under that name since is a new one."""
+    import time as _time
+    from datetime import timedelta
+
+    from fabricjobs.jobs.listener import child_key, listen
+    from fabricjobs.jobs.registry import JobCatalog
+    from harness import ROOT
+
+    root = tmp_path / "root"
+    inbox = root / "inbox"
+    inbox.mkdir(parents=True)
+    started = datetime.now(timezone.utc) - timedelta(hours=2)
+    listener = Job(JobKey("INTERFACE_LISTENER", "Probe.handle_file", "in"), Status.IN_PROCESS, started,
+                   arguments=json.dumps({"path": "inbox", "pattern": "*.csv", "settle_sec": 0, "poll_sec": 0.05}))
+    for name, age in (("kept.csv", 3), ("again.csv", 0)):  # hours old
+        (inbox / name).write_text(name)
+        t = _time.time() - age * 3600
+        os.utime(inbox / name, (t, t))
+
+    class Link:  # the node's side, in memory
+        def __init__(self):
+            self.marks = {"kept.csv", "again.csv", f"/present at {started.isoformat()}"}
+            self.jobs = {child_key(listener.key, "again.csv"): listener.replace(creation_time=started)}
+            self.started = []
+
+        def marked_files(self, key):
+            return set(self.marks)
+
+        def mark_file(self, key, file, note):
+            self.marks.add(file)
+            return True
+
+        def get(self, key):
+            return self.jobs.get(key)
+
+        def start(self, key, arguments):
+            self.started.append(key.uid)
+            return True
+
+    link = Link()
+    polls = iter(range(40))
+    catalog = JobCatalog(str(ROOT / "tests" / "jobs"), (), "", str(root))
+    listen(listener, catalog, link, json.loads(listener.arguments), lambda: next(polls, None) is None)
+    assert len(link.started) == 1 and link.started[0].startswith("in/again.csv/"), link.started
+    assert any(m.startswith("kept.csv/") for m in link.marks)  # taken as the file its bare mark stood for

@@ -128,7 +128,7 @@ def listen(
                 mark = f"{name}/{version}"
                 if mark in marks:
                     continue
-                if marks.legacy(name):
+                if marks.legacy(name) and _old_enough(store, listener, name, st):
                     marks.add(mark, "handled (marked before marks carried versions)")
                     continue
                 if baseline not in marks and st.st_mtime < started_at:
@@ -191,6 +191,15 @@ def _start_child(store: NodeLink, listener: Job, name: str, version: str, again:
     if store.start(key, args):
         log.info("listener %s started %s for %s", listener.key, key, name)
     return key
+
+
+def _old_enough(store: NodeLink, listener: Job, name: str, st: os.stat_result) -> bool:
+    """Whether the file a bare-name mark stands for can be this one: not changed since the
+    listener started or since the job for the name was started. A file dropped after those
+    is a new file under an old name."""
+    child = store.get(child_key(listener.key, name))
+    since = max([listener.creation_time] + ([child.creation_time] if child is not None else []))
+    return st.st_mtime <= since.timestamp()
 
 
 def _version_of(job: Job) -> str | None:
