@@ -559,23 +559,29 @@ def test_eight_processes_claim_500_rows_each_exactly_once(store, store_config, t
             [sys.executable, str(HELPERS / "claim_race.py"), str(store_config), f"proc-{p}", str(go), str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )))
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("ready-*"))) < n_procs:
-        assert time.monotonic() < deadline, "claimers did not start"
-        assert all(p.poll() is None for _, p in procs), [p.communicate() for _, p in procs if p.poll() is not None]
-        time.sleep(0.01)
-    go.touch()
     claims: dict[str, str] = {}
     per_proc = []
-    for out, p in procs:
-        stdout, stderr = p.communicate(timeout=120)
-        assert p.returncode == 0, stderr.decode()
-        mine = json.loads(out.read_text())
-        per_proc.append(len(mine))
-        for uid, epoch in mine:
-            assert uid not in claims, f"{uid} claimed twice"
-            assert epoch == 1
-            claims[uid] = out.stem
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("ready-*"))) < n_procs:
+            assert time.monotonic() < deadline, "claimers did not start"
+            assert all(p.poll() is None for _, p in procs), [p.communicate() for _, p in procs if p.poll() is not None]
+            time.sleep(0.01)
+        go.touch()
+        for out, p in procs:
+            stdout, stderr = p.communicate(timeout=120)
+            assert p.returncode == 0, stderr.decode()
+            mine = json.loads(out.read_text())
+            per_proc.append(len(mine))
+            for uid, epoch in mine:
+                assert uid not in claims, f"{uid} claimed twice"
+                assert epoch == 1
+                claims[uid] = out.stem
+    finally:  # no claimer may outlive the test: its store (a keyspace) goes to the next test
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert len(claims) == n_rows
     assert sum(1 for n in per_proc if n > 0) >= 2, f"no contention happened: {per_proc}"
     rows = store.by_status([Status.IN_PROCESS])
