@@ -10,6 +10,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -210,8 +211,6 @@ def test_a_flood_of_rings_is_answered_at_most_fifty_times_a_second():
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                     reason="needs root, to ring as another user")
 def test_rings_from_another_user_are_ignored():
-    from harness import wait_for
-
     bell, rings, stop = _counting_listener("creds")
     try:
         child = os.fork()
@@ -223,9 +222,18 @@ def test_rings_from_another_user_are_ignored():
             finally:
                 os._exit(0)
         os.waitpid(child, 0)
-        bell.ring(["n1"])  # then this user, once: the only ring answered
-        wait_for(lambda: rings["n"] >= 1, 5, "this user's ring to be answered")
-        assert rings["n"] == 1
+        # Then this user. Its ring may find the socket's queue still full of the flood (a ring
+        # that does not fit is dropped: the node polls), so it rings until answered; every
+        # answer must be one of its own rings, none of the flood's.
+        ours = 0
+        deadline = time.monotonic() + 10
+        while rings["n"] == 0 and time.monotonic() < deadline:
+            bell.ring(["n1"])
+            ours += 1
+            end = time.monotonic() + 0.2
+            while rings["n"] == 0 and time.monotonic() < end:
+                time.sleep(0.005)
+        assert 1 <= rings["n"] <= ours, (rings["n"], ours)
     finally:
         stop()
         bell.close()
