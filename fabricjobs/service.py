@@ -27,6 +27,7 @@ from .clock import Clock
 from .cluster import NodeView, candidates, read_cluster
 from . import names
 from .commands import statements
+from .commands.table import STATEMENTS
 from .config import Config
 from .errors import (
     CommandError, JobAlreadyRunning, JobNotFound, NodeNotFound, ScheduleError, StoreError, TaskNotFound,
@@ -119,21 +120,7 @@ class CommandService:
         self.zone = config.get("node", "TIME_ZONE") or None
         self._batch_depth = 0
         self._rang = False
-        self._handlers: dict[type, Callable] = {
-            statements.StartJob: self.start_job,
-            statements.StopJob: self.stop_job,
-            statements.RestartJob: self.restart_job,
-            statements.ResumeJob: self.resume_job,
-            statements.UpdateJob: self.update_job,
-            statements.JobStatus: self.job_status,
-            statements.Ps: self.ps,
-            statements.Kill: self.kill,
-            statements.Set: self.set,
-            statements.Nodes: self.nodes,
-            statements.JobHistory: self.job_history,
-            statements.JobLog: self.job_log,
-            statements.WaitJob: self.wait_job,
-        }
+        self._handlers: dict[type, Callable] = {s.command: getattr(self, s.handler) for s in STATEMENTS}
 
     def execute(self, command: statements.Command, session: Session) -> Result:
         names.check_command(command)  # parsed commands passed this already; built ones may not have

@@ -24,6 +24,7 @@ from lark import Lark, Token, Transformer, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
 from ..errors import CommandSyntaxError, ScheduleError, ValidationError
+from . import table
 from ..model import JobType
 from ..names import complaint
 from ..schedule import parse_schedule, resolve_zone
@@ -36,13 +37,8 @@ from .statements import (
     Nodes,
     WaitJob,
     Ps,
-    RestartJob,
-    ResumeJob,
     Set,
-    StartJob,
     Statement,
-    StopJob,
-    UpdateJob,
 )
 
 #: Terminals that are not keywords: how lex() colours them and how errors say them.
@@ -63,13 +59,7 @@ _TERMINAL_WORDS: dict[str, tuple[str, str]] = {
 _IGNORED = frozenset({"WS", "COMMENT"})
 _PARAM_PREFIX = "P_"
 
-_JOB_COMMANDS: dict[str, type] = {
-    "startjob": StartJob,
-    "stopjob": StopJob,
-    "restartjob": RestartJob,
-    "resumejob": ResumeJob,
-    "updatejob": UpdateJob,
-}
+_JOB_COMMANDS: dict[str, type] = table.JOB_COMMANDS
 #: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
 _REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
 _NON_EMPTY = frozenset({"NAME", "UID"})
@@ -575,7 +565,7 @@ class _ToCommand(Transformer):
         return int(digits)
 
 
-_STATEMENT_RULES = frozenset({*_JOB_COMMANDS, "jobstatus", "ps", "kill", "set", "nodes", "jobhistory", "joblog", "waitjob"})
+_STATEMENT_RULES = frozenset(table.BY_RULE)
 
 
 class _Wait:

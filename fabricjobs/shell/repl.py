@@ -14,28 +14,17 @@ from prompt_toolkit.history import FileHistory
 from ..client import Client
 from ..errors import FabricJobsError, message_of
 from ..private import private_file
+from ..commands import table as statement_table
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
 from .output import render
 from .script import report_internal_error, shell_log_path, split_statements
 
-HELP = """Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
+HELP = f"""Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
 and the names of existing jobs and nodes. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
 
-  STARTJOB <TYPE> NAME='<name>' [UID='<uid>'] [AFFINITY='<affinity>'] [ARGS='<json>'] [EXEC_INTERVAL='<interval>']
-           [DEPENDS_ON='<TYPE.NAME.UID>,...'] [PRIORITY=0..9] [TZ='<zone>'] [LATE_THRESHOLD='HH:MM:SS']
-           [OVERLAP='SKIP|QUEUE']
-  STOPJOB <TYPE> NAME='<name>' [UID='<uid>'] [WAIT [TIMEOUT <s>]]
-  RESTARTJOB <TYPE> NAME='<name>' [UID='<uid>']
-  RESUMEJOB <TYPE> NAME='<name>' UID='<uid>'
-  UPDATEJOB <TYPE> NAME='<name>' [UID=..] [AFFINITY=..] [ARGS=..] [EXEC_INTERVAL=..] [RESET_END_TIME=true|false]
-            [PRIORITY=..] [TZ=..] [LATE_THRESHOLD=..] [OVERLAP=..]
-  JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>']] [DETAILS]]
-  JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]
-  JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN <n>]
-  WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [TIMEOUT <s>]
-  PS [ALL]          KILL '<node>' <task>          NODES [DETAILS]          SET <key> [=] <value>
+{statement_table.usage()}
 See the README's Commands section for each statement's output."""
 
 

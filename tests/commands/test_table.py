@@ -1,0 +1,43 @@
+"""The statement table (fabricjobs/commands/table.py) is the one list of statements: it must
+agree with the grammar, the Command union and the service, so that a statement added in one
+place only fails here rather than at a user's prompt."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+from fabricjobs.commands import parse_one, statements, table
+from fabricjobs.service import CommandService
+
+GRAMMAR = Path(__file__).resolve().parents[2] / "grammar" / "fabricjobs.lark"
+
+
+def _grammar_statements() -> set[str]:
+    text = GRAMMAR.read_text()
+    body = re.search(r"^_statement:(.*?)(?=^\S|\Z)", text, re.M | re.S).group(1)
+    return {w for w in re.findall(r"[a-z_]+", re.sub(r"//.*", "", body))}
+
+
+def test_every_statement_of_the_grammar_is_in_the_table_and_no_other():
+    assert {s.rule for s in table.STATEMENTS} == _grammar_statements()
+
+
+def test_the_table_covers_the_command_union_and_the_service_carries_out_each():
+    assert {s.command for s in table.STATEMENTS} == set(typing.get_args(statements.Command))
+    for s in table.STATEMENTS:
+        assert callable(getattr(CommandService, s.handler, None)), f"CommandService has no {s.handler}"
+
+
+def test_each_usage_line_starts_with_its_keyword_and_parses_in_its_simplest_form():
+    simplest = {"STARTJOB": "startjob user_job name='a';", "STOPJOB": "stopjob user_job name='a';",
+                "RESTARTJOB": "restartjob user_job name='a';", "RESUMEJOB": "resumejob user_job name='a' uid='u';",
+                "UPDATEJOB": "updatejob user_job name='a' priority=3;", "JOBSTATUS": "jobstatus;",
+                "JOBHISTORY": "jobhistory user_job 'a';", "JOBLOG": "joblog user_job 'a';",
+                "WAITJOB": "waitjob user_job 'a' with uid='u';", "PS": "ps;", "KILL": "kill 'n1' 3;",
+                "NODES": "nodes;", "SET": "set k = v;"}
+    assert set(simplest) == {s.keyword for s in table.STATEMENTS}
+    for s in table.STATEMENTS:
+        assert s.usage[0].startswith(s.keyword + " ") or s.usage[0] == s.keyword
+        assert isinstance(parse_one(simplest[s.keyword]), s.command)
