@@ -35,6 +35,17 @@ def cql_server():
     server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _drop_emptied_keyspaces():
+    """Keyspaces kept for reuse (backends.empty_keyspace) are dropped when this process's tests
+    end: on a cluster of the user's (--cassandra host:port) nothing is left behind."""
+    yield
+    import backends
+
+    while backends._emptied:
+        backends.drop_keyspace(backends._emptied.pop())
+
+
 @pytest.fixture(params=BACKENDS)
 def store_config(request, tmp_path):
     """A config.ini (path) for a fresh, empty store of each backend (on the real cluster, in

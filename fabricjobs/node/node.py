@@ -395,7 +395,8 @@ class Node:
             # fresh rows. And never a parent that blocked children still wait on: a missing
             # parent counts as done, so deleting a FAILED one would let its children run.
             cutoff = self.store.store_time() - timedelta(hours=hours)
-            keep = frozenset(p for child in self.store.blocked_jobs(100_000) for p in dependencies.parents_of(child))
+            keep = frozenset(p for child in self.store.blocked_jobs(100_000) for p in dependencies.parents_of(child)) \
+                if self.store.deletes_archived else frozenset()  # (rows that expire by TTL cannot be kept)
             deletes = (("archived job rows", lambda before, limit: self.store.delete_archived(before, limit, keep=keep)),
                        ("run records", self.store.delete_runs))
             for what, delete in deletes:

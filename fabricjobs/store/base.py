@@ -166,6 +166,8 @@ class JobStore(ABC):
     stats: StoreStats = StoreStats()
     #: Which store this is, the same text for every process that opens it (the doorbell's scope).
     identity: str = ""
+    #: True if :meth:`delete_archived` deletes rows (SQLite); False if they expire by TTL.
+    deletes_archived: bool = True
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -332,6 +332,7 @@ class _Entry:
 
 class CassandraStore(JobStore):
     backend = "cassandra"
+    deletes_archived = False  # archived rows expire by TTL
 
     def __init__(
         self,
