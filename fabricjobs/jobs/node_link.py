@@ -18,9 +18,8 @@ from typing import Any, Callable
 
 from ..errors import StoreError
 from ..model import Job, JobKey
+from .protocol import ANSWER, REQUEST
 
-REQUEST = "store"  # worker -> node: (REQUEST, task, op, args)
-ANSWER = "store-answer"  # node -> worker: (ANSWER, ok, value or error text)
 TIMEOUT_SEC = 30.0
 
 

@@ -15,71 +15,18 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Callable
 
 from ..clock import utc_from_timestamp
 from ..logs import job_extra
-from ..model import Job, JobKey, JobType
+from ..model import JobType
 from .binding import BindError, bind_arguments
 from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
 from .guard import JOB_ENV as GUARDED_JOB_ENV
 from .limits import TERM_GRACE_SEC, LimitError
 from .node_link import NodeLink
-from .registry import JobCatalog, JobResolutionError, process_argv
-
-class OutcomeKind(StrEnum):
-    """How a run ended, as its worker (or, for RELEASED, its node) reports it."""
-
-    OK = "ok"
-    ERROR = "error"
-    KILLED = "killed"
-    LEASE_LOST = "lease_lost"
-    INTERRUPTED = "interrupted"
-    RELEASED = "released"  # given back by the node: no try counted (decisions.after_run)
-
-
-OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = (OutcomeKind.OK, OutcomeKind.ERROR, OutcomeKind.KILLED,
-                                              OutcomeKind.LEASE_LOST, OutcomeKind.INTERRUPTED)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything a worker needs to run one job (picklable)."""
-
-    task: int
-    key: JobKey
-    epoch: int
-    node: str
-    arguments: str
-    slot: int
-    output_max: int
-    catalog: JobCatalog
-    generation: int  # the lease generation it was claimed under (see board.py)
-    log_max: int = 65536  # bytes of log lines kept for the run's history
-    job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
-    board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
-    not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
-    due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
-
-
-NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train, a prepared fire)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    kind: OutcomeKind
-    output: str | None = None  # JSON text of the result (ok)
-    error: str = ""
-    mode: FailMode = FailMode.RETRY_UNTIL_MAX
-    exit_code: int | None = None
-    log: str = ""  # the run's log lines (bounded: head and tail)
-    elapsed: float = 0.0  # seconds the job ran, measured by its worker (how short it is)
-
-    def with_log(self, log: str) -> "Outcome":
-        return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log, self.elapsed)
-
+from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
+from .registry import JobResolutionError, process_argv
 
 _RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
 

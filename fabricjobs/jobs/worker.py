@@ -28,12 +28,7 @@ timer is armed, so a pause anywhere before the job starts is caught by one or th
 The same check runs before a result is reported, so a run resumed after a pause never reports
 success from a lease it lost.
 
-Protocol on the pipe (picklable tuples):
-    node -> worker   RunSpec | list[RunSpec] (a train: run in order) | None (exit)
-    worker -> node   ("spawned", task, pid)     a PROCESS job's process group leader
-                     ("done", task, Outcome)
-                     ("bounced", [task, ...], slow_task)   runs of a train it will not run
-                                                 (slow_task, ahead of them, is taking long)
+What goes over the pipe to the node is listed in :mod:`.protocol`.
 """
 
 from __future__ import annotations
@@ -51,7 +46,8 @@ from ..model import JobType
 from .board import Board
 from .node_link import NodeLink
 from .reaper import kill_descendants
-from .runner import INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec, run_job
+from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec
+from .runner import run_job
 
 _WATCH_PERIOD = 0.02
 _WATCH_PERIOD_MAX = 0.1
@@ -131,7 +127,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                         current.queue.clear()
                 if bounced:
                     try:
-                        send(("bounced", bounced, task))
+                        send((BOUNCED, bounced, task))
                     except (OSError, ValueError):
                         pass
                 # The lease cannot lapse before `until`: sleep till then (a renewal moves it on),
@@ -161,7 +157,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                     queued = [s.task for s in current.queue]
                 try:
                     for t in [task] + queued:  # the rest of its train never began
-                        send(("done", t, Outcome(LEASE_LOST, error=_LOST)))
+                        send((DONE, t, Outcome(LEASE_LOST, error=_LOST)))
                 except (OSError, ValueError):
                     pass
                 os._exit(3)
@@ -171,7 +167,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     def on_spawn(pid: int) -> None:
         with current.lock:
             current.child = pid
-        send(("spawned", current.task, pid))
+        send((SPAWNED, current.task, pid))
 
     def run_one(spec: RunSpec, queued: bool) -> bool:
         """Run one spec and report it; False if the node can no longer be told."""
@@ -230,7 +226,7 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
 
     def report(task: int, outcome: Outcome) -> bool:
         try:
-            send(("done", task, outcome))
+            send((DONE, task, outcome))
             return True
         except (OSError, ValueError):
             return False

@@ -45,11 +45,12 @@ from ..clock import Clock
 from ..errors import FabricJobsError
 from ..jobs.board import TRAIN_RUNS
 from ..jobs.registry import JobCatalog
-from ..jobs.runner import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, RunSpec, clean_text
+from ..jobs.protocol import (ANSWER as LINK_ANSWER, BOUNCED, DONE, ERROR, INTERRUPTED, KILLED, LEASE_LOST,
+                              NOT_BEGUN, OK, REQUEST as LINK_REQUEST, SPAWNED, Outcome, RunSpec)
+from ..jobs.runner import clean_text
 from ..model import Job, JobKey, JobType, Status, advance
 from ..store.base import JobStore
 from ..logs import job_extra
-from ..jobs.node_link import ANSWER as LINK_ANSWER, REQUEST as LINK_REQUEST
 from .decisions import RELEASED, RunFacts, after_run, run_record
 from .workers import Worker, WorkerPool
 
@@ -555,7 +556,7 @@ class Executor:
 
     def _on_message(self, worker: Worker, msg) -> None:
         kind = msg[0]
-        if kind == "bounced":
+        if kind == BOUNCED:
             self._on_bounced(worker, msg[1], msg[2] if len(msg) > 2 else None)
             return
         task = msg[1]
@@ -564,12 +565,12 @@ class Executor:
         if kind == LINK_REQUEST:
             self._on_link_request(worker, run, msg[2], msg[3])
             return
-        if kind == "spawned":
+        if kind == SPAWNED:
             worker.child_pid = msg[2]
             if run is None or run.outcome is not None or (run.end_reason is not None and run.stop_deadline is None):
                 self.pool.kill(worker)  # it was already being ended: its new process group too
             self.on_tasks_changed()
-        elif kind == "done":
+        elif kind == DONE:
             if run is not None:
                 with self._lock:
                     if run.worker is worker:

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 
 from ..jobs.reaper import kill_descendants
 from ..jobs.board import Board
-from ..jobs.runner import RunSpec
+from ..jobs.protocol import RunSpec
 
 log = logging.getLogger("fabricjobs.node.workers")
 

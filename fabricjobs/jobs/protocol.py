@@ -1,0 +1,80 @@
+"""The pipe between a node and its workers: what goes each way, and the values on it.
+
+    node -> worker   RunSpec | list[RunSpec] (a train: run in order) | None (exit)
+                     (ANSWER, ok, value)           the answer to a listener's REQUEST
+    worker -> node   (SPAWNED, task, pid)          a PROCESS job's process group leader
+                     (DONE, task, Outcome)
+                     (BOUNCED, [task, ...], slow)  runs of a train it will not run (slow, ahead
+                                                   of them, is taking long)
+                     (REQUEST, task, op, args)     a listener's store need (node_link.py)
+
+Both sides import this module only for these: the worker side is jobs/worker.py, the node
+side node/workers.py and node/executor.py. Everything here is picklable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ..model import Job, JobKey
+from .context import FailMode
+from .registry import JobCatalog
+
+SPAWNED = "spawned"
+DONE = "done"
+BOUNCED = "bounced"
+REQUEST = "store"
+ANSWER = "store-answer"
+
+
+class OutcomeKind(StrEnum):
+    """How a run ended, as its worker (or, for RELEASED, its node) reports it."""
+
+    OK = "ok"
+    ERROR = "error"
+    KILLED = "killed"
+    LEASE_LOST = "lease_lost"
+    INTERRUPTED = "interrupted"
+    RELEASED = "released"  # given back by the node: no try counted (decisions.after_run)
+
+
+OK, ERROR, KILLED, LEASE_LOST, INTERRUPTED = (OutcomeKind.OK, OutcomeKind.ERROR, OutcomeKind.KILLED,
+                                              OutcomeKind.LEASE_LOST, OutcomeKind.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a worker needs to run one job (picklable)."""
+
+    task: int
+    key: JobKey
+    epoch: int
+    node: str
+    arguments: str
+    slot: int
+    output_max: int
+    catalog: JobCatalog
+    generation: int  # the lease generation it was claimed under (see board.py)
+    log_max: int = 65536  # bytes of log lines kept for the run's history
+    job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
+    board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
+    not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
+    due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
+
+
+NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train, a prepared fire)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    output: str | None = None  # JSON text of the result (ok)
+    error: str = ""
+    mode: FailMode = FailMode.RETRY_UNTIL_MAX
+    exit_code: int | None = None
+    log: str = ""  # the run's log lines (bounded: head and tail)
+    elapsed: float = 0.0  # seconds the job ran, measured by its worker (how short it is)
+
+    def with_log(self, log: str) -> "Outcome":
+        return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log, self.elapsed)
