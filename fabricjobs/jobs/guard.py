@@ -43,9 +43,8 @@ def main(argv: list[str]) -> int:
     command = rest[1:]
     # The job's environment (limits.py) comes as one variable: the guard itself needs the node's
     # (PYTHONPATH, a venv's), the job gets only its own.
-    job_env = json.loads(os.environ.pop(JOB_ENV, "null") or "null")
-    if job_env is None:
-        job_env = dict(os.environ)
+    given = os.environ.pop(JOB_ENV, None)
+    job_env = json.loads(given) if given else dict(os.environ)
     board = Board(board_path, int(slots))
     gen = int(generation)
     if not board.lease_valid(None, gen):

@@ -33,7 +33,6 @@ MIN_MEMORY_MB = 16  # below this not even a shell starts: a typo, not a limit
 MAX_MEMORY_MB = 1 << 30  # 1 PiB: beyond any machine, and within what setrlimit takes
 INHERITED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM")
 INHERITED_PREFIXES = ("LC_",)
-ARG_KEYS = ("time_limit_sec", "memory_mb")  # PROCESS ARGS that are not program arguments
 
 
 class LimitError(ValidationError):
@@ -63,14 +62,6 @@ class ProcessLimits:
                if k in INHERITED_ENV or k in self.env or k.startswith(INHERITED_PREFIXES)}
         env.update(own)
         return env
-
-    def describe(self) -> str:
-        parts = []
-        if self.time_limit_sec:
-            parts.append(f"time limit {self.time_limit_sec:g} s")
-        if self.memory_mb:
-            parts.append(f"memory limit {self.memory_mb} MiB")
-        return ", ".join(parts)
 
 
 def check_arguments(arguments: Mapping) -> dict:

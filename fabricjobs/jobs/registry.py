@@ -379,23 +379,23 @@ def _defines_function(path: Path, func: str) -> bool:
 @functools.lru_cache(maxsize=256)
 def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
     """Names of a module's top-level functions, parsed once per file version."""
-    return frozenset(n.name for n in _parse(path).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return frozenset(n.name for n in _function_defs(path))
 
 
-def _parse(path: str) -> ast.Module:
+def _function_defs(path: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """A module's top-level function definitions, from its source (nothing is run)."""
     try:
-        return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, ValueError) as exc:
         raise JobResolutionError(f"cannot read {path}: {exc}") from None
+    return [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 @functools.lru_cache(maxsize=256)
 def _declared_functions(path: str, mtime_ns: int) -> frozenset[str]:
     """Top-level functions decorated ``@job`` (or ``@<module>.job``), read from the source
     without running it; the worker checks the mark the decorator really set."""
-    tree = _parse(path)
-    return frozenset(n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and any(_names_job(d) for d in n.decorator_list))
+    return frozenset(n.name for n in _function_defs(path) if any(_names_job(d) for d in n.decorator_list))
 
 
 def _names_job(decorator: ast.expr) -> bool:

@@ -10,15 +10,12 @@ checked and written (NAME must resolve, ARGS must be an object, the doorbell rin
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..commands.statements import StartJob
 from ..errors import FabricJobsError, JobAlreadyRunning
 from ..model import Job, JobKey, JobType
 from ..service import CommandService, Session
-
-log = logging.getLogger("fabricjobs.node.listener")
 
 
 class RequestRefused(FabricJobsError):

@@ -117,15 +117,13 @@ _RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time"
 _CLUSTERING = ("next_run", "type", "name", "uid", "revision")  # of k2_jobs_index, in order
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
 
-def _aware(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _when(value: datetime) -> datetime:
-    """A time column that always has a value (a key, or written with every row)."""
+    """A time column that always has a value (a key, or written with every row), in UTC."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return None if value is None else _when(value)
 
 
 def _bucket(status: Status, worker_id: str | None, archived: bool, blocked: bool = False, priority: int = 4) -> str | None:

@@ -230,13 +230,13 @@ def _ts(value: datetime | None) -> float | None:
 _fromts = datetime.fromtimestamp
 
 
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
-
-
 def _when(value: float) -> datetime:
     """A NOT NULL time column."""
     return datetime.fromtimestamp(value, UTC)
+
+
+def _dt(value: float | None) -> datetime | None:
+    return None if value is None else _when(value)
 
 
 def _job_params(job: Job) -> tuple:
