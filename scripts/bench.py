@@ -568,6 +568,39 @@ def ensure_huey(install: bool) -> bool:
     return importlib.util.find_spec("huey") is not None
 
 
+def _with_pythonpath(env: dict, directory: Path) -> dict:
+    """``env`` with ``directory`` first on PYTHONPATH (where a huey module written here lives)."""
+    return dict(env, PYTHONPATH=os.pathsep.join([str(directory)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
+
+
+def _start_huey_consumer(hdir: Path, module: str, env: dict, keep_procs: list) -> subprocess.Popen:
+    """huey's consumer for ``module`` (run_consumer), in a session of its own, logging to hdir."""
+    with open(hdir / "consumer.log", "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-c", f"import {module}; {module}.run_consumer()"],
+                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=hdir, start_new_session=True)
+    keep_procs.append(proc)
+    return proc
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _clean_up(procs: list, tmp: Path, keep: bool) -> None:
+    """Kill what a benchmark left running; remove its directory unless --keep."""
+    for p in procs:
+        if p.poll() is None:
+            _kill_group(p)
+    if not keep:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def huey_throughput(directory: Path, jobs: int, keep_procs: list) -> dict:
     """The same work on huey: ``jobs`` no-op tasks enqueued at once (one enqueue each, as huey's
     API allows) into a SqliteHuey consumed by one consumer process with 4 worker threads."""
@@ -581,14 +614,8 @@ def huey_throughput(directory: Path, jobs: int, keep_procs: list) -> dict:
     sys.path.insert(0, str(hdir))
     import fjhueybench  # noqa: E402
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hdir)] + ([os.environ["PYTHONPATH"]]
-                                                                    if os.environ.get("PYTHONPATH") else [])))
     log_path = hdir / "consumer.log"
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-c", "import fjhueybench; fjhueybench.run_consumer()"],
-                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=hdir, start_new_session=True)
-    keep_procs.append(proc)
+    proc = _start_huey_consumer(hdir, "fjhueybench", _with_pythonpath(dict(os.environ), hdir), keep_procs)
     try:
         h = fjhueybench.huey
         conn = h.storage.conn
@@ -623,10 +650,7 @@ def huey_throughput(directory: Path, jobs: int, keep_procs: list) -> dict:
             "workers": "4 threads",
         }
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(proc)
         proc.wait(timeout=10)
         sys.path.remove(str(hdir))
 
@@ -665,8 +689,8 @@ def huey_preload_throughput(directory: Path, jobs: int, keep_procs: list, result
     hdir = directory / ("huey-preload-results" if results else "huey-preload")
     hdir.mkdir()
     (hdir / "fjhueypreload.py").write_text(HUEY_PRELOAD_MODULE)
-    env = dict(os.environ, FJ_HUEY_DB=str(hdir / "huey.db"), FJ_HUEY_RESULTS="1" if results else "0",
-               PYTHONPATH=os.pathsep.join([str(hdir)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+    env = _with_pythonpath(dict(os.environ, FJ_HUEY_DB=str(hdir / "huey.db"), FJ_HUEY_RESULTS="1" if results else "0"),
+                           hdir)
     enqueue = ("import sys, fjhueypreload as m\n"
                "for _ in range(int(sys.argv[1])): m.noop()\n")
     subprocess.run([sys.executable, "-c", enqueue, str(jobs)], env=env, cwd=hdir, check=True)
@@ -684,20 +708,12 @@ def huey_preload_throughput(directory: Path, jobs: int, keep_procs: list, result
              "print(t0, t1)\n")
     watcher = subprocess.Popen([sys.executable, "-c", probe, str(jobs)], env=env, cwd=hdir, stdout=subprocess.PIPE,
                                text=True)
-    log_path = hdir / "consumer.log"
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-c", "import fjhueypreload; fjhueypreload.run_consumer()"],
-                                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                cwd=hdir, start_new_session=True)
-    keep_procs.append(proc)
+    proc = _start_huey_consumer(hdir, "fjhueypreload", env, keep_procs)
     try:
         out, _ = watcher.communicate(timeout=60 + jobs * 0.1)
         t0, t1 = (float(x) for x in out.split())
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _kill_group(proc)
         proc.wait(timeout=10)
         if watcher.poll() is None:
             watcher.kill()
@@ -753,16 +769,7 @@ def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
             finally:
                 rig.close()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        if not args.keep:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+        _clean_up(procs, tmp, args.keep)
     default = next((h for h in out["huey"] if not h["results"]), None)
     stored = next((h for h in out["huey"] if h["results"]), None)
     one = next((r for r in out["fabricjobs"] if r["nodes"] == 1), None)
@@ -909,16 +916,7 @@ def cmd_throughput(args, backend: Backend, facts: dict, findings: list) -> dict:
                 rig.close()
                 findings.extend((f"throughput {n} nodes/{name}", line) for name, line in rig.log_findings)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        if not args.keep:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
+        _clean_up(procs, tmp, args.keep)
 
     huey = out.get("huey")
     limit = (out.get("engine_limit") or {}).get("commits_per_s")

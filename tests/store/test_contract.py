@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -337,6 +338,23 @@ def _needs_test_server_clock(store, request):
         pytest.skip("moves the CQL test server's clock; a real cluster's TTLs cannot be hurried")
 
 
+@contextmanager
+def _past_retention(store, request, delete, deleted: int):
+    """The block runs 721 h after T0, past the 720 h retention: SQLite has run ``delete`` (as
+    the node's periodic task does), which removed ``deleted`` rows; the CQL test server's clock
+    is 721 h ahead, so Cassandra's TTLs have run out (and is put back: it serves the whole run)."""
+    if store.backend == "sqlite":
+        assert delete(T0 - timedelta(hours=720)) == deleted
+        yield
+        return
+    server = request.getfixturevalue("cql_server")
+    server.advance(721 * 3600)
+    try:
+        yield
+    finally:
+        server.time_offset -= 721 * 3600
+
+
 def test_archived_rows_go_after_their_retention_live_rows_stay(store, store_config, request):
     """SQLite deletes them (the node's periodic task calls delete_archived); Cassandra writes
     archived rows with a TTL of K2JOB_ARCHIVING_TIME_HOUR (720 h by default)."""
@@ -345,18 +363,9 @@ def test_archived_rows_go_after_their_retention_live_rows_stay(store, store_conf
         row = store.insert(job(uid=f"old{i}")).row
         store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=721)))
     store.insert(job(uid="live", next_run=T0 - timedelta(days=90)))
-    if store.backend == "sqlite":
-        assert store.delete_archived(T0 - timedelta(hours=720)) == 3
+    with _past_retention(store, request, store.delete_archived, 3):
         assert [j.uid for j in store.live_jobs()] == ["live"]
         assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"old{i}")) is None for i in range(3))
-        return
-    server = request.getfixturevalue("cql_server")
-    server.advance(721 * 3600)
-    try:
-        assert [j.uid for j in store.live_jobs()] == ["live"]
-        assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"old{i}")) is None for i in range(3))
-    finally:
-        server.time_offset -= 721 * 3600  # the server is shared by the whole run
 
 
 # -- run history -------------------------------------------------------------------------------
@@ -405,17 +414,8 @@ def test_run_records_go_after_their_retention(store, request):
     store.cas_many([(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 - timedelta(hours=721)))],
                    runs=[record(row, end=T0 - timedelta(hours=721))])
     assert len(store.runs("USER_JOB", "Customer.userJob1")) == 1
-    if store.backend == "sqlite":
-        assert store.delete_runs(T0 - timedelta(hours=720)) == 1
-    else:
-        server = request.getfixturevalue("cql_server")
-        server.advance(721 * 3600)
-        try:
-            assert store.runs("USER_JOB", "Customer.userJob1") == []
-        finally:
-            server.time_offset -= 721 * 3600
-        return
-    assert store.runs("USER_JOB", "Customer.userJob1") == []
+    with _past_retention(store, request, store.delete_runs, 1):
+        assert store.runs("USER_JOB", "Customer.userJob1") == []
 
 
 def test_counters_are_columns_of_the_row(store):
@@ -476,17 +476,9 @@ def test_a_listeners_file_marks_go_with_its_row_and_stay_while_it_is_brought_bac
     back = store.get(kept)
     assert store.insert(job(uid="kept", name=kept.name, type=kept.type, creation_time=T0)).applied
     assert store.get(kept).epoch > back.epoch
-    if store.backend == "sqlite":
-        assert store.delete_archived(T0 - timedelta(hours=720)) == 1
-    else:
-        server = request.getfixturevalue("cql_server")
-        server.advance(721 * 3600)
-    try:
+    with _past_retention(store, request, store.delete_archived, 1):
         assert store.get(gone) is None and store.marked_files(gone) == set()
         assert store.marked_files(kept) == {"a.csv/1-2-3"}
-    finally:
-        if store.backend != "sqlite":
-            server.time_offset -= 721 * 3600
 
 
 def test_skipped_fires_are_recorded_beside_the_runs(store):
