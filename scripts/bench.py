@@ -99,7 +99,7 @@ from bench_node import (  # noqa: E402
     BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
-from backends import write_config  # noqa: E402  (tests/, put on sys.path by bench_node)
+from fabricjobs.testing.rig import RigError, free_port, scrape_metrics, write_config  # noqa: E402
 from fabricjobs.errors import FabricJobsError  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
 
@@ -440,37 +440,24 @@ class MeteredRig(Rig):
         super().__init__(*a, **kw)
         self.metrics_ports: dict[str, int] = {}
 
-    def start_node(self, name: str, log_level: str = "warning"):
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+    def start_node(self, name: str, log_level: str = "warning", config: Path | None = None):
+        port = free_port()
         path = self.tmp / f"config-{name}.ini"
         write_config(path, deep_merge(self.settings, {"metrics": {"PORT": port, "ADDRESS": "127.0.0.1"}}))
-        shared, self.config_path = self.config_path, path
-        try:
-            node = super().start_node(name, log_level)
-        finally:
-            self.config_path = shared
+        node = super().start_node(name, log_level, config=path)
         self.metrics_ports[name] = port
         return node
 
     def store_counters(self) -> dict[str, float]:
         """The store counters of every node, summed, plus the client's (this process's STARTJOBs),
         as {StoreStats field: value}."""
-        import urllib.request
-
         total = {field: 0.0 for field in STORE_METRICS.values()}
         for name, port in self.metrics_ports.items():
             if self.nodes[name].killed:
                 continue
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
-                text = resp.read().decode()
-            for line in text.splitlines():
-                metric, _, value = line.partition(" ")
+            for metric, value in scrape_metrics(port).items():
                 if metric in STORE_METRICS:
-                    total[STORE_METRICS[metric]] += float(value)
+                    total[STORE_METRICS[metric]] += value
         stats = self.client.store.stats
         for field in total:
             total[field] += getattr(stats, field, 0)
@@ -1615,7 +1602,7 @@ def main() -> int:
                 continue
             try:
                 result[name] = COMMANDS[name](ns, backend, facts, findings)
-            except (BenchError, FabricJobsError) as exc:
+            except (BenchError, RigError, FabricJobsError) as exc:
                 print(f"\n== {name}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
                 result[name] = {"error": str(exc)}
                 failed.append(name)

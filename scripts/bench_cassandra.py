@@ -64,6 +64,7 @@ for p in (str(ROOT / "tests"), str(ROOT)):
         sys.path.insert(0, p)
 
 from fabricjobs.model import Job, JobKey, Status  # noqa: E402
+from fabricjobs.testing import rig  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 KINDS = ("lwt", "write", "read", "serial_read", "system", "other")
@@ -397,14 +398,16 @@ def start_node(target: Target, cfg: Path, tmp: Path, name: str) -> subprocess.Po
 
 
 def wait_for(pred, timeout: float, what: str, node: subprocess.Popen | None = None, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
+    """The rig's wait (fabricjobs/testing/rig.py), ending the benchmark if the node exits."""
+    def node_alive() -> None:
         if node is not None and node.poll() is not None:
             raise SystemExit(f"the node exited ({node.returncode}) while waiting for {what}:\n"
                              + (log.read_text() if log else ""))
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}" + (f"; node log:\n{log.read_text()}" if log else ""))
-        time.sleep(0.02)
+
+    try:
+        rig.wait_for(pred, timeout, what, check=node_alive)
+    except rig.RigTimeout:
+        raise SystemExit(f"timed out waiting for {what}" + (f"; node log:\n{log.read_text()}" if log else "")) from None
 
 
 def node_phases(args, target: Target) -> dict:

@@ -41,12 +41,13 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # backends.write_config: the config writer the tests use
 
 from tabulate import tabulate  # noqa: E402
 
-from backends import write_config  # noqa: E402
 from fabricjobs.client import Client  # noqa: E402
+from fabricjobs.testing.rig import (  # noqa: E402, F401  (group_stats, wait_for: bench.py imports them from here)
+    NodeProcess, Rig as NodeRig, RigError, group_cpu_seconds, group_stats, process_cpu_seconds, wait_for, write_config,
+)
 from fabricjobs.model import Status  # noqa: E402
 
 #: The user jobs of the benchmarks, written into the temporary jobs directory as Bench.py.
@@ -108,22 +109,6 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str | Callable[[], str],
-             interval: float = 0.05, check: Callable[[], None] | None = None):
-    """Poll ``predicate`` until it returns a true value; BenchError naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if check is not None:
-            check()
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            desc = what() if callable(what) else what
-            raise BenchError(f"timed out after {timeout:.0f} s waiting for {desc}")
-        time.sleep(interval)
-
-
 def utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, timezone.utc)
 
@@ -179,79 +164,19 @@ def facts_line(f: dict) -> str:
     return line + (f", commit {f['commit']}" if f.get("commit") else "")
 
 
-def group_stats(pgid: int) -> dict[int, list[str]]:
-    """pid -> the /proc/PID/stat fields after the comm (state ppid pgrp session tty tpgid flags
-    minflt cminflt majflt cmajflt utime stime ...) of every process in process group ``pgid``."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:
-            out[int(entry)] = fields
-    return out
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """utime + stime of every live process in process group ``pgid`` (the node, its fork server
-    and its workers), from /proc."""
-    return sum(int(f[11]) + int(f[12]) for f in group_stats(pgid).values()) / os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu_seconds(pid: int) -> float:
-    tick = os.sysconf("SC_CLK_TCK")
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / tick
-
-
 # -- nodes on a temporary store ---------------------------------------------------------------------
 
 
-class NodeProc:
-    def __init__(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
-        self.name = name
-        self.proc = proc
-        self.log_path = log_path
-        self.killed = False  # killed on purpose (failover): its death is not an error
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def kill_group(self) -> None:
-        """SIGKILL the node and everything in its process group (fork server, workers)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-class Rig:
-    """A temporary directory with a config.ini, a SQLite store, the Bench jobs module and node
-    processes. ``close()`` kills every process group it started and removes the directory."""
+class Rig(NodeRig):
+    """The cluster rig (fabricjobs/testing/rig.py) in a temporary directory with a config.ini,
+    a SQLite store (or the backend ``settings`` name) and the Bench jobs module. ``close()``
+    kills every process group it started and removes the directory."""
 
     def __init__(self, settings: dict[str, dict[str, object]], *, label: str = "bench", keep: bool = False) -> None:
         self.label = label
         self.keep = keep
-        self.tmp = Path(tempfile.mkdtemp(prefix=f"fabricjobs-{label}-"))
-        self.nodes: dict[str, NodeProc] = {}
+        tmp = Path(tempfile.mkdtemp(prefix=f"fabricjobs-{label}-"))
+        super().__init__(tmp, tmp / "config.ini")
         self._client: Client | None = None
         self._closed = False
         self.log_findings: list[tuple[str, str]] = []  # (node, line)
@@ -265,30 +190,13 @@ class Rig:
         for section, keys in settings.items():
             sections.setdefault(section, {}).update(keys)
         self.settings = sections
-        self.config_path = self.tmp / "config.ini"
         write_config(self.config_path, sections)
 
     # -- processes ----------------------------------------------------------------------------------
 
-    def start_node(self, name: str, log_level: str = "warning") -> NodeProc:
-        log_path = self.tmp / f"node-{name}.log"
-        args = [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), "node", "--name", name,
-                "--log-level", log_level]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(self.tmp))
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        with open(log_path, "wb") as log_file:
-            proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, cwd=self.tmp, start_new_session=True)
-        node = NodeProc(name, proc, log_path)
-        self.nodes[name] = node
-        return node
-
-    def check_nodes(self) -> None:
-        """BenchError if a node that should be running has exited (with the end of its log)."""
-        for node in self.nodes.values():
-            if not node.killed and not node.alive():
-                tail = "\n".join(node.log().splitlines()[-25:])
-                raise BenchError(f"node {node.name} exited with status {node.proc.returncode}; end of its log:\n{tail}")
+    def start_node(self, name: str, log_level: str = "warning", config: Path | None = None) -> NodeProcess:
+        path = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+        return self.spawn(name, config=config, log_level=log_level, env={"TMPDIR": str(self.tmp), "PYTHONPATH": path})
 
     @property
     def client(self) -> Client:
@@ -380,23 +288,8 @@ class Rig:
                 self._client.close()
         except Exception:
             pass
-        for node in self.nodes.values():
-            node.kill_group()
-        for node in self.nodes.values():
-            try:
-                node.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                print(f"warning: node {node.name} (pid {node.pid}) did not exit after SIGKILL", file=sys.stderr)
-            # wait for the rest of its group (fork server, workers) to be gone too
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline:
-                try:
-                    os.killpg(node.pid, 0)
-                except (ProcessLookupError, PermissionError):
-                    break
-                time.sleep(0.05)
-            else:
-                print(f"warning: processes of node {node.name}'s group {node.pid} still alive", file=sys.stderr)
+        for node in self.kill_all():
+            print(f"warning: processes of node {node.name}'s group {node.pid} still alive", file=sys.stderr)
         self.scan_logs()
         if self.keep:
             print(f"[{self.label}] kept {self.tmp}", file=sys.stderr)
@@ -554,7 +447,7 @@ def main() -> int:
     except KeyboardInterrupt:
         print("bench_node: interrupted; node processes killed", file=sys.stderr)
         return 130
-    except BenchError as exc:
+    except (BenchError, RigError) as exc:
         rig.close()
         print(f"bench_node: FAILED: {exc}", file=sys.stderr)
         print_log_findings(rig.log_findings)

@@ -138,15 +138,15 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))  # the test servers: tests/cqlserver, tests/realcassandra
 
 from tabulate import tabulate  # noqa: E402
 
-from backends import write_config  # noqa: E402  (tests/backends.py: the config writer the tests use)
 from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.commands import parse_script  # noqa: E402
 from fabricjobs.errors import StoreError  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
+from fabricjobs.testing.rig import NodeProcess, Rig, RigTimeout, wait_for, write_config  # noqa: E402
 
 JOBS_DIR = ROOT / "examples" / "jobs"
 JOB_NAME = "Chaos.work"
@@ -214,37 +214,39 @@ def log_line(msg: str, always: bool = True) -> None:
 
 
 class Node:
-    """One node name; ``proc`` is its current process (a new one after each restart)."""
+    """One node name; ``current`` is its latest process (a new one after each restart), started
+    by the cluster rig (fabricjobs/testing/rig.py)."""
 
     def __init__(self, name: str, cluster: "Cluster") -> None:
         self.name = name
         self.cluster = cluster
-        self.proc: subprocess.Popen | None = None
-        self.seq = 0
+        self.current: NodeProcess | None = None
         self.logs: list[Path] = []
-        self.stopped = False  # SIGSTOPped right now
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.current.proc if self.current is not None else None
 
     @property
     def pid(self) -> int:
-        return self.proc.pid
+        assert self.current is not None
+        return self.current.pid
+
+    @property
+    def stopped(self) -> bool:
+        """SIGSTOPped right now."""
+        return self.current is not None and self.current.stopped
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.current is not None and self.current.alive()
 
     def spawn(self) -> float:
-        self.seq += 1
-        log_path = self.cluster.tmp / f"node-{self.name}-{self.seq}.log"
-        self.logs.append(log_path)
-        args = [sys.executable, "-m", "fabricjobs", "--config", str(self.cluster.config_path), "node",
-                "--name", self.name, "--log-level", "warning"]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        path = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         with self.cluster.lock:  # no node starts once close() began (a restart fault under way)
             if self.cluster.closing:
                 raise ChaosError(f"node {self.name} not started: the run is ending")
-            with open(log_path, "wb") as f:
-                self.proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             env=env, cwd=self.cluster.tmp, start_new_session=True)
+            self.current = self.cluster.rig.spawn(self.name, log_level="warning", env={"PYTHONPATH": path})
+        self.logs.append(self.current.log_path)
         return time.time()
 
     def wait_ready(self, timeout: float = 60.0) -> float:
@@ -278,22 +280,11 @@ class Node:
         raise last
 
     def kill_group(self) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.current is not None:
+            self.current.kill_group()
 
     def wait_group_gone(self, timeout: float = 10.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return True
-            time.sleep(0.02)
-        return False
+        return self.current is None or self.current.wait_group_gone(timeout)
 
 
 class CqlServerProcess:
@@ -822,6 +813,8 @@ class Cluster:
         self.side_log = self.tmp / "runs.jsonl"
         self.submit_client = self.monitor_client = None
         self.closing = False
+        self.config_path = self.tmp / "config.ini"
+        self.rig = Rig(self.tmp, self.config_path)
         self.nodes = {f"chaos{i + 1}": Node(f"chaos{i + 1}", self) for i in range(args.nodes)}
         self.faults: list[Fault] = []
         self.busy: set[str] = set()
@@ -842,7 +835,6 @@ class Cluster:
         }
         sections.update(self.backend.start(self.tmp))
         self.settings = sections
-        self.config_path = self.tmp / "config.ini"
         write_config(self.config_path, sections)
         self.submit_client = Client.from_config(self.config_path)
         self.monitor_client = Client.from_config(self.config_path)
@@ -862,11 +854,9 @@ class Cluster:
 
     def _fault_stop(self, node: Node, fault: Fault, pause: float) -> None:
         fault.start = time.time()
-        os.kill(node.pid, signal.SIGSTOP)
-        node.stopped = True
+        node.current.pause()
         time.sleep(pause)
-        os.kill(node.pid, signal.SIGCONT)
-        node.stopped = False
+        node.current.resume()
         fault.end = fault.ready = time.time()
         fault.note += f"paused {pause:.2f} s; "
 
@@ -928,7 +918,7 @@ class Cluster:
     def stop_nodes(self) -> None:
         for node in self.nodes.values():
             if node.stopped and node.alive():
-                os.kill(node.pid, signal.SIGCONT)
+                node.current.resume()
             if node.alive():
                 node.proc.send_signal(signal.SIGTERM)
         for node in self.nodes.values():
@@ -947,10 +937,7 @@ class Cluster:
         for node in self.nodes.values():
             if node.proc is not None:
                 if node.stopped:
-                    try:
-                        os.kill(node.pid, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
+                    node.current.resume()
                 node.kill_group()
                 try:
                     node.proc.wait(timeout=10)
@@ -1469,18 +1456,10 @@ def warm_up(cluster: "Cluster") -> None:
 def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
     """Until ``pred()`` is true; a store error (a timeout of a real Cassandra under faults)
     counts as not yet."""
-    deadline = time.monotonic() + timeout
-    last = ""
-    while True:
-        try:
-            v = pred()
-        except StoreError as exc:
-            v, last = None, f" (last store error: {exc})"
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise ChaosError(f"timed out after {timeout:.0f} s waiting for {what}{last}")
-        time.sleep(interval)
+    try:
+        return wait_for(pred, timeout, what, interval, not_yet=(StoreError,))
+    except RigTimeout as exc:
+        raise ChaosError(str(exc)) from None
 
 
 def retry_store(fn, what: str, timeout: float = 60.0):

@@ -15,29 +15,17 @@ import os
 import uuid
 from pathlib import Path
 
+from fabricjobs.testing.rig import config_text, write_config
+
 BACKENDS = ["sqlite", "cassandra"]
 if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):
     BACKENDS.append("cassandra-real")
 
 
-def write_config(path: Path, sections: dict[str, dict[str, object]]) -> Path:
-    path.write_text(_ini(sections), encoding="utf-8")
-    return path
-
-
 def add_sections(path: Path, sections: dict[str, dict[str, object]]) -> Path:
     """Sections a test needs beside the store's, appended to a config.ini (e.g. store_config)."""
-    path.write_text(path.read_text(encoding="utf-8") + "\n" + _ini(sections), encoding="utf-8")
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + config_text(sections), encoding="utf-8")
     return path
-
-
-def _ini(sections: dict[str, dict[str, object]]) -> str:
-    lines = []
-    for section, keys in sections.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{k} = {v}" for k, v in keys.items())
-        lines.append("")
-    return "\n".join(lines)
 
 
 def real_cluster() -> tuple[str, int]:

@@ -8,21 +8,20 @@ conditions with deadlines (never sleep-and-hope). Nodes are killed on teardown.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
+import sqlite3
 import subprocess
-import urllib.request
-import sys
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable
 
 from backends import make_backend_config
+from fabricjobs.testing.rig import (  # noqa: F401  (re-exported: the tests import them from here)
+    NodeProcess, Rig, free_port, process_alive, process_state, scrape_metrics, wait_for,
+)
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-T = TypeVar("T")
 
 #: Short timings. The heartbeat here is the calm one; see FAST_HEARTBEAT.
 FAST = {
@@ -47,80 +46,19 @@ FAST = {
 FAST_HEARTBEAT = {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 5}
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 15.0, what: str = "condition", interval: float = 0.02) -> T:
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        last = predicate()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f} s waiting for {what} (last value: {last!r})")
-        time.sleep(interval)
+class Cluster(Rig):
+    """The rig (fabricjobs/testing/rig.py) with a test's store and short timings, a client on
+    the same store, and the waits the tests share."""
 
-
-def same_cpu_priority(pid: int) -> None:
-    """Give a process started in a session of its own (``start_new_session``) this test's CPU
-    priority. With the kernel's autogroup scheduling every session is a CPU group of its own
-    at nice 0, whatever the nice value of the process that started it; ./scripts/test runs
-    most tests at a low priority so that the tests that assert latency bounds, run alongside,
-    get the CPU when they ask for it, and their nodes must stay low too."""
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    if nice <= 0:
-        return
-    try:
-        with open(f"/proc/{pid}/autogroup", "w") as f:  # the whole session: node, fork server, workers
-            f.write(str(nice))
-    except OSError:
-        pass  # no autogroups here: the inherited nice value already applies
-
-
-class NodeProcess:
-    def __init__(self, name: str, proc: subprocess.Popen, log_path: Path) -> None:
-        self.name = name
-        self.proc = proc
-        self.log_path = log_path
-        same_cpu_priority(proc.pid)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def signal(self, sig: int) -> None:
-        try:
-            os.kill(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-
-class Cluster:
     def __init__(self, tmp_path: Path, backend: str = "sqlite", settings: dict | None = None, request=None) -> None:
-        self.tmp = tmp_path
         self.backend = backend
         merged: dict[str, dict] = {s: dict(v) for s, v in FAST.items()}
         if request is None or request.node.get_closest_marker("liveness"):
             merged["heartbeat"] = dict(FAST_HEARTBEAT)
         for section, keys in (settings or {}).items():
             merged.setdefault(section, {}).update(keys)
-        self.config_path = make_backend_config(request, backend, tmp_path, merged)
-        self.nodes: dict[str, NodeProcess] = {}
-        self._clients = []
-        self._seq = 0
+        super().__init__(tmp_path, make_backend_config(request, backend, tmp_path, merged))
+        self._clients: list = []
 
     # -- nodes ---------------------------------------------------------------------------------
 
@@ -129,24 +67,14 @@ class Cluster:
                    config: Path | None = None) -> NodeProcess:
         """``config``: a config.ini of its own for this node (same store), e.g. without the
         metrics port the others serve on."""
-        self._seq += 1
-        log_path = self.tmp / f"node-{name}-{self._seq}.log"
-        args = [sys.executable, "-m", "fabricjobs", "--config", str(config or self.config_path), "node", "--name", name]
+        args = []
         if node_id is not None:
             nid = self.tmp / f"node-{name}.id"
             nid.write_text(node_id)
             args += ["--node-id", str(nid)]
         if clock_offset:
             args += ["--clock-offset", str(clock_offset)]
-        args += extra_args or []
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.update(extra_env or {})
-        log_file = open(log_path, "wb")
-        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=self.tmp,
-                                start_new_session=True)
-        log_file.close()
-        node = NodeProcess(name, proc, log_path)
-        self.nodes[name] = node
+        node = self.spawn(name, config=config, args=args + (extra_args or []), env=extra_env)
         if wait:
             self.wait_ready(node)
         return node
@@ -175,7 +103,7 @@ class Cluster:
             # kill() returns before the process has stopped: until it has, it may still take the
             # lock after the check below found it free (seen once: the other node's claim then
             # waited out SQLite's busy timeout, 10 s, and the takeover came too late).
-            wait_for(lambda: _state(node.proc.pid) in ("T", "t", "Z", "X", None), 5, f"node {node.name} to stop")
+            wait_for(lambda: process_state(node.proc.pid) in ("T", "t", "Z", "X", None), 5, f"node {node.name} to stop")
             if database is None or _write_lock_free(database):
                 return paused_at
             send(signal.SIGCONT)
@@ -189,14 +117,7 @@ class Cluster:
         return load_config(self.config_path).get("store", "SQLITE_PATH")
 
     def stop_all(self) -> None:
-        for node in self.nodes.values():
-            if node.alive():
-                node.signal_group(signal.SIGKILL)
-        for node in self.nodes.values():
-            try:
-                node.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
+        self.kill_all()
         for c in self._clients:
             c.close()
 
@@ -230,13 +151,6 @@ class Cluster:
     def shell(self, *args: str, input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
         return self.cli("shell", *args, input=input, timeout=timeout)
 
-    def cli(self, *args: str, input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
-        """``fabricjobs --config <this cluster's> ARGS...`` in a process of its own."""
-        return subprocess.run(
-            [sys.executable, "-m", "fabricjobs", "--config", str(self.config_path), *args],
-            input=input, capture_output=True, text=True, timeout=timeout, cwd=self.tmp,
-        )
-
 
 def read_records(path: Path) -> list[dict]:
     """The side log the test jobs append to (one JSON object per line)."""
@@ -255,8 +169,6 @@ def read_records(path: Path) -> list[dict]:
 
 def _write_lock_free(database: str) -> bool:
     """Whether a write transaction on the SQLite file can begin within 0.1 s."""
-    import sqlite3
-
     conn = sqlite3.connect(database, timeout=0.1, isolation_level=None)
     try:
         conn.execute("BEGIN IMMEDIATE")
@@ -266,41 +178,6 @@ def _write_lock_free(database: str) -> bool:
         return False  # locked past the timeout: the frozen node holds it
     finally:
         conn.close()
-
-
-def _state(pid: int) -> str | None:
-    """The process state letter from /proc (R, S, T, Z...), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1]
-    except OSError:
-        return None
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a running (or stopped) process, not a zombie: /proc, no signal sent."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] not in ("Z", "X")
-    except OSError:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def scrape_metrics(port: int) -> dict[str, float]:
-    """A node's Prometheus metrics: sample name (with labels) -> value."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 def start_inbox_listener(cluster, log: Path) -> None:

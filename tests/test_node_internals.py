@@ -606,7 +606,7 @@ def test_retention_goes_by_the_stores_clock_and_keeps_parents_that_blocked_child
     deleted FAILED parent (a missing parent counts as done) let its blocked child run."""
     from datetime import datetime, timedelta, timezone
 
-    from backends import write_config
+    from fabricjobs.testing.rig import write_config
     from fabricjobs.clock import ManualClock
     from fabricjobs.config import load_config
     from fabricjobs.model import Job, JobKey, Status

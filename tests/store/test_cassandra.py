@@ -329,7 +329,7 @@ def test_an_unreachable_cluster_is_a_clear_error():
 def test_username_and_password_from_config_ini_log_in(tmp_path):
     """[cassandra] USERNAME / PASSWORD reach the driver (PasswordAuthenticator on the server);
     a wrong password is one clear error."""
-    from backends import write_config
+    from fabricjobs.testing.rig import write_config
     from cqlserver import CqlTestServer
 
     from fabricjobs.config import load_config
