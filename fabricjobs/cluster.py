@@ -12,19 +12,32 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Iterable
 
 from .affinity import Affinity, NodeAffinity
+from .model import NodeState
 from .store.base import JobStore, NodeRow
 
-ALIVE, SUSPECT, DEAD, STOPPED = "alive", "suspect", "dead", "stopped"
+
+
+class Health(StrEnum):
+    """A node as a shell judges it by the age of its last beat (the NODES state column)."""
+
+    ALIVE = "alive"
+    SUSPECT = "suspect"  # beats late, not yet past its dead threshold
+    DEAD = "dead"
+    STOPPED = "stopped"  # shut down cleanly
+
+
+ALIVE, SUSPECT, DEAD, STOPPED = Health.ALIVE, Health.SUSPECT, Health.DEAD, Health.STOPPED
 
 
 @dataclass(frozen=True)
 class NodeView:
     row: NodeRow
     age: float  # seconds since the last beat, by the store's clock
-    state: str
+    state: Health
     info: dict
     affinity: NodeAffinity
 
@@ -44,9 +57,9 @@ class NodeView:
         return tasks if isinstance(tasks, list) else []
 
 
-def judge(row: NodeRow, age: float) -> str:
+def judge(row: NodeRow, age: float) -> Health:
     """alive within two beat intervals, suspect until the dead threshold, then dead."""
-    if row.state == STOPPED:
+    if row.state == NodeState.STOPPED:
         return STOPPED
     info = _info(row)
     interval = float(info.get("heartbeat_ms", 5000)) / 1000.0

@@ -179,6 +179,27 @@ class Event(StrEnum):
     RELEASE = "RELEASE"  # a node over its recommended count gives a run back
 
 
+class RunResult(StrEnum):
+    """How a run ended, in its history line (``k2_job_runs``, JOBHISTORY's result column)."""
+
+    OK = "OK"  # returned / exited 0
+    ERROR = "ERROR"  # raised / exited non-zero
+    KILLED = "KILLED"  # KILL, or a PROCESS run past its time limit
+    STOPPED = "STOPPED"  # STOPJOB ended it: TERMINATED
+    RESTARTED = "RESTARTED"  # RESTARTJOB ended it: WAITING again, no owner
+    RELEASED = "RELEASED"  # its node handed it back (over its recommended count, or never begun)
+    LOST = "LOST"  # its node's lease lapsed, or it was taken over from a dead node
+    INTERRUPTED = "INTERRUPTED"  # its node shut down under it
+    SKIPPED = "SKIPPED"  # a fire that did not run (too late, or OVERLAP=SKIP)
+
+
+class NodeState(StrEnum):
+    """What a node's own row says of it."""
+
+    RUNNING = "running"  # it beats; judge it by its beats
+    STOPPED = "stopped"  # it shut down cleanly: its work may be taken over at once
+
+
 @dataclass(frozen=True, slots=True)
 class Transition:
     event: Event

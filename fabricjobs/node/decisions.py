@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from ..jobs.context import FailMode
 from ..jobs.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
-from ..model import Event, Job, Status
+from ..model import Event, Job, RunResult, Status
 from ..schedule import ScheduleError, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
@@ -148,17 +148,18 @@ def fire(row: Job) -> tuple[Event, Job]:
     return Event.DUE, row.replace(status=Status.WAITING)
 
 
-_RESULTS = {"ok": "OK", "error": "ERROR", "killed": "KILLED", "lease_lost": "LOST", RELEASED: "RELEASED"}
+_RESULTS = {OutcomeKind.OK: RunResult.OK, OutcomeKind.ERROR: RunResult.ERROR, OutcomeKind.KILLED: RunResult.KILLED,
+            OutcomeKind.LEASE_LOST: RunResult.LOST, RELEASED: RunResult.RELEASED}
 
 
 def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zone=None) -> RunRecord:
     """The history line of a run that ended with ``outcome`` and left the row as ``new``."""
     if new.status is Status.TERMINATED:
-        result = "STOPPED"
+        result = RunResult.STOPPED
     elif new.status is Status.WAITING and new.worker_id is None and outcome.kind != RELEASED:
-        result = "RESTARTED"
+        result = RunResult.RESTARTED
     else:
-        result = _RESULTS.get(outcome.kind, "INTERRUPTED")
+        result = _RESULTS.get(outcome.kind, RunResult.INTERRUPTED)
     note = ""
     if outcome.kind == OK and new.status is Status.SCHEDULED:
         try:
@@ -191,7 +192,7 @@ def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
     nxt = schedule.next_due_after(now, grid_from=row.next_run)
     record = RunRecord(
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None, end=now,
-        result="SKIPPED", status=Status.SCHEDULED.value, tries=row.tries,
+        result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
         note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: {late.total_seconds():.0f} s late "
              f"(LATE_THRESHOLD {row.late_threshold})",
     )
@@ -204,6 +205,6 @@ def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:
         return None
     return RunRecord(
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=row.start_time, end=now,
-        result="LOST", status=new.status.value, tries=new.tries,
+        result=RunResult.LOST, status=new.status.value, tries=new.tries,
         error=f"node {row.worker_id} was lost while running this job",
     )

@@ -30,6 +30,7 @@ from typing import Callable
 from .. import __version__
 from ..clock import Clock
 from ..jobs.board import Board
+from ..model import NodeState
 from ..store.base import JobStore, NodeRow
 
 log = logging.getLogger("fabricjobs.node.heartbeat")
@@ -91,7 +92,7 @@ class Heartbeat:
         self._failing = False
         self._last_write = 0.0
 
-    def row(self, state: str = "running") -> NodeRow:
+    def row(self, state: NodeState = NodeState.RUNNING) -> NodeRow:
         info = dict(self._info())
         info.update({"heartbeat_ms": int(self.interval * 1000), "miss": self.miss})
         return NodeRow(
@@ -101,7 +102,7 @@ class Heartbeat:
             tasks=json.dumps(self._tasks(), separators=(",", ":"), ensure_ascii=False),
         )
 
-    def beat_once(self, state: str = "running") -> bool:
+    def beat_once(self, state: NodeState = NodeState.RUNNING) -> bool:
         """Write the row now; renew the lease if the write succeeded."""
         with self._lock:
             self.beat += 1
@@ -113,7 +114,7 @@ class Heartbeat:
                 # Judge a lapse by the time the write came back: a lease that ran out while the
                 # write was slow still ended this node's runs, so the generation must go up.
                 t1 = self.clock.monotonic()
-                lapsed = self.board.set_lease(t0 + self.lease, t1) if state == "running" else False
+                lapsed = self.board.set_lease(t0 + self.lease, t1) if state is NodeState.RUNNING else False
             except Exception as exc:  # the store may fail in any way; the lease decides what follows
                 if not self._failing:
                     log.warning("heartbeat of %s failed: %s", self.name, exc)
@@ -137,7 +138,7 @@ class Heartbeat:
         """Another instance with this name wrote the row after this one started: the older
         instance stops (two nodes with one name would each think the other's jobs are theirs)."""
         row = next((r for r in self.store.nodes(timeout=self._timeout) if r.name == self.name), None)
-        if row is None or row.incarnation == self.incarnation or row.state == "stopped":
+        if row is None or row.incarnation == self.incarnation or row.state == NodeState.STOPPED:
             return False
         if row.started > self.started or (row.started == self.started and row.incarnation > self.incarnation):
             log.error("node %s was started again elsewhere (pid %s on %s): this instance stops", self.name, row.pid, row.host)

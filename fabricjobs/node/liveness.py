@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass
 
 from ..clock import Clock
+from ..model import NodeState
 from ..store.base import NodeRow
 
 
@@ -64,7 +65,7 @@ class Liveness:
             seen = self._seen.get(row.name)
             threshold = _threshold(row, self.default_threshold)
             if seen is None or seen.mark != mark:
-                self._seen[row.name] = _Seen(mark, returned, threshold, row.state == "stopped")
+                self._seen[row.name] = _Seen(mark, returned, threshold, row.state == NodeState.STOPPED)
             else:
                 seen.threshold = threshold
         for name in list(self._seen):

@@ -36,7 +36,7 @@ from ..errors import FabricJobsError
 from ..jobs.board import Board
 from .. import dependencies
 from ..jobs.registry import JobCatalog
-from ..model import Status
+from ..model import NodeState, Status
 from ..schedule import resolve_zone
 from ..store import JobStore, open_store
 from ..wakeup import Doorbell
@@ -282,7 +282,7 @@ class Node:
         standing still for the old node's own dead threshold before the name is taken.
         """
         row = next((r for r in self.store.nodes() if r.name == self.name), None)
-        if row is None or row.state == "stopped":
+        if row is None or row.state == NodeState.STOPPED:
             return
         threshold = _row_threshold(row, self.settings.dead_after)
         if row.host == socket.gethostname() and row.pid != os.getpid():
@@ -459,7 +459,7 @@ class Node:
         self.executor.stop_collector()
         self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
         self.heartbeat.stop()
-        self.heartbeat.beat_once(state="stopped")
+        self.heartbeat.beat_once(state=NodeState.STOPPED)
         self.board.close(unlink=True)
         self.doorbell.close()
         self.metrics.close()

@@ -13,6 +13,7 @@ from prompt_toolkit.history import FileHistory
 
 from ..client import Client
 from ..errors import FabricJobsError, message_of
+from ..model import NodeState
 from ..private import private_file
 from ..commands import table as statement_table
 from .completer import Catalog, CommandCompleter
@@ -34,7 +35,7 @@ def history_path() -> Path:
 
 def _load_catalog(client: Client):
     jobs = [(j.type, j.name, j.uid) for j in client.store.live_jobs()]
-    nodes = [n.name for n in client.store.nodes() if n.state == "running"]
+    nodes = [n.name for n in client.store.nodes() if n.state == NodeState.RUNNING]
     return jobs, nodes
 
 

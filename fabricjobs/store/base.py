@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Collection, ContextManager, Iterable, Sequence
 
-from ..model import Job, JobKey, Status
+from ..model import Job, JobKey, NodeState, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +93,7 @@ class NodeRow:
     started: datetime
     version: str
     beat: int
-    state: str = "running"  # running | stopped
+    state: str = NodeState.RUNNING  # a NodeState (a store reads back its text)
     running: int = 0
     info: str = "{}"
     tasks: str = "[]"
