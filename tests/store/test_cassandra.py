@@ -16,8 +16,8 @@ from fabricjobs.errors import SchemaVersionError, StoreError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
-from fabricjobs.store import cassandra as cassandra_store
-from fabricjobs.store.cassandra_schema import SCHEMA_VERSION
+from fabricjobs.store.cassandra import store as cassandra_store
+from fabricjobs.store.cassandra.schema import SCHEMA_VERSION
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -272,7 +272,7 @@ def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
 def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
     from cassandra.cluster import Cluster
 
-    from fabricjobs.store.cassandra_schema import SCHEMA_V1 as SCHEMA
+    from fabricjobs.store.cassandra.schema import SCHEMA_V1 as SCHEMA
 
     cluster = Cluster([server.host], port=server.port, protocol_version=4)
     s = cluster.connect()

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fabricjobs.model import Job, JobKey, Status
-from fabricjobs.store import cassandra as cassandra_store
+from fabricjobs.store.cassandra import store as cassandra_store
 from fabricjobs.store.cassandra import CassandraStore
 from harness import wait_for
 
@@ -262,7 +262,7 @@ def test_a_scan_during_a_change_in_flight_keeps_both_entries(stores, monkeypatch
     assert entries(reader, job.key) == [("IN_PROCESS|n1", 2)]
 
 
-# -- sweeps: range deletes over the tombstones of claimed entries (cassandra_sweep.py) ----------
+# -- sweeps: range deletes over the tombstones of claimed entries (cassandra/sweep.py) ----------
 
 def index_rows(server, store: CassandraStore, bucket: str, key: JobKey) -> int:
     """Rows (live or tombstoned) the test server keeps in ``key``'s partition of ``bucket``:
@@ -275,7 +275,7 @@ def index_rows(server, store: CassandraStore, bucket: str, key: JobKey) -> int:
 def test_a_sweep_covers_claimed_entries_and_spares_one_written_after_its_read(server, stores, monkeypatch):
     """The sweep that follows a read shadows what was deleted before it, and nothing written
     since the read: its range tombstone is stamped SWEEP_LAG before the read."""
-    from fabricjobs.store.cassandra_sweep import SWEEP_LAG
+    from fabricjobs.store.cassandra.sweep import SWEEP_LAG
 
     writer, other = stores
     # One shard, so that every entry below shares a partition.
@@ -312,7 +312,7 @@ def test_an_index_write_acknowledged_too_late_is_written_again(server, stores):
     """A sweep may shadow an entry whose write took longer than ENTRY_WRITE_BOUND (it can be
     missed by a read and still be stamped before the sweep's cutoff): such an entry is
     written again, with a fresh stamp, before the LWT relies on it."""
-    from fabricjobs.store.cassandra_sweep import ENTRY_WRITE_BOUND
+    from fabricjobs.store.cassandra.sweep import ENTRY_WRITE_BOUND
 
     writer, reader = stores
     server.faults.add("delay", r"INSERT INTO \w+\.k2_jobs_index", delay=ENTRY_WRITE_BOUND + 0.3, applied=True, times=1)

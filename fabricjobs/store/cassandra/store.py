@@ -12,7 +12,7 @@ Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
                      ``SHARDS`` partitions and clustered by due time, so "the oldest WAITING
                      jobs" and "node-a's SCHEDULED jobs due before T" are range reads.
                      Plain writes (no LWT on this table); the tombstones that moving entries
-                     leave are swept up by range deletes (cassandra_sweep.py).
+                     leave are swept up by range deletes (sweep.py).
 ``k2_jobs_owners``   the owners that have had index entries (to list IN_PROCESS/SCHEDULED buckets).
 ``k2_job_run_history`` run history, a partition per job and RUN_BUCKET runs; ``k2_job_run_keys``
                      which (uid, bucket) have runs, by job name and day (JOBHISTORY, JOBLOG).
@@ -86,13 +86,12 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Collection, Iterable, Sequence
 
-from ..config import Config
-from ..errors import StoreError
-from ..model import Job, JobKey, JobType, Status
-from .base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
-from .cassandra_schema import ARCHIVE_SHARDS, RUN_BUCKET, COUNTERS as _COUNTERS, SchemaManager, check_keyspace_name, qualify
-from .cassandra_sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
-from .cassandra_schema import SCHEMA, SCHEMA_VERSION, parse_replication, schema_cql  # noqa: F401 (re-exported)
+from ...config import Config
+from ...errors import StoreError
+from ...model import Job, JobKey, JobType, Status
+from ..base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, StoreStats, Version
+from .schema import ARCHIVE_SHARDS, RUN_BUCKET, COUNTERS as _COUNTERS, SchemaManager, check_keyspace_name, qualify
+from .sweep import ENTRY_WRITE_BOUND, Sweeper, SweepPlan
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
@@ -669,7 +668,7 @@ class CassandraStore(JobStore):
         unlogged batches, 10); a big one (a run line with its output) alone. With ``bounded``,
         a request acknowledged later than ENTRY_WRITE_BOUND after it was sent is sent again
         (a fresh stamp): an index entry stamped that long before it landed could fall under a
-        sweep that read its partition in between (cassandra_sweep.py). Raises StoreError."""
+        sweep that read its partition in between (sweep.py). Raises StoreError."""
         from cassandra.query import BatchStatement, BatchType
 
         chunks: list[list[_Write]] = []
@@ -1099,7 +1098,7 @@ class CassandraStore(JobStore):
         was ~60 requests, and on a busy cluster their count, not their rows, is the cost. The
         request is not paged: a paged IN makes the coordinator read its partitions one after
         another, an unpaged one reads them all at once (each is bounded by ``limit`` or by
-        what its bucket can hold). What it read then decides the sweeps (cassandra_sweep.py)."""
+        what its bucket can hold). What it read then decides the sweeps (sweep.py)."""
         bucket_list = [buckets] if isinstance(buckets, str) else list(dict.fromkeys(buckets))
         cols = "bucket, shard, next_run, type, name, uid, revision, written_at, " + ", ".join(_INDEX_COLUMNS)
         where = "bucket IN ? AND shard IN ?" + (" AND next_run < ?" if before is not None else "") \
@@ -1151,7 +1150,7 @@ class CassandraStore(JobStore):
 
     def _sweep(self, plan: SweepPlan):
         """One range delete per gap of ``plan``, in one unlogged batch (one partition: one
-        mutation), stamped in the past (see cassandra_sweep.py). Sent, not waited for: a lost
+        mutation), stamped in the past (see sweep.py). Sent, not waited for: a lost
         sweep costs only the tombstones it would have covered, until the next."""
         from cassandra.query import BatchStatement, BatchType
 
