@@ -16,8 +16,8 @@ from fabricjobs.errors import SchemaVersionError, StoreError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
-from fabricjobs.store import cassandra as cassandra_store
-from fabricjobs.store.cassandra_schema import SCHEMA_VERSION
+from fabricjobs.store.cassandra import history as cassandra_history, session as cassandra_session
+from fabricjobs.store.cassandra.schema import SCHEMA_VERSION
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
@@ -216,7 +216,7 @@ def test_run_history_is_kept_in_buckets_of_runs_and_the_version_3_tables_are_sti
     """A job that runs every second must not grow one partition for its whole retention: its
     runs go to partitions of RUN_BUCKET runs, found through k2_job_run_keys; lines an upgraded
     cluster wrote to the version-3 table (one partition per job) are still read."""
-    monkeypatch.setattr(cassandra_store, "RUN_BUCKET", 2)
+    monkeypatch.setattr(cassandra_history, "RUN_BUCKET", 2)
     store = open_store(server, keyspace)
     try:
         key = JobKey("USER_JOB", "A.b", "tick")
@@ -272,7 +272,7 @@ def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
 def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
     from cassandra.cluster import Cluster
 
-    from fabricjobs.store.cassandra_schema import SCHEMA_V1 as SCHEMA
+    from fabricjobs.store.cassandra.schema import SCHEMA_V1 as SCHEMA
 
     cluster = Cluster([server.host], port=server.port, protocol_version=4)
     s = cluster.connect()
@@ -457,7 +457,7 @@ def test_a_server_warning_on_a_response_that_lands_while_the_callback_is_added_i
     future._final_result = []  # stored by the driver's I/O thread, which has yet to set the event
     driver = mock.MagicMock()
     driver.execute_async.return_value = future
-    session = cassandra_store._CountingSession(driver, cassandra_store.StoreStats())
+    session = cassandra_session._CountingSession(driver, cassandra_session.StoreStats())
 
     assert session.execute_async("SELECT 1") is future
     assert session.stats.server_warnings == 1

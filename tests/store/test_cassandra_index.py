@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fabricjobs.model import Job, JobKey, Status
-from fabricjobs.store import cassandra as cassandra_store
+from fabricjobs.store.cassandra import index as cassandra_index, rows as cassandra_rows
 from fabricjobs.store.cassandra import CassandraStore
 from harness import wait_for
 
@@ -64,7 +64,7 @@ def age_entries(store: CassandraStore, key: JobKey) -> None:
     """Let INTENT_GRACE pass on ``store``'s own clock: an intent's age is measured on the
     reader's monotonic clock, from when it first saw the entry (never by comparing clocks)."""
     real = store._monotonic
-    store._monotonic = lambda: real() + cassandra_store.INTENT_GRACE.total_seconds() + 60
+    store._monotonic = lambda: real() + cassandra_index.INTENT_GRACE.total_seconds() + 60
 
 
 class HeldLwt:
@@ -156,7 +156,7 @@ def test_an_insert_that_cannot_see_a_row_leaves_its_intent_to_the_grace_rule(ser
     a, b = stores
     job = waiting_job("twin")
     other = HeldLwt(b, monkeypatch).run(b.insert, job)
-    monkeypatch.setattr(cassandra_store, "_CONTENTION_RETRIES", 2)
+    monkeypatch.setattr(cassandra_rows, "_CONTENTION_RETRIES", 2)
     server.faults.add("write_timeout", r"UPDATE \w+\.k2_jobs SET .* IF revision = null", applied=False, times=2, write_type="CAS")
     gave_up = a.insert(job)
     assert not gave_up.applied and gave_up.row is None
@@ -262,24 +262,24 @@ def test_a_scan_during_a_change_in_flight_keeps_both_entries(stores, monkeypatch
     assert entries(reader, job.key) == [("IN_PROCESS|n1", 2)]
 
 
-# -- sweeps: range deletes over the tombstones of claimed entries (cassandra_sweep.py) ----------
+# -- sweeps: range deletes over the tombstones of claimed entries (cassandra/sweep.py) ----------
 
 def index_rows(server, store: CassandraStore, bucket: str, key: JobKey) -> int:
     """Rows (live or tombstoned) the test server keeps in ``key``'s partition of ``bucket``:
     a row shadowed by a range tombstone is dropped, as compaction would drop it."""
     table = server.engine.keyspaces[store.keyspace].tables["k2_jobs_index"]
-    partition = table.data.get((bucket, cassandra_store._shard(key)))
+    partition = table.data.get((bucket, cassandra_index._shard(key)))
     return 0 if partition is None else len(partition.rows)
 
 
 def test_a_sweep_covers_claimed_entries_and_spares_one_written_after_its_read(server, stores, monkeypatch):
     """The sweep that follows a read shadows what was deleted before it, and nothing written
     since the read: its range tombstone is stamped SWEEP_LAG before the read."""
-    from fabricjobs.store.cassandra_sweep import SWEEP_LAG
+    from fabricjobs.store.cassandra.sweep import SWEEP_LAG
 
     writer, other = stores
     # One shard, so that every entry below shares a partition.
-    monkeypatch.setattr(cassandra_store, "_shard", lambda key: 0)
+    monkeypatch.setattr(cassandra_index, "_shard", lambda key: 0)
     due = [T0 + timedelta(milliseconds=i) for i in range(4)]
     rows = [writer.insert(Job(JobKey("USER_JOB", "A.b", uid), Status.WAITING, T0, next_run=d)).row
             for uid, d in zip("abxc", due)]
@@ -312,7 +312,7 @@ def test_an_index_write_acknowledged_too_late_is_written_again(server, stores):
     """A sweep may shadow an entry whose write took longer than ENTRY_WRITE_BOUND (it can be
     missed by a read and still be stamped before the sweep's cutoff): such an entry is
     written again, with a fresh stamp, before the LWT relies on it."""
-    from fabricjobs.store.cassandra_sweep import ENTRY_WRITE_BOUND
+    from fabricjobs.store.cassandra.sweep import ENTRY_WRITE_BOUND
 
     writer, reader = stores
     server.faults.add("delay", r"INSERT INTO \w+\.k2_jobs_index", delay=ENTRY_WRITE_BOUND + 0.3, applied=True, times=1)

@@ -124,7 +124,7 @@ def test_nodes_that_start_together_on_a_new_keyspace_make_one_schema(request, tm
     made (seen on Apache Cassandra as 'Unknown CF' and 'table ... does not exist')."""
     import threading
 
-    from fabricjobs.store.cassandra_schema import SCHEMA_VERSION
+    from fabricjobs.store.cassandra.schema import SCHEMA_VERSION
 
     config = load_config(make_backend_config(request, backend, tmp_path))
     stores, errors = [], []

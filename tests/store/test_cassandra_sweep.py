@@ -1,11 +1,11 @@
-"""Which sweeps a read of an index partition allows (fabricjobs/store/cassandra_sweep.py), on a
+"""Which sweeps a read of an index partition allows (fabricjobs/store/cassandra/sweep.py), on a
 clock the test moves: no Cassandra needed, the rules themselves."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from fabricjobs.store.cassandra_sweep import FULL_SWEEP_EVERY, SWEEP_EVERY, SWEEP_LAG, Gap, Sweeper, gaps
+from fabricjobs.store.cassandra.sweep import FULL_SWEEP_EVERY, SWEEP_EVERY, SWEEP_LAG, Gap, Sweeper, gaps
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, tzinfo=UTC)

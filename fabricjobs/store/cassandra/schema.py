@@ -39,7 +39,7 @@ import time
 import uuid
 from typing import Any
 
-from ..errors import SchemaVersionError, StoreError
+from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 

@@ -1,0 +1,213 @@
+"""What outlives a run and a row, all written with the retention as TTL: run history, archived
+keys by day, and a directory listener's file marks.
+
+``k2_job_run_history`` holds a partition per job and RUN_BUCKET runs, so that a job that runs
+every second does not grow one partition for its whole retention; ``k2_job_run_keys`` says
+which (uid, bucket) have runs, by job name and day (JOBHISTORY, JOBLOG). ``k2_jobs_archived``
+holds archived keys by day (ARCHIVE_SHARDS shards a day) and end time (JOBSTATUS n DAYS AGO).
+The version-3 tables (``k2_job_runs``, ``k2_job_run_uids``, ``k2_jobs_archive``) are only read,
+until the TTL has emptied them after an upgrade. Retention is the TTL: ``delete_runs`` and
+``delete_archived`` have nothing to do.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from datetime import datetime, timedelta
+from typing import Sequence
+
+from ...errors import StoreError
+from ...model import Job, JobKey
+from ..base import RunRecord
+from .rows import UTC, Rows, _aware, _unknown_outcome, _when
+from .schema import ARCHIVE_SHARDS, RUN_BUCKET
+from .session import _bound, _result, _Write, log
+
+_BIG_VALUES = 2048  # characters of output and log above which a history line is sent alone
+_RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time", "end_time", "result", "status",
+                "tries", "error", "output", "exit_code", "log", "note")
+_ARCHIVE_SHARDS = list(range(ARCHIVE_SHARDS))
+
+
+def _day(when) -> str:
+    return when.strftime("%Y-%m-%d")
+
+
+def _archive_shard(key: JobKey) -> int:
+    return zlib.crc32(f"{key.uid}\0{key.name}\0{key.type}".encode()) % ARCHIVE_SHARDS
+
+
+class History(Rows):
+    """Run history, the archive by day, and listener file marks."""
+
+    _run_keys_noted: set[tuple]  # (key, day, bucket) this process noted in k2_job_run_keys
+    archive_ttl: int
+
+    def _init_history(self) -> None:
+        """Nothing noted yet: the first line of each (key, day, bucket) notes it."""
+        self._run_keys_noted = set()
+
+    # -- run history -----------------------------------------------------------------------------
+
+    def _run_writes(self, r: RunRecord) -> list[_Write]:
+        """A history line, in its job's partition of RUN_BUCKET runs, and (once a day per
+        process) the note in k2_job_run_keys that this uid and bucket have runs that day."""
+        stmt = self._stmt(("runput",),
+            f"INSERT INTO k2_job_run_history ({', '.join(_RUN_COLUMNS)}, bucket) "
+            f"VALUES ({', '.join('?' for _ in _RUN_COLUMNS)}, ?) USING TTL ?")
+        values = tuple(map(_bound, (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.due, r.start, r.end,
+                                    r.result, r.status, r.tries, r.error, r.output, r.exit_code, r.log, r.note)))
+        size = sum(len(v) for v in (r.error, r.output, r.log, r.note) if isinstance(v, str))
+        what = f"the history line of run {r.epoch} of {r.key}"
+        # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
+        out = [_Write(stmt, values + (r.epoch // RUN_BUCKET, self.archive_ttl), what=what, big=size > _BIG_VALUES)]
+        day = _day(datetime.now(UTC))  # the day the line is written: its TTL runs from then
+        noted = (r.key, day, r.epoch // RUN_BUCKET)
+        if noted not in self._run_keys_noted:
+            if len(self._run_keys_noted) > 100_000:
+                self._run_keys_noted.clear()
+            keys = self._stmt(("runkey",), "INSERT INTO k2_job_run_keys (type, name, day, uid, bucket) "
+                                           "VALUES (?, ?, ?, ?, ?) USING TTL ?")
+            # Outlives the day's last line by the day itself.
+            out.append(_Write(keys, (r.key.type, r.key.name, day, r.key.uid, r.epoch // RUN_BUCKET,
+                                     self.archive_ttl + 86400), what=what,
+                              on_sent=lambda: self._run_keys_noted.add(noted)))
+        return out
+
+    def _unrun_write(self, r: RunRecord) -> _Write:
+        stmt = self._stmt(("rundel",), "DELETE FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? "
+                                       "AND bucket = ? AND epoch = ? AND end_time = ?")
+        return _Write(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch // RUN_BUCKET, r.epoch, r.end),
+                      what=f"the history line of fenced run {r.epoch} of {r.key}")
+
+    @staticmethod
+    def _to_run(row: dict) -> RunRecord:
+        return RunRecord(
+            JobKey(row["type"], row["name"], row["uid"]), row["epoch"], row["node"], _aware(row["due_time"]),
+            _aware(row["start_time"]), _when(row["end_time"]), row["result"], row["status"], row["tries"] or 0,
+            row["error"] or "", row["output"], row["exit_code"], row["log"] or "", row.get("note") or "",
+        )
+
+    def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        """k2_job_run_keys says which (uid, bucket) partitions of k2_job_run_history have runs,
+        one partition per day of the retention (read at once, unpaged); then those partitions
+        (newest run first, ``limit`` each). Plus the version-3 tables until their TTL has
+        emptied them: one partition per job key, and k2_job_run_uids for the uids."""
+        cols = ", ".join(_RUN_COLUMNS)
+        today = datetime.now(UTC).date()
+        days = [_day(today - timedelta(days=d)) for d in range(-1, self.archive_ttl // 86400 + 2)]
+        keys_stmt = self._stmt(("runkeys", uid is not None),
+                               "SELECT uid, bucket FROM k2_job_run_keys WHERE type = ? AND name = ? AND day IN ?"
+                               + (" AND uid = ?" if uid is not None else ""))
+        keys = self._unpaged(keys_stmt, (type, name, days) + ((uid,) if uid is not None else ()))
+        legacy = None if uid is not None else self._session.execute_async(
+            self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"), (type, name))
+        parts = sorted({(r["uid"], r["bucket"]) for r in _result(keys)})
+        legacy_uids = [uid] if legacy is None else [r["uid"] for r in _result(legacy)]
+        lim = " LIMIT ?" if limit is not None else ""
+        more = (limit,) if limit is not None else ()
+        new = self._stmt(("runsh", limit is not None),
+                         f"SELECT {cols} FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? AND bucket = ?{lim}")
+        old = self._stmt(("runsu", limit is not None),
+                         f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?{lim}")
+        futures = [self._session.execute_async(new, (type, name, u, b) + more) for u, b in parts]
+        futures += [self._session.execute_async(old, (type, name, u) + more) for u in legacy_uids]
+        out = sorted((self._to_run(r) for f in futures for r in _result(f)), key=lambda r: (r.end, r.epoch), reverse=True)
+        return out if limit is None else out[:limit]
+
+    def run(self, key: JobKey, epoch: int) -> RunRecord | None:
+        cols = ", ".join(_RUN_COLUMNS)
+        new = self._session.execute_async(self._stmt(("run1",), f"SELECT {cols} FROM k2_job_run_history WHERE type = ? "
+                                                               "AND name = ? AND uid = ? AND bucket = ? AND epoch = ?"),
+                                          (key.type, key.name, key.uid, epoch // RUN_BUCKET, epoch))
+        old = self._session.execute_async(self._stmt(("run1v3",), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? "
+                                                                 "AND uid = ? AND epoch = ?"),
+                                          (key.type, key.name, key.uid, epoch))
+        runs = [self._to_run(r) for f in (new, old) for r in _result(f) if r["result"] != "SKIPPED"]
+        return max(runs, key=lambda r: r.end) if runs else None
+
+    def add_runs(self, records: Sequence[RunRecord]) -> None:
+        try:
+            self._send([w for r in records for w in self._run_writes(r)], bounded=False)
+        except StoreError as exc:  # the job rows are right; only history lines are missing
+            log.warning("could not record %d runs (%s)", len(records), exc)
+
+    def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
+        return 0  # run records expire by TTL
+
+    # -- the archive by day ------------------------------------------------------------------------
+
+    def _archive_write(self, job: Job) -> _Write | None:
+        if job.end_time is None:
+            return None
+        stmt = self._stmt(("aput",),
+            "INSERT INTO k2_jobs_archived (day, shard, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
+        k = job.key
+        return _Write(stmt, (_day(job.end_time), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
+                             self.archive_ttl), what=f"the archive entry of {k}")
+
+    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+        # A day's ARCHIVE_SHARDS partitions in one unpaged IN (read at once); and the day's
+        # partition of k2_jobs_archive, the version-3 table, until its TTL has emptied it.
+        stmt = self._stmt(("asel",), "SELECT type, name, uid FROM k2_jobs_archived WHERE day = ? AND shard IN ? "
+                                     "AND end_time >= ?")
+        legacy = self._stmt(("asel3",), "SELECT type, name, uid FROM k2_jobs_archive WHERE day = ? AND end_time >= ?")
+        day = since.astimezone(UTC).date()
+        today = datetime.now(UTC).date() + timedelta(days=1)
+        keys: dict[JobKey, None] = {}
+        futures = []
+        while day <= today:
+            futures.append(self._unpaged(stmt, (_day(day), _ARCHIVE_SHARDS, since)))
+            futures.append(self._session.execute_async(legacy, (_day(day), since)))
+            day += timedelta(days=1)
+        for f in futures:
+            for r in _result(f):
+                k = JobKey(r["type"], r["name"], r["uid"])
+                if type is None or k.type == type:
+                    keys[k] = None
+        rows = self.get_many(list(keys))
+        return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
+                      key=lambda j: j.key)
+
+    def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
+        return 0  # archived rows expire by TTL (``keep`` cannot hold one back: see README, Retention)
+
+    # -- a listener's file marks -------------------------------------------------------------------
+
+    def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
+        token = f"{note} #{random.getrandbits(64):016x}"  # tells our write from a rival's
+        stmt = self._stmt(("mark",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
+                                    "VALUES (?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS")
+        params = (listener.type, listener.name, listener.uid, file, token)
+        try:
+            return bool(self._session.execute(stmt, params, execution_profile="lwt").one()["[applied]"])
+        except Exception as exc:
+            _unknown_outcome(exc)  # raises unless the LWT may have applied
+            self.stats.unknown_outcomes += 1
+        read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
+        row = self._session.execute(read, params[:4], execution_profile="serial").one()
+        return row is not None and row["note"] == token
+
+    def _marks_follow(self, listener: JobKey, ttl: int) -> None:
+        """A listener's file marks share its row's TTL: rewritten with it when the row is
+        archived (they expire together, as SQLite deletes them together), without one when
+        a STARTJOB brings the row back (they must outlive a long-running listener). Lost, the
+        marks only outlive the row, or expire with a listener restarted under the same key
+        a retention period later, whose files then count as present at its start."""
+        try:
+            rows = list(self._run(self._stmt(("marks",), "SELECT file, note, marked_at FROM k2_listener_files "
+                                                         "WHERE type = ? AND name = ? AND uid = ?"),
+                                  (listener.type, listener.name, listener.uid)))
+        except StoreError as exc:  # the row's change applied: report that, not this
+            log.warning("could not carry the file marks of %s along with its row (%s)", listener, exc)
+            return
+        stmt = self._stmt(("markttl",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
+                                        "VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
+        self._send_quietly([_Write(stmt, (listener.type, listener.name, listener.uid, r["file"], r["note"],
+                                          r["marked_at"], ttl), what=f"a file mark of {listener}") for r in rows])
+
+    def marked_files(self, listener: JobKey) -> set[str]:
+        rows = self._run(self._stmt(("marked",), "SELECT file FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?"),
+                         (listener.type, listener.name, listener.uid))
+        return {r["file"] for r in rows}

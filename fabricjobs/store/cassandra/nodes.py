@@ -1,0 +1,62 @@
+"""The nodes table and KILL requests: plain writes, no LWT (a node's row is written by that
+node only; ``beat_time`` is set by the coordinator's clock, ``toTimestamp(now())``).
+
+A node that is forgotten leaves with its KILL requests and its place in the index's owner
+registry (k2_jobs_owners), which is why this part sits on the index.
+"""
+
+from __future__ import annotations
+
+from ..base import KillRequest, NodeRow
+from .index import Index
+from .rows import _aware, _when
+
+
+class Nodes(Index):
+    """Node rows and the KILL requests addressed to them."""
+
+    def write_node(self, node: NodeRow, timeout: float | None = None) -> None:
+        stmt = self._stmt(("node",),
+            "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
+            " info, tasks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()), ?, ?, ?, ?)")
+        self._run(stmt, (node.name, node.incarnation, node.dc, node.host, node.pid, node.started,
+                         node.version, node.beat, node.state, node.running, node.info, node.tasks), timeout)
+
+    def nodes(self, timeout: float | None = None) -> list[NodeRow]:
+        rows = self._run(self._stmt(("nodes",), "SELECT name, incarnation, dc, host, pid, started, version, beat,"
+                                                " beat_time, state, running, info, tasks, WRITETIME(beat) AS stamp FROM nodes"),
+                         (), timeout)
+        out = [
+            NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _when(r["started"]), r["version"],
+                    r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]), r["stamp"])
+            for r in rows
+        ]
+        return sorted(out, key=lambda n: n.name)
+
+    def delete_node(self, row: NodeRow) -> None:
+        """A delete stamped with the read beat's own write time: it hides that beat and older
+        cells, never a beat written after it (a later client timestamp), whatever the clock of
+        the host that deletes. No LWT: the row only ever gets plain writes."""
+        if row.stamp is None:
+            return
+        self._run(self._stmt(("ndel",), "DELETE FROM nodes USING TIMESTAMP ? WHERE name = ?"), (row.stamp, row.name))
+        # Its KILL requests go whatever their age: none can reach a node gone this long, and
+        # a node that starts under this name clears its own anyway.
+        self._run(self._stmt(("kdelall",), "DELETE FROM kill_requests WHERE node = ?"), (row.name,))
+        # And its place in the owners registry: the node layer forgets a node only once it
+        # owns nothing, so no bucket of its name is left to list (a node that comes back
+        # under this name registers again with its first entry). The registry stays as small
+        # as the set of nodes alive within the retention.
+        self._run(self._stmt(("odel",), "DELETE FROM k2_jobs_owners WHERE kind = 'owner' AND owner = ?"), (row.name,))
+        self._owners_known.discard(("owner", row.name))
+
+    def add_kill_request(self, request: KillRequest) -> None:
+        stmt = self._stmt(("kput",), "INSERT INTO kill_requests (node, task, requested_at, requested_by) VALUES (?, ?, ?, ?)")
+        self._run(stmt, (request.node, request.task, request.requested_at, request.requested_by))
+
+    def kill_requests(self, node: str) -> list[KillRequest]:
+        rows = self._run(self._stmt(("ksel",), "SELECT * FROM kill_requests WHERE node = ?"), (node,))
+        return [KillRequest(r["node"], r["task"], _when(r["requested_at"]), r["requested_by"]) for r in rows]
+
+    def delete_kill_request(self, node: str, task: int) -> None:
+        self._run(self._stmt(("kdel",), "DELETE FROM kill_requests WHERE node = ? AND task = ?"), (node, task))

@@ -1,0 +1,318 @@
+"""Talking to the cluster: the connection (load balancing, the consistency of each kind of
+statement, authentication, TLS), a count of what is sent, statements prepared once, and plain
+writes sent in as few requests as they fit in.
+
+It is the layer every other part of the store builds on (rows.py, index.py, queue.py,
+history.py, nodes.py): they say what to read and write, this module how it reaches Cassandra.
+Statements go out under one of three execution profiles: the default (reads and plain writes
+at ``[cassandra] CONSISTENCY``), ``lwt`` (an LWT, its Paxos phase at ``SERIAL_CONSISTENCY``) and
+``serial`` (a read at the serial level); the last two never resend (FallthroughRetryPolicy):
+an LWT's unknown outcome is settled by the store itself (rows.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ...errors import StoreError
+from ..base import StoreStats
+from .schema import qualify
+from .sweep import ENTRY_WRITE_BOUND
+
+# One logger for the whole backend, whichever module logs (operators and tests filter on it).
+log = logging.getLogger("fabricjobs.store.cassandra")
+
+_ENTRY_WRITES = 5  # attempts at an index entry write acknowledged within ENTRY_WRITE_BOUND
+_BATCH = 8  # statements per unlogged batch (Cassandra warns from 10 partitions in one)
+
+
+def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: str, token_aware: bool,
+                       request_timeout: float) -> dict:
+    """The driver's execution profiles: the default one, ``lwt`` and ``serial``."""
+    # The driver is imported here, not at module level: choosing SQLite never pays for it.
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
+    from cassandra.query import dict_factory
+
+    cl = ConsistencyLevel.name_to_value[consistency]
+    serial = ConsistencyLevel.name_to_value[serial_consistency]
+
+    def lbp():
+        # Token-aware: a statement goes to a replica of its partition, saving the hop from a
+        # coordinator that holds no copy (and, for an LWT, a Paxos round's extra latency).
+        dc_aware = DCAwareRoundRobinPolicy(local_dc=local_dc or None)
+        return TokenAwarePolicy(dc_aware) if token_aware else dc_aware
+
+    return {
+        EXEC_PROFILE_DEFAULT: ExecutionProfile(
+            load_balancing_policy=lbp(), consistency_level=cl, row_factory=dict_factory,
+            request_timeout=request_timeout,
+        ),
+        "lwt": ExecutionProfile(
+            load_balancing_policy=lbp(), consistency_level=cl, serial_consistency_level=serial,
+            retry_policy=FallthroughRetryPolicy(), row_factory=dict_factory, request_timeout=request_timeout,
+        ),
+        "serial": ExecutionProfile(
+            load_balancing_policy=lbp(), consistency_level=serial, retry_policy=FallthroughRetryPolicy(),
+            row_factory=dict_factory, request_timeout=request_timeout,
+        ),
+    }
+
+
+def credentials(*, username: str, password: str, tls: bool, tls_ca_file: str, tls_cert_file: str,
+                tls_key_file: str, tls_verify: bool) -> dict[str, Any]:
+    """The Cluster's options for password authentication and TLS (none: an empty dict)."""
+    kwargs: dict[str, Any] = {}
+    if username:
+        from cassandra.auth import PlainTextAuthProvider
+
+        kwargs["auth_provider"] = PlainTextAuthProvider(username=username, password=password)
+    if tls:
+        ctx = ssl.create_default_context(cafile=tls_ca_file or None)
+        if not tls_verify:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if tls_cert_file:
+            ctx.load_cert_chain(tls_cert_file, tls_key_file or None)
+        kwargs["ssl_context"] = ctx
+    return kwargs
+
+
+def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, connect_timeout: float,
+                token_aware: bool, profiles: dict, **options):
+    """The driver's Cluster, not yet connected."""
+    from cassandra.cluster import Cluster
+
+    return Cluster(
+        list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
+        # Routing by token needs the token ring and the keyspace's replication (schema metadata).
+        connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
+        **options,
+    )
+
+
+_NO_PROFILE = object()
+
+
+def _bound(value):
+    """A value to bind, or the driver's "unset" for None: a bound null writes a tombstone."""
+    if value is None:
+        from cassandra.query import UNSET_VALUE
+
+        return UNSET_VALUE
+    return value
+
+
+def _result(future):
+    try:
+        return future.result()
+    except Exception as exc:
+        raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+
+
+class _CountingSession:
+    """The driver's session, counting what is sent by kind (StoreStats): the figures of
+    scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
+
+    def __init__(self, session, stats: StoreStats) -> None:
+        from cassandra import DriverException
+        from cassandra.query import BatchStatement
+
+        self._s = session
+        self._unfinished = DriverException
+        self.stats = stats
+        self._batch_type = BatchStatement
+        self._last_warned: dict[str, float] = {}
+
+    def _count(self, stmt, profile) -> None:
+        if profile == "lwt":
+            self.stats.lwt_attempts += 1
+            return
+        if isinstance(stmt, self._batch_type):  # one request, however many statements
+            self.stats.writes += 1
+            return
+        text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None), "query_string", "") or ""
+        if text.lstrip()[:6].upper() == "SELECT":
+            self.stats.reads += 1
+            if profile == "serial":
+                self.stats.serial_reads += 1
+        elif text:
+            self.stats.writes += 1
+
+    def execute(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
+        return self.execute_async(stmt, params, execution_profile, **kw).result()
+
+    def execute_async(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
+        self._count(stmt, execution_profile)
+        if execution_profile is _NO_PROFILE:
+            future = self._s.execute_async(stmt, params, **kw)
+        else:
+            future = self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
+        future.add_callbacks(lambda _rows: self._warned(future), lambda _exc: None)
+        return future
+
+    def _warned(self, future) -> None:
+        """Cassandra's warnings to the client (tombstones met by a read, a batch too large)
+        are otherwise dropped by the driver: each is counted and logged, at most once a minute
+        per kind, since each points at a data-model problem an operator must see."""
+        try:
+            warnings = future.warnings
+        except self._unfinished:
+            # The driver runs a callback added just as the response lands before it marks
+            # the future finished, and `warnings` refuses until then; the response's
+            # warnings are already stored by that point.
+            warnings = getattr(future, "_warnings", None)
+        for text in warnings or ():
+            self.stats.server_warnings += 1
+            kind = " ".join(w for w in text.split()[:6] if not w.isdigit())
+            now = time.monotonic()
+            if now - self._last_warned.get(kind, float("-inf")) >= 60.0:
+                self._last_warned[kind] = now
+                log.warning("Cassandra warned: %s", text)
+
+    def __getattr__(self, name):  # prepare, cluster, shutdown, ...
+        return getattr(self._s, name)
+
+
+@dataclass
+class _Write:
+    """One plain write, to be sent alone or in a batch (Session._send)."""
+    stmt: Any
+    params: tuple
+    what: str = "an index entry"
+    big: bool = False  # too big to share a batch
+    on_sent: Any = None  # called once the write is acknowledged
+
+
+def _chunks(writes: Sequence[_Write]) -> list[list[_Write]]:
+    """``writes`` as requests: up to ``_BATCH`` small ones together, a big one alone."""
+    chunks: list[list[_Write]] = []
+    for w in writes:
+        if w.big or not chunks or len(chunks[-1]) >= _BATCH or chunks[-1][0].big:
+            chunks.append([w])
+        else:
+            chunks[-1].append(w)
+    return chunks
+
+
+def _request(chunk: list[_Write]):
+    """One statement alone, or an unlogged batch of them."""
+    from cassandra.query import BatchStatement, BatchType
+
+    if len(chunk) == 1:
+        return chunk[0].stmt.bind(chunk[0].params)
+    batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+    for w in chunk:
+        batch.add(w.stmt, w.params)
+    return batch
+
+
+class Session:
+    """The store's connection and what every other part sends through it."""
+
+    keyspace: str
+    request_timeout: float
+    stats: StoreStats
+    _cluster: Any
+    _session: _CountingSession
+    _prepared: dict[tuple, Any]
+    _prep_lock: threading.Lock
+    _latency_clock: Callable[[], float]
+
+    def _connect(self, cluster, where: str) -> None:
+        """Connect ``cluster`` (shut down again if that fails); counters and statements start empty."""
+        self._cluster = cluster
+        self.stats = StoreStats()
+        try:
+            self._session = _CountingSession(cluster.connect(), self.stats)
+        except Exception as exc:
+            cluster.shutdown()
+            raise StoreError(f"cannot connect to Cassandra at {where}: {exc}") from None
+        self._prepared = {}
+        self._prep_lock = threading.Lock()
+        self._latency_clock = time.monotonic
+
+    def _stmt(self, key: tuple, cql: str):
+        stmt = self._prepared.get(key)
+        if stmt is None:
+            with self._prep_lock:
+                stmt = self._prepared.get(key)
+                if stmt is None:
+                    try:
+                        stmt = self._session.prepare(qualify(cql, self.keyspace))
+                    except Exception as exc:
+                        raise StoreError(f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
+                    self._prepared[key] = stmt
+        return stmt
+
+    def _run(self, stmt, params=(), timeout: float | None = None):
+        """Execute a plain statement; a driver error becomes a StoreError with its text."""
+        try:
+            if timeout is not None:
+                return self._session.execute(stmt, params, timeout=timeout)
+            return self._session.execute(stmt, params)
+        except Exception as exc:
+            if isinstance(exc, StoreError):
+                raise
+            raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+
+    def _unpaged(self, stmt, params):
+        """Send a read over several partitions unpaged: a paged one makes the coordinator read
+        them one after another, an unpaged one all at once."""
+        bound = stmt.bind(params)
+        bound.fetch_size = None
+        return self._session.execute_async(bound)
+
+    def _send(self, writes: Sequence[_Write], *, bounded: bool) -> None:
+        """Send plain writes in as few requests as they fit in: unlogged batches of up to
+        ``_BATCH`` small statements (fewer partitions than Cassandra's warning threshold for
+        unlogged batches, 10); a big one (a run line with its output) alone. With ``bounded``,
+        a request acknowledged later than ENTRY_WRITE_BOUND after it was sent is sent again
+        (a fresh stamp): an index entry stamped that long before it landed could fall under a
+        sweep that read its partition in between (sweep.py). Raises StoreError."""
+        pending = [(chunk, *self._send_chunk(chunk)) for chunk in _chunks(writes)]
+        for chunk, future, started, acked in pending:
+            self._await_chunk(chunk, future, started, acked, bounded)
+            for w in chunk:
+                if w.on_sent is not None:
+                    w.on_sent()
+
+    def _send_chunk(self, chunk: list[_Write]):
+        """Send one request; returns its future, when it was sent, and when it was acknowledged
+        (filled in by the driver's callback, on the latency clock)."""
+        started = self._latency_clock()
+        acked: list[float] = []
+        future = self._session.execute_async(_request(chunk))
+        future.add_callbacks(lambda _rows: acked.append(self._latency_clock()), lambda _exc: None)
+        return future, started, acked
+
+    def _await_chunk(self, chunk: list[_Write], future, started: float, acked: list[float], bounded: bool) -> None:
+        """Wait for one request; with ``bounded``, send it again while it is acknowledged late."""
+        for attempt in range(_ENTRY_WRITES):
+            try:
+                future.result()
+            except Exception as exc:
+                raise StoreError(f"Cassandra: cannot write {chunk[0].what}: {type(exc).__name__}: {exc}") from None
+            if not bounded or (acked[0] if acked else self._latency_clock()) - started <= ENTRY_WRITE_BOUND:
+                break
+            self.stats.slow_entry_writes += 1
+            if attempt + 1 == _ENTRY_WRITES:
+                raise StoreError(f"writes of {chunk[0].what} took longer than {ENTRY_WRITE_BOUND:g} s "
+                                 f"{_ENTRY_WRITES} times")
+            future, started, acked = self._send_chunk(chunk)
+
+    def _send_quietly(self, writes: Sequence[_Write]) -> None:
+        """Tidying writes (index deletes, a fenced run's line): a lost one is met as stale by a
+        later reader, so a failure is logged, not raised."""
+        if not writes:
+            return
+        try:
+            self._send(writes, bounded=False)
+        except StoreError as exc:
+            log.warning("could not tidy up after a change (%s); a later reader will", exc)

@@ -1,0 +1,329 @@
+"""CassandraStore: the JobStore on Cassandra, put together from its parts, and the changes of
+rows that tie the parts together.
+
+An insert or CAS is the one place where a row, its index entry and its history line are
+written together, without a transaction across tables: first the writes that must precede the
+LWT (the index intent, the archive entry, the run's history line), then the LWT, then what it
+superseded is tidied (index.py says why in that order, rows.py how an LWT's unknown outcome is
+settled).
+
+LWTs per job life cycle: a one-time job costs 3 (insert, claim, outcome); each fire of a
+recurring job costs 3 (due, claim, outcome). See the README for what that means in latency.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Sequence
+
+from ...config import Config
+from ...model import Job, JobKey, JobType, Status
+from ..base import CasResult, JobStore, RunRecord, Version
+from .history import History
+from .index import _bucket, _job_bucket, _slot
+from .nodes import Nodes
+from .queue import Queue
+from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when
+from .schema import SchemaManager, check_keyspace_name
+from .session import _bound, credentials, execution_profiles, log, new_cluster
+
+
+@dataclass
+class _Change:
+    """One prepared CAS of cas_many: its LWT, and the writes before and after it."""
+    expected: Job
+    target: Job
+    revision: int
+    full: bool
+    stmt: Any
+    params: tuple
+    new_bucket: str | None
+    record: RunRecord | None
+    before: list = field(default_factory=list)
+    after: list = field(default_factory=list)
+
+    @property
+    def key(self) -> JobKey:
+        return self.expected.key
+
+
+class CassandraStore(Queue, History, Nodes, JobStore):
+    """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
+
+    backend = "cassandra"
+    deletes_archived = False  # archived rows expire by TTL
+
+    def __init__(
+        self,
+        *,
+        hosts: Sequence[str],
+        port: int = 9042,
+        keyspace: str = "k2system",
+        replication: str = "SimpleStrategy:1",
+        local_dc: str = "",
+        consistency: str = "LOCAL_QUORUM",
+        serial_consistency: str = "SERIAL",
+        username: str = "",
+        password: str = "",
+        tls: bool = False,
+        tls_ca_file: str = "",
+        tls_cert_file: str = "",
+        tls_key_file: str = "",
+        tls_verify: bool = True,
+        connect_timeout: float = 10.0,
+        request_timeout: float = 10.0,
+        create_schema: bool = True,
+        protocol_version: int = 4,
+        archive_ttl_seconds: int = 720 * 3600,
+        token_aware: bool = True,
+    ) -> None:
+        """Connect, then create or check the schema (``create_schema``); what was opened is closed
+        again if either fails."""
+        check_keyspace_name(keyspace)
+        self.keyspace = keyspace
+        self.identity = f"cassandra:{','.join(sorted(hosts))}:{port}:{keyspace}"
+        self.archive_ttl = max(1, int(archive_ttl_seconds))
+        self.request_timeout = request_timeout
+        profiles = execution_profiles(consistency=consistency, serial_consistency=serial_consistency,
+                                      local_dc=local_dc, token_aware=token_aware, request_timeout=request_timeout)
+        options = credentials(username=username, password=password, tls=tls, tls_ca_file=tls_ca_file,
+                              tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_verify=tls_verify)
+        cluster = new_cluster(hosts, port, protocol_version=protocol_version, connect_timeout=connect_timeout,
+                              token_aware=token_aware, profiles=profiles, **options)
+        self._connect(cluster, f"{', '.join(hosts)}:{port}")
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
+        self._init_index()
+        self._init_history()
+        self._closed = False
+        try:
+            self._setup_schema(create_schema, replication)
+        except Exception:
+            self.close()
+            raise
+
+    @classmethod
+    def from_config(cls, config: Config) -> "CassandraStore":
+        c = config.section("cassandra")
+        return cls(
+            hosts=c["HOSTS"], port=c["PORT"], keyspace=c["KEYSPACE"], replication=c["REPLICATION"],
+            local_dc=c["LOCAL_DC"], consistency=c["CONSISTENCY"], serial_consistency=c["SERIAL_CONSISTENCY"],
+            username=c["USERNAME"], password=c["PASSWORD"], tls=c["TLS"], tls_ca_file=c["TLS_CA_FILE"],
+            tls_cert_file=c["TLS_CERT_FILE"], tls_key_file=c["TLS_KEY_FILE"], tls_verify=c["TLS_VERIFY"],
+            connect_timeout=c["CONNECT_TIMEOUT_SEC"], request_timeout=c["REQUEST_TIMEOUT_SEC"],
+            create_schema=c["CREATE_SCHEMA"], protocol_version=c["PROTOCOL_VERSION"],
+            archive_ttl_seconds=int(config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR") * 3600),
+            token_aware=c["TOKEN_AWARE"],
+        )
+
+    # -- schema ----------------------------------------------------------------------------------
+
+    def _setup_schema(self, create: bool, replication: str) -> None:
+        self._schema = SchemaManager(self._session, self.keyspace)
+        self._schema.ensure(create, replication)
+
+    def schema_version(self) -> int:
+        return self._schema.version() or 0
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._pool.shutdown(wait=True)
+        self._cluster.shutdown()
+
+    def store_time(self) -> datetime:
+        row = self._run(self._stmt(("now",), "SELECT toTimestamp(now()) AS now FROM system.local")).one()
+        return _when(row["now"])
+
+    # -- jobs: writes ----------------------------------------------------------------------------
+
+    def insert_many(self, jobs: Sequence[Job]) -> list[CasResult]:
+        """As :meth:`JobStore.insert_many`, but the inserts of a group go out concurrently (one
+        by one, a script's 200 STARTJOBs were 400 round trips in a row: the submitter, not the
+        cluster, bounded a bulk submit). To keep "the jobs after a refused one are not written"
+        without a transaction, the keys are read first, at once. A group ends before a key that
+        has a row or came earlier in ``jobs``; that one goes alone (it is refused, or reuses an
+        archived row). Left open: a key created by another writer between that read and its
+        LWT is refused while the jobs after it in its group were written; they are logged, and
+        the results of the whole group are returned."""
+        results: list[CasResult] = []
+        found = self.get_many([j.key for j in jobs]) if len(jobs) > 1 else [None] * len(jobs)
+        i, seen = 0, set()
+        while i < len(jobs):
+            end = i + 1
+            alone = found[i] is not None or jobs[i].key in seen
+            seen.add(jobs[i].key)
+            while not alone and end < len(jobs) and found[end] is None and jobs[end].key not in seen:
+                seen.add(jobs[end].key)
+                end += 1
+            group = jobs[i:end]
+            # Each its own intent, then its LWT; not all intents first: an intent is an entry
+            # that nodes read and try to claim, in vain until its row is written.
+            done = list(self._pool.map(self.insert, group)) if len(group) > 1 else [self.insert(group[0])]
+            refused = next((k for k, res in enumerate(done) if not res.applied), None)
+            if refused is not None:
+                written = [j.key for j, res in zip(group[refused + 1:], done[refused + 1:]) if res.applied]
+                if written:
+                    log.warning("STARTJOB of %s was refused (another writer created it just now); %d jobs after "
+                                "it in the same group were written all the same: %s", group[refused].key,
+                                len(written), ", ".join(map(str, written)))
+                return results + done  # aligned with ``jobs``; the caller stops at the refused one
+            results += done
+            i = end
+        return results
+
+    def insert(self, job: Job) -> CasResult:
+        new = job.replace(revision=1)
+        self._index_upsert(new, 1)
+        # An UPDATE, not an INSERT: an INSERT writes a row marker that no later UPDATE ... USING
+        # TTL covers, so an archived row would leave its key behind when its cells expire. The
+        # condition "revision = null" holds exactly when no row (or only expired cells) is
+        # there. Columns without a value are left unset: a bound null is a tombstone per cell.
+        sets = ", ".join(f"{c} = ?" for c in _JOB_COLUMNS)
+        stmt = self._stmt(("insert",), f"UPDATE k2_jobs SET {sets} WHERE type = ? AND name = ? AND uid = ? "
+                                       "IF revision = null")
+        params = tuple(_bound(getattr(new, c)) for c in _JOB_COLUMNS) + (job.key.type, job.key.name, job.key.uid)
+
+        def ours(row: Job) -> bool:
+            return row.revision == 1 and row.creation_time == new.creation_time and row.arguments == new.arguments
+
+        applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None,
+                                                      before_retry=lambda: self._index_upsert(new, 1))
+        if applied:
+            return CasResult(True, row=settled or new)
+        # A refused conditional UPDATE returns only the condition's column: read the row.
+        existing = settled if settled is not None else self._select_job(job.key)
+        # Drop our intent only if an existing row proves it false: the row is past revision 1, or
+        # its entry is elsewhere (compared as stored: an identical insert that won wrote this
+        # very entry). With no row to be seen, the same entry may be the intent of another
+        # insert of this key still before its LWT; the grace rule removes it if it is orphaned.
+        if existing is not None and (existing.revision, _slot(existing)) != (1, _slot(new)):
+            self._tidy(_job_bucket(new), new.key, new.next_run, 1, repair=False)  # our intent describes no row
+        if existing is None or not existing.archived:
+            return CasResult(False, row=existing)
+        # An archived row with this key: reuse it, counting on from its epoch and revision.
+        reused = self.cas(existing, new.replace(epoch=existing.epoch + 1, revision=existing.revision))
+        if reused.applied:
+            return reused
+        return CasResult(False, row=self._select_job(job.key))
+
+    def cas(self, expected: Job, new: Job) -> CasResult:
+        return self.cas_many([(expected, new)])[0]
+
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+        """Each change in three rounds, each round for all changes at once: the writes that
+        must precede the LWTs (index intents, archive entries, history lines) in batches; the
+        LWTs, concurrently; the writes that follow them (superseded entries deleted, a fenced
+        run's history line taken back) in batches. A claim of 16 rows is then 2 batches and 16
+        LWTs, not 32 plain writes and 16 LWTs."""
+        records = list(runs) if runs is not None else [None] * len(pairs)
+        results: list[CasResult | None] = [None] * len(pairs)
+        changes: list[tuple[int, _Change]] = []
+        for i, ((expected, new), record) in enumerate(zip(pairs, records)):
+            prepared = self._prepare(expected, new, record)
+            if isinstance(prepared, CasResult):
+                results[i] = prepared
+            else:
+                changes.append((i, prepared))
+        before = [w for _, c in changes for w in c.before]
+        self._send(before, bounded=True)
+        for _, c in changes:
+            if c.new_bucket is not None:
+                self._seen[(c.new_bucket, c.key, c.revision)] = (None, self._monotonic())  # our own: fresh
+        if len(changes) > 1:
+            applied = list(self._pool.map(lambda ic: self._apply(ic[1]), changes))
+        else:
+            applied = [self._apply(c) for _, c in changes]
+        for (i, _), res in zip(changes, applied):
+            results[i] = res
+        self._send_quietly([w for _, c in changes for w in c.after])
+        return results  # type: ignore[return-value]
+
+    def _prepare(self, expected: Job, new: Job, record: RunRecord | None) -> "_Change | CasResult":
+        if new.key != expected.key:
+            raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+        key = expected.key
+        revision = expected.revision + 1
+        full = expected.archived or new.archived
+        stored = None
+        if full:
+            # A write that archives, un-archives or touches an archived row rewrites every cell,
+            # so that one TTL covers all of them (or is lifted from all of them) and they expire
+            # together: the row then leaves nothing behind. Merge the change into the stored row:
+            # ``expected`` itself when it is a whole row (the LWT's condition on its revision
+            # then proves nothing else changed); an index candidate is read first.
+            stored = expected if expected.creation_time != _EPOCH0 else self._select_job(key)
+            if stored is None or Version.of(stored) != Version.of(expected):
+                current = None if stored is None else Version.of(stored)
+                self._repair(expected, current)
+                return CasResult(False, current=current)
+            changes = {c: getattr(new, c) for c in _JOB_COLUMNS if getattr(new, c) != getattr(expected, c)}
+            target = stored.replace(**changes)
+            columns = [c for c in _JOB_COLUMNS if c != "revision"]
+        else:
+            target = new
+            columns = [c for c in _JOB_COLUMNS if c != "revision" and getattr(new, c) != getattr(expected, c)]
+        target = target.replace(revision=revision)
+        ttl = self.archive_ttl if target.archived else 0
+        sets = ", ".join(f"{c} = ?" for c in columns + ["revision"])
+        stmt = self._stmt(("cas",) + tuple(columns),
+                          f"UPDATE k2_jobs USING TTL ? SET {sets} WHERE type = ? AND name = ? AND uid = ? "
+                          "IF status = ? AND epoch = ? AND worker_id = ? AND revision = ?")
+        # A null clears a cell (a cell tombstone): bound only where the stored row has a value.
+        values = [_bound(getattr(target, c)) if stored is not None and getattr(stored, c) is None
+                  else getattr(target, c) for c in columns] + [revision]
+        params = tuple(v.value if isinstance(v, Status) else v for v in values)
+        params = (ttl,) + params + (key.type, key.name, key.uid, expected.status.value, expected.epoch,
+                                    expected.worker_id, expected.revision)
+        change = _Change(expected, target, revision, full, stmt, params, _job_bucket(target), record)
+        # Before the LWT: the intent; the archive entry, so that the moment the row is archived
+        # JOBSTATUS n DAYS AGO can find it (readers check the row, so an entry whose LWT fails
+        # is inert); the history line, so that whoever sees the outcome (WAITJOB, then JOBLOG)
+        # finds its run (a writer whose LWT loses takes it back: a fenced run records nothing).
+        change.before = [w for w in (self._entry_write(target, revision),
+                                     self._archive_write(target) if target.archived else None) if w is not None]
+        if record is not None:
+            change.before += self._run_writes(record)
+        return change
+
+    def _apply(self, c: "_Change") -> CasResult:
+        """The LWT of a prepared change, and what it leaves to tidy (``c.after``)."""
+        key, target, expected, revision = c.key, c.target, c.expected, c.revision
+
+        def ours(row: Job) -> bool:
+            return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
+
+        applied, lwt_row, settled = self._execute_lwt(
+            c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
+            before_retry=lambda: self._index_upsert(target, revision))
+        if applied:
+            self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
+            if expected.archived != target.archived and key.type == JobType.INTERFACE_LISTENER.value:
+                self._marks_follow(key, self.archive_ttl if target.archived else 0)
+            if c.new_bucket is not None:
+                self._seen.pop((c.new_bucket, key, revision), None)
+            row = settled if c.full is False and settled is not None else None
+            if row is None:
+                row = target if c.full else self._select_job(key)
+            return CasResult(True, row=row)
+        if c.record is not None:
+            c.after.append(self._unrun_write(c.record))
+        if settled is not None:
+            current = Version.of(settled)
+        elif lwt_row is not None and lwt_row.get("status") is not None:
+            current = Version(_STATUS[lwt_row["status"]], lwt_row["epoch"], lwt_row["worker_id"], lwt_row["revision"])
+        else:
+            current = None
+        # Our intent stays only if the row now is exactly what it describes (someone made the
+        # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
+        # grace: the entry is ours (its bucket carries our target's owner, due time and
+        # revision), and leaving it would let it outlive a different change to that revision.
+        if c.new_bucket is not None and not (
+            current is not None and current.revision == revision
+            and _bucket(current.status, current.worker_id, False, target.blocked, target.priority) == c.new_bucket
+        ):
+            self._tidy(c.new_bucket, key, target.next_run, revision, repair=False, later=c.after)
+        self._repair(expected, current, later=c.after)
+        return CasResult(False, current=current)

@@ -1,0 +1,77 @@
+"""The insert and CAS statements, built once per shape and kept: a STARTJOB's upsert of n rows,
+and a CAS's ``UPDATE ... FROM (VALUES ...)`` per set of changed columns and batch size (a
+handful of shapes: claim, outcome, ...), so that a batch of rows is one statement.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ...model import Job
+from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params
+
+_RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35, 4) else ""  # RETURNING fixes in 3.35.4
+_PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
+# STARTJOB: a new key, or a key whose row is archived (the job is started again).
+_UPSERT = (
+    " ON CONFLICT (type, name, uid) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision"))
+    + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1 WHERE k2_jobs.archived = 1"
+    + _RETURNING
+)
+_INSERT_SQL: dict[int, str] = {}
+
+
+def _insert_sql(rows: int) -> str:
+    """The upsert of ``rows`` rows in one statement (applied in order)."""
+    sql = _INSERT_SQL.get(rows)
+    if sql is None:
+        sql = _INSERT_SQL[rows] = f"INSERT INTO k2_jobs ({_COLS}) VALUES {', '.join([f'({_PLACEHOLDERS})'] * rows)}{_UPSERT}"
+    return sql
+
+
+def _insert_params(job: Job) -> tuple:
+    """A STARTJOB's row as inserted: a new row starts at revision 1."""
+    return _job_params(job.replace(revision=1))
+
+
+# What a CAS may write (not the key, and revision is written by the CAS itself), and its
+# UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
+_CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
+_CAS_SQL: dict[tuple[tuple[int, ...], int], str] = {}
+# UPDATE ... FROM (VALUES ...) RETURNING: SQLite 3.35.4 (before it, one row per statement).
+_BATCHED = bool(_RETURNING)
+_BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
+
+
+def _changes(expected: Job, new: Job) -> tuple[tuple, tuple[int, ...]]:
+    """``new``'s params and the CAS columns in which it differs from ``expected``: only those
+    are written, since a row read from an index may be a candidate without arguments or
+    output, and must not blank them."""
+    old_p, new_p = _job_params(expected), _job_params(new)
+    return new_p, tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
+
+
+def _cas_sql(changed: tuple[int, ...], rows: int) -> str:
+    """The CAS UPDATE of ``rows`` rows that write the columns ``changed`` (and revision): the
+    values and the conditions of each row come from one row of a VALUES list."""
+    sql = _CAS_SQL.get((changed, rows))
+    if sql is not None:
+        return sql
+    if not _BATCHED:
+        sql = ("UPDATE k2_jobs SET " + "".join(f"{_JOB_COLUMNS[i]} = ?, " for i in changed) + "revision = ? "
+               "WHERE type = ? AND name = ? AND uid = ? AND status = ? AND epoch = ? AND worker_id IS ? AND revision = ?")
+    else:
+        n = len(changed)
+        sets = "".join(f"{_JOB_COLUMNS[i]} = v.column{k + 1}, " for k, i in enumerate(changed))
+        row = "(" + ", ".join("?" for _ in range(n + 8)) + ")"
+        sql = (f"UPDATE k2_jobs SET {sets}revision = v.column{n + 1} FROM (VALUES {', '.join([row] * rows)}) AS v "
+               f"WHERE k2_jobs.type = v.column{n + 2} AND k2_jobs.name = v.column{n + 3} AND k2_jobs.uid = v.column{n + 4} "
+               f"AND k2_jobs.status = v.column{n + 5} AND k2_jobs.epoch = v.column{n + 6} "
+               f"AND k2_jobs.worker_id IS v.column{n + 7} AND k2_jobs.revision = v.column{n + 8}{_RETURNING}")
+    if len(_CAS_SQL) < 512:
+        _CAS_SQL[(changed, rows)] = sql
+    return sql
+
+
+_INSERT_RUN_SQL = f"INSERT OR IGNORE INTO k2_job_runs ({_RUN_COLS}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"

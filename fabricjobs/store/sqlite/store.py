@@ -1,0 +1,384 @@
+"""SqliteStore: the JobStore on one SQLite file, each method its SQL.
+
+A CAS is one conditional ``UPDATE`` whose rowcount (or ``RETURNING``) says whether it applied;
+:meth:`cas_many` puts many of them in one transaction (one fsync: group commit), and rows that
+write the same columns in one statement.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import datetime
+from typing import Collection, Sequence
+
+from ...model import Job, JobKey, JobType, Status
+from ..base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
+from .connection import Connections
+from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
+from .schema import migrate
+from .statements import _BATCH_SIZES, _BATCHED, _INSERT_RUN_SQL, _RETURNING, _cas_sql, _changes, _insert_params, _insert_sql
+
+
+class SqliteStore(Connections, JobStore):
+    """k2_jobs and its companions in one SQLite file, for the nodes of one host."""
+
+    backend = "sqlite"
+    groups_writes = True
+
+    def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
+        self._open(path, synchronous, busy_timeout_ms)
+        with self._write() as conn:
+            migrate(conn, self.path)
+
+    def schema_version(self) -> int:
+        return self._read("PRAGMA user_version")[0][0]
+
+    def store_time(self) -> datetime:
+        return _when(self._read(f"SELECT {_STORE_NOW}")[0][0])
+
+    # -- jobs: writes --------------------------------------------------------------------------
+
+    def insert(self, job: Job) -> CasResult:
+        # One statement, atomic by itself (no savepoint even inside a transaction).
+        with self._write(atomic=True) as conn:
+            return self._insert(conn, job)
+
+    def _insert(self, conn: sqlite3.Connection, job: Job) -> CasResult:
+        """RETURNING hands back the row as written, so only a refused insert reads the row in
+        its way."""
+        cur = conn.execute(_insert_sql(1), _insert_params(job))
+        if _RETURNING:
+            returned = cur.fetchall()
+            if returned:
+                return CasResult(applied=True, row=_row_to_job(returned[0]))
+            return CasResult(applied=False, row=self._get(conn, job.key))
+        return CasResult(applied=cur.rowcount == 1, row=self._get(conn, job.key))
+
+    def insert_many(self, jobs: Sequence[Job]) -> list[CasResult]:
+        """Up to 64 rows per INSERT statement (its rows are applied in order, so a key given
+        twice is refused the second time). A refusal is rare: the statement that met one is
+        undone and its rows before the refused one are inserted again, without the rest."""
+        if not _BATCHED:
+            return super().insert_many(jobs)
+        results: list[CasResult] = []
+        with self._write() as conn:
+            for batch in chunked(jobs, 64):
+                conn.execute("SAVEPOINT insert_many")
+                returned = conn.execute(_insert_sql(len(batch)),
+                                        [p for job in batch for p in _insert_params(job)]).fetchall()
+                if len(returned) == len(batch):
+                    conn.execute("RELEASE insert_many")
+                    rows = {(r[0], r[1], r[2]): r for r in returned}
+                    results.extend(CasResult(True, row=_row_to_job(rows[(j.key.type, j.key.name, j.key.uid)]))
+                                   for j in batch)
+                    continue
+                conn.execute("ROLLBACK TO insert_many")
+                conn.execute("RELEASE insert_many")
+                for job in batch:  # one at a time up to the refused one
+                    results.append(self._insert(conn, job))
+                    if not results[-1].applied:
+                        return results
+        return results
+
+    def cas(self, expected: Job, new: Job) -> CasResult:
+        return self.cas_many([(expected, new)])[0]
+
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+        """Pairs that write the same columns go together in one UPDATE ... FROM (VALUES ...)
+        statement of up to 64 rows, each row still conditioned on its own expected (status,
+        epoch, worker_id, revision): a third of the cost of one statement per row, most of
+        which is the statement's round trip, not the B-tree work. The rows RETURNING gives
+        back are the applied ones; for the others, the current version is read. A key given
+        twice is written in order (its second pair after the first, on its own)."""
+        if not pairs:
+            return []
+        for expected, new in pairs:
+            if new.key != expected.key:
+                raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+        results: list[CasResult | None] = [None] * len(pairs)
+        records = list(runs) if runs is not None else [None] * len(pairs)
+        with self._write() as conn:
+            shapes: dict[tuple[int, ...], list[tuple[int, tuple, Job]]] = {}
+            later: list[int] = []  # a key already in this round: written after it, alone
+            keys: set[JobKey] = set()
+            for i, (expected, new) in enumerate(pairs):
+                if expected.key in keys:
+                    later.append(i)
+                    continue
+                keys.add(expected.key)
+                new_p, changed = _changes(expected, new)
+                shapes.setdefault(changed, []).append((i, new_p, expected))
+            for changed, items in shapes.items():
+                at = 0
+                for size in _BATCH_SIZES:
+                    while len(items) - at >= size:
+                        self._cas_batch(conn, changed, items[at:at + size], results)
+                        at += size
+            for i in later:
+                expected, new = pairs[i]
+                new_p, changed = _changes(expected, new)
+                self._cas_batch(conn, changed, [(i, new_p, expected)], results)
+            applied = [_run_params(record) for record, res in zip(records, results)
+                       if record is not None and res is not None and res.applied]
+            if applied:  # in the same transaction: recorded iff the CAS applied
+                conn.executemany(_INSERT_RUN_SQL, applied)
+        return results  # type: ignore[return-value]
+
+    def _cas_batch(self, conn: sqlite3.Connection, changed: tuple[int, ...], items: list[tuple[int, tuple, Job]],
+                   results: list[CasResult | None]) -> None:
+        """One UPDATE for ``items`` (index, new row's params, expected row), all writing
+        ``changed``; fills their places in ``results``."""
+        params: list = []
+        for _, new_p, expected in items:
+            params.extend([new_p[j] for j in changed])
+            params.extend((expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
+                           expected.status.value, expected.epoch, expected.worker_id, expected.revision))
+        written = conn.execute(_cas_sql(changed, len(items)), params)
+        if _BATCHED:
+            by_key = {(r[0], r[1], r[2]): r for r in written.fetchall()}  # all: the statement ends here
+            for i, _, expected in items:
+                r = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
+                results[i] = CasResult(True, row=_row_to_job(r)) if r is not None else self._refused(conn, expected.key)
+        else:  # SQLite before 3.35.4: one row per statement, read back
+            i, _, expected = items[0]
+            results[i] = CasResult(True, row=self._get(conn, expected.key)) if written.rowcount == 1 \
+                else self._refused(conn, expected.key)
+
+    @staticmethod
+    def _refused(conn: sqlite3.Connection, key: JobKey) -> CasResult:
+        r = conn.execute(
+            "SELECT status, epoch, worker_id, revision FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
+            (key.type, key.name, key.uid),
+        ).fetchone()
+        return CasResult(False, current=None if r is None else Version(_STATUS[r[0]], r[1], r[2], r[3]))
+
+    def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
+        sql = f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ?"
+        params: list = [type, name]
+        if uid is not None:
+            sql += " AND uid = ?"
+            params.append(uid)
+        sql += ' ORDER BY "end" DESC, epoch DESC'
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_row_to_run(r) for r in self._read(sql, params)]
+
+    def run(self, key: JobKey, epoch: int) -> RunRecord | None:
+        rows = self._read(f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ? "
+                          "AND result != 'SKIPPED' ORDER BY \"end\" DESC LIMIT 1", (key.type, key.name, key.uid, epoch))
+        return _row_to_run(rows[0]) if rows else None
+
+    def add_runs(self, records: Sequence[RunRecord]) -> None:
+        """Record runs that change no job row (skipped fires)."""
+        with self._write() as conn:
+            conn.executemany(
+                _INSERT_RUN_SQL,
+                [_run_params(r) for r in records],
+            )
+
+    def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO k2_listener_files (type, name, uid, file, note, marked_at) "
+                f"VALUES (?, ?, ?, ?, ?, {_STORE_NOW})",
+                (listener.type, listener.name, listener.uid, file, note),
+            )
+            return cur.rowcount == 1
+
+    def marked_files(self, listener: JobKey) -> set[str]:
+        rows = self._read("SELECT file FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?",
+                          (listener.type, listener.name, listener.uid))
+        return {r[0] for r in rows}
+
+    def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
+        with self._write() as conn:
+            cur = conn.execute(
+                'DELETE FROM k2_job_runs WHERE (type, name, uid, epoch, "end") IN ('
+                ' SELECT type, name, uid, epoch, "end" FROM k2_job_runs WHERE "end" < ? LIMIT ?)',
+                (_ts(before), limit),
+            )
+            return cur.rowcount
+
+    def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT type, name, uid FROM k2_jobs WHERE archived = 1 AND end_time < ? LIMIT ?",
+                (_ts(before), limit + len(keep)),
+            ).fetchall()
+            doomed = [r for r in rows if JobKey(*r) not in keep][:limit]
+            conn.executemany("DELETE FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?", doomed)
+            # A listener's file marks go with it (a restarted listener under the same key keeps
+            # them only while its row is kept).
+            conn.executemany("DELETE FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?",
+                             [r for r in doomed if r[0] == JobType.INTERFACE_LISTENER.value])
+            return len(doomed)
+
+    # -- jobs: reads ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _get(conn: sqlite3.Connection, key: JobKey) -> Job | None:
+        r = conn.execute(
+            f"SELECT {_COLS} FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
+            (key.type, key.name, key.uid),
+        ).fetchone()
+        return None if r is None else _row_to_job(r)
+
+    def get(self, key: JobKey) -> Job | None:
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
+            (key.type, key.name, key.uid),
+        )
+        return _row_to_job(rows[0]) if rows else None
+
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
+        where, params = ["archived = 0"], []
+        for col, value in (("type", type), ("name", name), ("uid", uid)):
+            if value is not None:
+                where.append(f"{col} = ?")
+                params.append(value)
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_key WHERE {' AND '.join(where)} "
+            "ORDER BY type, name, uid",
+            params,
+        )
+        return [_row_to_job(r) for r in rows]
+
+    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+        sql = f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_archive WHERE archived = 1 AND end_time >= ?"
+        params: list = [_ts(since)]
+        if type is not None:
+            sql += " AND type = ?"
+            params.append(type)
+        rows = self._read(sql + " ORDER BY type, name, uid", params)
+        return [_row_to_job(r) for r in rows]
+
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
+        # Candidates: the columns needed to choose, not arguments or output (they can be big).
+        cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
+        where, params = "status = 'WAITING'", []
+        if after is not None:
+            ts, key = after
+            where += " AND (next_run, type, name, uid) > (?, ?, ?, ?)"
+            params = [_ts(ts), key.type, key.name, key.uid]
+        rows = self._read(
+            f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE {where} AND blocked = 0 "
+            "ORDER BY next_run, type, name, uid LIMIT ?",
+            params + [limit],
+        )
+        return [_row_to_job(r) for r in rows]
+
+    def waiting_by_priority(self, limit: int) -> list[Job]:
+        cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
+        rows = self._read(
+            f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting_priority WHERE status = 'WAITING' AND blocked = 0 "
+            "ORDER BY priority DESC, next_run LIMIT ?", (limit,))
+        return [_row_to_job(r) for r in rows]
+
+    def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:
+        page = "AND next_run >= ? " if since is not None else ""
+        params = (_ts(since), limit) if since is not None else (limit,)
+        rows = self._read(f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_blocked WHERE blocked = 1 AND archived = 0 "
+                          f"{page}ORDER BY next_run LIMIT ?", params)
+        return [_row_to_job(r) for r in rows]
+
+    def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
+        rows = self._read(
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status WHERE archived = 0 "
+            "AND status = 'SCHEDULED' AND worker_id = ? AND next_run < ? ORDER BY next_run LIMIT ?",
+            (worker_id, _ts(before), limit),
+        )
+        return [_row_to_job(r) for r in rows]
+
+    def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
+        statuses = list(statuses)
+        if not statuses:
+            return []
+        marks = ", ".join("?" for _ in statuses)
+        sql = (
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status "
+            f"WHERE archived = 0 AND status IN ({marks})"
+        )
+        params: list = [s.value for s in statuses]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_row_to_job(r) for r in self._read(sql, params)]
+
+    def by_owner(
+        self, worker_ids: Collection[str | None], statuses: Collection[Status], limit: int | None = None
+    ) -> list[Job]:
+        statuses = list(statuses)
+        owners = [w for w in worker_ids if w is not None]
+        unowned = any(w is None for w in worker_ids)
+        if not statuses or (not owners and not unowned):
+            return []
+        out: list[Job] = []
+        smarks = ", ".join("?" for _ in statuses)
+        svals = [s.value for s in statuses]
+        base = (
+            f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_status "
+            f"WHERE archived = 0 AND status IN ({smarks}) AND "
+        )
+        tail = "" if limit is None else f" LIMIT {int(limit)}"
+        for chunk in chunked(owners, 500):
+            omarks = ", ".join("?" for _ in chunk)
+            out.extend(_row_to_job(r) for r in self._read(base + f"worker_id IN ({omarks})" + tail, svals + chunk))
+        if unowned:
+            out.extend(_row_to_job(r) for r in self._read(base + "worker_id IS NULL" + tail, svals))
+        return out if limit is None else out[:limit]
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def write_node(self, node: NodeRow, timeout: float | None = None) -> None:  # one host: the busy timeout rules
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time,"
+                " state, running, info, tasks) "
+                f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, {_STORE_NOW}, ?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET incarnation = excluded.incarnation, dc = excluded.dc,"
+                " host = excluded.host, pid = excluded.pid, started = excluded.started,"
+                " version = excluded.version, beat = excluded.beat, beat_time = excluded.beat_time,"
+                " state = excluded.state, running = excluded.running, info = excluded.info,"
+                " tasks = excluded.tasks",
+                (node.name, node.incarnation, node.dc, node.host, node.pid, _ts(node.started), node.version,
+                 node.beat, node.state, node.running, node.info, node.tasks),
+            )
+
+    def nodes(self, timeout: float | None = None) -> list[NodeRow]:
+        rows = self._read(
+            "SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, info,"
+            " tasks, beat_time FROM nodes ORDER BY name"
+        )
+        return [
+            NodeRow(r[0], r[1], r[2], r[3], r[4], _when(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
+            for r in rows
+        ]
+
+    def delete_node(self, row: NodeRow) -> None:
+        with self._write() as conn:
+            cur = conn.execute("DELETE FROM nodes WHERE name = ? AND incarnation = ? AND beat = ?",
+                               (row.name, row.incarnation, row.beat))
+            if cur.rowcount:
+                conn.execute("DELETE FROM kill_requests WHERE node = ?", (row.name,))
+
+    # -- kill requests -------------------------------------------------------------------------
+
+    def add_kill_request(self, request: KillRequest) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO kill_requests (node, task, requested_at, requested_by) VALUES (?, ?, ?, ?)",
+                (request.node, request.task, _ts(request.requested_at), request.requested_by),
+            )
+
+    def kill_requests(self, node: str) -> list[KillRequest]:
+        rows = self._read(
+            "SELECT node, task, requested_at, requested_by FROM kill_requests WHERE node = ? ORDER BY task",
+            (node,),
+        )
+        return [KillRequest(r[0], r[1], _when(r[2]), r[3]) for r in rows]
+
+    def delete_kill_request(self, node: str, task: int) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM kill_requests WHERE node = ? AND task = ?", (node, task))
