@@ -48,10 +48,11 @@ def parse_one(text: str) -> Command:
 def _parse(text: str) -> list[tuple[Statement, int]]:
     """The statements of a script, each with the offset of its first character.
 
-    Prepared statements when every statement has a known shape (or gets one), else the plain
-    Lark parse; the two agree on every script (tests/commands/test_prepared.py).
+    Prepared statements when the cache is on (``prepared.enabled``) and every statement has a
+    known shape (or gets one), else the plain Lark parse; the two agree on every script
+    (tests/commands/test_prepared.py, tests/commands/test_lark_internals.py).
     """
-    parsed = prepared.parse_prepared(text)
+    parsed = prepared.parse_prepared(text) if prepared.enabled else None
     return parsed if parsed is not None else parse_lark(text)
 
 

@@ -2,12 +2,16 @@
 
 A bulk script (5,000 STARTJOBs) repeats a few statement shapes; parsing each with Lark costs
 about six times what reusing the first one's tree does. The cache reads Lark internals (the
-lexer's terminals, the tree's token positions, how a Transformer dispatches); the plain Lark
-parse (parser.parse_lark) stays the reference for every result and every error.
+lexer's terminals, the tree's token positions, how a Transformer dispatches), so it sits
+behind a flag, :data:`enabled` (``FABRICJOBS_PREPARED_STATEMENTS=0`` turns it off): without
+it every script takes the plain Lark parse (parser.parse_lark), which stays the reference for
+every result and every error. tests/commands/test_lark_internals.py fails when a Lark upgrade
+changes what is read here.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import OrderedDict
@@ -18,6 +22,10 @@ from lark import Token, Transformer, Tree
 from .grammar import get_parser, token_end, token_start
 from .statements import Statement
 from .transform import ToCommand
+
+#: Whether parse_script and parse_one try prepared statements first (False: plain Lark every
+#: time). Read from the environment at import; a test or an embedding program may set it.
+enabled = os.environ.get("FABRICJOBS_PREPARED_STATEMENTS", "1").strip().lower() not in ("0", "off", "false", "no")
 
 # A bulk script repeats a few statement shapes with different strings in them. A statement's
 # *shape* is its text with each quoted string (the grammar's STRING terminal) replaced by a
