@@ -271,7 +271,7 @@ class CommandService:
         schedule = self._schedule(cmd.exec_interval, cmd.tz)
         now = self.clock.now()
         key = JobKey(cmd.type, cmd.name, cmd.uid if cmd.uid is not None else str(uuid.uuid4()))
-        parents = [dependencies.parse_key(k) for k in cmd.depends_on or ()]
+        parents = dependencies.parent_keys(cmd.depends_on or ())
         dependencies.check_new(self.store, key, parents)
         blockers = dependencies.blocking(self.store, parents)
         job = Job(
@@ -385,7 +385,7 @@ class CommandService:
             json.loads(cmd.args)  # the parser validated it; a client may hand us anything
         now = self.clock.now()
         notes: dict[JobKey, str] = {}
-        parents = [dependencies.parse_key(k) for k in cmd.depends_on] if cmd.depends_on is not None else None
+        parents = dependencies.parent_keys(cmd.depends_on) if cmd.depends_on is not None else None
 
         def decide(row: Job):
             new = row

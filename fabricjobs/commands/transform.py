@@ -16,7 +16,7 @@ from typing import Any
 from lark import Token, Transformer
 
 from ..errors import ScheduleError
-from ..model import JobType
+from ..model import JobKey, JobType
 from ..names import complaint
 from ..schedule import parse_schedule, resolve_zone
 from . import table
@@ -151,6 +151,7 @@ class ToCommand(Transformer):
         return param
 
     def depends_on(self, children: list[Token]) -> _Param:
+        """The parents' keys, checked and read here once: the service takes them as they are."""
         param = self._string_param(children)
         keys = []
         for part in param.value.split(","):
@@ -162,7 +163,7 @@ class ToCommand(Transformer):
                 JobType.parse(bits[0])
             except ValueError as exc:
                 raise invalid(self._text, children[1], f"DEPENDS_ON {show(part)}: {exc}") from None
-            keys.append(".".join([bits[0].upper(), *bits[1:]]))
+            keys.append(JobKey(bits[0].upper(), ".".join(bits[1:-1]), bits[-1]))
         return _Param(param.name, param.token, tuple(dict.fromkeys(keys)))
 
     def priority(self, children: list[Token]) -> _Param:
