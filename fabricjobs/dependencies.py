@@ -31,6 +31,12 @@ def parse_key(text: str) -> JobKey:
     return JobKey(bits[0].upper(), ".".join(bits[1:-1]), bits[-1])
 
 
+def parent_keys(parents: Iterable[JobKey | str]) -> list[JobKey]:
+    """A command's DEPENDS_ON as keys. The parser hands over keys, read once; a command built
+    in code may still name its parents as TYPE.NAME.UID text."""
+    return [p if isinstance(p, JobKey) else parse_key(p) for p in parents]
+
+
 def parents_of(job: Job) -> list[JobKey]:
     return [parse_key(k) for k in job.depends_on.split(",") if k.strip()]
 

@@ -110,6 +110,18 @@ def test_a_script_statement_sees_the_jobs_started_earlier_in_it(client):
     assert row(client, uid="child").blocked
 
 
+def test_depends_on_is_read_once_by_the_parser_and_built_commands_may_still_name_parents_as_text(client):
+    from fabricjobs.commands import StartJob, parse_one
+
+    parsed = parse_one("startjob user_job name='Customer.userJob1' uid='k' depends_on='user_job.Customer.userJob1.p'")
+    assert parsed.depends_on == (JobKey("USER_JOB", "Customer.userJob1", "p"),)
+    client.fetch("startjob user_job name='Customer.userJob1' uid='p';")
+    client.execute(StartJob("USER_JOB", "Customer.userJob1", uid="as-text", depends_on=("USER_JOB.Customer.userJob1.p",)))
+    client.execute(parsed)
+    assert row(client, uid="as-text").depends_on == row(client, uid="k").depends_on == "USER_JOB.Customer.userJob1.p"
+    assert row(client, uid="as-text").blocked and row(client, uid="k").blocked
+
+
 def test_the_seeds_escaped_args_example_and_the_java_fetch_style(client):
     r = client.fetch("startjob user_job name='Customer.userJob1' args='{\\\"loopsIterationCount\\\":\\\"2000\\\"}' UID='uid_test';")
     assert r.first_row()["Status"] == "WAITING"

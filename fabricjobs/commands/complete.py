@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from lark import Token
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from .parser import (get_parser, grammar_order, is_keyword, is_param, param_name, terminal_category, token_end,
-                     token_start, unescape)
+from .grammar import (get_parser, grammar_order, is_keyword, is_param, param_name, terminal_category, token_end,
+                      token_start)
+from .transform import unescape
 
 Span = tuple[int, int, str]
 

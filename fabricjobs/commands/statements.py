@@ -3,7 +3,8 @@
 The parser (:mod:`.parser`) turns text into these; the service carries them out; nothing
 downstream ever sees a parse tree. Every field is already validated and normalised:
 ``type`` is an upper-case job type string, ``args`` is the JSON text of an object (or None
-when absent), ``exec_interval`` has been checked to be a valid schedule text.
+when absent), ``exec_interval`` has been checked to be a valid schedule text,
+``depends_on`` holds the parents' :class:`~fabricjobs.model.JobKey` (read once, by the parser).
 
 ``None`` always means "not given" (so UPDATEJOB can tell "leave alone" from "set to empty").
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Union
+
+from ..model import JobKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +25,7 @@ class StartJob:
     affinity: str | None = None
     args: str | None = None
     exec_interval: str | None = None
-    depends_on: tuple[str, ...] | None = None  # parent keys TYPE.NAME.UID
+    depends_on: tuple[JobKey, ...] | None = None  # parent keys, from DEPENDS_ON='TYPE.NAME.UID,...'
     priority: int | None = None  # 0..9
     tz: str | None = None
     late_threshold: str | None = None  # HH:MM:SS ('' : none)
@@ -63,7 +66,7 @@ class UpdateJob:
     args: str | None = None
     exec_interval: str | None = None
     reset_end_time: bool | None = None
-    depends_on: tuple[str, ...] | None = None
+    depends_on: tuple[JobKey, ...] | None = None
     priority: int | None = None
     tz: str | None = None
     late_threshold: str | None = None

@@ -1,0 +1,362 @@
+"""Parse tree -> typed command objects (:mod:`.statements`), with every value checked.
+
+The grammar decides what parses; this module turns each statement's tree into its command and
+checks what the grammar cannot: the job type, JSON, schedules, time zones, names, numbers and
+duplicate or missing parameters. A bad value raises :class:`ValidationError` pointed at it.
+The prepared-statement cache (:mod:`.prepared`) calls the same methods, so both paths build
+commands in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from lark import Token, Transformer
+
+from ..errors import ScheduleError
+from ..model import JobKey, JobType
+from ..names import complaint
+from ..schedule import parse_schedule, resolve_zone
+from . import table
+from .grammar import param_name, token_start
+from .messages import invalid, invalid_at, show
+from .statements import Command, JobHistory, JobLog, JobStatus, Kill, Nodes, Ps, Set, WaitJob
+
+_JOB_COMMANDS: dict[str, type] = table.JOB_COMMANDS
+#: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
+_REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
+_NON_EMPTY = frozenset({"NAME", "UID"})
+#: Names that end up in log lines, tables and file names: checked by names.py.
+_PLAIN = frozenset({"NAME", "UID", "AFFINITY"})
+
+_MAX_TASK = 2**63 - 1
+_MAX_DAYS = 36_500
+_MAX_LIMIT = 1_000_000
+_MAX_WAIT = 10_000_000
+_STRING_ESCAPE = re.compile(r"''|\\([\s\S])")
+
+
+# -- strings ---------------------------------------------------------------------------------
+
+
+def unescape(body: str) -> str:
+    """Decode a string body. The escapes are SPEC 6's two ways to write a quote, ``''`` and
+    ``\\'``; every other backslash is kept as written, so JSON escapes inside ARGS (``\\n``,
+    ``\\"``, ``\\\\``) reach the JSON decoder exactly as the user typed them."""
+
+    def repl(m: re.Match[str]) -> str:
+        return "'" if m.group(0) == "''" or m.group(1) == "'" else m.group(0)
+
+    return _STRING_ESCAPE.sub(repl, body)
+
+
+def _source_index(body: str, value_index: int) -> int:
+    """Where in the string body the decoded character ``value_index`` comes from."""
+    pos = out = 0
+    for m in _STRING_ESCAPE.finditer(body):
+        plain = m.start() - pos
+        if out + plain > value_index:
+            break
+        out += plain
+        pos = m.start()
+        width = 1 if m.group(0) == "''" or m.group(1) == "'" else 2
+        if out + width > value_index:
+            return pos
+        out += width
+        pos = m.end()
+    return pos + (value_index - out)
+
+
+_C_ESCAPE = re.compile(r'\\(["\\\\])')
+
+
+def decode_c_literal(value: str) -> str:
+    """``\\"`` -> ``"`` and ``\\\\`` -> ``\\``: JSON that was written inside a C or Java
+    string literal, as in the seed's ``args='{\\"loopsIterationCount\\":\\"2000\\"}'``."""
+    return _C_ESCAPE.sub(lambda m: m.group(1), value)
+
+
+def _load_json(text: str):
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def _string_value(tok: Token) -> str:
+    return unescape(tok.value[1:-1])
+
+
+# -- tree -> command -------------------------------------------------------------------------
+
+
+class _Param:
+    """One NAME='...'-like parameter: its name, keyword token and decoded value."""
+
+    __slots__ = ("name", "token", "value")
+
+    def __init__(self, name: str, token: Token, value: Any) -> None:
+        self.name, self.token, self.value = name, token, value
+
+
+class ToCommand(Transformer):
+    """Builds one command from one statement tree; raises ValidationError on a bad value."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self._text = text
+
+    # parameters
+
+    def _string_param(self, children: list[Token]) -> _Param:
+        key, value = children
+        name = param_name(key.type)
+        if name in _PLAIN:
+            return _Param(name, key, self._plain(value, name, empty_ok=name not in _NON_EMPTY))
+        return _Param(name, key, _string_value(value))
+
+    name = uid = affinity = _string_param
+
+    def args(self, children: list[Token]) -> _Param:
+        """ARGS must be a JSON object. It is stored exactly as written; only if that is not
+        valid JSON but becomes valid once ``\\"`` and ``\\\\`` are read as C/Java string
+        escapes (the seed's example) is the decoded text used instead."""
+        param = self._string_param(children)
+        value_tok = children[1]
+        try:
+            obj = _load_json(param.value)
+        except json.JSONDecodeError as exc:
+            decoded = decode_c_literal(param.value)
+            try:
+                if decoded == param.value:
+                    raise ValueError
+                obj = _load_json(decoded)
+            except (ValueError, RecursionError):
+                at = token_start(value_tok) + 1 + _source_index(value_tok.value[1:-1], exc.pos)
+                raise invalid_at(self._text, at, f"ARGS is not valid JSON: {exc.msg} at char {exc.pos}") from None
+            param = _Param(param.name, param.token, decoded)
+        except RecursionError:
+            raise invalid(self._text, value_tok, "ARGS is not valid JSON: nested too deeply") from None
+        except ValueError as exc:  # NaN / Infinity
+            raise invalid(self._text, value_tok, f"ARGS is not valid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise invalid(self._text, value_tok, f"ARGS must be a JSON object, got {_json_kind(obj)}")
+        return param
+
+    def exec_interval(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        try:
+            parse_schedule(param.value, "UTC")
+        except ScheduleError as exc:
+            raise invalid(self._text, children[1], str(exc)) from None
+        return param
+
+    def depends_on(self, children: list[Token]) -> _Param:
+        """The parents' keys, checked and read here once: the service takes them as they are."""
+        param = self._string_param(children)
+        keys = []
+        for part in param.value.split(","):
+            part = part.strip()
+            bits = part.split(".")
+            if len(bits) < 3 or not all(bits):
+                raise invalid(self._text, children[1], f"DEPENDS_ON expects TYPE.NAME.UID keys separated by commas, got {show(part)}")
+            try:
+                JobType.parse(bits[0])
+            except ValueError as exc:
+                raise invalid(self._text, children[1], f"DEPENDS_ON {show(part)}: {exc}") from None
+            keys.append(JobKey(bits[0].upper(), ".".join(bits[1:-1]), bits[-1]))
+        return _Param(param.name, param.token, tuple(dict.fromkeys(keys)))
+
+    def priority(self, children: list[Token]) -> _Param:
+        key, value = children
+        text = _string_value(value) if value.type == "STRING" else value.value
+        if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 9):
+            raise invalid(self._text, value, f"PRIORITY must be a whole number from 0 to 9, got {show(text)}")
+        return _Param(param_name(key.type), key, int(text))
+
+    def tz(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        if param.value:
+            try:
+                resolve_zone(param.value)
+            except ScheduleError as exc:
+                raise invalid(self._text, children[1], str(exc)) from None
+        return param
+
+    def late_threshold(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        if param.value:
+            try:
+                sched = parse_schedule(param.value, "UTC")
+            except ScheduleError:
+                sched = None
+            if sched is None or sched.interval is None:
+                raise invalid(self._text, children[1], f"LATE_THRESHOLD must be HH:MM:SS, got {show(param.value)}")
+        return param
+
+    def overlap(self, children: list[Token]) -> _Param:
+        param = self._string_param(children)
+        value = param.value.strip().upper()
+        if value not in ("", "SKIP", "QUEUE"):
+            raise invalid(self._text, children[1], f"OVERLAP must be SKIP or QUEUE, got {show(param.value)}")
+        return _Param(param.name, param.token, value)
+
+    def reset_end_time(self, children: list[Token]) -> _Param:
+        key, value = children
+        word = _string_value(value) if value.type == "STRING" else value.value
+        if word.lower() not in ("true", "false"):
+            raise invalid(self._text, value, f"RESET_END_TIME must be true or false, got {show(word)}")
+        return _Param(param_name(key.type), key, word.lower() == "true")
+
+    def job_type(self, children: list[Token]) -> str:
+        (tok,) = children
+        try:
+            return JobType.parse(tok.value.upper()).value
+        except ValueError as exc:
+            raise invalid(self._text, tok, str(exc)) from None
+
+    # statements
+
+    def _job(self, children: list[Any]) -> Command:
+        keyword, job_type, *params = children
+        statement = keyword.type.lower()
+        waiting = [p for p in params if isinstance(p, _Wait)]
+        params = [p for p in params if not isinstance(p, _Wait)]
+        given: dict[str, _Param] = {}
+        for param in params:
+            if param.name in given:
+                raise invalid(self._text, param.token, f"{param.name} is given twice")
+            given[param.name] = param
+        for required in _REQUIRED.get(statement, ("NAME",)):
+            if required not in given:
+                raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
+        fields = {name.lower(): param.value for name, param in given.items()}
+        if waiting:
+            fields.update(wait=True, timeout=waiting[0].timeout)
+        return _JOB_COMMANDS[statement](type=job_type, **fields)
+
+    def wait(self, children: list[Token]) -> "_Wait":
+        timeout = None
+        if len(children) > 1:
+            timeout = float(self._whole(children[2], _MAX_WAIT, "TIMEOUT needs a whole number of seconds"))
+        return _Wait(timeout)
+
+    startjob = stopjob = restartjob = resumejob = updatejob = _job
+
+    def jobstatus(self, children: list[Any]) -> JobStatus:
+        rest = [c for c in children[1:] if c is not None]
+        details = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "DETAILS"
+        if details:
+            rest = rest[:-1]
+        if not rest:
+            return JobStatus(details=details)
+        if isinstance(rest[0], Token) and rest[0].type == "NUMBER":
+            days = self._whole(rest[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days")
+            return JobStatus(days_ago=days, details=details)
+        strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
+        values = [self._plain(tok, what) for tok, what in zip(strings, ("NAME", "UID"))]
+        name, uid = (values + [None, None])[:2]
+        return JobStatus(type=rest[0], name=name, uid=uid, details=details)
+
+    def _named(self, children: list[Any]) -> tuple[str, str, str | None, dict[str, Token]]:
+        """<TYPE> '<NAME>' [WITH UID='<UID>'] and trailing keyword NUMBER options."""
+        keyword, job_type, name_tok, *rest = [c for c in children if c is not None]
+        name = self._plain(name_tok, "NAME")
+        uid = None
+        options: dict[str, Token] = {}
+        i = 0
+        while i < len(rest):
+            tok = rest[i]
+            if tok.type == "WITH":
+                uid_tok = rest[i + 2]
+                uid = self._plain(uid_tok, "UID")
+                i += 3
+            else:
+                options[tok.type] = rest[i + 1]
+                i += 2
+        return job_type, name, uid, options
+
+    def _option(self, options: dict[str, Token], word: str, limit: int, message: str) -> int | None:
+        """The whole number after an optional keyword (LIMIT n, RUN n, TIMEOUT n); None if not given."""
+        return self._whole(options[word], limit, message) if word in options else None
+
+    def jobhistory(self, children: list[Any]) -> JobHistory:
+        job_type, name, uid, options = self._named(children)
+        limit = self._option(options, "LIMIT", _MAX_LIMIT, "LIMIT needs a whole number of runs")
+        return JobHistory(type=job_type, name=name, uid=uid, limit=limit)
+
+    def joblog(self, children: list[Any]) -> JobLog:
+        job_type, name, uid, options = self._named(children)
+        run = self._option(options, "RUN", _MAX_TASK, "RUN needs a whole run number")
+        return JobLog(type=job_type, name=name, uid=uid, run=run)
+
+    def waitjob(self, children: list[Any]) -> WaitJob:
+        job_type, name, uid, options = self._named(children)
+        timeout = self._option(options, "TIMEOUT", _MAX_WAIT, "TIMEOUT needs a whole number of seconds")
+        assert uid is not None  # the grammar requires WITH UID for WAITJOB
+        return WaitJob(type=job_type, name=name, uid=uid, timeout=None if timeout is None else float(timeout))
+
+    def ps(self, children: list[Token]) -> Ps:
+        return Ps(all=len(children) > 1)
+
+    def kill(self, children: list[Token]) -> Kill:
+        _, node_tok, task_tok = children
+        node = _string_value(node_tok) if node_tok.type == "STRING" else node_tok.value
+        if node == "":
+            raise invalid(self._text, node_tok, "KILL needs a node name")
+        task = self._whole(task_tok, _MAX_TASK, "the task of KILL must be a whole number")
+        return Kill(node=node, task=task)
+
+    def nodes(self, children: list[Token]) -> Nodes:
+        return Nodes(details=len(children) > 1 and children[1] is not None)
+
+    def set(self, children: list[Token]) -> Set:
+        key, value = children[1], children[-1]
+        text = _string_value(value) if value.type == "STRING" else value.value
+        return Set(key=key.value, value=text)
+
+    def _plain(self, tok: Token, what: str, empty_ok: bool = False) -> str:
+        """A name, UID or affinity: shown in log lines, tables and file names, so not empty and
+        free of what names.py refuses."""
+        value = _string_value(tok)
+        if value == "" and not empty_ok:
+            raise invalid(self._text, tok, f"{what} must not be empty")
+        why = complaint(what, value)
+        if why is not None:
+            raise invalid(self._text, tok, why)
+        return value
+
+    def _whole(self, tok: Token, limit: int, message: str) -> int:
+        digits = tok.value.lstrip("+")
+        if not digits.isascii() or not digits.isdigit():
+            raise invalid(self._text, tok, f"{message}, got {tok.value}")
+        if len(digits.lstrip("0")) > len(str(limit)) or int(digits) > limit:
+            raise invalid(self._text, tok, f"{tok.value} is too large (at most {limit})")
+        return int(digits)
+
+
+
+class _Wait:
+    """The WAIT [TIMEOUT n] clause of STOPJOB, until _job folds it into the command."""
+
+    __slots__ = ("timeout",)
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _json_kind(obj: Any) -> str:
+    if isinstance(obj, list):
+        return "a list"
+    if isinstance(obj, str):
+        return "a string"
+    if isinstance(obj, bool):
+        return "true" if obj else "false"
+    if obj is None:
+        return "null"
+    return "a number"
+
+

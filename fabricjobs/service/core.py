@@ -1,0 +1,158 @@
+"""The service's shared machinery: its collaborators, command dispatch, and what every
+command family uses (the read-decide-CAS loop, waiting for a row, waking the nodes).
+
+Every change of a job row is a compare-and-set through the store, checked against the
+transition table by :func:`fabricjobs.model.advance`; a CAS that loses re-reads the row and
+decides again. The command families (jobs.py, views.py, cluster.py) build on this class.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from .. import names
+from ..affinity import parse_affinity
+from ..clock import Clock
+from ..commands import statements
+from ..commands.table import STATEMENTS
+from ..config import Config
+from ..errors import CommandError, JobNotFound, ScheduleError, StoreError, ValidationError, WaitTimeout
+from ..jobs.registry import JobCatalog
+from ..model import Event, Job, JobKey, advance
+from ..result import Result
+from ..schedule import Schedule, parse_schedule
+from ..store.base import JobStore
+from ..wakeup import Doorbell
+from .session import Session
+
+log = logging.getLogger("fabricjobs.service")
+
+_CAS_ATTEMPTS = 50
+
+
+class ServiceCore:
+    """What every command family stands on: the store, config, clock, catalog and doorbell."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        config: Config,
+        clock: Clock,
+        *,
+        catalog: JobCatalog | None = None,
+        doorbell: Doorbell | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.catalog = catalog or JobCatalog.from_config(config)
+        self.doorbell = doorbell or Doorbell.for_store(store)
+        self.zone = config.get("node", "TIME_ZONE") or None
+        self._batch_depth = 0
+        self._rang = False
+        self._handlers: dict[type, Callable] = {s.command: getattr(self, s.handler) for s in STATEMENTS}
+
+    def execute(self, command: statements.Command, session: Session) -> Result:
+        names.check_command(command)  # parsed commands passed this already; built ones may not have
+        return self._handlers[type(command)](command, session)
+
+    def _schedule(self, text: str | None, tz: str | None = None) -> Schedule:
+        """The job's schedule in its own zone (TZ), else the configured one."""
+        try:
+            return parse_schedule(text or "", tz or self.zone)
+        except ScheduleError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def _check_affinity(self, text: str | None) -> None:
+        try:
+            parse_affinity(text)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+
+    def _ring(self) -> None:
+        """Wake the nodes on this host: something for them to do may have appeared. Inside
+        :meth:`batch` the ring waits for the end of the batch (one ring per script)."""
+        if self._batch_depth:
+            self._rang = True
+        else:
+            self._ring_nodes()
+
+    def _ring_now(self) -> None:
+        """Ring for what a batch committed so far, if anything in it asked for a ring."""
+        if self._rang:
+            self._rang = False
+            self._ring_nodes()
+
+    def _ring_nodes(self) -> None:
+        """Only a hint that saves the nodes a poll period: it comes after the command's writes
+        were committed, so a store that fails here (a read timeout) must not turn a command
+        that took effect into an error (a client would retry an accepted STARTJOB and be told
+        "Job is running"). The nodes find the work at their next pass."""
+        if not self.doorbell.enabled:
+            return
+        try:
+            names = [n.name for n in self.store.nodes()]
+        except StoreError as exc:
+            log.warning("could not wake the local nodes (%s); they see the change at their next pass", exc)
+            return
+        self.doorbell.ring(names)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        self._batch_depth += 1
+        try:
+            yield
+        finally:
+            self._batch_depth -= 1
+            if not self._batch_depth:
+                self._ring_now()
+
+    def _change(self, key: JobKey, decide: Callable[[Job], tuple[Event, Job] | None]) -> Job | None:
+        """Read-decide-CAS until the CAS applies or ``decide`` says there is nothing to do.
+
+        Returns the row as it stands afterwards (None if the row vanished).
+        """
+        row = self.store.get(key)
+        for _ in range(_CAS_ATTEMPTS):
+            if row is None:
+                return None
+            decision = decide(row)
+            if decision is None:
+                return row
+            event, new = decision
+            res = self.store.cas(row, advance(row, event, new))
+            if res.applied:
+                return res.row
+            row = self.store.get(key)
+        raise CommandError(f"job {key} kept changing under this command; try again")
+
+    def _matching(self, type: str, name: str, uid: str | None) -> list[Job]:
+        jobs = self.store.live_jobs(type=type, name=name, uid=uid)
+        if not jobs:
+            what = f"[type: {type}, name: {name}" + (f", uid: {uid}]" if uid is not None else "]")
+            raise JobNotFound(f"No active job {what}")
+        return jobs
+
+    @staticmethod
+    def _change_row(job: Job, note: str = "") -> tuple:
+        return (job.type, job.name, job.uid, job.status.value, note or job.error_msg)
+
+
+    def _await(self, key: JobKey, done: Callable[[Job], bool], deadline: float | None, what: str) -> Job:
+        """Poll the row until ``done``; WaitTimeout at the deadline (real time, whatever the
+        service's clock: waiting is really waiting)."""
+        pause = 0.02
+        while True:
+            row = self.store.get(key)
+            if row is None:
+                raise JobNotFound(f"No such job {key.describe()}")
+            if done(row):
+                return row
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"{what} timed out: {key} is {row.status.value}")
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 1.5, 0.5)
+

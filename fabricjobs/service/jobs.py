@@ -1,0 +1,236 @@
+"""The commands that change job rows: STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB.
+
+Each decides, from the row as it stands, the transition to make (model.TRANSITIONS) and
+makes it by compare-and-set (:meth:`ServiceCore._change`), then wakes the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime
+from typing import Sequence
+
+from .. import dependencies
+from ..commands import statements
+from ..errors import CommandError, JobAlreadyRunning, JobNotFound
+from ..model import DEFAULT_PRIORITY, Event, Job, JobKey, JobType, Status, advance
+from ..result import Result
+from ..schedule import Schedule
+from ..store.base import CasResult
+from .core import ServiceCore
+from .session import Session, keep_session_scope, with_session_scope
+
+START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
+CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
+
+
+class JobCommands(ServiceCore):
+    """STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB and UPDATEJOB."""
+
+    # -- STARTJOB ------------------------------------------------------------------------------
+
+    def start_job(self, cmd: statements.StartJob, session: Session) -> Result:
+        return self._insert_new(self._new_job(cmd, session))
+
+    def _new_job(self, cmd: statements.StartJob, session: Session) -> Job:
+        """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""
+        self.catalog.check(cmd.type, cmd.name)
+        if cmd.type == JobType.INTERFACE_LISTENER:
+            self.catalog.check_listener(cmd.args)
+        elif cmd.type == JobType.PROCESS:
+            self.catalog.check_process_arguments(cmd.args)
+        self._check_affinity(cmd.affinity)
+        schedule = self._schedule(cmd.exec_interval, cmd.tz)
+        now = self.clock.now()
+        key = JobKey(cmd.type, cmd.name, cmd.uid if cmd.uid is not None else str(uuid.uuid4()))
+        parents = dependencies.parent_keys(cmd.depends_on or ())
+        dependencies.check_new(self.store, key, parents)
+        blockers = dependencies.blocking(self.store, parents)
+        job = Job(
+            key=key,
+            status=schedule.initial_status,
+            creation_time=now,
+            affinity=cmd.affinity or "",
+            arguments=with_session_scope(cmd.args, session.session_scope()),
+            execution_interval=cmd.exec_interval or "",
+            next_run=schedule.first_due(now),
+            priority=cmd.priority if cmd.priority is not None else DEFAULT_PRIORITY,
+            depends_on=",".join(str(p) for p in parents),
+            blocked=bool(blockers),
+            error_msg=dependencies.note(blockers),
+            time_zone=cmd.tz or "",
+            late_threshold=cmd.late_threshold or "",
+            overlap=cmd.overlap or "",
+        )
+        return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
+
+    def _start_group(self, group: Sequence[statements.Command], session: Session, results: list[Result]) -> None:
+        """Consecutive STARTJOBs of a script, written in one store transaction; their results
+        are added to ``results`` after its commit, then the first error (if any) is raised.
+
+        Checks and rows first, outside the transaction: the store's write lock (which every
+        node's claims and heartbeats wait for) is held for the inserts alone."""
+        rows: list[Job] = []
+        error: CommandError | None = None
+        for command in group:
+            assert isinstance(command, statements.StartJob)  # what the script groups
+            try:
+                rows.append(self._new_job(command, session))
+            except CommandError as exc:  # the ones before it are kept, as one by one
+                error = exc
+                break
+        # Created (and, run at once or on an interval, first due) when written: the
+        # group's checks took time that is not its jobs' lateness.
+        now = self.clock.now()
+        rows = [_created_at(row, now) for row in rows]
+        with self.store.transaction():
+            for row, res in zip(rows, self.store.insert_many(rows)):
+                try:
+                    results.append(self._started(row, res))
+                except CommandError as exc:  # comes before any error of a later check
+                    error = exc
+                    break
+        self._ring_now()  # nodes start on this group while the next one is written
+        if error is not None:
+            raise error
+
+    def _insert_new(self, job: Job) -> Result:
+        return self._started(job, self.store.insert(job))
+
+    def _started(self, job: Job, res: CasResult) -> Result:
+        if not res.applied:
+            raise JobAlreadyRunning(f"Job is running {job.key.describe()}")
+        self._ring()
+        return Result(START_COLUMNS, (self._change_row(res.stored),))
+
+    # -- STOPJOB / RESTARTJOB / RESUMEJOB --------------------------------------------------------
+
+    def stop_job(self, cmd: statements.StopJob, session: Session) -> Result:
+        now = self.clock.now()
+
+        def decide(row: Job):
+            if row.archived or row.status is Status.STOPPING:
+                return None
+            if row.status in (Status.WAITING, Status.SCHEDULED):
+                return Event.STOP_IDLE, row.replace(status=Status.TERMINATED, end_time=now)
+            return Event.STOP, row.replace(status=Status.STOPPING)
+
+        changed = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        self._ring()
+        rows = [r for r in changed if r is not None]
+        if cmd.wait:
+            # The seed's StopJob actor: return once every stopped job is final.
+            deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
+            rows = [self._await(r.key, lambda j: j.archived, deadline, "STOPJOB WAIT") for r in rows]
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows))
+
+    def restart_job(self, cmd: statements.RestartJob, session: Session) -> Result:
+        now = self.clock.now()
+
+        def decide(row: Job):
+            if row.archived or row.status is Status.RESTART:
+                return None
+            if row.status in (Status.WAITING, Status.SCHEDULED):
+                return Event.RESTART_IDLE, row.replace(
+                    status=Status.WAITING, next_run=now, worker_id=None, epoch=row.epoch + 1,
+                    tries=0, hold_until=None,
+                )
+            return Event.RESTART, row.replace(status=Status.RESTART)
+
+        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None))
+
+    def resume_job(self, cmd: statements.ResumeJob, session: Session) -> Result:
+        key = JobKey(cmd.type, cmd.name, cmd.uid)
+        now = self.clock.now()
+
+        def decide(row: Job):
+            if not row.archived:
+                raise JobAlreadyRunning(f"Job is running {key.describe()}")
+            schedule = self._schedule(row.execution_interval, row.time_zone)
+            status = schedule.initial_status
+            event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
+            return event, row.replace(
+                status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1,
+            )
+
+        row = self._change(key, decide)
+        if row is None:
+            raise JobNotFound(f"No such job {key.describe()}")
+        self._ring()
+        return Result(CHANGE_COLUMNS, (self._change_row(row),))
+
+    # -- UPDATEJOB -----------------------------------------------------------------------------
+
+    def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
+        self._check_affinity(cmd.affinity)
+        if cmd.exec_interval is not None:
+            self._schedule(cmd.exec_interval, cmd.tz)
+        if cmd.args is not None:
+            json.loads(cmd.args)  # the parser validated it; a client may hand us anything
+        now = self.clock.now()
+        notes: dict[JobKey, str] = {}
+        parents = dependencies.parent_keys(cmd.depends_on) if cmd.depends_on is not None else None
+
+        def decide(row: Job):
+            new = row
+            if cmd.affinity is not None:
+                new = new.replace(affinity=cmd.affinity)
+            if cmd.args is not None:
+                new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
+            if cmd.exec_interval is not None:
+                new = new.replace(execution_interval=cmd.exec_interval)
+            for name in ("priority", "late_threshold", "overlap"):
+                if getattr(cmd, name) is not None:
+                    new = new.replace(**{name: getattr(cmd, name)})
+            if cmd.tz is not None:
+                new = new.replace(time_zone=cmd.tz)
+            if parents is not None:
+                dependencies.check_new(self.store, row.key, parents)
+                blockers = dependencies.blocking(self.store, parents)
+                idle = row.status in (Status.WAITING, Status.SCHEDULED)
+                new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers) and idle,
+                                  error_msg=dependencies.note(blockers) if idle else row.error_msg)
+            rescheduled = cmd.exec_interval is not None or cmd.tz is not None
+            schedule = self._schedule(new.execution_interval, new.time_zone)
+            reset = bool(cmd.reset_end_time)
+            if row.status in (Status.WAITING, Status.SCHEDULED) and (rescheduled or reset):
+                due = now if reset else _next_due_for_update(schedule, row, now)
+                status = Status.WAITING if due <= now else Status.SCHEDULED
+                # A new due time is picked up by whichever node re-owns the job: unowning it
+                # (epoch + 1) also fences the old owner's scheduler entry.
+                new = new.replace(status=status, next_run=due, worker_id=None, epoch=row.epoch + 1)
+                return Event.RESCHEDULE, new
+            if row.status not in (Status.WAITING, Status.SCHEDULED) and reset and schedule.is_recurring:
+                # Running: the executor sees next_run moved and makes the next run due at once.
+                new = new.replace(next_run=now)
+                notes[row.key] = "running; the next run starts when this one ends"
+            if new == row:
+                return None
+            return Event.UPDATE, new
+
+        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "")) for r in rows if r is not None))
+
+
+def _next_due_for_update(schedule: Schedule, row: Job, now: datetime) -> datetime:
+    """When a job whose schedule changed is next due (RESET_END_TIME=false keeps the rhythm)."""
+    if schedule.interval is not None:
+        base = row.start_time or row.creation_time
+        return max(now, base + schedule.interval)
+    if schedule.is_recurring:
+        return schedule.next_fire_after(now)
+    return schedule.first_due(now)
+
+
+def _created_at(row: Job, now: datetime) -> Job:
+    """``row`` as created at ``now`` instead of when it was built (a job due at creation, one
+    run at once or on an interval, is due then too)."""
+    if row.next_run == row.creation_time:
+        return row.replace(creation_time=now, next_run=now)
+    return row.replace(creation_time=now)

@@ -1,0 +1,49 @@
+"""A connection's session: its SET variables and LOG_ID, and how they reach a job's ARGS."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Session:
+    """Per-connection state: SET variables (in order of first SET) and the session's LOG_ID."""
+
+    scope: dict[str, str] = field(default_factory=dict)
+    log_id: str = field(default_factory=lambda: f"{random.randrange(10**15, 10**16)}")
+    node: str | None = None  # PS without ALL shows this node (None: decided per PS)
+
+    def set(self, key: str, value: str) -> None:
+        # The seed's rule: simple keys upper-cased, qualified keys (k2_ws.ALPINIST) as written.
+        self.scope[key if "." in key else key.upper()] = value
+
+    def session_scope(self) -> dict:
+        scope = {"EXECUTION_ID": str(uuid.uuid4())}
+        scope.update(self.scope)
+        scope["LOG_ID"] = self.log_id
+        return {"scope": scope}
+
+
+def with_session_scope(args_text: str | None, scope: dict) -> str:
+    """Add ``"session_scope"`` to the caller's ARGS without re-serialising them, so the
+    caller's text (formatting, number spelling, key order) is stored exactly as given."""
+    text = (args_text or "").strip() or "{}"
+    obj = json.loads(text)
+    if "session_scope" in obj:
+        return text
+    extra = json.dumps({"session_scope": scope}, ensure_ascii=False, separators=(",", ":"))[1:-1]
+    body = text[:-1].rstrip()
+    return (body + ("," if obj else "") + extra + "}")
+
+
+def keep_session_scope(new_args: str, old_args: str) -> str:
+    """UPDATEJOB ARGS replace the caller's arguments; the job keeps its session scope."""
+    try:
+        old = json.loads(old_args)
+    except json.JSONDecodeError:
+        return new_args
+    scope = old.get("session_scope") if isinstance(old, dict) else None
+    return with_session_scope(new_args, scope) if scope is not None else new_args

@@ -1,0 +1,124 @@
+"""The commands that read jobs: JOBSTATUS, JOBHISTORY, JOBLOG, and WAITJOB (which reads
+until the job is done)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+
+from ..affinity import parse_affinity
+from ..cluster import NodeView, candidates, read_cluster
+from ..commands import statements
+from ..errors import CommandError, JobNotFound
+from ..model import RUNNING_STATUSES, Job, JobKey, Status
+from ..result import Result
+from .core import ServiceCore
+from .session import Session
+
+STATUS_COLUMNS = (
+    "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity",
+    "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority",
+)
+DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
+COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
+FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Overlap", "Depends On",
+                                  "Blocked", "Epoch") + COUNTER_COLUMNS
+HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
+                   "Error", "Exit Code", "Output", "Note")
+HISTORY_LIMIT = 50
+NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
+
+
+class JobViews(ServiceCore):
+    """JOBSTATUS, JOBHISTORY, JOBLOG and WAITJOB."""
+
+    # -- JOBSTATUS -----------------------------------------------------------------------------
+
+    def job_status(self, cmd: statements.JobStatus, session: Session) -> Result:
+        nodes = read_cluster(self.store)
+        if cmd.uid is not None:
+            assert cmd.type is not None and cmd.name is not None  # the grammar gives a UID only with both
+            job = self.store.get(JobKey(cmd.type, cmd.name, cmd.uid))
+            jobs = [job] if job is not None else []
+        else:
+            jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
+            if cmd.days_ago is not None:
+                since = self.clock.now() - timedelta(days=cmd.days_ago)
+                jobs = sorted(jobs + self.store.archived_since(since, type=cmd.type), key=lambda j: j.key)
+        if cmd.details:  # a record per block, with the job's counters (SMILA's job run statistics)
+            return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs), vertical=True)
+        if cmd.uid is not None:
+            return Result(DETAIL_COLUMNS, tuple(self._status_row(j, nodes, detail=True) for j in jobs))
+        return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
+
+    def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False) -> tuple:
+        next_run: datetime | str | None
+        if job.status is Status.SCHEDULED:
+            next_run = job.next_run
+        else:
+            next_run = NEXT_RUN_TEXT.get(job.status, "")
+        try:
+            cands = candidates(nodes, parse_affinity(job.affinity))
+        except ValueError:
+            cands = 0
+        if job.blocked and job.status is Status.WAITING:
+            next_run = "Blocked by its parents"
+        row: tuple = (
+            job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
+            job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,
+            job.worker_id or "", job.tries, job.priority,
+        )
+        if detail:
+            row += (job.output or "", job.arguments)
+        if full:
+            row += (job.execution_interval, job.time_zone or str(self.zone or "(node's)"), job.late_threshold,
+                    job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
+                    job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills)
+        return row
+
+    # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
+
+    def job_history(self, cmd: statements.JobHistory, session: Session) -> Result:
+        runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=cmd.limit or HISTORY_LIMIT)
+        rows = []
+        for r in runs:
+            took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
+            rows.append((r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
+                         r.error, r.exit_code, r.output or "", r.note))
+        notices = () if cmd.limit or len(runs) < HISTORY_LIMIT else (f"(the last {HISTORY_LIMIT}; LIMIT n shows more)",)
+        return Result(HISTORY_COLUMNS, tuple(rows), notices=notices)
+
+    def job_log(self, cmd: statements.JobLog, session: Session) -> Result:
+        runs = self.store.runs(cmd.type, cmd.name, cmd.uid)
+        if cmd.run is not None:
+            runs = [r for r in runs if r.epoch == cmd.run]
+            if len({r.key.uid for r in runs}) > 1:
+                raise CommandError(f"run {cmd.run} exists for several jobs named {cmd.name!r}; add WITH UID='<uid>'")
+        if not runs:
+            which = f" run {cmd.run}" if cmd.run is not None else ""
+            raise JobNotFound(f"No recorded{which} run of [type: {cmd.type}, name: {cmd.name}"
+                              + (f", uid: {cmd.uid}]" if cmd.uid is not None else "]"))
+        r = runs[0]
+        head = f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
+        return Result(status=head + "\n" + (r.log or "(no log lines)"))
+
+    def wait_job(self, cmd: statements.WaitJob, session: Session) -> Result:
+        """The seed's JobWait actor: until the job is final; a recurring job until the run
+        going on (or, if none is, the next one) ends."""
+        key = JobKey(cmd.type, cmd.name, cmd.uid)
+        start = self.store.get(key)
+        if start is None:
+            raise JobNotFound(f"No such job {key.describe()}")
+        began = time.monotonic()
+        deadline = None if cmd.timeout is None else began + cmd.timeout
+        recurring = self._schedule(start.execution_interval, start.time_zone).is_recurring if not start.archived else False
+
+        def done(row: Job) -> bool:
+            if row.archived:
+                return True
+            return recurring and row.end_time != start.end_time and row.status not in RUNNING_STATUSES
+
+        row = self._await(key, done, deadline, "WAITJOB")
+        nodes = read_cluster(self.store)
+        return Result(DETAIL_COLUMNS, (self._status_row(row, nodes, detail=True),),
+                      notices=(f"waited {time.monotonic() - began:.1f} s",))
