@@ -9,7 +9,7 @@
                      (REQUEST, task, op, args)     a listener's store need (node_link.py)
 
 Both sides import this module only for these: the worker side is jobs/worker.py, the node
-side node/workers.py and node/executor.py. Everything here is picklable.
+side node/workers.py, node/collector.py and node/executor.py. Everything here is picklable.
 """
 
 from __future__ import annotations

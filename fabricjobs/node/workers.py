@@ -3,7 +3,7 @@
 Workers are forked from a fork server that imported fabricjobs once, so starting one costs
 a fork, not an interpreter start; and they are reused across runs, so most runs cost two
 pipe messages. Each worker owns a fixed slot on the board (its abort flag). A worker may be
-given a *train* of short runs in one message (see executor.py); it runs them in order.
+given a *train* of short runs in one message (see trains.py); it runs them in order.
 """
 
 from __future__ import annotations
