@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fabricjobs.config import AffinityLimit
-from fabricjobs.jobs.board import TRAIN_RUNS
+from fabricjobs.worker.board import TRAIN_RUNS
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.node.decisions import RunFacts
 from fabricjobs.node.runs import Run, RunTable

@@ -4,7 +4,7 @@ A worker reports each run as it ends (DONE), a PROCESS job's process group (SPAW
 rest of a train it will not run (BOUNCED), and a listener's store requests (REQUEST); a pipe
 that closes is a worker that died. Each becomes a change in the run table (runs.py) and, for
 a run that ended, an outcome queued for the node's loop to write (writeback.py). The
-messages themselves are listed in jobs/protocol.py.
+messages themselves are listed in worker/protocol.py.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from ..errors import FabricJobsError
-from ..jobs.protocol import (ANSWER as LINK_ANSWER, BOUNCED, DONE, ERROR, REQUEST as LINK_REQUEST, SPAWNED,
+from ..worker.protocol import (ANSWER as LINK_ANSWER, BOUNCED, DONE, ERROR, REQUEST as LINK_REQUEST, SPAWNED,
                               Outcome)
 from ..logs import job_extra
 from ..model import Job, JobType
 from .decisions import RELEASED
 from .runs import Run, RunTable
 from .trains import ShortJobs
-from .workers import Worker, WorkerPool
+from ..worker.pool import Worker, WorkerPool
 
 log = logging.getLogger("fabricjobs.node.executor")
 
@@ -156,7 +156,7 @@ class Collector:
                 self.finish(run, msg[2])
 
     def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple) -> None:
-        """Answer a listener run's store request (jobs/node_link.py); anything else is refused."""
+        """Answer a listener run's store request (worker/node_link.py); anything else is refused."""
         value: object
         if run is None or run.worker is not worker or run.key.type != JobType.INTERFACE_LISTENER \
                 or self.answer_listener is None:

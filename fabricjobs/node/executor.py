@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..clock import Clock
-from ..jobs.protocol import ERROR, INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec
+from ..worker.protocol import ERROR, INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec
 from ..jobs.registry import JobCatalog
 from ..model import Job, JobKey, JobType
 from ..store.base import JobStore
@@ -36,7 +36,7 @@ from .collector import Collector
 from .decisions import RELEASED, RunFacts
 from .runs import EndReason, Run, RunTable, explain
 from .trains import ShortJobs, plan_trains
-from .workers import Worker, WorkerPool
+from ..worker.pool import Worker, WorkerPool
 from .writeback import OutcomeWriter
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ reconciler (give-up) all change runs, so none of them sets a run's fields by its
 table also queues what the node's loop does next with runs: the outcomes to write and the
 runs a train sent back.
 
-A pool slot is a run going on at once. A passenger on a train (executor.py) holds none until
+A pool slot is a run going on at once. A passenger on a train (trains.py) holds none until
 a train-mate that holds one is done with it (:meth:`RunTable.forget`).
 """
 
@@ -20,12 +20,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from ..jobs.protocol import INTERRUPTED, KILLED, LEASE_LOST, OK, Outcome
+from ..worker.protocol import INTERRUPTED, KILLED, LEASE_LOST, OK, Outcome
 from ..model import Job, JobKey, JobType
 from .decisions import RELEASED, RunFacts
 
 if TYPE_CHECKING:
-    from .workers import Worker
+    from ..worker.pool import Worker
 
 
 class EndReason(StrEnum):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
-from ..jobs.board import TRAIN_RUNS
+from ..worker.board import TRAIN_RUNS
 from ..model import Job, JobType
 from .runs import Run
 

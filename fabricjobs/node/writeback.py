@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable
 
 from ..clock import Clock
-from ..jobs.protocol import LEASE_LOST, OK, Outcome
-from ..jobs.runner import clean_text
+from ..worker.protocol import LEASE_LOST, OK, Outcome
+from ..worker.runner import clean_text
 from ..logs import job_extra
 from ..model import Job, Status, advance
 from ..store.base import JobStore

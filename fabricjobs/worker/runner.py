@@ -1,6 +1,6 @@
 """Running one job body and turning whatever happened into an :class:`Outcome`.
 
-Used inside a worker process (:mod:`.worker`). Nothing a job does (raise, hang until killed,
+Used inside a worker process (:mod:`.process`). Nothing a job does (raise, hang until killed,
 print megabytes, return something odd) escapes this module as anything but an Outcome.
 """
 
@@ -21,13 +21,13 @@ from typing import Callable
 from ..clock import utc_from_timestamp
 from ..logs import job_extra
 from ..model import JobType
-from .binding import BindError, bind_arguments
-from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
+from ..jobs.binding import BindError, bind_arguments
+from ..jobs.context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
 from .guard import JOB_ENV as GUARDED_JOB_ENV
-from .limits import TERM_GRACE_SEC, LimitError, ProcessLimits
+from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
-from .registry import JobResolutionError, process_argv
+from ..jobs.registry import JobResolutionError, process_argv
 
 _RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
 
@@ -281,7 +281,7 @@ def _process_command(spec: RunSpec, path: Path, arguments: dict, limits: Process
     })
     argv = process_argv(str(path), arguments)
     if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
-        argv = [sys.executable, "-P", "-m", "fabricjobs.jobs.guard", spec.board[0], str(spec.board[1]),
+        argv = [sys.executable, "-P", "-m", "fabricjobs.worker.guard", spec.board[0], str(spec.board[1]),
                 str(spec.generation), f"--memory-mb={limits.memory_mb}", "--", *argv]
         env = {**os.environ, GUARDED_JOB_ENV: json.dumps(env)}  # the guard runs on the node's, the job on its own
     return argv, env

@@ -78,7 +78,7 @@ _SPAWN_MIN = 0.0002  # seconds: no run this short started a process (see _execut
 
 def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, log_level: int, node: str,
                 log_format: str = "text") -> None:
-    """The worker process's entry point (node/workers.py starts it from the fork server)."""
+    """The worker process's entry point (worker/pool.py starts it from the fork server)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved
@@ -329,7 +329,7 @@ def wait_until(wall: float, aborted) -> bool:
 def _inherit() -> None:
     """The fork server imports this module once; what every worker would otherwise load on
     its first run (the entry-point table) is loaded there and inherited by each fork."""
-    from .registry import _entry_points
+    from ..jobs.registry import _entry_points
 
     _entry_points()
 

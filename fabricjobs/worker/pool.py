@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from ..jobs.reaper import kill_descendants
-from ..jobs.board import Board
-from ..jobs.protocol import RunSpec
+from .reaper import kill_descendants
+from .board import Board
+from .protocol import RunSpec
 
 log = logging.getLogger("fabricjobs.node.workers")
 
@@ -53,7 +53,7 @@ class WorkerPool:
         # fabricjobs.cli: a node started by the console script (a path, not ``-m``) has each
         # worker run that script again as __mp_main__, which imports the CLI; the fork server
         # imports it once, so a fork does not.
-        self._ctx.set_forkserver_preload(["fabricjobs.jobs.worker", "fabricjobs.cli"])
+        self._ctx.set_forkserver_preload(["fabricjobs.worker.process", "fabricjobs.cli"])
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
 
@@ -69,7 +69,7 @@ class WorkerPool:
                     self._workers[0] = self._spawn(0)
 
     def _spawn(self, slot: int) -> Worker:
-        from ..jobs.worker import worker_main
+        from .process import worker_main
 
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(

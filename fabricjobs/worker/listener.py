@@ -43,7 +43,7 @@ from typing import Callable
 from .. import names
 from ..model import Job, JobKey, JobType
 from .node_link import NodeLink
-from .registry import JobCatalog
+from ..jobs.registry import JobCatalog
 
 log = logging.getLogger("fabricjobs.job.listener")
 
