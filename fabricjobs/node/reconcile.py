@@ -312,7 +312,7 @@ class Reconciler:
             candidates.sort(key=order)
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
-                room = self._passenger_room(chosen)
+                room = passenger_room(chosen, self.node.executor.is_short)  # (trains.py)
                 if room and len(page) == page_size:
                     seen = {j.key for j in candidates}
                     more = self.node.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key))
@@ -355,10 +355,6 @@ class Reconciler:
                 if len(chosen) >= free:
                     break
         return chosen
-
-    def _passenger_room(self, chosen: list) -> dict[str, int]:
-        """Passengers each pool may take (trains.py)."""
-        return passenger_room(chosen, self.node.executor.is_short)
 
     def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
         """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
@@ -405,12 +401,8 @@ class Reconciler:
         n = self.node
         if n.executor.slots_used() + sum((taken or {}).values()) >= self.s.pool_size:
             return None
-        try:
-            affinity = parse_affinity(row.affinity)
-        except ValueError:
-            return None
         waited = (now - (row.next_run or now)).total_seconds()
-        for lim in n.affinity.pools_for(affinity):
+        for lim in self._pools_of(row):
             used = n.executor.slots_used(lim.name) + (taken or {}).get(lim.name, 0)
             if used < lim.recommended:
                 return lim, False
