@@ -8,11 +8,13 @@ with one job each:
   (passengers), planned by pure functions, and which jobs are known to be short;
 * collector.py: the collector thread, which waits on every worker's pipe and turns each
   finished run into an outcome;
+* endings.py: ending runs before they end by themselves (STOPJOB, KILL, grace periods, lost
+  leases);
 * writeback.py: the node's loop writes all outcomes that are ready in one ``cas_each``, in the
   same store transaction as the claims that refill the freed slots (:meth:`Executor.holding_starts`).
 
-What is left here is starting runs (held until their claim is committed, then handed to
-workers, short ones in trains) and ending them (STOPJOB, KILL, grace periods, lost leases).
+What is left here is starting runs: held until their claim is committed, then handed to
+workers, short ones in trains.
 
 A passenger sent back by its worker (the run ahead of it is taking long) has no slot to run
 in, so it is given back to the store (WAITING, no try counted); runs that hold slots are sent
@@ -34,6 +36,7 @@ from ..model import Job, JobKey, JobType
 from ..store.base import JobStore
 from .collector import Collector
 from .decisions import RELEASED, RunFacts
+from .endings import Endings
 from .runs import EndReason, Run, RunTable, explain
 from .trains import ShortJobs, plan_trains
 from ..worker.pool import Worker, WorkerPool
@@ -88,6 +91,7 @@ class Executor:
             self.table, pool, self.short_jobs, finish=lambda run, outcome: self._finish_later(run, explain(run, outcome, me)),
             on_tasks_changed=on_tasks_changed, on_outcome=on_outcome, answer_listener=answer_listener,
         )
+        self.endings = Endings(self.table, pool, clock)
         self.writer = OutcomeWriter(
             store, self.table, clock, max_tries=max_tries, retry_delay=retry_delay, zone=zone,
             on_scheduled=on_scheduled, on_final=on_final, on_freed=on_freed, on_tasks_changed=on_tasks_changed,
@@ -294,49 +298,23 @@ class Executor:
         self.table.finish(run, outcome, self.clock.now())
         self.on_outcome()
 
-    # -- ending runs -----------------------------------------------------------------------------------
+    # -- ending runs (endings.py) ---------------------------------------------------------------------
 
     def abort(self, run: Run, reason: EndReason, grace: float, note: str = "") -> None:
         """Ask a run to end (STOPJOB, RESTARTJOB, give-up, shutdown); kill it after ``grace``."""
-        worker = self.table.ask_end(run, reason, note, self.clock.monotonic() + grace)
-        if worker is not None:
-            self.pool.abort(worker, run.task)
+        self.endings.abort(run, reason, grace, note)
 
     def kill(self, run: Run, reason: EndReason, note: str) -> None:
-        """End a run at once (KILL, an expired grace period, a lost lease). A run still queued
-        on a train is skipped rather than its worker killed (that would end the run ahead of
-        it); if it began meanwhile, it is killed when a short grace runs out."""
-        on = self.table.mark_kill(run, reason, note, self.clock.monotonic() + 0.2)
-        if on is None:
-            return  # not on a worker (yet, or any more): nothing to kill
-        worker, queued = on
-        if queued:
-            self.pool.abort(worker, run.task)
-        else:
-            worker.killed_for = run.task
-            self.pool.kill(worker)
+        """End a run at once (KILL, an expired grace period, a lost lease)."""
+        self.endings.kill(run, reason, note)
 
     def end_generation(self, generation: int) -> None:
         """The lease lapsed and was renewed: end every run claimed under an older generation."""
-        for run in self.runs():
-            if run.generation < generation and run.outcome is None:
-                log.warning("'%s' was claimed before this node's lease lapsed: ending it", run.key)
-                self.kill(run, EndReason.LEASE, "run ended: this node's lease lapsed while it ran")
+        self.endings.end_generation(generation)
 
     def enforce_deadlines(self) -> float | None:
         """Kill runs whose stop grace ran out; return the next deadline (monotonic) if any."""
-        now = self.clock.monotonic()
-        nxt = None
-        for run in self.runs():
-            if run.stop_deadline is None or run.outcome is not None:
-                continue
-            if now >= run.stop_deadline:
-                log.warning("'%s' did not end within its grace period; killing it", run.key)
-                self.table.clear_deadline(run)
-                self.kill(run, run.end_reason or EndReason.STOP, "killed after the stop grace period")
-            elif nxt is None or run.stop_deadline < nxt:
-                nxt = run.stop_deadline
-        return nxt
+        return self.endings.enforce_deadlines()
 
     # -- the collector thread and write-back ---------------------------------------------------------
 
