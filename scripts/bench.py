@@ -1005,7 +1005,7 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
         log = rig.tmp / "stamps.jsonl"
         a = json.dumps({"log": str(log)})
         # As in a cluster that has run this job before: each node knows how long its runs take
-        # (short ones ride on trains, executor.py), also for the first fires of the jobs below.
+        # (short ones ride on trains, node/trains.py), also for the first fires of the jobs below.
         rig.warm_up(names, 9, timeout=120, job="Bench.stamp", args=json.dumps({"log": str(rig.tmp / "warm.jsonl")}))
         statements = [f"startjob user_job name='Bench.stamp' uid='i{i:04d}' exec_interval='00:00:01' args='{a}';"
                       for i in range(n_interval)]

@@ -158,7 +158,7 @@ def test_a_worker_fails_a_row_with_hostile_args_cleanly_without_retry(tmp_path, 
 
     from fabricjobs.jobs.context import FailMode
     from fabricjobs.jobs.registry import JobCatalog
-    from fabricjobs.jobs.runner import ERROR, RunSpec, run_job
+    from fabricjobs.worker.runner import ERROR, RunSpec, run_job
     from harness import ROOT
 
     jobs = tmp_path / "jobs"
@@ -547,7 +547,7 @@ def test_a_bare_name_mark_from_before_versions_stands_only_for_the_file_it_marke
     import time as _time
     from datetime import timedelta
 
-    from fabricjobs.jobs.listener import child_key, listen
+    from fabricjobs.worker.listener import child_key, listen
     from fabricjobs.jobs.registry import JobCatalog
     from harness import ROOT
 

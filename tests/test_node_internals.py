@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from fabricjobs.jobs.board import Board
-from fabricjobs.node.workers import WorkerPool
+from fabricjobs.worker.board import Board
+from fabricjobs.worker.pool import WorkerPool
 from harness import wait_for
 
 
@@ -132,7 +132,7 @@ def test_a_row_missing_from_a_stalled_read_counts_as_missing_from_when_the_read_
 def test_a_fire_prepared_ahead_never_starts_before_its_due_time(monkeypatch):
     """The worker waits for a prepared fire's due time on the clock the job sees; a pause
     between two clock readings (a busy host) must not make it start early."""
-    from fabricjobs.jobs import worker as worker_module
+    from fabricjobs.worker import process as worker_module
 
     class Clocks:  # monotonic and wall advance together; the first wall reading is paused 5 ms
         def __init__(self):
@@ -256,7 +256,7 @@ def test_a_run_is_counted_as_ended_only_once_it_left_the_running_gauge(tmp_path)
     """A scrape reads fabricjobs_executions_total before fabricjobs_running_jobs: counting a
     run while it is still among the executor's runs let one scrape show it ended and running."""
     from fabricjobs.clock import ManualClock
-    from fabricjobs.jobs.runner import OK, Outcome
+    from fabricjobs.worker.runner import OK, Outcome
     from fabricjobs.model import Job, JobKey, Status
     from fabricjobs.node.executor import Executor
     from fabricjobs.store.sqlite import SqliteStore

@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from fabricjobs.errors import ValidationError
-from fabricjobs.jobs.runner import OK, Outcome
+from fabricjobs.worker.runner import OK, Outcome
 from fabricjobs.model import Event, Job, JobKey, Status, advance
 from fabricjobs.node.decisions import RunFacts, after_run, claim, fire, late_fire
 from harness import Cluster, read_records, start_inbox_listener, wait_for

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from fabricjobs.jobs import worker as worker_module
-from fabricjobs.jobs.board import Board
+from fabricjobs.worker import process as worker_module
+from fabricjobs.worker.board import Board
 from fabricjobs.jobs.registry import JobCatalog
-from fabricjobs.jobs.runner import LEASE_LOST, RunSpec
+from fabricjobs.worker.runner import LEASE_LOST, RunSpec
 from fabricjobs.model import JobKey
 from harness import process_alive, wait_for
 

@@ -1,1 +1,3 @@
-"""Running jobs: resolving a NAME to code (registry), the job context, the worker processes."""
+"""What job authors use: the job context and @job (context), and the job catalog that resolves
+a NAME to code (registry; binding of ARGS to parameters, limits of PROCESS jobs). The
+machinery that runs jobs is fabricjobs.worker."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..jobs.context import FailMode
-from ..jobs.protocol import KILLED, OK, Outcome, OutcomeKind
+from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, RunResult, Status
 from ..schedule import ScheduleError, parse_schedule

@@ -5,7 +5,7 @@ renews the lease on the board to ``t0 + interval x miss - margin`` (margin: two 
 least 0.35 s), where ``t0`` is the monotonic time *before* the write was sent. Another node can
 only declare this one dead after watching its beat stand still for ``interval x miss`` on its
 own clock, and it cannot have seen this beat before ``t0``; so when the beats stop, this
-node's runs (which watch the lease, see :mod:`fabricjobs.jobs.worker`) end themselves at least
+node's runs (which watch the lease, see :mod:`fabricjobs.worker.process`) end themselves at least
 the margin before anyone may take their jobs over. With the defaults (5 s x 12) the lease is
 50 s and the margin 10 s.
 
@@ -29,8 +29,8 @@ from typing import Callable
 
 from .. import __version__
 from ..clock import Clock
-from ..jobs.board import Board
 from ..model import NodeState
+from ..worker.board import Board
 from ..store.base import JobStore, NodeRow
 
 log = logging.getLogger("fabricjobs.node.heartbeat")
@@ -38,7 +38,7 @@ log = logging.getLogger("fabricjobs.node.heartbeat")
 
 def lease_seconds(interval: float, miss: int) -> float:
     """How long a run outlives the last successful beat: the dead threshold less a margin of
-    two intervals (at least 0.35 s: a run whose lease is gone is ended within 0.2 s, see jobs/worker.py)."""
+    two intervals (at least 0.35 s: a run whose lease is gone is ended within 0.2 s, see worker/process.py)."""
     return interval * miss - max(2 * interval, 0.35)
 
 

@@ -1,4 +1,4 @@
-"""The node's side of jobs/node_link.py: a listener run's store requests, answered for that
+"""The node's side of worker/node_link.py: a listener run's store requests, answered for that
 listener only.
 
 A worker may run operator code next to the pipe it shares with its node, so a request is

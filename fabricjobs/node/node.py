@@ -33,7 +33,7 @@ from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
 from ..errors import ConfigError
 from ..errors import FabricJobsError
-from ..jobs.board import Board
+from ..worker.board import Board
 from .. import dependencies
 from ..jobs.registry import JobCatalog
 from ..model import NodeState, Status
@@ -46,7 +46,7 @@ from .liveness import Liveness
 from .metrics import Metrics
 from .reconcile import Reconciler
 from .scheduler import Scheduler
-from .workers import WorkerPool
+from ..worker.pool import WorkerPool
 
 if TYPE_CHECKING:
     from .listener_requests import ListenerRequests

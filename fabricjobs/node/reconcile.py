@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from ..affinity import parse_affinity
 from ..config import AffinityLimit
-from ..jobs.board import TRAIN_RUNS
 from .. import dependencies
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
@@ -36,6 +35,7 @@ from ..store.base import Version
 from .decisions import claim, lost_run_record, take_over
 from .executor import EndReason
 from .lanes import Lanes
+from .trains import passenger_room, seat_passengers
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import Node
@@ -298,7 +298,7 @@ class Reconciler:
         order of effective priority (below), as (row, (limit, exceptional), passenger). Reads
         on past pages of rows this node cannot take (other affinities, holds, owner
         precedence), so those never hide claimable ones. Short runs among those chosen make
-        room for passengers (executor.py): then the rows after the page are read for them."""
+        room for passengers (trains.py): then the rows after the page are read for them."""
         page_size = max((self.lanes.count(self.node.liveness.alive()) + 1) * free, 16)
         after = None
         self.next_wake = None
@@ -312,7 +312,7 @@ class Reconciler:
             candidates.sort(key=order)
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
-                room = self._passenger_room(chosen)
+                room = passenger_room(chosen, self.node.executor.is_short)  # (trains.py)
                 if room and len(page) == page_size:
                     seen = {j.key for j in candidates}
                     more = self.node.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key))
@@ -356,16 +356,6 @@ class Reconciler:
                     break
         return chosen
 
-    def _passenger_room(self, chosen: list) -> dict[str, int]:
-        """Passengers each pool may take: TRAIN_RUNS - 1 per chosen short run of it (not an
-        exceptional one)."""
-        ex = self.node.executor
-        room: dict[str, int] = {}
-        for row, (lim, exceptional) in chosen:
-            if not exceptional and ex.is_short(row):
-                room[lim.name] = room.get(lim.name, 0) + TRAIN_RUNS - 1
-        return room
-
     def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
         """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
         the chosen short runs of their pool and take a slot only when a train-mate is done
@@ -373,28 +363,20 @@ class Reconciler:
         if not room:
             return []
         ex = self.node.executor
-        room = dict(room)
         picked = {row.key for row, _ in chosen}
         alive = self.node.liveness.alive()  # rows read after the page: this node's lane only
         riders = [row for row in candidates
                   if row.key not in picked and (row.key in self._preferred or self.lanes.is_own(row, alive))
                   and ex.is_short(row) and self._may_claim(row, now)]
-        left = sum(room.values())
-        out = []
-        for row in riders:
-            try:
-                affinity = parse_affinity(row.affinity)
-            except ValueError:
-                continue
-            for lim in self.node.affinity.pools_for(affinity):
-                if room.get(lim.name, 0) > 0:
-                    room[lim.name] -= 1
-                    left -= 1
-                    out.append((row, (lim, False), True))
-                    break
-            if not left:
-                break
-        return out
+        return seat_passengers(riders, room, self._pools_of)
+
+    def _pools_of(self, row: Job) -> list[AffinityLimit]:
+        """The pools a run of ``row`` may count against here, in preference order."""
+        try:
+            affinity = parse_affinity(row.affinity)
+        except ValueError:
+            return []
+        return self.node.affinity.pools_for(affinity)
 
     def _may_claim(self, row: Job, now: datetime) -> bool:
         n = self.node
@@ -419,12 +401,8 @@ class Reconciler:
         n = self.node
         if n.executor.slots_used() + sum((taken or {}).values()) >= self.s.pool_size:
             return None
-        try:
-            affinity = parse_affinity(row.affinity)
-        except ValueError:
-            return None
         waited = (now - (row.next_run or now)).total_seconds()
-        for lim in n.affinity.pools_for(affinity):
+        for lim in self._pools_of(row):
             used = n.executor.slots_used(lim.name) + (taken or {}).get(lim.name, 0)
             if used < lim.recommended:
                 return lim, False
@@ -484,17 +462,18 @@ class Reconciler:
             over = n.executor.slots_used(pool) - (lim.recommended if lim else 0)
             if over <= 0 or not self._peer_has_room(pool):
                 for run in runs:
-                    run.give_up_at = None
+                    n.executor.update_run(run, give_up_at=None)
                 continue
             runs.sort(key=lambda r: r.started_mono, reverse=True)  # the newest go first
             for run in runs[:over]:
                 if run.give_up_at is None:
-                    run.give_up_at = now + self._give_up_delay()
+                    at = now + self._give_up_delay()
+                    n.executor.update_run(run, give_up_at=at)
                     log.info("'%s' runs beyond the recommended %s count; giving it back at %s unless that changes",
-                             run.key, pool, run.give_up_at.isoformat(timespec="seconds"))
+                             run.key, pool, at.isoformat(timespec="seconds"))
                 elif now >= run.give_up_at:
                     hold = now + self._give_up_delay()
-                    run.facts = dataclasses.replace(run.facts, hold_until=hold)
+                    n.executor.update_run(run, facts=dataclasses.replace(run.facts, hold_until=hold))
                     log.warning("giving '%s' back: another node has free %s slots (this node takes it again after %s)",
                                 run.key, pool, hold.isoformat(timespec="seconds"))
                     n.executor.abort(run, EndReason.RELEASE, self.s.stop_grace, f"released to a node with free {pool} slots")

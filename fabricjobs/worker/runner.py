@@ -1,6 +1,6 @@
 """Running one job body and turning whatever happened into an :class:`Outcome`.
 
-Used inside a worker process (:mod:`.worker`). Nothing a job does (raise, hang until killed,
+Used inside a worker process (:mod:`.process`). Nothing a job does (raise, hang until killed,
 print megabytes, return something odd) escapes this module as anything but an Outcome.
 """
 
@@ -15,18 +15,19 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Callable
 
 from ..clock import utc_from_timestamp
 from ..logs import job_extra
 from ..model import JobType
-from .binding import BindError, bind_arguments
-from .context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
+from ..jobs.binding import BindError, bind_arguments
+from ..jobs.context import FailMode, JobContext, JobFailure, JobLogger, _bind, _unbind
 from .guard import JOB_ENV as GUARDED_JOB_ENV
-from .limits import TERM_GRACE_SEC, LimitError
+from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
-from .registry import JobResolutionError, process_argv
+from ..jobs.registry import JobResolutionError, process_argv
 
 _RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
 
@@ -232,15 +233,7 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
                  run_log: RunLog) -> Outcome:
     path = spec.catalog.process_path(spec.key.name)
     limits = spec.catalog.process_limits.for_job(arguments)
-    env = limits.environment(os.environ, {
-        "FABRICJOBS_JOB_KEY": str(spec.key), "FABRICJOBS_JOB_UID": spec.key.uid,
-        "FABRICJOBS_EPOCH": str(spec.epoch), "FABRICJOBS_NODE": spec.node,
-    })
-    argv = process_argv(str(path), arguments)
-    if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
-        argv = [sys.executable, "-P", "-m", "fabricjobs.jobs.guard", spec.board[0], str(spec.board[1]),
-                str(spec.generation), f"--memory-mb={limits.memory_mb}", "--", *argv]
-        env = {**os.environ, GUARDED_JOB_ENV: json.dumps(env)}  # the guard runs on the node's, the job on its own
+    argv, env = _process_command(spec, path, arguments, limits)
     try:
         proc = subprocess.Popen(
             argv,
@@ -258,23 +251,7 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     on_spawn(proc.pid)
     out = _Capture(proc.stdout, spec.output_max)
     err = _Capture(proc.stderr, spec.output_max)
-    signalled = False
-    started = time.monotonic()
-    timed_out_at: float | None = None  # when the time limit's SIGTERM went out
-    while True:
-        try:
-            code = proc.wait(timeout=0.05)
-            break
-        except subprocess.TimeoutExpired:
-            if is_aborted() and not signalled:
-                signalled = True
-                _signal_group(proc.pid, signal.SIGTERM)
-            elapsed = time.monotonic() - started
-            if limits.time_limit_sec and timed_out_at is None and elapsed >= limits.time_limit_sec and not signalled:
-                timed_out_at = elapsed
-                _signal_group(proc.pid, signal.SIGTERM)
-            elif timed_out_at is not None and elapsed - timed_out_at >= TERM_GRACE_SEC:
-                _signal_group(proc.pid, signal.SIGKILL)
+    code, signalled, timed_out = _wait_for_process(proc, is_aborted, limits.time_limit_sec)
     # The job's process has ended: so does everything it left in its group (SPEC 7.10; a
     # 'sleep 40 &' held the output pipes open, and the capture waited on it, then ran on).
     _signal_group(proc.pid, signal.SIGKILL)
@@ -282,18 +259,55 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     for name, text in (("stdout", stdout), ("stderr", stderr)):
         for line in text.splitlines():
             run_log.add(f"{name}: {line}")
-    if code == 0 and timed_out_at is None:  # a job that exits 0 on the limit's SIGTERM did not finish
+    if code == 0 and not timed_out:  # a job that exits 0 on the limit's SIGTERM did not finish
         return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
     tail = clean_text(stderr.strip()[-2000:], 2000)
     reason = f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
     if signalled:
         return Outcome(INTERRUPTED, error=f"{reason} after stop" + (f": {tail}" if tail else ""), exit_code=code)
-    if timed_out_at is not None:
+    if timed_out:
         reason = f"ran past its time limit of {limits.time_limit_sec:g} s ({reason})"
     elif limits.memory_mb:
         reason += f" (under a memory limit of {limits.memory_mb} MiB)"
     return Outcome(ERROR, error=reason + (f": {tail}" if tail else ""), exit_code=code,
                    output=json.dumps(stdout, ensure_ascii=False) if stdout else None)
+
+
+def _process_command(spec: RunSpec, path: Path, arguments: dict, limits: ProcessLimits) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment the PROCESS job at ``path`` is started with."""
+    env = limits.environment(os.environ, {
+        "FABRICJOBS_JOB_KEY": str(spec.key), "FABRICJOBS_JOB_UID": spec.key.uid,
+        "FABRICJOBS_EPOCH": str(spec.epoch), "FABRICJOBS_NODE": spec.node,
+    })
+    argv = process_argv(str(path), arguments)
+    if spec.board is not None:  # led by a guard that ends the group with the lease (guard.py)
+        argv = [sys.executable, "-P", "-m", "fabricjobs.worker.guard", spec.board[0], str(spec.board[1]),
+                str(spec.generation), f"--memory-mb={limits.memory_mb}", "--", *argv]
+        env = {**os.environ, GUARDED_JOB_ENV: json.dumps(env)}  # the guard runs on the node's, the job on its own
+    return argv, env
+
+
+def _wait_for_process(proc: subprocess.Popen, is_aborted: Callable[[], bool],
+                      time_limit_sec: float) -> tuple[int, bool, bool]:
+    """Wait for the job's process to exit: SIGTERM to its group when the run is aborted or
+    its time limit is up, SIGKILL TERM_GRACE_SEC after the latter. Returns its exit code,
+    whether it was stopped (aborted) and whether it ran past its time limit."""
+    signalled = False
+    started = time.monotonic()
+    timed_out_at: float | None = None  # when the time limit's SIGTERM went out
+    while True:
+        try:
+            return proc.wait(timeout=0.05), signalled, timed_out_at is not None
+        except subprocess.TimeoutExpired:
+            if is_aborted() and not signalled:
+                signalled = True
+                _signal_group(proc.pid, signal.SIGTERM)
+            elapsed = time.monotonic() - started
+            if time_limit_sec and timed_out_at is None and elapsed >= time_limit_sec and not signalled:
+                timed_out_at = elapsed
+                _signal_group(proc.pid, signal.SIGTERM)
+            elif timed_out_at is not None and elapsed - timed_out_at >= TERM_GRACE_SEC:
+                _signal_group(proc.pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: int) -> None:

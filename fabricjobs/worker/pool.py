@@ -3,7 +3,7 @@
 Workers are forked from a fork server that imported fabricjobs once, so starting one costs
 a fork, not an interpreter start; and they are reused across runs, so most runs cost two
 pipe messages. Each worker owns a fixed slot on the board (its abort flag). A worker may be
-given a *train* of short runs in one message (see executor.py); it runs them in order.
+given a *train* of short runs in one message (see trains.py); it runs them in order.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from ..jobs.reaper import kill_descendants
-from ..jobs.board import Board
-from ..jobs.protocol import RunSpec
+from .reaper import kill_descendants
+from .board import Board
+from .protocol import RunSpec
 
 log = logging.getLogger("fabricjobs.node.workers")
 
@@ -53,7 +53,7 @@ class WorkerPool:
         # fabricjobs.cli: a node started by the console script (a path, not ``-m``) has each
         # worker run that script again as __mp_main__, which imports the CLI; the fork server
         # imports it once, so a fork does not.
-        self._ctx.set_forkserver_preload(["fabricjobs.jobs.worker", "fabricjobs.cli"])
+        self._ctx.set_forkserver_preload(["fabricjobs.worker.process", "fabricjobs.cli"])
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
 
@@ -69,7 +69,7 @@ class WorkerPool:
                     self._workers[0] = self._spawn(0)
 
     def _spawn(self, slot: int) -> Worker:
-        from ..jobs.worker import worker_main
+        from .process import worker_main
 
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(

@@ -17,7 +17,7 @@ Layout (one small file mapped by every process of the node):
     8   float64 lease_until, on CLOCK_MONOTONIC (shared by all processes of one host)
     16  uint64  generation
     24  uint64  per worker slot, TRAIN_RUNS of them: the tasks whose runs must end (0: none).
-                A worker may hold a train of up to TRAIN_RUNS short runs (see executor.py), so
+                A worker may hold a train of up to TRAIN_RUNS short runs (see node/trains.py), so
                 a flag names a run, one entry per place in the train.
 """
 
@@ -35,7 +35,7 @@ _SEQ = struct.Struct("=Q")
 _LEASE = struct.Struct("=d")
 _GEN = struct.Struct("=Q")
 _TASK = struct.Struct("=Q")
-TRAIN_RUNS = 8  # runs per worker message at most (executor.py), one abort entry each
+TRAIN_RUNS = 8  # runs per worker message at most (node/trains.py), one abort entry each
 _FLAGS = struct.Struct(f"={TRAIN_RUNS}Q")
 _PREFIX = "fabricjobs-board-"
 _READ_TRIES = 10_000  # a torn read is retried this often (an update takes microseconds)

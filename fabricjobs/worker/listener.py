@@ -37,12 +37,13 @@ import os
 import stat
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 from .. import names
 from ..model import Job, JobKey, JobType
 from .node_link import NodeLink
-from .registry import JobCatalog
+from ..jobs.registry import JobCatalog
 
 log = logging.getLogger("fabricjobs.job.listener")
 
@@ -98,62 +99,88 @@ def listen(
     directory, pattern = catalog.check_listener(json.dumps(args))
     settle = float(args.get("settle_sec", 0.5))
     poll = float(args.get("poll_sec", 1.0))
-    started_at = listener.creation_time.timestamp()
     wake = threading.Event()
     stop_watch = _watch(directory, wake)
-    handled = 0
-    seen: dict[str, tuple[str, float]] = {}  # name -> (version, first seen unchanged)
-    refused: set[str] = set()  # names no job could carry, already logged
-    marks = _Marks(store, listener.key)
-    baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
+    inbox = _Inbox(listener, store, directory, pattern, settle)
     try:
         while not is_aborted():
-            for name in sorted(os.listdir(directory)):
-                if not fnmatch.fnmatch(name, pattern):
-                    continue
-                why = _unfit(name)
-                if why is not None:
-                    if name not in refused:  # once per name: it stays where it is
-                        refused.add(name)
-                        log.warning("listener %s skips the file %s: %s", listener.key, ascii(name), why)
-                    continue
-                path = directory / name
-                try:
-                    st = os.lstat(path)  # a symlink is not followed (inbox/x.csv -> /etc/shadow)
-                except OSError:
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                version = file_version(st)
-                mark = f"{name}/{version}"
-                if mark in marks:
-                    continue
-                if marks.legacy(name) and _old_enough(store, listener, name, st):
-                    marks.add(mark, "handled (marked before marks carried versions)")
-                    continue
-                if baseline not in marks and st.st_mtime < started_at:
-                    marks.add(mark, "present when the listener started")
-                    continue
-                first = seen.get(name)
-                if first is None or first[0] != version:
-                    seen[name] = (version, time.monotonic())
-                    continue
-                if time.monotonic() - first[1] < settle:
-                    continue
-                if is_aborted():
-                    break
-                key = _start_child(store, listener, name, version, name in marks.names, str(path))
-                marks.add(mark, f"started {key.uid}")
-                seen.pop(name, None)
-                handled += 1
-            if baseline not in marks:  # the files there at start are sorted out: the rest is new
-                marks.add(baseline, "the files present at start are marked")
-            wake.wait(min(poll, settle) if seen else poll)
+            inbox.scan(is_aborted)
+            wake.wait(min(poll, settle) if inbox.seen else poll)
             wake.clear()
     finally:
         if stop_watch is not None:
             stop_watch()
-    return handled
+    return inbox.handled
+
+
+class _Inbox:
+    """The listener's directory as it has seen it: files waiting to settle, and the marks."""
+
+    def __init__(self, listener: Job, store: NodeLink, directory: Path, pattern: str, settle: float) -> None:
+        self.listener = listener
+        self.store = store
+        self.directory = directory
+        self.pattern = pattern
+        self.settle = settle
+        self.started_at = listener.creation_time.timestamp()
+        self.handled = 0
+        self.seen: dict[str, tuple[str, float]] = {}  # name -> (version, first seen unchanged)
+        self.refused: set[str] = set()  # names no job could carry, already logged
+        self.marks = _Marks(store, listener.key)
+        self.baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
+
+    def scan(self, is_aborted: Callable[[], bool]) -> None:
+        """Start the jobs of the new files that have settled."""
+        for name in sorted(os.listdir(self.directory)):
+            if not fnmatch.fnmatch(name, self.pattern):
+                continue
+            st = self._regular_file(name)
+            if st is None:
+                continue
+            version = file_version(st)
+            if not self._settled(name, version, st):
+                continue
+            if is_aborted():
+                break
+            key = _start_child(self.store, self.listener, name, version, name in self.marks.names,
+                               str(self.directory / name))
+            self.marks.add(f"{name}/{version}", f"started {key.uid}")
+            self.seen.pop(name, None)
+            self.handled += 1
+        if self.baseline not in self.marks:  # the files there at start are sorted out: the rest is new
+            self.marks.add(self.baseline, "the files present at start are marked")
+
+    def _regular_file(self, name: str) -> os.stat_result | None:
+        """The file's status, or None for a name no job could carry or not a regular file."""
+        why = _unfit(name)
+        if why is not None:
+            if name not in self.refused:  # once per name: it stays where it is
+                self.refused.add(name)
+                log.warning("listener %s skips the file %s: %s", self.listener.key, ascii(name), why)
+            return None
+        try:
+            st = os.lstat(self.directory / name)  # a symlink is not followed (inbox/x.csv -> /etc/shadow)
+        except OSError:
+            return None
+        return st if stat.S_ISREG(st.st_mode) else None
+
+    def _settled(self, name: str, version: str, st: os.stat_result) -> bool:
+        """Whether this version of the file is new and has not changed for ``settle`` seconds
+        (marks the files that were there before the listener started, never run)."""
+        mark = f"{name}/{version}"
+        if mark in self.marks:
+            return False
+        if self.marks.legacy(name) and _old_enough(self.store, self.listener, name, st):
+            self.marks.add(mark, "handled (marked before marks carried versions)")
+            return False
+        if self.baseline not in self.marks and st.st_mtime < self.started_at:
+            self.marks.add(mark, "present when the listener started")
+            return False
+        first = self.seen.get(name)
+        if first is None or first[0] != version:
+            self.seen[name] = (version, time.monotonic())
+            return False
+        return time.monotonic() - first[1] >= self.settle
 
 
 _OWN_ARGS = ("path", "pattern", "settle_sec", "poll_sec", "session_scope")

@@ -28,7 +28,7 @@ from .board import Board
 _PERIOD = 0.02  # how often the job is polled while the lease is far from its end
 _LAPSE_GRACE = 0.1  # the moment a run gets to end by itself, as in the worker
 JOB_ENV = "FABRICJOBS_GUARDED_JOB_ENV"
-USAGE = "usage (by the worker): python -m fabricjobs.jobs.guard BOARD SLOTS GENERATION [--memory-mb=N] -- ARGV..."
+USAGE = "usage (by the worker): python -m fabricjobs.worker.guard BOARD SLOTS GENERATION [--memory-mb=N] -- ARGV..."
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # for the job, not for the guard
 
 

@@ -3,7 +3,7 @@
 A worker holds no store connection and no store settings: a USER_JOB runs in the same kind
 of process, and the Cassandra password is not its business. The listener's four needs go to
 the node over the worker's pipe, and the node answers them for that listener only
-(node/executor.py, ``Executor._on_link_request``; node/listener_requests.py): its own file marks, and the jobs under
+(node/collector.py, ``Collector._on_link_request``; node/listener_requests.py): its own file marks, and the jobs under
 its own NAME and UID prefix, which the node starts through the command service like any
 STARTJOB.
 

@@ -8,8 +8,8 @@
                                                    of them, is taking long)
                      (REQUEST, task, op, args)     a listener's store need (node_link.py)
 
-Both sides import this module only for these: the worker side is jobs/worker.py, the node
-side node/workers.py and node/executor.py. Everything here is picklable.
+Both sides import this module only for these: the worker side is worker/process.py, the node
+side worker/pool.py, node/collector.py and node/executor.py. Everything here is picklable.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from ..model import Job, JobKey
-from .context import FailMode
-from .registry import JobCatalog
+from ..jobs.context import FailMode
+from ..jobs.registry import JobCatalog
 
 SPAWNED = "spawned"
 DONE = "done"

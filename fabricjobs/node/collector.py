@@ -1,0 +1,207 @@
+"""The collector thread: waits on every worker's pipe and acts on what the workers say.
+
+A worker reports each run as it ends (DONE), a PROCESS job's process group (SPAWNED), the
+rest of a train it will not run (BOUNCED), and a listener's store requests (REQUEST); a pipe
+that closes is a worker that died. Each becomes a change in the run table (runs.py) and, for
+a run that ended, an outcome queued for the node's loop to write (writeback.py). The
+messages themselves are listed in worker/protocol.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import selectors
+import socket
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Callable
+
+from ..errors import FabricJobsError
+from ..worker.protocol import (ANSWER as LINK_ANSWER, BOUNCED, DONE, ERROR, REQUEST as LINK_REQUEST, SPAWNED,
+                              Outcome)
+from ..logs import job_extra
+from ..model import Job, JobType
+from .decisions import RELEASED
+from .runs import Run, RunTable
+from .trains import ShortJobs
+from ..worker.pool import Worker, WorkerPool
+
+log = logging.getLogger("fabricjobs.node.executor")
+
+NOT_STARTED = "not started: the worker of its train ended before reaching it"
+
+
+class Collector:
+    def __init__(
+        self,
+        table: RunTable,
+        pool: WorkerPool,
+        short_jobs: ShortJobs,
+        *,
+        finish: Callable[[Run, Outcome], None],
+        on_tasks_changed: Callable[[], None],
+        on_outcome: Callable[[], None],
+        answer_listener: Callable[[Job, str, tuple], object] | None,
+    ) -> None:
+        self.table = table
+        self.pool = pool
+        self.short_jobs = short_jobs
+        self.finish = finish  # a run ended: explain it and queue its outcome (Executor)
+        self.on_tasks_changed = on_tasks_changed
+        self.on_outcome = on_outcome  # wakes the node's loop
+        self.answer_listener = answer_listener  # a listener run's store requests (listener_requests.py)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector: selectors.BaseSelector | None = None  # used by the collector thread only
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    # -- the thread --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="JobExecutor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        self.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        """Look at the workers' pipes again now (one was just given work)."""
+        try:
+            self._wake_w.send(b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _loop(self) -> None:
+        while not self._stop:
+            try:
+                self.collect_once(0.5)
+            except Exception:
+                log.exception("executor loop error (continuing)")
+                time.sleep(0.05)
+
+    def _watched(self) -> selectors.BaseSelector:
+        """The selector over the wake-up socket and every worker's pipe, kept from one wait to
+        the next (``multiprocessing.connection.wait`` builds one per call: a registration per
+        worker each time a run ends)."""
+        if self._selector is None:
+            self._selector = selectors.DefaultSelector()
+            self._selector.register(self._wake_r, selectors.EVENT_READ)
+        conns = self.pool.connections()
+        watched = set()
+        for key in list(self._selector.get_map().values()):
+            if key.fileobj is not self._wake_r and key.fileobj not in conns:
+                self._selector.unregister(key.fd)  # a worker forgotten (its pipe is closed: by number)
+            else:
+                watched.add(key.fileobj)
+        for conn in conns:
+            if conn not in watched:
+                try:
+                    self._selector.register(conn, selectors.EVENT_READ, conns[conn])
+                except (OSError, ValueError):  # closed meanwhile by the loop: gone from the pool next time
+                    pass
+        return self._selector
+
+    def collect_once(self, timeout: float) -> None:
+        for key, _ in self._watched().select(timeout):
+            if key.fileobj is self._wake_r:
+                self._drain_wake()
+                continue
+            pipe: Connection = key.fileobj  # type: ignore[assignment]  # only the wake socket and worker pipes are registered
+            worker: Worker = key.data
+            try:
+                while pipe.poll():
+                    self.on_message(worker, pipe.recv())
+            except (EOFError, OSError):
+                self.on_worker_death(worker)
+            except Exception:  # a garbled message from one worker: drop that worker only
+                log.exception("bad message from worker %s; replacing it", worker.slot)
+                self.pool.kill(worker)
+                self.on_worker_death(worker)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- messages ----------------------------------------------------------------------------------
+
+    def on_message(self, worker: Worker, msg) -> None:
+        kind = msg[0]
+        if kind == BOUNCED:
+            self.on_bounced(worker, msg[1], msg[2] if len(msg) > 2 else None)
+            return
+        task = msg[1]
+        run = self.table.get(task)
+        if kind == LINK_REQUEST:
+            self._on_link_request(worker, run, msg[2], msg[3])
+        elif kind == SPAWNED:
+            worker.child_pid = msg[2]
+            if run is None or run.outcome is not None or (run.end_reason is not None and run.stop_deadline is None):
+                self.pool.kill(worker)  # it was already being ended: its new process group too
+            self.on_tasks_changed()
+        elif kind == DONE:
+            if run is not None:
+                self.table.detach(run, worker)
+            self.pool.release(worker, task)
+            if run is not None and run.outcome is None:
+                if msg[2].kind in ("ok", "error"):  # it ran its course (not cut short, not skipped)
+                    self.short_jobs.observe(run.row, msg[2].elapsed)
+                self.finish(run, msg[2])
+
+    def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple) -> None:
+        """Answer a listener run's store request (worker/node_link.py); anything else is refused."""
+        value: object
+        if run is None or run.worker is not worker or run.key.type != JobType.INTERFACE_LISTENER \
+                or self.answer_listener is None:
+            ok, value = False, "store requests are answered for a listener run on this worker only"
+        else:
+            try:
+                ok, value = True, self.answer_listener(run.row, op, args)
+            except Exception as exc:  # the listener's run reports it; the node goes on
+                log.warning("store request %s of listener %s failed: %s", op, run.key, exc,
+                            extra=job_extra(run.key, run.facts.epoch))
+                ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
+        with worker.send_lock:
+            worker.conn.send((LINK_ANSWER, ok, value))
+
+    def on_bounced(self, worker: Worker, tasks: list[int], slow: int | None) -> None:
+        """A train's runs sent back unstarted (the run ahead of them is taking long): the node's
+        loop gives each that holds a slot a worker of its own, passengers go back to the store,
+        and the slow job is no longer taken for a short one."""
+        ahead = self.table.get(slow) if slow is not None else None
+        if ahead is not None:
+            self.short_jobs.ran_long(ahead.row)
+        for task in tasks:
+            self.pool.release(worker, task)
+            with self.table.lock:
+                run = self.table.get(task)
+                passenger = self.table.send_back(run, worker, ahead) if run is not None else None
+            if passenger:  # no slot to run in: back to the store for any node (no try counted)
+                assert run is not None
+                self.finish(run, Outcome(RELEASED, error=NOT_STARTED))
+        self.on_outcome()  # wake the node's loop
+
+    def on_worker_death(self, worker: Worker) -> None:
+        tasks = list(worker.tasks)  # [0] was running; the rest of a train never began
+        self.pool.kill_children(worker)  # whatever it started (a PROCESS job's group) goes with it
+        self.pool.forget(worker)
+        for i, task in enumerate(tasks):
+            with self.table.lock:  # nothing ends the run between this look and its outcome
+                run = self.table.get(task)
+                if run is None or run.outcome is not None or run.worker is not worker:
+                    continue
+                if i == 0 and worker.killed_for in (None, task):
+                    code = worker.process.exitcode
+                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})")
+                elif i == 0:  # killed to end a train-mate that had just ended: this one is innocent
+                    outcome = Outcome(RELEASED, error="its worker was killed to end the run before it")
+                else:
+                    outcome = Outcome(RELEASED, error=NOT_STARTED)
+                self.finish(run, outcome)

@@ -1,0 +1,158 @@
+"""Trains and passengers: which runs share a worker, and which rows ride beyond the free slots.
+
+Runs of jobs known to be short (their last runs each took well under a millisecond) that are
+started together go to one worker as a *train*: one message instead of one per run, and one
+process woken. A train runs one run at a time, so besides the runs that hold pool slots it
+may carry *passengers*: rows of known-short jobs claimed beyond the free slots (up to
+TRAIN_RUNS - 1 per slot-holding short run of the same claim batch), each of which takes over
+a slot when a train-mate that holds one is done (runs.py).
+
+The planning here is pure (no store, no lock, no clock): :func:`plan_trains` for the runs
+started together, :func:`passenger_room` and :func:`seat_passengers` for a claim pass
+(reconcile.py). :class:`ShortJobs` remembers which jobs are short.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
+
+from ..worker.board import TRAIN_RUNS
+from ..model import Job, JobType
+from .runs import Run
+
+SHORT_RUN = 0.001  # seconds: a job whose runs typically take less than this may ride a train
+_SHORT_SEEN = 3  # ... once this many of its runs have been seen
+_SHORT_WINDOW = 9  # its last runs, whose median is "typically" (one run preempted on a busy host does not count)
+_MAX_KNOWN = 10_000  # job names remembered at most (many one-off names: start over)
+
+
+class ShortJobs:
+    """How long each job's last runs took, and so which jobs are short now."""
+
+    def __init__(self) -> None:
+        self.durations: dict[tuple[str, str], collections.deque[float]] = {}  # (type, name) -> last runs' seconds
+        self.short: set[tuple[str, str]] = set()  # the (type, name)s known to be short now
+
+    def is_short(self, row: Job) -> bool:
+        """Whether runs of ``row``'s job are known to be short (they may ride on a train)."""
+        return (row.key.type, row.key.name) in self.short
+
+    def observe(self, row: Job, elapsed: float) -> None:
+        """Remember how long a run of this job took (one that ran its course)."""
+        key = (row.type, row.name)
+        if len(self.durations) > _MAX_KNOWN and key not in self.durations:
+            self.durations.clear()  # bounded: many one-off names
+            self.short.clear()
+        self.learn(key, [elapsed])
+
+    def ran_long(self, row: Job) -> None:
+        """A run of this job held up its train: short again only after most of a window of
+        short runs."""
+        self.learn((row.type, row.name), [SHORT_RUN * 10] * _SHORT_WINDOW)
+
+    def learn(self, key: tuple[str, str], elapsed: list[float]) -> None:
+        last = self.durations.get(key)
+        if last is None:
+            last = self.durations[key] = collections.deque(maxlen=_SHORT_WINDOW)
+        last.extend(elapsed)
+        if key[0] == JobType.USER_JOB and len(last) >= _SHORT_SEEN and sorted(last)[len(last) // 2] < SHORT_RUN:
+            self.short.add(key)
+        else:
+            self.short.discard(key)
+
+
+def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool]) -> tuple[list[list[Run]], list[Run]]:
+    """The trains to send (each a list of runs for one worker) and the passengers left with no
+    room (not expected: claims leave them room; they are given back).
+
+    Each run goes alone, except runs of known-short jobs and passengers: those of one pool go
+    in trains of up to TRAIN_RUNS, at least 2 (two workers start at once) and no more than they
+    hold slots. Cut by start time (a prepared fire's is its due time), each train gets slot
+    holders and passengers fill it up, and runs in start-time order."""
+    trains: list[list[Run]] = []
+    short: dict[str, list[Run]] = {}
+    for r in runs:
+        if not r.holds_slot or is_short(r.row):
+            short.setdefault(r.pool, []).append(r)
+        else:
+            trains.append([r])
+    no_room: list[Run] = []
+    for group in short.values():
+        cars, left = _cars(group)
+        trains.extend(cars)
+        no_room.extend(left)
+    return trains, no_room
+
+
+def _cars(group: list[Run]) -> tuple[list[list[Run]], list[Run]]:
+    """The trains of one pool's short runs and passengers, and the passengers left over."""
+    # By start time (a prepared fire's is its due time): a train runs in order, so a run must
+    # not wait behind one due later (fires of a lead of up to 1 s mix here).
+    group.sort(key=lambda r: r.facts.started)
+    holders = [r for r in group if r.holds_slot]
+    riders = [r for r in group if not r.holds_slot]
+    # One run goes alone; more: at least two trains, as few as hold TRAIN_RUNS each.
+    count = len(holders) if len(group) < 2 else min(len(holders), max(2, -(-len(group) // TRAIN_RUNS)))
+    cars = chunks(holders, count)
+    size = min(TRAIN_RUNS, -(-len(group) // count)) if count else 0
+    at = 0
+    for car in cars:  # passengers fill the cars up to an even size, in claim order
+        take = max(0, size - len(car))
+        car.extend(riders[at:at + take])
+        at += take
+    for car in cars:
+        car.sort(key=lambda r: r.facts.started)
+    return cars, riders[at:]
+
+
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], count: int) -> list[list[T]]:
+    """``items`` in ``count`` contiguous parts of sizes differing by at most one."""
+    size, extra = divmod(len(items), count) if count else (0, 0)
+    out, at = [], 0
+    for i in range(count):
+        n = size + (1 if i < extra else 0)
+        out.append(list(items[at:at + n]))
+        at += n
+    return out
+
+
+class _Limit(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+L = TypeVar("L", bound=_Limit)
+
+
+def passenger_room(chosen: Iterable[tuple[Job, tuple[_Limit, bool]]], is_short: Callable[[Job], bool]) -> dict[str, int]:
+    """Passengers each pool may take, for the rows ``chosen`` to claim as (row, (limit,
+    exceptional)): TRAIN_RUNS - 1 per chosen short run of it (not an exceptional one)."""
+    room: dict[str, int] = {}
+    for row, (lim, exceptional) in chosen:
+        if not exceptional and is_short(row):
+            room[lim.name] = room.get(lim.name, 0) + TRAIN_RUNS - 1
+    return room
+
+
+def seat_passengers(riders: Iterable[Job], room: dict[str, int],
+                    pools_of: Callable[[Job], Iterable[L]]) -> list[tuple[Job, tuple[L, bool], bool]]:
+    """Seat ``riders`` (claimable known-short rows, in claim order) within ``room``, each in
+    the first of its pools (``pools_of``, in preference order) with room left: the claims as
+    (row, (limit, False), True)."""
+    room = dict(room)
+    left = sum(room.values())
+    out: list[tuple[Job, tuple[L, bool], bool]] = []
+    for row in riders:
+        for lim in pools_of(row):
+            if room.get(lim.name, 0) > 0:
+                room[lim.name] -= 1
+                left -= 1
+                out.append((row, (lim, False), True))
+                break
+        if not left:
+            break
+    return out

@@ -1,0 +1,204 @@
+"""Outcome write-back: post-execution, the row a run leaves behind.
+
+The node's loop writes all outcomes that are ready in one ``cas_each`` (group commit), in the
+same store transaction as the claims that refill the freed slots (see
+``Executor.holding_starts``). Every write is fenced: it is conditioned on the (status, epoch,
+worker_id, revision) this node holds, and a write that loses is decided again from the
+current row. If the row is no longer ours (another node took it over), the run's bookkeeping
+stops there and that is logged. Nothing is dropped: an outcome that cannot be written now
+(the store is failing) goes back to the queue and is tried again after ``retry_at``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Callable
+
+from ..clock import Clock
+from ..worker.protocol import LEASE_LOST, OK, Outcome
+from ..worker.runner import clean_text
+from ..logs import job_extra
+from ..model import Job, Status, advance
+from ..store.base import JobStore
+from .decisions import after_run, run_record
+from .runs import Run, RunTable
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
+
+log = logging.getLogger("fabricjobs.node.executor")
+
+_REDECIDE = 20  # rounds of write, re-read and decide again for outcomes that lost their write
+_RETRY_PAUSE = 0.2  # seconds: outcomes wait this long for a failing or contended store
+
+_Todo = list[tuple[Run, Outcome, Job | None]]  # an outcome and the row it is decided on
+
+
+class OutcomeWriter:
+    def __init__(
+        self,
+        store: JobStore,
+        table: RunTable,
+        clock: Clock,
+        *,
+        max_tries: int,
+        retry_delay: float,
+        zone,
+        on_scheduled: Callable[[Job], None],
+        on_final: Callable[[Job], None],
+        on_freed: Callable[[], None],
+        on_tasks_changed: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.table = table
+        self.clock = clock
+        self.max_tries = max_tries
+        self.retry_delay = timedelta(seconds=retry_delay)
+        self.zone = zone
+        self.on_scheduled = on_scheduled
+        self.on_final = on_final
+        self.on_freed = on_freed
+        self.on_tasks_changed = on_tasks_changed
+        self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
+        self.shutting_down = False
+        self.metrics: Metrics | None = None
+        self._uncommitted: list | None = None  # outcomes written in an open transaction
+
+    def due(self) -> bool:
+        """Whether outcomes may be written now (not while waiting for a failing store)."""
+        if self.retry_at is not None:
+            if self.clock.monotonic() < self.retry_at:
+                return False
+            self.retry_at = None
+        return True
+
+    def write(self, pending: list[tuple[Run, Outcome]]) -> None:
+        """Write ``pending``: one cas_each for the batch, then each loser re-read and decided
+        again; what cannot be written now goes back to the queue. Called by the node's loop
+        only (one writer of outcomes)."""
+        if not pending:
+            return
+        now = self.clock.now()
+        todo: _Todo = [(run, outcome, run.row) for run, outcome in self._with_lease(pending)]
+        retry: list[tuple[Run, Outcome]] = []
+        for _ in range(_REDECIDE):
+            if not todo:
+                break
+            todo = self._write_round(todo, now, retry)
+        retry.extend((run, outcome) for run, outcome, _ in todo)
+        if retry:
+            self.table.requeue(retry)
+            self.retry_at = self.clock.monotonic() + _RETRY_PAUSE  # the store is failing or contended: pause
+
+    def _with_lease(self, pending: list[tuple[Run, Outcome]]) -> list[tuple[Run, Outcome]]:
+        """The outcomes that may be written: without a lease during shutdown nothing of ours
+        may be, so the row is left as it is, and whoever takes it over re-runs it."""
+        out = []
+        for run, outcome in pending:
+            if self.shutting_down and outcome.kind == LEASE_LOST:
+                log.info("'%s' ended without a lease during shutdown; left for a re-run", run.key)
+                self._done(run)
+            else:
+                out.append((run, outcome))
+        return out
+
+    def _write_round(self, todo: _Todo, now: datetime, retry: list[tuple[Run, Outcome]]) -> _Todo:
+        """Decide and write each of ``todo`` once; return those whose write lost, with the row
+        read again (adds to ``retry`` what cannot be decided, written or read now)."""
+        pairs, order, records = [], [], []
+        for run, outcome, row in todo:
+            ended = run.ended or now  # not the write time: a slow write must not skip fires
+            try:
+                decision = self._decide(run, outcome, row, ended)
+            except Exception:
+                log.exception("cannot decide the outcome of '%s'; trying again", run.key)
+                retry.append((run, outcome))
+                continue
+            if decision is None:
+                self._lost(run, row)
+                continue
+            assert row is not None  # a decision is made on a row only
+            pairs.append((row, decision))
+            order.append((run, outcome))
+            records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
+        results: list = self.store.cas_each(
+            pairs, records, lambda expected: log.exception("post-execution write of '%s' failed", expected.key))
+        again: _Todo = []
+        for (run, outcome), record, res in zip(order, records, results):
+            if res is None:
+                retry.append((run, outcome))
+            elif res.applied:
+                if self._uncommitted is not None:  # in a transaction: applied once it commits
+                    self._uncommitted.append((run, outcome, res.row, record.result))
+                else:
+                    self._applied(run, outcome, res.row, record.result)
+            else:
+                try:
+                    again.append((run, outcome, self.store.get(run.key)))
+                except Exception:
+                    log.exception("cannot re-read '%s'; trying again", run.key)
+                    retry.append((run, outcome))
+        return again
+
+    def _decide(self, run: Run, outcome: Outcome, row: Job | None, now: datetime) -> Job | None:
+        decision = after_run(
+            row, run.facts, outcome, now, max_tries=self.max_tries, retry_delay=self.retry_delay, zone=self.zone,
+        )
+        if decision is None:
+            return None
+        event, new = decision
+        error = clean_text(new.error_msg, 4000)
+        if error != new.error_msg:
+            new = new.replace(error_msg=error)
+        return advance(row, event, new)
+
+    # -- in a transaction --------------------------------------------------------------------------
+
+    def begin(self, in_transaction: bool) -> None:
+        """Outcomes written from now on count as written only once the transaction commits."""
+        self._uncommitted = [] if in_transaction and self.store.groups_writes else None
+
+    def commit(self) -> None:
+        uncommitted, self._uncommitted = self._uncommitted or [], None
+        for run, outcome, row, result in uncommitted:
+            self._applied(run, outcome, row, result)
+
+    def roll_back(self) -> None:
+        """The transaction failed (a full disk at COMMIT): its outcomes are written again,
+        instead of their runs being forgotten with their rows still IN_PROCESS."""
+        uncommitted, self._uncommitted = self._uncommitted or [], None
+        if uncommitted:
+            log.warning("the write of %d outcome(s) was rolled back; writing them again", len(uncommitted))
+            self.table.requeue([(run, outcome) for run, outcome, _row, _result in uncommitted])
+            self.retry_at = self.clock.monotonic() + _RETRY_PAUSE
+
+    # -- the run is done ---------------------------------------------------------------------------
+
+    def _applied(self, run: Run, outcome: Outcome, row: Job, result: str) -> None:
+        if outcome.kind != OK and row.status in (Status.WAITING, Status.FAILED):
+            log.info("job %s failed (%s): %s", run.key, outcome.kind, outcome.error)
+        if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
+            log.info("job %s status was updated to %s.", run.key, row.status.value, extra=job_extra(run.key, run.facts.epoch))
+        self._done(run)
+        if self.metrics is not None:  # only once the run left the running gauge (_done)
+            self.metrics.execution(run.row.type, result)
+        if row.status is Status.SCHEDULED:
+            self.on_scheduled(row)
+        elif row.archived:
+            self.on_final(row)
+
+    def _lost(self, run: Run, row: Job | None) -> None:
+        if row is None:
+            log.warning("'%s' vanished while running; its outcome is dropped", run.key)
+        else:
+            log.warning(
+                "'%s' is no longer ours (owner %s, epoch %s; ours was %s): outcome not written (fenced)",
+                run.key, row.worker_id, row.epoch, run.facts.epoch, extra=job_extra(run.key, run.facts.epoch),
+            )
+        self._done(run)
+
+    def _done(self, run: Run) -> None:
+        self.table.forget(run)
+        self.on_freed()
+        self.on_tasks_changed()
