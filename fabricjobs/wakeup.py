@@ -75,40 +75,8 @@ class Doorbell:
             sock.close()
             return None
         stopped = threading.Event()
-        me = os.getuid()
-        creds_size = socket.CMSG_SPACE(struct.calcsize("3i"))
-
-        def trusted(ancdata) -> bool:
-            for level, kind, data in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
-                    _pid, uid, _gid = struct.unpack("3i", data[:12])
-                    return uid in (me, 0)
-            return False
-
-        def loop() -> None:
-            last = 0.0
-            while not stopped.is_set():
-                try:
-                    _data, ancdata, _flags, _addr = sock.recvmsg(64, creds_size)
-                except OSError:
-                    return
-                if not trusted(ancdata):
-                    continue
-                wait = last + RING_INTERVAL - time.monotonic()
-                if wait > 0 and stopped.wait(wait):
-                    return
-                while True:  # what rang meanwhile is answered by this one pass
-                    try:
-                        sock.recv(64, socket.MSG_DONTWAIT)
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError:
-                        return
-                last = time.monotonic()
-                if not stopped.is_set():
-                    on_ring()
-
-        threading.Thread(target=loop, name=f"doorbell-{node}", daemon=True).start()
+        threading.Thread(target=_answer_rings, args=(sock, stopped, on_ring), name=f"doorbell-{node}",
+                         daemon=True).start()
 
         def stop() -> None:
             stopped.set()
@@ -125,3 +93,46 @@ class Doorbell:
             if self._send is not None:
                 self._send.close()
                 self._send = None
+
+
+_CREDS_SIZE = socket.CMSG_SPACE(struct.calcsize("3i"))
+
+
+def _trusted(ancdata, me: int) -> bool:
+    """Whether a ring came from this user or root (the credentials the kernel attached)."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+            _pid, uid, _gid = struct.unpack("3i", data[:12])
+            return uid in (me, 0)
+    return False
+
+
+def _drained(sock: socket.socket) -> bool:
+    """Read what rang meanwhile (answered by the one pass to come); False once the socket is closed."""
+    while True:
+        try:
+            sock.recv(64, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+
+
+def _answer_rings(sock: socket.socket, stopped: threading.Event, on_ring: Callable[[], None]) -> None:
+    me = os.getuid()
+    last = 0.0
+    while not stopped.is_set():
+        try:
+            _data, ancdata, _flags, _addr = sock.recvmsg(64, _CREDS_SIZE)
+        except OSError:
+            return
+        if not _trusted(ancdata, me):
+            continue
+        wait = last + RING_INTERVAL - time.monotonic()
+        if wait > 0 and stopped.wait(wait):
+            return
+        if not _drained(sock):
+            return
+        last = time.monotonic()
+        if not stopped.is_set():
+            on_ring()

@@ -263,17 +263,16 @@ def test_a_run_is_counted_as_ended_only_once_it_left_the_running_gauge(tmp_path)
 
     clock = ManualClock()
     store = SqliteStore(tmp_path / "jobs.db")
-    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
-                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
-                        on_tasks_changed=lambda: None)
-    executor._launch = lambda *runs: None
     running_when_counted: list[int] = []
 
     class Metrics:
         def execution(self, job_type: str, result: str) -> None:
             running_when_counted.append(executor.running())
 
-    executor.metrics = Metrics()
+    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None, metrics=Metrics())  # type: ignore[arg-type]
+    executor._launch = lambda *runs: None
     for uid in ("a", "b"):
         row = Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
                   epoch=1, start_time=clock.now())

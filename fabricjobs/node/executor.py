@@ -73,6 +73,8 @@ class Executor:
         on_outcome: Callable[[], None] = lambda: None,
         on_dispatch: Callable[[JobKey, datetime | None], None] = lambda key, due: None,
         answer_listener: Callable[[Job, str, tuple], object] | None = None,
+        table: RunTable | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -85,7 +87,7 @@ class Executor:
         self.on_tasks_changed = on_tasks_changed
         self.on_outcome = on_outcome  # an outcome is ready to be written (wakes the node loop)
         self.on_dispatch = on_dispatch  # a run reached its worker (the scheduler times its fires)
-        self.table = RunTable()
+        self.table = table or RunTable()
         self.short_jobs = ShortJobs()
         self.collector = Collector(
             self.table, pool, self.short_jobs, finish=lambda run, outcome: self._finish_later(run, explain(run, outcome, me)),
@@ -95,21 +97,14 @@ class Executor:
         self.writer = OutcomeWriter(
             store, self.table, clock, max_tries=max_tries, retry_delay=retry_delay, zone=zone,
             on_scheduled=on_scheduled, on_final=on_final, on_freed=on_freed, on_tasks_changed=on_tasks_changed,
+            metrics=metrics,
         )
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held
         self._held_in_transaction = True  # ... until the transaction commits (else: launch_held)
-        self._metrics: Metrics | None = None
+        self.metrics = metrics
 
     # -- what the node sets and reads ----------------------------------------------------------------
-
-    @property
-    def metrics(self) -> Metrics | None:
-        return self._metrics
-
-    @metrics.setter
-    def metrics(self, metrics: Metrics | None) -> None:  # set by the node once it has them
-        self._metrics = self.writer.metrics = metrics
 
     @property
     def retry_at(self) -> float | None:
@@ -277,8 +272,8 @@ class Executor:
                         continue
                 raise
             for run in train:
-                if self._metrics is not None and run.facts.due is not None:
-                    self._metrics.fire_lag(max((now - run.facts.due).total_seconds(), 0.0))
+                if self.metrics is not None and run.facts.due is not None:
+                    self.metrics.fire_lag(max((now - run.facts.due).total_seconds(), 0.0))
                 self.on_dispatch(run.key, run.facts.due)
             self.collector.wake()
             return

@@ -60,7 +60,10 @@ class Heartbeat:
         on_recovered: Callable[[], None],
         on_lapse: Callable[[int], None],
         on_displaced: Callable[[NodeRow], None],
+        poked: threading.Event | None = None,
     ) -> None:
+        """``poked``: set when the running tasks changed (Signals.tasks_changed): they are
+        published within 100 ms."""
         self.store = store
         self.board = board
         self.clock = clock
@@ -84,7 +87,7 @@ class Heartbeat:
         self._on_recovered = on_recovered
         self._on_lapse = on_lapse
         self._on_displaced = on_displaced
-        self._wake = threading.Event()
+        self._wake = poked or threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

@@ -129,3 +129,11 @@ class Metrics:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+
+
+def running_by_type(runs: Iterable) -> list[tuple[str, str, int]]:
+    """(job type, pool, runs) for the running gauge, from a node's runs."""
+    counts: dict[tuple[str, str], int] = {}
+    for run in runs:
+        counts[(run.row.type, run.pool)] = counts.get((run.row.type, run.pool), 0) + 1
+    return [(t, a, n) for (t, a), n in sorted(counts.items())]

@@ -1,10 +1,12 @@
-"""One node: its lifecycle, and the wiring of its parts.
+"""One node: its lifecycle, and the wiring of its parts, built in this order (each from the
+ones before it; what flows back goes through signals.Signals):
 
-    heartbeat  -> the nodes row and the lease (fences the node when it cannot write)
-    reconcile  -> claims, takeovers, stop/restart/kill (the main thread's loop)
-    scheduler  -> fires owned SCHEDULED jobs at their due time
-    executor   -> runs on worker processes, post-execution writes
-    liveness   -> who is dead, by watching beat counters on this node's monotonic clock
+    board, liveness, pool -> the lease, who is dead, the worker processes
+    run table, metrics    -> the node's runs (executor parts share it), what it exports
+    scheduler             -> fires owned SCHEDULED jobs at their due time
+    executor              -> runs on worker processes, post-execution writes
+    heartbeat             -> the nodes row and the lease (fences the node when it cannot write)
+    reconcile             -> claims, takeovers, stop/restart/kill (the main thread's loop)
 
 Start-up refuses a name that a live node uses. Shutdown (SIGTERM, Ctrl-C; SPEC 7.8) stops
 claiming, aborts running jobs, waits SHUTDOWN_GRACE_SEC, kills what is left, and marks the
@@ -14,8 +16,6 @@ left as they are, to be re-run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import json
 import logging
 import os
@@ -23,15 +23,13 @@ import random
 import signal
 import socket
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Callable
 
 from ..affinity import NodeAffinity
 from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
-from ..errors import ConfigError
 from ..errors import FabricJobsError
 from ..worker.board import Board
 from .. import dependencies
@@ -43,9 +41,13 @@ from ..wakeup import Doorbell
 from .executor import EndReason, Executor
 from .heartbeat import Heartbeat
 from .liveness import Liveness
-from .metrics import Metrics
+from .metrics import Metrics, running_by_type
+from .parts import ReconcileParts
 from .reconcile import Reconciler
+from .runs import RunTable
 from .scheduler import Scheduler
+from .settings import NodeSettings
+from .signals import Signals
 from ..worker.pool import WorkerPool
 
 if TYPE_CHECKING:
@@ -66,68 +68,6 @@ class NodeStartError(FabricJobsError):
     """The node cannot start (its name is taken by a live node, ...)."""
 
 
-@dataclass(frozen=True)
-class NodeSettings:
-    pool_size: int
-    max_tries: int
-    retry_delay: float
-    reconcile_interval: float
-    owner_precedence_ms: int
-    lane_patience_ms: int
-    stop_grace: float
-    shutdown_grace: float
-    claim_exceptional_sec: float
-    give_up_min_minutes: float
-    give_up_max_minutes: float
-    archive_hours: float
-    heartbeat_interval: float
-    heartbeat_miss: int
-    output_max: int
-    run_log_max: int
-    worker_idle: float
-    priority_aging_sec: float
-    dependency_check_sec: float
-
-    @classmethod
-    def from_config(cls, c: Config) -> "NodeSettings":
-        g = c.get
-        return cls(
-            pool_size=g("jobs", "K2JOBS_POOL_SIZE"),
-            max_tries=g("jobs", "MAX_TRIES"),
-            retry_delay=g("jobs", "RETRY_DELAY_SEC"),
-            reconcile_interval=g("jobs", "RECONCILE_INTERVAL_MS") / 1000.0,
-            owner_precedence_ms=g("jobs", "OWNER_PRECEDENCE_MS"),
-            lane_patience_ms=g("jobs", "LANE_PATIENCE_MS"),
-            stop_grace=g("jobs", "STOP_GRACE_SEC"),
-            shutdown_grace=g("jobs", "SHUTDOWN_GRACE_SEC"),
-            claim_exceptional_sec=g("jobs", "CLAIM_EXCEPTIONAL_INTERVAL_SEC"),
-            give_up_min_minutes=g("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES"),
-            give_up_max_minutes=g("jobs", "MAX_GIVE_UP_EXCEPTIONAL_MINUTES"),
-            archive_hours=g("jobs", "K2JOB_ARCHIVING_TIME_HOUR"),
-            heartbeat_interval=g("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS") / 1000.0,
-            heartbeat_miss=g("heartbeat", "FABRIC_HEARTBEAT_MISS"),
-            output_max=g("jobs", "OUTPUT_MAX_BYTES"),
-            run_log_max=g("jobs", "RUN_LOG_MAX_BYTES"),
-            priority_aging_sec=g("jobs", "PRIORITY_AGING_SEC"),
-            dependency_check_sec=g("jobs", "DEPENDENCY_CHECK_SEC"),
-            worker_idle=g("jobs", "WORKER_IDLE_SEC"),
-        )
-
-    @property
-    def dead_after(self) -> float:
-        return self.heartbeat_interval * self.heartbeat_miss
-
-    def check(self) -> None:
-        from .heartbeat import lease_seconds
-
-        lease = lease_seconds(self.heartbeat_interval, self.heartbeat_miss)
-        if lease < self.heartbeat_interval:
-            raise ConfigError(
-                f"[heartbeat] FABRIC_HEARTBEAT_MISS ({self.heartbeat_miss}) is too small for an interval of "
-                f"{self.heartbeat_interval * 1000:.0f} ms: a run's lease ({lease:.2f} s) must outlast one beat"
-            )
-
-
 def next_full_pass(periodic: float, verdict: float | None, now: float) -> float:
     """When the loop's next full pass is due (monotonic): at its period, or just after the
     earliest moment a silent peer could be judged dead if that comes first, so that a crash is
@@ -140,6 +80,9 @@ def next_full_pass(periodic: float, verdict: float | None, now: float) -> float:
 
 
 class Node:
+    """A node: its parts, built in dependency order (each from the parts it uses, none handed
+    the Node), and its lifecycle. What flows back between parts goes through :class:`Signals`."""
+
     def __init__(
         self,
         config: Config,
@@ -151,76 +94,83 @@ class Node:
         log_format: str = "text",
     ) -> None:
         self.config = config
-        self.settings = NodeSettings.from_config(config)
-        self.settings.check()
+        self.settings = s = NodeSettings.from_config(config)
+        s.check()
         self.name = name or config.node_name
         self.dc = config.get("node", "DC")
         self.zone = resolve_zone(config.get("node", "TIME_ZONE") or None)
         self.clock = clock or SystemClock()
         self.node_id = node_id if node_id is not None else load_node_id(config.get("node", "NODE_ID_FILE"))
-        self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, self.settings.pool_size)
+        self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, s.pool_size)
         self.catalog = JobCatalog.from_config(config)
         self.catalog.check_directories()  # before anything is opened: a refusal leaves nothing behind
         self.store = store or open_store(config)
         self.doorbell = Doorbell.for_store(self.store)
-        self.stopping = False
-        self.fenced = False
-        self._wake = threading.Event()
-        self._full = threading.Event()
-        self._stop = threading.Event()
+        self.signals = Signals()
         self._started = False
-        self.parents_changed = threading.Event()  # a job ended here: blocked children may be free
+        self._stop_doorbell: Callable[[], None] | None = None
+        self._listener_requests: ListenerRequests | None = None  # built at a listener's first request
+        self._build_parts(s, log_format)
 
-        s = self.settings
+    def _build_parts(self, s: NodeSettings, log_format: str) -> None:
+        """Each part from the ones before it: no callback into a part not yet built."""
         self.board = Board.create(s.pool_size)
         self.liveness = Liveness(self.name, self.clock, s.dead_after)
         self.pool = WorkerPool(
             self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
             log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format,
         )
-        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.wake, zone=self.zone,
-                                   max_ahead=max(1, s.pool_size // 2))
-        self.heartbeat = Heartbeat(
-            self.store, self.board, self.clock, name=self.name, dc=self.dc,
-            interval=s.heartbeat_interval, miss=s.heartbeat_miss,
-            info=self._info, tasks=lambda: self.executor.tasks(), running=lambda: self.executor.running(),
-            on_fenced=self._on_fenced, on_recovered=self._on_recovered,
-            on_lapse=lambda generation: self.executor.end_generation(generation),
-            on_displaced=self._on_displaced,
-        )
-        self.executor = Executor(
-            self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
-            retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
-            on_scheduled=self.scheduler.add, on_freed=self.wake, on_tasks_changed=self.heartbeat.poke,
-            on_final=self._on_final, on_outcome=self.wake, on_dispatch=self.scheduler.dispatched,
-            answer_listener=self._answer_listener,
-        )
-        self._listener_requests: ListenerRequests | None = None  # built at a listener's first request (imports the commands)
-        self.reconciler = Reconciler(self)
+        table = RunTable()
         self.metrics = Metrics(
-            config.get("metrics", "PORT"), config.get("metrics", "ADDRESS"),
-            running=self._running_by_type, peer_ages=self.liveness.ages,
+            self.config.get("metrics", "PORT"), self.config.get("metrics", "ADDRESS"),
+            running=lambda: running_by_type(table.all()), peer_ages=self.liveness.ages,
             lease_remaining=lambda: max(0.0, self.board.lease_until() - self.clock.monotonic()),
             store_stats=lambda: self.store.stats,
         )
-        self.executor.metrics = self.metrics
+        self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.signals.wake, zone=self.zone,
+                                   max_ahead=max(1, s.pool_size // 2))
+        self.executor = Executor(
+            self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
+            retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
+            on_scheduled=self.scheduler.add, on_freed=self.signals.wake, on_tasks_changed=self.signals.publish_tasks,
+            on_final=self.signals.job_final, on_outcome=self.signals.wake, on_dispatch=self.scheduler.dispatched,
+            answer_listener=self._answer_listener, table=table, metrics=self.metrics,
+        )
+        self.heartbeat = Heartbeat(
+            self.store, self.board, self.clock, name=self.name, dc=self.dc,
+            interval=s.heartbeat_interval, miss=s.heartbeat_miss,
+            info=self._info, tasks=self.executor.tasks, running=self.executor.running,
+            on_fenced=self._on_fenced, on_recovered=self._on_recovered,
+            on_lapse=self.executor.end_generation, on_displaced=self._on_displaced,
+            poked=self.signals.tasks_changed,
+        )
+        self.reconciler = Reconciler(self.name, s, ReconcileParts(
+            store=self.store, executor=self.executor, scheduler=self.scheduler, liveness=self.liveness,
+            affinity=self.affinity, board=self.board, clock=self.clock, metrics=self.metrics,
+            signals=self.signals, doorbell=self.doorbell))
 
-    # -- wiring helpers ----------------------------------------------------------------------------
+    # -- what the parts call back --------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> bool:
+        return self.signals.fenced
+
+    @property
+    def stopping(self) -> bool:
+        return self.signals.stopping
+
+    @property
+    def parents_changed(self):
+        return self.signals.parents_changed
 
     def _info(self) -> dict:
         info = self.affinity.to_info()
-        info["running"] = self.executor.per_pool() if hasattr(self, "executor") else {}
+        info["running"] = self.executor.per_pool()
         info["zone"] = str(self.zone)
         ticks = _process_start(os.getpid())
         if ticks is not None:
             info["pid_start"] = ticks  # with pid, names this process: a pid alone may be reused
         return info
-
-    def _running_by_type(self) -> list[tuple[str, str, int]]:
-        counts: dict[tuple[str, str], int] = {}
-        for run in self.executor.runs():
-            counts[(run.row.type, run.pool)] = counts.get((run.row.type, run.pool), 0) + 1
-        return [(t, a, n) for (t, a), n in sorted(counts.items())]
 
     def _answer_listener(self, listener, op: str, args: tuple):
         """A listener run's store request, answered here (its worker holds no store)."""
@@ -232,41 +182,30 @@ class Node:
                 CommandService(self.store, self.config, self.clock, catalog=self.catalog, doorbell=self.doorbell))
         return self._listener_requests.answer(listener, op, args)
 
-    def _on_final(self, row) -> None:
-        """A job here reached a final status: its children (if any) may be free now."""
-        self.parents_changed.set()
-        self.wake()
-
-    def ring_peers(self) -> None:
-        """Wake the other nodes on this host (jobs became claimable)."""
-        if self.doorbell.enabled:
-            self.doorbell.ring(r.name for r in self.reconciler.peers if r.name != self.name)
-
     def wake(self) -> None:
         """Run a claim pass now (a slot freed, a job came due)."""
-        self._wake.set()
+        self.signals.wake()
 
     def wake_full(self) -> None:
         """Run a full pass now (a shell changed something)."""
-        self._full.set()
-        self._wake.set()
+        self.signals.wake_full()
 
-    def _on_fenced(self) -> None:
-        self.fenced = True
+    def _fence(self, why: str) -> None:
+        self.signals.fenced = True
         self.scheduler.paused = True
         for run in self.executor.runs():
-            self.executor.kill(run, EndReason.LEASE, "run ended: this node could not renew its lease")
+            self.executor.kill(run, EndReason.LEASE, why)
+
+    def _on_fenced(self) -> None:
+        self._fence("run ended: this node could not renew its lease")
 
     def _on_displaced(self, row) -> None:
         """Another instance runs under this name now: stop at once, without touching rows."""
-        self.fenced = True
-        self.scheduler.paused = True
-        for run in self.executor.runs():
-            self.executor.kill(run, EndReason.LEASE, "run ended: another instance took this node's name")
+        self._fence("run ended: another instance took this node's name")
         self.stop()
 
     def _on_recovered(self) -> None:
-        self.fenced = False
+        self.signals.fenced = False
         self.scheduler.paused = False
         self.wake_full()
 
@@ -336,12 +275,13 @@ class Node:
         s = self.settings
         next_full = 0.0
         next_purge = self.clock.monotonic() + random.uniform(1, 5)
-        while not self._stop.is_set():
+        sig = self.signals
+        while not sig.stop.is_set():
             mono = self.clock.monotonic()
-            full = self._full.is_set() or mono >= next_full
-            self._wake.clear()
+            full = sig.full.is_set() or mono >= next_full
+            sig.wakeup.clear()
             if full:
-                self._full.clear()
+                sig.full.clear()
                 next_full = mono + s.reconcile_interval
             try:
                 began = time.perf_counter()
@@ -363,7 +303,7 @@ class Node:
             if self.executor.retry_at is not None:
                 timeout = min(timeout, max(self.executor.retry_at - self.clock.monotonic(), 0.01))
             if timeout > 0:
-                self._wake.wait(timeout)
+                sig.wakeup.wait(timeout)
         self._shutdown()
 
     def _pass(self, full: bool) -> None:
@@ -434,17 +374,16 @@ class Node:
                          retention.total_seconds() / 3600)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        self.signals.stop.set()
+        self.signals.wakeup.set()
 
     def _shutdown(self) -> None:
         s = self.settings
-        self.stopping = True
+        self.signals.stopping = True
         log.info("node %s stopping: no new claims; %d running jobs get %.0f s to end",
                  self.name, self.executor.running(), s.shutdown_grace)
-        stop_doorbell = getattr(self, "_stop_doorbell", None)
-        if stop_doorbell is not None:
-            stop_doorbell()
+        if self._stop_doorbell is not None:
+            self._stop_doorbell()
         self.scheduler.stop()
         self.executor.shutting_down = True
         for run in self.executor.runs():
@@ -453,8 +392,8 @@ class Node:
         while self.executor.running() and self.clock.monotonic() < deadline:
             self.executor.enforce_deadlines()
             self.executor.flush()
-            self._wake.wait(0.05)
-            self._wake.clear()
+            self.signals.wakeup.wait(0.05)
+            self.signals.wakeup.clear()
         self.executor.flush()
         self.executor.stop_collector()
         self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
@@ -473,19 +412,13 @@ class Node:
             count["n"] += 1
             if count["n"] > 1:
                 log.warning("second %s: killing running jobs now", signal.Signals(signum).name)
-                self.settings = _no_grace(self.settings)
+                self.settings = self.settings.without_grace()
                 for run in self.executor.runs():
                     self.executor.kill(run, EndReason.SHUTDOWN, "killed by node shutdown")
             self.stop()
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
-
-
-def _no_grace(s: NodeSettings) -> NodeSettings:
-    from dataclasses import replace
-
-    return replace(s, shutdown_grace=0.0)
 
 
 def _row_threshold(row, default: float) -> float:

@@ -24,21 +24,17 @@ import logging
 import time
 import random
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from ..affinity import parse_affinity
-from ..config import AffinityLimit
 from .. import dependencies
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from ..store.base import Version
-from .decisions import claim, lost_run_record, take_over
+from .claims import Claims, write_failed
+from .decisions import lost_run_record, take_over
 from .executor import EndReason
-from .lanes import Lanes
-from .trains import passenger_room, seat_passengers
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .node import Node
+from .parts import ReconcileParts, UsesParts
+from .settings import NodeSettings
 
 log = logging.getLogger("fabricjobs.node.reconcile")
 
@@ -51,30 +47,35 @@ _MAX_PAGES = 10
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
 
 
-class Reconciler:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
-        self.s = node.settings
-        self.me = node.name
-        self.next_wake: datetime | None = None  # an owner-precedence or lane window that ends later
+class Reconciler(UsesParts):
+    def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
+        super().__init__(me, settings, parts)
         self.peers: list = []  # the nodes rows read by the last full pass
         self._next_dependency_check = 0.0
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
-        self.lanes = Lanes(self.me, patience=self.s.lane_patience_ms / 1000)
-        self._preferred: set = set()  # keys the last _choose preferred (lanes.py): passengers' pool
+        self.claims = Claims(me, settings, parts)
+
+    @property
+    def next_wake(self) -> datetime | None:
+        """When an owner-precedence or lane window that kept a row from a claim ends."""
+        return self.claims.next_wake
+
+    def ring_peers(self) -> None:
+        """Wake the other nodes on this host (jobs became claimable)."""
+        if self.doorbell.enabled:
+            self.doorbell.ring(r.name for r in self.peers if r.name != self.me)
 
     # -- the pass ----------------------------------------------------------------------------------
 
     def run_pass(self, full: bool) -> None:
-        n = self.node
-        now = n.clock.now()
+        now = self.clock.now()
         steps: list[tuple[str, float]] = []
         began = mark = time.perf_counter()
 
         def step(name: str, fn, *args) -> None:
             nonlocal mark
             fn(*args)
-            n.executor.launch_held()  # a full pass: what a step claimed starts now, not at its end
+            self.executor.launch_held()  # a full pass: what a step claimed starts now, not at its end
             t = time.perf_counter()
             steps.append((name, t - mark))
             mark = t
@@ -84,13 +85,13 @@ class Reconciler:
                 step("nodes", self._observe)
                 step("kills", self._kill_requests)
                 step("stop/restart", self._control, now)
-            if n.fenced or n.stopping:
+            if self.signals.fenced or self.signals.stopping:
                 return
             if full:
                 step("takeover", self._take_over, now)
-            if full or n.parents_changed.is_set():
+            if full or self.signals.parents_changed.is_set():
                 step("dependencies", self._unblock, now)
-            step("claim", self._claim, now)
+            step("claim", self.claims.claim, now)
             if full:  # after the claims: a script's new cron jobs are due later than its run-now ones
                 step("adopt", self._adopt_scheduled, now)
                 step("give-up", self._give_up, now)
@@ -104,9 +105,9 @@ class Reconciler:
     def _observe(self) -> None:
         """Read the nodes table; judge liveness as of just before that read, and count the beats
         it shows as of just after it (see liveness.py)."""
-        read_at = self.node.clock.monotonic()
-        self.peers = self.node.store.nodes()
-        self.node.liveness.observe(self.peers, read_at, self.node.clock.monotonic())
+        read_at = self.clock.monotonic()
+        self.peers = self.store.nodes()
+        self.liveness.observe(self.peers, read_at, self.clock.monotonic())
 
     def _still_dead(self, rows: list[Job]) -> list[Job]:
         """Rows of (apparently) dead owners, re-judged by a read of the nodes made *after* the
@@ -114,40 +115,38 @@ class Reconciler:
         others = [r for r in rows if r.worker_id != self.me]
         if others:
             self._observe()
-        return [r for r in rows if r.worker_id == self.me or self.node.liveness.is_dead(r.worker_id)]
+        return [r for r in rows if r.worker_id == self.me or self.liveness.is_dead(r.worker_id)]
 
     # -- 1. KILL ---------------------------------------------------------------------------------
 
     def _kill_requests(self) -> None:
-        n = self.node
-        for req in n.store.kill_requests(self.me):
-            run = next((r for r in n.executor.runs() if r.task == req.task), None)
+        for req in self.store.kill_requests(self.me):
+            run = next((r for r in self.executor.runs() if r.task == req.task), None)
             if run is not None:
                 log.warning("KILL of task %s ('%s') requested by %s", req.task, run.key, req.requested_by)
-                n.executor.kill(run, EndReason.KILL, f"killed by KILL from {req.requested_by}")
-            n.store.delete_kill_request(self.me, req.task)
+                self.executor.kill(run, EndReason.KILL, f"killed by KILL from {req.requested_by}")
+            self.store.delete_kill_request(self.me, req.task)
 
     # -- 2. STOPPING / RESTART ------------------------------------------------------------------------
 
     def _control(self, now: datetime) -> None:
-        n = self.node
-        rows = n.store.by_status(_CONTROL)
-        if any(r.worker_id != self.me and n.liveness.is_dead(r.worker_id) for r in rows):
+        rows = self.store.by_status(_CONTROL)
+        if any(r.worker_id != self.me and self.liveness.is_dead(r.worker_id) for r in rows):
             rows = [r for r in rows if r.worker_id == self.me] + self._still_dead(
                 [r for r in rows if r.worker_id != self.me])
         for row in rows:
             if row.worker_id == self.me:
-                run = n.executor.run_for(row.key)
+                run = self.executor.run_for(row.key)
                 if run is not None and run.facts.epoch == row.epoch:
                     if run.end_reason not in (EndReason.STOP, EndReason.RESTART, EndReason.KILL):
                         reason = EndReason.STOP if row.status is Status.STOPPING else EndReason.RESTART
                         log.info("'%s' is %s: aborting its run", row.key, row.status.value)
-                        n.executor.abort(run, reason, self.s.stop_grace, f"ended by {row.status.value}")
+                        self.executor.abort(run, reason, self.s.stop_grace, f"ended by {row.status.value}")
                     continue
                 if run is not None:
                     continue  # an older run of ours is still finishing; it writes its own outcome
                 self._finish_orphan(row, now)  # ours from before a restart: no run to wait for
-            elif not n.fenced and n.liveness.is_dead(row.worker_id):
+            elif not self.signals.fenced and self.liveness.is_dead(row.worker_id):
                 self._finish_orphan(row, now)
 
     def _take(self, rows: list[Job], now: datetime) -> list:
@@ -159,7 +158,7 @@ class Reconciler:
         if not rows:
             return results
         at, pairs, records = [], [], []
-        for i, (row, full) in enumerate(zip(rows, self.node.store.get_many([r.key for r in rows]))):
+        for i, (row, full) in enumerate(zip(rows, self.store.get_many([r.key for r in rows]))):
             if full is None or Version.of(full) != Version.of(row):
                 continue
             event, new = take_over(full, self.me, now, max_tries=self.s.max_tries)
@@ -167,7 +166,7 @@ class Reconciler:
             at.append(i)
             pairs.append((full, new))
             records.append(lost_run_record(full, new, now))
-        for i, res in zip(at, self.node.store.cas_each(pairs, records, self._write_failed)):
+        for i, res in zip(at, self.store.cas_each(pairs, records, write_failed)):
             results[i] = res
         return results
 
@@ -179,12 +178,11 @@ class Reconciler:
     # -- 3. dead nodes and orphans -------------------------------------------------------------------
 
     def _take_over(self, now: datetime) -> None:
-        n = self.node
-        dead = n.liveness.dead()
-        rows = [r for r in n.store.by_owner([self.me], [Status.IN_PROCESS]) if n.executor.run_for(r.key) is None]
+        dead = self.liveness.dead()
+        rows = [r for r in self.store.by_owner([self.me], [Status.IN_PROCESS]) if self.executor.run_for(r.key) is None]
         if dead:
-            rows += self._still_dead(n.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH))
-        generation = self._claimable()
+            rows += self._still_dead(self.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH))
+        generation = self.claims.claimable()
         if generation is None:
             return
         budget = time.perf_counter() + _TAKEOVER_SLICE
@@ -195,29 +193,24 @@ class Reconciler:
             if i and time.perf_counter() > budget:
                 # A big takeover on a slow store must not hold up this node's own due jobs and
                 # outcomes: do the rest in the next pass, at once.
-                n.wake_full()
+                self.signals.wake_full()
                 return
             self._take_runs(running[i:i + _TAKEOVER_BATCH], now, generation)
-            n.executor.launch_held()  # each batch starts at once, not at the end of the pass
-        schedules = [r for r in rows if r.status is Status.SCHEDULED and n.affinity.can_run(parse_affinity(r.affinity))]
+            self.executor.launch_held()  # each batch starts at once, not at the end of the pass
+        schedules = [r for r in rows if r.status is Status.SCHEDULED and self.affinity.can_run(parse_affinity(r.affinity))]
         for i in range(0, len(schedules), _TAKEOVER_BATCH):
             if time.perf_counter() > budget:
-                n.wake_full()
+                self.signals.wake_full()
                 return
             self._adopt(schedules[i:i + _TAKEOVER_BATCH], now)
-
-    @staticmethod
-    def _write_failed(expected: Job) -> None:
-        log.exception("write of '%s' failed; it is looked at again in a later pass", expected.key)
 
     def _take_runs(self, rows: list[Job], now: datetime, generation: int) -> None:
         """Take over IN_PROCESS rows of dead owners, or of this node's previous life, that there
         is room for here; start the runs of those taken."""
-        n = self.node
         taken: dict[str, int] = {}
         chosen = []
         for row in rows:
-            pool = self._pool_for(row, now, taken)
+            pool = self.claims.pool_for(row, now, taken)
             if pool is None:
                 continue  # no room (or not allowed) here; another node or a later pass takes it
             taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
@@ -228,16 +221,15 @@ class Reconciler:
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
             if res.row.status is Status.IN_PROCESS:
-                n.executor.start(res.row, pool[0].name, pool[1], generation)
+                self.executor.start(res.row, pool[0].name, pool[1], generation)
             else:
                 log.info("job %s status was updated to %s.", row.key, res.row.status.value)
 
     # -- 5. unowned scheduled jobs ------------------------------------------------------------------
 
     def _adopt_scheduled(self, now: datetime) -> None:
-        n = self.node
-        self._adopt([row for row in n.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
-                     if n.affinity.can_run(parse_affinity(row.affinity))], now)
+        self._adopt([row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
+                     if self.affinity.can_run(parse_affinity(row.affinity))], now)
 
     def _adopt(self, rows: list[Job], now: datetime) -> None:
         """Own SCHEDULED rows (unowned, or of a dead node) and hand them to the scheduler: one
@@ -247,179 +239,21 @@ class Reconciler:
         for row in rows:
             event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
             pairs.append((row, advance(row, event, new)))
-        for row, res in zip(rows, self.node.store.cas_each(pairs, on_error=self._write_failed)):
+        for row, res in zip(rows, self.store.cas_each(pairs, on_error=write_failed)):
             if res is not None and res.applied:
                 note = f" (from dead node {row.worker_id})" if row.worker_id else ""
                 log.info("%s is managed to claim ownership on cron job '%s'%s", self.me, row.key, note)
-                self.node.scheduler.add(res.stored)
-
-    # -- 4. claims -----------------------------------------------------------------------------------
-
-    def _claimable(self) -> int | None:
-        """The lease generation to claim under, or None while the lease is not valid."""
-        board = self.node.board
-        generation = board.generation()
-        if self.node.fenced or not board.lease_valid(self.node.clock.monotonic(), generation):
-            return None
-        return generation
-
-    def _claim(self, now: datetime) -> None:
-        n = self.node
-        for _ in range(4):
-            free = self.s.pool_size - n.executor.slots_used()
-            generation = self._claimable()
-            if free <= 0 or generation is None:
-                return
-            began = time.perf_counter()
-            chosen = self._choose_paged(free, now)
-            if not chosen:
-                return
-            pairs = []
-            for row, _pool, _rides in chosen:
-                event, new = claim(row, self.me, now, prepared=n.scheduler.prepared(row))
-                pairs.append((row, advance(row, event, new)))
-            results = n.store.cas_each(pairs, on_error=self._write_failed)
-            self.lanes.claimed(time.perf_counter() - began)
-            lost = 0
-            for (row, pool, rides), res in zip(chosen, results):
-                if res is not None and res.applied:
-                    if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
-                        log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
-                    n.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides)
-                else:
-                    lost += 1
-            n.metrics.claims(len(pairs), lost)
-            n.executor.launch_held()
-            if not lost:
-                return  # everything chosen was claimed; a freed slot wakes the next pass
-
-    def _choose_paged(self, free: int, now: datetime) -> list:
-        """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
-        order of effective priority (below), as (row, (limit, exceptional), passenger). Reads
-        on past pages of rows this node cannot take (other affinities, holds, owner
-        precedence), so those never hide claimable ones. Short runs among those chosen make
-        room for passengers (trains.py): then the rows after the page are read for them."""
-        page_size = max((self.lanes.count(self.node.liveness.alive()) + 1) * free, 16)
-        after = None
-        self.next_wake = None
-        for page_no in range(_MAX_PAGES):
-            page = self.node.store.waiting(page_size, after=after)
-            candidates = page
-            if page_no == 0 and not self._oldest_are_first(page):
-                seen = {j.key for j in page}
-                candidates = page + [j for j in self.node.store.waiting_by_priority(page_size) if j.key not in seen]
-            order = lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key)  # noqa: E731
-            candidates.sort(key=order)
-            chosen = self._choose(candidates, free, now)
-            if chosen or len(page) < page_size:
-                room = passenger_room(chosen, self.node.executor.is_short)  # (trains.py)
-                if room and len(page) == page_size:
-                    seen = {j.key for j in candidates}
-                    more = self.node.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key))
-                    candidates = candidates + sorted((j for j in more if j.key not in seen), key=order)
-                return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
-            after = (page[-1].next_run or now, page[-1].key)
-        return []
-
-    def _oldest_are_first(self, page: list[Job]) -> bool:
-        """The longest-waiting rows all have the highest priority any waiting row has: then
-        no other row can be ahead of them (it has no more priority and has waited less), and
-        the read by priority is skipped (the usual case: every job at the default priority)."""
-        if not page or any(j.priority != page[0].priority for j in page):
-            return False
-        top = self.node.store.waiting_by_priority(1)
-        return not top or top[0].priority <= page[0].priority
-
-    def effective_priority(self, job: Job, now: datetime) -> float:
-        """PRIORITY (0-9) plus one level per PRIORITY_AGING_SEC waited since the job was due:
-        higher priorities go first, and a waiting job of any priority is eventually first
-        (a priority-0 job passes fresh priority-9 jobs after 9 x PRIORITY_AGING_SEC)."""
-        waited = max(0.0, (now - (job.next_run or now)).total_seconds())
-        return job.priority + waited / self.s.priority_aging_sec
-
-    def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
-        """Up to ``free`` of ``candidates`` (best first) that this node may claim now, each with
-        the affinity limit its run counts against."""
-        mono = self.node.clock.monotonic()
-        candidates = [row for row in candidates if self._may_claim(row, now)]
-        candidates, self._preferred = self.lanes.claimable(candidates, free, self.node.liveness.alive(), mono)
-        if self.lanes.next_wake is not None:
-            self._wake_at(now + timedelta(seconds=self.lanes.next_wake - mono))
-        taken: dict[str, int] = {}
-        chosen = []
-        for row in candidates:
-            pool = self._pool_for(row, now, taken)
-            if pool is not None:
-                chosen.append((row, pool))
-                taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
-                if len(chosen) >= free:
-                    break
-        return chosen
-
-    def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
-        """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
-        the chosen short runs of their pool and take a slot only when a train-mate is done
-        with one, so the pool's limit on runs going on at once holds."""
-        if not room:
-            return []
-        ex = self.node.executor
-        picked = {row.key for row, _ in chosen}
-        alive = self.node.liveness.alive()  # rows read after the page: this node's lane only
-        riders = [row for row in candidates
-                  if row.key not in picked and (row.key in self._preferred or self.lanes.is_own(row, alive))
-                  and ex.is_short(row) and self._may_claim(row, now)]
-        return seat_passengers(riders, room, self._pools_of)
-
-    def _pools_of(self, row: Job) -> list[AffinityLimit]:
-        """The pools a run of ``row`` may count against here, in preference order."""
-        try:
-            affinity = parse_affinity(row.affinity)
-        except ValueError:
-            return []
-        return self.node.affinity.pools_for(affinity)
-
-    def _may_claim(self, row: Job, now: datetime) -> bool:
-        n = self.node
-        owner = row.worker_id
-        if owner == self.me:
-            return row.hold_until is None or row.hold_until <= now  # retry delay / give-up delay
-        if owner is not None and row.hold_until is None and n.liveness.is_alive(owner):
-            # A job due for a live owner is left to it for a short window (owner precedence).
-            until = (row.next_run or now) + timedelta(milliseconds=self.s.owner_precedence_ms)
-            if now < until:
-                self._wake_at(until)
-                return False
-        return True
-
-    def _wake_at(self, when: datetime) -> None:
-        if self.next_wake is None or when < self.next_wake:
-            self.next_wake = when
-
-    def _pool_for(self, row: Job, now: datetime, taken: dict[str, int] | None = None) -> tuple[AffinityLimit, bool] | None:
-        """The affinity limit a run of ``row`` would count against here and whether the claim
-        is exceptional (beyond the recommended count); None if there is no room."""
-        n = self.node
-        if n.executor.slots_used() + sum((taken or {}).values()) >= self.s.pool_size:
-            return None
-        waited = (now - (row.next_run or now)).total_seconds()
-        for lim in self._pools_of(row):
-            used = n.executor.slots_used(lim.name) + (taken or {}).get(lim.name, 0)
-            if used < lim.recommended:
-                return lim, False
-            if used < lim.absolute and waited >= self.s.claim_exceptional_sec:
-                return lim, True
-        return None
+                self.scheduler.add(res.stored)
 
     # -- dependencies --------------------------------------------------------------------------------
 
     def _unblock(self, now: datetime) -> None:
         """Free blocked jobs whose parents are all PROCESSED; keep the Notes of the others true.
         Runs when a job ended here (a parent may have finished) and every DEPENDENCY_CHECK_SEC."""
-        n = self.node
-        mono = n.clock.monotonic()
-        if not n.parents_changed.is_set() and mono < self._next_dependency_check:
+        mono = self.clock.monotonic()
+        if not self.signals.parents_changed.is_set() and mono < self._next_dependency_check:
             return
-        n.parents_changed.clear()
+        self.signals.parents_changed.clear()
         self._next_dependency_check = mono + self.s.dependency_check_sec
         cache: dict = {}
         freed = 0
@@ -429,14 +263,14 @@ class Reconciler:
         # again, harmless), one ms later if a whole page had that due time.
         since = self._blocked_from
         for _ in range(_MAX_PAGES):
-            page = n.store.blocked_jobs(_ADOPT_BATCH, since)
+            page = self.store.blocked_jobs(_ADOPT_BATCH, since)
             for row in page:
-                blockers = dependencies.blocking(n.store, dependencies.parents_of(row), cache)
+                blockers = dependencies.blocking(self.store, dependencies.parents_of(row), cache)
                 note = dependencies.note(blockers)
                 if blockers and note == row.error_msg:
                     continue
                 new = row.replace(blocked=bool(blockers), error_msg=note)
-                res = n.store.cas(row, advance(row, Event.UPDATE, new))
+                res = self.store.cas(row, advance(row, Event.UPDATE, new))
                 if res.applied and not blockers:
                     freed += 1
                     log.info("'%s' unblocked: its parents are PROCESSED", row.key, extra=job_extra(row.key, row.epoch))
@@ -447,36 +281,35 @@ class Reconciler:
             since = last if since is None or last > since else last + timedelta(milliseconds=1)
         self._blocked_from = since
         if freed:
-            n.ring_peers()
+            self.ring_peers()
 
     # -- 6. give back exceptional runs ---------------------------------------------------------------
 
     def _give_up(self, now: datetime) -> None:
-        n = self.node
         extras: dict[str, list] = {}
-        for run in n.executor.runs():
+        for run in self.executor.runs():
             if run.exceptional and run.end_reason is None and run.outcome is None:
                 extras.setdefault(run.pool, []).append(run)
         for pool, runs in extras.items():
-            lim = n.affinity.limits.get(pool)
-            over = n.executor.slots_used(pool) - (lim.recommended if lim else 0)
+            lim = self.affinity.limits.get(pool)
+            over = self.executor.slots_used(pool) - (lim.recommended if lim else 0)
             if over <= 0 or not self._peer_has_room(pool):
                 for run in runs:
-                    n.executor.update_run(run, give_up_at=None)
+                    self.executor.update_run(run, give_up_at=None)
                 continue
             runs.sort(key=lambda r: r.started_mono, reverse=True)  # the newest go first
             for run in runs[:over]:
                 if run.give_up_at is None:
                     at = now + self._give_up_delay()
-                    n.executor.update_run(run, give_up_at=at)
+                    self.executor.update_run(run, give_up_at=at)
                     log.info("'%s' runs beyond the recommended %s count; giving it back at %s unless that changes",
                              run.key, pool, at.isoformat(timespec="seconds"))
                 elif now >= run.give_up_at:
                     hold = now + self._give_up_delay()
-                    n.executor.update_run(run, facts=dataclasses.replace(run.facts, hold_until=hold))
+                    self.executor.update_run(run, facts=dataclasses.replace(run.facts, hold_until=hold))
                     log.warning("giving '%s' back: another node has free %s slots (this node takes it again after %s)",
                                 run.key, pool, hold.isoformat(timespec="seconds"))
-                    n.executor.abort(run, EndReason.RELEASE, self.s.stop_grace, f"released to a node with free {pool} slots")
+                    self.executor.abort(run, EndReason.RELEASE, self.s.stop_grace, f"released to a node with free {pool} slots")
 
     def _give_up_delay(self) -> timedelta:
         return timedelta(minutes=random.uniform(self.s.give_up_min_minutes, self.s.give_up_max_minutes))
@@ -484,7 +317,7 @@ class Reconciler:
     def _peer_has_room(self, pool: str) -> bool:
         """Whether another live node has a free *recommended* slot for ``pool``."""
         for row in self.peers:
-            if row.name == self.me or not self.node.liveness.is_alive(row.name):
+            if row.name == self.me or not self.liveness.is_alive(row.name):
                 continue
             try:
                 info = json.loads(row.info or "{}")

@@ -216,19 +216,8 @@ class Scheduler:
         return min(max(wait, 0.0), 1.0)
 
     def _fire(self, rows: list[Job]) -> None:
-        pairs = []
         now = self.clock.now()
-        skipped: list[RunRecord] = []
-        for row in rows:
-            late = late_fire(row, now, self.zone)
-            if late is not None:  # too late to run: skipped, recorded, rescheduled
-                new, record = late
-                pairs.append((row, advance(row, Event.UPDATE, new)))
-                skipped.append(record)
-                log.warning("%s", record.note.replace("fire due", f"fire of '{row.key}' due"), extra=job_extra(row.key, row.epoch))
-                continue
-            event, new = fire(row)
-            pairs.append((row, advance(row, event, new)))
+        pairs, skipped = self._transitions(rows, now)
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
             self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
         taken = self.clock.monotonic()
@@ -247,40 +236,60 @@ class Scheduler:
             for key, _due in ahead:
                 self._prepared.pop(key, None)
             log.exception("could not mark %d due jobs ready; retrying in 1 s", len(rows))
-            with self._cond:
-                self._retry_at = self.clock.monotonic() + 1.0
-            for row in rows:
-                self.add(row, force=True)
+            self._retry_later(rows)
             return
-        ready = 0
         if skipped:
             try:
                 self.store.add_runs(skipped)
             except Exception:
                 log.exception("could not record %d skipped fires", len(skipped))
+        if self._settle(rows, results):
+            self.on_ready()
+
+    def _transitions(self, rows: list[Job], now: datetime) -> tuple[list[tuple[Job, Job]], list[RunRecord]]:
+        """Each due row to WAITING; one too late to run skipped instead (recorded, rescheduled)."""
+        pairs = []
+        skipped: list[RunRecord] = []
+        for row in rows:
+            late = late_fire(row, now, self.zone)
+            if late is not None:
+                new, record = late
+                pairs.append((row, advance(row, Event.UPDATE, new)))
+                skipped.append(record)
+                log.warning("%s", record.note.replace("fire due", f"fire of '{row.key}' due"), extra=job_extra(row.key, row.epoch))
+                continue
+            event, new = fire(row)
+            pairs.append((row, advance(row, event, new)))
+        return pairs, skipped
+
+    def _retry_later(self, rows: list[Job]) -> None:
+        with self._cond:
+            self._retry_at = self.clock.monotonic() + 1.0
+        for row in rows:
+            self.add(row, force=True)
+
+    def _settle(self, rows: list[Job], results: list) -> int:
+        """After the write: a skipped fire's next due time is scheduled, a row changed meanwhile
+        (UPDATEJOB, STOPJOB, a takeover) is re-read and decided again. Returns the rows ready."""
+        ready = 0
         for row, res in zip(rows, results):
             if not res.applied or res.stored.status is not Status.WAITING:
                 self._prepared.pop(row.key, None)
             if res.applied and res.stored.status is Status.SCHEDULED:
                 self.add(res.stored)  # a skipped fire: its next due time
-                continue
-            if res.applied:
+            elif res.applied:
                 ready += 1
                 log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
-                continue
-            # Changed meanwhile (UPDATEJOB, STOPJOB, a takeover): re-read and decide again.
-            try:
-                current = self.store.get(row.key)
-            except Exception:
-                log.exception("cannot re-read %s; trying again in 1 s", row.key)
-                with self._cond:
-                    self._retry_at = self.clock.monotonic() + 1.0
-                self.add(row, force=True)
-                continue
-            if current is not None:
-                self.add(current)
-        if ready:
-            self.on_ready()
+            else:
+                try:
+                    current = self.store.get(row.key)
+                except Exception:
+                    log.exception("cannot re-read %s; trying again in 1 s", row.key)
+                    self._retry_later([row])
+                    continue
+                if current is not None:
+                    self.add(current)
+        return ready
 
 
 def _due(row: Job) -> datetime:

@@ -49,6 +49,7 @@ class OutcomeWriter:
         on_final: Callable[[Job], None],
         on_freed: Callable[[], None],
         on_tasks_changed: Callable[[], None],
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.table = table
@@ -62,7 +63,7 @@ class OutcomeWriter:
         self.on_tasks_changed = on_tasks_changed
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
         self.shutting_down = False
-        self.metrics: Metrics | None = None
+        self.metrics = metrics
         self._uncommitted: list | None = None  # outcomes written in an open transaction
 
     def due(self) -> bool:

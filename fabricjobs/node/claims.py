@@ -1,0 +1,195 @@
+"""Claims (step 4 of a reconcile pass): which WAITING rows this node takes now, in which
+order, against which affinity limit, and the compare-and-sets that take them.
+
+Rows are read in pages, best first by effective priority (PRIORITY plus aging); owner
+precedence leaves a live owner's due row to it for a moment, lanes (lanes.py) leave a peer's
+new rows to it, and short runs take passengers on their trains (trains.py). A lost race costs
+a failed compare-and-set, never correctness.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from ..affinity import parse_affinity
+from ..config import AffinityLimit
+from ..logs import job_extra
+from ..model import Job, advance
+from .decisions import claim
+from .lanes import Lanes
+from .parts import ReconcileParts, UsesParts
+from .trains import passenger_room, seat_passengers
+
+if TYPE_CHECKING:
+    from .settings import NodeSettings
+
+log = logging.getLogger("fabricjobs.node.reconcile")
+
+_MAX_PAGES = 10
+
+
+def write_failed(expected: Job) -> None:
+    log.exception("write of '%s' failed; it is looked at again in a later pass", expected.key)
+
+
+class Claims(UsesParts):
+    def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
+        super().__init__(me, settings, parts)
+        self.next_wake: datetime | None = None  # an owner-precedence or lane window that ends later
+        self.lanes = Lanes(self.me, patience=self.s.lane_patience_ms / 1000)
+        self._preferred: set = set()  # keys the last _choose preferred (lanes.py): passengers' pool
+
+    def claimable(self) -> int | None:
+        """The lease generation to claim under, or None while the lease is not valid."""
+        board = self.board
+        generation = board.generation()
+        if self.signals.fenced or not board.lease_valid(self.clock.monotonic(), generation):
+            return None
+        return generation
+
+    def claim(self, now: datetime) -> None:
+        for _ in range(4):
+            free = self.s.pool_size - self.executor.slots_used()
+            generation = self.claimable()
+            if free <= 0 or generation is None:
+                return
+            began = time.perf_counter()
+            chosen = self._choose_paged(free, now)
+            if not chosen:
+                return
+            pairs = []
+            for row, _pool, _rides in chosen:
+                event, new = claim(row, self.me, now, prepared=self.scheduler.prepared(row))
+                pairs.append((row, advance(row, event, new)))
+            results = self.store.cas_each(pairs, on_error=write_failed)
+            self.lanes.claimed(time.perf_counter() - began)
+            lost = 0
+            for (row, pool, rides), res in zip(chosen, results):
+                if res is not None and res.applied:
+                    if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
+                        log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
+                    self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides)
+                else:
+                    lost += 1
+            self.metrics.claims(len(pairs), lost)
+            self.executor.launch_held()
+            if not lost:
+                return  # everything chosen was claimed; a freed slot wakes the next pass
+
+    def _choose_paged(self, free: int, now: datetime) -> list:
+        """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
+        order of effective priority (below), as (row, (limit, exceptional), passenger). Reads
+        on past pages of rows this node cannot take (other affinities, holds, owner
+        precedence), so those never hide claimable ones. Short runs among those chosen make
+        room for passengers (trains.py): then the rows after the page are read for them."""
+        page_size = max((self.lanes.count(self.liveness.alive()) + 1) * free, 16)
+        after = None
+        self.next_wake = None
+        for page_no in range(_MAX_PAGES):
+            page = self.store.waiting(page_size, after=after)
+            candidates = page
+            if page_no == 0 and not self._oldest_are_first(page):
+                seen = {j.key for j in page}
+                candidates = page + [j for j in self.store.waiting_by_priority(page_size) if j.key not in seen]
+            order = lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key)  # noqa: E731
+            candidates.sort(key=order)
+            chosen = self._choose(candidates, free, now)
+            if chosen or len(page) < page_size:
+                room = passenger_room(chosen, self.executor.is_short)  # (trains.py)
+                if room and len(page) == page_size:
+                    seen = {j.key for j in candidates}
+                    more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key))
+                    candidates = candidates + sorted((j for j in more if j.key not in seen), key=order)
+                return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
+            after = (page[-1].next_run or now, page[-1].key)
+        return []
+
+    def _oldest_are_first(self, page: list[Job]) -> bool:
+        """The longest-waiting rows all have the highest priority any waiting row has: then
+        no other row can be ahead of them (it has no more priority and has waited less), and
+        the read by priority is skipped (the usual case: every job at the default priority)."""
+        if not page or any(j.priority != page[0].priority for j in page):
+            return False
+        top = self.store.waiting_by_priority(1)
+        return not top or top[0].priority <= page[0].priority
+
+    def effective_priority(self, job: Job, now: datetime) -> float:
+        """PRIORITY (0-9) plus one level per PRIORITY_AGING_SEC waited since the job was due:
+        higher priorities go first, and a waiting job of any priority is eventually first
+        (a priority-0 job passes fresh priority-9 jobs after 9 x PRIORITY_AGING_SEC)."""
+        waited = max(0.0, (now - (job.next_run or now)).total_seconds())
+        return job.priority + waited / self.s.priority_aging_sec
+
+    def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
+        """Up to ``free`` of ``candidates`` (best first) that this node may claim now, each with
+        the affinity limit its run counts against."""
+        mono = self.clock.monotonic()
+        candidates = [row for row in candidates if self._may_claim(row, now)]
+        candidates, self._preferred = self.lanes.claimable(candidates, free, self.liveness.alive(), mono)
+        if self.lanes.next_wake is not None:
+            self._wake_at(now + timedelta(seconds=self.lanes.next_wake - mono))
+        taken: dict[str, int] = {}
+        chosen = []
+        for row in candidates:
+            pool = self.pool_for(row, now, taken)
+            if pool is not None:
+                chosen.append((row, pool))
+                taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
+                if len(chosen) >= free:
+                    break
+        return chosen
+
+    def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
+        """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
+        the chosen short runs of their pool and take a slot only when a train-mate is done
+        with one, so the pool's limit on runs going on at once holds."""
+        if not room:
+            return []
+        ex = self.executor
+        picked = {row.key for row, _ in chosen}
+        alive = self.liveness.alive()  # rows read after the page: this node's lane only
+        riders = [row for row in candidates
+                  if row.key not in picked and (row.key in self._preferred or self.lanes.is_own(row, alive))
+                  and ex.is_short(row) and self._may_claim(row, now)]
+        return seat_passengers(riders, room, self._pools_of)
+
+    def _pools_of(self, row: Job) -> list[AffinityLimit]:
+        """The pools a run of ``row`` may count against here, in preference order."""
+        try:
+            affinity = parse_affinity(row.affinity)
+        except ValueError:
+            return []
+        return self.affinity.pools_for(affinity)
+
+    def _may_claim(self, row: Job, now: datetime) -> bool:
+        owner = row.worker_id
+        if owner == self.me:
+            return row.hold_until is None or row.hold_until <= now  # retry delay / give-up delay
+        if owner is not None and row.hold_until is None and self.liveness.is_alive(owner):
+            # A job due for a live owner is left to it for a short window (owner precedence).
+            until = (row.next_run or now) + timedelta(milliseconds=self.s.owner_precedence_ms)
+            if now < until:
+                self._wake_at(until)
+                return False
+        return True
+
+    def _wake_at(self, when: datetime) -> None:
+        if self.next_wake is None or when < self.next_wake:
+            self.next_wake = when
+
+    def pool_for(self, row: Job, now: datetime, taken: dict[str, int] | None = None) -> tuple[AffinityLimit, bool] | None:
+        """The affinity limit a run of ``row`` would count against here and whether the claim
+        is exceptional (beyond the recommended count); None if there is no room."""
+        if self.executor.slots_used() + sum((taken or {}).values()) >= self.s.pool_size:
+            return None
+        waited = (now - (row.next_run or now)).total_seconds()
+        for lim in self._pools_of(row):
+            used = self.executor.slots_used(lim.name) + (taken or {}).get(lim.name, 0)
+            if used < lim.recommended:
+                return lim, False
+            if used < lim.absolute and waited >= self.s.claim_exceptional_sec:
+                return lim, True
+        return None
