@@ -1,0 +1,250 @@
+"""Test hosts on one machine: each a Linux network namespace with its own address on a private
+bridge, and the network faults between them as functions (issue #20's partition tests).
+
+A :class:`Network` creates a bridge and, per host, a namespace joined to it by a veth pair,
+all named ``fjt<id>-...`` and addressed in 10.213.<id>.0/24, a private subnet that exists only
+on that bridge. The test process itself reaches the hosts through the bridge's own address
+(``GATEWAY``): nothing is routed beyond the bridge, so only the project's own namespaces (and
+loopback) are ever traffic targets.
+
+Faults (iproute2 only, what these machines' kernels support: no netem, no nftables):
+
+- :meth:`Network.isolate`: a host's cable pulled (its veth down): it reaches nobody, nobody
+  reaches it, and its connections hang as they would on a real partition.
+- :meth:`Network.cut`: host A and host B no longer reach each other (a blackhole route on
+  each side); both still reach everyone else.
+- :meth:`Network.heal`: every fault removed.
+
+Everything a Network creates is removed by :meth:`Network.close` (a context manager's exit),
+and leftovers of runs that died before their clean-up (same prefix, an id whose process is
+gone) are removed by the next :class:`Network` made.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+PREFIX = "fjt"
+SUBNET_BYTE = 213  # 10.213.<id>.0/24
+
+
+class NetnsUnavailable(RuntimeError):
+    """This machine cannot build test hosts (not root, or no iproute2)."""
+
+
+def unavailable() -> str | None:
+    """Why test hosts cannot be built here, or None if they can."""
+    if os.geteuid() != 0:
+        return "network namespaces need root"
+    if shutil.which("ip") is None:
+        return "no `ip` (Debian: apt-get install iproute2)"
+    return None
+
+
+def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    argv = ["ip", *(["-n", namespace] if namespace else []), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
+    return done
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str  # as the test calls it: "n1", "cassandra1", ...
+    namespace: str
+    address: str
+    veth: str  # the bridge's end of its cable (in the root namespace)
+
+    def command(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside this host's namespace."""
+        return ["ip", "netns", "exec", self.namespace, *argv]
+
+
+class Network:
+    """A bridge and hosts on it; see the module docstring. Use as a context manager."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        why = unavailable()
+        if why is not None:
+            raise NetnsUnavailable(why)
+        remove_stale()
+        self.id = _claim_id()
+        self.tag = f"{PREFIX}{self.id}"
+        self.bridge = f"{self.tag}-br"
+        self.gateway = f"10.{SUBNET_BYTE}.{self.id}.254"
+        self.hosts: dict[str, Host] = {}
+        self._cuts: set[tuple[str, str]] = set()
+        self._down: set[str] = set()
+        try:
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+            for i, name in enumerate(names, start=1):
+                self._add_host(name, i)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add_host(self, name: str, i: int) -> None:
+        host = Host(name, f"{self.tag}-{i}", f"10.{SUBNET_BYTE}.{self.id}.{i}", f"{self.tag}-{i}h")
+        inner = f"{self.tag}-{i}n"
+        _ip("netns", "add", host.namespace)
+        self.hosts[name] = host
+        _ip("link", "add", host.veth, "type", "veth", "peer", "name", inner)
+        _ip("link", "set", inner, "netns", host.namespace)
+        _ip("link", "set", host.veth, "master", self.bridge)
+        _ip("link", "set", host.veth, "up")
+        _ip("addr", "add", f"{host.address}/24", "dev", inner, namespace=host.namespace)
+        _ip("link", "set", inner, "up", namespace=host.namespace)
+        _ip("link", "set", "lo", "up", namespace=host.namespace)
+
+    def __enter__(self) -> "Network":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def host(self, name: str) -> Host:
+        return self.hosts[name]
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def isolate(self, name: str) -> None:
+        """Pull ``name``'s cable: it reaches no host and no host reaches it."""
+        _ip("link", "set", self.hosts[name].veth, "down")
+        self._down.add(name)
+
+    def cut(self, a: str, b: str) -> None:
+        """``a`` and ``b`` no longer reach each other; both still reach every other host."""
+        for me, other in ((a, b), (b, a)):
+            _ip("route", "add", "blackhole", f"{self.hosts[other].address}/32", namespace=self.hosts[me].namespace)
+        self._cuts.add((a, b))
+
+    def isolate_group(self, group: Sequence[str]) -> None:
+        """Cut every host of ``group`` from every host outside it (a minority partition)."""
+        for a in group:
+            for b in self.hosts:
+                if b not in group:
+                    self.cut(a, b)
+
+    def heal(self) -> None:
+        """Remove every fault: cables back in, blackhole routes gone."""
+        for name in sorted(self._down):
+            _ip("link", "set", self.hosts[name].veth, "up")
+        self._down.clear()
+        for a, b in sorted(self._cuts):
+            for me, other in ((a, b), (b, a)):
+                _ip("route", "del", "blackhole", f"{self.hosts[other].address}/32",
+                    namespace=self.hosts[me].namespace, check=False)
+        self._cuts.clear()
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Remove every namespace and link of this network (processes still inside a namespace
+        keep it alive until they end; the caller ends its processes first)."""
+        for host in self.hosts.values():
+            _ip("netns", "del", host.namespace, check=False)
+            _ip("link", "del", host.veth, check=False)
+        self.hosts.clear()
+        _ip("link", "del", self.bridge, check=False)
+        _remove_network(self.id)  # anything a failed start-up left half made
+        _release_id(self.id)
+
+
+def _ids_in_use() -> set[int]:
+    """The ids of every test network that has a link or a namespace on this machine."""
+    ids = set()
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines() + \
+            _ip("netns", "list", check=False).stdout.splitlines():
+        for word in line.replace(":", " ").replace("@", " ").split():
+            if word.startswith(PREFIX) and "-" in word:
+                head = word[len(PREFIX):].split("-", 1)[0]
+                if head.isdigit():
+                    ids.add(int(head))
+    return ids
+
+
+def _claims_dir() -> Path:
+    """Where a network's id is claimed (a file holding its owner's pid), so that two test
+    processes never pick the same id and a dead owner's network is known to be stale."""
+    for base in ("/run", tempfile.gettempdir()):
+        path = Path(base) / "fabricjobs-testnets"
+        try:
+            path.mkdir(mode=0o700, exist_ok=True)
+            return path
+        except OSError:
+            continue
+    raise NetnsUnavailable("nowhere to record test network ids")
+
+
+def _owner(claim: Path) -> int | None:
+    try:
+        return int(claim.read_text().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _claim_id() -> int:
+    claims = _claims_dir()
+    for candidate in range(1, 254):
+        path = claims / str(candidate)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return candidate
+    raise NetnsUnavailable("no free test subnet: 253 test networks are claimed")
+
+
+def _release_id(net_id: int) -> None:
+    try:
+        (_claims_dir() / str(net_id)).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _remove_network(net_id: int) -> None:
+    tag = f"{PREFIX}{net_id}-"
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if name.startswith(tag):
+            _ip("netns", "del", name, check=False)
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
+        if name.startswith(tag):
+            _ip("link", "del", name, check=False)
+
+
+def remove_stale() -> None:
+    """Remove the test networks of processes that died before their clean-up: a claim whose
+    owner is gone, and links or namespaces of an id nobody claims."""
+    claims = _claims_dir()
+    for claim in claims.iterdir():
+        if claim.name.isdigit() and not _pid_alive(_owner(claim)):
+            _remove_network(int(claim.name))
+            claim.unlink(missing_ok=True)
+    for net_id in _ids_in_use():
+        if not (claims / str(net_id)).exists():
+            _remove_network(net_id)
