@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, TypeVar
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -191,9 +191,11 @@ class NodeProcess:
 
     @classmethod
     def spawn(cls, name: str, config: Path, log_path: Path, *, cwd: Path, args: Iterable[str] = (),
-              env: Mapping[str, str] | None = None, log_level: str | None = None) -> "NodeProcess":
-        """Start ``fabricjobs --config CONFIG node --name NAME ARGS...``, output to ``log_path``."""
-        command = [sys.executable, "-m", "fabricjobs", "--config", str(config), "node", "--name", name]
+              env: Mapping[str, str] | None = None, log_level: str | None = None,
+              prefix: Sequence[str] = ()) -> "NodeProcess":
+        """Start ``fabricjobs --config CONFIG node --name NAME ARGS...``, output to ``log_path``;
+        ``prefix``: what runs it, e.g. a test host's ``ip netns exec NS`` (netns.Host.command)."""
+        command = [*prefix, sys.executable, "-m", "fabricjobs", "--config", str(config), "node", "--name", name]
         if log_level is not None:
             command += ["--log-level", log_level]
         command += list(args)
@@ -277,13 +279,14 @@ class Rig:
         self._seq = 0
 
     def spawn(self, name: str, *, config: Path | None = None, args: Iterable[str] = (),
-              env: Mapping[str, str] | None = None, log_level: str | None = None) -> NodeProcess:
+              env: Mapping[str, str] | None = None, log_level: str | None = None,
+              prefix: Sequence[str] = ()) -> NodeProcess:
         """Start node ``name`` (again, after a restart: a new process and log); no wait.
         ``config``: a config.ini of its own for this node (same store)."""
         self._seq += 1
         log_path = self.tmp / f"node-{name}-{self._seq}.log"
         node = NodeProcess.spawn(name, config or self.config_path, log_path, cwd=self.tmp, args=args, env=env,
-                                 log_level=log_level)
+                                 log_level=log_level, prefix=prefix)
         self.nodes[name] = node
         self.started.append(node)
         return node

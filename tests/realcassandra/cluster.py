@@ -53,7 +53,10 @@ class CassandraCluster:
                  authenticator: bool = False, paxos_variant: str = "v2", heap: str = "768m",
                  extra_yaml: dict[str, Any] | None = None, version: str = DEFAULT_VERSION,
                  cluster_name: str = CLUSTER_NAME, jvm_options: Sequence[str] = (),
-                 unsafe_system: bool = False) -> None:
+                 unsafe_system: bool = False, namespaces: Sequence[tuple[str, str]] = ()) -> None:
+        """``namespaces``: (network namespace, its address) per node, to run each node on a
+        test host of its own (fabricjobs/testing/netns.py) instead of on loopback; each
+        namespace has its own ports, so the default ones are used."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         if paxos_variant not in ("v1", "v2"):
@@ -69,6 +72,12 @@ class CassandraCluster:
         }
         first = ipaddress.IPv4Address(first_address)
         self._addresses = [str(first + i) for i in range(nodes)]
+        self._namespaces = [ns for ns, _ in namespaces]
+        if namespaces:
+            if len(namespaces) != nodes:
+                raise ValueError("one namespace per node")
+            self._addresses = [address for _, address in namespaces]
+            native_port, storage_port = native_port or 9042, storage_port or 7000
         self._want_native, self._want_storage = native_port, storage_port
         self._native_port: int | None = native_port
         self._storage_port: int | None = storage_port
@@ -244,6 +253,8 @@ class CassandraCluster:
         taken: set[int] = set()
 
         def pick(wanted: int | None, addresses: Sequence[str], what: str) -> int:
+            if self._namespaces:  # hosts of their own: every port is free there
+                return wanted or 7199
             if wanted is not None:
                 busy = [a for a in addresses if not _port_free(a, wanted)]
                 if busy:
@@ -287,12 +298,16 @@ class CassandraCluster:
         out_path = self.node_dir(i) / "logs" / "stdout.log"
         env = dict(os.environ, MALLOC_ARENA_MAX="4")  # as cassandra-env.sh: fewer glibc arenas
         with open(out_path, "ab") as out:
-            proc = subprocess.Popen(self._commands[i], cwd=self.node_dir(i), env=env,
+            proc = subprocess.Popen(self._in_host(i, self._commands[i]), cwd=self.node_dir(i), env=env,
                                     stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self._procs[i] = proc
         self._pids[i] = proc.pid
         self._save()
+
+    def _in_host(self, i: int, argv: list[str]) -> list[str]:
+        """``argv`` in node i's namespace, if it has one (``ip netns exec`` execs it: same pid)."""
+        return ["ip", "netns", "exec", self._namespaces[i], *argv] if self._namespaces else argv
 
     def start_node(self, i: int, timeout: float = 180.0) -> None:
         """Restart stopped (or killed) node i on its existing data and wait until it answers CQL
@@ -541,7 +556,7 @@ class CassandraCluster:
                f"-Dlogback.configurationFile={logback}",
                "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1",
                "-p", str(self._jmx_ports[i]), *args]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        run = subprocess.run(self._in_host(i, cmd), capture_output=True, text=True, timeout=timeout)
         if run.returncode != 0:
             raise CassandraError(f"nodetool {' '.join(args)} failed ({run.returncode}):\n"
                                  f"{run.stdout}{run.stderr}")
