@@ -18,6 +18,7 @@ import pytest
 from realcassandra import CassandraCluster, available
 
 from fabricjobs.client import Client
+from fabricjobs.errors import StoreError
 from fabricjobs.model import JobKey, Status
 from fabricjobs.testing import netns
 from fabricjobs.testing.rig import Rig, wait_for, write_config
@@ -45,14 +46,44 @@ def hosts(tmp_path):
             cassandra.stop(timeout=30)
 
 
-def _config(tmp_path, db: netns.Host):
+def _config(tmp_path, dbs: list[netns.Host], *, heartbeat: tuple[int, int] = (HEARTBEAT_MS, MISS),
+            pool: int | None = None):
     sections = {s: dict(v) for s, v in FAST.items()}
-    sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": HEARTBEAT_MS, "FABRIC_HEARTBEAT_MISS": MISS}
+    sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": heartbeat[0], "FABRIC_HEARTBEAT_MISS": heartbeat[1]}
+    if pool is not None:
+        sections["jobs"]["K2JOBS_POOL_SIZE"] = pool
     sections["store"] = {"BACKEND": "cassandra"}
-    sections["cassandra"] = {"HOSTS": db.address, "PORT": 9042, "KEYSPACE": "fj_" + uuid.uuid4().hex[:12],
+    sections["cassandra"] = {"HOSTS": ",".join(db.address for db in dbs), "PORT": 9042,
+                             "KEYSPACE": "fj_" + uuid.uuid4().hex[:12], "REPLICATION": f"SimpleStrategy:{len(dbs)}",
                              "PROTOCOL_VERSION": 5, "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false",
                              "REQUEST_TIMEOUT_SEC": 2}
     return write_config(tmp_path / "config.ini", sections)
+
+
+def _start_nodes(rig: Rig, net: netns.Network, client: Client, names: list[str]) -> dict:
+    """Start ``names`` on their test hosts; return once each has finished its start-up (a node
+    that meets a store error while it starts exits, for its supervisor to start it again)."""
+    nodes = {name: rig.spawn(name, prefix=net.host(name).command([])) for name in names}
+    wait_for(lambda: all(f"node {name} started" in node.log() for name, node in nodes.items()), 90,
+             f"{', '.join(names)} to start", check=rig.check_nodes)
+    return nodes
+
+
+def _all_processed(client: Client, keys: list[JobKey]) -> bool:
+    return all((lambda j: j is not None and j.status is Status.PROCESSED)(client.store.get(k)) for k in keys)
+
+
+def _assert_never_two_at_once(started: list[dict], ended: list[dict]) -> None:
+    """Per key: every run but the last ended before the next one began, under an older epoch.
+    (A run that ended but whose node lost its lease before the outcome was written is run
+    again: at least once after a fault, never two at once.)"""
+    ends = {(r["key"], r["epoch"]): r for r in ended}
+    for key, runs in _runs_by_key(started).items():
+        runs.sort(key=lambda r: r["start"])
+        for run, following in zip(runs, runs[1:]):
+            end = ends.get((key, run["epoch"]))
+            assert end is not None and end["end"] <= following["start"], (key, runs, end)
+            assert following["epoch"] > run["epoch"], (key, runs)
 
 
 def _runs_by_key(records: list[dict]) -> dict[str, list[dict]]:
@@ -67,7 +98,7 @@ def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_
     its lease lapses; n2 takes them over after the dead threshold, never while n1's still run;
     healed, n1's late outcome writes are refused (its epoch is gone) and it beats again."""
     net, _cassandra = hosts
-    config = _config(tmp_path, net.host("db"))
+    config = _config(tmp_path, [net.host("db")])
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -119,5 +150,64 @@ def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_
         wait_for(lambda: (lambda j: j is not None and j.status is Status.PROCESSED and j.worker_id == "n1")(
             client.store.get(JobKey("USER_JOB", "Probe.noop", "after"))), 30, "n1 to run a job after the heal")
     finally:
+        client.close()
+        rig.kill_all()
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """Test hosts c1-c3 (a three-node Cassandra, every keyspace RF 3, QUORUM / SERIAL) and n1,
+    n2 (fabricjobs nodes), shared by the tests below; each heals what it cut."""
+    with netns.Network(["c1", "c2", "c3", "n1", "n2"]) as net:
+        dbs = [net.host(f"c{i}") for i in (1, 2, 3)]
+        cassandra = CassandraCluster(tmp_path_factory.mktemp("cassandra3"), 3, heap="512m",
+                                     namespaces=[(h.namespace, h.address) for h in dbs])
+        cassandra.start()
+        try:
+            yield net, dbs
+        finally:
+            net.heal()
+            cassandra.stop(timeout=30)
+
+
+def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_is_lost(three, tmp_path):
+    """Scenario 2: n1 and c1 on one side, n2, c2 and c3 on the other. n1 still reaches one
+    replica, but no quorum: its compare-and-sets fail, its lease lapses and its runs end; n2
+    takes their jobs over on the majority side. Healed, n1 beats again; every job ends once."""
+    net, dbs = three
+    config = _config(tmp_path, dbs)
+    rig = Rig(tmp_path, config)
+    client = Client.from_config(config)
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    try:
+        nodes = _start_nodes(rig, net, client, ["n1"])
+        args = json.dumps({"log": str(log), "seconds": SECONDS, "starts": str(starts)})
+        keys = [JobKey("USER_JOB", "Probe.record", f"m{i}") for i in range(JOBS)]
+        client.fetch("".join(f"startjob user_job name='Probe.record' uid='{k.uid}' args='{args}';" for k in keys))
+        wait_for(lambda: len({r["key"] for r in read_records(starts)}) == JOBS, 30, "n1 to start every job",
+                 check=rig.check_nodes)
+        nodes.update(_start_nodes(rig, net, client, ["n2"]))
+        cut_at = time.time()
+        net.isolate_group(["n1", "c1"])
+        wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "n2"}) == JOBS, 60,
+                 lambda: f"n2 to take over every job; starts: {read_records(starts)}", check=rig.check_nodes)
+        wait_for(lambda: _all_processed(client, keys), SECONDS + 60, "n2 to finish every job", check=rig.check_nodes,
+                 not_yet=(StoreError,))
+        started, ended = read_records(starts), read_records(log)
+        _assert_never_two_at_once(started, ended)
+        on_n1 = [r for r in ended if r["node"] == "n1"]
+        assert len(on_n1) == JOBS and all(r["aborted"] and r["end"] - cut_at < 5.0 for r in on_n1), on_n1
+        assert "could not renew its lease" in nodes["n1"].log()
+        rows = [client.store.get(k) for k in keys]
+        # Finished on the majority side. (n2 may have lost its own lease for a moment at the
+        # cut, while its driver still tried c1: then a job ran there once more, epoch 3.)
+        assert all(j.worker_id == "n2" and j.epoch >= 2 for j in rows), rows
+        net.heal()
+        beat = next(r.beat for r in client.store.nodes() if r.name == "n1")
+        wait_for(lambda: next(r.beat for r in client.store.nodes() if r.name == "n1") > beat + 3, 60,
+                 "n1 to beat again after the heal", check=rig.check_nodes)
+        assert [client.store.get(k) for k in keys] == rows
+    finally:
+        net.heal()
         client.close()
         rig.kill_all()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable
 from ..affinity import NodeAffinity
 from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
-from ..errors import FabricJobsError
+from ..errors import FabricJobsError, StoreError
 from ..worker.board import Board
 from .. import dependencies
 from ..jobs.registry import JobCatalog
@@ -254,7 +254,10 @@ class Node:
         self.heartbeat.start()
         self.pool.prewarm()
         self.executor.start_collector()
-        self.scheduler.refresh()
+        try:
+            self.scheduler.refresh()
+        except StoreError as exc:  # a store that failed once, after this node's first beat, is no reason to exit
+            log.warning("the scheduler could not read its jobs yet (%s); its loop tries again", exc)
         self.scheduler.start()
         self._stop_doorbell = self.doorbell.listen(self.name, self.wake_full)
         self._started = True

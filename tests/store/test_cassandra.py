@@ -461,3 +461,33 @@ def test_a_server_warning_on_a_response_that_lands_while_the_callback_is_added_i
 
     assert session.execute_async("SELECT 1") is future
     assert session.stats.server_warnings == 1
+
+
+def test_a_host_that_left_a_request_unanswered_is_tried_last_and_longer_if_it_stays_silent():
+    """A silent partition keeps a host's connections open, so the driver does not mark it down:
+    the store's query plans try a host that timed out last (session.Unanswered), for 10 s, and
+    for twice as long each time it times out again just after."""
+    from cassandra import OperationTimedOut
+    from cassandra.connection import DefaultEndPoint
+    from cassandra.policies import RoundRobinPolicy, SimpleConvictionPolicy
+    from cassandra.pool import Host
+
+    from fabricjobs.store.cassandra.session import Unanswered, _policy_avoiding
+
+    now = [100.0]
+    hosts = [Host(DefaultEndPoint(f"10.0.0.{i}", 9042), SimpleConvictionPolicy) for i in (1, 2, 3)]
+    unanswered = Unanswered(clock=lambda: now[0])
+    policy = _policy_avoiding(RoundRobinPolicy(), unanswered)
+    policy.populate(None, hosts)
+    unanswered.learn(OperationTimedOut(errors={hosts[2]: "Client request timeout"}, last_host=hosts[2]))
+    plans = [[str(h) for h in policy.make_query_plan()] for _ in range(6)]
+    assert all(plan[-1] == "10.0.0.3:9042" and len(plan) == 3 for plan in plans)  # last, never dropped
+    now[0] += 10.5
+    assert not unanswered.suspect(hosts[2])  # the penalty ended: the next request tries it again
+    unanswered.learn(OperationTimedOut(errors={hosts[2]: "Client request timeout"}, last_host=hosts[2]))
+    now[0] += 15
+    assert unanswered.suspect(hosts[2])  # still silent at once: 20 s this time
+    now[0] += 6
+    assert not unanswered.suspect(hosts[2])
+    unanswered.learn(ValueError("not a timeout"))
+    assert not unanswered.suspect(hosts[0])

@@ -31,9 +31,96 @@ _ENTRY_WRITES = 5  # attempts at an index entry write acknowledged within ENTRY_
 _BATCH = 8  # statements per unlogged batch (Cassandra warns from 10 partitions in one)
 
 
+class Unanswered:
+    """Hosts that let a request time out lately: every query plan tries them last for a
+    while. A host cut off by a silent partition (no reset, no refusal: its packets just stop)
+    keeps its connections open, so the driver never marks it down; its connection heartbeat
+    notices after a minute or so. Until then one request in three (RF 3) waited out the
+    request timeout, and a reconcile pass of a dozen requests stalled for a minute
+    (tests/test_partitions.py). The first timeout puts a host last for ``PENALTY`` seconds; one
+    again soon after its penalty ended doubles it, up to ``MAX_PENALTY``: a host still cut off
+    costs one timed-out request per window, not one per request."""
+
+    PENALTY = 10.0
+    MAX_PENALTY = 80.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._until: dict[str, float] = {}
+        self._penalty: dict[str, float] = {}
+        self._clock = clock
+
+    def timed_out(self, host) -> None:
+        name, now = str(host), self._clock()
+        until = self._until.get(name)
+        if until is not None and until > now:
+            return  # already tried last (requests sent before it was)
+        penalty = self.PENALTY
+        if until is not None and now - until < self._penalty.get(name, self.PENALTY):
+            penalty = min(self._penalty.get(name, self.PENALTY) * 2, self.MAX_PENALTY)  # still not answering
+        self._penalty[name] = penalty
+        self._until[name] = now + penalty
+        log.warning("Cassandra host %s left a request unanswered: trying it last for %.0f s", name, penalty)
+
+    def suspect(self, host) -> bool:
+        until = self._until.get(str(host))
+        return until is not None and until > self._clock()
+
+    def order(self, hosts) -> list:
+        """``hosts`` (a query plan) with the suspect ones moved to its end, in their order."""
+        hosts = list(hosts)
+        if not self._until:
+            return hosts
+        suspect = [h for h in hosts if self.suspect(h)]
+        return [h for h in hosts if h not in suspect] + suspect if suspect else hosts
+
+    def learn(self, exc: BaseException) -> None:
+        """Penalize the hosts a client-side timeout names (the driver's OperationTimedOut)."""
+        if type(exc).__name__ != "OperationTimedOut":
+            return
+        hosts = [h for h, e in (getattr(exc, "errors", None) or {}).items() if type(e).__name__ == "OperationTimedOut"
+                 or "timeout" in str(e).lower()]
+        last = getattr(exc, "last_host", None)
+        for host in hosts + ([last] if last is not None else []):
+            self.timed_out(host)
+
+
+def _policy_avoiding(child, unanswered: Unanswered):
+    """``child`` (a driver load-balancing policy) whose query plans put ``unanswered``'s
+    suspects last."""
+    from cassandra.policies import LoadBalancingPolicy
+
+    class AvoidUnanswered(LoadBalancingPolicy):
+        def populate(self, cluster, hosts):
+            child.populate(cluster, hosts)
+
+        def distance(self, host):
+            return child.distance(host)
+
+        def make_query_plan(self, working_keyspace=None, query=None):
+            return iter(unanswered.order(child.make_query_plan(working_keyspace, query)))
+
+        def check_supported(self):
+            child.check_supported()
+
+        def on_up(self, host):
+            child.on_up(host)
+
+        def on_down(self, host):
+            child.on_down(host)
+
+        def on_add(self, host):
+            child.on_add(host)
+
+        def on_remove(self, host):
+            child.on_remove(host)
+
+    return AvoidUnanswered()
+
+
 def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: str, token_aware: bool,
-                       request_timeout: float) -> dict:
-    """The driver's execution profiles: the default one, ``lwt`` and ``serial``."""
+                       request_timeout: float, unanswered: Unanswered | None = None) -> dict:
+    """The driver's execution profiles: the default one, ``lwt`` and ``serial``; with
+    ``unanswered``, hosts that timed out lately are tried last."""
     # The driver is imported here, not at module level: choosing SQLite never pays for it.
     from cassandra import ConsistencyLevel
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
@@ -47,7 +134,8 @@ def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: s
         # Token-aware: a statement goes to a replica of its partition, saving the hop from a
         # coordinator that holds no copy (and, for an LWT, a Paxos round's extra latency).
         dc_aware = DCAwareRoundRobinPolicy(local_dc=local_dc or None)
-        return TokenAwarePolicy(dc_aware) if token_aware else dc_aware
+        policy = TokenAwarePolicy(dc_aware) if token_aware else dc_aware
+        return _policy_avoiding(policy, unanswered) if unanswered is not None else policy
 
     return {
         EXEC_PROFILE_DEFAULT: ExecutionProfile(
@@ -93,6 +181,12 @@ def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, conne
         list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
         # Routing by token needs the token ring and the keyspace's replication (schema metadata).
         connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
+        # A statement is prepared on the host that answers; another host that meets it first
+        # answers UNPREPARED and the driver prepares it there. Preparing on every host at once
+        # (the driver's default) waited 10 s on each host cut off by a partition, on the
+        # node's main thread, for each statement first used after the cut: a takeover that
+        # needed three new statements came 30 s late (tests/test_partitions.py).
+        prepare_on_all_hosts=False,
         **options,
     )
 
@@ -120,11 +214,12 @@ class _CountingSession:
     """The driver's session, counting what is sent by kind (StoreStats): the figures of
     scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
 
-    def __init__(self, session, stats: StoreStats) -> None:
+    def __init__(self, session, stats: StoreStats, unanswered: Unanswered | None = None) -> None:
         from cassandra import DriverException
         from cassandra.query import BatchStatement
 
         self._s = session
+        self._unanswered = unanswered
         self._unfinished = DriverException
         self.stats = stats
         self._batch_type = BatchStatement
@@ -154,8 +249,12 @@ class _CountingSession:
             future = self._s.execute_async(stmt, params, **kw)
         else:
             future = self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
-        future.add_callbacks(lambda _rows: self._warned(future), lambda _exc: None)
+        future.add_callbacks(lambda _rows: self._warned(future), self._failed)
         return future
+
+    def _failed(self, exc: BaseException) -> None:
+        if self._unanswered is not None:
+            self._unanswered.learn(exc)
 
     def _warned(self, future) -> None:
         """Cassandra's warnings to the client (tombstones met by a read, a batch too large)
@@ -225,12 +324,12 @@ class Session:
     _prep_lock: threading.Lock
     _latency_clock: Callable[[], float]
 
-    def _connect(self, cluster, where: str) -> None:
+    def _connect(self, cluster, where: str, unanswered: Unanswered | None = None) -> None:
         """Connect ``cluster`` (shut down again if that fails); counters and statements start empty."""
         self._cluster = cluster
         self.stats = StoreStats()
         try:
-            self._session = _CountingSession(cluster.connect(), self.stats)
+            self._session = _CountingSession(cluster.connect(), self.stats, unanswered)
         except Exception as exc:
             cluster.shutdown()
             raise StoreError(f"cannot connect to Cassandra at {where}: {exc}") from None

@@ -27,7 +27,7 @@ from .nodes import Nodes
 from .queue import Queue
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when
 from .schema import SchemaManager, check_keyspace_name
-from .session import _bound, credentials, execution_profiles, log, new_cluster
+from .session import Unanswered, _bound, credentials, execution_profiles, log, new_cluster
 
 
 @dataclass
@@ -86,13 +86,15 @@ class CassandraStore(Queue, History, Nodes, JobStore):
         self.identity = f"cassandra:{','.join(sorted(hosts))}:{port}:{keyspace}"
         self.archive_ttl = max(1, int(archive_ttl_seconds))
         self.request_timeout = request_timeout
+        unanswered = Unanswered()
         profiles = execution_profiles(consistency=consistency, serial_consistency=serial_consistency,
-                                      local_dc=local_dc, token_aware=token_aware, request_timeout=request_timeout)
+                                      local_dc=local_dc, token_aware=token_aware, request_timeout=request_timeout,
+                                      unanswered=unanswered)
         options = credentials(username=username, password=password, tls=tls, tls_ca_file=tls_ca_file,
                               tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_verify=tls_verify)
         cluster = new_cluster(hosts, port, protocol_version=protocol_version, connect_timeout=connect_timeout,
                               token_aware=token_aware, profiles=profiles, **options)
-        self._connect(cluster, f"{', '.join(hosts)}:{port}")
+        self._connect(cluster, f"{', '.join(hosts)}:{port}", unanswered)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
         self._init_index()
         self._init_history()
