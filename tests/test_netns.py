@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from fabricjobs.testing import netns
+from fabricjobs.testing.rig import wait_for
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None, reason=f"test hosts: {netns.unavailable()}")
 
@@ -83,7 +84,7 @@ def test_an_isolated_host_reaches_nobody_and_nobody_reaches_it_until_healed(net)
     assert not _reaches(a, b) and not _reaches(b, c) and not _reaches(None, b)
     assert _reaches(a, c)  # the others still talk
     net.heal()
-    assert _reaches(a, b) and _reaches(b, c)
+    wait_for(lambda: _reaches(a, b) and _reaches(b, c), 5, "b to be reached again")  # an ARP round
 
 
 def test_a_cut_between_two_hosts_leaves_their_other_links(net):
@@ -94,7 +95,7 @@ def test_a_cut_between_two_hosts_leaves_their_other_links(net):
     net.isolate_group(["c"])  # c alone on its side
     assert not _reaches(c, a) and not _reaches(b, c)
     net.heal()
-    assert _reaches(a, b) and _reaches(c, a) and _reaches(b, c)
+    wait_for(lambda: _reaches(a, b) and _reaches(c, a) and _reaches(b, c), 5, "every host to be reached again")
 
 
 def test_closing_a_network_removes_every_namespace_and_link():

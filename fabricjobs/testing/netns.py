@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -135,15 +136,30 @@ class Network:
                     self.cut(a, b)
 
     def heal(self) -> None:
-        """Remove every fault: cables back in, blackhole routes gone."""
+        """Remove every fault: cables back in (returns once their carrier is up), blackhole
+        routes gone. A host's neighbours may still need an ARP round to reach it."""
         for name in sorted(self._down):
             _ip("link", "set", self.hosts[name].veth, "up")
+        for name in sorted(self._down):
+            self._wait_carrier(self.hosts[name])
         self._down.clear()
         for a, b in sorted(self._cuts):
             for me, other in ((a, b), (b, a)):
                 _ip("route", "del", "blackhole", f"{self.hosts[other].address}/32",
                     namespace=self.hosts[me].namespace, check=False)
         self._cuts.clear()
+
+    def _wait_carrier(self, host: Host, timeout: float = 5.0) -> None:
+        inner = host.veth[:-1] + "n"
+        deadline = time.monotonic() + timeout
+        while True:
+            outer = _ip("-o", "link", "show", "dev", host.veth, check=False).stdout
+            inside = _ip("-o", "link", "show", "dev", inner, namespace=host.namespace, check=False).stdout
+            if "LOWER_UP" in outer and "LOWER_UP" in inside:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cable of test host {host.name} did not come up within {timeout} s")
+            time.sleep(0.01)
 
     # -- the end -------------------------------------------------------------------------------
 

@@ -107,12 +107,13 @@ def test_statements_are_routed_to_a_replica_of_their_partition(request, tmp_path
         key = JobKey("USER_JOB", "Customer.userJob1", "routed")
         row = store.insert(Job(key, Status.WAITING, T0, next_run=T0)).row
         assert store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=1)).applied
-        profile = store._cluster.profile_manager.default
-        assert isinstance(profile.load_balancing_policy, TokenAwarePolicy)
+        policy = store._cluster.profile_manager.default.load_balancing_policy
+        assert isinstance(policy.child, TokenAwarePolicy)  # under the unanswered-hosts-last wrapper
         get = store._stmt(("get",), "SELECT status FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?")
         bound = get.bind((key.type, key.name, key.uid))
         replicas = store._cluster.metadata.get_replicas(store.keyspace, bound.routing_key)
         assert [h.address for h in replicas] == [load_config(config).get("cassandra", "HOSTS")[0]]
+        assert next(iter(policy.make_query_plan(store.keyspace, bound))) == replicas[0]  # the replica first
     finally:
         store.close()
 

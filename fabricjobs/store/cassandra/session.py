@@ -114,7 +114,9 @@ def _policy_avoiding(child, unanswered: Unanswered):
         def on_remove(self, host):
             child.on_remove(host)
 
-    return AvoidUnanswered()
+    policy = AvoidUnanswered()
+    policy.child = child  # what it orders (TokenAwarePolicy, DCAwareRoundRobinPolicy)
+    return policy
 
 
 def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: str, token_aware: bool,
