@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fabricjobs.node.reconcile")
 
-_MAX_PAGES = 10
+MAX_PAGES = 10  # pages of rows one read goes through at most (claims, dependency checks)
 
 
 def write_failed(expected: Job) -> None:
@@ -88,7 +88,7 @@ class Claims(UsesParts):
         page_size = max((self.lanes.count(self.liveness.alive()) + 1) * free, 16)
         after = None
         self.next_wake = None
-        for page_no in range(_MAX_PAGES):
+        for page_no in range(MAX_PAGES):
             page = self.store.waiting(page_size, after=after)
             candidates = page
             if page_no == 0 and not self._oldest_are_first(page):

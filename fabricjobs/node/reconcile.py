@@ -30,7 +30,7 @@ from .. import dependencies
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from ..store.base import Version
-from .claims import Claims, write_failed
+from .claims import MAX_PAGES, Claims, write_failed
 from .decisions import lost_run_record, take_over
 from .executor import EndReason
 from .parts import ReconcileParts, UsesParts
@@ -43,7 +43,6 @@ _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
 _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
 _TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
-_MAX_PAGES = 10
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
 
 
@@ -257,12 +256,12 @@ class Reconciler(UsesParts):
         self._next_dependency_check = mono + self.s.dependency_check_sec
         cache: dict = {}
         freed = 0
-        # Page through the blocked rows (longest due first), up to _MAX_PAGES per check and on
+        # Page through the blocked rows (longest due first), up to MAX_PAGES per check and on
         # from there at the next: children that stay blocked (a failed parent) must not hide
         # the ones behind them. A page starts at the last one's due time (its rows are read
         # again, harmless), one ms later if a whole page had that due time.
         since = self._blocked_from
-        for _ in range(_MAX_PAGES):
+        for _ in range(MAX_PAGES):
             page = self.store.blocked_jobs(_ADOPT_BATCH, since)
             for row in page:
                 blockers = dependencies.blocking(self.store, dependencies.parents_of(row), cache)

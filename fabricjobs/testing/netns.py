@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .rig import process_alive
+
 PREFIX = "fjt"
 SUBNET_BYTE = 213  # 10.213.<id>.0/24
 
@@ -175,17 +177,23 @@ class Network:
         _release_id(self.id)
 
 
+def _ours() -> tuple[list[str], list[str]]:
+    """The namespaces and the links on this machine named like a test network's."""
+    spaces = [line.split()[0] for line in _ip("netns", "list", check=False).stdout.splitlines() if line.strip()]
+    links = [line.split(":")[1].strip().split("@")[0]
+             for line in _ip("-o", "link", "show", check=False).stdout.splitlines() if line.count(":") >= 2]
+    return [n for n in spaces if n.startswith(PREFIX)], [n for n in links if n.startswith(PREFIX)]
+
+
+def _id_of(name: str) -> int | None:
+    head = name[len(PREFIX):].split("-", 1)[0]
+    return int(head) if "-" in name and head.isdigit() else None
+
+
 def _ids_in_use() -> set[int]:
     """The ids of every test network that has a link or a namespace on this machine."""
-    ids = set()
-    for line in _ip("-o", "link", "show", check=False).stdout.splitlines() + \
-            _ip("netns", "list", check=False).stdout.splitlines():
-        for word in line.replace(":", " ").replace("@", " ").split():
-            if word.startswith(PREFIX) and "-" in word:
-                head = word[len(PREFIX):].split("-", 1)[0]
-                if head.isdigit():
-                    ids.add(int(head))
-    return ids
+    spaces, links = _ours()
+    return {i for i in map(_id_of, spaces + links) if i is not None}
 
 
 def _claims_dir() -> Path:
@@ -201,23 +209,12 @@ def _claims_dir() -> Path:
     raise NetnsUnavailable("nowhere to record test network ids")
 
 
-def _owner(claim: Path) -> int | None:
+def _owner_alive(claim: Path) -> bool:
     try:
-        return int(claim.read_text().strip() or 0) or None
+        pid = int(claim.read_text().strip() or 0)
     except (OSError, ValueError):
-        return None
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if pid is None:
         return False
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    return pid > 0 and process_alive(pid)
 
 
 def _claim_id() -> int:
@@ -242,14 +239,12 @@ def _release_id(net_id: int) -> None:
 
 
 def _remove_network(net_id: int) -> None:
-    tag = f"{PREFIX}{net_id}-"
-    for line in _ip("netns", "list", check=False).stdout.splitlines():
-        name = line.split()[0] if line.strip() else ""
-        if name.startswith(tag):
+    spaces, links = _ours()
+    for name in spaces:
+        if _id_of(name) == net_id:
             _ip("netns", "del", name, check=False)
-    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if line.count(":") >= 2 else ""
-        if name.startswith(tag):
+    for name in links:
+        if _id_of(name) == net_id:
             _ip("link", "del", name, check=False)
 
 
@@ -258,7 +253,7 @@ def remove_stale() -> None:
     owner is gone, and links or namespaces of an id nobody claims."""
     claims = _claims_dir()
     for claim in claims.iterdir():
-        if claim.name.isdigit() and not _pid_alive(_owner(claim)):
+        if claim.name.isdigit() and not _owner_alive(claim):
             _remove_network(int(claim.name))
             claim.unlink(missing_ok=True)
     for net_id in _ids_in_use():
