@@ -8,6 +8,7 @@ conditions with deadlines (never sleep-and-hope). Nodes are killed on teardown.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 import signal
 import sqlite3
 import subprocess
@@ -76,16 +77,8 @@ class Cluster(Rig):
             args += ["--clock-offset", str(clock_offset)]
         node = self.spawn(name, config=config, args=args + (extra_args or []), env=extra_env)
         if wait:
-            self.wait_ready(node)
+            self.wait_started(node)
         return node
-
-    def wait_ready(self, node: NodeProcess, timeout: float = 20.0) -> None:
-        def ready():
-            if not node.alive():
-                raise AssertionError(f"node {node.name} exited ({node.proc.returncode}):\n{node.log()}")
-            return f"node {node.name} started" in node.log()
-
-        wait_for(ready, timeout, f"node {node.name} to start")
 
     def pause(self, node: NodeProcess, *, group: bool = False, timeout: float = 10.0) -> float:
         """SIGSTOP ``node`` (``group``: with its fork server and workers) between two of its
@@ -165,6 +158,18 @@ def read_records(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 pass  # a record cut by a kill
     return out
+
+
+def assert_no_overlap(records, until=None):
+    """Runs of one key never overlap in time (a run without an end record lasted until ``until``)."""
+    by_key = defaultdict(list)
+    for r in records:
+        by_key[r["key"]].append((r["start"], r.get("end", until), r["node"], r["epoch"]))
+    for key, runs in by_key.items():
+        runs.sort()
+        for (s1, e1, n1, ep1), (s2, e2, n2, ep2) in zip(runs, runs[1:]):
+            assert e1 is not None and e1 <= s2, f"{key}: run on {n1} (epoch {ep1}) overlaps run on {n2} (epoch {ep2})"
+            assert ep2 > ep1, f"{key}: a later run has no newer epoch"
 
 
 def _write_lock_free(database: str) -> bool:

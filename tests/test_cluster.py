@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from fabricjobs.model import Status
-from harness import Cluster, free_port, process_alive, read_records, scrape_metrics, wait_for
+from harness import Cluster, assert_no_overlap, free_port, process_alive, read_records, scrape_metrics, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +39,6 @@ def start_records(client, uids, log, seconds, starts=None, name="Probe.record", 
     args = json.dumps(extra)
     aff = f" affinity='{affinity}'" if affinity else ""
     client.fetch("".join(f"startjob user_job name='{name}' uid='{u}' args='{args}'{aff};" for u in uids))
-
-
-def assert_no_overlap(records, until=None):
-    """Runs of one key never overlap in time (a run without an end record lasted until ``until``)."""
-    by_key = defaultdict(list)
-    for r in records:
-        by_key[r["key"]].append((r["start"], r.get("end", until), r["node"], r["epoch"]))
-    for key, runs in by_key.items():
-        runs.sort()
-        for (s1, e1, n1, ep1), (s2, e2, n2, ep2) in zip(runs, runs[1:]):
-            assert e1 is not None and e1 <= s2, f"{key}: run on {n1} (epoch {ep1}) overlaps run on {n2} (epoch {ep2})"
-            assert ep2 > ep1, f"{key}: a later run has no newer epoch"
 
 
 def processed(cluster, uids, name="Probe.record"):

@@ -22,7 +22,7 @@ from fabricjobs.errors import StoreError
 from fabricjobs.model import JobKey, Status
 from fabricjobs.testing import netns
 from fabricjobs.testing.rig import Rig, wait_for, write_config
-from harness import FAST, read_records
+from harness import FAST, assert_no_overlap, read_records
 
 _why = netns.unavailable() or available()
 pytestmark = [pytest.mark.partition, pytest.mark.soak, pytest.mark.skipif(_why is not None, reason=f"partition tests: {_why}")]
@@ -64,8 +64,8 @@ def _start_nodes(rig: Rig, net: netns.Network, client: Client, names: list[str])
     """Start ``names`` on their test hosts; return once each has finished its start-up (a node
     that meets a store error while it starts exits, for its supervisor to start it again)."""
     nodes = {name: rig.spawn(name, prefix=net.host(name).command([])) for name in names}
-    wait_for(lambda: all(f"node {name} started" in node.log() for name, node in nodes.items()), 90,
-             f"{', '.join(names)} to start", check=rig.check_nodes)
+    for node in nodes.values():
+        rig.wait_started(node, 90)
     return nodes
 
 
@@ -73,17 +73,12 @@ def _all_processed(client: Client, keys: list[JobKey]) -> bool:
     return all((lambda j: j is not None and j.status is Status.PROCESSED)(client.store.get(k)) for k in keys)
 
 
-def _assert_never_two_at_once(started: list[dict], ended: list[dict]) -> None:
-    """Per key: every run but the last ended before the next one began, under an older epoch.
-    (A run that ended but whose node lost its lease before the outcome was written is run
-    again: at least once after a fault, never two at once.)"""
-    ends = {(r["key"], r["epoch"]): r for r in ended}
-    for key, runs in _runs_by_key(started).items():
-        runs.sort(key=lambda r: r["start"])
-        for run, following in zip(runs, runs[1:]):
-            end = ends.get((key, run["epoch"]))
-            assert end is not None and end["end"] <= following["start"], (key, runs, end)
-            assert following["epoch"] > run["epoch"], (key, runs)
+def _runs(started: list[dict], ended: list[dict]) -> list[dict]:
+    """Each run from its start record, with the end its end record gave (none: still going, or
+    killed before it could write one). A run that ended but whose node lost its lease before
+    the outcome was written is run again: at least once after a fault, never two at once."""
+    ends = {(r["key"], r["epoch"]): r["end"] for r in ended}
+    return [dict(r, end=ends[(r["key"], r["epoch"])]) if (r["key"], r["epoch"]) in ends else r for r in started]
 
 
 def _runs_by_key(records: list[dict]) -> dict[str, list[dict]]:
@@ -194,7 +189,7 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
         wait_for(lambda: _all_processed(client, keys), SECONDS + 60, "n2 to finish every job", check=rig.check_nodes,
                  not_yet=(StoreError,))
         started, ended = read_records(starts), read_records(log)
-        _assert_never_two_at_once(started, ended)
+        assert_no_overlap(_runs(started, ended))
         on_n1 = [r for r in ended if r["node"] == "n1"]
         assert len(on_n1) == JOBS and all(r["aborted"] and r["end"] - cut_at < 5.0 for r in on_n1), on_n1
         assert "could not renew its lease" in nodes["n1"].log()

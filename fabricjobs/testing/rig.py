@@ -291,6 +291,16 @@ class Rig:
         self.started.append(node)
         return node
 
+    def wait_started(self, node: NodeProcess, timeout: float = 20.0) -> None:
+        """Until ``node`` logged the end of its start-up ("node NAME started", at INFO);
+        NodeExited, with its whole log, if it exits first."""
+        def started() -> bool:
+            if not node.alive():
+                raise NodeExited(f"node {node.name} exited ({node.proc.returncode}):\n{node.log()}")
+            return f"node {node.name} started" in node.log()
+
+        wait_for(started, timeout, f"node {node.name} to start")
+
     def check_nodes(self) -> None:
         """NodeExited, with the end of its log, for a node that should be running and is not."""
         for node in self.nodes.values():
