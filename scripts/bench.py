@@ -99,7 +99,7 @@ from bench_node import (  # noqa: E402
     BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
-from fabricjobs.testing.rig import RigError, free_port, scrape_metrics, write_config  # noqa: E402
+from fabricjobs.testing.rig import RigError, free_port, scrape_metrics, signal_group, write_config  # noqa: E402
 from fabricjobs.errors import FabricJobsError  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
 
@@ -571,10 +571,7 @@ def _start_huey_consumer(hdir: Path, module: str, env: dict, keep_procs: list) -
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(proc.pid, signal.SIGKILL)
 
 
 def _clean_up(procs: list, tmp: Path, keep: bool) -> None:

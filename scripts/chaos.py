@@ -146,7 +146,9 @@ from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.commands import parse_script  # noqa: E402
 from fabricjobs.errors import StoreError  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
-from fabricjobs.testing.rig import NodeProcess, Rig, RigTimeout, wait_for, write_config  # noqa: E402
+from fabricjobs.testing.rig import (  # noqa: E402
+    NodeProcess, Rig, RigTimeout, process_cpu_seconds, signal_group, stat_fields, wait_for, write_config,
+)
 
 JOBS_DIR = ROOT / "examples" / "jobs"
 JOB_NAME = "Chaos.work"
@@ -307,18 +309,10 @@ class CqlServerProcess:
         return self.proc.poll() is None
 
     def cpu_seconds(self) -> float:
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError):
-            return 0.0
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         self._out.close()
 
@@ -330,12 +324,8 @@ class CqlServerProcess:
 
 def _proc_identity(pid: int) -> tuple[str, str] | None:
     """(state, start time) of a process from /proc, None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], fields[19]
+    fields = stat_fields(pid)
+    return (fields[0], fields[19]) if fields else None
 
 
 class RunWatcher(threading.Thread):

@@ -90,7 +90,7 @@ def merged(*layers: Mapping[str, Mapping[str, object]]) -> dict[str, dict[str, o
 # -- processes, from /proc -------------------------------------------------------------------------
 
 
-def _stat_fields(pid: int | str) -> list[str] | None:
+def stat_fields(pid: int | str) -> list[str] | None:
     """The fields of /proc/PID/stat after the command name (state ppid pgrp ... utime stime ...)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -101,7 +101,7 @@ def _stat_fields(pid: int | str) -> list[str] | None:
 
 def process_state(pid: int) -> str | None:
     """The process state letter (R, S, T, Z...), None once the process is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields[0] if fields else None
 
 
@@ -111,11 +111,11 @@ def process_alive(pid: int) -> bool:
 
 
 def group_stats(pgid: int) -> dict[int, list[str]]:
-    """pid -> /proc stat fields (as :func:`_stat_fields`) of every process in group ``pgid``."""
+    """pid -> /proc stat fields (as :func:`stat_fields`) of every process in group ``pgid``."""
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            fields = _stat_fields(entry)
+            fields = stat_fields(entry)
             if fields is not None and int(fields[2]) == pgid:
                 out[int(entry)] = fields
     return out
@@ -131,8 +131,16 @@ def group_cpu_seconds(pgid: int) -> float:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return _cpu(fields) if fields else 0.0
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """``sig`` to every process of group ``pgid``; nothing if the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def group_alive(pgid: int) -> bool:
@@ -229,10 +237,7 @@ class NodeProcess:
 
     def signal_group(self, sig: int) -> None:
         """``sig`` to the node, its fork server and its workers."""
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self.proc.pid, sig)
 
     def kill_group(self) -> None:
         self.signal_group(signal.SIGKILL)
