@@ -572,7 +572,7 @@ def test_children_that_stay_blocked_do_not_hide_the_ones_behind_them(store_confi
     from fabricjobs.node.node import Node
 
     monkeypatch.setattr(reconcile, "_ADOPT_BATCH", 3)
-    monkeypatch.setattr(reconcile, "_MAX_PAGES", 1)  # one page per check: the next check goes on
+    monkeypatch.setattr(reconcile, "MAX_PAGES", 1)  # one page per check: the next check goes on
     clock = ManualClock()
     node = Node(load_config(store_config), name="a", clock=clock, store=store)
     try:
