@@ -589,9 +589,9 @@ def test_children_that_stay_blocked_do_not_hide_the_ones_behind_them(store_confi
         while store.get(free).blocked:
             checks += 1
             assert checks <= 5, "the job behind a page of stuck children was never checked"
-            node.parents_changed.set()  # a check now (as after a job ended here)
+            node.signals.parents_changed.set()  # a check now (as after a job ended here)
             node.reconciler._unblock(clock.now())
-        node.parents_changed.set()
+        node.signals.parents_changed.set()
         node.reconciler._unblock(clock.now())  # finds the end of the list ...
         assert node.reconciler._blocked_from is None  # ... so the next check starts over
         assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", f"stuck{i}")).blocked for i in range(7))

@@ -151,18 +151,6 @@ class Node:
 
     # -- what the parts call back --------------------------------------------------------------------
 
-    @property
-    def fenced(self) -> bool:
-        return self.signals.fenced
-
-    @property
-    def stopping(self) -> bool:
-        return self.signals.stopping
-
-    @property
-    def parents_changed(self):
-        return self.signals.parents_changed
-
     def _info(self) -> dict:
         info = self.affinity.to_info()
         info["running"] = self.executor.per_pool()
@@ -182,14 +170,6 @@ class Node:
                 CommandService(self.store, self.config, self.clock, catalog=self.catalog, doorbell=self.doorbell))
         return self._listener_requests.answer(listener, op, args)
 
-    def wake(self) -> None:
-        """Run a claim pass now (a slot freed, a job came due)."""
-        self.signals.wake()
-
-    def wake_full(self) -> None:
-        """Run a full pass now (a shell changed something)."""
-        self.signals.wake_full()
-
     def _fence(self, why: str) -> None:
         self.signals.fenced = True
         self.scheduler.paused = True
@@ -207,7 +187,7 @@ class Node:
     def _on_recovered(self) -> None:
         self.signals.fenced = False
         self.scheduler.paused = False
-        self.wake_full()
+        self.signals.wake_full()
 
     # -- start-up ------------------------------------------------------------------------------------
 
@@ -259,7 +239,7 @@ class Node:
         except StoreError as exc:  # a store that failed once, after this node's first beat, is no reason to exit
             log.warning("the scheduler could not read its jobs yet (%s); its loop tries again", exc)
         self.scheduler.start()
-        self._stop_doorbell = self.doorbell.listen(self.name, self.wake_full)
+        self._stop_doorbell = self.doorbell.listen(self.name, self.signals.wake_full)
         self._started = True
         limits = ", ".join(str(lim) for lim in self.affinity.limits.values())
         log.info(
