@@ -99,7 +99,9 @@ from bench_node import (  # noqa: E402
     BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
-from fabricjobs.testing.rig import RigError, free_port, scrape_metrics, signal_group, write_config  # noqa: E402
+from fabricjobs.testing.rig import (  # noqa: E402
+    RigError, free_port, pythonpath_with, scrape_metrics, signal_group, write_config,
+)
 from fabricjobs.errors import FabricJobsError  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
 
@@ -557,7 +559,7 @@ def ensure_huey(install: bool) -> bool:
 
 def _with_pythonpath(env: dict, directory: Path) -> dict:
     """``env`` with ``directory`` first on PYTHONPATH (where a huey module written here lives)."""
-    return dict(env, PYTHONPATH=os.pathsep.join([str(directory)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
+    return dict(env, PYTHONPATH=pythonpath_with(directory, env))
 
 
 def _start_huey_consumer(hdir: Path, module: str, env: dict, keep_procs: list) -> subprocess.Popen:

@@ -392,7 +392,7 @@ def write_setup(tmp: Path, target: Target, keyspace: str) -> Path:
 
 def start_node(target: Target, cfg: Path, tmp: Path, name: str) -> subprocess.Popen:
     log = open(tmp / f"{name}.log", "w")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=rig.pythonpath_with(ROOT))
     return subprocess.Popen(target.node_command(cfg, name, tmp), stdout=log, stderr=subprocess.STDOUT,
                             cwd=str(tmp), env=env)
 

@@ -46,7 +46,8 @@ from tabulate import tabulate  # noqa: E402
 
 from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.testing.rig import (  # noqa: E402, F401  (group_stats, wait_for: bench.py imports them from here)
-    NodeProcess, Rig as NodeRig, RigError, group_cpu_seconds, group_stats, process_cpu_seconds, wait_for, write_config,
+    NodeProcess, Rig as NodeRig, RigError, group_cpu_seconds, group_stats, process_cpu_seconds, pythonpath_with, wait_for,
+    write_config,
 )
 from fabricjobs.model import Status  # noqa: E402
 
@@ -195,8 +196,8 @@ class Rig(NodeRig):
     # -- processes ----------------------------------------------------------------------------------
 
     def start_node(self, name: str, log_level: str = "warning", config: Path | None = None) -> NodeProcess:
-        path = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-        return self.spawn(name, config=config, log_level=log_level, env={"TMPDIR": str(self.tmp), "PYTHONPATH": path})
+        return self.spawn(name, config=config, log_level=log_level,
+                          env={"TMPDIR": str(self.tmp), "PYTHONPATH": pythonpath_with(ROOT)})
 
     @property
     def client(self) -> Client:

@@ -120,7 +120,6 @@ import argparse
 import bisect
 import json
 import math
-import os
 import random
 import re
 import shutil
@@ -147,7 +146,8 @@ from fabricjobs.commands import parse_script  # noqa: E402
 from fabricjobs.errors import StoreError  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
 from fabricjobs.testing.rig import (  # noqa: E402
-    NodeProcess, Rig, RigTimeout, process_cpu_seconds, signal_group, stat_fields, wait_for, write_config,
+    NodeProcess, Rig, RigTimeout, process_cpu_seconds, pythonpath_with, signal_group, stat_fields, wait_for,
+    write_config,
 )
 
 JOBS_DIR = ROOT / "examples" / "jobs"
@@ -243,11 +243,10 @@ class Node:
         return self.current is not None and self.current.alive()
 
     def spawn(self) -> float:
-        path = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
         with self.cluster.lock:  # no node starts once close() began (a restart fault under way)
             if self.cluster.closing:
                 raise ChaosError(f"node {self.name} not started: the run is ending")
-            self.current = self.cluster.rig.spawn(self.name, log_level="warning", env={"PYTHONPATH": path})
+            self.current = self.cluster.rig.spawn(self.name, log_level="warning", env={"PYTHONPATH": pythonpath_with(ROOT)})
         self.logs.append(self.current.log_path)
         return time.time()
 

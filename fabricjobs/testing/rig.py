@@ -167,6 +167,12 @@ def same_cpu_priority(pid: int) -> None:
         pass  # no autogroups here: the inherited nice value already applies
 
 
+def pythonpath_with(directory: Path | str, env: Mapping[str, str] = os.environ) -> str:
+    """``env``'s PYTHONPATH with ``directory`` first: for a process that must import from a
+    source tree or from a module written into a temporary directory."""
+    return os.pathsep.join(filter(None, [str(directory), env.get("PYTHONPATH")]))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
