@@ -46,12 +46,9 @@ def hosts(tmp_path):
             cassandra.stop(timeout=30)
 
 
-def _config(tmp_path, dbs: list[netns.Host], *, heartbeat: tuple[int, int] = (HEARTBEAT_MS, MISS),
-            pool: int | None = None):
+def _config(tmp_path, dbs: list[netns.Host]):
     sections = {s: dict(v) for s, v in FAST.items()}
-    sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": heartbeat[0], "FABRIC_HEARTBEAT_MISS": heartbeat[1]}
-    if pool is not None:
-        sections["jobs"]["K2JOBS_POOL_SIZE"] = pool
+    sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": HEARTBEAT_MS, "FABRIC_HEARTBEAT_MISS": MISS}
     sections["store"] = {"BACKEND": "cassandra"}
     sections["cassandra"] = {"HOSTS": ",".join(db.address for db in dbs), "PORT": 9042,
                              "KEYSPACE": "fj_" + uuid.uuid4().hex[:12], "REPLICATION": f"SimpleStrategy:{len(dbs)}",
@@ -60,7 +57,7 @@ def _config(tmp_path, dbs: list[netns.Host], *, heartbeat: tuple[int, int] = (HE
     return write_config(tmp_path / "config.ini", sections)
 
 
-def _start_nodes(rig: Rig, net: netns.Network, client: Client, names: list[str]) -> dict:
+def _start_nodes(rig: Rig, net: netns.Network, names: list[str]) -> dict:
     """Start ``names`` on their test hosts; return once each has finished its start-up (a node
     that meets a store error while it starts exits, for its supervisor to start it again)."""
     nodes = {name: rig.spawn(name, prefix=net.host(name).command([])) for name in names}
@@ -98,16 +95,12 @@ def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
     try:
-        n1 = rig.spawn("n1", prefix=net.host("n1").command([]))
-        wait_for(lambda: any(r.name == "n1" and r.state == "running" for r in client.store.nodes()), 60,
-                 "n1 to beat", check=rig.check_nodes)
+        n1 = _start_nodes(rig, net, ["n1"])["n1"]
         args = json.dumps({"log": str(log), "seconds": SECONDS, "starts": str(starts)})
         client.fetch("".join(f"startjob user_job name='Probe.record' uid='p{i}' args='{args}';" for i in range(JOBS)))
         wait_for(lambda: len({r["key"] for r in read_records(starts)}) == JOBS, 30, "n1 to start every job",
                  check=rig.check_nodes)
-        rig.spawn("n2", prefix=net.host("n2").command([]))
-        wait_for(lambda: any(r.name == "n2" and r.state == "running" for r in client.store.nodes()), 60,
-                 "n2 to beat", check=rig.check_nodes)
+        _start_nodes(rig, net, ["n2"])
 
         cut_at = time.time()
         net.cut("n1", "db")
@@ -175,13 +168,13 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
     try:
-        nodes = _start_nodes(rig, net, client, ["n1"])
+        nodes = _start_nodes(rig, net, ["n1"])
         args = json.dumps({"log": str(log), "seconds": SECONDS, "starts": str(starts)})
         keys = [JobKey("USER_JOB", "Probe.record", f"m{i}") for i in range(JOBS)]
         client.fetch("".join(f"startjob user_job name='Probe.record' uid='{k.uid}' args='{args}';" for k in keys))
         wait_for(lambda: len({r["key"] for r in read_records(starts)}) == JOBS, 30, "n1 to start every job",
                  check=rig.check_nodes)
-        nodes.update(_start_nodes(rig, net, client, ["n2"]))
+        nodes.update(_start_nodes(rig, net, ["n2"]))
         cut_at = time.time()
         net.isolate_group(["n1", "c1"])
         wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "n2"}) == JOBS, 60,
