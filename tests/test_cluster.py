@@ -108,11 +108,17 @@ def test_two_nodes_woken_by_the_same_bursts_claim_different_rows_not_the_same_on
     metrics = [scrape_metrics(port) for port in (LANES_PORT, port_b)]
     attempts = sum(m["fabricjobs_claim_attempts_total"] for m in metrics)
     lost = sum(m.get("fabricjobs_claim_conflicts_total", 0) for m in metrics)
+    assert attempts >= 400, attempts
+    # The share of lost claims tells lanes from no lanes only on Cassandra. On SQLite the write
+    # lock already lets one node claim a whole burst first: 6-8 % lost without lanes, and up to
+    # 10.05 % with them when CI's two cores stall a node past its lane's wait (stop 26), so a
+    # bound there would measure the machine, not lanes (tests/test_lanes.py checks their rules).
     # On a real Cassandra a claim round takes long enough that a lane's wait runs out more
     # often: 10.1 % was seen once there (without lanes, two nodes lost ~60 % of their claims on
     # it: bench.py throughput, 616 repairs per 1,000 jobs).
-    bound = 0.2 if cluster.backend == "cassandra-real" else 0.1
-    assert attempts >= 400 and lost <= bound * attempts, (attempts, lost)
+    if cluster.backend != "sqlite":
+        bound = 0.2 if cluster.backend == "cassandra-real" else 0.1
+        assert lost <= bound * attempts, (attempts, lost)
     per_node = defaultdict(int)
     for u in uids:
         per_node[cluster.job("USER_JOB", "Probe.noop", u).worker_id] += 1
