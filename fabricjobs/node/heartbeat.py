@@ -140,7 +140,7 @@ class Heartbeat:
     def _displaced(self) -> bool:
         """Another instance with this name wrote the row after this one started: the older
         instance stops (two nodes with one name would each think the other's jobs are theirs)."""
-        row = next((r for r in self.store.nodes(timeout=self._timeout) if r.name == self.name), None)
+        row = self.store.node(self.name, timeout=self._timeout)
         if row is None or row.incarnation == self.incarnation or row.state == NodeState.STOPPED:
             return False
         if row.started > self.started or (row.started == self.started and row.incarnation > self.incarnation):

@@ -200,7 +200,7 @@ class Node:
         Another host: there is no way to tell a crash from a partition, so the beat must be seen
         standing still for the old node's own dead threshold before the name is taken.
         """
-        row = next((r for r in self.store.nodes() if r.name == self.name), None)
+        row = self.store.node(self.name)
         if row is None or row.state == NodeState.STOPPED:
             return
         threshold = _row_threshold(row, self.settings.dead_after)
@@ -220,7 +220,7 @@ class Node:
         deadline = time.monotonic() + threshold
         while time.monotonic() < deadline:
             time.sleep(min(0.2, self.settings.heartbeat_interval / 2))
-            now = next((r for r in self.store.nodes() if r.name == self.name), None)
+            now = self.store.node(self.name)
             if now is not None and (now.beat, now.incarnation) != (row.beat, row.incarnation):
                 raise NodeStartError(f"node {self.name!r} is alive on host {now.host}; choose another name")
 

@@ -26,6 +26,7 @@ import random
 from datetime import datetime, timedelta
 
 from ..affinity import parse_affinity
+from ..errors import StoreError
 from .. import dependencies
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
@@ -101,19 +102,29 @@ class Reconciler(UsesParts):
                 log.warning("slow %s reconcile pass: %.2f s (%s)", "full" if full else "claim", took,
                             ", ".join(f"{name} {secs:.2f}" for name, secs in steps) or "interrupted")
 
-    def _observe(self) -> None:
+    def _observe(self) -> bool:
         """Read the nodes table; judge liveness as of just before that read, and count the beats
-        it shows as of just after it (see liveness.py)."""
+        it shows as of just after it (see liveness.py). False if the read failed or took longer
+        than two beats (at least 1 s): the whole-table read is a range read, which on Cassandra waits
+        out a replica that is down but not yet known to be (range reads get no speculative
+        retry), and the claims of this pass must not wait with it. A missed read judges nobody
+        dead: liveness counts a beat standing still only between reads that returned."""
         read_at = self.clock.monotonic()
-        self.peers = self.store.nodes()
+        try:
+            peers = self.store.nodes(timeout=min(self.s.dead_after, max(2 * self.s.heartbeat_interval, 1.0)))
+        except StoreError as exc:
+            log.warning("reading the nodes table failed (nobody is judged this pass): %s", exc)
+            return False
+        self.peers = peers
         self.liveness.observe(self.peers, read_at, self.clock.monotonic())
+        return True
 
     def _still_dead(self, rows: list[Job]) -> list[Job]:
         """Rows of (apparently) dead owners, re-judged by a read of the nodes made *after* the
         rows were read: a verdict older than the row could take a live node's new run over."""
         others = [r for r in rows if r.worker_id != self.me]
-        if others:
-            self._observe()
+        if others and not self._observe():
+            return [r for r in rows if r.worker_id == self.me]
         return [r for r in rows if r.worker_id == self.me or self.liveness.is_dead(r.worker_id)]
 
     # -- 1. KILL ---------------------------------------------------------------------------------

@@ -363,6 +363,12 @@ class JobStore(ABC):
         """Every row of ``nodes``, ordered by name (``timeout`` as for :meth:`write_node`)."""
 
     @abstractmethod
+    def node(self, name: str, timeout: float | None = None) -> NodeRow | None:
+        """One node's row, or None. A read of one row, not of the whole table: on Cassandra a
+        whole-table read is a range read, which waits for a replica that is down but not yet
+        known to be (no speculative retry for range reads), and a heartbeat must not."""
+
+    @abstractmethod
     def delete_node(self, row: NodeRow) -> None:
         """Remove a node's row as ``row`` shows it (read by :meth:`nodes`), and its kill
         requests. A beat written since that read survives: the caller judged that beat

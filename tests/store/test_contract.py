@@ -509,8 +509,10 @@ def test_node_rows_are_upserted_and_stamped_by_the_store_clock(store):
     assert before <= n1.beat_time <= datetime.now(UTC) + timedelta(seconds=5)
     assert abs((store.store_time() - datetime.now(UTC)).total_seconds()) < 5
     n2 = next(r for r in store.nodes() if r.name == "n2")
+    assert store.node("n1") == n1 and store.node("n2") == n2  # one row, as the whole table shows it
     store.delete_node(n2)
     assert [r.name for r in store.nodes()] == ["n1"]
+    assert store.node("n2") is None and store.node("n9") is None
 
 
 def test_deleting_a_node_row_spares_a_beat_written_after_the_read(store):

@@ -22,16 +22,16 @@ class Nodes(Index):
         self._run(stmt, (node.name, node.incarnation, node.dc, node.host, node.pid, node.started,
                          node.version, node.beat, node.state, node.running, node.info, node.tasks), timeout)
 
+    _NODE_COLUMNS = ("SELECT name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
+                     " info, tasks, WRITETIME(beat) AS stamp FROM nodes")
+
     def nodes(self, timeout: float | None = None) -> list[NodeRow]:
-        rows = self._run(self._stmt(("nodes",), "SELECT name, incarnation, dc, host, pid, started, version, beat,"
-                                                " beat_time, state, running, info, tasks, WRITETIME(beat) AS stamp FROM nodes"),
-                         (), timeout)
-        out = [
-            NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _when(r["started"]), r["version"],
-                    r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]), r["stamp"])
-            for r in rows
-        ]
-        return sorted(out, key=lambda n: n.name)
+        rows = self._run(self._stmt(("nodes",), self._NODE_COLUMNS), (), timeout)
+        return sorted((_node_row(r) for r in rows), key=lambda n: n.name)
+
+    def node(self, name: str, timeout: float | None = None) -> NodeRow | None:
+        rows = list(self._run(self._stmt(("node1",), f"{self._NODE_COLUMNS} WHERE name = ?"), (name,), timeout))
+        return _node_row(rows[0]) if rows else None
 
     def delete_node(self, row: NodeRow) -> None:
         """A delete stamped with the read beat's own write time: it hides that beat and older
@@ -60,3 +60,8 @@ class Nodes(Index):
 
     def delete_kill_request(self, node: str, task: int) -> None:
         self._run(self._stmt(("kdel",), "DELETE FROM kill_requests WHERE node = ? AND task = ?"), (node, task))
+
+
+def _node_row(r) -> NodeRow:
+    return NodeRow(r["name"], r["incarnation"], r["dc"], r["host"], r["pid"], _when(r["started"]), r["version"],
+                   r["beat"], r["state"], r["running"], r["info"], r["tasks"], _aware(r["beat_time"]), r["stamp"])

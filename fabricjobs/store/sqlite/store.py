@@ -346,15 +346,15 @@ class SqliteStore(Connections, JobStore):
                  node.beat, node.state, node.running, node.info, node.tasks),
             )
 
+    _NODE_COLUMNS = ("SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, info,"
+                     " tasks, beat_time FROM nodes")
+
     def nodes(self, timeout: float | None = None) -> list[NodeRow]:
-        rows = self._read(
-            "SELECT name, incarnation, dc, host, pid, started, version, beat, state, running, info,"
-            " tasks, beat_time FROM nodes ORDER BY name"
-        )
-        return [
-            NodeRow(r[0], r[1], r[2], r[3], r[4], _when(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
-            for r in rows
-        ]
+        return [_node_row(r) for r in self._read(f"{self._NODE_COLUMNS} ORDER BY name")]
+
+    def node(self, name: str, timeout: float | None = None) -> NodeRow | None:
+        rows = self._read(f"{self._NODE_COLUMNS} WHERE name = ?", (name,))
+        return _node_row(rows[0]) if rows else None
 
     def delete_node(self, row: NodeRow) -> None:
         with self._write() as conn:
@@ -382,3 +382,7 @@ class SqliteStore(Connections, JobStore):
     def delete_kill_request(self, node: str, task: int) -> None:
         with self._write() as conn:
             conn.execute("DELETE FROM kill_requests WHERE node = ? AND task = ?", (node, task))
+
+
+def _node_row(r) -> NodeRow:
+    return NodeRow(r[0], r[1], r[2], r[3], r[4], _when(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
