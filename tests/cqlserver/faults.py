@@ -45,7 +45,7 @@ class FaultRule:
     applied: bool = False
     delay: float = 0.0
     write_type: str = "CAS"
-    statements: str = "any"  # any / lwt / write / read
+    statements: str = "any"  # any / lwt / write / read / prepare (prepare: only when named)
     regex: bool = True
     id: int = 0
     fired: int = 0
@@ -56,14 +56,14 @@ class FaultRule:
             raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {KINDS}")
         if self.write_type not in WRITE_TYPES:
             raise ValueError(f"unknown write_type {self.write_type!r}")
-        if self.statements not in ("any", "lwt", "write", "read"):
-            raise ValueError("statements must be any, lwt, write or read")
+        if self.statements not in ("any", "lwt", "write", "read", "prepare"):
+            raise ValueError("statements must be any, lwt, write, read or prepare")
         if self.kind == "delay" and self.delay <= 0:
             raise ValueError("a delay rule needs delay > 0")
         self._pattern = re.compile(self.match if self.regex else re.escape(self.match), re.I | re.S)
 
     def matches(self, text: str, kind: str) -> bool:
-        return (self.fired < self.times and (self.statements in ("any", kind))
+        return (self.fired < self.times and (self.statements == kind or (self.statements == "any" and kind != "prepare"))
                 and self._pattern.search(text) is not None)
 
     def to_dict(self) -> dict:

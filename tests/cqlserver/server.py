@@ -273,7 +273,13 @@ class _Connection:
         qid, plan = self.engine.prepare(query, self.keyspace)
         self.server.stats.incr("prepares")
         result_specs = plan.result_specs if plan.kind == "read" else []  # LWT: per-response metadata
-        self.send(stream, W.RESULT, W.prepared_body(qid, plan.bind_specs, plan.pk_indexes, result_specs))
+        answer = W.prepared_body(qid, plan.bind_specs, plan.pk_indexes, result_specs)
+        rule = self.server.faults.take(query, "prepare")  # only rules made with statements="prepare"
+        if rule is not None and rule.kind == "delay":
+            if rule.applied:
+                self.server._later(rule.delay, lambda: self.send(stream, W.RESULT, answer))
+            return  # not applied: never answered
+        self.send(stream, W.RESULT, answer)
 
     def execute(self, stream: int, body: bytes):
         qid, opts = W.parse_execute(body)

@@ -7,6 +7,7 @@ injects the failures a real cluster produces.
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -164,6 +165,47 @@ def test_lwts_are_never_resent_by_the_driver(server, pair):
     with pytest.raises(Exception):
         a.cas(row, claim(row, "node-a"))
     assert server.stats["faults_fired"] - before == 1  # one send, no retry on another host
+
+
+def test_a_prepare_left_unanswered_gives_up_after_the_request_timeout_not_the_drivers_ten_seconds(server, keyspace):
+    """The first use of a statement after a partition prepares it on a host that may be cut
+    off: the node's main thread must not wait 10 s there (the driver's own default)."""
+    store = open_store(server, keyspace, request_timeout=0.5)
+    try:
+        server.faults.add("delay", "nodes WHERE name", statements="prepare", delay=30.0, applied=False, times=2)
+        began = time.monotonic()
+        with pytest.raises(StoreError, match="cannot prepare"):
+            store.node("n1")
+        assert time.monotonic() - began < 5.0  # two tries of 0.5 s each, not 10 s or more
+        assert store.node("n1") is None  # answered once the host answers again
+    finally:
+        store.close()
+
+
+def test_only_statements_safe_to_send_twice_may_go_to_a_second_host(server, keyspace, monkeypatch):
+    """Speculative execution ([cassandra] SPECULATIVE_DELAY_MS) sends an unanswered idempotent
+    statement to another host too: every LWT the store sends must be marked otherwise, and the
+    reads and plain writes that make up the rest of a job's life may be sent twice."""
+    store = open_store(server, keyspace)
+    sent: list[tuple[str, bool]] = []
+    real = store._session.execute_async
+
+    def recording(stmt, params=None, execution_profile=None, **kw):
+        sent.append((getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None),
+                                                                          "query_string", "batch"), stmt.is_idempotent))
+        return real(stmt, params, execution_profile, **kw) if execution_profile is not None else real(stmt, params, **kw)
+
+    monkeypatch.setattr(store._session, "execute_async", recording)
+    try:
+        row = store.insert(waiting_job("twice")).row
+        claimed = store.cas(row, claim(row, "n1")).row
+        store.cas(claimed, claimed.replace(status=Status.PROCESSED, archived=True, end_time=T0))
+        store.waiting(10)
+        conditional = [q for q, safe in sent if " IF " in q.upper()]
+        assert conditional and all(not safe for q, safe in sent if q in conditional), sent
+        assert any(safe for q, safe in sent if q.upper().startswith("SELECT")), sent
+    finally:
+        store.close()
 
 
 def test_every_job_row_change_is_an_lwt_and_the_index_follows_it(server, keyspace):
@@ -468,17 +510,8 @@ def test_a_host_that_left_a_request_unanswered_is_tried_last_and_longer_if_it_st
     the store's query plans try a host that timed out last (session.Unanswered), for 10 s, and
     for twice as long each time it times out again just after."""
     from cassandra import OperationTimedOut
-    from cassandra.connection import DefaultEndPoint
-    from cassandra.policies import RoundRobinPolicy, SimpleConvictionPolicy
-    from cassandra.pool import Host
 
-    from fabricjobs.store.cassandra.session import Unanswered, _policy_avoiding
-
-    now = [100.0]
-    hosts = [Host(DefaultEndPoint(f"10.0.0.{i}", 9042), SimpleConvictionPolicy) for i in (1, 2, 3)]
-    unanswered = Unanswered(clock=lambda: now[0])
-    policy = _policy_avoiding(RoundRobinPolicy(), unanswered)
-    policy.populate(None, hosts)
+    now, hosts, unanswered, policy = _three_hosts_avoiding_the_unanswered()
     unanswered.learn(OperationTimedOut(errors={hosts[2]: "Client request timeout"}, last_host=hosts[2]))
     plans = [[str(h) for h in policy.make_query_plan()] for _ in range(6)]
     assert all(plan[-1] == "10.0.0.3:9042" and len(plan) == 3 for plan in plans)  # last, never dropped
@@ -491,3 +524,35 @@ def test_a_host_that_left_a_request_unanswered_is_tried_last_and_longer_if_it_st
     assert not unanswered.suspect(hosts[2])
     unanswered.learn(ValueError("not a timeout"))
     assert not unanswered.suspect(hosts[0])
+
+
+def test_a_host_beaten_by_a_speculative_copy_goes_behind_answering_hosts_but_ahead_of_silent_ones():
+    """A speculative copy that answers first marks the first host slow: behind the hosts that
+    answer for 2 s, but ahead of a host that let a request time out, which stays last."""
+    from cassandra import OperationTimedOut
+
+    now, hosts, unanswered, policy = _three_hosts_avoiding_the_unanswered()
+    unanswered.learn(OperationTimedOut(errors={hosts[0]: "Client request timeout"}, last_host=hosts[0]))
+    unanswered.slow(hosts[1])
+    plans = [[str(h) for h in policy.make_query_plan()] for _ in range(6)]
+    assert all(plan == ["10.0.0.3:9042", "10.0.0.2:9042", "10.0.0.1:9042"] for plan in plans), plans
+    assert not unanswered.suspect(hosts[1])  # slow is not silent
+    now[0] += 2.5
+    plans = [[str(h) for h in policy.make_query_plan()] for _ in range(6)]
+    assert all(plan[-1] == "10.0.0.1:9042" for plan in plans) and {p[0] for p in plans} == {"10.0.0.2:9042", "10.0.0.3:9042"}
+
+
+def _three_hosts_avoiding_the_unanswered():
+    """A clock, hosts 10.0.0.1-3, an Unanswered on that clock and a round-robin policy it orders."""
+    from cassandra.connection import DefaultEndPoint
+    from cassandra.policies import RoundRobinPolicy, SimpleConvictionPolicy
+    from cassandra.pool import Host
+
+    from fabricjobs.store.cassandra.session import Unanswered, _policy_avoiding
+
+    now = [100.0]
+    hosts = [Host(DefaultEndPoint(f"10.0.0.{i}", 9042), SimpleConvictionPolicy) for i in (1, 2, 3)]
+    unanswered = Unanswered(clock=lambda: now[0])
+    policy = _policy_avoiding(RoundRobinPolicy(), unanswered)
+    policy.populate(None, hosts)
+    return now, hosts, unanswered, policy

@@ -13,6 +13,7 @@ an LWT's unknown outcome is settled by the store itself (rows.py).
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 import threading
 import time
@@ -39,14 +40,21 @@ class Unanswered:
     request timeout, and a reconcile pass of a dozen requests stalled for a minute
     (tests/test_partitions.py). The first timeout puts a host last for ``PENALTY`` seconds; one
     again soon after its penalty ended doubles it, up to ``MAX_PENALTY``: a host still cut off
-    costs one timed-out request per window, not one per request."""
+    costs one timed-out request per window, not one per request.
+
+    A host beaten by a speculative copy of a request (``slow``) is only put behind the hosts
+    that answer, for ``SLOW_PENALTY`` seconds, and ahead of the ones that timed out: on a
+    loaded cluster every host is slower than the delay now and then, and demoting each fully
+    would leave the cut-off one no further back than the rest."""
 
     PENALTY = 10.0
     MAX_PENALTY = 80.0
+    SLOW_PENALTY = 2.0
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._until: dict[str, float] = {}
         self._penalty: dict[str, float] = {}
+        self._slow_until: dict[str, float] = {}
         self._clock = clock
 
     def timed_out(self, host) -> None:
@@ -61,17 +69,27 @@ class Unanswered:
         self._until[name] = now + penalty
         log.warning("Cassandra host %s left a request unanswered: trying it last for %.0f s", name, penalty)
 
+    def slow(self, host) -> None:
+        self._slow_until[str(host)] = self._clock() + self.SLOW_PENALTY
+
     def suspect(self, host) -> bool:
         until = self._until.get(str(host))
         return until is not None and until > self._clock()
 
+    def _rank(self, host, now: float) -> int:
+        name = str(host)
+        if self._until.get(name, 0.0) > now:
+            return 2
+        return 1 if self._slow_until.get(name, 0.0) > now else 0
+
     def order(self, hosts) -> list:
-        """``hosts`` (a query plan) with the suspect ones moved to its end, in their order."""
+        """``hosts`` (a query plan): answering hosts first, then slow ones, then the ones that
+        timed out, each group in the plan's order."""
         hosts = list(hosts)
-        if not self._until:
+        if not self._until and not self._slow_until:
             return hosts
-        suspect = [h for h in hosts if self.suspect(h)]
-        return [h for h in hosts if h not in suspect] + suspect if suspect else hosts
+        now = self._clock()
+        return sorted(hosts, key=lambda h: self._rank(h, now))  # stable: the plan's order within a rank
 
     def learn(self, exc: BaseException) -> None:
         """Penalize the hosts a client-side timeout names (the driver's OperationTimedOut)."""
@@ -120,13 +138,23 @@ def _policy_avoiding(child, unanswered: Unanswered):
 
 
 def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: str, token_aware: bool,
-                       request_timeout: float, unanswered: Unanswered | None = None) -> dict:
+                       request_timeout: float, speculative_delay: float = 0.0,
+                       unanswered: Unanswered | None = None) -> dict:
     """The driver's execution profiles: the default one, ``lwt`` and ``serial``; with
-    ``unanswered``, hosts that timed out lately are tried last."""
+    ``unanswered``, hosts that timed out lately are tried last.
+
+    ``speculative_delay``: an idempotent statement (every one but an LWT, see ``_stmt``)
+    unanswered after that long goes to the next host of its plan too, and the first answer
+    wins. A replica that is down but not yet known to be (a silent partition, a paused JVM)
+    otherwise holds each request it coordinates for the whole request timeout, and a
+    coordinator that waits on it (a read whose data replica it is) holds it as long: the
+    reconcile pass of every node stalled 3-5 s at each such fault (tests/test_partitions.py,
+    scripts/chaos.py on 3 Cassandra nodes)."""
     # The driver is imported here, not at module level: choosing SQLite never pays for it.
     from cassandra import ConsistencyLevel
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
-    from cassandra.policies import DCAwareRoundRobinPolicy, FallthroughRetryPolicy, TokenAwarePolicy
+    from cassandra.policies import (ConstantSpeculativeExecutionPolicy, DCAwareRoundRobinPolicy,
+                                    FallthroughRetryPolicy, NoSpeculativeExecutionPolicy, TokenAwarePolicy)
     from cassandra.query import dict_factory
 
     cl = ConsistencyLevel.name_to_value[consistency]
@@ -139,10 +167,15 @@ def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: s
         policy = TokenAwarePolicy(dc_aware) if token_aware else dc_aware
         return _policy_avoiding(policy, unanswered) if unanswered is not None else policy
 
+    def speculative():
+        if speculative_delay <= 0:
+            return NoSpeculativeExecutionPolicy()
+        return ConstantSpeculativeExecutionPolicy(speculative_delay, 1)
+
     return {
         EXEC_PROFILE_DEFAULT: ExecutionProfile(
             load_balancing_policy=lbp(), consistency_level=cl, row_factory=dict_factory,
-            request_timeout=request_timeout,
+            request_timeout=request_timeout, speculative_execution_policy=speculative(),
         ),
         "lwt": ExecutionProfile(
             load_balancing_policy=lbp(), consistency_level=cl, serial_consistency_level=serial,
@@ -150,7 +183,7 @@ def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: s
         ),
         "serial": ExecutionProfile(
             load_balancing_policy=lbp(), consistency_level=serial, retry_policy=FallthroughRetryPolicy(),
-            row_factory=dict_factory, request_timeout=request_timeout,
+            row_factory=dict_factory, request_timeout=request_timeout, speculative_execution_policy=speculative(),
         ),
     }
 
@@ -251,8 +284,28 @@ class _CountingSession:
             future = self._s.execute_async(stmt, params, **kw)
         else:
             future = self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
-        future.add_callbacks(lambda _rows: self._warned(future), self._failed)
+        future.add_callbacks(lambda _rows: self._answered(future), self._failed)
         return future
+
+    def _answered(self, future) -> None:
+        self._warned(future)
+        # Answered by a speculative copy (another host) while the first host said nothing for
+        # the whole delay: tried after the answering hosts for a while, it costs no further
+        # delays; otherwise a third of all requests waited the delay whenever a replica was
+        # cut off (each plan starts with a replica of its partition).
+        attempted: list = list(future.attempted_hosts or [])
+        if self._unanswered is not None and len(attempted) > 1 and future.coordinator_host is not attempted[0]:
+            self._unanswered.slow(attempted[0])
+
+    def prepare(self, query: str):
+        """Prepare on one host, tried in the plan's order (hosts that timed out lately last);
+        a host that leaves it unanswered is learned as any other request's would be. The first
+        use of a statement after a partition otherwise waited out a cut-off host."""
+        try:
+            return self._s.prepare(query)
+        except Exception as exc:
+            self._failed(exc)
+            raise
 
     def _failed(self, exc: BaseException) -> None:
         if self._unanswered is not None:
@@ -311,7 +364,18 @@ def _request(chunk: list[_Write]):
     batch = BatchStatement(batch_type=BatchType.UNLOGGED)
     for w in chunk:
         batch.add(w.stmt, w.params)
+    batch.is_idempotent = all(w.stmt.is_idempotent for w in chunk)
     return batch
+
+
+def idempotent(cql: str) -> bool:
+    """Whether sending ``cql`` twice does what sending it once does: every statement here but a
+    lightweight transaction (``IF ...``), whose second copy would answer ``[applied]=false``
+    to its own first. Plain writes carry one client timestamp however often they are sent."""
+    return _CONDITION.search(cql) is None
+
+
+_CONDITION = re.compile(r"\bIF\s+(NOT\s+EXISTS|EXISTS|\w+\s*(=|!=|<|>|IN\b))", re.IGNORECASE)
 
 
 class Session:
@@ -331,7 +395,13 @@ class Session:
         self._cluster = cluster
         self.stats = StoreStats()
         try:
-            self._session = _CountingSession(cluster.connect(), self.stats, unanswered)
+            session = cluster.connect()
+            # What a prepare waits: it takes no profile, only the session's legacy default
+            # (10 s, and its setter refuses once profiles are in use), which held the caller
+            # that long on a host cut off by a partition, for each statement first used after
+            # the cut. Other requests already wait the profiles' request timeout.
+            session._default_timeout = getattr(self, "request_timeout", session.default_timeout)
+            self._session = _CountingSession(session, self.stats, unanswered)
         except Exception as exc:
             cluster.shutdown()
             raise StoreError(f"cannot connect to Cassandra at {where}: {exc}") from None
@@ -345,12 +415,19 @@ class Session:
             with self._prep_lock:
                 stmt = self._prepared.get(key)
                 if stmt is None:
-                    try:
-                        stmt = self._session.prepare(qualify(cql, self.keyspace))
-                    except Exception as exc:
-                        raise StoreError(f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
+                    stmt = self._prepare_statement(qualify(cql, self.keyspace))
+                    stmt.is_idempotent = idempotent(cql)  # may go to a second host (speculative execution)
                     self._prepared[key] = stmt
         return stmt
+
+    def _prepare_statement(self, cql: str):
+        """Prepare, once more if a host left it unanswered (that host is now tried last)."""
+        for attempt in (1, 2):
+            try:
+                return self._session.prepare(cql)
+            except Exception as exc:
+                if attempt == 2 or type(exc).__name__ != "OperationTimedOut":
+                    raise StoreError(f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
 
     def _run(self, stmt, params=(), timeout: float | None = None):
         """Execute a plain statement; a driver error becomes a StoreError with its text."""

@@ -74,6 +74,7 @@ class CassandraStore(Queue, History, Nodes, JobStore):
         tls_verify: bool = True,
         connect_timeout: float = 10.0,
         request_timeout: float = 10.0,
+        speculative_delay: float = 0.3,
         create_schema: bool = True,
         protocol_version: int = 4,
         archive_ttl_seconds: int = 720 * 3600,
@@ -89,7 +90,7 @@ class CassandraStore(Queue, History, Nodes, JobStore):
         unanswered = Unanswered()
         profiles = execution_profiles(consistency=consistency, serial_consistency=serial_consistency,
                                       local_dc=local_dc, token_aware=token_aware, request_timeout=request_timeout,
-                                      unanswered=unanswered)
+                                      speculative_delay=speculative_delay, unanswered=unanswered)
         options = credentials(username=username, password=password, tls=tls, tls_ca_file=tls_ca_file,
                               tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_verify=tls_verify)
         cluster = new_cluster(hosts, port, protocol_version=protocol_version, connect_timeout=connect_timeout,
@@ -114,6 +115,7 @@ class CassandraStore(Queue, History, Nodes, JobStore):
             username=c["USERNAME"], password=c["PASSWORD"], tls=c["TLS"], tls_ca_file=c["TLS_CA_FILE"],
             tls_cert_file=c["TLS_CERT_FILE"], tls_key_file=c["TLS_KEY_FILE"], tls_verify=c["TLS_VERIFY"],
             connect_timeout=c["CONNECT_TIMEOUT_SEC"], request_timeout=c["REQUEST_TIMEOUT_SEC"],
+            speculative_delay=c["SPECULATIVE_DELAY_MS"] / 1000.0,
             create_schema=c["CREATE_SCHEMA"], protocol_version=c["PROTOCOL_VERSION"],
             archive_ttl_seconds=int(config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR") * 3600),
             token_aware=c["TOKEN_AWARE"],
