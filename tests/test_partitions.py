@@ -46,9 +46,9 @@ def hosts(tmp_path):
             cassandra.stop(timeout=30)
 
 
-def _config(tmp_path, dbs: list[netns.Host]):
+def _config(tmp_path, dbs: list[netns.Host], heartbeat: tuple[int, int] = (HEARTBEAT_MS, MISS)):
     sections = {s: dict(v) for s, v in FAST.items()}
-    sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": HEARTBEAT_MS, "FABRIC_HEARTBEAT_MISS": MISS}
+    sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": heartbeat[0], "FABRIC_HEARTBEAT_MISS": heartbeat[1]}
     sections["store"] = {"BACKEND": "cassandra"}
     sections["cassandra"] = {"HOSTS": ",".join(db.address for db in dbs), "PORT": 9042,
                              "KEYSPACE": "fj_" + uuid.uuid4().hex[:12], "REPLICATION": f"SimpleStrategy:{len(dbs)}",
@@ -156,6 +156,41 @@ def three(tmp_path_factory):
         finally:
             net.heal()
             cassandra.stop(timeout=30)
+
+
+def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three, tmp_path):
+    """Scenario 3: with c3 cut off from everyone, the nodes keep claiming and finishing jobs
+    through c1 and c2 (a quorum of RF 3): no gap between run starts longer than two request
+    timeouts, no node fences itself, nothing runs twice at once, nothing is lost."""
+    net, dbs = three
+    config = _config(tmp_path, dbs, heartbeat=(500, 8))
+    rig = Rig(tmp_path, config)
+    client = Client.from_config(config)
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    try:
+        nodes = _start_nodes(rig, net, ["n1", "n2"])
+        args = json.dumps({"log": str(log), "seconds": 0.4, "starts": str(starts)})
+        keys = [JobKey("USER_JOB", "Probe.record", f"q{i:03d}") for i in range(120)]
+        client.fetch("".join(f"startjob user_job name='Probe.record' uid='{k.uid}' args='{args}';" for k in keys))
+        wait_for(lambda: len(read_records(starts)) >= 16, 30, "the first runs", check=rig.check_nodes)
+        cut_at = time.time()
+        net.isolate("c3")
+        try:
+            wait_for(lambda: _all_processed(client, keys), 120, "every job to be PROCESSED", interval=0.2,
+                     check=rig.check_nodes, not_yet=(StoreError,))  # this test's reads go through c3 too
+        finally:
+            net.heal()
+        started, ended = read_records(starts), read_records(log)
+        assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys}
+        assert_no_overlap(_runs(started, ended))
+        after = sorted(r["start"] for r in started if r["start"] >= cut_at)
+        gaps = [b - a for a, b in zip([cut_at] + after, after)]
+        assert after and max(gaps) < 2 * 2 + 1.0, f"longest pause in run starts after the cut: {max(gaps):.2f} s"
+        for name, node in nodes.items():
+            assert "could not renew its lease" not in node.log(), f"{name} fenced itself:\n{node.log()[-3000:]}"
+    finally:
+        client.close()
+        rig.kill_all()
 
 
 def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_is_lost(three, tmp_path):
