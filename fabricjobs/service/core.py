@@ -13,10 +13,9 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from .. import names
 from ..affinity import parse_affinity
 from ..clock import Clock
-from ..commands import statements
+from ..commands import statements, values
 from ..commands.table import STATEMENTS
 from ..config import Config
 from ..errors import CommandError, JobNotFound, ScheduleError, StoreError, ValidationError, WaitTimeout
@@ -56,7 +55,7 @@ class ServiceCore:
         self._handlers: dict[type, Callable] = {s.command: getattr(self, s.handler) for s in STATEMENTS}
 
     def execute(self, command: statements.Command, session: Session) -> Result:
-        names.check_command(command)  # parsed commands passed this already; built ones may not have
+        command = values.checked(command)  # parsed commands passed this already; built ones may not have
         return self._handlers[type(command)](command, session)
 
     def _schedule(self, text: str | None, tz: str | None = None) -> Schedule:
