@@ -22,13 +22,13 @@ from .listing import MAX_PAGE, JobListing, JobPage, JobQuery
 from .session import Session, requester, with_session_scope
 from .views import (
     COUNTER_COLUMNS, DETAIL_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, HISTORY_LIMIT, NEXT_RUN_TEXT, STATUS_COLUMNS,
-    history_row,
+    history_row, run_summary,
 )
 
 __all__ = [
     "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DETAIL_COLUMNS", "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT",
     "NEXT_RUN_TEXT", "NODES_COLUMNS", "PS_COLUMNS", "START_COLUMNS", "STATUS_COLUMNS", "CommandService",
-    "MAX_PAGE", "JobPage", "JobQuery", "ServiceCore", "Session", "history_row", "requester", "with_session_scope",
+    "MAX_PAGE", "JobPage", "JobQuery", "ServiceCore", "Session", "history_row", "requester", "run_summary", "with_session_scope",
 ]
 
 # STARTJOBs per store transaction in a script (the nodes are rung after each). The write lock

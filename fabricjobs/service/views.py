@@ -87,8 +87,7 @@ class JobViews(ServiceCore):
 
     def job_log(self, cmd: statements.JobLog, session: Session) -> Result:
         r = self.find_run(cmd)
-        head = f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
-        return Result(status=head + "\n" + (r.log or "(no log lines)"))
+        return Result(status=run_summary(r) + "\n" + (r.log or "(no log lines)"))
 
     def find_run(self, cmd: statements.JobLog) -> RunRecord:
         """The run JOBLOG shows: run ``cmd.run`` (default: the last) of the jobs named."""
@@ -98,8 +97,8 @@ class JobViews(ServiceCore):
             if len({r.key.uid for r in runs}) > 1:
                 raise CommandError(f"run {cmd.run} exists for several jobs named {cmd.name!r}; add WITH UID='<uid>'")
         if not runs:
-            which = f" run {cmd.run}" if cmd.run is not None else ""
-            raise JobNotFound(f"No recorded{which} run of [type: {cmd.type}, name: {cmd.name}"
+            which = f"run {cmd.run}" if cmd.run is not None else "run"
+            raise JobNotFound(f"No recorded {which} of [type: {cmd.type}, name: {cmd.name}"
                               + (f", uid: {cmd.uid}]" if cmd.uid is not None else "]"))
         return runs[0]
 
@@ -130,3 +129,8 @@ def history_row(r: RunRecord) -> tuple:
     took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
     return (r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
             r.error, r.exit_code, r.output or "", r.note)
+
+
+def run_summary(r: RunRecord) -> str:
+    """JOBLOG's first line: which run, where, and how it ended."""
+    return f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
