@@ -12,7 +12,8 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Callable, Iterable
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..commands import statements as st
 from .errors import ApiError
@@ -37,6 +38,8 @@ STATEMENT_NEEDS: dict[type, Need] = {
 }
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="fabricjobs"'}
+#: Declares the scheme in the OpenAPI document; the checks below are ours (same answer shape).
+_BEARER = HTTPBearer(auto_error=False, description="an API token: fabricjobs token create NAME --role ROLE")
 
 
 def script_needs(commands: Iterable[object]) -> Need:
@@ -62,7 +65,7 @@ def authorize(who: TokenInfo, need: Need, what: str) -> None:
 def requires(need: Need, what: str) -> Callable[[Request], TokenInfo]:
     """A FastAPI dependency: the request's token, if its role allows ``need``."""
 
-    def dependency(request: Request) -> TokenInfo:
+    def dependency(request: Request, _: HTTPAuthorizationCredentials | None = Depends(_BEARER)) -> TokenInfo:
         who = authenticate(request, request.app.state.api.tokens)
         authorize(who, need, what)
         return who
