@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from fabricjobs.testing.rig import same_cpu_priority
 from harness import Cluster, free_port, wait_for
 
 ROLES = ("viewer", "operator", "admin")
@@ -34,6 +35,7 @@ class WebProcess:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cluster.tmp,
                 start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
             )
+        same_cpu_priority(proc.pid)  # a session of its own: as low a CPU priority as the test's (rig.py)
         web = cls(proc, f"{scheme}://127.0.0.1:{port}", log_path)
         wait_for(web.healthy, 30, lambda: f"fabricjobs web to answer /healthz; its log:\n{web.log()}")
         return web
