@@ -6,6 +6,10 @@
     fabricjobs [--config PATH] ps [--all] [--node NODE]              tasks running on a node / every node
     fabricjobs [--config PATH] kill NODE TASK                        end a task on a node
     fabricjobs [--config PATH] nodes                                 the cluster's nodes
+    fabricjobs [--config PATH] web [--bind HOST:PORT] [--tls-cert PEM --tls-key PEM]
+                                                                     serve the HTTP API
+    fabricjobs [--config PATH] token create NAME --role ROLE | list | revoke NAME
+                                                                     the HTTP API's tokens
     fabricjobs [--config PATH] config                                show the effective configuration
     fabricjobs [--config PATH] cassandra-schema                      the CQL of the Cassandra schema
     fabricjobs --version
@@ -51,6 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("cassandra-schema", help="print the CQL that creates the Cassandra schema (for CREATE_SCHEMA = false)")
     nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
     nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
+
+    web = sub.add_parser("web", help="serve the HTTP API (README, HTTP API); loopback unless --bind says otherwise")
+    web.add_argument("--bind", metavar="HOST:PORT", help="default: [web] BIND (127.0.0.1:9470)")
+    web.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (default: [web] TLS_CERT_FILE)")
+    web.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (default: [web] TLS_KEY_FILE)")
+    web.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    token = sub.add_parser("token", help="API tokens of fabricjobs web: create, list, revoke")
+    actions = token.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="print a new token once; only its hash is stored")
+    create.add_argument("name")
+    create.add_argument("--role", required=True, choices=["viewer", "operator", "admin"])
+    actions.add_parser("list", help="the tokens' names, roles and creation times")
+    revoke = actions.add_parser("revoke", help="forget a token; it is refused from the next request on")
+    revoke.add_argument("name")
 
     node = sub.add_parser("node", help="run a node in the foreground (SIGTERM / Ctrl-C stops it cleanly)")
     node.add_argument("--name", help="node id (default: [node] NAME, else the host name)")
@@ -179,6 +197,36 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     return _one_command(args, Nodes(), args.format)
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    from .web.server import options, serve
+
+    cfg = load(args)
+    serve(cfg, options(cfg, args.bind, args.tls_cert, args.tls_key, args.log_level))
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from .web.tokens import Role, TokenFile
+
+    tokens = TokenFile(load(args).get("web", "TOKENS_FILE"))
+    if args.action == "create":
+        token = tokens.create(args.name, Role(args.role))
+        print(token)
+        print(f"fabricjobs: token {args.name!r} ({args.role}) stored as a hash in {tokens.path}; "
+              "it is shown only this once", file=sys.stderr)
+    elif args.action == "list":
+        from tabulate import tabulate
+
+        rows = [(t.name, t.role.value, t.created) for t in tokens.entries()]
+        print(tabulate(rows, headers=("name", "role", "created"), tablefmt="psql") if rows else "(no tokens)")
+    elif not tokens.revoke(args.name):
+        print(f"fabricjobs: no token named {args.name!r} in {tokens.path}", file=sys.stderr)
+        return 1
+    else:
+        print(f"token {args.name!r} revoked")
+    return 0
+
+
 def cmd_cassandra_schema(args: argparse.Namespace) -> int:
     from .store.cassandra import schema_cql
 
@@ -190,6 +238,7 @@ def cmd_cassandra_schema(args: argparse.Namespace) -> int:
 COMMANDS = {
     "cassandra-schema": cmd_cassandra_schema,
     "config": cmd_config, "node": cmd_node, "shell": cmd_shell, "ps": cmd_ps, "kill": cmd_kill, "nodes": cmd_nodes,
+    "web": cmd_web, "token": cmd_token,
 }
 
 

@@ -119,6 +119,20 @@ def _name(text: str) -> str:
     return t
 
 
+def parse_bind(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets: [::1]:9470) -> (host, port)."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:9470), got {text!r}")
+    return host, int(port)
+
+
+def _bind(text: str) -> str:
+    parse_bind(text)
+    return text.strip()
+
+
 # -- the key table ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -195,6 +209,12 @@ KEYS: tuple[Key, ...] = (
     # [metrics]
     Key("metrics", "PORT", _int(0), 0, "Serve Prometheus metrics on this port (0: off). Several nodes on one host need different ports."),
     Key("metrics", "ADDRESS", _str, "127.0.0.1", "Address the metrics port binds (loopback by default)."),
+    # [web]
+    Key("web", "BIND", _bind, "127.0.0.1:9470", "HOST:PORT the HTTP API (fabricjobs web) listens on; loopback by default ([::1]:PORT for IPv6)."),
+    Key("web", "TOKENS_FILE", _str, "tokens.json", "The API tokens file (hashes only; created 0600 by 'fabricjobs token create'). Default: beside this config file.", path=True),
+    Key("web", "OPENAPI_NEEDS_TOKEN", _bool, False, "Serve the OpenAPI document (/api/v1/openapi.json) only to requests with a valid token."),
+    Key("web", "TLS_CERT_FILE", _str, "", "Serve HTTPS with this certificate (PEM; --tls-cert overrides). Empty: plain HTTP, e.g. behind a TLS proxy.", path=True),
+    Key("web", "TLS_KEY_FILE", _str, "", "The certificate's private key (PEM; --tls-key overrides).", path=True),
 )
 
 SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS))

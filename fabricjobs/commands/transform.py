@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Callable
 
 from lark import Token, Transformer
 
-from ..errors import ScheduleError
 from ..model import JobKey, JobType
 from ..names import complaint
-from ..schedule import parse_schedule, resolve_zone
-from . import table
+from . import table, values
 from .grammar import param_name, token_start
 from .messages import invalid, invalid_at, show
 from .statements import Command, JobHistory, JobLog, JobStatus, Kill, Nodes, Ps, Set, WaitJob
@@ -78,10 +76,6 @@ def decode_c_literal(value: str) -> str:
     return _C_ESCAPE.sub(lambda m: m.group(1), value)
 
 
-def _load_json(text: str):
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def _string_value(tok: Token) -> str:
     return unescape(tok.value[1:-1])
 
@@ -123,13 +117,13 @@ class ToCommand(Transformer):
         param = self._string_param(children)
         value_tok = children[1]
         try:
-            obj = _load_json(param.value)
+            obj = values.load_json(param.value)
         except json.JSONDecodeError as exc:
             decoded = decode_c_literal(param.value)
             try:
                 if decoded == param.value:
                     raise ValueError
-                obj = _load_json(decoded)
+                obj = values.load_json(decoded)
             except (ValueError, RecursionError):
                 at = token_start(value_tok) + 1 + _source_index(value_tok.value[1:-1], exc.pos)
                 raise invalid_at(self._text, at, f"ARGS is not valid JSON: {exc.msg} at char {exc.pos}") from None
@@ -139,16 +133,11 @@ class ToCommand(Transformer):
         except ValueError as exc:  # NaN / Infinity
             raise invalid(self._text, value_tok, f"ARGS is not valid JSON: {exc}") from None
         if not isinstance(obj, dict):
-            raise invalid(self._text, value_tok, f"ARGS must be a JSON object, got {_json_kind(obj)}")
+            raise invalid(self._text, value_tok, f"ARGS must be a JSON object, got {values.json_kind(obj)}")
         return param
 
     def exec_interval(self, children: list[Token]) -> _Param:
-        param = self._string_param(children)
-        try:
-            parse_schedule(param.value, "UTC")
-        except ScheduleError as exc:
-            raise invalid(self._text, children[1], str(exc)) from None
-        return param
+        return self._ruled(children, values.exec_interval)
 
     def depends_on(self, children: list[Token]) -> _Param:
         """The parents' keys, checked and read here once: the service takes them as they are."""
@@ -174,31 +163,21 @@ class ToCommand(Transformer):
         return _Param(param_name(key.type), key, int(text))
 
     def tz(self, children: list[Token]) -> _Param:
-        param = self._string_param(children)
-        if param.value:
-            try:
-                resolve_zone(param.value)
-            except ScheduleError as exc:
-                raise invalid(self._text, children[1], str(exc)) from None
-        return param
+        return self._ruled(children, values.tz)
 
     def late_threshold(self, children: list[Token]) -> _Param:
-        param = self._string_param(children)
-        if param.value:
-            try:
-                sched = parse_schedule(param.value, "UTC")
-            except ScheduleError:
-                sched = None
-            if sched is None or sched.interval is None:
-                raise invalid(self._text, children[1], f"LATE_THRESHOLD must be HH:MM:SS, got {show(param.value)}")
-        return param
+        return self._ruled(children, values.late_threshold)
 
     def overlap(self, children: list[Token]) -> _Param:
+        return self._ruled(children, values.overlap)
+
+    def _ruled(self, children: list[Token], rule: Callable[[str], str]) -> _Param:
+        """A string parameter checked (and normalised) by its rule in values.py."""
         param = self._string_param(children)
-        value = param.value.strip().upper()
-        if value not in ("", "SKIP", "QUEUE"):
-            raise invalid(self._text, children[1], f"OVERLAP must be SKIP or QUEUE, got {show(param.value)}")
-        return _Param(param.name, param.token, value)
+        try:
+            return _Param(param.name, param.token, rule(param.value))
+        except ValueError as exc:
+            raise invalid(self._text, children[1], str(exc)) from None
 
     def reset_end_time(self, children: list[Token]) -> _Param:
         key, value = children
@@ -342,21 +321,3 @@ class _Wait:
 
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
-
-
-def _json_kind(obj: Any) -> str:
-    if isinstance(obj, list):
-        return "a list"
-    if isinstance(obj, str):
-        return "a string"
-    if isinstance(obj, bool):
-        return "true" if obj else "false"
-    if obj is None:
-        return "null"
-    return "a number"
-
-

@@ -1,10 +1,11 @@
 """What each command means, carried out on a store (SPEC section 6).
 
 The only place command semantics live: the shell, scripts and application code all reach
-them through :class:`fabricjobs.client.Client`. :class:`CommandService` is one object
-made of the command families: jobs.py (the commands that change job rows), views.py (those
-that read them), cluster.py (PS, KILL, NODES), on core.py (dispatch, the CAS loop, waking the
-nodes); session.py holds a connection's SET state. The statement table
+them through :class:`fabricjobs.client.Client`, the HTTP API (fabricjobs/web) directly.
+:class:`CommandService` is one object made of the command families: jobs.py (the commands
+that change job rows), views.py (those that read them; listing.py: the job list programs page
+through), cluster.py (PS, KILL, NODES), on core.py (dispatch, the CAS loop, waking the
+nodes); session.py holds a connection's SET state and who it acts for. The statement table
 (fabricjobs/commands/table.py) names each statement's method.
 """
 
@@ -17,16 +18,17 @@ from ..result import Result
 from .cluster import NODES_COLUMNS, PS_COLUMNS, ClusterCommands
 from .core import ServiceCore
 from .jobs import CHANGE_COLUMNS, START_COLUMNS, JobCommands
-from .session import Session, with_session_scope
+from .listing import MAX_PAGE, JobListing, JobPage, JobQuery
+from .session import Session, requester, with_session_scope
 from .views import (
     COUNTER_COLUMNS, DETAIL_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, HISTORY_LIMIT, NEXT_RUN_TEXT, STATUS_COLUMNS,
-    JobViews,
+    history_row, run_summary,
 )
 
 __all__ = [
     "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DETAIL_COLUMNS", "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT",
     "NEXT_RUN_TEXT", "NODES_COLUMNS", "PS_COLUMNS", "START_COLUMNS", "STATUS_COLUMNS", "CommandService",
-    "ServiceCore", "Session", "with_session_scope",
+    "MAX_PAGE", "JobPage", "JobQuery", "ServiceCore", "Session", "history_row", "requester", "run_summary", "with_session_scope",
 ]
 
 # STARTJOBs per store transaction in a script (the nodes are rung after each). The write lock
@@ -40,7 +42,7 @@ def _groupable(command: statements.Command) -> bool:
     return isinstance(command, statements.StartJob) and not command.depends_on
 
 
-class CommandService(JobCommands, JobViews, ClusterCommands):
+class CommandService(JobCommands, JobListing, ClusterCommands):
     """Every statement of the command language, carried out on a store."""
 
     def run_script(self, commands: Sequence[statements.Command], session: Session) -> list[Result]:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .. import __version__
 from ..cluster import NodeView, read_cluster
 from ..commands import statements
 from ..errors import NodeNotFound, TaskNotFound
 from ..result import Result
 from ..store.base import KillRequest
 from .core import ServiceCore
-from .session import Session
+from .session import Session, requester
 
 PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
@@ -52,7 +51,7 @@ class ClusterCommands(ServiceCore):
         task = next((t for t in node.tasks() if t.get("task") == cmd.task), None)
         if task is None:
             raise TaskNotFound(f"node {cmd.node!r} has no task {cmd.task} (see PS)")
-        self.store.add_kill_request(KillRequest(cmd.node, cmd.task, self.clock.now(), _requester()))
+        self.store.add_kill_request(KillRequest(cmd.node, cmd.task, self.clock.now(), requester(session)))
         self._ring()
         return Result(status=f"KILL sent to node {cmd.node} for task {cmd.task} ({task.get('description', '')})")
 
@@ -92,14 +91,3 @@ def _only_local_node(nodes: Iterable[NodeView]) -> str | None:
     local = [n.name for n in nodes if n.row.host == host]
     return local[0] if len(local) == 1 else None
 
-
-def _requester() -> str:
-    import getpass
-    import os
-    import socket
-
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "?"
-    return f"{user}@{socket.gethostname()}:{os.getpid()} (fabricjobs {__version__})"

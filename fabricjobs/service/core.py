@@ -13,20 +13,19 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from .. import names
 from ..affinity import parse_affinity
 from ..clock import Clock
-from ..commands import statements
+from ..commands import statements, values
 from ..commands.table import STATEMENTS
 from ..config import Config
 from ..errors import CommandError, JobNotFound, ScheduleError, StoreError, ValidationError, WaitTimeout
 from ..jobs.registry import JobCatalog
-from ..model import Event, Job, JobKey, advance
+from ..model import Event, Job, JobKey, Status, advance
 from ..result import Result
 from ..schedule import Schedule, parse_schedule
 from ..store.base import JobStore
 from ..wakeup import Doorbell
-from .session import Session
+from .session import Session, requester
 
 log = logging.getLogger("fabricjobs.service")
 
@@ -56,7 +55,7 @@ class ServiceCore:
         self._handlers: dict[type, Callable] = {s.command: getattr(self, s.handler) for s in STATEMENTS}
 
     def execute(self, command: statements.Command, session: Session) -> Result:
-        names.check_command(command)  # parsed commands passed this already; built ones may not have
+        command = values.checked(command)  # parsed commands passed this already; built ones may not have
         return self._handlers[type(command)](command, session)
 
     def _schedule(self, text: str | None, tz: str | None = None) -> Schedule:
@@ -135,6 +134,14 @@ class ServiceCore:
             what = f"[type: {type}, name: {name}" + (f", uid: {uid}]" if uid is not None else "]")
             raise JobNotFound(f"No active job {what}")
         return jobs
+
+    @staticmethod
+    def _noted(row: Job, verb: str, session: Session) -> Job:
+        """``row`` with who asked in its Notes, when the session names its actor (the HTTP
+        API's token), as a KILL's request names its sender: a change leaves its author."""
+        if session.actor is None or (row.blocked and row.status in (Status.WAITING, Status.SCHEDULED)):
+            return row  # a blocked job's Notes say what it waits for
+        return row.replace(error_msg=f"{verb} by {requester(session)}")
 
     @staticmethod
     def _change_row(job: Job, note: str = "") -> tuple:

@@ -64,6 +64,7 @@ class JobCommands(ServiceCore):
             late_threshold=cmd.late_threshold or "",
             overlap=cmd.overlap or "",
         )
+        job = self._noted(job, "STARTJOB", session)
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
 
     def _start_group(self, group: Sequence[statements.Command], session: Session, results: list[Result]) -> None:
@@ -114,8 +115,9 @@ class JobCommands(ServiceCore):
             if row.archived or row.status is Status.STOPPING:
                 return None
             if row.status in (Status.WAITING, Status.SCHEDULED):
-                return Event.STOP_IDLE, row.replace(status=Status.TERMINATED, end_time=now)
-            return Event.STOP, row.replace(status=Status.STOPPING)
+                stopped = row.replace(status=Status.TERMINATED, end_time=now)
+                return Event.STOP_IDLE, self._noted(stopped, "STOPJOB", session)
+            return Event.STOP, self._noted(row.replace(status=Status.STOPPING), "STOPJOB", session)
 
         changed = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
         self._ring()
@@ -133,11 +135,11 @@ class JobCommands(ServiceCore):
             if row.archived or row.status is Status.RESTART:
                 return None
             if row.status in (Status.WAITING, Status.SCHEDULED):
-                return Event.RESTART_IDLE, row.replace(
+                return Event.RESTART_IDLE, self._noted(row.replace(
                     status=Status.WAITING, next_run=now, worker_id=None, epoch=row.epoch + 1,
                     tries=0, hold_until=None,
-                )
-            return Event.RESTART, row.replace(status=Status.RESTART)
+                ), "RESTARTJOB", session)
+            return Event.RESTART, self._noted(row.replace(status=Status.RESTART), "RESTARTJOB", session)
 
         rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
         self._ring()
@@ -153,10 +155,10 @@ class JobCommands(ServiceCore):
             schedule = self._schedule(row.execution_interval, row.time_zone)
             status = schedule.initial_status
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
-            return event, row.replace(
+            return event, self._noted(row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
                 tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1,
-            )
+            ), "RESUMEJOB", session)
 
         row = self._change(key, decide)
         if row is None:
@@ -204,14 +206,14 @@ class JobCommands(ServiceCore):
                 # A new due time is picked up by whichever node re-owns the job: unowning it
                 # (epoch + 1) also fences the old owner's scheduler entry.
                 new = new.replace(status=status, next_run=due, worker_id=None, epoch=row.epoch + 1)
-                return Event.RESCHEDULE, new
+                return Event.RESCHEDULE, self._noted(new, "UPDATEJOB", session)
             if row.status not in (Status.WAITING, Status.SCHEDULED) and reset and schedule.is_recurring:
                 # Running: the executor sees next_run moved and makes the next run due at once.
                 new = new.replace(next_run=now)
                 notes[row.key] = "running; the next run starts when this one ends"
             if new == row:
                 return None
-            return Event.UPDATE, new
+            return Event.UPDATE, self._noted(new, "UPDATEJOB", session)
 
         rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
         self._ring()

@@ -15,6 +15,9 @@ class Session:
     scope: dict[str, str] = field(default_factory=dict)
     log_id: str = field(default_factory=lambda: f"{random.randrange(10**15, 10**16)}")
     node: str | None = None  # PS without ALL shows this node (None: decided per PS)
+    #: Who the session's changes are recorded as, in a job's Notes and a KILL's request (the
+    #: HTTP API: the token's name). None: the shell's way, KILL names the user and host only.
+    actor: str | None = None
 
     def set(self, key: str, value: str) -> None:
         # The seed's rule: simple keys upper-cased, qualified keys (k2_ws.ALPINIST) as written.
@@ -25,6 +28,27 @@ class Session:
         scope.update(self.scope)
         scope["LOG_ID"] = self.log_id
         return {"scope": scope}
+
+
+def requester(session: Session) -> str:
+    """Who asked, as a KILL request and a job's Notes record it: the session's actor (the HTTP
+    API's token) or the local user, with the host and process it came from."""
+    import getpass
+    import os
+    import socket
+
+    from .. import __version__
+
+    if session.actor is not None:
+        who = session.actor
+        sep = " on "
+    else:
+        try:
+            who = getpass.getuser()
+        except Exception:
+            who = "?"
+        sep = "@"
+    return f"{who}{sep}{socket.gethostname()}:{os.getpid()} (fabricjobs {__version__})"
 
 
 def with_session_scope(args_text: str | None, scope: dict) -> str:

@@ -12,6 +12,7 @@ from ..commands import statements
 from ..errors import CommandError, JobNotFound
 from ..model import RUNNING_STATUSES, Job, JobKey, Status
 from ..result import Result
+from ..store.base import RunRecord
 from .core import ServiceCore
 from .session import Session
 
@@ -80,27 +81,26 @@ class JobViews(ServiceCore):
 
     def job_history(self, cmd: statements.JobHistory, session: Session) -> Result:
         runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=cmd.limit or HISTORY_LIMIT)
-        rows = []
-        for r in runs:
-            took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
-            rows.append((r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
-                         r.error, r.exit_code, r.output or "", r.note))
+        rows = [history_row(r) for r in runs]
         notices = () if cmd.limit or len(runs) < HISTORY_LIMIT else (f"(the last {HISTORY_LIMIT}; LIMIT n shows more)",)
         return Result(HISTORY_COLUMNS, tuple(rows), notices=notices)
 
     def job_log(self, cmd: statements.JobLog, session: Session) -> Result:
+        r = self.find_run(cmd)
+        return Result(status=run_summary(r) + "\n" + (r.log or "(no log lines)"))
+
+    def find_run(self, cmd: statements.JobLog) -> RunRecord:
+        """The run JOBLOG shows: run ``cmd.run`` (default: the last) of the jobs named."""
         runs = self.store.runs(cmd.type, cmd.name, cmd.uid)
         if cmd.run is not None:
             runs = [r for r in runs if r.epoch == cmd.run]
             if len({r.key.uid for r in runs}) > 1:
                 raise CommandError(f"run {cmd.run} exists for several jobs named {cmd.name!r}; add WITH UID='<uid>'")
         if not runs:
-            which = f" run {cmd.run}" if cmd.run is not None else ""
-            raise JobNotFound(f"No recorded{which} run of [type: {cmd.type}, name: {cmd.name}"
+            which = f"run {cmd.run}" if cmd.run is not None else "run"
+            raise JobNotFound(f"No recorded {which} of [type: {cmd.type}, name: {cmd.name}"
                               + (f", uid: {cmd.uid}]" if cmd.uid is not None else "]"))
-        r = runs[0]
-        head = f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
-        return Result(status=head + "\n" + (r.log or "(no log lines)"))
+        return runs[0]
 
     def wait_job(self, cmd: statements.WaitJob, session: Session) -> Result:
         """The seed's JobWait actor: until the job is final; a recurring job until the run
@@ -122,3 +122,15 @@ class JobViews(ServiceCore):
         nodes = read_cluster(self.store)
         return Result(DETAIL_COLUMNS, (self._status_row(row, nodes, detail=True),),
                       notices=(f"waited {time.monotonic() - began:.1f} s",))
+
+
+def history_row(r: RunRecord) -> tuple:
+    """One run as JOBHISTORY shows it (HISTORY_COLUMNS)."""
+    took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
+    return (r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
+            r.error, r.exit_code, r.output or "", r.note)
+
+
+def run_summary(r: RunRecord) -> str:
+    """JOBLOG's first line: which run, where, and how it ended."""
+    return f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")

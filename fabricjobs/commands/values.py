@@ -1,0 +1,145 @@
+"""The rules a command's values must follow, in one place for both ways a command is made.
+
+The parser (:mod:`.transform`) applies them to what was typed and points at the offending
+token; :func:`checked` applies them to a command built in code (the HTTP API, ``Client.wait``),
+which never went through the parser. Each rule returns the value as the command holds it, or
+raises ``ValueError`` with the words the user sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Callable
+
+from ..errors import ScheduleError, ValidationError
+from ..model import JobKey, JobType
+from ..names import complaint
+from ..schedule import parse_schedule, resolve_zone
+from .messages import show as _show
+
+#: Parameters that must not be empty when given (the parser's NAME='' and UID='' errors).
+_NON_EMPTY = ("name", "uid")
+
+
+def job_type(text: str) -> str:
+    return JobType.parse(text).value
+
+
+def exec_interval(text: str) -> str:
+    try:
+        parse_schedule(text, "UTC")
+    except ScheduleError as exc:
+        raise ValueError(str(exc)) from None
+    return text
+
+
+def tz(text: str) -> str:
+    if text:
+        try:
+            resolve_zone(text)
+        except ScheduleError as exc:
+            raise ValueError(str(exc)) from None
+    return text
+
+
+def late_threshold(text: str) -> str:
+    if text:
+        try:
+            schedule = parse_schedule(text, "UTC")
+        except ScheduleError:
+            schedule = None
+        if schedule is None or schedule.interval is None:
+            raise ValueError(f"LATE_THRESHOLD must be HH:MM:SS, got {_show(text)}")
+    return text
+
+
+def overlap(text: str) -> str:
+    value = text.strip().upper()
+    if value not in ("", "SKIP", "QUEUE"):
+        raise ValueError(f"OVERLAP must be SKIP or QUEUE, got {_show(text)}")
+    return value
+
+
+def priority(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
+        raise ValueError(f"PRIORITY must be a whole number from 0 to 9, got {_show(str(value))}")
+    return value
+
+
+def load_json(text: str) -> Any:
+    """JSON as ARGS may hold it: no NaN or Infinity (they are not JSON)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def args_object(text: str) -> str:
+    """ARGS: the JSON text of an object (kept exactly as given)."""
+    try:
+        obj = load_json(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"ARGS is not valid JSON: {exc.msg} at char {exc.pos}") from None
+    except RecursionError:
+        raise ValueError("ARGS is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # NaN / Infinity
+        raise ValueError(f"ARGS is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"ARGS must be a JSON object, got {json_kind(obj)}")
+    return text
+
+
+def json_kind(obj: Any) -> str:
+    if isinstance(obj, list):
+        return "a list"
+    if isinstance(obj, str):
+        return "a string"
+    if isinstance(obj, bool):
+        return "true" if obj else "false"
+    if obj is None:
+        return "null"
+    return "a number"
+
+
+_RULES: dict[str, Callable[[Any], Any]] = {
+    "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap,
+    "priority": priority, "args": args_object,
+}
+
+
+def checked(command: Any) -> Any:
+    """``command`` (a frozen command object built in code) with every value checked by the
+    rules the parser applies, normalised as the parser would (the job type upper-case);
+    ValidationError names the first bad value."""
+    changes: dict[str, Any] = {}
+    try:
+        fields = {f.name: getattr(command, f.name) for f in dataclasses.fields(command)}
+        if isinstance(fields.get("type"), str):
+            changes["type"] = job_type(fields["type"])
+        for name, rule in _RULES.items():
+            if fields.get(name) is not None:
+                changes[name] = rule(fields[name])
+        for name in _NON_EMPTY:
+            if fields.get(name) == "":
+                raise ValueError(f"{name.upper()} must not be empty")
+            what = name.upper()
+            if isinstance(fields.get(name), str) and (why := complaint(what, fields[name])) is not None:
+                raise ValueError(why)
+        if isinstance(fields.get("affinity"), str) and (why := complaint("AFFINITY", fields["affinity"])):
+            raise ValueError(why)
+        for parent in fields.get("depends_on") or ():
+            if isinstance(parent, JobKey):  # text (TYPE.NAME.UID) is read by dependencies.parent_keys
+                if not (parent.name and parent.uid):
+                    raise ValueError(f"DEPENDS_ON expects TYPE.NAME.UID keys, got {_show(str(parent))}")
+                job_type(parent.type)
+        for name in ("timeout", "limit", "run", "task", "days_ago"):
+            value = fields.get(name)
+            if value is not None and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
+                raise ValueError(f"{name.upper()} must be a whole number of at least 0, got {value!r}")
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+    changes = {k: v for k, v in changes.items() if v != fields[k]}
+    return dataclasses.replace(command, **changes) if changes else command
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")

@@ -1,0 +1,81 @@
+"""A page of jobs for programs (the HTTP API's job list): JOBSTATUS's rows and meaning, with
+filters and a cursor that the command language has no words for.
+
+The rows are JOBSTATUS's (:meth:`JobViews._status_row`), so the list and the shell agree on
+what a job looks like. Live rows are read through the store's live index; archived rows only
+when asked for, bounded by a time window (as ``JOBSTATUS n DAYS AGO``), so a list of live jobs
+never reads history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ..cluster import read_cluster
+from ..commands import values
+from ..errors import ValidationError
+from ..model import Job, JobKey, Status
+from ..result import Result
+from .views import STATUS_COLUMNS, JobViews
+
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """Which jobs, and which page of them (ordered by key).
+
+    ``since``/``until``: a live job by its Creation Time, an archived one by its End Time (as
+    ``JOBSTATUS n DAYS AGO``); archived jobs without ``since``: all those still kept."""
+
+    type: str | None = None
+    name: str | None = None
+    statuses: frozenset[Status] = frozenset()
+    live: bool = True
+    archived: bool = False
+    since: datetime | None = None
+    until: datetime | None = None
+    after: JobKey | None = None  # the last key of the previous page
+    limit: int = 100
+
+
+@dataclass(frozen=True)
+class JobPage:
+    result: Result  # JOBSTATUS's columns, one row per job
+    next: JobKey | None  # ``after`` for the next page; None: this is the last one
+
+
+class JobListing(JobViews):
+    """The job list with filters and cursor paging."""
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        if not 1 <= query.limit <= MAX_PAGE:
+            raise ValidationError(f"limit must be from 1 to {MAX_PAGE}, got {query.limit}")
+        try:
+            type = values.job_type(query.type) if query.type is not None else None
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        jobs: list[Job] = []
+        if query.live:
+            jobs += self.store.live_jobs(type=type, name=query.name)
+        if query.archived:
+            hours = self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR")
+            since = query.since or self.clock.now() - timedelta(hours=hours)
+            jobs += [j for j in self.store.archived_since(since, type=type) if query.name in (None, j.name)]
+        jobs = sorted((j for j in jobs if _wanted(j, query)), key=lambda j: j.key)
+        page = jobs[:query.limit]
+        nodes = read_cluster(self.store) if page else []
+        rows = tuple(self._status_row(j, nodes) for j in page)
+        return JobPage(Result(STATUS_COLUMNS, rows), page[-1].key if len(jobs) > query.limit else None)
+
+
+def _wanted(job: Job, query: JobQuery) -> bool:
+    if query.after is not None and not job.key > query.after:
+        return False
+    if query.statuses and job.status not in query.statuses:
+        return False
+    when = job.end_time if job.archived else job.creation_time
+    if query.since is not None and (when is None or when < query.since):
+        return False
+    return query.until is None or (when is not None and when < query.until)

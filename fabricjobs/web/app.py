@@ -1,0 +1,123 @@
+"""The web process's application: one store, the tokens, and the routes on the service layer.
+
+The process keeps no state of its own beyond what it reads (the store, the tokens file), so
+any number of them may serve one cluster behind a load balancer. Each request gets a fresh
+:class:`~fabricjobs.service.Session` (SET lasts one request; STARTJOB's LOG_ID is new per
+request) naming its token as the actor. A :class:`~fabricjobs.service.CommandService` is made
+per server thread, since it batches its doorbell rings in per-object state; they share the
+store (thread-safe), the job catalog and the doorbell.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, MutableMapping
+from urllib.parse import unquote
+
+from fastapi import FastAPI, Request
+
+from .. import __version__
+from ..clock import Clock, SystemClock
+from ..config import Config
+from ..jobs.registry import JobCatalog
+from ..service import CommandService, Session
+from ..store.base import JobStore
+from ..wakeup import Doorbell
+from . import errors
+from .auth import actor, authenticate
+from .tokens import TokenFile, TokenInfo
+
+API = "/api/v1"
+
+
+@dataclass
+class Api:
+    """What every request of one web process shares."""
+
+    store: JobStore
+    config: Config
+    tokens: TokenFile
+    clock: Clock = field(default_factory=SystemClock)
+    _local: threading.local = field(default_factory=threading.local)
+
+    def __post_init__(self) -> None:
+        self._catalog = JobCatalog.from_config(self.config)
+        self._doorbell = Doorbell.for_store(self.store)
+
+    def service(self) -> CommandService:
+        service = getattr(self._local, "service", None)
+        if service is None:
+            service = CommandService(self.store, self.config, self.clock, catalog=self._catalog,
+                                     doorbell=self._doorbell)
+            self._local.service = service
+        return service
+
+    @staticmethod
+    def session(who: TokenInfo) -> Session:
+        return Session(actor=actor(who))
+
+
+def create_app(api: Api) -> FastAPI:
+    """The application: the API under /api/v1, its OpenAPI document, /healthz and /readyz.
+
+    No interactive docs pages: FastAPI's load their scripts from a CDN, and nothing here may be
+    fetched from outside at run time."""
+    from .routes import cluster, commands, health, jobs, runs
+
+    needs_token = api.config.get("web", "OPENAPI_NEEDS_TOKEN")
+    app = FastAPI(
+        title="fabricjobs", version=__version__, docs_url=None, redoc_url=None,
+        openapi_url=None if needs_token else f"{API}/openapi.json",
+        description="The command language of fabricjobs over HTTP: the same service, the same errors. "
+                    "Send `Authorization: Bearer <token>` (`fabricjobs token create NAME --role ROLE`).",
+    )
+    app.state.api = api
+    errors.install(app)
+    for module in (jobs, runs, cluster, commands):
+        app.include_router(module.router, prefix=API, responses=errors_documented())
+    app.include_router(health.router)
+    if needs_token:
+        @app.get(f"{API}/openapi.json", include_in_schema=False)
+        def openapi(request: Request) -> dict[str, Any]:
+            authenticate(request, api.tokens)
+            return app.openapi()
+    return app
+
+
+def errors_documented() -> dict[int | str, dict[str, Any]]:
+    from .schemas import ErrorBody
+
+    words = {400: "bad input (ValidationError, CommandSyntaxError)", 401: "no token, or an unknown or revoked one",
+             403: "the token's role does not allow this", 404: "no such job, run, node or task",
+             409: "Job is running, or the job changed under the command",
+             503: "the store cannot be reached", 504: "a wait ran out (WaitTimeout); the command took effect"}
+    return {status: {"model": ErrorBody, "description": text} for status, text in words.items()}
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class KeepSegments:
+    """Routes on the *encoded* path, so that a name or UID holding ``/`` (``sub%2Fjob.sh``)
+    stays one path segment: each segment of ``path`` keeps ``/`` and ``%`` percent-encoded,
+    and :func:`segment` decodes a path parameter. The server decodes the whole path before
+    routing, which would split such a name in two."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and raw and raw.startswith(API.encode()):
+            parts = raw.decode("latin-1").split("?", 1)[0].split("/")
+            kept = [unquote(p).replace("%", "%25").replace("/", "%2F") for p in parts]
+            scope = dict(scope, path="/".join(kept))
+        await self.app(scope, receive, send)
+
+
+def segment(value: str) -> str:
+    """A path parameter as the client meant it (see :class:`KeepSegments`)."""
+    return unquote(value)

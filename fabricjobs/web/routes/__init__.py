@@ -1,0 +1,46 @@
+"""The API's routes, one module per kind of resource. Each route builds the typed command the
+statement would parse to and runs it on the service, so HTTP adds addresses and JSON shapes,
+never a meaning of its own."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from fastapi import Request
+
+from ...commands import statements, values
+from ...model import JobKey
+from ...result import Result
+from ..app import Api, segment  # noqa: F401  (segment: for the route modules)
+from ..tokens import TokenInfo
+
+#: The longest a request waits (WAITJOB, STOPJOB ... WAIT): a wait holds a server thread, and
+#: proxies drop requests idle for about a minute. Ask again to wait longer.
+MAX_WAIT_SEC = 60.0
+
+
+def api_of(request: Request) -> Api:
+    return request.app.state.api
+
+
+def execute(request: Request, who: TokenInfo, command: statements.Command) -> Result:
+    """``command`` on the service, in a session acting for ``who``."""
+    api = api_of(request)
+    return api.service().execute(command, api.session(who))
+
+
+C = TypeVar("C", bound=statements.Command)
+
+
+def checked(command: C) -> C:
+    """A command for a service method other than ``execute`` (which checks its own)."""
+    return values.checked(command)
+
+
+def job_key(type: str, name: str, uid: str) -> JobKey:
+    """The job a path names: its segments decoded (a NAME may hold ``/``)."""
+    return JobKey(segment(type).upper(), segment(name), segment(uid))
+
+
+def capped(timeout: float | None) -> float:
+    return MAX_WAIT_SEC if timeout is None else min(timeout, MAX_WAIT_SEC)

@@ -1,0 +1,39 @@
+"""``POST /commands``: command-language text, with what ``Client.fetch`` returns for it.
+
+For parity with the shell and for what has no route of its own (a STOPJOB of every UID of a
+NAME, NODES DETAILS). The whole script is parsed and checked against the token's role before
+any of it runs; it then runs as ``Client.fetch`` runs it, in a session of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fastapi import APIRouter, Depends, Request
+
+from ...commands import parse_script, statements as st
+from ..auth import Need, authorize, requires, script_needs
+from ..schemas import CommandBody, CommandResult, command_result
+from ..tokens import TokenInfo
+from . import api_of, capped
+
+router = APIRouter(tags=["commands"])
+Anyone = Depends(requires(Need.READ, "run statements"))  # then each statement's own need
+
+
+@router.post("/commands", response_model=CommandResult,
+             summary="Run command-language text; the last statement's result, as Client.fetch returns it")
+def commands(request: Request, body: CommandBody,
+             who: TokenInfo = Anyone) -> CommandResult:
+    api = api_of(request)
+    script = [_bounded(s.command) for s in parse_script(body.text)]
+    authorize(who, script_needs(script), "run these statements")
+    results = api.service().run_script(script, api.session(who))
+    return command_result(results[-1]) if results else CommandResult(columns=[], rows=[])
+
+
+def _bounded(command: st.Command) -> st.Command:
+    """A wait as long as one request may wait (routes.MAX_WAIT_SEC)."""
+    if isinstance(command, st.WaitJob) or (isinstance(command, st.StopJob) and command.wait):
+        return dataclasses.replace(command, timeout=capped(command.timeout))
+    return command

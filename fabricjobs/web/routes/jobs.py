@@ -1,0 +1,173 @@
+"""Jobs: the list, one job, and STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, WAITJOB.
+
+A job's address is ``/jobs/{type}/{name}/{uid}``: the statements' forms that name every job of
+a NAME (STOPJOB without UID, ...) are ``POST /commands``'s.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+
+from ...commands import statements as st
+from ...errors import JobNotFound, WaitTimeout
+from ...model import JobKey, Status
+from ...result import Result
+from ...service import JobQuery
+from ..app import API
+from ..auth import Need, requires
+from ..errors import ApiError
+from ..schemas import Change, JobDetail, JobList, StartBody, UpdateBody, WaitResult, record, records
+from ..tokens import TokenInfo
+from . import MAX_WAIT_SEC, api_of, capped, execute, job_key
+
+router = APIRouter(tags=["jobs"])
+JOB = "/jobs/{type}/{name}/{uid}"
+
+Viewer = Depends(requires(Need.READ, "read jobs"))
+Operator = Depends(requires(Need.OPERATE, "change jobs"))
+Waiter = Depends(requires(Need.OPERATE, "wait for jobs"))
+
+
+@router.get("/jobs", response_model=JobList, summary="List jobs (JOBSTATUS), filtered, a page at a time")
+def list_jobs(
+    request: Request,
+    status: list[Status] = Query(default=[], description="any of these statuses (repeat the parameter)"),
+    type: str | None = None,
+    name: str | None = None,
+    scope: Literal["live", "archived", "all"] = Query("live", description="archived rows are read only when asked"),
+    since: datetime | None = Query(None, description="live: created at or after; archived: ended at or after"),
+    until: datetime | None = Query(None, description="... before (ISO 8601; no zone: UTC)"),
+    cursor: str | None = Query(None, description="next_cursor of the previous page"),
+    limit: int = Query(100, ge=1, le=1000),
+    who: TokenInfo = Viewer,
+) -> dict[str, Any]:
+    query = JobQuery(type=type, name=name, statuses=frozenset(status), live=scope != "archived",
+                     archived=scope != "live", since=_utc(since), until=_utc(until), after=_cursor_key(cursor),
+                     limit=limit)
+    page = api_of(request).service().list_jobs(query)
+    return {"jobs": records(page.result), "next_cursor": _cursor(page.next) if page.next else None}
+
+
+@router.get(JOB, response_model=JobDetail, summary="One job (JOBSTATUS ... WITH UID ... DETAILS)")
+def get_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = Viewer) -> dict[str, Any]:
+    return _detail(request, who, job_key(type, name, uid))
+
+
+@router.post("/jobs", response_model=Change, status_code=201, summary="Start a job (STARTJOB)")
+def start_job(request: Request, response: Response, body: StartBody, who: TokenInfo = Operator) -> dict[str, Any]:
+    command = st.StartJob(
+        type=body.type, name=body.name, uid=body.uid, affinity=body.affinity, args=_args(body.args),
+        exec_interval=body.exec_interval, depends_on=_parents(body.depends_on), priority=body.priority,
+        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap,
+    )
+    job = _one(execute(request, who, command), None)
+    response.headers["Location"] = API + "/jobs/" + "/".join(quote(job[k], safe="") for k in ("type", "name", "uid"))
+    return job
+
+
+@router.post(f"{JOB}/stop", response_model=Change, summary="Stop a job (STOPJOB; wait=true: STOPJOB ... WAIT)")
+def stop_job(request: Request, type: str, name: str, uid: str, wait: bool = False,
+             timeout: float | None = Query(None, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),
+             who: TokenInfo = Operator) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    command = st.StopJob(key.type, key.name, key.uid, wait=wait, timeout=capped(timeout) if wait else None)
+    return _one(execute(request, who, command), key)
+
+
+@router.post(f"{JOB}/restart", response_model=Change, summary="Restart a job (RESTARTJOB)")
+def restart_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = Operator) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    return _one(execute(request, who, st.RestartJob(key.type, key.name, key.uid)), key)
+
+
+@router.post(f"{JOB}/resume", response_model=Change, summary="Resume an archived job (RESUMEJOB)")
+def resume_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = Operator) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    return _one(execute(request, who, st.ResumeJob(key.type, key.name, key.uid)), key)
+
+
+@router.patch(JOB, response_model=Change, summary="Change a job (UPDATEJOB)")
+def update_job(request: Request, type: str, name: str, uid: str, body: UpdateBody,
+               who: TokenInfo = Operator) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    command = st.UpdateJob(
+        key.type, key.name, key.uid, affinity=body.affinity, args=_args(body.args), exec_interval=body.exec_interval,
+        reset_end_time=body.reset_end_time, depends_on=_parents(body.depends_on), priority=body.priority,
+        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap,
+    )
+    result = execute(request, who, command)
+    return _one(result, key) if result.rows else _detail_as_change(request, who, key)
+
+
+@router.get(f"{JOB}/wait", response_model=WaitResult,
+            summary="Long-poll until the job is final, or its current or next run ended (WAITJOB)")
+def wait_job(request: Request, type: str, name: str, uid: str,
+             timeout: float = Query(30.0, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),
+             who: TokenInfo = Waiter) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    began = time.monotonic()
+    try:
+        execute(request, who, st.WaitJob(key.type, key.name, key.uid, timeout=capped(timeout)))
+        done = True
+    except WaitTimeout:
+        done = False
+    return {"done": done, "waited_sec": round(time.monotonic() - began, 3), "job": _detail(request, who, key)}
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def _detail(request: Request, who: TokenInfo, key: JobKey) -> dict[str, Any]:
+    result = execute(request, who, st.JobStatus(key.type, key.name, key.uid, details=True))
+    if not result.rows:
+        raise JobNotFound(f"No such job {key.describe()}")
+    return record(result.columns, result.rows[0])
+
+
+def _detail_as_change(request: Request, who: TokenInfo, key: JobKey) -> dict[str, Any]:
+    """UPDATEJOB that changed nothing answers no row; the job as it stands, then."""
+    job = _detail(request, who, key)
+    return {k: job[k] for k in ("type", "name", "uid", "status", "notes")}
+
+
+def _one(result: Result, key: JobKey | None) -> dict[str, Any]:
+    """The one row a command on one job answers (none: the row vanished meanwhile)."""
+    if not result.rows:
+        raise JobNotFound(f"No such job {key.describe() if key else ''}".rstrip())
+    return record(result.columns, result.rows[0])
+
+
+def _args(args: dict[str, Any] | None) -> str | None:
+    return None if args is None else json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+
+
+def _parents(parents: list[str] | None) -> tuple[Any, ...] | None:
+    return None if parents is None else tuple(parents)  # TYPE.NAME.UID text, read by the service
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    return when.replace(tzinfo=timezone.utc) if when is not None and when.tzinfo is None else when
+
+
+def _cursor(key: JobKey) -> str:
+    raw = json.dumps([key.type, key.name, key.uid], ensure_ascii=False).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _cursor_key(cursor: str | None) -> JobKey | None:
+    if cursor is None:
+        return None
+    try:
+        type, name, uid = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not all(isinstance(v, str) for v in (type, name, uid)):
+            raise ValueError
+    except (ValueError, TypeError, binascii.Error):
+        raise ApiError(400, "ValidationError", "cursor is not one this API gave (use next_cursor as it came)") from None
+    return JobKey(type, name, uid)

@@ -1,0 +1,162 @@
+"""The JSON shapes of the API, derived from the service's own column lists.
+
+A job in the API is JOBSTATUS's row, a run JOBHISTORY's, a node NODES's: each model below is
+built from the service's column tuple (``"Ownership Candidates Num"`` becomes
+``ownership_candidates_num``), with the type :data:`COLUMN_TYPES` gives each column. So the
+OpenAPI document, the responses and the shell's tables cannot drift apart: a column added to
+the service without a type here fails at import.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..result import Result
+from ..service import (
+    CHANGE_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, STATUS_COLUMNS,
+)
+
+_TIME = datetime | None
+_TEXT = str | None
+_INT = int | None
+COLUMN_TYPES: dict[str, Any] = {
+    # jobs (JOBSTATUS, its DETAILS, the change commands)
+    "Type": str, "Name": str, "UID": str, "Status": str, "Notes": _TEXT, "Creation Time": _TIME,
+    "Start Time": _TIME, "End Time": _TIME, "Affinity": _TEXT, "Is Archived": bool,
+    "Next Run": datetime | str | None, "Ownership Candidates Num": int, "Node": _TEXT, "Tries": int,
+    "Priority": int, "Output": _TEXT, "Arguments": _TEXT, "Execution Interval": _TEXT, "Time Zone": _TEXT,
+    "Late Threshold": _TEXT, "Overlap": _TEXT, "Depends On": _TEXT, "Blocked": bool, "Epoch": int,
+    "Runs": int, "Successes": int, "Failures": int, "Retries After Error": int,
+    "Retries After Node Loss": int, "Kills": int,
+    # runs (JOBHISTORY)
+    "Run": int, "Result": str, "Due": _TIME, "Start": _TIME, "End": _TIME, "Duration (ms)": _INT,
+    "Error": _TEXT, "Exit Code": _INT, "Note": _TEXT,
+    # nodes and tasks (NODES, PS)
+    "node": str, "dc": _TEXT, "host": _TEXT, "pid": _INT, "state": str, "last beat (s)": float | None,
+    "running": _INT, "capacity": _TEXT, "version": _TEXT, "started": _TIME, "task": _INT, "thread": _INT,
+    "type": _TEXT, "description": _TEXT, "duration (ms)": _INT,
+}
+
+
+def field_name(column: str) -> str:
+    """A column's JSON name: ``"Duration (ms)"`` -> ``duration_ms``."""
+    return re.sub(r"[^a-z0-9]+", "_", column.lower()).strip("_")
+
+
+def _model(name: str, columns: tuple[str, ...], doc: str) -> type[BaseModel]:
+    fields: dict[str, Any] = {field_name(c): (COLUMN_TYPES[c], Field(description=c)) for c in columns}
+    return create_model(name, __doc__=doc, **fields)
+
+
+Job = _model("Job", STATUS_COLUMNS, "A job as JOBSTATUS shows it.")
+JobDetail = _model("JobDetail", FULL_COLUMNS, "A job as JOBSTATUS ... WITH UID ... DETAILS shows it, counters included.")
+Change = _model("Change", CHANGE_COLUMNS, "A job after STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB or UPDATEJOB.")
+Run = _model("Run", HISTORY_COLUMNS, "One ended run, as JOBHISTORY shows it; its number is the run's epoch.")
+Node = _model("Node", NODES_COLUMNS, "A node as NODES shows it.")
+Task = _model("Task", PS_COLUMNS, "A running task as PS shows it.")
+
+
+def record(columns: tuple[str, ...], row: tuple) -> dict[str, Any]:
+    """One result row as a model's fields."""
+    return {field_name(c): _json_safe(v) for c, v in zip(columns, row)}
+
+
+def records(result: Result) -> list[dict[str, Any]]:
+    return [record(result.columns, r) for r in result.rows]
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no infinity (a node that never beat is infinitely old): null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# -- bodies and envelopes ----------------------------------------------------------------------
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt parameter is an error, as in the language
+
+
+class StartBody(_Body):
+    """STARTJOB's parameters (README, STARTJOB). ``args`` is the job's JSON object."""
+
+    type: str = Field(description="USER_JOB, PROCESS or INTERFACE_LISTENER", examples=["USER_JOB"])
+    name: str = Field(min_length=1, examples=["Customer.userJob1"])
+    uid: str | None = Field(default=None, min_length=1, description="default: a new unique one")
+    affinity: str | None = None
+    args: dict[str, Any] | None = None
+    exec_interval: str | None = None
+    depends_on: list[str] | None = Field(default=None, description="parents as TYPE.NAME.UID")
+    priority: int | None = Field(default=None, ge=0, le=9)
+    tz: str | None = None
+    late_threshold: str | None = Field(default=None, description="HH:MM:SS")
+    overlap: Literal["", "SKIP", "QUEUE"] | None = None
+
+
+class UpdateBody(_Body):
+    """UPDATEJOB's parameters: the ones given replace the job's values (README, UPDATEJOB)."""
+
+    affinity: str | None = None
+    args: dict[str, Any] | None = None
+    exec_interval: str | None = None
+    reset_end_time: bool | None = None
+    depends_on: list[str] | None = None
+    priority: int | None = Field(default=None, ge=0, le=9)
+    tz: str | None = None
+    late_threshold: str | None = None
+    overlap: Literal["", "SKIP", "QUEUE"] | None = None
+
+
+class CommandBody(_Body):
+    text: str = Field(description="one or more statements of the command language",
+                      examples=["jobstatus user_job;"])
+
+
+class CommandResult(BaseModel):
+    """What ``Client.fetch`` returns for the last statement: rows keyed by column name."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    status: str | None = None
+    notices: list[str] = []
+
+
+class JobList(BaseModel):
+    jobs: list[Job]  # type: ignore[valid-type]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page; null: the last page")
+
+
+class WaitResult(BaseModel):
+    done: bool = Field(description="false: the timeout came first; the job is shown as it is now")
+    waited_sec: float
+    job: JobDetail  # type: ignore[valid-type]
+
+
+class RunLog(BaseModel):
+    run: int
+    summary: str = Field(description="JOBLOG's first line: run N of KEY on NODE: RESULT -> STATUS")
+    log: str
+
+
+class Message(BaseModel):
+    status: str
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="the command language's error type: JobNotFound, JobAlreadyRunning, ...")
+    message: str
+    line: int | None = None
+    column: int | None = None
+    expected: list[str] | None = None
+
+
+def command_result(result: Result) -> CommandResult:
+    return CommandResult(columns=list(result.columns),
+                         rows=[{c: _json_safe(v) for c, v in zip(result.columns, r)} for r in result.rows],
+                         status=result.status, notices=list(result.notices))

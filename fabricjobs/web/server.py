@@ -1,0 +1,82 @@
+"""``fabricjobs web``: the API served by uvicorn, on loopback unless told otherwise.
+
+uvicorn serves HTTPS itself when given a certificate and key (``--tls-cert``/``--tls-key`` or
+``[web] TLS_CERT_FILE``/``TLS_KEY_FILE``); otherwise it speaks plain HTTP, for loopback or a
+TLS-terminating proxy in front. Its access log shows method, path and status, never headers,
+so tokens do not reach the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from dataclasses import dataclass
+
+from ..config import Config, parse_bind
+from ..errors import ConfigError
+
+log = logging.getLogger("fabricjobs.web")
+
+#: Server threads for requests (uvicorn's default pool has 40): a long-poll holds one for up to
+#: a minute, so a few dozen waiting clients must not starve the others.
+THREADS = 100
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    bind: str  # HOST:PORT
+    tls_cert: str = ""
+    tls_key: str = ""
+    log_level: str = "info"
+
+
+def options(config: Config, bind: str | None, tls_cert: str | None, tls_key: str | None,
+            log_level: str = "info") -> ServeOptions:
+    """The command line over config.ini; a bad bind or half a TLS pair is a ConfigError."""
+    chosen = bind or config.get("web", "BIND")
+    try:
+        parse_bind(chosen)
+    except ValueError as exc:
+        raise ConfigError(f"--bind: {exc}") from None
+    cert = tls_cert if tls_cert is not None else config.get("web", "TLS_CERT_FILE")
+    key = tls_key if tls_key is not None else config.get("web", "TLS_KEY_FILE")
+    if bool(cert) != bool(key):
+        raise ConfigError("HTTPS needs both a certificate and its key (--tls-cert and --tls-key, "
+                          "or [web] TLS_CERT_FILE and TLS_KEY_FILE)")
+    return ServeOptions(chosen, cert, key, log_level)
+
+
+def serve(config: Config, opts: ServeOptions) -> None:
+    """Open the store and serve until SIGINT or SIGTERM."""
+    import anyio.to_thread
+    import uvicorn
+
+    from ..store import open_store
+    from .app import Api, KeepSegments, create_app
+    from .tokens import TokenFile
+
+    host, port = parse_bind(opts.bind)
+    store = open_store(config)
+    api = Api(store, config, TokenFile(config.get("web", "TOKENS_FILE")))
+    app = KeepSegments(create_app(api))
+
+    async def more_threads() -> None:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_level=opts.log_level, proxy_headers=False, server_header=False,
+        ssl_certfile=opts.tls_cert or None, ssl_keyfile=opts.tls_key or None, lifespan="off",
+    ))
+    scheme = "https" if opts.tls_cert else "http"
+    shown = f"[{host}]" if ":" in host else host
+    print(f"fabricjobs web: {scheme}://{shown}:{port}/api/v1 (tokens: {api.tokens.path})", file=sys.stderr, flush=True)
+
+    async def main() -> None:
+        await more_threads()
+        await server.serve()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()

@@ -1,0 +1,218 @@
+"""The HTTP API against a real ``fabricjobs web`` process and a real node on a real SQLite
+store: every endpoint under every role, every error status, and jobs that really run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from urllib.parse import quote
+
+
+from harness import wait_for
+
+JOB = "/jobs/USER_JOB/Probe.noop/no-such-uid"
+#: (method, path, JSON body, the least role allowed, the status that role gets). The jobs,
+#: runs, nodes and tasks named do not exist, so an allowed request changes nothing.
+ENDPOINTS = [
+    ("GET", "/jobs", None, "viewer", 200),
+    ("GET", JOB, None, "viewer", 404),
+    ("POST", "/jobs", {"type": "USER_JOB", "name": "Probe.no_such_function"}, "operator", 400),
+    ("POST", JOB + "/stop", None, "operator", 404),
+    ("POST", JOB + "/stop?wait=true&timeout=1", None, "operator", 404),
+    ("POST", JOB + "/restart", None, "operator", 404),
+    ("POST", JOB + "/resume", None, "operator", 404),
+    ("PATCH", JOB, {"priority": 1}, "operator", 404),
+    ("GET", JOB + "/wait?timeout=0", None, "operator", 404),
+    ("GET", JOB + "/runs", None, "viewer", 404),
+    ("GET", JOB + "/runs/1", None, "viewer", 404),
+    ("GET", JOB + "/runs/1/log", None, "viewer", 404),
+    ("GET", JOB + "/log", None, "viewer", 404),
+    ("GET", "/ps", None, "viewer", 200),
+    ("GET", "/nodes", None, "viewer", 200),
+    ("POST", "/nodes/no-such-node/tasks/1/kill", None, "operator", 404),
+    ("POST", "/commands", {"text": "jobstatus; nodes;"}, "viewer", 200),
+    ("POST", "/commands", {"text": "stopjob user_job name='Probe.noop' uid='no-such-uid';"}, "operator", 404),
+]
+RANK = {"viewer": 1, "operator": 2, "admin": 3}
+
+
+def no_traceback(response) -> None:
+    assert "Traceback" not in response.text and 'File "' not in response.text, response.text
+
+
+def test_every_endpoint_under_every_role_and_without_a_valid_token(site):
+    clients = {role: site.client(role) for role in RANK}
+    clients["no token"] = site.client(None)
+    clients["a wrong token"] = site.client(token="fjt_not-a-token")
+    for method, path, body, least, allowed in ENDPOINTS:
+        for who, client in clients.items():
+            r = client.request(method, path, json=body)
+            no_traceback(r)
+            if who not in RANK:
+                assert r.status_code == 401, (who, method, path, r.text)
+                assert r.json()["error"] == "Unauthorized" and r.headers["WWW-Authenticate"].startswith("Bearer")
+            elif RANK[who] < RANK[least]:
+                assert r.status_code == 403, (who, method, path, r.text)
+                assert r.json() == {"error": "Forbidden", "message": r.json()["message"]}
+                assert f"'{who}-1' ({who}) may not" in r.json()["message"]
+            else:
+                assert r.status_code == allowed, (who, method, path, r.text)
+    for path in ("/healthz", "/readyz"):  # no token needed
+        assert site.client(None).get(site.web.url + path).status_code == 200
+
+
+def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
+    api = site.client("operator")
+    log = tmp_path / "runs.jsonl"
+    body = {"type": "user_job", "name": "Probe.record", "uid": "life", "args": {"log": str(log), "seconds": 60}}
+    started = api.post("/jobs", json=body)
+    assert started.status_code == 201, started.text
+    assert started.headers["Location"] == "/api/v1/jobs/USER_JOB/Probe.record/life"
+    assert started.json()["notes"].startswith("STARTJOB by token 'operator-1' on ")
+    job = "/jobs/USER_JOB/Probe.record/life"
+    wait_for(lambda: api.get(job).json()["status"] == "IN_PROCESS", 20, "the job to run")
+    listed = api.get("/jobs", params={"status": "IN_PROCESS", "name": "Probe.record"}).json()["jobs"]
+    assert [j["uid"] for j in listed] == ["life"] and listed[0]["node"] == "w1"
+
+    task = wait_for(lambda: tasks(api), 10, "PS to show the run")
+    assert task[0]["node"] == "w1"
+    stopped = api.post(job + "/stop", params={"wait": "true", "timeout": 30})
+    assert stopped.json()["status"] == "TERMINATED", stopped.text
+    assert stopped.json()["notes"].startswith("STOPJOB by token 'operator-1'")
+
+    runs = api.get(job + "/runs").json()
+    assert [(r["uid"], r["result"], r["status"]) for r in runs] == [("life", "STOPPED", "TERMINATED")]
+    one = api.get(f"{job}/runs/{runs[0]['run']}").json()
+    assert one == runs[0] and one["duration_ms"] >= 0
+    log_body = api.get(f"{job}/runs/{one['run']}/log").json()
+    assert log_body["run"] == one["run"] and log_body["summary"].startswith(f"run {one['run']} of USER_JOB.Probe.record.life")
+    assert api.get(job + "/log").json() == log_body
+
+    resumed = api.post(job + "/resume")
+    assert resumed.json()["notes"].startswith("RESUMEJOB by token 'operator-1'"), resumed.text
+    wait_for(lambda: api.get(job).json()["status"] == "IN_PROCESS", 20, "the resumed job to run")
+    seen = {t["task"] for t in task}  # PS shows what the node published at its last beat: wait for the new run
+    seen |= {t["task"] for t in wait_for(lambda: [t for t in tasks(api) if t["task"] not in seen], 10, "its task")}
+    updated = api.patch(job, json={"priority": 7})
+    assert updated.json()["notes"].startswith("UPDATEJOB by token 'operator-1'")
+    assert api.get(job).json()["priority"] == 7
+    restarted = api.post(job + "/restart")
+    assert restarted.json()["status"] in ("RESTART", "WAITING") and "RESTARTJOB by token" in restarted.json()["notes"]
+
+    task = wait_for(lambda: [t for t in tasks(api) if t["task"] not in seen], 20, "the restarted run's task")
+    killed = api.post(f"/nodes/w1/tasks/{task[0]['task']}/kill")
+    assert killed.status_code == 202 and killed.json()["status"].startswith("KILL sent to node w1")
+    wait_for(lambda: "killed by KILL from token 'operator-1'" in api.get(job).json()["notes"], 20,
+             lambda: f"the KILL note: {api.get(job).json()} {api.get('/ps').json()} {task}")
+    assert api.get(job).json()["kills"] == 1
+    api.post(job + "/stop", params={"wait": "true", "timeout": 30})
+
+
+def tasks(api) -> list[dict]:
+    return [t for t in api.get("/ps").json() if "Probe.record" in t["description"]]
+
+
+def test_wait_is_a_long_poll_that_says_whether_the_job_ended(site, tmp_path):
+    api = site.client("operator")
+    body = {"type": "USER_JOB", "name": "Probe.record", "uid": "waited", "args": {"log": str(tmp_path / "l"), "seconds": 1}}
+    assert api.post("/jobs", json=body).status_code == 201
+    job = "/jobs/USER_JOB/Probe.record/waited"
+    early = api.get(job + "/wait", params={"timeout": 0}).json()
+    assert early["done"] is False and early["job"]["status"] in ("WAITING", "IN_PROCESS")
+    late = api.get(job + "/wait", params={"timeout": 30}).json()
+    assert late["done"] is True and late["job"]["status"] == "PROCESSED" and late["job"]["runs"] == 1
+
+
+def test_commands_answer_what_client_fetch_returns(site):
+    api = site.client("operator")
+    text = "startjob user_job name='Probe.echo' uid='parity' args='{\"value\": 3}';"
+    assert api.post("/commands", json={"text": text}).json()["rows"][0]["Status"] == "WAITING"
+    site.cluster.wait_job("USER_JOB", "Probe.echo", "parity", lambda j: j.archived)
+    query = "set a = 1; jobstatus user_job 'Probe.echo' with uid='parity' details;"
+    answer = api.post("/commands", json={"text": query}).json()
+    expected = site.cluster.fetch(query)
+    assert answer["columns"] == list(expected.columns)
+    for got, want in zip(answer["rows"][0].values(), expected.rows[0]):
+        assert (datetime.fromisoformat(got) if isinstance(want, datetime) else got) == want
+    assert api.post("/commands", json={"text": "-- nothing\n"}).json() == {
+        "columns": [], "rows": [], "status": None, "notices": []}
+
+
+def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(site, tmp_path):
+    api = site.client("admin")
+    cases = [
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "priority": 42}), 400, "ValidationError",
+         "body.priority"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "x", "nme": 1}), 400,
+         "ValidationError", "body.nme"),
+        (api.post("/jobs", json={"type": "BATCH", "name": "Probe.noop"}), 400, "ValidationError", "unknown job type 'BATCH'"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "exec_interval": "every tuesday"}), 400,
+         "ValidationError", ""),
+        (api.get("/jobs/BATCH/x/y"), 400, "ValidationError", "unknown job type"),
+        (api.get("/jobs", params={"cursor": "!!"}), 400, "ValidationError", "cursor"),
+        (api.get("/jobs", params={"limit": 0}), 400, "ValidationError", "query.limit"),
+        (api.post("/commands", json={"text": "startjob user_job nme='x';"}), 400, "CommandSyntaxError", "unexpected 'nme'"),
+        (api.get("/jobs/USER_JOB/Probe.noop/nothing"), 404, "JobNotFound", "No such job [type: USER_JOB"),
+        (api.post("/nodes/w1/tasks/999999/kill"), 404, "TaskNotFound", "has no task 999999"),
+        (api.get("/no/such/route"), 404, "NotFound", ""),
+        (api.delete("/jobs"), 405, "MethodNotAllowed", ""),
+    ]
+    body = {"type": "USER_JOB", "name": "Probe.record", "uid": "busy", "args": {"log": str(tmp_path / "l"), "seconds": 60}}
+    cases.append((api.post("/jobs", json=body), 201, None, ""))
+    cases.append((api.post("/jobs", json=body), 409, "JobAlreadyRunning", "Job is running [type: USER_JOB, name: Probe.record, uid: busy]"))
+    cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/resume"), 409, "JobAlreadyRunning", "Job is running"))
+    site.cluster.wait_job("USER_JOB", "Probe.record", "busy", lambda j: j.status.value == "IN_PROCESS")
+    wait = "waitjob user_job 'Probe.record' with uid='busy' timeout 0;"
+    cases.append((api.post("/commands", json={"text": wait}), 504, "WaitTimeout", "WAITJOB timed out"))
+    for response, status, error, words in cases:
+        no_traceback(response)
+        assert response.status_code == status, response.text
+        if error is not None:
+            assert response.json()["error"] == error and words in response.json()["message"], response.text
+    syntax = cases[7][0].json()
+    assert (syntax["line"], syntax["column"]) == (1, 19) and "NAME=" in syntax["expected"]
+    api.post("/jobs/USER_JOB/Probe.record/busy/stop")
+
+
+def test_the_list_pages_with_a_cursor_and_reads_history_only_when_asked(site):
+    api = site.client("operator")
+    for i in range(5):
+        assert api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.echo", "uid": f"page{i}"}).status_code == 201
+    for i in range(5):
+        site.cluster.wait_job("USER_JOB", "Probe.echo", f"page{i}", lambda j: j.archived)
+    assert api.get("/jobs", params={"name": "Probe.echo"}).json()["jobs"] == []  # live only by default
+    seen, cursor = [], None
+    while True:
+        page = api.get("/jobs", params={"name": "Probe.echo", "scope": "archived", "limit": 2,
+                                        **({"cursor": cursor} if cursor else {})}).json()
+        seen.append([j["uid"] for j in page["jobs"] if j["uid"].startswith("page")])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sum(seen, []) == [f"page{i}" for i in range(5)] and all(len(p) <= 2 for p in seen)
+    processed = api.get("/jobs", params={"scope": "all", "status": ["PROCESSED"], "type": "user_job",
+                                         "since": "2000-01-01T00:00:00", "until": "2999-01-01T00:00:00Z"}).json()
+    assert {f"page{i}" for i in range(5)} <= {j["uid"] for j in processed["jobs"]}
+
+
+def test_a_name_or_uid_with_a_slash_is_one_path_segment(site):
+    api = site.client("operator")
+    made = api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "team/a%b"})
+    assert made.headers["Location"] == "/api/v1/jobs/USER_JOB/Probe.noop/" + quote("team/a%b", safe="")
+    job = api.get(made.headers["Location"].removeprefix("/api/v1")).json()
+    assert (job["uid"], job["name"]) == ("team/a%b", "Probe.noop")
+
+
+def test_the_openapi_document_lists_every_route_and_the_bearer_scheme(site):
+    doc = site.client(None).get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.")
+    operations = {(m.upper(), p) for p, item in doc["paths"].items() for m in item}
+    job = "/api/v1/jobs/{type}/{name}/{uid}"
+    assert operations >= {
+        ("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", job), ("PATCH", job), ("POST", job + "/stop"),
+        ("POST", job + "/restart"), ("POST", job + "/resume"), ("GET", job + "/wait"), ("GET", job + "/runs"),
+        ("GET", job + "/runs/{run}"), ("GET", job + "/runs/{run}/log"), ("GET", job + "/log"), ("GET", "/api/v1/ps"),
+        ("GET", "/api/v1/nodes"), ("POST", "/api/v1/nodes/{node}/tasks/{task}/kill"), ("POST", "/api/v1/commands"),
+    }
+    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert json.dumps(doc).count("cdn") == 0

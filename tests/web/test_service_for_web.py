@@ -1,0 +1,105 @@
+"""What the service gained for the HTTP API, in-process on a real SQLite store: who asked is
+recorded (Session.actor), a job list with filters and a cursor, one run found as JOBLOG finds
+it, and built commands checked by the parser's rules."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fabricjobs.client import Client
+from fabricjobs.clock import ManualClock
+from fabricjobs.commands import statements as st
+from fabricjobs.config import load_config
+from fabricjobs.errors import ValidationError
+from fabricjobs.model import JobKey, Status
+from fabricjobs.service import JobQuery, Session
+from fabricjobs.store import open_store
+from backends import add_sections, make_backend_config
+from harness import ROOT
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def client(request, tmp_path):
+    path = make_backend_config(request, "sqlite", tmp_path)
+    add_sections(path, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}, "node": {"TIME_ZONE": "UTC"}})
+    cfg = load_config(path)
+    c = Client(open_store(cfg), cfg, ManualClock(T0), owns_store=True)
+    yield c
+    c.close()
+
+
+def notes(client, uid):
+    return client.store.get(JobKey("USER_JOB", "Customer.userJob1", uid)).error_msg
+
+
+def test_a_change_made_for_an_actor_names_it_in_the_jobs_notes_and_the_shells_way_stays_silent(client):
+    web = Session(actor="token 'ops'")
+    service = client.service
+    service.execute(st.StartJob("USER_JOB", "Customer.userJob1", uid="a"), web)
+    assert notes(client, "a").startswith("STARTJOB by token 'ops' on ")
+    service.execute(st.StopJob("USER_JOB", "Customer.userJob1", uid="a"), web)
+    assert notes(client, "a").startswith("STOPJOB by token 'ops' on ")
+    service.execute(st.ResumeJob("USER_JOB", "Customer.userJob1", uid="a"), web)
+    assert notes(client, "a").startswith("RESUMEJOB by token 'ops' on ")
+    service.execute(st.UpdateJob("USER_JOB", "Customer.userJob1", uid="a", priority=7), web)
+    assert notes(client, "a").startswith("UPDATEJOB by token 'ops' on ")
+    service.execute(st.RestartJob("USER_JOB", "Customer.userJob1", uid="a"), web)
+    assert notes(client, "a").startswith("RESTARTJOB by token 'ops' on ")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='b'; stopjob user_job name='Customer.userJob1' uid='b';")
+    assert notes(client, "b") == ""
+
+
+def test_a_blocked_jobs_notes_keep_saying_what_it_waits_for(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='parent';")
+    client.service.execute(st.StartJob("USER_JOB", "Customer.userJob1", uid="child",
+                                       depends_on=(JobKey("USER_JOB", "Customer.userJob1", "parent"),)),
+                           Session(actor="token 'ops'"))
+    assert notes(client, "child").startswith("waiting for ")
+
+
+def test_the_job_list_filters_and_pages_by_key_without_reading_history_unless_asked(client):
+    for uid in ("a", "b", "c", "d"):
+        client.fetch(f"startjob user_job name='Customer.userJob1' uid='{uid}';")
+    client.fetch("stopjob user_job name='Customer.userJob1' uid='d';")
+    service = client.service
+    first = service.list_jobs(JobQuery(limit=2))
+    assert [r[2] for r in first.result.rows] == ["a", "b"] and first.next == JobKey("USER_JOB", "Customer.userJob1", "b")
+    second = service.list_jobs(JobQuery(limit=2, after=first.next))
+    assert [r[2] for r in second.result.rows] == ["c"] and second.next is None
+    archived = service.list_jobs(JobQuery(live=False, archived=True))
+    assert [(r[2], r[3]) for r in archived.result.rows] == [("d", "TERMINATED")]
+    both = service.list_jobs(JobQuery(archived=True, statuses=frozenset({Status.TERMINATED, Status.WAITING})))
+    assert len(both.result.rows) == 4
+    assert service.list_jobs(JobQuery(type="process")).result.rows == ()
+    assert service.list_jobs(JobQuery(since=T0 + timedelta(seconds=1))).result.rows == ()
+    assert len(service.list_jobs(JobQuery(until=T0 + timedelta(seconds=1))).result.rows) == 3
+    with pytest.raises(ValidationError, match="unknown job type"):
+        service.list_jobs(JobQuery(type="nope"))
+    with pytest.raises(ValidationError, match="limit"):
+        service.list_jobs(JobQuery(limit=0))
+
+
+@pytest.mark.parametrize("command, words", [
+    (st.StartJob("USER_JOB", "Customer.userJob1", args="[1]"), "ARGS must be a JSON object, got a list"),
+    (st.StartJob("USER_JOB", "Customer.userJob1", args="{\"a\": NaN}"), "NaN is not allowed"),
+    (st.UpdateJob("USER_JOB", "Customer.userJob1", priority=42), "PRIORITY must be a whole number from 0 to 9"),
+    (st.UpdateJob("USER_JOB", "Customer.userJob1", late_threshold="soon"), "LATE_THRESHOLD must be HH:MM:SS"),
+    (st.UpdateJob("USER_JOB", "Customer.userJob1", overlap="maybe"), "OVERLAP must be SKIP or QUEUE"),
+    (st.StartJob("USER_JOB", "Customer.userJob1", tz="Mars/Olympus"), "Mars/Olympus"),
+    (st.StartJob("NOPE", "x"), "unknown job type 'NOPE'"),
+    (st.StopJob("USER_JOB", ""), "NAME must not be empty"),
+    (st.WaitJob("USER_JOB", "x", "u", timeout=-1), "TIMEOUT must be"),
+    (st.StartJob("USER_JOB", "Customer.userJob1", uid="a\rb"), "UID must not contain control characters"),
+])
+def test_built_commands_meet_the_parsers_rules(client, command, words):
+    with pytest.raises(ValidationError, match=words.replace("(", r"\(")):
+        client.execute(command)
+
+
+def test_a_built_commands_job_type_is_normalised_as_the_parsers(client):
+    client.execute(st.StartJob("user_job", "Customer.userJob1", uid="lower"))
+    assert client.store.get(JobKey("USER_JOB", "Customer.userJob1", "lower")) is not None
