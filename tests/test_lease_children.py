@@ -54,3 +54,17 @@ def test_a_user_jobs_child_is_gone_before_another_node_takes_the_job_over(cluste
     cluster.fetch("stopjob user_job name='Hazard.shell_out' uid='s';")
     wait_for(lambda: _gone(taken[0][1]), 15, "the takeover's child to end with its stopped run")
 
+
+@pytest.mark.liveness
+def test_a_user_jobs_child_is_gone_when_the_dead_man_timer_ends_its_worker(cluster, tmp_path):
+    """The job holds the GIL past its lease, so its worker cannot act and the kernel ends it:
+    what it started is left behind, and must be ended before the job's retry starts."""
+    log = tmp_path / "children.txt"
+    cluster.start_node("a")
+    cluster.fetch(f"startjob user_job name='Hazard.shell_out_and_hog' uid='h' args='{json.dumps({'log': str(log)})}';")
+    first = wait_for(lambda: _children(log), 20, "the job to start its child")[0]
+    wait_for(lambda: len(_children(log)) >= 2, 20, "the retry to start its own child")
+    assert _gone(first[1]), "the first run's child still ran when the retry started"
+    cluster.fetch("stopjob user_job name='Hazard.shell_out_and_hog' uid='h';")
+    cluster.wait_job("USER_JOB", "Hazard.shell_out_and_hog", "h", lambda j: j.archived, 20)
+    wait_for(lambda: all(_gone(pid) for _, pid in _children(log)), 15, "every run's child to be ended")

@@ -17,7 +17,8 @@ job that holds the GIL can defeat it:
   watchdog has had its chance to kill a PROCESS job's process group (which lives in its own
   session and would outlive its worker). The watchdog pushes it forward while the lease is
   renewed; if the watchdog cannot run (a C call holding the GIL) or the whole node was
-  paused past the lease, the kernel ends the process. (A job must therefore not hold the GIL for longer than the lease: 50 s with the
+  paused past the lease, the kernel ends the process (and the node ends what its run started:
+  reaper.py). (A job must therefore not hold the GIL for longer than the lease: 50 s with the
   default heartbeat.) The lease's margin before anyone may declare the node dead is at least
   0.35 s (heartbeat.py), more than the 0.2 s this takes.
 

@@ -49,3 +49,12 @@ def shell_out(log: str):
     _line(log, f"{current_job().node} {child.pid}")
     child.wait()
 
+
+def shell_out_and_hog(log: str, n: int = 30):
+    """Starts a child, then holds the GIL past its lease, so that only the kernel's dead-man
+    timer can end its worker: the child must not outlive that worker."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "45"])
+    _line(log, f"{current_job().node} {child.pid}")
+    re.match(r"(a+)+$", "a" * n + "b")
