@@ -388,18 +388,20 @@ def test_new_job_code_is_picked_up_by_warm_workers_and_restartjob_moves_running_
     cluster = Cluster(tmp_path, backend=node_backend, request=request, settings={"jobs": {"USER_JOBS_DIR": str(jobs)}})
     try:
         cluster.start_node("a")
+        cluster.fetch(f"startjob user_job name='Deploy.version' uid='long' args='{{\"log\": \"{log}\", \"wait\": true}}';")
+        wait_for(lambda: any(r["uid"] == "long" for r in read_records(log)), 20, "the long run to start on v1")
+        # A second worker (the first is busy with the long run) imports v1 and stays warm.
         cluster.fetch(f"startjob user_job name='Deploy.version' uid='one' args='{{\"log\": \"{log}\"}}';")
         first = cluster.wait_job("USER_JOB", "Deploy.version", "one", lambda j: j.archived, 20)
         assert json.loads(first.output) == {"v": 1}
-        cluster.fetch(f"startjob user_job name='Deploy.version' uid='long' args='{{\"log\": \"{log}\", \"wait\": true}}';")
-        wait_for(lambda: any(r["uid"] == "long" for r in read_records(log)), 20, "the long run to start on v1")
         (jobs / "Deploy.py").write_text(DEPLOY_V2)  # the deployment
+        # The first request after it names a function the warm worker's v1 module lacks.
+        cluster.fetch("startjob user_job name='Deploy.added' uid='three';")
+        added = cluster.wait_job("USER_JOB", "Deploy.added", "three", lambda j: j.archived, 20)
+        assert (added.status, added.error_msg) == (Status.PROCESSED, "") and json.loads(added.output) == {"added": True}
         cluster.fetch("startjob user_job name='Deploy.version' uid='two';")
         second = cluster.wait_job("USER_JOB", "Deploy.version", "two", lambda j: j.archived, 20)
         assert json.loads(second.output) == {"v": 2, "deployed": "again"}  # same warm worker, new code
-        cluster.fetch("startjob user_job name='Deploy.added' uid='three';")  # a function added by it
-        added = cluster.wait_job("USER_JOB", "Deploy.added", "three", lambda j: j.archived, 20)
-        assert added.status is Status.PROCESSED and json.loads(added.output) == {"added": True}
         cluster.fetch("restartjob user_job name='Deploy.version';")  # the running ones onto the new code
         wait_for(lambda: [r["v"] for r in read_records(log) if r["uid"] == "long"] == [1, 2], 20,
                  "the long job to run again on v2")

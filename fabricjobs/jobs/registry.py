@@ -44,6 +44,7 @@ ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _load_lock = threading.Lock()
 _loaded: dict[tuple, tuple] = {}  # (jobs dir, allowlist, name) -> (function, source file, its version)
+_imported: dict[str, tuple[int, int] | None] = {}  # job module -> its file's version when imported here
 _CHECK_TRUST_SEC = 1.0
 _checked: dict[tuple, float] = {}  # (catalog, type, name) -> trusted until (monotonic)
 
@@ -240,8 +241,9 @@ class JobCatalog:
     def load_user_job(self, name: str) -> Callable:
         """The job's function, resolved once per worker process and version of its module's
         file (SPEC 7.9): a run uses the code on disk when it starts. A module whose file
-        changed since it was imported is imported afresh (modules it imports in turn are not:
-        a worker that is recycled, or a node restarted, picks those up)."""
+        changed since it was imported is imported afresh, also for a name not loaded before (a
+        function the deploy added); modules it imports in turn are not: a worker that is
+        recycled, or a node restarted, picks those up."""
         cache_key = (self.user_jobs_dir, self.user_job_modules, name)
         cached = _loaded.get(cache_key)
         if cached is not None:
@@ -256,7 +258,8 @@ class JobCatalog:
             elif origin == "module":
                 module, func = target
                 try:
-                    loaded = importlib.import_module(module)
+                    _drop_if_changed(module)
+                    loaded = _note_imported(importlib.import_module(module))
                 except Exception as exc:
                     raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}: "
                                              f"{type(exc).__name__}: {exc}") from None
@@ -314,9 +317,28 @@ def _version(path: str) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
+def _drop_if_changed(module: str) -> None:
+    """Forget an imported job module whose file is not the version this process imported (or
+    that something else imported, at a version unknown), so that the import that follows
+    reads the file on disk: a warm worker may hold a module from before a deploy."""
+    loaded = sys.modules.get(module)
+    source = getattr(loaded, "__file__", None)
+    if source is not None and (module not in _imported or _imported[module] != _version(source)):
+        _forget_module(module)
+
+
+def _note_imported(module):
+    """Remember which version of its file ``module`` was imported from (see _drop_if_changed)."""
+    source = getattr(module, "__file__", None)
+    if source is not None and module.__name__ not in _imported:
+        _imported[module.__name__] = _version(source)
+    return module
+
+
 def _forget_module(module: str) -> None:
     """Drop an imported job module, so that the next load imports its file afresh."""
     sys.modules.pop(module, None)
+    _imported.pop(module, None)
     importlib.invalidate_caches()
     for key in [k for k, (fn, _s, _v) in _loaded.items() if fn.__module__ == module]:
         del _loaded[key]
@@ -411,6 +433,7 @@ def _import_from_dir(root: Path, module: str):
     base = "fabricjobs_userjobs" + ("" if _first_root.setdefault("root", str(root)) == str(root)
                                     else "_" + hashlib.sha1(str(root).encode()).hexdigest()[:12])
     qualified = f"{base}.{module}"
+    _drop_if_changed(qualified)
     if qualified in sys.modules:
         return sys.modules[qualified]
     pkg = sys.modules.get(base)
@@ -420,7 +443,7 @@ def _import_from_dir(root: Path, module: str):
         pkg = importlib.util.module_from_spec(spec)
         pkg.__path__ = [str(root)]
         sys.modules[base] = pkg
-    return importlib.import_module(qualified)
+    return _note_imported(importlib.import_module(qualified))
 
 
 _first_root: dict[str, str] = {}  # the jobs directory a process loads first keeps the plain prefix
