@@ -402,9 +402,18 @@ def test_new_job_code_is_picked_up_by_warm_workers_and_restartjob_moves_running_
         cluster.fetch("startjob user_job name='Deploy.version' uid='two';")
         second = cluster.wait_job("USER_JOB", "Deploy.version", "two", lambda j: j.archived, 20)
         assert json.loads(second.output) == {"v": 2, "deployed": "again"}  # same warm worker, new code
-        cluster.fetch("restartjob user_job name='Deploy.version';")  # the running ones onto the new code
+        cluster.fetch(f"startjob user_job name='Deploy.version' uid='later' args='{{\"log\": \"{log}\"}}' "
+                      "exec_interval='01:00:00' ;")  # recurring: fires now, then in an hour
+        wait_for(lambda: any(r["uid"] == "later" for r in read_records(log)), 20, "the recurring job's first fire")
+        later = cluster.wait_job("USER_JOB", "Deploy.version", "later", lambda j: j.status is Status.SCHEDULED)
+        restarted = cluster.fetch("restartjob user_job name='Deploy.version' running;")  # the deploy's restart
+        assert [r["UID"] for r in restarted] == ["long"]
         wait_for(lambda: [r["v"] for r in read_records(log) if r["uid"] == "long"] == [1, 2], 20,
                  "the long job to run again on v2")
+        # The idle recurring job keeps its schedule: no fire outside it.
+        assert [r["v"] for r in read_records(log) if r["uid"] == "later"] == [2]
+        again = cluster.job("USER_JOB", "Deploy.version", "later")
+        assert (again.status, again.next_run, again.epoch) == (Status.SCHEDULED, later.next_run, later.epoch)
     finally:
         cluster.stop_all()
 

@@ -220,18 +220,24 @@ class ToCommand(Transformer):
         keyword, job_type, *params = children
         statement = keyword.type.lower()
         waiting = [p for p in params if isinstance(p, _Wait)]
-        params = [p for p in params if not isinstance(p, _Wait)]
+        running = any(isinstance(p, _Running) for p in params)
+        params = [p for p in params if not isinstance(p, (_Wait, _Running))]
         given: dict[str, _Param] = {}
         for param in params:
             if param.name in given:
                 raise invalid(self._text, param.token, f"{param.name} is given twice")
             given[param.name] = param
-        for required in _REQUIRED.get(statement, ("NAME",)):
+        needed = _REQUIRED.get(statement, ("NAME",))
+        if running:  # RESTARTJOB ... RUNNING: every running job of the type, or of one name
+            needed = ("NAME",) if "UID" in given else ()
+        for required in needed:
             if required not in given:
                 raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
         fields = {name.lower(): param.value for name, param in given.items()}
         if waiting:
             fields.update(wait=True, timeout=waiting[0].timeout)
+        if running:
+            fields.update(running=True, name=fields.get("name"))
         return _JOB_COMMANDS[statement](type=job_type, **fields)
 
     def wait(self, children: list[Token]) -> "_Wait":
@@ -239,6 +245,9 @@ class ToCommand(Transformer):
         if len(children) > 1:
             timeout = float(self._whole(children[2], _MAX_WAIT, "TIMEOUT needs a whole number of seconds"))
         return _Wait(timeout)
+
+    def running(self, children: list[Token]) -> "_Running":
+        return _Running()
 
     startjob = stopjob = restartjob = resumejob = updatejob = _job
 
@@ -342,6 +351,12 @@ class _Wait:
 
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
+
+
+class _Running:
+    """The RUNNING word of RESTARTJOB, until _job folds it into the command."""
+
+    __slots__ = ()
 
 
 def _reject_constant(name: str) -> Any:
