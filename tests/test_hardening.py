@@ -42,6 +42,35 @@ def test_commands_built_in_code_are_held_to_the_same_rules_as_typed_ones(client,
     assert client.store.live_jobs() == []
 
 
+@pytest.mark.parametrize("script, why", [
+    ("startjob user_job name='Probe.noop' uid='a' args='{\"x\": \"a\ud800\"}';",
+     "ARGS must not contain lone surrogates \\(U\\+D800 at character 9\\)"),
+    ("startjob user_job name='Probe.noop' uid='a' depends_on='USER_JOB.Probe.noop.\udcff';",
+     "DEPENDS_ON must not contain lone surrogates \\(U\\+DCFF at character 21\\)"),
+    ("set k = 'v\ud800'; startjob user_job name='Probe.noop' uid='a';",
+     "SET value must not contain lone surrogates \\(U\\+D800 at character 2\\)"),
+    ("set k = v\ud800; startjob user_job name='Probe.noop' uid='a';",
+     "SET value must not contain lone surrogates \\(U\\+D800 at character 2\\)"),
+], ids=["args", "depends_on", "set-quoted", "set-bare"])
+def test_a_lone_surrogate_in_free_text_is_refused_before_anything_is_stored(store_config, script, why):
+    """No encoding can store one: it reached the store's insert as a raw UnicodeEncodeError."""
+    from harness import TESTS
+
+    cfg = load_config(add_sections(store_config, {"jobs": {"USER_JOBS_DIR": TESTS / "jobs"}}))
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    try:
+        _refused_then_nothing_stored(client, script, why)
+    finally:
+        client.close()
+
+
+def _refused_then_nothing_stored(client, script, why):
+    with pytest.raises(ValidationError, match=why):
+        client.fetch(script)
+    client.fetch("startjob user_job name='Probe.noop' uid='b';")  # the session holds nothing bad
+    assert [j.key.uid for j in client.store.live_jobs()] == ["b"]
+
+
 def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_config):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ from lark import Token, Transformer
 
 from ..errors import ScheduleError
 from ..model import JobKey, JobType
-from ..names import complaint
+from ..names import complaint, text_complaint
 from ..schedule import parse_schedule, resolve_zone
 from . import table
 from .grammar import param_name, token_start
@@ -112,7 +112,7 @@ class ToCommand(Transformer):
         name = param_name(key.type)
         if name in _PLAIN:
             return _Param(name, key, self._plain(value, name, empty_ok=name not in _NON_EMPTY))
-        return _Param(name, key, _string_value(value))
+        return _Param(name, key, self._free_text(value, name))
 
     name = uid = affinity = _string_param
 
@@ -321,6 +321,9 @@ class ToCommand(Transformer):
     def set(self, children: list[Token]) -> Set:
         key, value = children[1], children[-1]
         text = _string_value(value) if value.type == "STRING" else value.value
+        why = text_complaint("SET value", text)
+        if why is not None:
+            raise invalid(self._text, value, why)
         return Set(key=key.value, value=text)
 
     def _plain(self, tok: Token, what: str, empty_ok: bool = False) -> str:
@@ -330,6 +333,15 @@ class ToCommand(Transformer):
         if value == "" and not empty_ok:
             raise invalid(self._text, tok, f"{what} must not be empty")
         why = complaint(what, value)
+        if why is not None:
+            raise invalid(self._text, tok, why)
+        return value
+
+    def _free_text(self, tok: Token, what: str) -> str:
+        """A string that is stored or sent on as written (ARGS, a schedule, a SET value): any
+        text an encoding can hold, so no lone surrogate (names.text_complaint)."""
+        value = _string_value(tok)
+        why = text_complaint(what, value)
         if why is not None:
             raise invalid(self._text, tok, why)
         return value
