@@ -97,6 +97,43 @@ def test_a_new_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_pat
         store.close()
 
 
+def test_an_existing_store_and_wal_left_readable_by_others_are_made_owner_only_when_opened(tmp_path):
+    """A store made before files were created 0600 (or copied with cp) kept 0644."""
+    import sqlite3
+
+    from fabricjobs.store.sqlite import SqliteStore
+
+    db = tmp_path / "jobs.db"
+    old = sqlite3.connect(db)
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("CREATE TABLE t (x)")
+    for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+        os.chmod(tmp_path / name, 0o644)
+    store = SqliteStore(str(db))
+    try:
+        store.insert(Job(JobKey("USER_JOB", "A.b", "secret"), Status.WAITING, datetime.now(timezone.utc),
+                         arguments='{"password": "hunter2"}'))
+        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    finally:
+        store.close()
+        old.close()
+
+
+def test_an_existing_shell_log_left_readable_by_others_is_made_owner_only(tmp_path, monkeypatch):
+    import io
+
+    from fabricjobs.shell.script import report_internal_error
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    log = tmp_path / "state" / "fabricjobs" / "shell.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("an old line\n")
+    log.chmod(0o644)
+    report_internal_error(RuntimeError("a bug"), io.StringIO())
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "RuntimeError: a bug" in log.read_text()
+
+
 def test_the_shell_log_is_readable_by_its_owner_only(tmp_path, monkeypatch):
     import io
 
