@@ -90,10 +90,8 @@ class JobCatalog:
             except OSError:
                 continue  # a missing directory refuses every job of it already
             if mode & 0o022:
-                who = " and ".join(w for w, bit in (("its group", 0o020), ("every user", 0o002)) if mode & bit)
-                raise ConfigError(f"[jobs] {key} = {directory} is writable by {who} (mode {mode & 0o777:o}): "
-                                  f"anyone who can write there could make this node run code; "
-                                  f"chmod go-w {directory}")
+                raise ConfigError(f"[jobs] {key} = {directory} is {_writable_by(mode)}: anyone who can write "
+                                  f"there could make this node run code; chmod go-w {directory}")
 
     def check(self, type: str, name: str) -> None:
         """Raise JobResolutionError unless ``name`` resolves. A name that resolved is trusted
@@ -173,8 +171,10 @@ class JobCatalog:
                     f"allowlist ({allowed}); only code the operator installed may run"
                 )
             _refuse_private(name, func)
+            source = _module_source(module)
+            if source is not None:
+                _refuse_shared(f"USER_JOB {name!r}", source)  # by the worker too: before its import runs the file
             if verify:
-                source = _module_source(module)
                 if source is None:
                     raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} is not installed")
                 if not _defines_function(source, func):
@@ -211,6 +211,7 @@ class JobCatalog:
         base = root.joinpath(*mod_parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
+                _refuse_shared(f"USER_JOB {name!r}", candidate)
                 if verify:
                     if not _defines_function(candidate, func):
                         raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level "
@@ -234,6 +235,7 @@ class JobCatalog:
             raise JobResolutionError(f"PROCESS {name!r}: no such file in PROCESS_JOBS_DIR ({root})")
         if not os.access(target, os.X_OK):
             raise JobResolutionError(f"PROCESS {name!r}: {target} is not executable")
+        _refuse_shared(f"PROCESS {name!r}", target)
         return target
 
     # -- loading (worker side) -----------------------------------------------------------------
@@ -342,6 +344,23 @@ def _forget_module(module: str) -> None:
     importlib.invalidate_caches()
     for key in [k for k, (fn, _s, _v) in _loaded.items() if fn.__module__ == module]:
         del _loaded[key]
+
+
+def _writable_by(mode: int) -> str:
+    who = " and ".join(w for w, bit in (("its group", 0o020), ("every user", 0o002)) if mode & bit)
+    return f"writable by {who} (mode {mode & 0o7777:o})"
+
+
+def _refuse_shared(what: str, path: Path) -> None:
+    """Refuse (``what``: the job, as a message names it) a job file that others may write to, as the node refuses such a job directory
+    (check_directories): whoever can change it chooses what this node runs."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # gone: the caller's own checks say so
+    if mode & 0o022:
+        raise JobResolutionError(f"{what} refused: {path} is {_writable_by(mode)}: anyone who can write it "
+                                 f"could make this node run code; chmod go-w {path}")
 
 
 def _refuse_private(name: str, func: str) -> None:
