@@ -540,6 +540,33 @@ def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_r
         cluster.stop_all()
 
 
+@pytest.mark.slow
+def test_an_outcome_whose_commit_fails_once_is_written_later_and_the_job_runs_once(tmp_path):
+    """The tmpfs test above without root: the node (tests/helpers/failing_commit_node.py) fails
+    the first COMMIT that holds a final outcome, as the full disk did, and rolls it back."""
+    from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+
+    cluster = Cluster(tmp_path)
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    node_log = tmp_path / "node-a.log"
+    try:
+        with open(node_log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "failing_commit_node.py"), "--config",
+                                     str(cluster.config_path), "node", "--name", "a"],
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        node = cluster.nodes["a"] = NodeProcess("a", proc, node_log)
+        cluster.wait_started(node)
+        args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 0.5})
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='once' args='{args}';")
+        wait_for(lambda: "injected: COMMIT failed" in node.log(), 20, "the outcome's COMMIT to fail")
+        done = cluster.wait_job("USER_JOB", "Probe.record", "once", lambda j: j.archived, 30)
+        assert done.status is Status.PROCESSED and (done.epoch, done.tries) == (1, 0)
+        assert "writing them again" in node.log()
+        assert len(read_records(starts)) == 1 and len(read_records(log)) == 1  # ran once
+    finally:
+        cluster.stop_all()
+
+
 # -- PROCESS runs: their time, memory and environment (Must show: the resource policy) --------
 
 @pytest.mark.slow
