@@ -84,9 +84,20 @@ def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_con
     assert "Traceback" not in run.stderr
 
 
-def test_a_new_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_path):
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing-0644"])
+def test_a_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_path, existing):
+    """New ones are created 0600; one made before that rule (or copied with cp) kept 0644, and
+    is tightened when opened."""
+    import sqlite3
+
     from fabricjobs.store.sqlite import SqliteStore
 
+    old = sqlite3.connect(tmp_path / "jobs.db") if existing else None
+    if old is not None:
+        old.execute("PRAGMA journal_mode=WAL")
+        old.execute("CREATE TABLE t (x)")
+        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+            os.chmod(tmp_path / name, 0o644)
     store = SqliteStore(str(tmp_path / "jobs.db"))
     try:
         store.insert(Job(JobKey("USER_JOB", "A.b", "secret"), Status.WAITING, datetime.now(timezone.utc),
@@ -95,29 +106,8 @@ def test_a_new_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_pat
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
     finally:
         store.close()
-
-
-def test_an_existing_store_and_wal_left_readable_by_others_are_made_owner_only_when_opened(tmp_path):
-    """A store made before files were created 0600 (or copied with cp) kept 0644."""
-    import sqlite3
-
-    from fabricjobs.store.sqlite import SqliteStore
-
-    db = tmp_path / "jobs.db"
-    old = sqlite3.connect(db)
-    old.execute("PRAGMA journal_mode=WAL")
-    old.execute("CREATE TABLE t (x)")
-    for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
-        os.chmod(tmp_path / name, 0o644)
-    store = SqliteStore(str(db))
-    try:
-        store.insert(Job(JobKey("USER_JOB", "A.b", "secret"), Status.WAITING, datetime.now(timezone.utc),
-                         arguments='{"password": "hunter2"}'))
-        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
-            assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
-    finally:
-        store.close()
-        old.close()
+        if old is not None:
+            old.close()
 
 
 def test_an_existing_shell_log_left_readable_by_others_is_made_owner_only(tmp_path, monkeypatch):

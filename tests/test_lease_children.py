@@ -8,18 +8,9 @@ import signal
 
 import pytest
 
-from harness import Cluster, wait_for
+from harness import Cluster, process_alive, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def _gone(pid: int) -> bool:
-    """Dead: no such process, or a zombie (killed, not yet reaped by its new parent)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(") ", 1)[1][:1] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _children(log) -> list[tuple[str, int]]:
@@ -48,11 +39,11 @@ def test_a_user_jobs_child_is_gone_before_another_node_takes_the_job_over(cluste
     cluster.pause(paused)
     try:
         taken = wait_for(lambda: [c for c in _children(log) if c[0] == "other"], 15, "the other node to take the job over")
-        assert _gone(first[1]), "the first run's child still ran when the other node started its own"
+        assert not process_alive(first[1]), "the first run's child still ran when the other node started its own"
     finally:
         paused.signal(signal.SIGCONT)
     cluster.fetch("stopjob user_job name='Hazard.shell_out' uid='s';")
-    wait_for(lambda: _gone(taken[0][1]), 15, "the takeover's child to end with its stopped run")
+    wait_for(lambda: not process_alive(taken[0][1]), 15, "the takeover's child to end with its stopped run")
 
 
 @pytest.mark.liveness
@@ -64,7 +55,7 @@ def test_a_user_jobs_child_is_gone_when_the_dead_man_timer_ends_its_worker(clust
     cluster.fetch(f"startjob user_job name='Hazard.shell_out_and_hog' uid='h' args='{json.dumps({'log': str(log)})}';")
     first = wait_for(lambda: _children(log), 20, "the job to start its child")[0]
     wait_for(lambda: len(_children(log)) >= 2, 20, "the retry to start its own child")
-    assert _gone(first[1]), "the first run's child still ran when the retry started"
+    assert not process_alive(first[1]), "the first run's child still ran when the retry started"
     cluster.fetch("stopjob user_job name='Hazard.shell_out_and_hog' uid='h';")
     cluster.wait_job("USER_JOB", "Hazard.shell_out_and_hog", "h", lambda j: j.archived, 20)
-    wait_for(lambda: all(_gone(pid) for _, pid in _children(log)), 15, "every run's child to be ended")
+    wait_for(lambda: all(not process_alive(pid) for _, pid in _children(log)), 15, "every run's child to be ended")
