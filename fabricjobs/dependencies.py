@@ -4,8 +4,13 @@ reached PROCESSED.
 A child whose parents are not all PROCESSED is *blocked*: it keeps its status (WAITING or
 SCHEDULED), is left out of every claim query, and its Notes say what it waits for. A parent
 that ends FAILED or TERMINATED keeps its children blocked, with a note saying so; once the
-parent is resumed and succeeds, they run. A parent whose row is gone (archived, then deleted
-after the retention period) counts as done.
+parent is resumed and succeeds, they run.
+
+A parent whose row is gone (archived, then deleted after the retention period) keeps a blocked
+child blocked, with a note saying so: its outcome is no longer known, and a missing FAILED
+parent that counted as done let its child run (Cassandra's TTL cannot keep the row). Nothing
+sound is lost: a child is freed as soon as its parents are PROCESSED (the node that wrote the
+outcome checks at once), long before the retention, and STARTJOB refuses unknown parents too.
 
 Unblocking is event-driven: a node that writes a final outcome checks the blocked jobs, and
 every node also checks them at a slow pace as a backstop. Neither reads anything but the
@@ -68,8 +73,8 @@ def check_new(store: JobStore, key: JobKey, parents: Iterable[JobKey]) -> None:
             stack.append((grand, [*path, grand]))
 
 
-def blocking(store: JobStore, parents: Iterable[JobKey], cache: dict | None = None) -> list[tuple[JobKey, Status]]:
-    """The parents that are not PROCESSED, with their status."""
+def blocking(store: JobStore, parents: Iterable[JobKey], cache: dict | None = None) -> list[tuple[JobKey, Status | None]]:
+    """The parents that are not PROCESSED, with their status (None: the row is gone)."""
     out = []
     for p in parents:
         if cache is not None and p in cache:
@@ -78,18 +83,23 @@ def blocking(store: JobStore, parents: Iterable[JobKey], cache: dict | None = No
             row = store.get(p)
             if cache is not None:
                 cache[p] = row
-        if row is not None and row.status is not Status.PROCESSED:
-            out.append((p, row.status))
+        if row is None or row.status is not Status.PROCESSED:
+            out.append((p, None if row is None else row.status))
     return out
 
 
-def note(blockers: list[tuple[JobKey, Status]]) -> str:
+def note(blockers: list[tuple[JobKey, Status | None]]) -> str:
     """The Notes of a blocked job."""
-    failed = [f"{k} is {s.value}" for k, s in blockers if s in (Status.FAILED, Status.TERMINATED)]
-    waiting = [f"{k} ({s.value})" for k, s in blockers if s not in (Status.FAILED, Status.TERMINATED)]
+    ended = (Status.FAILED, Status.TERMINATED)
+    failed = [f"{k} is {s.value}" for k, s in blockers if s in ended]
+    waiting = [f"{k} ({s.value})" for k, s in blockers if s is not None and s not in ended]
+    gone = [str(k) for k, s in blockers if s is None]
     parts = []
     if waiting:
         parts.append("waiting for " + ", ".join(waiting))
     if failed:
         parts.append("blocked: parent " + ", ".join(failed) + "; it runs once the parent is resumed and succeeds")
+    if gone:
+        parts.append("blocked: parent " + ", ".join(gone) + " is gone (its archived row outlived the retention), so "
+                     "how it ended is unknown; STOPJOB this job and start it again without that parent to run it")
     return "; ".join(parts)

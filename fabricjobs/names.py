@@ -12,6 +12,7 @@ from .errors import INVISIBLE, ValidationError
 
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029"
                     + "".join(f"{chr(first)}-{chr(last)}" for first, last in INVISIBLE) + "]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 FIELDS = (("name", "NAME"), ("uid", "UID"), ("affinity", "AFFINITY"))
 
 
@@ -22,6 +23,16 @@ def complaint(what: str, value: str) -> str | None:
         return None
     return (f"{what} must not contain control characters, line breaks, invisible or direction-changing "
             f"characters or lone surrogates (U+{ord(bad.group()):04X} at character {bad.start() + 1})")
+
+
+def text_complaint(what: str, value: str) -> str | None:
+    """Why ``value`` may not be the free text ``what`` (ARGS, DEPENDS_ON, a SET value), or None:
+    any character but a lone surrogate, which no encoding can store (the store's insert raised
+    a raw UnicodeEncodeError)."""
+    bad = SURROGATE.search(value)
+    if bad is None:
+        return None
+    return f"{what} must not contain lone surrogates (U+{ord(bad.group()):04X} at character {bad.start() + 1})"
 
 
 def check_command(command: object) -> None:

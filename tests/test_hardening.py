@@ -42,6 +42,35 @@ def test_commands_built_in_code_are_held_to_the_same_rules_as_typed_ones(client,
     assert client.store.live_jobs() == []
 
 
+@pytest.mark.parametrize("script, why", [
+    ("startjob user_job name='Probe.noop' uid='a' args='{\"x\": \"a\ud800\"}';",
+     "ARGS must not contain lone surrogates \\(U\\+D800 at character 9\\)"),
+    ("startjob user_job name='Probe.noop' uid='a' depends_on='USER_JOB.Probe.noop.\udcff';",
+     "DEPENDS_ON must not contain lone surrogates \\(U\\+DCFF at character 21\\)"),
+    ("set k = 'v\ud800'; startjob user_job name='Probe.noop' uid='a';",
+     "SET value must not contain lone surrogates \\(U\\+D800 at character 2\\)"),
+    ("set k = v\ud800; startjob user_job name='Probe.noop' uid='a';",
+     "SET value must not contain lone surrogates \\(U\\+D800 at character 2\\)"),
+], ids=["args", "depends_on", "set-quoted", "set-bare"])
+def test_a_lone_surrogate_in_free_text_is_refused_before_anything_is_stored(store_config, script, why):
+    """No encoding can store one: it reached the store's insert as a raw UnicodeEncodeError."""
+    from harness import TESTS
+
+    cfg = load_config(add_sections(store_config, {"jobs": {"USER_JOBS_DIR": TESTS / "jobs"}}))
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    try:
+        _refused_then_nothing_stored(client, script, why)
+    finally:
+        client.close()
+
+
+def _refused_then_nothing_stored(client, script, why):
+    with pytest.raises(ValidationError, match=why):
+        client.fetch(script)
+    client.fetch("startjob user_job name='Probe.noop' uid='b';")  # the session holds nothing bad
+    assert [j.key.uid for j in client.store.live_jobs()] == ["b"]
+
+
 def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_config):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -55,9 +84,20 @@ def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_con
     assert "Traceback" not in run.stderr
 
 
-def test_a_new_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_path):
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "existing-0644"])
+def test_a_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_path, existing):
+    """New ones are created 0600; one made before that rule (or copied with cp) kept 0644, and
+    is tightened when opened."""
+    import sqlite3
+
     from fabricjobs.store.sqlite import SqliteStore
 
+    old = sqlite3.connect(tmp_path / "jobs.db") if existing else None
+    if old is not None:
+        old.execute("PRAGMA journal_mode=WAL")
+        old.execute("CREATE TABLE t (x)")
+        for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+            os.chmod(tmp_path / name, 0o644)
     store = SqliteStore(str(tmp_path / "jobs.db"))
     try:
         store.insert(Job(JobKey("USER_JOB", "A.b", "secret"), Status.WAITING, datetime.now(timezone.utc),
@@ -66,6 +106,22 @@ def test_a_new_sqlite_store_and_its_wal_are_readable_by_their_owner_only(tmp_pat
             assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
     finally:
         store.close()
+        if old is not None:
+            old.close()
+
+
+def test_an_existing_shell_log_left_readable_by_others_is_made_owner_only(tmp_path, monkeypatch):
+    import io
+
+    from fabricjobs.shell.script import report_internal_error
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    log = tmp_path / "state" / "fabricjobs" / "shell.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("an old line\n")
+    log.chmod(0o644)
+    report_internal_error(RuntimeError("a bug"), io.StringIO())
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and "RuntimeError: a bug" in log.read_text()
 
 
 def test_the_shell_log_is_readable_by_its_owner_only(tmp_path, monkeypatch):
@@ -388,21 +444,32 @@ def test_new_job_code_is_picked_up_by_warm_workers_and_restartjob_moves_running_
     cluster = Cluster(tmp_path, backend=node_backend, request=request, settings={"jobs": {"USER_JOBS_DIR": str(jobs)}})
     try:
         cluster.start_node("a")
+        cluster.fetch(f"startjob user_job name='Deploy.version' uid='long' args='{{\"log\": \"{log}\", \"wait\": true}}';")
+        wait_for(lambda: any(r["uid"] == "long" for r in read_records(log)), 20, "the long run to start on v1")
+        # A second worker (the first is busy with the long run) imports v1 and stays warm.
         cluster.fetch(f"startjob user_job name='Deploy.version' uid='one' args='{{\"log\": \"{log}\"}}';")
         first = cluster.wait_job("USER_JOB", "Deploy.version", "one", lambda j: j.archived, 20)
         assert json.loads(first.output) == {"v": 1}
-        cluster.fetch(f"startjob user_job name='Deploy.version' uid='long' args='{{\"log\": \"{log}\", \"wait\": true}}';")
-        wait_for(lambda: any(r["uid"] == "long" for r in read_records(log)), 20, "the long run to start on v1")
         (jobs / "Deploy.py").write_text(DEPLOY_V2)  # the deployment
+        # The first request after it names a function the warm worker's v1 module lacks.
+        cluster.fetch("startjob user_job name='Deploy.added' uid='three';")
+        added = cluster.wait_job("USER_JOB", "Deploy.added", "three", lambda j: j.archived, 20)
+        assert (added.status, added.error_msg) == (Status.PROCESSED, "") and json.loads(added.output) == {"added": True}
         cluster.fetch("startjob user_job name='Deploy.version' uid='two';")
         second = cluster.wait_job("USER_JOB", "Deploy.version", "two", lambda j: j.archived, 20)
         assert json.loads(second.output) == {"v": 2, "deployed": "again"}  # same warm worker, new code
-        cluster.fetch("startjob user_job name='Deploy.added' uid='three';")  # a function added by it
-        added = cluster.wait_job("USER_JOB", "Deploy.added", "three", lambda j: j.archived, 20)
-        assert added.status is Status.PROCESSED and json.loads(added.output) == {"added": True}
-        cluster.fetch("restartjob user_job name='Deploy.version';")  # the running ones onto the new code
+        cluster.fetch(f"startjob user_job name='Deploy.version' uid='later' args='{{\"log\": \"{log}\"}}' "
+                      "exec_interval='01:00:00' ;")  # recurring: fires now, then in an hour
+        wait_for(lambda: any(r["uid"] == "later" for r in read_records(log)), 20, "the recurring job's first fire")
+        later = cluster.wait_job("USER_JOB", "Deploy.version", "later", lambda j: j.status is Status.SCHEDULED)
+        restarted = cluster.fetch("restartjob user_job name='Deploy.version' running;")  # the deploy's restart
+        assert [r["UID"] for r in restarted] == ["long"]
         wait_for(lambda: [r["v"] for r in read_records(log) if r["uid"] == "long"] == [1, 2], 20,
                  "the long job to run again on v2")
+        # The idle recurring job keeps its schedule: no fire outside it.
+        assert [r["v"] for r in read_records(log) if r["uid"] == "later"] == [2]
+        again = cluster.job("USER_JOB", "Deploy.version", "later")
+        assert (again.status, again.next_run, again.epoch) == (Status.SCHEDULED, later.next_run, later.epoch)
     finally:
         cluster.stop_all()
 
@@ -460,6 +527,33 @@ def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_r
     finally:
         if filler.exists():
             filler.unlink()
+        cluster.stop_all()
+
+
+@pytest.mark.slow
+def test_an_outcome_whose_commit_fails_once_is_written_later_and_the_job_runs_once(tmp_path):
+    """The tmpfs test above without root: the node (tests/helpers/failing_commit_node.py) fails
+    the first COMMIT that holds a final outcome, as the full disk did, and rolls it back."""
+    from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+
+    cluster = Cluster(tmp_path)
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    node_log = tmp_path / "node-a.log"
+    try:
+        with open(node_log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "failing_commit_node.py"), "--config",
+                                     str(cluster.config_path), "node", "--name", "a"],
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        node = cluster.nodes["a"] = NodeProcess("a", proc, node_log)
+        cluster.wait_started(node)
+        args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 0.5})
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='once' args='{args}';")
+        wait_for(lambda: "injected: COMMIT failed" in node.log(), 20, "the outcome's COMMIT to fail")
+        done = cluster.wait_job("USER_JOB", "Probe.record", "once", lambda j: j.archived, 30)
+        assert done.status is Status.PROCESSED and (done.epoch, done.tries) == (1, 0)
+        assert "writing them again" in node.log()
+        assert len(read_records(starts)) == 1 and len(read_records(log)) == 1  # ran once
+    finally:
         cluster.stop_all()
 
 

@@ -207,3 +207,30 @@ def test_a_node_refuses_to_start_on_a_job_directory_others_may_write_to(store_co
     assert run.returncode == 2
     assert f"[jobs] {key} = {unsafe} is writable by {who}" in run.stderr and f"chmod go-w {unsafe}" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("mode, who", [(0o664, "its group"), (0o646, "every user")])
+def test_a_job_file_others_may_write_to_is_refused_where_it_is_loaded(tmp_path, jobpkg, mode, who):
+    """The directories are checked at node start; a file in them (or an allowlisted module)
+    that others may write is as good as theirs: the node refuses to load it, and STARTJOB too."""
+    jobs, procs = tmp_path / "nodejobs", tmp_path / "procs"
+    jobs.mkdir()
+    procs.mkdir()
+    (jobs / "Ops.py").write_text(TASKS)
+    (procs / "hello.sh").write_text("#!/bin/sh\necho hello\n")
+    site, _ = jobpkg
+    files = {"Ops.ok": jobs / "Ops.py", "jobpkg.tasks:ok": site / "jobpkg" / "tasks.py", "hello.sh": procs / "hello.sh"}
+    for path in files.values():
+        path.chmod(mode | 0o100)
+    catalog = JobCatalog(str(jobs), ("jobpkg",), str(procs))
+    for name, path in files.items():
+        why = f"is writable by {who} \\(mode {mode | 0o100:o}\\).*chmod go-w {path}"
+        load = catalog.process_path if name == "hello.sh" else catalog.load_user_job
+        with pytest.raises(JobResolutionError, match=why):
+            load(name)
+        with pytest.raises(JobResolutionError, match=why):  # STARTJOB's check
+            catalog.check("PROCESS" if name == "hello.sh" else "USER_JOB", name)
+        path.chmod(0o755)
+    assert catalog.load_user_job("Ops.ok")(n=3) == {"n": 3}
+    assert catalog.load_user_job("jobpkg.tasks:ok")() == {"n": 1}
+    assert catalog.process_path("hello.sh") == (procs / "hello.sh").resolve()

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
@@ -480,8 +481,13 @@ def test_scripts_run_starts_a_local_cluster_and_runs_piped_commands(tmp_path):
         shutil.copytree(ROOT / part, tmp_path / part)
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     (tmp_path / ".venv").symlink_to(venv)
+    (tmp_path / ".run").mkdir()
+    (tmp_path / ".run" / "local-1.log").write_text("a log of an earlier run, made 0644\n")
+    (tmp_path / ".run" / "local-1.log").chmod(0o644)
     echo = _run_script(tmp_path, input="startjob process name='echoArg.sh' uid='demo' args='{\"0\":\"a\",\"1\":\"b\"}';\n")
     assert echo.returncode == 0, echo.stderr
+    for name in ("local-1.log", "local-2.log", "fabricjobs.db"):  # node logs hold job errors and ARGS
+        assert stat.S_IMODE((tmp_path / ".run" / name).stat().st_mode) == 0o600, name
     assert "2 local node(s) running" in echo.stderr and "Traceback" not in echo.stderr
     final_row = echo.stdout.split("-[ RECORD 1 ]")[1]
     assert "| PROCESSED" in final_row and r'"Total Arguments : 2\n1st Argument = a\n2nd Argument = b\n"' in final_row

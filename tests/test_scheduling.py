@@ -99,6 +99,36 @@ def test_a_stopped_parent_blocks_its_child_with_a_note(cluster, tmp_path):
     assert [r["key"] for r in read_records(log)] == ["USER_JOB.Probe.record.P"]  # only the parent's (stopped) run
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 0.0005, "DEPENDENCY_CHECK_SEC": 0.2}}],
+                         indirect=True)
+def test_a_child_stays_blocked_when_its_failed_parents_row_expires(cluster, tmp_path):
+    """Issue #18, item 8: a parent's archived row goes after the retention (Cassandra: its TTL,
+    1.8 s here; SQLite keeps it, so the test deletes it as an expiry would). A missing parent
+    counted as done, so the child of a FAILED parent then ran."""
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("n1")
+    cluster.fetch(f"startjob user_job name='Probe.fail_once_no_retry' uid='P' args='{json.dumps({'counter': str(tmp_path / 'c')})}';")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='K' depends_on='USER_JOB.Probe.fail_once_no_retry.P' args='{rec(log)}';")
+
+    def child():
+        row = cluster.job("USER_JOB", "Probe.record", "K")
+        assert row is not None and not row.archived, "the child ran (its parent's missing row counted as done)"
+        return row
+
+    wait_for(lambda: "is FAILED" in child().error_msg, 15, "the child to learn its parent failed")
+    if cluster.backend == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(cluster._sqlite_path()) as db:
+            db.execute("DELETE FROM k2_jobs WHERE uid = 'P'")
+    wait_for(lambda: cluster.job("USER_JOB", "Probe.fail_once_no_retry", "P") is None, 15, "the parent's row to expire")
+    kid = wait_for(lambda: (lambda j: "is gone" in j.error_msg and j)(child()), 10, "the child's note to say its parent's row is gone")
+    assert kid.status is Status.WAITING and kid.blocked
+    assert "USER_JOB.Probe.fail_once_no_retry.P is gone" in kid.error_msg and "STOPJOB" in kid.error_msg
+    assert read_records(log) == []  # never ran
+
+
 def test_cycles_self_dependencies_and_unknown_parents_are_rejected(tmp_path, request, node_backend):
     cluster = Cluster(tmp_path, backend=node_backend, request=request)
     try:

@@ -326,6 +326,24 @@ def test_restartjob(client):
     assert a.worker_id is None and a.next_run == T0
 
 
+def test_restartjob_running_restarts_only_jobs_with_a_run_going_and_leaves_schedules_alone(client):
+    """The deploy form: an idle recurring job must not fire off schedule, nor a WAITING one lose
+    its due time; nothing running is no error; NAME may be left out."""
+    client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *';")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='b'; startjob user_job name='Customer.userJob1' uid='c';")
+    client.fetch("startjob user_job name='Customer.userJob3' uid='d';")
+    before = {u: row(client, uid=u) for u in "ac"}
+    assert client.fetch("restartjob user_job name='Customer.userJob1' running;").rows == ()
+    _running(client, "b")
+    d = row(client, name="Customer.userJob3", uid="d")
+    client.store.cas(d, d.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=d.epoch + 1, start_time=T0))
+    r = client.fetch("restartjob user_job name='Customer.userJob1' running;")
+    assert {x["UID"]: x["Status"] for x in r} == {"b": "RESTART"}
+    assert {u: row(client, uid=u) for u in "ac"} == before  # untouched: same status, due time, epoch
+    r = client.fetch("restartjob user_job running;")  # every running USER_JOB (b: still ending its run)
+    assert {x["UID"]: x["Status"] for x in r} == {"b": "RESTART", "d": "RESTART"}
+
+
 def test_resumejob_only_for_archived_jobs(client):
     client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *';")
     with pytest.raises(JobAlreadyRunning):

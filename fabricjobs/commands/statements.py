@@ -45,9 +45,13 @@ class StopJob:
 
 @dataclass(frozen=True, slots=True)
 class RestartJob:
+    """RESTARTJOB ...; with RUNNING (a deploy), only the jobs with a run going, and NAME may be
+    left out (every running job of the type)."""
+
     type: str
-    name: str
+    name: str | None
     uid: str | None = None
+    running: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,8 +36,9 @@ STATEMENTS: tuple[StatementInfo, ...] = (
         "         [OVERLAP='SKIP|QUEUE']"), job_statement=True),
     StatementInfo("STOPJOB", st.StopJob, "stop_job", (f"STOPJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
                   job_statement=True),
-    StatementInfo("RESTARTJOB", st.RestartJob, "restart_job", (f"RESTARTJOB {_JOB} [UID='<uid>']",),
-                  job_statement=True),
+    StatementInfo("RESTARTJOB", st.RestartJob, "restart_job", (
+        f"RESTARTJOB {_JOB} [UID='<uid>']",
+        "RESTARTJOB <TYPE> [NAME='<name>' [UID='<uid>']] RUNNING"), job_statement=True),
     StatementInfo("RESUMEJOB", st.ResumeJob, "resume_job", (f"RESUMEJOB {_JOB} UID='<uid>'",), job_statement=True),
     StatementInfo("UPDATEJOB", st.UpdateJob, "update_job", (
         f"UPDATEJOB {_JOB} [UID=..] [AFFINITY=..] [ARGS=..] [EXEC_INTERVAL=..] [RESET_END_TIME=true|false]",

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from lark import Token, Transformer
 
 from ..model import JobKey, JobType
-from ..names import complaint
+from ..names import complaint, text_complaint
 from . import table, values
 from .grammar import param_name, token_start
 from .messages import invalid, invalid_at, show
@@ -106,7 +106,7 @@ class ToCommand(Transformer):
         name = param_name(key.type)
         if name in _PLAIN:
             return _Param(name, key, self._plain(value, name, empty_ok=name not in _NON_EMPTY))
-        return _Param(name, key, _string_value(value))
+        return _Param(name, key, self._free_text(value, name))
 
     name = uid = affinity = _string_param
 
@@ -199,18 +199,24 @@ class ToCommand(Transformer):
         keyword, job_type, *params = children
         statement = keyword.type.lower()
         waiting = [p for p in params if isinstance(p, _Wait)]
-        params = [p for p in params if not isinstance(p, _Wait)]
+        running = any(isinstance(p, _Running) for p in params)
+        params = [p for p in params if not isinstance(p, (_Wait, _Running))]
         given: dict[str, _Param] = {}
         for param in params:
             if param.name in given:
                 raise invalid(self._text, param.token, f"{param.name} is given twice")
             given[param.name] = param
-        for required in _REQUIRED.get(statement, ("NAME",)):
+        needed = _REQUIRED.get(statement, ("NAME",))
+        if running:  # RESTARTJOB ... RUNNING: every running job of the type, or of one name
+            needed = ("NAME",) if "UID" in given else ()
+        for required in needed:
             if required not in given:
                 raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
         fields = {name.lower(): param.value for name, param in given.items()}
         if waiting:
             fields.update(wait=True, timeout=waiting[0].timeout)
+        if running:
+            fields.update(running=True, name=fields.get("name"))
         return _JOB_COMMANDS[statement](type=job_type, **fields)
 
     def wait(self, children: list[Token]) -> "_Wait":
@@ -218,6 +224,9 @@ class ToCommand(Transformer):
         if len(children) > 1:
             timeout = float(self._whole(children[2], _MAX_WAIT, "TIMEOUT needs a whole number of seconds"))
         return _Wait(timeout)
+
+    def running(self, children: list[Token]) -> "_Running":
+        return _Running()
 
     startjob = stopjob = restartjob = resumejob = updatejob = _job
 
@@ -291,6 +300,9 @@ class ToCommand(Transformer):
     def set(self, children: list[Token]) -> Set:
         key, value = children[1], children[-1]
         text = _string_value(value) if value.type == "STRING" else value.value
+        why = text_complaint("SET value", text)
+        if why is not None:
+            raise invalid(self._text, value, why)
         return Set(key=key.value, value=text)
 
     def _plain(self, tok: Token, what: str, empty_ok: bool = False) -> str:
@@ -300,6 +312,15 @@ class ToCommand(Transformer):
         if value == "" and not empty_ok:
             raise invalid(self._text, tok, f"{what} must not be empty")
         why = complaint(what, value)
+        if why is not None:
+            raise invalid(self._text, tok, why)
+        return value
+
+    def _free_text(self, tok: Token, what: str) -> str:
+        """A string that is stored or sent on as written (ARGS, a schedule, a SET value): any
+        text an encoding can hold, so no lone surrogate (names.text_complaint)."""
+        value = _string_value(tok)
+        why = text_complaint(what, value)
         if why is not None:
             raise invalid(self._text, tok, why)
         return value
@@ -321,3 +342,9 @@ class _Wait:
 
     def __init__(self, timeout: float | None) -> None:
         self.timeout = timeout
+
+
+class _Running:
+    """The RUNNING word of RESTARTJOB, until _job folds it into the command."""
+
+    __slots__ = ()

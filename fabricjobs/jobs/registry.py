@@ -44,6 +44,7 @@ ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _load_lock = threading.Lock()
 _loaded: dict[tuple, tuple] = {}  # (jobs dir, allowlist, name) -> (function, source file, its version)
+_imported: dict[str, tuple[int, int] | None] = {}  # job module -> its file's version when imported here
 _CHECK_TRUST_SEC = 1.0
 _checked: dict[tuple, float] = {}  # (catalog, type, name) -> trusted until (monotonic)
 
@@ -89,10 +90,8 @@ class JobCatalog:
             except OSError:
                 continue  # a missing directory refuses every job of it already
             if mode & 0o022:
-                who = " and ".join(w for w, bit in (("its group", 0o020), ("every user", 0o002)) if mode & bit)
-                raise ConfigError(f"[jobs] {key} = {directory} is writable by {who} (mode {mode & 0o777:o}): "
-                                  f"anyone who can write there could make this node run code; "
-                                  f"chmod go-w {directory}")
+                raise ConfigError(f"[jobs] {key} = {directory} is {_writable_by(mode)}: anyone who can write "
+                                  f"there could make this node run code; chmod go-w {directory}")
 
     def check(self, type: str, name: str) -> None:
         """Raise JobResolutionError unless ``name`` resolves. A name that resolved is trusted
@@ -172,8 +171,10 @@ class JobCatalog:
                     f"allowlist ({allowed}); only code the operator installed may run"
                 )
             _refuse_private(name, func)
+            source = _module_source(module)
+            if source is not None:
+                _refuse_shared(f"USER_JOB {name!r}", source)  # by the worker too: before its import runs the file
             if verify:
-                source = _module_source(module)
                 if source is None:
                     raise JobResolutionError(f"USER_JOB {name!r}: module {module!r} is not installed")
                 if not _defines_function(source, func):
@@ -210,6 +211,7 @@ class JobCatalog:
         base = root.joinpath(*mod_parts)
         for candidate in (base.with_suffix(".py"), base / "__init__.py"):
             if candidate.is_file():
+                _refuse_shared(f"USER_JOB {name!r}", candidate)
                 if verify:
                     if not _defines_function(candidate, func):
                         raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level "
@@ -233,6 +235,7 @@ class JobCatalog:
             raise JobResolutionError(f"PROCESS {name!r}: no such file in PROCESS_JOBS_DIR ({root})")
         if not os.access(target, os.X_OK):
             raise JobResolutionError(f"PROCESS {name!r}: {target} is not executable")
+        _refuse_shared(f"PROCESS {name!r}", target)
         return target
 
     # -- loading (worker side) -----------------------------------------------------------------
@@ -240,8 +243,9 @@ class JobCatalog:
     def load_user_job(self, name: str) -> Callable:
         """The job's function, resolved once per worker process and version of its module's
         file (SPEC 7.9): a run uses the code on disk when it starts. A module whose file
-        changed since it was imported is imported afresh (modules it imports in turn are not:
-        a worker that is recycled, or a node restarted, picks those up)."""
+        changed since it was imported is imported afresh, also for a name not loaded before (a
+        function the deploy added); modules it imports in turn are not: a worker that is
+        recycled, or a node restarted, picks those up."""
         cache_key = (self.user_jobs_dir, self.user_job_modules, name)
         cached = _loaded.get(cache_key)
         if cached is not None:
@@ -256,7 +260,8 @@ class JobCatalog:
             elif origin == "module":
                 module, func = target
                 try:
-                    loaded = importlib.import_module(module)
+                    _drop_if_changed(module)
+                    loaded = _note_imported(importlib.import_module(module))
                 except Exception as exc:
                     raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}: "
                                              f"{type(exc).__name__}: {exc}") from None
@@ -314,12 +319,48 @@ def _version(path: str) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
+def _drop_if_changed(module: str) -> None:
+    """Forget an imported job module whose file is not the version this process imported (or
+    that something else imported, at a version unknown), so that the import that follows
+    reads the file on disk: a warm worker may hold a module from before a deploy."""
+    loaded = sys.modules.get(module)
+    source = getattr(loaded, "__file__", None)
+    if source is not None and (module not in _imported or _imported[module] != _version(source)):
+        _forget_module(module)
+
+
+def _note_imported(module):
+    """Remember which version of its file ``module`` was imported from (see _drop_if_changed)."""
+    source = getattr(module, "__file__", None)
+    if source is not None and module.__name__ not in _imported:
+        _imported[module.__name__] = _version(source)
+    return module
+
+
 def _forget_module(module: str) -> None:
     """Drop an imported job module, so that the next load imports its file afresh."""
     sys.modules.pop(module, None)
+    _imported.pop(module, None)
     importlib.invalidate_caches()
     for key in [k for k, (fn, _s, _v) in _loaded.items() if fn.__module__ == module]:
         del _loaded[key]
+
+
+def _writable_by(mode: int) -> str:
+    who = " and ".join(w for w, bit in (("its group", 0o020), ("every user", 0o002)) if mode & bit)
+    return f"writable by {who} (mode {mode & 0o7777:o})"
+
+
+def _refuse_shared(what: str, path: Path) -> None:
+    """Refuse (``what``: the job, as a message names it) a job file that others may write to, as the node refuses such a job directory
+    (check_directories): whoever can change it chooses what this node runs."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # gone: the caller's own checks say so
+    if mode & 0o022:
+        raise JobResolutionError(f"{what} refused: {path} is {_writable_by(mode)}: anyone who can write it "
+                                 f"could make this node run code; chmod go-w {path}")
 
 
 def _refuse_private(name: str, func: str) -> None:
@@ -411,6 +452,7 @@ def _import_from_dir(root: Path, module: str):
     base = "fabricjobs_userjobs" + ("" if _first_root.setdefault("root", str(root)) == str(root)
                                     else "_" + hashlib.sha1(str(root).encode()).hexdigest()[:12])
     qualified = f"{base}.{module}"
+    _drop_if_changed(qualified)
     if qualified in sys.modules:
         return sys.modules[qualified]
     pkg = sys.modules.get(base)
@@ -420,7 +462,7 @@ def _import_from_dir(root: Path, module: str):
         pkg = importlib.util.module_from_spec(spec)
         pkg.__path__ = [str(root)]
         sys.modules[base] = pkg
-    return importlib.import_module(qualified)
+    return _note_imported(importlib.import_module(qualified))
 
 
 _first_root: dict[str, str] = {}  # the jobs directory a process loads first keeps the plain prefix

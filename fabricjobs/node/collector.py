@@ -192,6 +192,9 @@ class Collector:
         tasks = list(worker.tasks)  # [0] was running; the rest of a train never began
         self.pool.kill_children(worker)  # whatever it started (a PROCESS job's group) goes with it
         self.pool.forget(worker)
+        left = self.pool.kill_orphans(worker)  # a worker the kernel ended left its run's children
+        if left:
+            log.info("a dead worker left %d process(es) running; killed", left)
         for i, task in enumerate(tasks):
             with self.table.lock:  # nothing ends the run between this look and its outcome
                 run = self.table.get(task)

@@ -315,8 +315,9 @@ class Node:
         hours = self.settings.archive_hours
         try:
             # By the store's clock, not this node's: a node whose clock ran a month fast deleted
-            # fresh rows. And never a parent that blocked children still wait on: a missing
-            # parent counts as done, so deleting a FAILED one would let its children run.
+            # fresh rows. And never a parent that blocked children still wait on: without its
+            # row a FAILED parent can no longer be resumed, and its children stay blocked for good
+            # (dependencies.py: a missing parent keeps them blocked).
             cutoff = self.store.store_time() - timedelta(hours=hours)
             keep = frozenset(p for child in self.store.blocked_jobs(100_000) for p in dependencies.parents_of(child)) \
                 if self.store.deletes_archived else frozenset()  # (rows that expire by TTL cannot be kept)

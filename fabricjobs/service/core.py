@@ -128,7 +128,7 @@ class ServiceCore:
             row = self.store.get(key)
         raise CommandError(f"job {key} kept changing under this command; try again")
 
-    def _matching(self, type: str, name: str, uid: str | None) -> list[Job]:
+    def _matching(self, type: str, name: str | None, uid: str | None) -> list[Job]:
         jobs = self.store.live_jobs(type=type, name=name, uid=uid)
         if not jobs:
             what = f"[type: {type}, name: {name}" + (f", uid: {uid}]" if uid is not None else "]")

@@ -129,10 +129,16 @@ class JobCommands(ServiceCore):
         return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows))
 
     def restart_job(self, cmd: statements.RestartJob, session: Session) -> Result:
+        """The course's RESTARTJOB: stop and start each matching job, an idle one at once. With
+        RUNNING (a deploy: "restarts running jobs with updated code"), only jobs with a run going
+        (IN_PROCESS); idle ones, a recurring job between fires too, keep their schedule, and
+        finding none running is no error (a deploy restarts what there is)."""
         now = self.clock.now()
 
         def decide(row: Job):
             if row.archived or row.status is Status.RESTART:
+                return None
+            if cmd.running and row.status is not Status.IN_PROCESS:
                 return None
             if row.status in (Status.WAITING, Status.SCHEDULED):
                 return Event.RESTART_IDLE, self._noted(row.replace(
@@ -141,9 +147,12 @@ class JobCommands(ServiceCore):
                 ), "RESTARTJOB", session)
             return Event.RESTART, self._noted(row.replace(status=Status.RESTART), "RESTARTJOB", session)
 
-        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        shown: tuple[Status, ...] = (Status.IN_PROCESS, Status.RESTART) if cmd.running else tuple(Status)
+        matching = self.store.live_jobs(type=cmd.type, name=cmd.name, uid=cmd.uid) if cmd.running \
+            else self._matching(cmd.type, cmd.name, cmd.uid)
+        rows = [self._change(j.key, decide) for j in matching if j.status in shown]
         self._ring()
-        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None))
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows if r is not None and r.status in shown))
 
     def resume_job(self, cmd: statements.ResumeJob, session: Session) -> Result:
         key = JobKey(cmd.type, cmd.name, cmd.uid)

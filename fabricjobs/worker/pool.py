@@ -17,11 +17,17 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
-from .reaper import kill_descendants
+from .reaper import kill_orphans, kill_tree, parent_of
 from .board import Board
 from .protocol import RunSpec
 
 log = logging.getLogger("fabricjobs.node.workers")
+
+# The workers this process forked and has not forgotten, over all its pools (tests run several
+# nodes in one process, on its one fork server): any other child of the fork server is an
+# orphan. _FORKS is held while a worker is started, so none is missing from the set.
+_FORKS = threading.Lock()
+_FORKED: set[int] = set()
 
 
 @dataclass(eq=False)
@@ -32,6 +38,7 @@ class Worker:
     tasks: list[int] = field(default_factory=list)  # its runs not yet reported, in order: [0] runs
     train: list[int] = field(default_factory=list)  # the runs of its last message, in order
     child_pid: int | None = None  # process group of a running PROCESS job
+    server: int | None = None  # the fork server that forked it (the reaper of what it leaves)
     killed_for: int | None = None  # the run the node killed this worker to end
     idle_since: float = field(default_factory=time.monotonic)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -53,7 +60,8 @@ class WorkerPool:
         # fabricjobs.cli: a node started by the console script (a path, not ``-m``) has each
         # worker run that script again as __mp_main__, which imports the CLI; the fork server
         # imports it once, so a fork does not.
-        self._ctx.set_forkserver_preload(["fabricjobs.worker.process", "fabricjobs.cli"])
+        # server_init: the fork server becomes the reaper of what a dead worker leaves.
+        self._ctx.set_forkserver_preload(["fabricjobs.worker.server_init", "fabricjobs.worker.process", "fabricjobs.cli"])
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
 
@@ -79,9 +87,12 @@ class WorkerPool:
             name=f"fabricjobs-worker-{slot}",
             daemon=False,
         )
-        proc.start()
+        with _FORKS:
+            proc.start()
+            if proc.pid:
+                _FORKED.add(proc.pid)
         child.close()
-        return Worker(slot, proc, parent)
+        return Worker(slot, proc, parent, server=parent_of(proc.pid) if proc.pid else None)
 
     def acquire(self) -> Worker:
         """An idle worker (warm if possible); the caller must have a free slot. (Only the
@@ -138,15 +149,15 @@ class WorkerPool:
         that a retry would run beside)."""
         self.kill_children(worker)
         if worker.process.pid and worker.process.exitcode is None:
-            try:
-                os.kill(worker.process.pid, signal.SIGSTOP)
-            except (ProcessLookupError, PermissionError):
-                pass
-            kill_descendants(worker.process.pid)
-            try:
-                os.kill(worker.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_tree(worker.process.pid)
+
+    def kill_orphans(self, dead: Worker) -> int:
+        """End what a dead worker left running (its run's children, now the fork server's):
+        a worker the kernel ended could not. Returns how many were found."""
+        if dead.server is None:
+            return 0
+        with _FORKS:
+            return kill_orphans(dead.server, set(_FORKED))
 
     def connections(self) -> dict[Connection, Worker]:
         with self._lock:
@@ -160,6 +171,7 @@ class WorkerPool:
         self._discard(worker)
 
     def _discard(self, worker: Worker) -> None:
+        _FORKED.discard(worker.pid or 0)
         try:
             worker.conn.close()
         except OSError:
@@ -197,6 +209,7 @@ class WorkerPool:
             if w.process.is_alive():
                 self.kill(w)
                 w.process.join(timeout=1)
+            _FORKED.discard(w.pid or 0)
             try:
                 w.conn.close()
             except OSError:

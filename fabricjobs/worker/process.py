@@ -10,16 +10,17 @@ any other node may declare its node dead. Two mechanisms, so that neither a paus
 job that holds the GIL can defeat it:
 
 * a watchdog thread sees the lease run out, makes ``is_aborted()`` true, gives the job a
-  moment to end on its own, then ends it (killing a PROCESS job's process group);
+  moment to end on its own, then ends it (killing a PROCESS job's process group and every
+  process the run started, so that none runs on beside a takeover);
 * a kernel timer (``ITIMER_REAL``, with SIGALRM left at its default action: terminate) is
   kept armed to the lease's end plus *twice* that moment, so that it fires only after the
   watchdog has had its chance to kill a PROCESS job's process group (which lives in its own
   session and would outlive its worker). The watchdog pushes it forward while the lease is
   renewed; if the watchdog cannot run (a C call holding the GIL) or the whole node was
-  paused past the lease, the kernel ends the process. (A job must therefore not hold the GIL
-  for longer than the lease: 50 s with the default heartbeat.) The lease's margin before
-  anyone may declare the node dead is at least 0.35 s (heartbeat.py), more than the 0.2 s
-  this takes.
+  paused past the lease, the kernel ends the process (and the node ends what its run started:
+  reaper.py). (A job must therefore not hold the GIL for longer than the lease: 50 s with the
+  default heartbeat.) The lease's margin before anyone may declare the node dead is at least
+  0.35 s (heartbeat.py), more than the 0.2 s this takes.
 
 The timer is relative, so it is armed from a fresh clock reading and re-armed if a pause got
 between the reading and the system call; a run is checked against its lease *after* the
@@ -301,6 +302,7 @@ class LeaseWatchdog:
                 os.killpg(child, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        kill_descendants(os.getpid())  # what a USER_JOB started: else it outlives the run it belongs to
         self.worker.log.warning("run %s ended: its node stopped renewing the lease", task)
         with self.current.lock:
             queued = [s.task for s in self.current.queue]

@@ -5,12 +5,17 @@ a leftover of the previous attempt.
 A PROCESS job has its own process group (runner.py ends the group when the job's process
 exits). A USER_JOB's children are children of its worker, which lives on for more runs: they
 are found through /proc (each task's ``children`` list, else every process's parent pid) and
-killed. A process that left on purpose (a double fork, ``setsid``) is out of reach: the README
-states that limit.
+killed.
+
+A worker ended by the kernel (its dead-man timer) runs no code on the way out, so what its run
+started would be left to init. The fork server is therefore a child subreaper (Linux): such
+orphans, and a double fork's, become its children, and the node ends every child of the fork
+server that is not one of its workers when it sees a worker die (:func:`kill_orphans`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 
@@ -47,6 +52,57 @@ def kill_descendants(pid: int) -> int:
     return len(found)
 
 
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and everything below it, stopped first so that nothing escapes."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except (ProcessLookupError, PermissionError):
+        return
+    kill_descendants(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_orphans(server: int, workers: set[int]) -> int:
+    """End each child of the fork server ``server`` that is not one of ``workers`` (with all
+    below it): what dead workers left. The caller must not be starting a worker meanwhile."""
+    kids = _children(server)
+    if kids is None:
+        kids = _parent_map().get(server, [])
+    orphans = [k for k in kids if k not in workers and not _zombie(k)]
+    for pid in orphans:
+        kill_tree(pid)
+    return len(orphans)
+
+
+def parent_of(pid: int) -> int | None:
+    """``pid``'s parent, or None if it is gone (or this is not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def become_subreaper() -> None:
+    """Make this process inherit the orphans of its descendants (PR_SET_CHILD_SUBREAPER);
+    nothing where the call does not exist."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # 36: PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _children(pid: int) -> list[int] | None:
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -73,10 +129,7 @@ def _parent_map() -> dict[int, list[int]]:
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        out.setdefault(ppid, []).append(int(entry))
+        ppid = parent_of(int(entry))
+        if ppid is not None:
+            out.setdefault(ppid, []).append(int(entry))
     return out

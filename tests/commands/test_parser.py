@@ -124,6 +124,8 @@ SEED_PROCESS = (
         ("STOPJOB USER_JOB NAME='Customer.userJob1' UID='uid_test'", StopJob("USER_JOB", "Customer.userJob1", "uid_test")),
         ("RESTARTJOB USER_JOB NAME='Customer.userJob1'", RestartJob("USER_JOB", "Customer.userJob1")),
         ("RESTARTJOB PROCESS NAME='Customer.userJob1' UID='uid3'", RestartJob("PROCESS", "Customer.userJob1", "uid3")),
+        ("restartjob user_job name='Deploy.version' running", RestartJob("USER_JOB", "Deploy.version", running=True)),
+        ("RESTARTJOB USER_JOB RUNNING", RestartJob("USER_JOB", None, running=True)),
         ("RESUMEJOB USER_JOB NAME='Customer.userJob3' UID='uid3'", ResumeJob("USER_JOB", "Customer.userJob3", "uid3")),
         (
             "UPDATEJOB USER_JOB NAME='Customer.userJob1' UID='uid_test'\n"
@@ -283,6 +285,8 @@ def test_duplicate_parameter():
         ("stopjob process", "STOPJOB needs NAME='<name>'"),
         ("resumejob user_job name='x'", "RESUMEJOB needs UID='<uid>'"),
         ("resumejob user_job uid='x'", "RESUMEJOB needs NAME='<name>'"),
+        ("restartjob user_job", "RESTARTJOB needs NAME='<name>'"),  # only RUNNING may go without
+        ("restartjob user_job uid='x' running", "RESTARTJOB needs NAME='<name>'"),
     ],
 )
 def test_missing_parameter(text, message):

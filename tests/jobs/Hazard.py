@@ -38,3 +38,23 @@ def spawn(pidfile: str, wait: bool = False):
     while wait and not job.is_aborted():
         time.sleep(0.05)
     return {"child": child.pid}
+
+
+def shell_out(log: str):
+    """Blocks in a child process and never looks at is_aborted() (a seed job shelling out);
+    appends "node child-pid" to ``log`` first, so a test can find each run's child."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "45"])
+    _line(log, f"{current_job().node} {child.pid}")
+    child.wait()
+
+
+def shell_out_and_hog(log: str, n: int = 30):
+    """Starts a child, then holds the GIL past its lease, so that only the kernel's dead-man
+    timer can end its worker: the child must not outlive that worker."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "45"])
+    _line(log, f"{current_job().node} {child.pid}")
+    re.match(r"(a+)+$", "a" * n + "b")

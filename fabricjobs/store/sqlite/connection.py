@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from ...errors import StoreError
-from ...private import private_file
+from ...private import private_file, tighten_if_present
 
 T = TypeVar("T")
 
@@ -42,8 +42,10 @@ class Connections:
         parent = Path(self.path).parent
         if not parent.exists():
             raise StoreError(f"cannot open SQLite store {self.path!r}: directory {str(parent)!r} does not exist")
-        try:  # its WAL and shared-memory files take the database file's mode
+        try:  # its WAL and shared-memory files take the database file's mode (when new)
             private_file(self.path, make_parent=False)
+            for suffix in ("-wal", "-shm"):
+                tighten_if_present(f"{self.path}{suffix}")
         except OSError as exc:
             raise StoreError(f"cannot open SQLite store {self.path!r}: {exc.strerror or exc}") from None
 
