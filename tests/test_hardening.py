@@ -17,6 +17,7 @@ import pytest
 
 from backends import add_sections
 from fabricjobs.client import Client
+from fabricjobs.commands.statements import StartJob
 from fabricjobs.config import load_config
 from fabricjobs.errors import ValidationError
 from fabricjobs.model import Job, JobKey, Status
@@ -35,6 +36,8 @@ def client(store_config):
     (lambda c: c.wait("user_job", "Probe.noop", "a\ud800", timeout=0.1), "UID must not contain .* \\(U\\+D800 at character 2\\)"),
     (lambda c: c.stop("user_job", "Probe\u202enoop", "a"), "NAME must not contain .* \\(U\\+202E at character 6\\)"),
     (lambda c: c.stop("user_job", "Probe.noop", "\u200ba"), "UID must not contain .* \\(U\\+200B at character 1\\)"),
+    (lambda c: c.execute(StartJob("USER_JOB", "Probe.noop", "a", args='{"x": "\udc80"}')),
+     "ARGS must not contain lone surrogates \\(U\\+DC80 at character 8\\)"),
 ])
 def test_commands_built_in_code_are_held_to_the_same_rules_as_typed_ones(client, call, why):
     with pytest.raises(ValidationError, match=why):
