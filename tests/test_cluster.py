@@ -397,6 +397,23 @@ def test_a_due_job_is_left_to_its_live_owner_for_the_precedence_window(cluster, 
     assert 2.5 - 0.01 <= run["start"] - due.timestamp() < 2.5 + 5, run["start"] - due.timestamp()
 
 
+def test_a_running_jobs_reported_progress_shows_in_jobstatus_and_ps_and_goes_with_the_run(cluster):
+    """current_job().progress(done, total): the node publishes it with its tasks, so JOBSTATUS
+    shows a percentage within a heartbeat, on any shell, and PS ALL the same; bad reports
+    (NaN, text) are ignored without failing the job."""
+    cluster.start_node("p1")
+    cluster.fetch("startjob user_job name='Probe.progressing' uid='p' args='{\"done\": 3, \"total\": 4}';")
+    status = wait_for(lambda: (lambda r: r["Progress"] == "75%" and r)(
+        cluster.fetch("jobstatus user_job 'Probe.progressing' with uid='p';").first_row()), 10,
+        "JOBSTATUS to show 75 %")
+    assert status["Status"] == "IN_PROCESS"
+    ps = wait_for(lambda: (lambda r: len(r) == 1 and r)(cluster.fetch("ps all;")), 5, "the run in PS ALL")
+    assert ps.first_row()["progress"] == "75%"
+    cluster.fetch("stopjob user_job name='Probe.progressing' uid='p' wait timeout 10;")
+    done = cluster.fetch("jobstatus user_job 'Probe.progressing' with uid='p';").first_row()
+    assert done["Status"] == "TERMINATED" and done["Progress"] == ""  # a final job has none
+
+
 def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_node(cluster, tmp_path):
     started = tmp_path / "started.jsonl"
     cluster.start_node("w1")

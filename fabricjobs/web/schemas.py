@@ -39,7 +39,7 @@ COLUMN_TYPES: dict[str, Any] = {
     # nodes and tasks (NODES, PS)
     "node": str, "dc": _TEXT, "host": _TEXT, "pid": _INT, "state": str, "last beat (s)": float | None,
     "running": _INT, "capacity": _TEXT, "version": _TEXT, "started": _TIME, "task": _INT, "thread": _INT,
-    "type": _TEXT, "description": _TEXT, "duration (ms)": _INT,
+    "type": _TEXT, "description": _TEXT, "duration (ms)": _INT, "Progress": str, "progress": str,
 }
 
 
