@@ -39,6 +39,10 @@ against, and with --json FILE writes its figures as JSON.
         one node: RSS after start-up with no job run yet, then with --jobs running jobs: the node
         process alone, and the node with its fork server and worker processes (its process
         group; RSS sum and PSS sum). Goal: idle node RSS < 80 MB.
+  web [--archived 100000] [--live 1000] [--requests 300]   (SQLite only)
+        GET /api/v1/jobs?limit=100 on a real `fabricjobs web` over HTTP, three bulk-loaded
+        stores timed in turns: empty; --live live jobs; the same and --archived archived jobs
+        (scripts/bench_web.py). Goal: p99 with the archive <= 1.2x without it.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
@@ -1485,6 +1489,14 @@ def cmd_memory(args, backend: Backend, facts: dict, findings: list) -> dict:
 # main
 # ==================================================================================================
 
+def cmd_web_bench(args, backend: Backend, facts: dict, findings: list) -> dict:
+    if backend.name != "sqlite":
+        raise BenchError("web runs on SQLite only (rows are bulk-loaded with sqlite3)")
+    from bench_web import cmd_web
+
+    return cmd_web(args, _load_rows, print_goals, verdict, progress)
+
+
 COMMANDS = {
     "throughput": cmd_throughput,
     "firelag": cmd_firelag,
@@ -1492,6 +1504,7 @@ COMMANDS = {
     "scale": cmd_scale,
     "shell": cmd_shell,
     "memory": cmd_memory,
+    "web": cmd_web_bench,
 }
 BACKEND_AWARE = {"throughput", "firelag", "failover", "memory"}
 
@@ -1545,6 +1558,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=10, help="runs (10)")
     p = sub.add_parser("memory", parents=[common], help="node RSS idle and with running jobs")
     p.add_argument("--jobs", type=int, default=25, help="running jobs (25)")
+    p = sub.add_parser("web", parents=[common], help="the HTTP API's job list with a big history")
+    p.add_argument("--archived", type=int, default=100_000, help="archived jobs (100,000)")
+    p.add_argument("--live", type=int, default=1_000, help="live jobs (1,000)")
+    p.add_argument("--requests", type=int, default=300, help="list requests timed per store (300)")
     p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
     p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
     return ap
