@@ -70,7 +70,7 @@ FJ.views.job = (function () {
       el("p", null, el("a", {href: "#/jobs", text: "← Jobs"})),
       el("h1", {id: "job-title"}, job.type + " · " + job.name + " · " + job.uid + " ", FJ.badge(job.status, job.blocked)),
       actions(job, body.task),
-      el("div", {class: "grid"},
+      el("div", {class: "two"},
         el("section", null, el("h2", {text: "The job"}), details(job, body.task)),
         el("section", null,
           el("h2", {text: "Arguments"}), el("pre", {id: "arguments", text: job.arguments || "{}"}),
@@ -81,8 +81,8 @@ FJ.views.job = (function () {
             el("strong", {text: "Children"}), body.children.length ? el("ul", {id: "children"}, body.children.map(jobLink)) : el("p", {class: "muted", text: "None live or recently finished."})))),
       el("h2", {text: "Runs"}), runs(body, state),
       el("h2", {text: log ? "Log of run " + log.run : "Log"}),
-      log ? [el("p", {class: "mono", text: log.summary}), el("pre", {id: "log", text: log.log || "(no log lines)"})]
-          : el("p", {class: "muted", text: "No run has ended yet."}),
+      el("div", {id: "log-section"}, log ? [el("p", {class: "mono", text: log.summary}), el("pre", {id: "log", text: log.log || "(no log lines)"})]
+          : el("p", {class: "muted", text: "No run has ended yet."})),
       el("h2", {text: "Plots"}), el("div", {class: "grid", id: "job-plots"}, body.plots.map(Plots.draw)));
   }
   return {load: load, render: render};

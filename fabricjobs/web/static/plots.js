@@ -3,7 +3,7 @@
 // with a title, an <svg> (axes, grid, marks, a <title> on each mark) and a legend.
 "use strict";
 var Plots = (function () {
-  var NS = "http://www.w3.org/2000/svg", W = 600, H = 220, L = 46, R = 10, T = 10, B = 28;
+  var NS = "http://www.w3.org/2000/svg", W = 440, H = 200, L = 44, R = 10, T = 10, B = 26;
   var COLOURS = {OK: "#2e7d32", ERROR: "#c62828", KILLED: "#8e0000", STOPPED: "#546e7a", RESTARTED: "#ef6c00",
     RELEASED: "#5c6bc0", LOST: "#6a1b9a", INTERRUPTED: "#8d6e63", SKIPPED: "#b0bec5",
     waiting: "#6a1b9a", blocked: "#ef6c00", running: "#1565c0"};
@@ -16,13 +16,15 @@ var Plots = (function () {
     return node;
   }
   function colour(name, i) { return COLOURS[name] || PALETTE[i % PALETTE.length]; }
-  function nice(max) {  // a round upper bound for the y axis
+  function nice(max, unit) {  // a round upper bound for the y axis (counts: whole ticks)
+    if (unit !== "ms" && max <= 4) return 4;
     if (max <= 0) return 1;
     var step = Math.pow(10, Math.floor(Math.log10(max)));
-    var m = [1, 2, 2.5, 5, 10].find(function (f) { return f * step >= max; });
+    var m = [1, 2, 4, 8, 10].find(function (f) { return f * step >= max; });  // quarters stay round
     return m * step;
   }
-  function clock(ms) { var d = new Date(ms); return d.toTimeString().slice(0, 5); }
+  function clock(ms) { return new Date(ms).toTimeString().slice(0, 5); }
+  function clockSeconds(ms) { return new Date(ms).toTimeString().slice(0, 8); }
   function label(v, unit) {
     if (unit === "ms" && Math.abs(v) >= 1000) return (v / 1000).toFixed(v >= 10000 ? 0 : 1) + " s";
     return String(Math.round(v * 10) / 10);
@@ -39,7 +41,9 @@ var Plots = (function () {
   function xLabels(g, values, x, text) {
     var every = Math.max(1, Math.ceil(values.length / 6));
     values.forEach(function (v, i) {
-      if (i % every === 0) g.appendChild(svg("text", {x: x(v, i), y: H - B + 14, "text-anchor": "middle"}, text(v)));
+      if (i % every !== 0) return;
+      var at = x(v, i), anchor = at > W - R - 24 ? "end" : at < L + 24 ? "start" : "middle";
+      g.appendChild(svg("text", {x: at, y: H - B + 14, "text-anchor": anchor}, text(v)));
     });
   }
 
@@ -47,7 +51,7 @@ var Plots = (function () {
     var n = p.x.length, totals = p.x.map(function (_, i) {
       return p.series.reduce(function (s, se) { return s + se.values[i]; }, 0);
     });
-    var ymax = nice(Math.max.apply(null, totals.concat([1]))), bw = (W - L - R) / n, drawn = 0;
+    var ymax = nice(Math.max.apply(null, totals.concat([1])), p.unit), bw = (W - L - R) / n, drawn = 0;
     frame(g, 0, ymax, p.unit);
     p.x.forEach(function (t, i) {
       var base = H - B;
@@ -70,7 +74,7 @@ var Plots = (function () {
     if (!all.length) return 0;
     var xs = all.map(function (q) { return q[0]; }), ys = all.map(function (q) { return q[1]; });
     var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
-    var ymin = Math.min(0, Math.min.apply(null, ys)), ymax = nice(Math.max.apply(null, ys.concat([1])));
+    var ymin = Math.min(0, Math.min.apply(null, ys)), ymax = nice(Math.max.apply(null, ys.concat([1])), p.unit);
     if (x1 === x0) { x0 -= 30000; x1 += 30000; }
     function x(t) { return L + (W - L - R) * (t - x0) / (x1 - x0); }
     function y(v) { return H - B - (H - B - T) * (v - ymin) / (ymax - ymin); }
@@ -90,12 +94,12 @@ var Plots = (function () {
       });
     });
     var ticks = [0, 1, 2, 3, 4].map(function (i) { return x0 + (x1 - x0) * i / 4; });
-    xLabels(g, ticks, x, clock);
+    xLabels(g, ticks, x, x1 - x0 < 600000 ? clockSeconds : clock);
     return drawn;
   }
   function histogram(g, p) {
     if (!p.counts.length) return 0;
-    var ymax = nice(Math.max.apply(null, p.counts)), bw = (W - L - R) / p.counts.length;
+    var ymax = nice(Math.max.apply(null, p.counts), "runs"), bw = (W - L - R) / p.counts.length;
     frame(g, 0, ymax, "runs");
     p.counts.forEach(function (c, i) {
       if (!c) return;
@@ -109,7 +113,8 @@ var Plots = (function () {
   }
 
   function draw(p) {
-    var figure = FJ.el("figure", {class: "plot", "data-kind": p.kind}, FJ.el("figcaption", {text: p.title}));
+    var figure = FJ.el("figure", {class: "plot", "data-kind": p.kind},
+      FJ.el("figcaption", null, p.title + " ", FJ.el("span", {class: "muted", text: "(" + p.unit + ")"})));
     var root = svg("svg", {viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": p.title});
     var drawn = {bars: bars, lines: lines, histogram: histogram}[p.kind](root, p);
     figure.setAttribute("data-marks", String(drawn));
