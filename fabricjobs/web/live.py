@@ -73,6 +73,7 @@ class LiveView:
         self._published = 0.0  # monotonic time of the last snapshot
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self.ticks = 0  # reads of the store made (the tests check browsers do not add any)
 
     # -- the thread -----------------------------------------------------------------------------
 
@@ -88,18 +89,19 @@ class LiveView:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            self._poke.clear()  # a poke during this read is answered by it
             self.tick()
             idle = time.monotonic() - self._watched > IDLE_AFTER_SEC
             self._poke.wait(IDLE_INTERVAL_SEC if idle else self.interval)
-            self._poke.clear()
 
     def snapshot(self) -> Snapshot:
         """The latest snapshot; after an idle spell, a fresh one (waits up to two intervals)."""
         self.start()
         self._watched = time.monotonic()
         snap = self._snap
-        if snap.taken is None or time.monotonic() - self._published > 2 * self.interval:
-            self._poke.set()
+        if snap.version == 0 or time.monotonic() - self._published > 2 * self.interval:
+            if snap.version > 0:
+                self._poke.set()  # idle: read now rather than at the end of the idle interval
             with self._changed:
                 self._changed.wait_for(lambda: self._snap.version != snap.version, timeout=2 * self.interval + 1)
         return self._snap
@@ -122,6 +124,7 @@ class LiveView:
             self._changed.notify_all()
 
     def _read(self) -> Snapshot:
+        self.ticks += 1
         now = self.store.store_time()
         nodes = read_cluster(self.store)
         live = self.store.live_jobs()
