@@ -16,8 +16,8 @@ var Plots = (function () {
     return node;
   }
   function colour(name, i) { return COLOURS[name] || PALETTE[i % PALETTE.length]; }
-  function nice(max, unit) {  // a round upper bound for the y axis (counts: whole ticks)
-    if (unit !== "ms" && max <= 4) return 4;
+  function nice(max) {  // a round upper bound for the y axis (small ones: whole ticks)
+    if (max <= 4) return 4;
     if (max <= 0) return 1;
     var step = Math.pow(10, Math.floor(Math.log10(max)));
     var m = [1, 2, 4, 8, 10].find(function (f) { return f * step >= max; });  // quarters stay round
@@ -51,7 +51,7 @@ var Plots = (function () {
     var n = p.x.length, totals = p.x.map(function (_, i) {
       return p.series.reduce(function (s, se) { return s + se.values[i]; }, 0);
     });
-    var ymax = nice(Math.max.apply(null, totals.concat([1])), p.unit), bw = (W - L - R) / n, drawn = 0;
+    var ymax = nice(Math.max.apply(null, totals.concat([1]))), bw = (W - L - R) / n, drawn = 0;
     frame(g, 0, ymax, p.unit);
     p.x.forEach(function (t, i) {
       var base = H - B;
@@ -74,7 +74,7 @@ var Plots = (function () {
     if (!all.length) return 0;
     var xs = all.map(function (q) { return q[0]; }), ys = all.map(function (q) { return q[1]; });
     var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
-    var ymin = Math.min(0, Math.min.apply(null, ys)), ymax = nice(Math.max.apply(null, ys.concat([1])), p.unit);
+    var ymin = Math.min(0, Math.min.apply(null, ys)), ymax = nice(Math.max.apply(null, ys.concat([1])));
     if (x1 === x0) { x0 -= 30000; x1 += 30000; }
     function x(t) { return L + (W - L - R) * (t - x0) / (x1 - x0); }
     function y(v) { return H - B - (H - B - T) * (v - ymin) / (ymax - ymin); }
@@ -99,7 +99,7 @@ var Plots = (function () {
   }
   function histogram(g, p) {
     if (!p.counts.length) return 0;
-    var ymax = nice(Math.max.apply(null, p.counts), "runs"), bw = (W - L - R) / p.counts.length;
+    var ymax = nice(Math.max.apply(null, p.counts)), bw = (W - L - R) / p.counts.length;
     frame(g, 0, ymax, "runs");
     p.counts.forEach(function (c, i) {
       if (!c) return;
