@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from browser import browser_fixture, fetch_status, fits_the_width, log_in, texts, until
-from harness import Cluster
-from web_site import Site, WebProcess, make_tokens
+from web_site import Site, running_site
 
 browser = browser_fixture()
 SHOTS = os.environ.get("FABRICJOBS_SCREENSHOTS", "")
@@ -26,18 +25,8 @@ SHOTS = os.environ.get("FABRICJOBS_SCREENSHOTS", "")
 
 @pytest.fixture(scope="module")
 def site(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("console")
-    cluster = Cluster(tmp, "sqlite", settings={"web": {"CONSOLE_INTERVAL_SEC": 0.3}}, request=request)
-    try:
-        cluster.start_node("w1")
-        tokens = make_tokens(cluster)
-        web = WebProcess.start(cluster)
-        try:
-            yield Site(cluster, web, tokens)
-        finally:
-            web.stop()
-    finally:
-        cluster.stop_all()
+    with running_site(request, tmp_path_factory.mktemp("console"), {"web": {"CONSOLE_INTERVAL_SEC": 0.3}}) as site:
+        yield site
 
 
 def shell(site: Site, text: str) -> None:
@@ -128,6 +117,7 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_is_refused(site, browser):
 
 
 def test_a_phone_width_window_shows_the_jobs_as_cards(site, browser):
+    shell(site, "startjob user_job name='Probe.noop' uid='on-a-phone';")  # this test may run alone
     log_in(browser, site.web.url, site.tokens["viewer"])
     browser.set_window_size(390, 844)
     try:
