@@ -52,6 +52,11 @@ class JobViews(ServiceCore):
             return Result(DETAIL_COLUMNS, tuple(self._status_row(j, nodes, detail=True) for j in jobs))
         return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
 
+    def status_rows(self, jobs: list[Job], nodes: list[NodeView]) -> Result:
+        """JOBSTATUS's rows of jobs and nodes already read (the web console reads them once
+        per interval for every browser)."""
+        return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
+
     def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False) -> tuple:
         next_run: datetime | str | None
         if job.status is Status.SCHEDULED:

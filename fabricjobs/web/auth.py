@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..commands import statements as st
 from .errors import ApiError
+from .session_auth import COOKIE, authenticate_cookie
 from .tokens import Role, TokenFile, TokenInfo
 
 
@@ -47,7 +48,12 @@ def script_needs(commands: Iterable[object]) -> Need:
 
 
 def authenticate(request: Request, tokens: TokenFile) -> TokenInfo:
-    """The token the request carries (``Authorization: Bearer <token>``); 401 without one."""
+    """The token the request carries (``Authorization: Bearer <token>``), or without that
+    header, the token a console session acts for (its cookie; a change needs its CSRF token:
+    session_auth.py); 401 without either."""
+    sessions = getattr(request.app.state, "sessions", None)
+    if "authorization" not in request.headers and sessions is not None and COOKIE in request.cookies:
+        return authenticate_cookie(request, sessions, tokens)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "Unauthorized", "send an API token: Authorization: Bearer <token>", _CHALLENGE)

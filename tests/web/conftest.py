@@ -6,21 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import Cluster
-from web_site import Site, WebProcess, make_tokens
+from web_site import running_site
 
 
 @pytest.fixture(scope="module")
 def site(request, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("web")
-    cluster = Cluster(tmp, "sqlite", request=request)
-    try:
-        cluster.start_node("w1")
-        tokens = make_tokens(cluster)
-        web = WebProcess.start(cluster)
-        try:
-            yield Site(cluster, web, tokens)
-        finally:
-            web.stop()
-    finally:
-        cluster.stop_all()
+    with running_site(request, tmp_path_factory.mktemp("web")) as site:
+        yield site

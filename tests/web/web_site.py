@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 from fabricjobs.testing.rig import same_cpu_priority
@@ -84,3 +86,19 @@ def make_tokens(cluster: Cluster) -> dict[str, str]:
         assert made.returncode == 0, made.stderr
         tokens[role] = made.stdout.strip()
     return tokens
+
+
+@contextmanager
+def running_site(request, tmp: Path, settings: dict | None = None) -> Iterator[Site]:
+    """A node ``w1``, a token per role and a web process on a new SQLite store; all stopped after."""
+    cluster = Cluster(tmp, "sqlite", settings=settings, request=request)
+    try:
+        cluster.start_node("w1")
+        tokens = make_tokens(cluster)
+        web = WebProcess.start(cluster)
+        try:
+            yield Site(cluster, web, tokens)
+        finally:
+            web.stop()
+    finally:
+        cluster.stop_all()
