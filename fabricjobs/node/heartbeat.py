@@ -105,15 +105,17 @@ class Heartbeat:
             tasks=json.dumps(self._tasks(), separators=(",", ":"), ensure_ascii=False),
         )
 
-    def beat_once(self, state: NodeState = NodeState.RUNNING) -> bool:
-        """Write the row now; renew the lease if the write succeeded."""
+    def beat_once(self, state: NodeState = NodeState.RUNNING, patient: bool = False) -> bool:
+        """Write the row now; renew the lease if the write succeeded. ``patient``: wait the
+        store's own request timeout, not one beat's (the first beat at start-up, which has no
+        lease to protect yet: a store slow to answer one write must not stop the node)."""
         with self._lock:
             self.beat += 1
             t0 = self.clock.monotonic()
             try:
                 if self.beat > 1 and self._displaced():
                     return False
-                self.store.write_node(self.row(state), timeout=self._timeout)
+                self.store.write_node(self.row(state), timeout=None if patient else self._timeout)
                 # Judge a lapse by the time the write came back: a lease that ran out while the
                 # write was slow still ended this node's runs, so the generation must go up.
                 t1 = self.clock.monotonic()
