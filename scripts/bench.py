@@ -42,7 +42,9 @@ against, and with --json FILE writes its figures as JSON.
   web [--archived 100000] [--live 1000] [--requests 300]   (SQLite only)
         GET /api/v1/jobs?limit=100 on a real `fabricjobs web` over HTTP, three bulk-loaded
         stores timed in turns: empty; --live live jobs; the same and --archived archived jobs
-        (scripts/bench_web.py). Goal: p99 with the archive <= 1.2x without it.
+        (scripts/bench_web.py). Goal: p99 with the archive <= 1.2x without it. Then the
+        console's live view on the CQL test server, watched by 1 and 10 polling browsers
+        (--watch 30 s each): store requests/s. Goal: 10 browsers cost <= 1.2x what 1 does.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
@@ -1562,6 +1564,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--archived", type=int, default=100_000, help="archived jobs (100,000)")
     p.add_argument("--live", type=int, default=1_000, help="live jobs (1,000)")
     p.add_argument("--requests", type=int, default=300, help="list requests timed per store (300)")
+    p.add_argument("--watch", type=float, default=30.0, help="seconds the live view is watched per browser count (30)")
     p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
     p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
     return ap
