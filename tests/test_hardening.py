@@ -349,7 +349,9 @@ def test_a_user_jobs_child_process_ends_with_its_run(cluster, tmp_path, how):
         cluster.fetch(f"kill '{row.worker_id}' {task};")
     elif how == "stopped":
         cluster.fetch("stopjob user_job name='Hazard.spawn' uid='s';")
-    cluster.wait_job("USER_JOB", "Hazard.spawn", "s", lambda j: j.archived or j.status is Status.WAITING, 20)
+    # The run has ended: archived, or (KILL) its try counted. Not "WAITING": a killed run's
+    # retry is claimed again within a reconcile pass, and a poll can miss that moment.
+    cluster.wait_job("USER_JOB", "Hazard.spawn", "s", lambda j: j.archived or j.tries >= 1, 20)
     wait_for(lambda: _gone(child), 10, f"the job's child {child} to be ended ({how})")
 
 
