@@ -26,7 +26,7 @@ class Need(IntEnum):
 
     READ = 1  # look: jobs, runs, logs, PS, NODES
     OPERATE = 2  # change jobs, KILL tasks, WAITJOB (a wait holds a server thread)
-    ADMIN = 3  # everything (and what is added later: deleting run data)
+    ADMIN = 3  # everything, including deleting run data (DELETEHISTORY)
 
 
 ALLOWED: dict[Role, Need] = {Role.VIEWER: Need.READ, Role.OPERATOR: Need.OPERATE, Role.ADMIN: Need.ADMIN}
@@ -36,6 +36,7 @@ STATEMENT_NEEDS: dict[type, Need] = {
     st.Nodes: Need.READ, st.Set: Need.READ,  # SET changes only the request's own session
     st.StartJob: Need.OPERATE, st.StopJob: Need.OPERATE, st.RestartJob: Need.OPERATE,
     st.ResumeJob: Need.OPERATE, st.UpdateJob: Need.OPERATE, st.Kill: Need.OPERATE, st.WaitJob: Need.OPERATE,
+    st.DeleteHistory: Need.ADMIN,  # run-data deletion (issue #21's admin role)
 }
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="fabricjobs"'}

@@ -27,11 +27,13 @@ ENDPOINTS = [
     ("GET", JOB + "/runs/1", None, "viewer", 404),
     ("GET", JOB + "/runs/1/log", None, "viewer", 404),
     ("GET", JOB + "/log", None, "viewer", 404),
+    ("DELETE", JOB + "/runs", None, "admin", 404),
     ("GET", "/ps", None, "viewer", 200),
     ("GET", "/nodes", None, "viewer", 200),
     ("POST", "/nodes/no-such-node/tasks/1/kill", None, "operator", 404),
     ("POST", "/commands", {"text": "jobstatus; nodes;"}, "viewer", 200),
     ("POST", "/commands", {"text": "stopjob user_job name='Probe.noop' uid='no-such-uid';"}, "operator", 404),
+    ("POST", "/commands", {"text": "deletehistory user_job 'Probe.noop' with uid='no-such-uid';"}, "admin", 404),
 ]
 RANK = {"viewer": 1, "operator": 2, "admin": 3}
 
@@ -87,6 +89,12 @@ def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     log_body = api.get(f"{job}/runs/{one['run']}/log").json()
     assert log_body["run"] == one["run"] and log_body["summary"].startswith(f"run {one['run']} of USER_JOB.Probe.record.life")
     assert api.get(job + "/log").json() == log_body
+    assert api.delete(job + "/runs").status_code == 403  # run-data deletion is the admin's
+    deleted = site.client("admin").delete(job + "/runs")
+    assert deleted.status_code == 200 and deleted.json() == {"type": "USER_JOB", "name": "Probe.record", "uid": "life",
+                                                              "deleted_runs": 1}, deleted.text
+    assert api.get(job + "/runs").json() == [] and api.get(job).json()["status"] == "TERMINATED"
+    assert api.get(job + "/log").json()["error"] == "JobNotFound"
 
     resumed = api.post(job + "/resume")
     assert resumed.json()["notes"].startswith("RESUMEJOB by token 'operator-1'"), resumed.text
@@ -162,6 +170,10 @@ def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(s
     cases.append((api.post("/jobs", json=body), 409, "JobAlreadyRunning", "Job is running [type: USER_JOB, name: Probe.record, uid: busy]"))
     cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/resume"), 409, "JobAlreadyRunning", "Job is running"))
     site.cluster.wait_job("USER_JOB", "Probe.record", "busy", lambda j: j.status.value == "IN_PROCESS")
+    cases.append((api.delete("/jobs/USER_JOB/Probe.record/busy/runs"), 409, "JobAlreadyRunning",
+                  "Job is running [type: USER_JOB, name: Probe.record, uid: busy] (IN_PROCESS)"))
+    cases.append((api.delete("/jobs/USER_JOB/Probe.record/nothing/runs"), 404, "JobNotFound",
+                  "No such job [type: USER_JOB, name: Probe.record, uid: nothing]"))
     wait = "waitjob user_job 'Probe.record' with uid='busy' timeout 0;"
     cases.append((api.post("/commands", json={"text": wait}), 504, "WaitTimeout", "WAITJOB timed out"))
     for response, status, error, words in cases:

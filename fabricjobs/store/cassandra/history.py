@@ -136,6 +136,30 @@ class History(Rows):
     def delete_runs(self, before: datetime, limit: int = 10_000) -> int:
         return 0  # run records expire by TTL
 
+    def delete_job_runs(self, key: JobKey) -> int:
+        """Partition deletes of every table the job's lines are read from: its partitions of
+        k2_job_run_history (the buckets of the lines ``runs`` finds: a line lives in the
+        bucket of its epoch), and of the version-3 k2_job_runs with its k2_job_run_uids entry.
+
+        k2_job_run_keys is left to its TTL: its rows only point at partitions, an empty one
+        costs a read that returns nothing, and a node that noted a (day, bucket) writes no
+        second pointer (``_run_keys_noted``): deleting one would hide that node's later runs
+        of this job from JOBHISTORY until the next day.
+        """
+        runs = self.runs(key.type, key.name, key.uid)
+        params = (key.type, key.name, key.uid)
+        what = f"the run history of {key}"
+        history = self._stmt(("rundelpart",), "DELETE FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? "
+                                              "AND bucket = ?")
+        writes = [_Write(history, params + (bucket,), what=what)
+                  for bucket in sorted({r.epoch // RUN_BUCKET for r in runs})]
+        writes.append(_Write(self._stmt(("rundelv3",), "DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"),
+                             params, what=what))
+        writes.append(_Write(self._stmt(("runuiddel",), "DELETE FROM k2_job_run_uids WHERE type = ? AND name = ? "
+                                                        "AND uid = ?"), params, what=what))
+        self._send(writes, bounded=False)
+        return len(runs)
+
     # -- the archive by day ------------------------------------------------------------------------
 
     def _archive_write(self, job: Job) -> _Write | None:
