@@ -437,7 +437,7 @@ def test_ps_all_lists_every_nodes_tasks_and_kill_ends_a_stuck_job_on_another_nod
         hit = [r for r in rows if r.tries == 1]
         return hit[0] if len(hit) == 1 else None
 
-    row = wait_for(retried, 10, "the killed job to show a retry")
+    row = wait_for(retried, 30, "the killed job to show a retry")
     assert "killed by KILL" in row.error_msg
     assert row.status in (Status.WAITING, Status.IN_PROCESS)
     killed = next(r for r in read_records(started) if r["key"] == str(row.key))  # its first run
