@@ -177,10 +177,12 @@ def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(clust
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
     paused = cluster.start_node("paused")
     uids = [f"p{i}" for i in range(6)]
-    start_records(cluster.client(), uids, log, 3.0, starts)
+    # 6 s each: on a loaded machine the six starts spread over seconds, and a 3 s run that
+    # began first had ended (not aborted, its lease still valid) by the time of the pause.
+    start_records(cluster.client(), uids, log, 6.0, starts)
     wait_for(lambda: len(read_records(starts)) == 6, 15, "6 runs to start")
     workers = {r["key"]: r["pid"] for r in read_records(starts)}
-    stopped_at = cluster.pause(paused)  # while its runs are surely going (3 s each)
+    stopped_at = cluster.pause(paused)  # while its runs are surely going
     try:
         # A run ends itself once the lease is gone: it sees is_aborted() and writes its end
         # record, or, on a machine too busy to let it look within 0.1 s, its worker ends it
