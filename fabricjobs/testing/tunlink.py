@@ -103,13 +103,15 @@ class Link:
     namespace: str = field(init=False)
     address: str = field(init=False)
     tun: str = field(init=False)
+    veth: str = field(init=False)  # the bridge's end of the router's cable
+    _inner: str = field(init=False)  # its end in the router namespace
     _proc: subprocess.Popen | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.namespace = f"{self.tag}-r"
         self.address = f"{self.subnet}.{ROUTER_INDEX}"
         self.tun = f"{self.tag}-tun"
-        self.veth = f"{self.tag}-rh"  # the bridge's end of the router's cable
+        self.veth = f"{self.tag}-rh"
         self._inner = f"{self.tag}-rn"
 
     def start(self, timeout: float = 20.0) -> None:
@@ -317,8 +319,11 @@ def relay(tun: str, seed: int | None, control: IO[str], out: IO[str]) -> None:
                 stats.received += 1
                 fault = paths.get((packet[12:16], packet[16:20])) if packet[:1] and packet[0] >> 4 == 4 else None
                 if fault is None:
-                    write(fd, packet)
-                    stats.passed += 1
+                    try:
+                        write(fd, packet)
+                        stats.passed += 1
+                    except OSError:
+                        stats.dropped += 1
                     continue
                 delay, jitter, loss, normal = fault
                 if loss and rng.random() < loss:
