@@ -38,7 +38,7 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> None:
     result = json.loads(report.read_text())
     assert result["passed"] is True, tail
     checks = {c["check"]: c for c in result["checks"]}
-    assert len(checks) == 5 and all(c["violations"] == 0 for c in checks.values()), tail
+    assert len(checks) == 6 and all(c["violations"] == 0 for c in checks.values()), tail
     # the run did what it is meant to: faults of every kind, jobs accepted, runs recorded
     kinds = {f["kind"] for f in result["faults"]}
     assert kinds == {"kill", "stop", "restart"}, f"fault kinds {kinds}\n{tail}"
