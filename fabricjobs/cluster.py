@@ -57,6 +57,24 @@ class NodeView:
         return tasks if isinstance(tasks, list) else []
 
 
+def progress_text(task: dict) -> str:
+    """A task's reported progress as a percentage ("42%"), or "" when it reported none."""
+    reported = task.get("progress")
+    try:
+        done, total = float(reported[0]), float(reported[1])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError):
+        return ""
+    return f"{min(max(done / total, 0.0), 1.0) * 100:.0f}%" if total > 0 else ""
+
+
+def job_progress(key: str, epoch: int, node: "NodeView | None") -> str:
+    """The progress the run ``(key, epoch)`` reported through ``node``'s published tasks."""
+    if node is None:
+        return ""
+    task = next((t for t in node.tasks() if t.get("key") == key and t.get("epoch") == epoch), None)
+    return progress_text(task) if task is not None else ""
+
+
 def judge(row: NodeRow, age: float) -> Health:
     """alive within two beat intervals, suspect until the dead threshold, then dead."""
     if row.state == NodeState.STOPPED:

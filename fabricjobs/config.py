@@ -215,6 +215,10 @@ KEYS: tuple[Key, ...] = (
     Key("web", "OPENAPI_NEEDS_TOKEN", _bool, False, "Serve the OpenAPI document (/api/v1/openapi.json) only to requests with a valid token."),
     Key("web", "TLS_CERT_FILE", _str, "", "Serve HTTPS with this certificate (PEM; --tls-cert overrides). Empty: plain HTTP, e.g. behind a TLS proxy.", path=True),
     Key("web", "TLS_KEY_FILE", _str, "", "The certificate's private key (PEM; --tls-key overrides).", path=True),
+    Key("web", "SESSION_KEY_FILE", _str, "session.key", "The key that signs the web console's session cookies (created 0600 on first use). Web processes behind one load balancer share it. Default: beside this config file.", path=True),
+    Key("web", "SESSION_HOURS", _float(0.01), 8.0, "A console login lasts this long (revoking its token ends it at once)."),
+    Key("web", "SECURE_COOKIE", _bool, False, "Mark the console's cookie Secure over plain HTTP too: set it behind a TLS-terminating proxy (with --tls-cert it always is)."),
+    Key("web", "CONSOLE_INTERVAL_SEC", _float(0.1), 2.0, "How often the console's shared view reads the store (the jobs, nodes and queue depth all browsers see)."),
 )
 
 SECTIONS = tuple(dict.fromkeys(k.section for k in KEYS))

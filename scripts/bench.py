@@ -39,6 +39,12 @@ against, and with --json FILE writes its figures as JSON.
         one node: RSS after start-up with no job run yet, then with --jobs running jobs: the node
         process alone, and the node with its fork server and worker processes (its process
         group; RSS sum and PSS sum). Goal: idle node RSS < 80 MB.
+  web [--archived 100000] [--live 1000] [--requests 300]   (SQLite only)
+        GET /api/v1/jobs?limit=100 on a real `fabricjobs web` over HTTP, three bulk-loaded
+        stores timed in turns: empty; --live live jobs; the same and --archived archived jobs
+        (scripts/bench_web.py). Goal: p99 with the archive <= 1.2x without it. Then the
+        console's live view on the CQL test server, watched by 1 and 10 polling browsers
+        (--watch 30 s each): store requests/s. Goal: 10 browsers cost <= 1.2x what 1 does.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
@@ -100,7 +106,7 @@ from bench_node import (  # noqa: E402
     print_log_findings, utc, wait_for,
 )
 from fabricjobs.testing.rig import (  # noqa: E402
-    RigError, free_port, pythonpath_with, scrape_metrics, signal_group, write_config,
+    RigError, free_port, group_cpu_seconds, process_cpu_seconds, pythonpath_with, scrape_metrics, signal_group, write_config,
 )
 from fabricjobs.errors import FabricJobsError  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
@@ -724,6 +730,10 @@ def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict
 
     wait_for(all_done, 60 + jobs * 0.2, lambda: f"the {jobs} preloaded jobs: {state['n']} PROCESSED",
              interval=0.25, check=rig.check_nodes)
+    # CPU of every process of the nodes' groups (node, fork server, workers), start-up included,
+    # and of the node processes alone: what each job costs, beside how fast the queue drained.
+    cpu = sum(group_cpu_seconds(rig.nodes[n].pid) for n in names)
+    node_cpu = sum(process_cpu_seconds(rig.nodes[n].pid) for n in names)
     rows = [j for j in store.archived_since(utc(0)) if j.key.name == "Bench.noop"]
     bad = [j for j in rows if j.status is not Status.PROCESSED]
     if bad or len(rows) != jobs:
@@ -734,7 +744,7 @@ def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict
     for j in rows:
         per_node[j.worker_id or "?"] = per_node.get(j.worker_id or "?", 0) + 1
     return {"jobs": jobs, "jobs_per_s": (jobs - 1) / (t1 - t0), "drain_seconds": t1 - t0, "nodes": len(names),
-            "per_node": dict(sorted(per_node.items()))}
+            "per_node": dict(sorted(per_node.items())), "cpu_seconds": cpu, "node_process_cpu_seconds": node_cpu}
 
 
 def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
@@ -766,14 +776,15 @@ def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
                      f"{r['jobs_per_s'] / one['jobs_per_s']:.2f}x" if one else "n/a",
                      f"{r['jobs_per_s'] / default['jobs_per_s']:.2f}x" if default else "n/a",
                      f"{r['jobs_per_s'] / stored['jobs_per_s']:.2f}x" if stored else "n/a",
-                     " ".join(str(v) for v in r["per_node"].values())])
+                     " ".join(str(v) for v in r["per_node"].values()),
+                     f"{r['cpu_seconds'] / r['jobs'] * 1e6:.0f} ({r['node_process_cpu_seconds'] / r['jobs'] * 1e6:.0f})"])
     for h in out["huey"]:
         rows.append([f"huey {h['huey_version']} SqliteHuey, 4 threads, results {'stored' if h['results'] else 'not stored'}",
-                     fmt_rate(h["jobs_per_s"]), f"{h['drain_seconds']:.2f}", "", "", "", ""])
+                     fmt_rate(h["jobs_per_s"]), f"{h['drain_seconds']:.2f}", "", "", "", "", ""])
     print(f"\n== throughput --preload: {jobs:,} no-op jobs queued before any consumer starts, then drained "
           f"(first start -> last end; {backend.label()})")
     print(tabulate(rows, headers=["system", "jobs/s", "seconds", "vs 1 node", "vs huey default", "vs huey + results",
-                                  "jobs per node"], disable_numparse=True))
+                                  "jobs per node", "CPU us/job (node processes)"], disable_numparse=True))
     goals = []
     if one:
         for r in out["fabricjobs"]:
@@ -1485,6 +1496,14 @@ def cmd_memory(args, backend: Backend, facts: dict, findings: list) -> dict:
 # main
 # ==================================================================================================
 
+def cmd_web_bench(args, backend: Backend, facts: dict, findings: list) -> dict:
+    if backend.name != "sqlite":
+        raise BenchError("web runs on SQLite only (rows are bulk-loaded with sqlite3)")
+    from bench_web import cmd_web
+
+    return cmd_web(args, _load_rows, print_goals, verdict, progress)
+
+
 COMMANDS = {
     "throughput": cmd_throughput,
     "firelag": cmd_firelag,
@@ -1492,6 +1511,7 @@ COMMANDS = {
     "scale": cmd_scale,
     "shell": cmd_shell,
     "memory": cmd_memory,
+    "web": cmd_web_bench,
 }
 BACKEND_AWARE = {"throughput", "firelag", "failover", "memory"}
 
@@ -1545,6 +1565,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=10, help="runs (10)")
     p = sub.add_parser("memory", parents=[common], help="node RSS idle and with running jobs")
     p.add_argument("--jobs", type=int, default=25, help="running jobs (25)")
+    p = sub.add_parser("web", parents=[common], help="the HTTP API's job list with a big history")
+    p.add_argument("--archived", type=int, default=100_000, help="archived jobs (100,000)")
+    p.add_argument("--live", type=int, default=1_000, help="live jobs (1,000)")
+    p.add_argument("--requests", type=int, default=300, help="list requests timed per store (300)")
+    p.add_argument("--watch", type=float, default=30.0, help="seconds the live view is watched per browser count (30)")
     p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
     p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
     return ap

@@ -49,11 +49,11 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> None:
 @pytest.mark.slow
 @pytest.mark.soak
 def test_chaos_sqlite(tmp_path):
-    run_chaos(tmp_path, "--backend", "sqlite", "--duration", "60", timeout=400)
+    run_chaos(tmp_path, "--backend", "sqlite", "--duration", "45", timeout=400)
 
 
 @pytest.mark.slow
 @pytest.mark.soak
 def test_chaos_cassandra(tmp_path):
     pytest.importorskip("cassandra")
-    run_chaos(tmp_path, "--backend", "cassandra", "--duration", "60", "--jobs", "600", timeout=400)
+    run_chaos(tmp_path, "--backend", "cassandra", "--duration", "45", "--jobs", "600", timeout=400)

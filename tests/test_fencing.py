@@ -43,6 +43,7 @@ def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(clu
              "node", "--name", "a"], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
     a = NodeProcess("a", proc, log_path)
     cluster.nodes["a"] = a
+    cluster.started.append(a)  # killed with the others at the end (it was left running before)
     cluster.wait_started(a)
     args = json.dumps({"log": str(log), "seconds": 2.0, "starts": str(starts)})
     cluster.fetch(f"startjob user_job name='Probe.record' uid='j' args='{args}';")

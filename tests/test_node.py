@@ -496,3 +496,20 @@ def test_scripts_run_starts_a_local_cluster_and_runs_piped_commands(tmp_path):
     assert all(f"local-{i}" in nodes.stdout for i in (1, 2, 3))
     bad = _run_script(tmp_path, input="startjob process nme='x';\n")  # an error: exit 1, one line, nodes stopped
     assert bad.returncode == 1 and "Syntax error" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_node_starts_when_its_first_heartbeat_write_is_slower_than_a_beat(tmp_path, request):
+    """The first beat has no lease to protect yet: it waits the store's request timeout, not
+    one beat's. A store slow to answer that one write (here 1.5 s, three beat intervals)
+    used to make the node exit at start-up: "cannot write its heartbeat to the store"."""
+    server = request.getfixturevalue("cql_server")
+    cluster = Cluster(tmp_path, backend="cassandra", request=request)
+    rule = server.faults.delay("INTO .*nodes ", 1.5, regex=True, times=1, statements="write")
+    try:
+        cluster.start_node("slow-start")
+        assert rule.fired == 1
+        cluster.fetch("startjob user_job name='Probe.noop' uid='after';")
+        cluster.wait_job("USER_JOB", "Probe.noop", "after", final)
+    finally:
+        server.faults.clear()
+        cluster.stop_all()

@@ -425,7 +425,7 @@ def test_jobstatus_forms_and_columns(client):
     allj = client.fetch("jobstatus;")
     assert allj.columns == (
         "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity", "Is Archived",
-        "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority",
+        "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority", "Progress",
     )
     by_uid = {r["UID"]: r for r in allj}
     assert set(by_uid) == {"a", "b"}
@@ -450,7 +450,7 @@ def test_ps_and_kill_read_and_write_the_nodes_published_state(client):
         tasks=json.dumps([{"task": 52625, "thread": 4242, "type": "JOB", "description": "UserJob - Customer.userJob1", "elapsed_ms": 1034}]),
     ))
     ps = client.fetch("ps all;")
-    assert ps.columns == ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
+    assert ps.columns == ("dc", "node", "task", "thread", "type", "description", "duration (ms)", "progress")
     r = ps.first_row()
     assert (r["node"], r["task"], r["thread"], r["description"]) == ("node-x", 52625, 4242, "UserJob - Customer.userJob1")
     assert r["duration (ms)"] >= 1034

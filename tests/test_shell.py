@@ -229,7 +229,8 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
         child.send(";\r")
         child.expect(r"\(1 row\)")
         child.send("help\r")  # every statement of the language, one screen
-        for statement in ("STARTJOB", "UPDATEJOB", "JOBSTATUS", "JOBHISTORY", "JOBLOG", "WAITJOB", "KILL", "NODES"):
+        for statement in ("STARTJOB", "UPDATEJOB", "JOBSTATUS", "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY", "KILL",
+                          "NODES"):
             child.expect(statement)
         child.expect("fabric>")
         child.send("stopjob user_job name='Probe.noop' uid='tty'")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .statements import (
     Command,
+    DeleteHistory,
     JobStatus,
     JobHistory,
     JobLog,
@@ -28,6 +29,7 @@ from .parser import parse_one, parse_script
 
 __all__ = [
     "Command",
+    "DeleteHistory",
     "Expectation",
     "JobStatus",
     "JobHistory",

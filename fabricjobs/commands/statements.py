@@ -145,8 +145,19 @@ class WaitJob:
     timeout: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteHistory:
+    """DELETEHISTORY <TYPE> '<NAME>' WITH UID='<UID>': delete one job's recorded runs and their
+    logs (what JOBHISTORY and JOBLOG show); refused while a run of it is going."""
+
+    type: str
+    name: str
+    uid: str
+
+
 Command = Union[
     StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
+    DeleteHistory,
 ]
 
 

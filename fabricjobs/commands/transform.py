@@ -20,7 +20,7 @@ from ..names import complaint, text_complaint
 from . import table, values
 from .grammar import param_name, token_start
 from .messages import invalid, invalid_at, show
-from .statements import Command, JobHistory, JobLog, JobStatus, Kill, Nodes, Ps, Set, WaitJob
+from .statements import Command, DeleteHistory, JobHistory, JobLog, JobStatus, Kill, Nodes, Ps, Set, WaitJob
 
 _JOB_COMMANDS: dict[str, type] = table.JOB_COMMANDS
 #: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
@@ -282,6 +282,11 @@ class ToCommand(Transformer):
         timeout = self._option(options, "TIMEOUT", _MAX_WAIT, "TIMEOUT needs a whole number of seconds")
         assert uid is not None  # the grammar requires WITH UID for WAITJOB
         return WaitJob(type=job_type, name=name, uid=uid, timeout=None if timeout is None else float(timeout))
+
+    def deletehistory(self, children: list[Any]) -> DeleteHistory:
+        job_type, name, uid, _ = self._named(children)
+        assert uid is not None  # the grammar requires WITH UID for DELETEHISTORY
+        return DeleteHistory(type=job_type, name=name, uid=uid)
 
     def ps(self, children: list[Token]) -> Ps:
         return Ps(all=len(children) > 1)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..errors import ScheduleError, ValidationError
 from ..model import JobKey, JobType
-from ..names import complaint
+from ..names import complaint, text_complaint
 from ..schedule import parse_schedule, resolve_zone
 from .messages import show as _show
 
@@ -75,6 +75,8 @@ def load_json(text: str) -> Any:
 
 def args_object(text: str) -> str:
     """ARGS: the JSON text of an object (kept exactly as given)."""
+    if (why := text_complaint("ARGS", text)) is not None:  # no encoding can store it
+        raise ValueError(why)
     try:
         obj = load_json(text)
     except json.JSONDecodeError as exc:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -50,6 +51,7 @@ class JobContext:
     arguments: dict[str, Any]
     logger: logging.Logger
     _is_aborted: Callable[[], bool] = field(repr=False, default=lambda: False)
+    _report_progress: Callable[[float, float], None] = field(repr=False, default=lambda done, total: None)
     # The due time this run stands for (a recurring job's fire time, a one-time job's start
     # request), even when it starts late or is a retry: a job that works on "the hour just
     # ended" uses it. (RESTARTJOB's run is due when the restart was asked for.)
@@ -68,6 +70,18 @@ class JobContext:
         """True once STOPJOB asked this run to end, or its node can no longer vouch for it
         (lease lost). A job that ignores it is killed after the stop grace period."""
         return self._is_aborted()
+
+    def progress(self, done: float, total: float = 100) -> None:
+        """Report how far the run is: ``done`` of ``total`` (a percentage by default). PS and
+        JOBSTATUS show it as a percentage, the web console as a bar, within a heartbeat. Costs
+        a memory write: call it as often as you like. Bad numbers are ignored, never raised:
+        a progress report must not fail a job."""
+        try:
+            done, total = float(done), float(total)
+        except (TypeError, ValueError):
+            return
+        if math.isfinite(done) and math.isfinite(total) and total > 0 and done >= 0:
+            self._report_progress(min(done, total), total)
 
     # The seed's names, for people coming from Fabric.
     isAborted = is_aborted

@@ -159,9 +159,15 @@ class Executor:
                 "key": str(r.key),
                 "epoch": r.facts.epoch,
                 "elapsed_ms": int((now - r.started_mono) * 1000),
+                **self._progress(r),
             }
             for r in sorted(self.table.all(), key=lambda r: r.task)
         ]
+
+    def _progress(self, run: Run) -> dict:
+        """``progress``: [done, total] as the run last reported it (none reported: absent)."""
+        reported = self.pool.board.progress(run.worker.slot, run.task) if run.worker else None
+        return {"progress": [round(reported[0], 3), round(reported[1], 3)]} if reported else {}
 
     # -- starting runs -------------------------------------------------------------------------------
 

@@ -226,7 +226,7 @@ class Node:
 
     def start(self) -> None:
         self._check_name()
-        if not self.heartbeat.beat_once():
+        if not self.heartbeat.beat_once(patient=True):
             raise NodeStartError(f"node {self.name!r} cannot write its heartbeat to the store")
         for req in self.store.kill_requests(self.name):  # meant for an earlier life of this node
             self.store.delete_kill_request(self.name, req.task)

@@ -4,7 +4,7 @@ The only place command semantics live: the shell, scripts and application code a
 them through :class:`fabricjobs.client.Client`, the HTTP API (fabricjobs/web) directly.
 :class:`CommandService` is one object made of the command families: jobs.py (the commands
 that change job rows), views.py (those that read them; listing.py: the job list programs page
-through), cluster.py (PS, KILL, NODES), on core.py (dispatch, the CAS loop, waking the
+through; jobs.py also DELETEHISTORY), cluster.py (PS, KILL, NODES), on core.py (dispatch, the CAS loop, waking the
 nodes); session.py holds a connection's SET state and who it acts for. The statement table
 (fabricjobs/commands/table.py) names each statement's method.
 """
@@ -17,7 +17,7 @@ from ..commands import statements
 from ..result import Result
 from .cluster import NODES_COLUMNS, PS_COLUMNS, ClusterCommands
 from .core import ServiceCore
-from .jobs import CHANGE_COLUMNS, START_COLUMNS, JobCommands
+from .jobs import CHANGE_COLUMNS, DELETED_COLUMNS, START_COLUMNS, JobCommands
 from .listing import MAX_PAGE, JobListing, JobPage, JobQuery
 from .session import Session, requester, with_session_scope
 from .views import (
@@ -26,7 +26,7 @@ from .views import (
 )
 
 __all__ = [
-    "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DETAIL_COLUMNS", "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT",
+    "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DELETED_COLUMNS", "DETAIL_COLUMNS", "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT",
     "NEXT_RUN_TEXT", "NODES_COLUMNS", "PS_COLUMNS", "START_COLUMNS", "STATUS_COLUMNS", "CommandService",
     "MAX_PAGE", "JobPage", "JobQuery", "ServiceCore", "Session", "history_row", "requester", "run_summary", "with_session_scope",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..cluster import NodeView, read_cluster
+from ..cluster import NodeView, progress_text, read_cluster
 from ..commands import statements
 from ..errors import NodeNotFound, TaskNotFound
 from ..result import Result
@@ -16,7 +16,7 @@ from ..store.base import KillRequest
 from .core import ServiceCore
 from .session import Session, requester
 
-PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)")
+PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)", "progress")
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 
 
@@ -38,7 +38,7 @@ class ClusterCommands(ServiceCore):
             for t in n.tasks():
                 elapsed = int(t.get("elapsed_ms", 0)) + int(n.age * 1000)
                 rows.append((n.row.dc, n.name, t.get("task"), t.get("thread"), t.get("type", "JOB"),
-                             t.get("description", ""), elapsed))
+                             t.get("description", ""), elapsed, progress_text(t)))
         rows.sort(key=lambda r: (r[1], r[2]))
         return Result(PS_COLUMNS, tuple(rows))
 

@@ -1,4 +1,5 @@
-"""The commands that change job rows: STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB.
+"""The commands that change job rows: STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
+and DELETEHISTORY, which deletes a job's run history and leaves its row alone.
 
 Each decides, from the row as it stands, the transition to make (model.TRANSITIONS) and
 makes it by compare-and-set (:meth:`ServiceCore._change`), then wakes the nodes.
@@ -15,7 +16,7 @@ from typing import Sequence
 from .. import dependencies
 from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
-from ..model import DEFAULT_PRIORITY, Event, Job, JobKey, JobType, Status, advance
+from ..model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
 from ..schedule import Schedule
 from ..store.base import CasResult
@@ -24,10 +25,11 @@ from .session import Session, keep_session_scope, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
+DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
 
 
 class JobCommands(ServiceCore):
-    """STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB and UPDATEJOB."""
+    """STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
 
@@ -174,6 +176,26 @@ class JobCommands(ServiceCore):
             raise JobNotFound(f"No such job {key.describe()}")
         self._ring()
         return Result(CHANGE_COLUMNS, (self._change_row(row),))
+
+    # -- DELETEHISTORY -------------------------------------------------------------------------
+
+    def delete_history(self, cmd: statements.DeleteHistory, session: Session) -> Result:
+        """Delete one job's recorded runs and their logs (SMILA's DELETE of job run data).
+
+        Refused, with nothing deleted, for a job that does not exist (live or archived) and
+        while a run of it is going (IN_PROCESS, STOPPING, RESTART): that run would record its
+        line after the delete. A run claimed while the delete itself is under way ends as
+        usual and is recorded. The job's row, counters and schedule are left as they are.
+        """
+        key = JobKey(cmd.type, cmd.name, cmd.uid)
+        row = self.store.get(key)
+        if row is None:
+            raise JobNotFound(f"No such job {key.describe()}")
+        if not row.archived and row.status in RUNNING_STATUSES:
+            raise JobAlreadyRunning(f"Job is running {key.describe()} ({row.status.value}): its run history is "
+                                    "not deleted while a run is going (STOPJOB ... WAIT, or WAITJOB, first)")
+        deleted = self.store.delete_job_runs(key)
+        return Result(DELETED_COLUMNS, ((key.type, key.name, key.uid, deleted),))
 
     # -- UPDATEJOB -----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timedelta
 
 from ..affinity import parse_affinity
-from ..cluster import NodeView, candidates, read_cluster
+from ..cluster import NodeView, candidates, job_progress, read_cluster
 from ..commands import statements
 from ..errors import CommandError, JobNotFound
 from ..model import RUNNING_STATUSES, Job, JobKey, Status
@@ -18,7 +18,7 @@ from .session import Session
 
 STATUS_COLUMNS = (
     "Type", "Name", "UID", "Status", "Creation Time", "Start Time", "End Time", "Affinity",
-    "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority",
+    "Is Archived", "Next Run", "Ownership Candidates Num", "Notes", "Node", "Tries", "Priority", "Progress",
 )
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
@@ -52,6 +52,11 @@ class JobViews(ServiceCore):
             return Result(DETAIL_COLUMNS, tuple(self._status_row(j, nodes, detail=True) for j in jobs))
         return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
 
+    def status_rows(self, jobs: list[Job], nodes: list[NodeView]) -> Result:
+        """JOBSTATUS's rows of jobs and nodes already read (the web console reads them once
+        per interval for every browser)."""
+        return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
+
     def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False) -> tuple:
         next_run: datetime | str | None
         if job.status is Status.SCHEDULED:
@@ -67,7 +72,7 @@ class JobViews(ServiceCore):
         row: tuple = (
             job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
             job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,
-            job.worker_id or "", job.tries, job.priority,
+            job.worker_id or "", job.tries, job.priority, self._progress(job, nodes),
         )
         if detail:
             row += (job.output or "", job.arguments)
@@ -76,6 +81,14 @@ class JobViews(ServiceCore):
                     job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
                     job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills)
         return row
+
+    @staticmethod
+    def _progress(job: Job, nodes: list[NodeView]) -> str:
+        """A running job's reported progress (``current_job().progress``), as its node last
+        published it with its tasks."""
+        if job.status is not Status.IN_PROCESS or not job.worker_id:
+            return ""
+        return job_progress(str(job.key), job.epoch, next((n for n in nodes if n.name == job.worker_id), None))
 
     # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
 

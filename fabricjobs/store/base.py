@@ -282,6 +282,17 @@ class JobStore(ABC):
         """Delete up to ``limit`` run records that ended before ``before`` (Cassandra: TTL, 0)."""
 
     @abstractmethod
+    def delete_job_runs(self, key: JobKey) -> int:
+        """Delete every recorded run of one job (its history lines and their logs, skipped
+        fires included: all that ``runs(key.type, key.name, key.uid)`` returns), whatever
+        their age. Returns how many there were.
+
+        The job row is not touched, nor are other uids of the name. The caller makes sure no
+        run of the job is going (DELETEHISTORY refuses while one is): a run that ends after
+        this writes its line as usual. Later runs of the job are recorded and listed as before.
+        """
+
+    @abstractmethod
     def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
         """Delete up to ``limit`` archived rows whose ``end_time`` is before ``before``, except
         the keys in ``keep`` (parents that blocked children wait on).

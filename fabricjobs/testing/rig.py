@@ -302,9 +302,11 @@ class Rig:
         self.started.append(node)
         return node
 
-    def wait_started(self, node: NodeProcess, timeout: float = 20.0) -> None:
+    def wait_started(self, node: NodeProcess, timeout: float = 60.0) -> None:
         """Until ``node`` logged the end of its start-up ("node NAME started", at INFO);
-        NodeExited, with its whole log, if it exits first."""
+        NodeExited, with its whole log, if it exits first. The deadline is generous: on a real
+        Cassandra beside a loaded machine a start-up (connect, schema check, first beat) took
+        over 20 s in a fresh-clone run; a start that fails says so at once anyway."""
         def started() -> bool:
             if not node.alive():
                 raise NodeExited(f"node {node.name} exited ({node.proc.returncode}):\n{node.log()}")

@@ -59,7 +59,8 @@ class Api:
 
 
 def create_app(api: Api) -> FastAPI:
-    """The application: the API under /api/v1, its OpenAPI document, /healthz and /readyz.
+    """The application: the API under /api/v1, its OpenAPI document, /healthz and /readyz, and
+    the web console at /.
 
     No interactive docs pages: FastAPI's load their scripts from a CDN, and nothing here may be
     fetched from outside at run time."""
@@ -73,6 +74,7 @@ def create_app(api: Api) -> FastAPI:
                     "Send `Authorization: Bearer <token>` (`fabricjobs token create NAME --role ROLE`).",
     )
     app.state.api = api
+    install_console(app, api)
     errors.install(app)
     for module in (jobs, runs, cluster, commands):
         app.include_router(module.router, prefix=API, responses=errors_documented())
@@ -83,6 +85,21 @@ def create_app(api: Api) -> FastAPI:
             authenticate(request, api.tokens)
             return app.openapi()
     return app
+
+
+def install_console(app: FastAPI, api: Api) -> None:
+    """The web console at ``/`` (console.py, console_data.py): its session keys, the shared
+    view of the cluster (started with the first look, or by the server), the job pages' cache."""
+    from . import console, console_data
+    from .live import LiveView
+    from .session_auth import SessionKeys
+
+    web = api.config.section("web")
+    app.state.sessions = SessionKeys(web["SESSION_KEY_FILE"], web["SESSION_HOURS"], web["SECURE_COOKIE"])
+    app.state.live = LiveView(api.store, api.service, web["CONSOLE_INTERVAL_SEC"])
+    app.state.job_pages = console_data.PageCache(web["CONSOLE_INTERVAL_SEC"])
+    app.include_router(console.router)
+    app.include_router(console_data.router)
 
 
 def errors_documented() -> dict[int | str, dict[str, Any]]:

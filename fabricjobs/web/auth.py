@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..commands import statements as st
 from .errors import ApiError
+from .session_auth import COOKIE, authenticate_cookie
 from .tokens import Role, TokenFile, TokenInfo
 
 
@@ -25,7 +26,7 @@ class Need(IntEnum):
 
     READ = 1  # look: jobs, runs, logs, PS, NODES
     OPERATE = 2  # change jobs, KILL tasks, WAITJOB (a wait holds a server thread)
-    ADMIN = 3  # everything (and what is added later: deleting run data)
+    ADMIN = 3  # everything, including deleting run data (DELETEHISTORY)
 
 
 ALLOWED: dict[Role, Need] = {Role.VIEWER: Need.READ, Role.OPERATOR: Need.OPERATE, Role.ADMIN: Need.ADMIN}
@@ -35,6 +36,7 @@ STATEMENT_NEEDS: dict[type, Need] = {
     st.Nodes: Need.READ, st.Set: Need.READ,  # SET changes only the request's own session
     st.StartJob: Need.OPERATE, st.StopJob: Need.OPERATE, st.RestartJob: Need.OPERATE,
     st.ResumeJob: Need.OPERATE, st.UpdateJob: Need.OPERATE, st.Kill: Need.OPERATE, st.WaitJob: Need.OPERATE,
+    st.DeleteHistory: Need.ADMIN,  # run-data deletion (issue #21's admin role)
 }
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="fabricjobs"'}
@@ -47,7 +49,12 @@ def script_needs(commands: Iterable[object]) -> Need:
 
 
 def authenticate(request: Request, tokens: TokenFile) -> TokenInfo:
-    """The token the request carries (``Authorization: Bearer <token>``); 401 without one."""
+    """The token the request carries (``Authorization: Bearer <token>``), or without that
+    header, the token a console session acts for (its cookie; a change needs its CSRF token:
+    session_auth.py); 401 without either."""
+    sessions = getattr(request.app.state, "sessions", None)
+    if "authorization" not in request.headers and sessions is not None and COOKIE in request.cookies:
+        return authenticate_cookie(request, sessions, tokens)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "Unauthorized", "send an API token: Authorization: Bearer <token>", _CHALLENGE)

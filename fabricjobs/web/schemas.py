@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..result import Result
 from ..service import (
-    CHANGE_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, STATUS_COLUMNS,
+    CHANGE_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, STATUS_COLUMNS,
 )
 
 _TIME = datetime | None
@@ -35,11 +35,11 @@ COLUMN_TYPES: dict[str, Any] = {
     "Retries After Node Loss": int, "Kills": int,
     # runs (JOBHISTORY)
     "Run": int, "Result": str, "Due": _TIME, "Start": _TIME, "End": _TIME, "Duration (ms)": _INT,
-    "Error": _TEXT, "Exit Code": _INT, "Note": _TEXT,
+    "Error": _TEXT, "Exit Code": _INT, "Note": _TEXT, "Deleted Runs": int,
     # nodes and tasks (NODES, PS)
     "node": str, "dc": _TEXT, "host": _TEXT, "pid": _INT, "state": str, "last beat (s)": float | None,
     "running": _INT, "capacity": _TEXT, "version": _TEXT, "started": _TIME, "task": _INT, "thread": _INT,
-    "type": _TEXT, "description": _TEXT, "duration (ms)": _INT,
+    "type": _TEXT, "description": _TEXT, "duration (ms)": _INT, "Progress": str, "progress": str,
 }
 
 
@@ -57,6 +57,7 @@ Job = _model("Job", STATUS_COLUMNS, "A job as JOBSTATUS shows it.")
 JobDetail = _model("JobDetail", FULL_COLUMNS, "A job as JOBSTATUS ... WITH UID ... DETAILS shows it, counters included.")
 Change = _model("Change", CHANGE_COLUMNS, "A job after STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB or UPDATEJOB.")
 Run = _model("Run", HISTORY_COLUMNS, "One ended run, as JOBHISTORY shows it; its number is the run's epoch.")
+DeletedRuns = _model("DeletedRuns", DELETED_COLUMNS, "What DELETEHISTORY deleted: how many runs of the job.")
 Node = _model("Node", NODES_COLUMNS, "A node as NODES shows it.")
 Task = _model("Task", PS_COLUMNS, "A running task as PS shows it.")
 

@@ -59,7 +59,9 @@ def serve(config: Config, opts: ServeOptions) -> None:
     host, port = parse_bind(opts.bind)
     store = open_store(config)
     api = Api(store, config, TokenFile(config.get("web", "TOKENS_FILE")))
-    app = KeepSegments(create_app(api))
+    fastapi_app = create_app(api)
+    fastapi_app.state.live.start()  # the console's shared view samples the queue from the start
+    app = KeepSegments(fastapi_app)
 
     async def more_threads() -> None:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
@@ -70,7 +72,8 @@ def serve(config: Config, opts: ServeOptions) -> None:
     ))
     scheme = "https" if opts.tls_cert else "http"
     shown = f"[{host}]" if ":" in host else host
-    print(f"fabricjobs web: {scheme}://{shown}:{port}/api/v1 (tokens: {api.tokens.path})", file=sys.stderr, flush=True)
+    print(f"fabricjobs web: console {scheme}://{shown}:{port}/, API {scheme}://{shown}:{port}/api/v1 "
+          f"(tokens: {api.tokens.path})", file=sys.stderr, flush=True)
 
     async def main() -> None:
         await more_threads()
@@ -79,4 +82,5 @@ def serve(config: Config, opts: ServeOptions) -> None:
     try:
         asyncio.run(main())
     finally:
+        fastapi_app.state.live.stop()
         store.close()

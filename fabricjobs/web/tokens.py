@@ -130,6 +130,12 @@ class TokenFile:
             self._refresh()
             return self._by_hash.get(digest(token))
 
+    def named(self, name: str) -> TokenInfo | None:
+        """The entry named ``name`` (a console session names its token), or None."""
+        with self._lock:
+            self._refresh()
+            return next((t for t in self._by_hash.values() if t.name == name), None)
+
     def _refresh(self) -> None:
         try:
             st = os.stat(self.path)

@@ -19,6 +19,11 @@ Layout (one small file mapped by every process of the node):
     24  uint64  per worker slot, TRAIN_RUNS of them: the tasks whose runs must end (0: none).
                 A worker may hold a train of up to TRAIN_RUNS short runs (see node/trains.py), so
                 a flag names a run, one entry per place in the train.
+    then        per worker slot: uint64 task, float64 done, float64 total: the progress the
+                run in that slot last reported (``current_job().progress``), which the node
+                publishes with its running tasks (PS, JOBSTATUS, the web console). Written by
+                the worker, read by the node; a torn read shows a number from one report and
+                one from the next, which a progress bar can live with.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ _GEN = struct.Struct("=Q")
 _TASK = struct.Struct("=Q")
 TRAIN_RUNS = 8  # runs per worker message at most (node/trains.py), one abort entry each
 _FLAGS = struct.Struct(f"={TRAIN_RUNS}Q")
+_PROGRESS = struct.Struct("=Qdd")
 _PREFIX = "fabricjobs-board-"
 _READ_TRIES = 10_000  # a torn read is retried this often (an update takes microseconds)
 
@@ -45,7 +51,8 @@ class Board:
     def __init__(self, path: str, slots: int, *, create: bool = False) -> None:
         self.path = path
         self.slots = slots
-        size = _HEADER + _FLAGS.size * max(slots, 1)
+        self._progress_at = _HEADER + _FLAGS.size * max(slots, 1)
+        size = self._progress_at + _PROGRESS.size * max(slots, 1)
         if create:
             with open(path, "wb") as f:
                 f.write(b"\0" * size)
@@ -108,6 +115,16 @@ class Board:
 
     def aborted(self, slot: int, task: int) -> bool:
         return task in _FLAGS.unpack_from(self._mm, _HEADER + _FLAGS.size * slot)
+
+    # -- progress (the run in a slot writes, the node reads) ----------------------------------------
+
+    def set_progress(self, slot: int, task: int, done: float, total: float) -> None:
+        _PROGRESS.pack_into(self._mm, self._progress_at + _PROGRESS.size * slot, task, done, total)
+
+    def progress(self, slot: int, task: int) -> tuple[float, float] | None:
+        """(done, total) that run ``task`` last reported from ``slot``, or None."""
+        reported, done, total = _PROGRESS.unpack_from(self._mm, self._progress_at + _PROGRESS.size * slot)
+        return (done, total) if reported == task else None
 
     def close(self, unlink: bool = False) -> None:
         try:

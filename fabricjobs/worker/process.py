@@ -211,7 +211,10 @@ class WorkerProcess:
         with self.current.lock:  # a run is slow (its train-mates sent back) from when it began, not its wait
             self.current.started, self.current.waiting = began, False
         link = NodeLink(spec.task, self.send, self.conn) if spec.key.type == JobType.INTERFACE_LISTENER else None
-        outcome = run_job(spec, aborted, self._on_spawn, self.log, link)
+        def progress(done: float, total: float) -> None:
+            self.board.set_progress(spec.slot, spec.task, done, total)
+
+        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress)
         elapsed = time.monotonic() - began
         # What the run started ends with it (SPEC 7.10). Starting a process takes longer than
         # _SPAWN_MIN (a fork alone ~0.5 ms here), and the /proc scan ~0.1 ms: a run that short

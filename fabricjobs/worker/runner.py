@@ -77,8 +77,10 @@ _run_log: RunLog | None = None  # this worker's (one run at a time)
 
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
-            link: NodeLink | None = None) -> Outcome:
-    """Run one job in this worker. ``link``: the node, for an INTERFACE_LISTENER's store needs."""
+            link: NodeLink | None = None,
+            progress: Callable[[float, float], None] = lambda done, total: None) -> Outcome:
+    """Run one job in this worker. ``link``: the node, for an INTERFACE_LISTENER's store needs;
+    ``progress``: where a USER_JOB's ``current_job().progress`` goes (the node's board)."""
     try:
         arguments = json.loads(spec.arguments or "{}")
         if not isinstance(arguments, dict):
@@ -96,7 +98,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         if spec.key.type == JobType.PROCESS:
             outcome = _run_process(spec, arguments, is_aborted, on_spawn, run_log)
         elif spec.key.type == JobType.USER_JOB:
-            outcome = _run_user_job(spec, arguments, is_aborted, job_log)
+            outcome = _run_user_job(spec, arguments, is_aborted, job_log, progress)
         elif spec.key.type == JobType.INTERFACE_LISTENER:
             outcome = _run_listener(spec, arguments, is_aborted, link)
         else:
@@ -116,7 +118,8 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
 
 # -- USER_JOB -------------------------------------------------------------------------------------
 
-def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], log: logging.Logger) -> Outcome:
+def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], log: logging.Logger,
+                  progress: Callable[[float, float], None]) -> Outcome:
     fn = spec.catalog.load_user_job(spec.key.name)
     ctx = JobContext(
         key=spec.key,
@@ -125,6 +128,7 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
         arguments=arguments,
         logger=JobLogger(log, {"job": str(spec.key), "epoch": spec.epoch}),  # type: ignore[arg-type]
         _is_aborted=is_aborted,
+        _report_progress=progress,
         due=utc_from_timestamp(spec.due) if spec.due is not None else None,
     )
     token = _bind(ctx)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fabricjobs.commands import Expectation, expected_at, lex
 
 STATEMENTS = ("STARTJOB", "STOPJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
-              "JOBHISTORY", "JOBLOG", "WAITJOB")
+              "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
                 "OVERLAP")
 
@@ -77,6 +77,8 @@ def test_history_log_and_wait_positions():
     assert expected_at("waitjob user_job 'x' with uid='u' ").keywords == ("TIMEOUT",)
     assert "WAIT" in expected_at("stopjob user_job name='x' ").keywords
     assert expected_at("nodes ").keywords == ("DETAILS",)
+    assert expected_at("deletehistory user_job 'x' ").keywords == ("WITH",)
+    assert expected_at("deletehistory user_job 'x' with ").params == ("UID",)
 
 
 def test_ps_all_and_kill():

@@ -439,7 +439,7 @@ def test_unexpected_word_lists_what_may_come():
 
 def test_unknown_statement():
     exc = fails("ps;\n  shutdown now")
-    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB or ';'")
+    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY or ';'")
 
 
 def test_missing_job_type():
@@ -542,6 +542,7 @@ VALID = [
     "jobstatus; jobstatus 2 days ago; jobstatus user_job 'n' with uid='u' -- c\n/* d */",
     "resumejob process name='it''s' uid='\\'q\\''; restartjob user_job name='x'",
     "startjob user_job name='n' exec_interval='2030-01-01 10:00:00'",
+    "deletehistory user_job 'Customer.userJob1' with uid='u1'; DELETEHISTORY process 'it''s' WITH UID = 'x'",
 ]
 SPICY = "';=-/*\\\"\n {}[]:,0123456789.aAzZ_é\x00\u2028"
 
@@ -579,3 +580,13 @@ def test_any_text_gives_statements_or_our_error(text):
     expected_at(text)
     spans = lex(text)
     assert all(0 <= s < e <= len(text) for s, e, _ in spans)
+
+
+def test_deletehistory_names_one_job_as_jobhistory_does_and_its_uid_is_not_optional():
+    from fabricjobs.commands import DeleteHistory
+    assert parse_one("DeleteHistory user_job 'Customer.userJob1' WITH UID='u1'") == DeleteHistory("USER_JOB", "Customer.userJob1", "u1")
+    with pytest.raises(CommandSyntaxError) as exc:
+        parse_one("deletehistory user_job 'Customer.userJob1'")
+    assert "WITH" in exc.value.expected
+    with pytest.raises(CommandSyntaxError, match="UID must not be empty"):
+        parse_one("deletehistory user_job 'a' with uid=''")

@@ -329,7 +329,8 @@ def job_statement(draw) -> list:
 @st.composite
 def other_statement(draw) -> list:
     case = draw(KEYWORD_CASES)
-    kind = draw(st.sampled_from(["jobstatus", "jobhistory", "joblog", "waitjob", "ps", "kill", "set", "nodes"]))
+    kind = draw(st.sampled_from(["jobstatus", "jobhistory", "joblog", "waitjob", "deletehistory", "ps", "kill", "set",
+                                 "nodes"]))
     parts: list = [case(kind)]
     job_type = draw(JOB_TYPES)
     with_uid = [draw(SPACE), case("with"), " ", case("uid"), draw(GAP), "=", draw(GAP), ("lit", "uid")]
@@ -343,6 +344,8 @@ def other_statement(draw) -> list:
                 parts += [" ", ("lit", "name")] + (with_uid if form == 4 else [])
         if draw(st.booleans()):
             parts += [" ", case("details")]
+    elif kind == "deletehistory":
+        parts += [" ", job_type, draw(SPACE), ("lit", "name")] + with_uid
     elif kind in ("jobhistory", "joblog", "waitjob"):
         parts += [" ", job_type, draw(SPACE), ("lit", "name")]
         if kind == "waitjob" or draw(st.booleans()):

@@ -35,7 +35,8 @@ def test_each_usage_line_starts_with_its_keyword_and_parses_in_its_simplest_form
                 "RESTARTJOB": "restartjob user_job name='a';", "RESUMEJOB": "resumejob user_job name='a' uid='u';",
                 "UPDATEJOB": "updatejob user_job name='a' priority=3;", "JOBSTATUS": "jobstatus;",
                 "JOBHISTORY": "jobhistory user_job 'a';", "JOBLOG": "joblog user_job 'a';",
-                "WAITJOB": "waitjob user_job 'a' with uid='u';", "PS": "ps;", "KILL": "kill 'n1' 3;",
+                "WAITJOB": "waitjob user_job 'a' with uid='u';",
+                "DELETEHISTORY": "deletehistory user_job 'a' with uid='u';", "PS": "ps;", "KILL": "kill 'n1' 3;",
                 "NODES": "nodes;", "SET": "set k = v;"}
     assert set(simplest) == {s.keyword for s in table.STATEMENTS}
     for s in table.STATEMENTS:

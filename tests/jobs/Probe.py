@@ -52,6 +52,19 @@ def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "")
     return {"node": job.node, "epoch": job.epoch}
 
 
+def progressing(done: float, total: float = 100, seconds: float = 60.0):
+    """Reports ``done`` of ``total`` (and two bad reports, which must be ignored), then waits
+    for STOPJOB."""
+    job = current_job()
+    job.progress(done, total)
+    job.progress(float("nan"), 1)
+    job.progress("lots", total)
+    start = time.time()
+    while time.time() - start < seconds and not job.is_aborted():
+        time.sleep(0.01)
+    return "stopped" if job.is_aborted() else "done"
+
+
 def started(log: str, seconds: float = 3600.0):
     """Appends a 'started' record, then blocks in one sleep (ignores STOPJOB)."""
     job = current_job()

@@ -490,6 +490,32 @@ def test_skipped_fires_are_recorded_beside_the_runs(store):
     assert store.run(row.key, row.epoch) is None  # a skipped fire is not a run
 
 
+def test_deleting_a_jobs_runs_removes_them_all_and_only_them(store):
+    rows = {}
+    for uid in ("d1", "d2"):
+        row = store.insert(job(uid=uid, status=Status.SCHEDULED, worker_id="n1")).row
+        for i in range(3):
+            row = store.cas(row, claim(row, "n1")).row
+            after = row.replace(status=Status.SCHEDULED, tries=0)
+            store.cas_many([(row, after)], runs=[record(row, "OK", "SCHEDULED", end=T0 + timedelta(seconds=i),
+                                                        log=f"run {i}")])
+            row = store.get(row.key)
+        rows[uid] = row
+    store.add_runs([RunRecord(rows["d1"].key, rows["d1"].epoch, "n1", T0, None, T0 + timedelta(hours=1), "SKIPPED",
+                              "SCHEDULED", 0, note="skipped: late")])
+    assert len(store.runs("USER_JOB", "Customer.userJob1", "d1")) == 4
+    assert store.delete_job_runs(rows["d1"].key) == 4  # the runs and the skipped fire, as JOBHISTORY lists them
+    assert store.runs("USER_JOB", "Customer.userJob1", "d1") == []
+    assert store.run(rows["d1"].key, 1) is None
+    assert [r.key.uid for r in store.runs("USER_JOB", "Customer.userJob1")] == ["d2"] * 3  # another uid: untouched
+    assert store.get(rows["d1"].key) == rows["d1"]  # the job row: untouched
+    assert store.delete_job_runs(rows["d1"].key) == 0  # nothing left: nothing to do, no error
+    # A later run of the job is recorded and listed as before (same bucket, same day).
+    row = store.cas(rows["d1"], claim(rows["d1"], "n1")).row
+    store.cas_many([(row, row.replace(status=Status.SCHEDULED))], runs=[record(row, "OK", "SCHEDULED", end=T0 + timedelta(hours=2))])
+    assert [r.epoch for r in store.runs("USER_JOB", "Customer.userJob1", "d1")] == [row.epoch]
+
+
 # -- nodes and kill requests ---------------------------------------------------------------------
 
 def node_row(name="n1", beat=1, **kw) -> NodeRow:

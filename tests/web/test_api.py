@@ -1,5 +1,7 @@
-"""The HTTP API against a real ``fabricjobs web`` process and a real node on a real SQLite
-store: every endpoint under every role, every error status, and jobs that really run."""
+"""The HTTP API against a real ``fabricjobs web`` process and a real node on a real store, once
+on SQLite and once on the Cassandra backend (the CQL test server): every endpoint under every
+role, every error status, and jobs that really run. A job's life (list, one job, start, stop,
+runs, logs, nodes, commands, ...) runs on Apache Cassandra itself too, when there is one."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from urllib.parse import quote
 
 
 from harness import wait_for
+from web_site import on_every_backend
 
 JOB = "/jobs/USER_JOB/Probe.noop/no-such-uid"
 #: (method, path, JSON body, the least role allowed, the status that role gets). The jobs,
@@ -27,11 +30,13 @@ ENDPOINTS = [
     ("GET", JOB + "/runs/1", None, "viewer", 404),
     ("GET", JOB + "/runs/1/log", None, "viewer", 404),
     ("GET", JOB + "/log", None, "viewer", 404),
+    ("DELETE", JOB + "/runs", None, "admin", 404),
     ("GET", "/ps", None, "viewer", 200),
     ("GET", "/nodes", None, "viewer", 200),
     ("POST", "/nodes/no-such-node/tasks/1/kill", None, "operator", 404),
     ("POST", "/commands", {"text": "jobstatus; nodes;"}, "viewer", 200),
     ("POST", "/commands", {"text": "stopjob user_job name='Probe.noop' uid='no-such-uid';"}, "operator", 404),
+    ("POST", "/commands", {"text": "deletehistory user_job 'Probe.noop' with uid='no-such-uid';"}, "admin", 404),
 ]
 RANK = {"viewer": 1, "operator": 2, "admin": 3}
 
@@ -61,8 +66,11 @@ def test_every_endpoint_under_every_role_and_without_a_valid_token(site):
         assert site.client(None).get(site.web.url + path).status_code == 200
 
 
+@on_every_backend  # the real Cassandra's representative: list, a job, start, stop, runs, logs, nodes, commands
 def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     api = site.client("operator")
+    nodes = api.get("/nodes").json()
+    assert [(n["node"], n["state"]) for n in nodes] == [("w1", "alive")] and nodes[0]["capacity"], nodes
     log = tmp_path / "runs.jsonl"
     body = {"type": "user_job", "name": "Probe.record", "uid": "life", "args": {"log": str(log), "seconds": 60}}
     started = api.post("/jobs", json=body)
@@ -79,6 +87,8 @@ def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     stopped = api.post(job + "/stop", params={"wait": "true", "timeout": 30})
     assert stopped.json()["status"] == "TERMINATED", stopped.text
     assert stopped.json()["notes"].startswith("STOPJOB by token 'operator-1'")
+    said = api.post("/commands", json={"text": "jobstatus user_job 'Probe.record' with uid='life';"}).json()
+    assert [(r["UID"], r["Status"], r["Is Archived"]) for r in said["rows"]] == [("life", "TERMINATED", True)], said
 
     runs = api.get(job + "/runs").json()
     assert [(r["uid"], r["result"], r["status"]) for r in runs] == [("life", "STOPPED", "TERMINATED")]
@@ -87,6 +97,12 @@ def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     log_body = api.get(f"{job}/runs/{one['run']}/log").json()
     assert log_body["run"] == one["run"] and log_body["summary"].startswith(f"run {one['run']} of USER_JOB.Probe.record.life")
     assert api.get(job + "/log").json() == log_body
+    assert api.delete(job + "/runs").status_code == 403  # run-data deletion is the admin's
+    deleted = site.client("admin").delete(job + "/runs")
+    assert deleted.status_code == 200 and deleted.json() == {"type": "USER_JOB", "name": "Probe.record", "uid": "life",
+                                                              "deleted_runs": 1}, deleted.text
+    assert api.get(job + "/runs").json() == [] and api.get(job).json()["status"] == "TERMINATED"
+    assert api.get(job + "/log").json()["error"] == "JobNotFound"
 
     resumed = api.post(job + "/resume")
     assert resumed.json()["notes"].startswith("RESUMEJOB by token 'operator-1'"), resumed.text
@@ -162,6 +178,10 @@ def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(s
     cases.append((api.post("/jobs", json=body), 409, "JobAlreadyRunning", "Job is running [type: USER_JOB, name: Probe.record, uid: busy]"))
     cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/resume"), 409, "JobAlreadyRunning", "Job is running"))
     site.cluster.wait_job("USER_JOB", "Probe.record", "busy", lambda j: j.status.value == "IN_PROCESS")
+    cases.append((api.delete("/jobs/USER_JOB/Probe.record/busy/runs"), 409, "JobAlreadyRunning",
+                  "Job is running [type: USER_JOB, name: Probe.record, uid: busy] (IN_PROCESS)"))
+    cases.append((api.delete("/jobs/USER_JOB/Probe.record/nothing/runs"), 404, "JobNotFound",
+                  "No such job [type: USER_JOB, name: Probe.record, uid: nothing]"))
     wait = "waitjob user_job 'Probe.record' with uid='busy' timeout 0;"
     cases.append((api.post("/commands", json={"text": wait}), 504, "WaitTimeout", "WAITJOB timed out"))
     for response, status, error, words in cases:

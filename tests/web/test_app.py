@@ -13,7 +13,7 @@ import pytest
 
 from fabricjobs.commands import statements as st
 from fabricjobs.config import load_config
-from fabricjobs.service import FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS
+from fabricjobs.service import DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS
 from fabricjobs.store import open_store
 from fabricjobs.web.app import Api, KeepSegments, create_app
 from fabricjobs.web.auth import STATEMENT_NEEDS, Need, script_needs
@@ -85,10 +85,11 @@ def test_every_statement_of_the_language_has_a_need_and_an_unknown_one_needs_adm
     assert script_needs([st.JobStatus(), st.Nodes()]) is Need.READ
     assert script_needs([st.JobStatus(), st.Kill("n", 1)]) is Need.OPERATE
     assert script_needs([object()]) is Need.ADMIN
+    assert script_needs([st.JobHistory("USER_JOB", "a"), st.DeleteHistory("USER_JOB", "a", "u")]) is Need.ADMIN
 
 
 def test_every_column_the_api_shows_has_a_json_type_and_a_distinct_name():
-    for columns in (FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS):
+    for columns in (FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, DELETED_COLUMNS):
         assert set(columns) <= set(COLUMN_TYPES)
         assert len({field_name(c) for c in columns}) == len(columns)
     assert field_name("Duration (ms)") == "duration_ms" and field_name("Ownership Candidates Num") == "ownership_candidates_num"

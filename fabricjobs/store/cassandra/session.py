@@ -216,6 +216,9 @@ def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, conne
         list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
         # Routing by token needs the token ring and the keyspace's replication (schema metadata).
         connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
+        # The control connection's own queries at connect (peers, schema) get the connect
+        # timeout too, not the driver's 2 s: a busy server otherwise fails the whole connect.
+        control_connection_timeout=connect_timeout,
         # A statement is prepared on the host that answers; another host that meets it first
         # answers UNPREPARED and the driver prepares it there. Preparing on every host at once
         # (the driver's default) waited 10 s on each host cut off by a partition, on the

@@ -201,6 +201,12 @@ class SqliteStore(Connections, JobStore):
             )
             return cur.rowcount
 
+    def delete_job_runs(self, key: JobKey) -> int:
+        with self._write() as conn:
+            cur = conn.execute("DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?",
+                               (key.type, key.name, key.uid))
+            return cur.rowcount
+
     def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
         with self._write() as conn:
             rows = conn.execute(

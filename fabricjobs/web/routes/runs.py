@@ -1,5 +1,6 @@
 """A job's runs (JOBHISTORY), each its own resource (``.../runs/{run}``, the run's number is
-its epoch, as JOBHISTORY shows it) with what the store keeps of it, and its log (JOBLOG)."""
+its epoch, as JOBHISTORY shows it) with what the store keeps of it, and its log (JOBLOG);
+``DELETE .../runs`` deletes them all (DELETEHISTORY, admin only)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from ...errors import JobNotFound
 from ...service import HISTORY_COLUMNS, history_row, run_summary
 from ...store.base import RunRecord
 from ..auth import Need, requires
-from ..schemas import Run, RunLog, record, records
+from ..schemas import DeletedRuns, Run, RunLog, record, records
 from ..tokens import TokenInfo
 from . import api_of, checked, execute, job_key
 
 router = APIRouter(tags=["runs"])
 RUNS = "/jobs/{type}/{name}/{uid}/runs"
 Viewer = Depends(requires(Need.READ, "read runs"))
+Admin = Depends(requires(Need.ADMIN, "delete run data"))
 
 
 @router.get(RUNS, response_model=list[Run],  # type: ignore[valid-type]
@@ -30,6 +32,13 @@ def list_runs(request: Request, type: str, name: str, uid: str,
     if not result.rows and not execute(request, who, st.JobStatus(key.type, key.name, key.uid)).rows:
         raise JobNotFound(f"No such job {key.describe()}")
     return records(result)
+
+
+@router.delete(RUNS, response_model=DeletedRuns,
+               summary="Delete a job's runs and their logs (DELETEHISTORY); 409 while a run is going")
+def delete_runs(request: Request, type: str, name: str, uid: str, who: TokenInfo = Admin) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    return records(execute(request, who, st.DeleteHistory(key.type, key.name, key.uid)))[0]
 
 
 @router.get(RUNS + "/{run}", response_model=Run, summary="One run of a job")

@@ -1,0 +1,216 @@
+"""The console's shared view of the cluster: one read of the store per interval, for every
+browser that watches.
+
+A thread of the web process reads the live rows, the rows archived since its last read and
+the nodes every ``[web] CONSOLE_INTERVAL_SEC`` (slower, every :data:`IDLE_INTERVAL_SEC`,
+while no browser has looked for a minute) and publishes a :class:`Snapshot`. Browsers poll
+the snapshot, which costs the store nothing; ten browsers cost what one does. The same pass
+samples the queue depth into a ring kept in memory (:data:`QUEUE_SAMPLES` samples, an hour at
+the default interval) and feeds the run history of the jobs that just ran to the plots
+(runfeed.py). None of it outlives the process: a web process that restarts starts the queue
+depth plot empty and reads the last hour's runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from ..cluster import NodeView, read_cluster
+from ..dependencies import parents_of
+from ..errors import FabricJobsError, StoreError
+from ..model import RUNNING_STATUSES, Job, JobKey, Status
+from ..service import CommandService
+from ..store.base import JobStore
+from .runfeed import RunFeed
+from .schemas import record
+
+log = logging.getLogger("fabricjobs.web")
+
+RECENT_SEC = 3600.0  # finished jobs stay in the table this long
+MAX_RECENT = 1000  # ... at most this many of them, the most recent
+QUEUE_SAMPLES = 1800
+IDLE_AFTER_SEC = 60.0
+IDLE_INTERVAL_SEC = 15.0
+_OVERLAP = timedelta(seconds=5)  # archived rows are read again this far back (store clocks, commits in flight)
+_FINISHED_RANK = 9
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What every browser sees until the next read."""
+
+    version: int = 0
+    taken: datetime | None = None  # by the store's clock
+    jobs: tuple[dict[str, Any], ...] = ()  # JOBSTATUS's rows (JSON-ready), then the console's fields
+    nodes: tuple[dict[str, Any], ...] = ()
+    queue: tuple[tuple[datetime, int, int, int], ...] = ()  # (when, waiting, blocked, running)
+    error: str = ""  # why the last read failed ("" when it did not)
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)  # a running job's key -> its task
+
+
+class LiveView:
+    """The sampling thread and the snapshot it publishes."""
+
+    def __init__(self, store: JobStore, service: Callable[[], CommandService], interval: float) -> None:
+        self.store = store
+        self.service = service
+        self.interval = interval
+        self.feed = RunFeed(store)
+        self._snap = Snapshot()
+        self._recent: dict[JobKey, Job] = {}
+        self._mark: datetime | None = None  # the store time of the last archived read
+        self._queue: deque[tuple[datetime, int, int, int]] = deque(maxlen=QUEUE_SAMPLES)
+        self._changed = threading.Condition()
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._watched = 0.0
+        self._published = 0.0  # monotonic time of the last snapshot
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self.ticks = 0  # reads of the store made (the tests check browsers do not add any)
+
+    # -- the thread -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="console-view", daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._poke.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._poke.clear()  # a poke during this read is answered by it
+            self.tick()
+            idle = time.monotonic() - self._watched > IDLE_AFTER_SEC
+            self._poke.wait(IDLE_INTERVAL_SEC if idle else self.interval)
+
+    def snapshot(self) -> Snapshot:
+        """The latest snapshot; after an idle spell, a fresh one (waits up to two intervals)."""
+        self.start()
+        self._watched = time.monotonic()
+        snap = self._snap
+        if snap.version == 0 or time.monotonic() - self._published > 2 * self.interval:
+            if snap.version > 0:
+                self._poke.set()  # idle: read now rather than at the end of the idle interval
+            with self._changed:
+                self._changed.wait_for(lambda: self._snap.version != snap.version, timeout=2 * self.interval + 1)
+        return self._snap
+
+    # -- one read -------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Read the store once and publish what it showed; a failed read keeps the last rows
+        and says why."""
+        try:
+            snap = self._read()
+        except StoreError as exc:
+            snap = _replace(self._snap, error=f"the store cannot be read: {exc}")
+        except Exception as exc:  # a bug: the console says so, the log has the traceback
+            log.error("the console's view of the cluster failed", exc_info=exc)
+            snap = _replace(self._snap, error="reading the cluster failed; the web process's log says why")
+        with self._changed:
+            self._snap = _replace(snap, version=self._snap.version + 1)
+            self._published = time.monotonic()
+            self._changed.notify_all()
+
+    def _read(self) -> Snapshot:
+        self.ticks += 1
+        now = self.store.store_time()
+        nodes = read_cluster(self.store)
+        live = self.store.live_jobs()
+        since = now - timedelta(seconds=RECENT_SEC) if self._mark is None else self._mark - _OVERLAP
+        fresh = self.store.archived_since(since)
+        self._mark = now
+        self._remember(fresh, live, now)
+        self.feed.update(live + fresh, now)
+        waiting = sum(1 for j in live if j.status is Status.WAITING and not j.blocked)
+        blocked = sum(1 for j in live if j.blocked)
+        running = sum(1 for j in live if j.status in RUNNING_STATUSES)
+        self._queue.append((now, waiting, blocked, running))
+        jobs = sorted(live, key=_rank) + sorted(self._recent.values(), key=lambda j: j.end_time or now, reverse=True)
+        node_rows = tuple(node_row(n) for n in nodes)
+        return Snapshot(taken=now, jobs=self._rows(jobs, nodes), nodes=node_rows, queue=tuple(self._queue),
+                        tasks=_tasks(node_rows))
+
+    def _remember(self, fresh: list[Job], live: list[Job], now: datetime) -> None:
+        """Keep the finished rows of the last RECENT_SEC (a resumed one is live again)."""
+        for job in fresh:
+            self._recent[job.key] = job
+        for job in live:
+            self._recent.pop(job.key, None)
+        horizon = now - timedelta(seconds=RECENT_SEC)
+        kept = sorted((j for j in self._recent.values() if j.end_time and j.end_time >= horizon),
+                      key=lambda j: j.end_time or now, reverse=True)[:MAX_RECENT]
+        self._recent = {j.key: j for j in kept}
+
+    def _rows(self, jobs: list[Job], nodes: list[NodeView]) -> tuple[dict[str, Any], ...]:
+        result = self.service().status_rows(jobs, nodes)
+        out = []
+        for job, row in zip(jobs, result.rows):
+            item = {k: iso(v) for k, v in record(result.columns, row).items()}
+            item.update(key=str(job.key), blocked=job.blocked, interval=job.execution_interval,
+                        parents=[str(k) for k in _parents(job)])
+            out.append(item)
+        return tuple(out)
+
+
+def node_row(n: NodeView) -> dict[str, Any]:
+    """A node as NODES shows it, with its capacity per affinity and its tasks (PS) as data."""
+    running = n.info.get("running") or {}
+    capacity = [{"affinity": name, "running": int(running.get(name, 0)), "recommended": lim.recommended,
+                 "absolute": lim.absolute} for name, lim in sorted(n.affinity.limits.items())]
+    tasks = [{"task": t.get("task"), "key": t.get("key", ""), "description": t.get("description", ""),
+              "elapsed_ms": int(t.get("elapsed_ms", 0)) + int(n.age * 1000)} for t in n.tasks()] if n.is_live else []
+    return {"node": n.name, "dc": n.row.dc, "host": n.row.host, "pid": n.row.pid, "state": n.state.value,
+            "last_beat_s": round(n.age, 1) if n.age != float("inf") else None, "running": n.row.running,
+            "capacity": capacity, "version": n.row.version, "started": iso(n.row.started), "tasks": tasks}
+
+
+def iso(value: Any) -> Any:
+    """A time as ISO 8601 UTC with a Z (what the browser's Date reads); anything else as is."""
+    if isinstance(value, datetime):
+        value = value.replace(tzinfo=value.tzinfo or timezone.utc).astimezone(timezone.utc)
+        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return value
+
+
+def _rank(job: Job) -> tuple:
+    """Running first, then waiting, blocked and scheduled (soonest first)."""
+    if job.status in RUNNING_STATUSES:
+        group = 0
+    elif job.blocked:
+        group = 2
+    elif job.status is Status.WAITING:
+        group = 1
+    else:
+        group = 3
+    when = job.next_run if group == 3 else job.start_time if group == 0 else job.creation_time
+    return (group, when or datetime.max.replace(tzinfo=timezone.utc), job.key)
+
+
+def _parents(job: Job) -> list[JobKey]:
+    try:
+        return parents_of(job)
+    except FabricJobsError:
+        return []
+
+
+def _tasks(nodes: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
+    return {t["key"]: {"node": n["node"], "task": t["task"], "elapsed_ms": t["elapsed_ms"]}
+            for n in nodes for t in n["tasks"] if t["key"]}
+
+
+def _replace(snap: Snapshot, **changes: Any) -> Snapshot:
+    import dataclasses
+
+    return dataclasses.replace(snap, **changes)

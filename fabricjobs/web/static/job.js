@@ -1,0 +1,89 @@
+// One job's page: its row, arguments, output, notes, parents and children, running task, run
+// history and logs, plots, and (for operators and admins) Stop, Restart, Resume and Kill, each
+// confirmed first. The server refuses them to a viewer anyway (403).
+"use strict";
+FJ.views.job = (function () {
+  var el = FJ.el;
+
+  function load(args) {
+    var q = ["type", "name", "uid"].map(function (k, i) { return k + "=" + encodeURIComponent(args[i] || ""); }).join("&");
+    return FJ.getJSON("/console/data/job?" + q);
+  }
+  function actions(job, task) {
+    if (!FJ.canChange) return null;
+    var path = FJ.apiPath(job.type, job.name, job.uid), key = job.type + "." + job.name + "." + job.uid;
+    function button(id, label, question, url) {
+      return el("button", {type: "button", class: "act" + (id === "kill" ? " danger" : ""), id: "action-" + id, text: label,
+        onclick: function () { FJ.confirmThen(question + "\n" + key, function () { FJ.post(url, label + " " + key); }); }});
+    }
+    var live = !job.is_archived, buttons = [];
+    if (live) buttons.push(button("stop", "Stop", "Stop this job (STOPJOB)?", path + "/stop"));
+    if (live) buttons.push(button("restart", "Restart", "Restart this job (RESTARTJOB)?", path + "/restart"));
+    if (!live) buttons.push(button("resume", "Resume", "Resume this job (RESUMEJOB)?", path + "/resume"));
+    if (task) {
+      buttons.push(button("kill", "Kill", "Kill task " + task.task + " on node " + task.node + " at once (KILL)?",
+        "/api/v1/nodes/" + encodeURIComponent(task.node) + "/tasks/" + task.task + "/kill"));
+    }
+    return el("div", {class: "actions", id: "actions"}, buttons);
+  }
+  function jobLink(j) {
+    return el("li", null, el("a", {href: FJ.jobHref(j.type, j.name, j.uid), text: j.key}), " ",
+      FJ.badge(j.status, j.blocked));
+  }
+  function details(job, task) {
+    return el("div", {class: "card"}, FJ.kv([
+      ["Status", FJ.badge(job.status, job.blocked)], ["Notes", job.notes], ["Node", job.node],
+      ["Running task", task ? "task " + task.task + " on " + task.node + " for " + FJ.duration(task.elapsed_ms) : ""],
+      ["Created", FJ.when(job.creation_time)], ["Started", FJ.when(job.start_time)], ["Ended", FJ.when(job.end_time)],
+      ["Next run", FJ.when(job.next_run)], ["Schedule", job.execution_interval], ["Time zone", job.time_zone],
+      ["Affinity", job.affinity], ["Candidates", String(job.ownership_candidates_num)],
+      ["Priority", String(job.priority)], ["Tries", String(job.tries)], ["Epoch", String(job.epoch)],
+      ["Runs", job.runs + " (" + job.successes + " ok, " + job.failures + " failed, " + job.kills + " killed)"],
+    ]));
+  }
+  function runs(body, state) {
+    if (!body.runs.length) return el("p", {class: "muted", id: "runs", text: "No recorded run yet."});
+    return el("div", {id: "runs"}, FJ.table([
+      ["Run", function (r) { return String(r.run); }, "num"],
+      ["Result", function (r) { return el("span", {class: "badge s-" + r.result, text: r.result}); }],
+      ["Status", function (r) { return r.status; }],
+      ["Node", function (r) { return r.node; }],
+      ["Due", function (r) { return FJ.when(r.due); }],
+      ["Start", function (r) { return FJ.when(r.start); }],
+      ["End", function (r) { return FJ.when(r.end); }],
+      ["Took", function (r) { return FJ.duration(r.duration_ms); }, "num"],
+      ["Error / note", function (r) { return r.error || r.note; }, "wrap"],
+      ["Log", function (r) {
+        return el("button", {type: "button", text: "log", onclick: function () { showLog(body.job, r.run, state); }});
+      }],
+    ], body.runs));
+  }
+  function showLog(job, run, state) {
+    FJ.getJSON(FJ.apiPath(job.type, job.name, job.uid) + "/runs/" + run + "/log").then(function (log) {
+      state.log = log;
+      FJ.rerender();
+    }).catch(function (e) { FJ.banner("log of run " + run + ": " + e.message, "bad"); });
+  }
+  function render(main, body, args, state) {
+    var job = body.job, log = state.log || body.last_log;
+    main.replaceChildren(
+      el("p", null, el("a", {href: "#/jobs", text: "← Jobs"})),
+      el("h1", {id: "job-title"}, job.type + " · " + job.name + " · " + job.uid + " ", FJ.badge(job.status, job.blocked)),
+      actions(job, body.task),
+      el("div", {class: "two"},
+        el("section", null, el("h2", {text: "The job"}), details(job, body.task)),
+        el("section", null,
+          el("h2", {text: "Arguments"}), el("pre", {id: "arguments", text: job.arguments || "{}"}),
+          el("h2", {text: "Output"}), job.output ? el("pre", {id: "output", text: job.output}) : el("p", {class: "muted", text: "No output."}),
+          el("h2", {text: "Dependencies"}),
+          el("div", {class: "card"},
+            el("strong", {text: "Parents"}), body.parents.length ? el("ul", {id: "parents"}, body.parents.map(jobLink)) : el("p", {class: "muted", text: "None."}),
+            el("strong", {text: "Children"}), body.children.length ? el("ul", {id: "children"}, body.children.map(jobLink)) : el("p", {class: "muted", text: "None live or recently finished."})))),
+      el("h2", {text: "Runs"}), runs(body, state),
+      el("h2", {text: log ? "Log of run " + log.run : "Log"}),
+      el("div", {id: "log-section"}, log ? [el("p", {class: "mono", text: log.summary}), el("pre", {id: "log", text: log.log || "(no log lines)"})]
+          : el("p", {class: "muted", text: "No run has ended yet."})),
+      el("h2", {text: "Plots"}), el("div", {class: "grid", id: "job-plots"}, body.plots.map(Plots.draw)));
+  }
+  return {load: load, render: render};
+})();

@@ -1,0 +1,209 @@
+"""The console's sessions, CSRF checks, pages and data, in-process on a real SQLite store (an
+ASGI client, no browser: tests/web/test_console_browser.py drives a real Chromium), and the
+plots' arithmetic. The tests that read the store (the data of an empty cluster, one read per
+interval for many browsers) run on the Cassandra backend (the CQL test server) too."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from fabricjobs.config import load_config
+from fabricjobs.model import JobKey
+from fabricjobs.store import open_store
+from fabricjobs.web import plots
+from fabricjobs.web.app import Api, KeepSegments, create_app
+from fabricjobs.web.console_data import matcher
+from fabricjobs.web.runfeed import RunFeed, RunPoint
+from fabricjobs.web.tokens import Role, TokenFile
+from backends import add_sections, make_backend_config
+from web_site import API_BACKENDS
+
+UTC = timezone.utc
+
+
+#: A test that reads the store runs on each backend the API tests run on.
+on_each_backend = pytest.mark.parametrize("console", [{"backend": b} for b in API_BACKENDS], indirect=True,
+                                          ids=API_BACKENDS)
+
+
+@pytest.fixture
+def console(request, tmp_path):
+    """An app on a fresh store (SQLite unless the test's parameter names a ``backend``) with a
+    token per role; returns (make_client, api, tokens, app)."""
+    web = dict(getattr(request, "param", {}))
+    backend = web.pop("backend", "sqlite")
+    path = add_sections(make_backend_config(request, backend, tmp_path), {"web": {"CONSOLE_INTERVAL_SEC": 30, **web}})
+    cfg = load_config(path)
+    api = Api(open_store(cfg), cfg, TokenFile(cfg.get("web", "TOKENS_FILE")))
+    tokens = {role.value: api.tokens.create(f"{role.value}-1", role) for role in Role}
+    app = create_app(api)
+    request.addfinalizer(api.store.close)
+    request.addfinalizer(app.state.live.stop)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    def client():
+        return TestClient(KeepSegments(app), base_url="http://console.test", raise_server_exceptions=False,
+                          follow_redirects=False)
+    return client, api, tokens, app
+
+
+def log_in(client, token: str) -> str:
+    """Log in through the form as a browser would; the page's CSRF token."""
+    form = client.get("/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text).group(1)
+    done = client.post("/login", data={"nonce": nonce, "token": token}, headers={"Origin": "http://console.test"})
+    assert done.status_code == 303 and done.headers["location"] == "/", done.text
+    page = client.get("/")
+    assert page.status_code == 200
+    return re.search(r'name="fj-csrf" content="([^"]+)"', page.text).group(1)
+
+
+def test_the_session_cookie_is_httponly_samesite_strict_and_signed(console):
+    make, api, tokens, _ = console
+    client = make()
+    assert client.get("/").status_code == 303  # not logged in: to the login form
+    form = client.get("/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text).group(1)
+    done = client.post("/login", data={"nonce": nonce, "token": tokens["operator"]})
+    cookie = done.headers["set-cookie"]
+    assert "fj_session=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert "Secure" not in cookie  # plain HTTP here (see the next test)
+    assert tokens["operator"] not in cookie
+    name, value = cookie.split(";")[0].split("=", 1)
+    forged = make()
+    forged.cookies.set(name, value[:-2] + ("AA" if not value.endswith("AA") else "BB"))
+    assert forged.get("/").status_code == 303 and forged.get("/api/v1/jobs").status_code == 401
+
+
+@pytest.mark.parametrize("console", [{"SECURE_COOKIE": "true"}], indirect=True)
+def test_the_cookie_is_secure_when_asked_to_be(console):
+    make, api, tokens, _ = console
+    client = make()
+    nonce = re.search(r'name="nonce" value="([^"]+)"', client.get("/login").text).group(1)
+    assert "Secure" in client.post("/login", data={"nonce": nonce, "token": tokens["viewer"]}).headers["set-cookie"]
+
+
+def test_a_login_needs_a_known_token_the_form_s_nonce_and_no_foreign_origin(console):
+    make, api, tokens, _ = console
+    client = make()
+    nonce = re.search(r'name="nonce" value="([^"]+)"', client.get("/login").text).group(1)
+    wrong = client.post("/login", data={"nonce": nonce, "token": "fjt_nope"})
+    assert wrong.status_code == 401 and "Unknown or revoked token" in wrong.text and "fj_session" not in wrong.headers.get("set-cookie", "")
+    assert make().post("/login", data={"nonce": "made-up", "token": tokens["admin"]}).status_code == 403
+    foreign = client.post("/login", data={"nonce": nonce, "token": tokens["admin"]}, headers={"Origin": "http://evil.test"})
+    assert foreign.status_code == 403
+
+
+def test_a_change_through_the_session_needs_the_csrf_token_and_a_same_site_origin(console):
+    make, api, tokens, _ = console
+    client = make()
+    csrf = log_in(client, tokens["operator"])
+    stop = "/api/v1/jobs/USER_JOB/Probe.noop/none/stop"
+    assert client.get("/api/v1/jobs").status_code == 200  # a read needs no CSRF token
+    assert client.post(stop).json()["message"].startswith("missing or wrong CSRF token")
+    assert client.post(stop, headers={"X-CSRF-Token": csrf + "x"}).status_code == 403
+    assert client.post(stop, headers={"X-CSRF-Token": csrf, "Origin": "http://evil.test"}).status_code == 403
+    assert client.post(stop, headers={"X-CSRF-Token": csrf}).status_code == 404  # allowed: there is no such job
+    other = make()
+    assert log_in(other, tokens["operator"]) != csrf  # a CSRF token per session
+    viewer = make()
+    viewer_csrf = log_in(viewer, tokens["viewer"])
+    refused = viewer.post(stop, headers={"X-CSRF-Token": viewer_csrf})
+    assert refused.status_code == 403 and "'viewer-1' (viewer) may not" in refused.json()["message"]
+
+
+def test_revoking_the_token_ends_its_sessions_and_logout_ends_one(console):
+    make, api, tokens, _ = console
+    client = make()
+    csrf = log_in(client, tokens["viewer"])
+    assert client.post("/logout", data={"csrf": "wrong"}).status_code == 403
+    out = client.post("/logout", data={"csrf": csrf})
+    assert out.status_code == 303 and out.headers["location"] == "/login" and 'fj_session=""' in out.headers["set-cookie"]
+    client.cookies.clear()
+    assert client.get("/").status_code == 303
+    log_in(client, tokens["viewer"])
+    api.tokens.revoke("viewer-1")
+    assert client.get("/").status_code == 303 and client.get("/console/data/jobs").status_code == 401
+
+
+@on_each_backend
+def test_pages_allow_only_their_own_scripts_and_show_the_empty_state_data(console):
+    make, api, tokens, app = console
+    client = make()
+    log_in(client, tokens["viewer"])
+    page = client.get("/")
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "unsafe-inline" not in csp
+    assert not re.search(r"<script(?![^>]*\bsrc=)", page.text) and "http" not in re.sub(r'content="[^"]*"', "", page.text).split("<body>")[0]
+    assert client.get("/static/console.js").headers["content-type"].startswith("text/javascript")
+    assert client.get("/static/../app.py").status_code == 404
+    data = client.get("/console/data/jobs").json()
+    assert data["total"] == 0 and data["jobs"] == [] and data["error"] == ""
+    assert client.get("/console/data/job", params={"type": "USER_JOB", "name": "x", "uid": "y"}).status_code == 404
+    assert "/console" not in str(client.get("/api/v1/openapi.json").json()["paths"])  # not part of the API
+
+
+@on_each_backend
+def test_browsers_share_one_read_of_the_store_per_interval(console):
+    make, api, tokens, app = console
+    clients = [make() for _ in range(10)]
+    for c in clients:
+        log_in(c, tokens["viewer"])
+    first = clients[0].get("/console/data/jobs")
+    ticks = app.state.live.ticks
+    for c in clients * 3:
+        assert c.get("/console/data/jobs").json()["version"] == first.json()["version"]
+        c.get("/console/data/nodes")
+    assert app.state.live.ticks == ticks  # 60 polls within the (30 s) interval: no new read
+    again = clients[0].get("/console/data/jobs", headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304
+
+
+def test_the_table_filters():
+    row = {"type": "USER_JOB", "name": "Customer.userJob1", "uid": "u1", "status": "WAITING", "node": "w1",
+           "affinity": "ANY", "notes": "blocked: parent X", "blocked": True, "is_archived": False}
+    assert matcher(status="blocked")(row) and not matcher(status="FINISHED")(row)
+    assert matcher(status="WAITING", type="user_job", name="userjob", node="w1", q="PARENT")(row)
+    assert not matcher(node="w2")(row) and not matcher(q="nothing")(row) and not matcher(status="FAILED")(row)
+
+
+def test_the_plots_arithmetic():
+    now = datetime(2026, 1, 1, 12, 30, 30, tzinfo=UTC)
+    key = JobKey("USER_JOB", "Probe.noop", "tick")
+    points = [RunPoint(key, i, "OK" if i % 3 else "ERROR", now - timedelta(seconds=20 * i), 10 * i, 5 * i, True)
+              for i in range(6)]
+    per_minute = plots.runs_per_minute(points, now, minutes=5)
+    totals = [sum(s["values"][i] for s in per_minute["series"]) for i in range(5)]
+    assert totals == [0, 0, 1, 3, 2]  # ends at 12:28:50; 12:29:10, :30, :50; 12:30:10, :30 and [s["name"] for s in per_minute["series"]] == ["OK", "ERROR"]
+    lag = plots.fire_lag(points)
+    assert lag["series"][0]["name"] == str(key) and sorted(p[1] for p in lag["series"][0]["points"]) == [0, 5, 10, 15, 20, 25]
+    assert plots.histogram([0, 10, 20, 30]) == {"edges": [0, 8, 15, 22, 30], "counts": [1, 1, 1, 1]}
+    assert plots.histogram([7, 7]) == {"edges": [7, 8], "counts": [2]}
+
+
+def test_the_run_feed_reads_only_the_jobs_that_ran_and_at_most_its_share_per_interval():
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    reads = []
+
+    def runs(type, name, uid, limit=None):
+        reads.append(uid)
+        return [SimpleNamespace(key=JobKey(type, name, uid), epoch=1, result="OK", start=now - timedelta(seconds=2),
+                                end=now - timedelta(seconds=1), due=now - timedelta(seconds=2))]
+
+    feed = RunFeed(SimpleNamespace(runs=runs), reads_per_tick=3)
+    jobs = [SimpleNamespace(key=JobKey("USER_JOB", "n", str(i)), type="USER_JOB", name="n", uid=str(i),
+                            end_time=now - timedelta(seconds=1) if i < 5 else None, execution_interval="")
+            for i in range(8)]
+    feed.update(jobs, now)
+    assert len(reads) == 3 and feed.backlog == 2
+    feed.update(jobs, now)
+    assert len(reads) == 5 and feed.backlog == 0 and len(feed.runs()) == 5
+    feed.update(jobs, now)  # nothing ran since: no read
+    assert len(reads) == 5
