@@ -52,8 +52,13 @@ def test_chaos_sqlite(tmp_path):
     run_chaos(tmp_path, "--backend", "sqlite", "--duration", "45", timeout=400)
 
 
+# Not in ./scripts/test (marker "extended"; run it with pytest -m extended): the suite's soak
+# phase has the partition tests on Apache Cassandra itself (tests/test_partitions.py), which
+# fault the real Cassandra backend, where this soak faults the CQL test server, a double of it;
+# both did not fit the suite's 15 minutes.
 @pytest.mark.slow
 @pytest.mark.soak
+@pytest.mark.extended
 def test_chaos_cassandra(tmp_path):
     pytest.importorskip("cassandra")
     run_chaos(tmp_path, "--backend", "cassandra", "--duration", "45", "--jobs", "600", timeout=400)

@@ -62,13 +62,14 @@ def _kill(cassandra: CassandraCluster, nodes: int) -> None:
 
 
 def _config(tmp_path, dbs: list[netns.Host], heartbeat: tuple[int, int] = (HEARTBEAT_MS, MISS),
-            request_timeout: float = 2, jobs: dict | None = None):
+            request_timeout: float = 2, jobs: dict | None = None, keyspace: str | None = None):
     sections = {s: dict(v) for s, v in FAST.items()}
     sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": heartbeat[0], "FABRIC_HEARTBEAT_MISS": heartbeat[1]}
     sections["jobs"].update(jobs or {})
     sections["store"] = {"BACKEND": "cassandra"}
     sections["cassandra"] = {"HOSTS": ",".join(db.address for db in dbs), "PORT": 9042,
-                             "KEYSPACE": "fj_" + uuid.uuid4().hex[:12], "REPLICATION": f"SimpleStrategy:{len(dbs)}",
+                             "KEYSPACE": keyspace or "fj_" + uuid.uuid4().hex[:12],
+                             "REPLICATION": f"SimpleStrategy:{len(dbs)}",
                              "PROTOCOL_VERSION": 5, "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false",
                              "REQUEST_TIMEOUT_SEC": request_timeout}
     return write_config(tmp_path / "config.ini", sections)
@@ -151,34 +152,64 @@ def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_
         rig.kill_all()
 
 
+THREE_NODE_TESTS = 4  # the tests below that use `three`, each with a keyspace of its own
+
+
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
     """Test hosts c1-c3 (a three-node Cassandra, every keyspace RF 3, QUORUM / SERIAL) and n1,
-    n2 (fabricjobs nodes), shared by the tests below; each heals what it cut.
+    n2 (fabricjobs nodes), shared by the tests below; each heals what it cut. With them, the
+    keyspaces of those tests, one each, made before any of them runs.
 
-    Each test makes a keyspace of its own (15-20 s of schema changes). Sharing one was tried
-    to save that time and given up: a replica healed by the test before kept its peers
-    waiting for seconds (a node starting 1 s after the heal exited, unable to read the schema
-    version), and even with a wait for every replica to answer every coordinator at
-    consistency ALL, scenario 3's longest pause grew from 1.0-1.8 s to 1.6-5.9 s."""
+    Each test has a keyspace of its own. Sharing one was tried to save its schema changes and
+    given up: a replica healed by the test before kept its peers waiting for seconds (a node
+    starting 1 s after the heal exited, unable to read the schema version), and even with a
+    wait for every replica to answer every coordinator at consistency ALL, scenario 3's
+    longest pause grew from 1.0-1.8 s to 1.6-5.9 s. Made one after another, the keyspaces cost
+    15-20 s each (a dozen schema changes, each waiting for the three replicas to agree); made
+    side by side, on a healthy network, their waits overlap."""
     with netns.Network(["c1", "c2", "c3", "n1", "n2"]) as net:
         dbs = [net.host(f"c{i}") for i in (1, 2, 3)]
-        cassandra = CassandraCluster(tmp_path_factory.mktemp("cassandra3"), 3, heap="512m",
+        tmp = tmp_path_factory.mktemp("cassandra3")
+        cassandra = CassandraCluster(tmp / "cassandra", 3, heap="512m",
                                      namespaces=[(h.namespace, h.address) for h in dbs])
         cassandra.start()
         try:
-            yield net, dbs
+            yield net, dbs, _make_keyspaces(tmp, dbs, THREE_NODE_TESTS)
         finally:
             net.heal()
             _kill(cassandra, 3)
+
+
+def _make_keyspaces(tmp, dbs: list[netns.Host], count: int) -> list[str]:
+    """``count`` keyspaces with the fabricjobs schema, made at once (a store opened on each)."""
+    names = ["fj_" + uuid.uuid4().hex[:12] for _ in range(count)]
+    errors: list[BaseException] = []
+
+    def make(name: str) -> None:
+        try:
+            where = tmp / name
+            where.mkdir()
+            Client.from_config(_config(where, dbs, keyspace=name, request_timeout=10)).close()
+        except BaseException as exc:  # reported below, in the fixture's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return names
 
 
 def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three, tmp_path):
     """Scenario 3: with c3 cut off from everyone, the nodes keep claiming and finishing jobs
     through c1 and c2 (a quorum of RF 3): no gap between run starts longer than two request
     timeouts, no node fences itself, nothing runs twice at once, nothing is lost."""
-    net, dbs = three
-    config = _config(tmp_path, dbs, heartbeat=(500, 8))
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, heartbeat=(500, 8), keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -213,8 +244,8 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
     """Scenario 2: n1 and c1 on one side, n2, c2 and c3 on the other. n1 still reaches one
     replica, but no quorum: its compare-and-sets fail, its lease lapses and its runs end; n2
     takes their jobs over on the majority side. Healed, n1 beats again; every job ends once."""
-    net, dbs = three
-    config = _config(tmp_path, dbs)
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -332,8 +363,8 @@ def test_partition_delay_and_loss_on_every_path_slow_the_cluster_but_break_nothi
     fit in its own timeout, one interval: at 1 s x 8 both nodes fenced themselves 3-4 times in
     30 s and finished no job while the fault lasted (safely). A lease lost counts as a failed
     try, so MAX_TRIES is raised to 20 for "every job PROCESSED" to be the check."""
-    net, dbs = three
-    config = _config(tmp_path, dbs, heartbeat=(1500, 8), request_timeout=5, jobs={"MAX_TRIES": 20})
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, heartbeat=(1500, 8), request_timeout=5, jobs={"MAX_TRIES": 20}, keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -476,10 +507,10 @@ def test_partition_a_slow_heartbeat_path_fences_the_node_and_a_takeover_waits_fo
     every re-run follows a self-fence of the node that ran it before; n2 took over from n1
     only when no beat of n1 can have landed within the dead threshold before (n1's row is
     read every 0.1 s over the bridge, so each landing is known to within a read)."""
-    net, dbs = three
+    net, dbs, keyspaces = three
     heartbeat = (500, 8)
     threshold = heartbeat[0] * heartbeat[1] / 1000.0
-    config = _config(tmp_path, dbs, heartbeat=heartbeat, jobs={"MAX_TRIES": 20})
+    config = _config(tmp_path, dbs, heartbeat=heartbeat, jobs={"MAX_TRIES": 20}, keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     watch = _BeatWatch(config, "n1")
