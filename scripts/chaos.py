@@ -42,6 +42,15 @@ Run
     cassandra-kill  SIGKILL of it, down 1-5 s, then restarted on its data (ready: it answers CQL
                     and the other nodes see it again).
   They are recorded like the others (node "cassandra@<address>").
+  --partitions (issue #20; scripts/chaos_partitions.py, default --duration 300): the three
+  Cassandra nodes and the fabricjobs nodes each run on a test host of their own (a network
+  namespace, fabricjobs/testing/netns.py), and instead of the Cassandra process faults a
+  network fault comes every 5-15 s, one at a time (each kind once first): a node's host cut
+  off (net-isolate), a node with one replica of three (net-minority), a replica cut off
+  (net-replica), 200 +- 100 ms delay or 5 % loss on every path (net-delay, net-loss), 400-900
+  ms on what one node sends (net-slow-heartbeat). A fault of a node's host is a fault of that
+  node; a replica cut off, delay and loss are faults of the store (node "cassandra@<address>"
+  or "network").
   Before the faults start, each node runs one 0.3 s job per pool slot (pinned to it by
   AFFINITY, not checked), so that the soak does not begin with a burst of worker forks.
   No fault begins in the last 3 s, so the last ones end near the end of --duration. Then the
@@ -80,6 +89,10 @@ Checker (a failure prints the seed and the offending records, and exits 1)
      node that held the job then: one that ran it in the 10 s before or first after, or that
      a node log names as the dead owner the job was taken over from. How late runs started
      (start - due) is printed as p50 / p99 / max.
+  6. no write of a fenced run was accepted: a job's row never keeps an epoch older than that
+     of a run that started (every claim raises it, and an outcome is written only under its
+     run's epoch); one-time jobs PROCESSED under their newest claim's epoch by its node. The
+     node logs' refusals of such writes ("is no longer ours ... (fenced)") are counted.
   In 4 and 5 more things count as faults, and are counted apart in the notes:
   * a store stall, a fault of every node. SQLite: a probe in this script runs BEGIN IMMEDIATE
     every 100 ms; a wait for the write lock over 0.3 s while a SIGSTOP was in progress (a
@@ -106,8 +119,15 @@ Checker (a failure prints the seed and the offending records, and exits 1)
     holding it was slowed).
   * (5 only) overload of a surviving node: a fault of another node in progress (same window)
     and the job's previous run, on the node that held it, already over 0.5 s late.
+  * (5 only) a fault of a node that held the job that struck while the fire was pending and
+    not yet overdue (between its due time and due + LATE_LIMIT, before it was served).
+  * (5 only) a network fault of the store (--partitions: a replica cut off, delay, loss) from
+    its start - 1 s to its ready + 10 s + the dead threshold + 2 s, when the fire was served,
+    or collapsed into a run, at most LATE_LIMIT + 10 s (the request timeout) after its due
+    time: such a fault slows every request that meets it up to the request timeout, from the
+    first fire on.
 
-usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000]
+usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000] [--partitions]
                                          [--recurring N] [--backend sqlite|cassandra|cassandra-real]
                                          [--cassandra-hosts HOST[:PORT],...] [--reconcile-ms MS]
                                          [--json FILE] [--keep] [--verbose]
@@ -1400,6 +1420,24 @@ class Checker:
                         for f in self.faults if f.of_store):
                     explained_store += 1
                     continue
+                # A fault of a node that held the job, struck while the fire was pending and not
+                # yet overdue (before due + LATE_LIMIT): the fire lost its node before its deadline.
+                served_at = min((r.start for r in mine), default=math.inf)
+                if any(f.node in relevant and not f.of_store and due <= f.start <= min(due + LATE_LIMIT, served_at)
+                       for f in self.faults):
+                    explained += 1
+                    continue
+                # A network fault of the store (a replica cut off, delay, loss: --partitions) slows
+                # every request that meets it, up to the request timeout, from the first one on:
+                # a fire served (or collapsed into a run) at most that much later than the usual
+                # limit is explained by it, with no need for a run before it to be late already.
+                waited = [r.start - r.due for r in mine] or [r.start - r.due for r in lst if fire_of(r.due, first) < k
+                                                            and (r.start >= due or r.bound > due)]
+                if waited and min(waited) <= LATE_LIMIT + REAL_TIMEOUT and any(
+                        f.kind.startswith("net-") and f.start - EXPLAIN_BEFORE <= due
+                        <= (f.ready or math.inf) + REAL_TIMEOUT + EXPLAIN_AFTER for f in self.faults if f.of_store):
+                    explained_store += 1
+                    continue
                 prev_s = lst[i - 1].show() if i > 0 else "none"
                 next_s = lst[i].show() if i < len(lst) else "none"
                 if i >= len(lst):
@@ -1422,7 +1460,7 @@ class Checker:
                  f"{explained} explained by faults"
                  + (f", {explained_fence} by a self-fence or store stall" if explained_fence else "")
                  + (f", {explained_load} by overload during faults elsewhere" if explained_load else "")
-                 + (f", {explained_store} by store latency during a Cassandra fault" if explained_store else "")
+                 + (f", {explained_store} by store latency during a Cassandra or network fault" if explained_store else "")
                  + (f"; {late_served} served over {LATE_LIMIT:g} s late" if late_served else ""))
         self.stats = {"recurring_due_times": dues, "unserved_due_times": missed, "coalesced": coalesced,
                       "explained": explained, "explained_by_self_fence_or_stall": explained_fence,
@@ -1709,7 +1747,7 @@ def main() -> int:
               + (f", {st['explained_by_overload_during_faults']} by overload during faults elsewhere"
                  if st['explained_by_overload_during_faults'] else "")
               + (f", {st['explained_by_store_latency_during_cassandra_faults']} by store latency during a Cassandra "
-                 "fault" if st['explained_by_store_latency_during_cassandra_faults'] else "")
+                 "or network fault" if st['explained_by_store_latency_during_cassandra_faults'] else "")
               + f"; start after due time p50 {lat['p50'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms, "
               f"max {lat['max']:.2f} s")
         pauses = longest_pauses(sorted(r.start for r in all_runs), cluster.faults)
@@ -1717,7 +1755,8 @@ def main() -> int:
             print("longest pause in run starts during a fault or in the 10 s after it, by kind: "
                   + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(pauses.items())))
         print(f"self-fencing (lease lapses): {len(provoked)} after a SIGSTOP or a network fault of the node (expected), "
-              + (f"{len(by_store)} during a Cassandra fault, " if any(f.of_store for f in cluster.faults) else "")
+              + (f"{len(by_store)} during a Cassandra or network fault of the store, "
+                 if any(f.of_store for f in cluster.faults) else "")
               + f"{len(unprovoked)} with no fault injected"
               + (": " + ", ".join(f"{n} {fmt_t(t)}" for t, n in unprovoked[:12]) if unprovoked else ""))
         for line in backend_lines:
