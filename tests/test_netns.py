@@ -139,7 +139,7 @@ def _relay_pid(tag: str) -> int:
 
 
 # -- delay and loss: the user-space link ------------------------------------------------------------
-# Round trips are measured by ICMP echo from one host's namespace to another's (tunlink.ping,
+# Round trips are measured by ICMP echo from one host's namespace to another's (linkprobe.ping,
 # a process of its own). The lower bounds are exact (the relay never releases a packet early);
 # the upper ones allow for a loaded machine, so these tests are marked timing.
 
@@ -165,7 +165,7 @@ def test_a_delay_on_every_path_adds_it_each_way_and_heal_removes_it(net):
         rtts = _rtts(net, src, dst)
         assert min(rtts) >= 2 * DELAY and statistics.median(rtts) < 2 * DELAY + 25, (src, dst, rtts)
     # The test process reaches the hosts over the bridge, never through the link.
-    assert _bridged(json.loads(subprocess.run([sys.executable, "-m", "fabricjobs.testing.tunlink", "ping",
+    assert _bridged(json.loads(subprocess.run([sys.executable, "-m", "fabricjobs.testing.linkprobe", "ping",
                                                net.host("b").address, "--count", "10", "--interval", "0.02"],
                                               capture_output=True, text=True, check=True).stdout))
     assert _reaches(net.host("a"), net.host("b"))  # TCP too

@@ -197,7 +197,7 @@ class Network:
     def ping(self, src: str, dst: str, count: int = 20, interval: float = 0.05,
              wait: float = 2.0) -> list[float | None]:
         """ICMP round trips from host ``src`` to host ``dst`` in ms (None: no answer)."""
-        from .tunlink import ping
+        from .linkprobe import ping
 
         return ping(self.hosts[src].command([]), self.hosts[dst].address, count, interval, wait)
 
