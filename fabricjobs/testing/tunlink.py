@@ -247,6 +247,75 @@ class _Stats:
                             "buckets": [*LATE_BUCKETS, None], "counts": self.late_counts}}
 
 
+class _Relay:
+    """The relay's state: the faulty paths, the packets held back, the figures."""
+
+    def __init__(self, fd: int, seed: int | None, out: IO[str]) -> None:
+        self.fd, self.rng, self.out = fd, random.Random(seed), out
+        self.paths: dict[tuple[bytes, bytes], tuple[float, float, float, bool]] = {}
+        self.held: list[tuple[float, int, bytes]] = []  # a heap of (due, seq, packet)
+        self.stats = _Stats()
+        self.seq = 0
+
+    def release_due(self) -> float:
+        """Write back every held packet that is due; the seconds until the next one (-1: none)."""
+        held, now = self.held, time.monotonic()
+        while held and held[0][0] <= now:
+            due, _, packet = heapq.heappop(held)
+            try:
+                os.write(self.fd, packet)
+            except OSError:
+                self.stats.dropped += 1
+                continue
+            self.stats.released += 1
+            self.stats.late(now - due)
+            now = time.monotonic()
+        return max(held[0][0] - now, 0.0) if held else -1.0
+
+    def command(self, line: bytes) -> None:
+        message = json.loads(line)
+        if message["op"] == "paths":
+            self.paths = {(socket.inet_aton(a), socket.inet_aton(b)): (d, j, loss, dist == "normal")
+                          for a, b, d, j, loss, dist in message["paths"]}
+            answer: dict = {"ok": True, "paths": len(self.paths)}
+        elif message["op"] == "stats":
+            answer = self.stats.report()
+            if message.get("reset"):
+                self.stats = _Stats()
+        else:
+            answer = {"error": f"unknown op {message['op']!r}"}
+        self.out.write(json.dumps(answer) + "\n")
+        self.out.flush()
+
+    def take(self) -> None:
+        """Read up to 256 packets (then what is due is released before reading on): pass those
+        of a path without a fault straight back, drop or hold the others."""
+        fd, stats, rng, read, write = self.fd, self.stats, self.rng, os.read, os.write
+        for _ in range(256):
+            try:
+                packet = read(fd, 65536)
+            except BlockingIOError:
+                return
+            stats.received += 1
+            fault = self.paths.get((packet[12:16], packet[16:20])) if packet[:1] and packet[0] >> 4 == 4 else None
+            if fault is None:
+                try:
+                    write(fd, packet)
+                    stats.passed += 1
+                except OSError:
+                    stats.dropped += 1
+                continue
+            delay, jitter, loss, normal = fault
+            if loss and rng.random() < loss:
+                stats.dropped += 1
+                continue
+            if jitter:
+                delay = rng.gauss(delay, jitter) if normal else rng.uniform(delay - jitter, delay + jitter)
+            self.seq += 1
+            heapq.heappush(self.held, (time.monotonic() + max(delay, 0.0), self.seq, packet))
+            stats.held_max = max(stats.held_max, len(self.held))
+
+
 def relay(tun: str, seed: int | None, control: IO[str], out: IO[str]) -> None:
     """Read packets from the TUN ``tun``, hold or drop those of a faulty path, write them back.
     Commands come as JSON lines on ``control`` (paths, stats); its end ends the relay."""
@@ -259,11 +328,7 @@ def relay(tun: str, seed: int | None, control: IO[str], out: IO[str]) -> None:
     # reverse-path filter would drop it.
     _sysctl(f"net/ipv4/conf/{tun}/rp_filter", "0")
     _raise_priority()
-    rng = random.Random(seed)
-    paths: dict[tuple[bytes, bytes], tuple[float, float, float, bool]] = {}
-    held: list[tuple[float, int, bytes]] = []
-    stats = _Stats()
-    seq = 0
+    state = _Relay(fd, seed, out)
     ctl = control.fileno()
     os.set_blocking(ctl, False)
     pending = b""
@@ -272,68 +337,21 @@ def relay(tun: str, seed: int | None, control: IO[str], out: IO[str]) -> None:
     poller.register(ctl, select.EPOLLIN)
     out.write(json.dumps({"ready": True, "tun": tun, "pid": os.getpid()}) + "\n")
     out.flush()
-    monotonic, heappush, heappop, read, write = time.monotonic, heapq.heappush, heapq.heappop, os.read, os.write
     while True:
-        now = monotonic()
-        while held and held[0][0] <= now:
-            due, _, packet = heappop(held)
+        for source, _ in poller.poll(state.release_due()):
+            if source != ctl:
+                state.take()
+                continue
             try:
-                write(fd, packet)
-            except OSError:
-                stats.dropped += 1
+                chunk = os.read(ctl, 65536)
+            except BlockingIOError:
                 continue
-            stats.released += 1
-            stats.late(now - due)
-            now = monotonic()
-        timeout = max(held[0][0] - now, 0.0) if held else -1.0
-        for source, _ in poller.poll(timeout):
-            if source == ctl:
-                try:
-                    chunk = read(ctl, 65536)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    return
-                pending += chunk
-                while b"\n" in pending:
-                    line, pending = pending.split(b"\n", 1)
-                    message = json.loads(line)
-                    if message["op"] == "paths":
-                        paths = {(socket.inet_aton(a), socket.inet_aton(b)): (d, j, loss, dist == "normal")
-                                 for a, b, d, j, loss, dist in message["paths"]}
-                        answer: dict = {"ok": True, "paths": len(paths)}
-                    elif message["op"] == "stats":
-                        answer = stats.report()
-                        if message.get("reset"):
-                            stats = _Stats()
-                    else:
-                        answer = {"error": f"unknown op {message['op']!r}"}
-                    out.write(json.dumps(answer) + "\n")
-                    out.flush()
-                continue
-            for _ in range(256):  # then release what is due before reading on
-                try:
-                    packet = read(fd, 65536)
-                except BlockingIOError:
-                    break
-                stats.received += 1
-                fault = paths.get((packet[12:16], packet[16:20])) if packet[:1] and packet[0] >> 4 == 4 else None
-                if fault is None:
-                    try:
-                        write(fd, packet)
-                        stats.passed += 1
-                    except OSError:
-                        stats.dropped += 1
-                    continue
-                delay, jitter, loss, normal = fault
-                if loss and rng.random() < loss:
-                    stats.dropped += 1
-                    continue
-                if jitter:
-                    delay = rng.gauss(delay, jitter) if normal else rng.uniform(delay - jitter, delay + jitter)
-                seq += 1
-                heappush(held, (monotonic() + max(delay, 0.0), seq, packet))
-                stats.held_max = max(stats.held_max, len(held))
+            if not chunk:
+                return
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                state.command(line)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
