@@ -580,3 +580,18 @@ def _three_hosts_avoiding_the_unanswered():
     policy = _policy_avoiding(RoundRobinPolicy(), unanswered)
     policy.populate(None, hosts)
     return now, hosts, unanswered, policy
+
+
+def test_a_node_starting_just_after_a_heal_reads_the_schema_version_again_when_a_host_leaves_it_unanswered(
+        server, keyspace):
+    """Found by the partition tests: a node started right after a partition healed asked a
+    replica that had not caught up yet for the schema version, timed out, and exited."""
+    open_store(server, keyspace).close()  # the schema exists
+    server.faults.add("delay", "fabricjobs_schema WHERE id = 'k2_jobs'", statements="read", delay=30.0, times=1)
+    began = time.monotonic()
+    store = open_store(server, keyspace, request_timeout=0.5)
+    try:
+        assert time.monotonic() - began < 5.0
+        assert store.node("n1") is None  # open, on the schema it found
+    finally:
+        store.close()

@@ -295,15 +295,24 @@ class SchemaManager:
         return qualify(cql, self.keyspace)
 
     def version(self) -> int | None:
-        """The schema version, or None for a keyspace without fabricjobs tables."""
-        try:
-            row = self.s.execute(self._q("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'"),
-                                 execution_profile=self.serial).one()
-        except Exception as exc:
-            if "unconfigured table" in str(exc).lower() or "fabricjobs_schema" in str(exc):
-                return None
-            raise StoreError(f"cannot read the fabricjobs schema version of keyspace {self.keyspace!r}: {exc}") from None
-        return None if row is None else row["version"]
+        """The schema version, or None for a keyspace without fabricjobs tables. A read left
+        unanswered is tried again (twice): a node starting just after a partition healed met a
+        replica that had not yet caught up, and exited on its first read (the host that timed
+        out is tried last next, see session.py)."""
+        for attempt in range(3):
+            try:
+                row = self.s.execute(self._q("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'"),
+                                     execution_profile=self.serial).one()
+                return None if row is None else row["version"]
+            except Exception as exc:
+                if _unanswered(exc):
+                    if attempt < 2:
+                        continue
+                elif "unconfigured table" in str(exc).lower() or "fabricjobs_schema" in str(exc):
+                    return None
+                raise StoreError(f"cannot read the fabricjobs schema version of keyspace {self.keyspace!r}: "
+                                 f"{exc}") from None
+        raise AssertionError("unreachable")
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -371,3 +380,15 @@ class SchemaManager:
                            (target, target - 1), execution_profile=self.lwt)
             log.info("upgraded the fabricjobs schema of keyspace %s to version %d", self.keyspace, target)
         return SCHEMA_VERSION
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """A request that timed out (on the client, or a read timeout or unavailable replicas on the
+    coordinator): another try, on another host, may well be answered."""
+    from cassandra import OperationTimedOut, ReadTimeout, Unavailable
+    from cassandra.cluster import NoHostAvailable
+
+    transient = (OperationTimedOut, ReadTimeout, Unavailable)
+    if isinstance(exc, NoHostAvailable):
+        return bool(exc.errors) and all(isinstance(e, transient) for e in exc.errors.values())
+    return isinstance(exc, transient)
