@@ -142,6 +142,14 @@ SEED_PROCESS = (
         ("JOBSTATUS", JobStatus()),
         ("jobstatus 3 days ago", JobStatus(days_ago=3)),
         ("JOBSTATUS 0 DAYS AGO", JobStatus(days_ago=0)),
+        ("jobstatus 1 day ago", JobStatus(days_ago=1)),  # the course's singular
+        ("JOBSTATUS 2 Day AGO DETAILS", JobStatus(days_ago=2, details=True)),
+        # The course's "set EXEC_INTERVAL=\"\"" (issue #22): "" is the empty string.
+        (
+            "updatejob user_job name='T.tick' uid='cr' EXEC_INTERVAL=\"\"",
+            UpdateJob("USER_JOB", "T.tick", "cr", exec_interval=""),
+        ),
+        ('updatejob user_job name=\'X\' affinity=""', UpdateJob("USER_JOB", "X", affinity="")),
         ("JOBSTATUS USER_JOB", JobStatus(type="USER_JOB")),
         ("JOBSTATUS user_job 'Customer.userJob1'", JobStatus(type="USER_JOB", name="Customer.userJob1")),
         (
@@ -464,6 +472,27 @@ def test_unterminated_comment():
 
 def test_double_quotes_get_a_hint():
     assert_rendered(fails('stopjob user_job name="x"'), 1, 23, "expected a quoted string", "single quotes")
+
+
+@pytest.mark.parametrize(
+    "text, column",
+    [
+        ('updatejob user_job name=\'X\' exec_interval="00:05:00"', 43),  # only "" is a string
+        ('updatejob user_job name=\'X\' exec_interval=""""', 43),  # no "" escapes in a "" string
+        ('stopjob user_job name="x""', 23),
+    ],
+)
+def test_double_quoted_text_other_than_the_empty_string_is_refused(text, column):
+    err = fails(text)
+    assert_rendered(err, 1, column, "expected a quoted string", "single quotes", "\"\" alone is the empty string")
+
+
+def test_a_set_value_of_two_double_quotes_is_the_empty_string():
+    assert one('set sync = ""') == Set("sync", "")
+
+
+def test_day_is_a_keyword_only_as_a_whole_word():
+    assert_rendered(fails("jobstatus 1 dayz ago"), 1, 13, "unexpected 'dayz'", "expected DAYS")
 
 
 def test_lone_quote_inside_string_gets_a_hint():
