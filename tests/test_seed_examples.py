@@ -50,6 +50,7 @@ class Seed:
     error: str = ""  # the start of the message on stderr
     deliberate: str = ""  # why this project refuses or adapts the course's line
     template: bool = False
+    hides: tuple[str, ...] = ()  # not in the output
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Then:
     run: str
     shows: tuple[str | Pattern[str], ...] = ()
     error: str = ""
+    hides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,13 @@ COURSE = [
     Seed(339, "JOBSTATUS [x days ago] (one day: the singular, issue #22)", run="jobstatus 1 day ago;",
          shows=(rows("PROCESS", "echoArg.sh", "processJobtest", "PROCESSED"),)),
     Seed(342, "JOBSTATUS <JOBTYP>", run="JOBSTATUS USER_JOB", template=True,
-         shows=(rows("USER_JOB", "Customer.userJob6", "every5min"),)),
+         shows=(rows("USER_JOB", "Customer.userJob6", "every5min"),), hides=("| params ", "| processJobtest "),
+         deliberate="the live jobs of the type, as JOBSTATUS alone (README, Choices); the course's "
+                    "'all jobs matching the type' is the next line's form"),
+    Seed(342, "JOBSTATUS <JOBTYP> (all jobs of the type: with n DAYS AGO)", run="JOBSTATUS USER_JOB 1 days ago", template=True,
+         shows=(rows("USER_JOB", "Customer.params", "params", "PROCESSED"), rows("USER_JOB", "Customer.userJob6", "every5min")),
+         hides=("| processJobtest ",)),
+    Then("JOBSTATUS USER_JOB 'Customer.params' 1 day ago", (rows("USER_JOB", "Customer.params", "params", "PROCESSED"), "(1 row)")),
     Seed(344, "JOBSTATUS <JOBTYP> '<NAME>' WITH UID='<UID>'", run="JOBSTATUS USER_JOB 'Customer.params' WITH UID='params'", template=True,
          shows=("| Output ", "| Arguments ", rows("USER_JOB", "Customer.params", "params", "PROCESSED"), "(1 row)")),
     # -- Session scope (last: a SET applies to every later STARTJOB of the session) -----------
@@ -255,6 +263,8 @@ def test_every_command_line_of_the_course(cluster):
         shows = tuple(_typed(s, last_ps) if isinstance(s, str) else s for s in step.shows)
         problem = _check(where, text, code, out.getvalue(), err.getvalue(), shows, step.error)
         assert problem is None, problem
+        shown = [h for h in step.hides if h in out.getvalue()]
+        assert not shown, f"{where}: {text!r} should not show {shown}; it printed:\n{out.getvalue()}"
         if text.lower().startswith("ps"):
             last_ps = out.getvalue()
 

@@ -79,7 +79,8 @@ class UpdateJob:
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
-    """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE>; JOBSTATUS <TYPE> '<NAME>' [WITH UID='<UID>']."""
+    """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE> ['<NAME>'] [<n> DAYS AGO];
+    JOBSTATUS <TYPE> '<NAME>' WITH UID='<UID>'."""
 
     type: str | None = None
     name: str | None = None

@@ -235,15 +235,14 @@ class ToCommand(Transformer):
         details = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "DETAILS"
         if details:
             rest = rest[:-1]
-        if not rest:
-            return JobStatus(details=details)
-        if isinstance(rest[0], Token) and rest[0].type == "NUMBER":
-            days = self._whole(rest[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days")
+        numbers = [t for t in rest if isinstance(t, Token) and t.type == "NUMBER"]
+        days = self._whole(numbers[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days") if numbers else None
+        if not rest or (isinstance(rest[0], Token) and rest[0].type == "NUMBER"):
             return JobStatus(days_ago=days, details=details)
         strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
         values = [self._plain(tok, what) for tok, what in zip(strings, ("NAME", "UID"))]
         name, uid = (values + [None, None])[:2]
-        return JobStatus(type=rest[0], name=name, uid=uid, details=details)
+        return JobStatus(type=rest[0], name=name, uid=uid, days_ago=days, details=details)
 
     def _named(self, children: list[Any]) -> tuple[str, str, str | None, dict[str, Token]]:
         """<TYPE> '<NAME>' [WITH UID='<UID>'] and trailing keyword NUMBER options."""

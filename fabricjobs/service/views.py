@@ -45,7 +45,8 @@ class JobViews(ServiceCore):
             jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
             if cmd.days_ago is not None:
                 since = self.clock.now() - timedelta(days=cmd.days_ago)
-                jobs = sorted(jobs + self.store.archived_since(since, type=cmd.type), key=lambda j: j.key)
+                archived = [j for j in self.store.archived_since(since, type=cmd.type) if cmd.name in (None, j.name)]
+                jobs = sorted(jobs + archived, key=lambda j: j.key)
         if cmd.details:  # a record per block, with the job's counters (SMILA's job run statistics)
             return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs), vertical=True)
         if cmd.uid is not None:

@@ -143,6 +143,8 @@ SEED_PROCESS = (
         ("jobstatus 3 days ago", JobStatus(days_ago=3)),
         ("JOBSTATUS 0 DAYS AGO", JobStatus(days_ago=0)),
         ("jobstatus 1 day ago", JobStatus(days_ago=1)),  # the course's singular
+        ("jobstatus user_job 30 days ago", JobStatus(type="USER_JOB", days_ago=30)),
+        ("JOBSTATUS USER_JOB 'X' 1 DAY AGO DETAILS", JobStatus(type="USER_JOB", name="X", days_ago=1, details=True)),
         ("JOBSTATUS 2 Day AGO DETAILS", JobStatus(days_ago=2, details=True)),
         # The course's "set EXEC_INTERVAL=\"\"" (issue #22): "" is the empty string.
         (
@@ -491,6 +493,10 @@ def test_a_set_value_of_two_double_quotes_is_the_empty_string():
     assert one('set sync = ""') == Set("sync", "")
 
 
+def test_one_job_by_uid_takes_no_days():
+    assert_rendered(fails("jobstatus user_job 'X' with uid='u' 1 day ago"), 1, 37, "unexpected '1'", "expected DETAILS or ';'")
+
+
 def test_day_is_a_keyword_only_as_a_whole_word():
     assert_rendered(fails("jobstatus 1 dayz ago"), 1, 13, "unexpected 'dayz'", "expected DAYS")
 
@@ -505,7 +511,7 @@ def test_two_statements_without_separator():
 
 def test_jobstatus_forms_are_strict():
     assert_rendered(fails("jobstatus 3 days"), 1, 17, "unexpected end of input", "expected AGO")
-    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected DETAILS, WITH or ';'")
+    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected DETAILS, WITH, a number or ';'")
     assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected DETAILS, a number, a job type or ';'")
 
 
