@@ -34,7 +34,7 @@ import pytest
 
 from fabricjobs.model import Status
 from fabricjobs.shell.script import run_text
-from harness import ROOT, Cluster, wait_for
+from harness import ROOT, two_nodes, wait_for
 
 KEY = ("USER_JOB", "Customer.userJob1", "uid_test")
 
@@ -197,15 +197,9 @@ COURSE = [
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = Cluster(tmp_path_factory.mktemp("seed"), settings={"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "examples" / "process_jobs")}})
-    try:
-        c.start_node("local-1", wait=False)
-        c.start_node("local-2", wait=False)
-        for node in c.nodes.values():
-            c.wait_started(node)
-        yield c
-    finally:
-        c.stop_all()
+    c = two_nodes(tmp_path_factory.mktemp("seed"), settings={"jobs": {"PROCESS_JOBS_DIR": str(ROOT / "examples" / "process_jobs")}})
+    yield c
+    c.stop_all()
 
 
 def _shown(client, text: str) -> str:

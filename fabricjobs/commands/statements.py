@@ -30,6 +30,7 @@ class StartJob:
     tz: str | None = None
     late_threshold: str | None = None  # HH:MM:SS ('' : none)
     overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
+    if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,7 +200,8 @@ class ToCommand(Transformer):
         statement = keyword.type.lower()
         waiting = [p for p in params if isinstance(p, _Wait)]
         running = any(isinstance(p, _Running) for p in params)
-        params = [p for p in params if not isinstance(p, (_Wait, _Running))]
+        if_not_exists = [p for p in params if isinstance(p, Token) and p.type == "IF"]
+        params = [p for p in params if not isinstance(p, (_Wait, _Running, Token))]
         given: dict[str, _Param] = {}
         for param in params:
             if param.name in given:
@@ -212,7 +213,11 @@ class ToCommand(Transformer):
         for required in needed:
             if required not in given:
                 raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
+        if if_not_exists and "UID" not in given:  # a generated UID never exists: each run would add a job
+            raise invalid(self._text, if_not_exists[0], "IF NOT EXISTS needs UID='<uid>' (without one, every STARTJOB makes a new job)")
         fields = {name.lower(): param.value for name, param in given.items()}
+        if if_not_exists:
+            fields.update(if_not_exists=True)
         if waiting:
             fields.update(wait=True, timeout=waiting[0].timeout)
         if running:
@@ -227,6 +232,9 @@ class ToCommand(Transformer):
 
     def running(self, children: list[Token]) -> "_Running":
         return _Running()
+
+    def if_not_exists(self, children: list[Token]) -> Token:
+        return children[0]  # IF, where a message about it points
 
     startjob = stopjob = restartjob = resumejob = updatejob = _job
 

@@ -442,9 +442,9 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP= or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "IF", "';'")
 
 
 def test_unknown_statement():
@@ -491,6 +491,26 @@ def test_double_quoted_text_other_than_the_empty_string_is_refused(text, column)
 
 def test_a_set_value_of_two_double_quotes_is_the_empty_string():
     assert one('set sync = ""') == Set("sync", "")
+
+
+def test_startjob_if_not_exists():
+    assert one("startjob user_job name='A' uid='u' priority=3 if not exists") == StartJob(
+        "USER_JOB", "A", "u", priority=3, if_not_exists=True)
+    assert one("STARTJOB USER_JOB UID='u' NAME='A' IF  NOT\nEXISTS") == StartJob("USER_JOB", "A", "u", if_not_exists=True)
+
+
+@pytest.mark.parametrize(
+    "text, column, needle",
+    [
+        ("startjob user_job name='A' if not exists", 28, "IF NOT EXISTS needs UID='<uid>'"),
+        ("startjob user_job name='A' uid='u' if exists", 39, "expected NOT"),
+        ("startjob user_job name='A' uid='u' if not exists priority=3", 50, "expected ';'"),
+        ("stopjob user_job name='A' uid='u' if not exists", 35, "unexpected 'if'"),
+    ],
+)
+def test_if_not_exists_is_strict(text, column, needle):
+    err = fails(text, ValidationError) if "needs" in needle else fails(text)
+    assert_rendered(err, 1, column, needle)
 
 
 def test_one_job_by_uid_takes_no_days():

@@ -207,6 +207,8 @@ def test_bulk_script_goes_through_prepared_statements():
         "kill 'node''s' 12; kill node-1.a 3; set a = 'b'; set a.b c=d; set x '';",
         "jobstatus user_job '';jobstatus user_job 'a' with uid='';joblog user_job 'a' with uid='b' run 2",
         bulk(3) + "updatejob user_job name='x' uid=\"\" exec_interval=\"\";",
+        bulk(3) + "startjob user_job name='x' uid='y' if not exists; startjob user_job name='x' uid='z' if not exists;",
+        bulk(3) + "startjob user_job name='x' if not exists;",
         bulk(3) + "updatejob user_job name=\"\" exec_interval='';updatejob user_job name='a' exec_interval=\"\"",
         bulk(3) + "updatejob user_job name='x' exec_interval=\"00:05:00\";",
         bulk(3) + "updatejob user_job name='x' exec_interval=\"\"\"\";",
