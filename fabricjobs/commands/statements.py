@@ -118,12 +118,14 @@ class Nodes:
 
 @dataclass(frozen=True, slots=True)
 class JobHistory:
-    """JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT n]: the runs of a job, newest first."""
+    """JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT n]: the runs of a job, newest first;
+    JOBHISTORY RECENT n (``recent``; no type or name): the last n runs of the whole cluster."""
 
-    type: str
-    name: str
+    type: str | None = None
+    name: str | None = None
     uid: str | None = None
     limit: int | None = None
+    recent: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,6 +275,11 @@ class ToCommand(Transformer):
         return self._whole(options[word], limit, message) if word in options else None
 
     def jobhistory(self, children: list[Any]) -> JobHistory:
+        if isinstance(children[1], Token) and children[1].type == "RECENT":
+            recent = self._whole(children[2], values.MAX_RECENT, "RECENT needs a whole number of runs")
+            if recent == 0:
+                raise invalid(self._text, children[2], "RECENT needs at least 1 run")
+            return JobHistory(recent=recent)
         job_type, name, uid, options = self._named(children)
         limit = self._option(options, "LIMIT", _MAX_LIMIT, "LIMIT needs a whole number of runs")
         return JobHistory(type=job_type, name=name, uid=uid, limit=limit)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabricjobs.commands import (
+    JobHistory,
     JobStatus,
     Kill,
     Ps,
@@ -511,6 +512,25 @@ def test_startjob_if_not_exists():
 def test_if_not_exists_is_strict(text, column, needle):
     err = fails(text, ValidationError) if "needs" in needle else fails(text)
     assert_rendered(err, 1, column, needle)
+
+
+def test_jobhistory_recent():
+    assert one("jobhistory recent 20") == JobHistory(recent=20)
+    assert one("JOBHISTORY RECENT 10000") == JobHistory(recent=10000)
+
+
+@pytest.mark.parametrize(
+    "text, column, needle, kind",
+    [
+        ("jobhistory recent 0", 19, "RECENT needs at least 1 run", ValidationError),
+        ("jobhistory recent 10001", 19, "10001 is too large (at most 10000)", ValidationError),
+        ("jobhistory recent 2.5", 19, "RECENT needs a whole number of runs, got 2.5", ValidationError),
+        ("jobhistory recent", 18, "expected a number", CommandSyntaxError),
+        ("jobhistory recent 5 limit 2", 21, "expected ';'", CommandSyntaxError),
+    ],
+)
+def test_jobhistory_recent_is_strict(text, column, needle, kind):
+    assert_rendered(fails(text, kind), 1, column, needle)
 
 
 def test_one_job_by_uid_takes_no_days():
