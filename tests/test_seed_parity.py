@@ -1,10 +1,13 @@
 """What users of the other seed systems type (issue #22), through ``fabricjobs shell`` on two
 real node processes on SQLite: RJM's idempotent set-up (STARTJOB ... IF NOT EXISTS), DolphinDB's
-recent runs of the whole cluster (JOBHISTORY RECENT n)."""
+recent runs of the whole cluster (JOBHISTORY RECENT n), IPF's one-time schedule to the
+millisecond."""
 
 from __future__ import annotations
 
+import json
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -75,3 +78,20 @@ def test_jobhistory_recent_lists_the_clusters_last_runs_newest_first(cluster):
     assert "| Probe.fails_no_retry |" in one.stdout and "Probe.noop" not in one.stdout and "(1 row)" in one.stdout
     bad = cluster.shell("-e", "jobhistory recent 0;")
     assert bad.returncode == 1 and "RECENT needs at least 1 run" in bad.stderr
+
+
+def test_a_one_time_schedule_to_the_millisecond(cluster):
+    """IPF's singleSchedule: EXEC_INTERVAL='yyyy-MM-dd HH:mm:ss.SSS' is due at that millisecond."""
+    at = (datetime.now(timezone.utc) + timedelta(seconds=2)).replace(microsecond=437000)
+    text = at.strftime("%Y-%m-%d %H:%M:%S") + ".437"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.noop' uid='ms' exec_interval='{text}' tz='UTC';")
+    assert r.returncode == 0 and row("USER_JOB", "Probe.noop", "ms", "SCHEDULED").search(r.stdout), r.stderr
+    status = json.loads(cluster.shell("--format", "json", "-e", "jobstatus user_job 'Probe.noop' with uid='ms';").stdout)
+    assert datetime.fromisoformat(status[0]["Next Run"]) == at
+    done = cluster.shell("-e", "waitjob user_job 'Probe.noop' with uid='ms' timeout 20;")
+    assert done.returncode == 0 and "PROCESSED" in done.stdout, done.stderr
+    (run,) = json.loads(cluster.shell("--format", "json", "-e", "jobhistory user_job 'Probe.noop' with uid='ms';").stdout)
+    assert datetime.fromisoformat(run["Due"]) == at and datetime.fromisoformat(run["Start"]) >= at
+    bad = cluster.shell("-e", f"startjob user_job name='Probe.noop' uid='us' exec_interval='{text}123';")
+    assert bad.returncode == 1 and "at most 3 decimals (milliseconds), got 6" in bad.stderr
+    assert cluster.job("USER_JOB", "Probe.noop", "us") is None
