@@ -106,7 +106,7 @@ from bench_node import (  # noqa: E402
     print_log_findings, utc, wait_for,
 )
 from fabricjobs.testing.rig import (  # noqa: E402
-    RigError, free_port, pythonpath_with, scrape_metrics, signal_group, write_config,
+    RigError, free_port, group_cpu_seconds, process_cpu_seconds, pythonpath_with, scrape_metrics, signal_group, write_config,
 )
 from fabricjobs.errors import FabricJobsError  # noqa: E402
 from fabricjobs.model import Status  # noqa: E402
@@ -730,6 +730,10 @@ def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict
 
     wait_for(all_done, 60 + jobs * 0.2, lambda: f"the {jobs} preloaded jobs: {state['n']} PROCESSED",
              interval=0.25, check=rig.check_nodes)
+    # CPU of every process of the nodes' groups (node, fork server, workers), start-up included,
+    # and of the node processes alone: what each job costs, beside how fast the queue drained.
+    cpu = sum(group_cpu_seconds(rig.nodes[n].pid) for n in names)
+    node_cpu = sum(process_cpu_seconds(rig.nodes[n].pid) for n in names)
     rows = [j for j in store.archived_since(utc(0)) if j.key.name == "Bench.noop"]
     bad = [j for j in rows if j.status is not Status.PROCESSED]
     if bad or len(rows) != jobs:
@@ -740,7 +744,7 @@ def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict
     for j in rows:
         per_node[j.worker_id or "?"] = per_node.get(j.worker_id or "?", 0) + 1
     return {"jobs": jobs, "jobs_per_s": (jobs - 1) / (t1 - t0), "drain_seconds": t1 - t0, "nodes": len(names),
-            "per_node": dict(sorted(per_node.items()))}
+            "per_node": dict(sorted(per_node.items())), "cpu_seconds": cpu, "node_process_cpu_seconds": node_cpu}
 
 
 def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
@@ -772,14 +776,15 @@ def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
                      f"{r['jobs_per_s'] / one['jobs_per_s']:.2f}x" if one else "n/a",
                      f"{r['jobs_per_s'] / default['jobs_per_s']:.2f}x" if default else "n/a",
                      f"{r['jobs_per_s'] / stored['jobs_per_s']:.2f}x" if stored else "n/a",
-                     " ".join(str(v) for v in r["per_node"].values())])
+                     " ".join(str(v) for v in r["per_node"].values()),
+                     f"{r['cpu_seconds'] / r['jobs'] * 1e6:.0f} ({r['node_process_cpu_seconds'] / r['jobs'] * 1e6:.0f})"])
     for h in out["huey"]:
         rows.append([f"huey {h['huey_version']} SqliteHuey, 4 threads, results {'stored' if h['results'] else 'not stored'}",
-                     fmt_rate(h["jobs_per_s"]), f"{h['drain_seconds']:.2f}", "", "", "", ""])
+                     fmt_rate(h["jobs_per_s"]), f"{h['drain_seconds']:.2f}", "", "", "", "", ""])
     print(f"\n== throughput --preload: {jobs:,} no-op jobs queued before any consumer starts, then drained "
           f"(first start -> last end; {backend.label()})")
     print(tabulate(rows, headers=["system", "jobs/s", "seconds", "vs 1 node", "vs huey default", "vs huey + results",
-                                  "jobs per node"], disable_numparse=True))
+                                  "jobs per node", "CPU us/job (node processes)"], disable_numparse=True))
     goals = []
     if one:
         for r in out["fabricjobs"]:

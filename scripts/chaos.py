@@ -42,6 +42,15 @@ Run
     cassandra-kill  SIGKILL of it, down 1-5 s, then restarted on its data (ready: it answers CQL
                     and the other nodes see it again).
   They are recorded like the others (node "cassandra@<address>").
+  --partitions (issue #20; scripts/chaos_partitions.py, default --duration 300): the three
+  Cassandra nodes and the fabricjobs nodes each run on a test host of their own (a network
+  namespace, fabricjobs/testing/netns.py), and instead of the Cassandra process faults a
+  network fault comes every 5-15 s, one at a time (each kind once first): a node's host cut
+  off (net-isolate), a node with one replica of three (net-minority), a replica cut off
+  (net-replica), 200 +- 100 ms delay or 5 % loss on every path (net-delay, net-loss), 400-900
+  ms on what one node sends (net-slow-heartbeat). A fault of a node's host is a fault of that
+  node; a replica cut off, delay and loss are faults of the store (node "cassandra@<address>"
+  or "network").
   Before the faults start, each node runs one 0.3 s job per pool slot (pinned to it by
   AFFINITY, not checked), so that the soak does not begin with a burst of worker forks.
   No fault begins in the last 3 s, so the last ones end near the end of --duration. Then the
@@ -80,6 +89,10 @@ Checker (a failure prints the seed and the offending records, and exits 1)
      node that held the job then: one that ran it in the 10 s before or first after, or that
      a node log names as the dead owner the job was taken over from. How late runs started
      (start - due) is printed as p50 / p99 / max.
+  6. no write of a fenced run was accepted: a job's row never keeps an epoch older than that
+     of a run that started (every claim raises it, and an outcome is written only under its
+     run's epoch); one-time jobs PROCESSED under their newest claim's epoch by its node. The
+     node logs' refusals of such writes ("is no longer ours ... (fenced)") are counted.
   In 4 and 5 more things count as faults, and are counted apart in the notes:
   * a store stall, a fault of every node. SQLite: a probe in this script runs BEGIN IMMEDIATE
     every 100 ms; a wait for the write lock over 0.3 s while a SIGSTOP was in progress (a
@@ -106,8 +119,15 @@ Checker (a failure prints the seed and the offending records, and exits 1)
     holding it was slowed).
   * (5 only) overload of a surviving node: a fault of another node in progress (same window)
     and the job's previous run, on the node that held it, already over 0.5 s late.
+  * (5 only) a fault of a node that held the job that struck while the fire was pending and
+    not yet overdue (between its due time and due + LATE_LIMIT, before it was served).
+  * (5 only) a network fault of the store (--partitions: a replica cut off, delay, loss) from
+    its start - 1 s to its ready + 10 s + the dead threshold + 2 s, when the fire was served,
+    or collapsed into a run, at most LATE_LIMIT + 10 s (the request timeout) after its due
+    time: such a fault slows every request that meets it up to the request timeout, from the
+    first fire on.
 
-usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000]
+usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000] [--partitions]
                                          [--recurring N] [--backend sqlite|cassandra|cassandra-real]
                                          [--cassandra-hosts HOST[:PORT],...] [--reconcile-ms MS]
                                          [--json FILE] [--keep] [--verbose]
@@ -189,6 +209,7 @@ LOG_PROBLEM = re.compile(r"\b(ERROR|CRITICAL)\b|Traceback")
 SELF_FENCE = re.compile(
     r"^(?:ERROR|WARNING) (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*? - (\S+) "
     r"(?:could not renew its lease|renewed its lease after it had run out)")
+FENCED_WRITE = re.compile(r"^\w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*is no longer ours .*outcome not written \(fenced\)")
 TAKEOVER = re.compile(
     r"^WARNING (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*? - (\S+) took over '([^']+)' from dead node (\S+) ")
 
@@ -246,7 +267,8 @@ class Node:
         with self.cluster.lock:  # no node starts once close() began (a restart fault under way)
             if self.cluster.closing:
                 raise ChaosError(f"node {self.name} not started: the run is ending")
-            self.current = self.cluster.rig.spawn(self.name, log_level="warning", env={"PYTHONPATH": pythonpath_with(ROOT)})
+            self.current = self.cluster.rig.spawn(self.name, log_level="warning", env={"PYTHONPATH": pythonpath_with(ROOT)},
+                                                  prefix=self.cluster.backend.node_prefix(self.name))
         self.logs.append(self.current.log_path)
         return time.time()
 
@@ -552,6 +574,10 @@ class Backend:
     def start_faults(self, cluster: "Cluster", rng: random.Random, t_last: float) -> None:
         """Faults of the store itself, up to ``t_last`` (none by default)."""
 
+    def node_prefix(self, name: str) -> list[str]:
+        """What a node's command runs under (--partitions: its test host's ``ip netns exec``)."""
+        return []
+
     def mark(self) -> None:
         """The faults begin (for the report's figures)."""
 
@@ -630,7 +656,10 @@ class CqlTestServerBackend(Backend):
             self.cql.stop()
 
 
-STORE_FAULTS = ("cassandra-stop", "cassandra-kill")
+STORE_FAULTS = ("cassandra-stop", "cassandra-kill", "net-replica", "net-delay", "net-loss")
+# network faults of one fabricjobs node's host (--partitions, chaos_partitions.py): faults of
+# that node, as a SIGSTOP is
+NODE_NET_FAULTS = ("net-isolate", "net-minority", "net-slow-heartbeat")
 REAL_TIMEOUT = 10.0  # REQUEST_TIMEOUT_SEC on real Cassandra: the longest one store request waits
 
 
@@ -1064,6 +1093,20 @@ class RunRec:
                f"{due}start {fmt_t(self.start)} {end}"
 
 
+def longest_pauses(starts: list[float], faults: list[Fault], after: float = 10.0) -> dict[str, float]:
+    """The longest gap between two run starts (anywhere in the cluster) that begins within a
+    fault or the ``after`` s that follow its end, per fault kind: how long a fault stopped the
+    cluster's work."""
+    out: dict[str, float] = {}
+    for f in faults:
+        lo, hi = f.start, (f.ready or f.end or f.start) + after
+        i = bisect.bisect_left(starts, lo)
+        gaps = [b - a for a, b in zip(starts[max(0, i - 1):], starts[i:]) if a <= hi]
+        if gaps:
+            out[f.kind] = max(out.get(f.kind, 0.0), max(gaps))
+    return out
+
+
 def fmt_t(t: float | None) -> str:
     if t is None or t == math.inf:
         return "inf"
@@ -1173,7 +1216,9 @@ def parse_self_fences(logs: list[tuple[str, Path]], faults: list["Fault"], lag: 
     provoked, by_store, unprovoked = [], [], []
     for m in _log_matches(logs, SELF_FENCE):
         t, node = _log_time(m.group(1), m.group(2)), m.group(3)
-        stop = [f for f in faults if f.node == node and f.kind == "stop" and f.start <= t <= (f.end or t) + 1.0]
+        stop = [f for f in faults if f.node == node and (
+            (f.kind == "stop" and f.start <= t <= (f.end or t) + 1.0)
+            or (f.kind in NODE_NET_FAULTS and f.start <= t and t - lag <= (f.ready or math.inf) + EXPLAIN_AFTER))]
         store = [f for f in faults if f.of_store and f.start <= t and t - lag <= (f.ready or math.inf) + EXPLAIN_AFTER]
         (provoked if stop else by_store if store else unprovoked).append((t, node))
     return sorted(provoked), sorted(by_store), sorted(unprovoked)
@@ -1181,7 +1226,8 @@ def parse_self_fences(logs: list[tuple[str, Path]], faults: list["Fault"], lag: 
 
 class Checker:
     def __init__(self, *, plans, accepted, final_rows, by_uid, faults, takeovers, t_stop_recurring, creation,
-                 self_fences, listed, pre_stop, stalls, lapse_lag=0.0):
+                 self_fences, listed, pre_stop, stalls, lapse_lag=0.0, refused_writes=0):
+        self.refused_writes = refused_writes  # node log lines: an outcome not written, its run fenced
         self.stalls = stalls  # (start, end) of store stalls during a SIGSTOP: a fault of every node
         self.pre_stop = pre_stop  # (recurring rows before STOPJOB, uids live_jobs() listed then, when)
         self.self_fences = self_fences  # lease lapses no SIGSTOP of the node explains: (time, node, during a store fault)
@@ -1374,6 +1420,24 @@ class Checker:
                         for f in self.faults if f.of_store):
                     explained_store += 1
                     continue
+                # A fault of a node that held the job, struck while the fire was pending and not
+                # yet overdue (before due + LATE_LIMIT): the fire lost its node before its deadline.
+                served_at = min((r.start for r in mine), default=math.inf)
+                if any(f.node in relevant and not f.of_store and due <= f.start <= min(due + LATE_LIMIT, served_at)
+                       for f in self.faults):
+                    explained += 1
+                    continue
+                # A network fault of the store (a replica cut off, delay, loss: --partitions) slows
+                # every request that meets it, up to the request timeout, from the first one on:
+                # a fire served (or collapsed into a run) at most that much later than the usual
+                # limit is explained by it, with no need for a run before it to be late already.
+                waited = [r.start - r.due for r in mine] or [r.start - r.due for r in lst if fire_of(r.due, first) < k
+                                                            and (r.start >= due or r.bound > due)]
+                if waited and min(waited) <= LATE_LIMIT + REAL_TIMEOUT and any(
+                        f.kind.startswith("net-") and f.start - EXPLAIN_BEFORE <= due
+                        <= (f.ready or math.inf) + REAL_TIMEOUT + EXPLAIN_AFTER for f in self.faults if f.of_store):
+                    explained_store += 1
+                    continue
                 prev_s = lst[i - 1].show() if i > 0 else "none"
                 next_s = lst[i].show() if i < len(lst) else "none"
                 if i >= len(lst):
@@ -1396,7 +1460,7 @@ class Checker:
                  f"{explained} explained by faults"
                  + (f", {explained_fence} by a self-fence or store stall" if explained_fence else "")
                  + (f", {explained_load} by overload during faults elsewhere" if explained_load else "")
-                 + (f", {explained_store} by store latency during a Cassandra fault" if explained_store else "")
+                 + (f", {explained_store} by store latency during a Cassandra or network fault" if explained_store else "")
                  + (f"; {late_served} served over {LATE_LIMIT:g} s late" if late_served else ""))
         self.stats = {"recurring_due_times": dues, "unserved_due_times": missed, "coalesced": coalesced,
                       "explained": explained, "explained_by_self_fence_or_stall": explained_fence,
@@ -1404,7 +1468,30 @@ class Checker:
                       "explained_by_store_latency_during_cassandra_faults": explained_store,
                       "served_too_late": late_served,
                       "start_lateness_s": {"p50": pct(0.5), "p99": pct(0.99), "max": lateness[-1] if lateness else 0.0}}
+        self._check_fencing()
         return not self.offences
+
+    def _check_fencing(self) -> None:
+        """6. No write of a fenced run was accepted: every claim raises a job's epoch, and an
+        outcome is written only if the row still carries its run's epoch. A write of an older
+        claim that got through after a newer one (a partitioned node coming back with its
+        outcome) would leave the row with an epoch below that of a run that started."""
+        bad, checked = [], 0
+        for uid in sorted(self.accepted):
+            row, lst = self.final.get(uid), self.by_uid.get(uid, [])
+            if row is None or not lst:
+                continue
+            checked += 1
+            newest = max(lst, key=lambda r: r.epoch)
+            if row.epoch < newest.epoch:
+                bad.append(f"{uid}: the row's epoch {row.epoch} (owner {row.worker_id}, {row.status.value}) is older "
+                           f"than the claim of a run that started:\n      {newest.show()}")
+            elif (row.epoch == newest.epoch and self.plans[uid].kind == "once" and row.status is Status.PROCESSED
+                  and row.worker_id not in (None, newest.node)):
+                bad.append(f"{uid}: PROCESSED by {row.worker_id} under epoch {row.epoch}, which {newest.node} held:"
+                           f"\n      {newest.show()}")
+        self.add("6. no write of a fenced run accepted (the row keeps its newest claim's epoch)", checked, bad,
+                 f"{self.refused_writes} outcome writes of fenced runs refused (node logs)")
 
 
 # ==================================================================================================
@@ -1459,7 +1546,12 @@ def retry_store(fn, what: str, timeout: float = 60.0):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--duration", type=float, default=120.0, help="seconds of faults (120)")
+    ap.add_argument("--duration", type=float, default=None, help="seconds of faults (120; 300 with --partitions)")
+    ap.add_argument("--partitions", action="store_true",
+                    help="Apache Cassandra (3 nodes) and the fabricjobs nodes each on a test host of its own (a "
+                         "network namespace), and a network fault every 5-15 s besides the process faults: a node "
+                         "cut off, a node with one replica of three, a replica cut off, delay, loss, a slow "
+                         "heartbeat path (scripts/chaos_partitions.py; implies --backend cassandra-real)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     ap.add_argument("--nodes", type=int, default=None, help="node processes (4; 3 on cassandra-real)")
     ap.add_argument("--jobs", type=int, default=None, help="jobs in all (2000; 300 on cassandra-real)")
@@ -1484,7 +1576,18 @@ def main() -> int:
     VERBOSE = args.verbose
     if args.cassandra_hosts and args.backend != "cassandra-real":
         ap.error("--cassandra-hosts goes with --backend cassandra-real")
-    backend = BACKENDS[args.backend](args)
+    if args.partitions:
+        if args.cassandra_hosts:
+            ap.error("--partitions starts Cassandra on test hosts of its own: drop --cassandra-hosts")
+        args.backend = "cassandra-real"
+        sys.modules.setdefault("chaos", sys.modules[__name__])  # chaos_partitions builds on this module
+        from chaos_partitions import PartitionBackend
+
+        backend: Backend = PartitionBackend(args)
+    else:
+        backend = BACKENDS[args.backend](args)
+    if args.duration is None:
+        args.duration = 300.0 if args.partitions else 120.0
     set_heartbeat(*backend.heartbeat)
     for opt, default in (("nodes", backend.nodes), ("jobs", backend.jobs), ("reconcile_ms", backend.reconcile_ms)):
         if getattr(args, opt) is None:
@@ -1496,7 +1599,8 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     signal.signal(signal.SIGTERM, _on_sigterm)
     rng = random.Random(seed)
-    print(f"chaos: seed {seed} (rerun with --seed {seed}); backend {args.backend}; {args.nodes} nodes "
+    print(f"chaos: seed {seed} (rerun with --seed {seed}{' --partitions' if args.partitions else ''}); backend "
+          f"{args.backend}{', network partitions' if args.partitions else ''}; {args.nodes} nodes "
           f"(heartbeat {HEARTBEAT_MS} ms x {HEARTBEAT_MISS}, reconcile {args.reconcile_ms} ms, pool {POOL}); "
           f"{args.jobs} jobs ({args.jobs - recurring} one-time, {recurring // 2} interval, "
           f"{recurring - recurring // 2} cron); {args.duration:g} s of faults", flush=True)
@@ -1603,7 +1707,8 @@ def main() -> int:
                           faults=cluster.faults, takeovers=takeovers, t_stop_recurring=t_stop_recurring,
                           creation=creation, listed=listed, lapse_lag=backend.lapse_lag,
                           self_fences=sorted([(t, n, True) for t, n in by_store] + [(t, n, False) for t, n in unprovoked]),
-                          pre_stop=(pre_stop, pre_listed, t_stop_recurring), stalls=stalls)
+                          pre_stop=(pre_stop, pre_listed, t_stop_recurring), stalls=stalls,
+                          refused_writes=sum(1 for _ in _log_matches(cluster.node_logs(), FENCED_WRITE)))
         ok = checker.run()
 
         # -- the report ------------------------------------------------------------------------------
@@ -1642,11 +1747,16 @@ def main() -> int:
               + (f", {st['explained_by_overload_during_faults']} by overload during faults elsewhere"
                  if st['explained_by_overload_during_faults'] else "")
               + (f", {st['explained_by_store_latency_during_cassandra_faults']} by store latency during a Cassandra "
-                 "fault" if st['explained_by_store_latency_during_cassandra_faults'] else "")
+                 "or network fault" if st['explained_by_store_latency_during_cassandra_faults'] else "")
               + f"; start after due time p50 {lat['p50'] * 1000:.0f} ms, p99 {lat['p99'] * 1000:.0f} ms, "
               f"max {lat['max']:.2f} s")
-        print(f"self-fencing (lease lapses): {len(provoked)} after a SIGSTOP (expected), "
-              + (f"{len(by_store)} during a Cassandra fault, " if any(f.of_store for f in cluster.faults) else "")
+        pauses = longest_pauses(sorted(r.start for r in all_runs), cluster.faults)
+        if pauses:
+            print("longest pause in run starts during a fault or in the 10 s after it, by kind: "
+                  + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(pauses.items())))
+        print(f"self-fencing (lease lapses): {len(provoked)} after a SIGSTOP or a network fault of the node (expected), "
+              + (f"{len(by_store)} during a Cassandra or network fault of the store, "
+                 if any(f.of_store for f in cluster.faults) else "")
               + f"{len(unprovoked)} with no fault injected"
               + (": " + ", ".join(f"{n} {fmt_t(t)}" for t, n in unprovoked[:12]) if unprovoked else ""))
         for line in backend_lines:
@@ -1707,7 +1817,7 @@ def main() -> int:
             "accepted": len(submitter.accepted), "refused": submitter.errors, "ring_errors": submitter.ring_errors, "runs": len(all_runs),
             "runs_ended": ended.get("end", 0), "runs_aborted": ended.get("abort", 0),
             "runs_without_end": ended.get(None, 0), "bounds": bound_kinds, "recurring_stats": checker.stats,
-            "node_log_problems": log_problems,
+            "node_log_problems": log_problems, "longest_pause_after_fault_s": pauses,
             "self_fences_after_sigstop": [(fmt_t(t), n) for t, n in provoked],
             "self_fences_during_store_fault": [(fmt_t(t), n) for t, n in by_store],
             "self_fences_without_fault": [(fmt_t(t), n) for t, n in unprovoked],

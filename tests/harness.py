@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from datetime import datetime
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -178,6 +180,97 @@ def read_records(path: Path) -> list[dict]:
                 out.append(json.loads(line))
             except json.JSONDecodeError:
                 pass  # a record cut by a kill
+    return out
+
+
+class RunWatch(threading.Thread):
+    """Watches the worker process of each run a starts file names (Probe.record's ``starts``
+    records carry its pid) and notes when it was first seen gone, every ``interval`` s: the
+    latest moment a run that left no end record can have ended. A node that loses its lease
+    kills the workers of runs that have not yet seen it themselves, and a killed run writes
+    nothing; its worker's end is its end."""
+
+    def __init__(self, starts: Path, interval: float = 0.05) -> None:
+        super().__init__(name="run-watch", daemon=True)
+        self.starts, self.interval = starts, interval
+        self.gone: dict[int, float] = {}  # pid -> when first seen gone
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        watched: set[int] = set()
+        while not self._done.is_set():
+            watched.update(r["pid"] for r in read_records(self.starts))
+            for pid in watched - set(self.gone):
+                if not process_alive(pid):
+                    self.gone[pid] = time.time()
+            self._done.wait(self.interval)
+
+    def finish(self) -> None:
+        self._done.set()
+        if self.is_alive():
+            self.join(5)
+
+    def __enter__(self) -> "RunWatch":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+
+def merge_runs(started: list[dict], ended: list[dict], gone: dict[int, float] | None = None) -> list[dict]:
+    """Each run from its start record (Probe.record with ``starts``), with the end its end
+    record gave; one without (killed before it could write one) ends when its worker was seen
+    gone (``gone``: RunWatch.gone), marked killed; one with neither has no end (still going).
+    A run that ended but whose node lost its lease before the outcome was written is run
+    again: at least once after a fault, never two at once."""
+    ends = {(r["key"], r["epoch"]): r for r in ended}
+    out = []
+    for r in started:
+        end = ends.get((r["key"], r["epoch"]))
+        if end is not None:
+            out.append(dict(r, end=end["end"], aborted=end["aborted"]))
+        elif gone is not None and r["pid"] in gone:
+            out.append(dict(r, end=gone[r["pid"]], aborted=True, killed=True))
+        else:
+            out.append(dict(r))
+    return out
+
+
+#: What a node logs when its lease ran out: the heartbeat noticed (self-fencing), or a beat
+#: came back after the lease had lapsed (runs claimed before end then).
+FENCES = ("could not renew its lease", "renewed its lease after it had run out")
+LOG_TIME = re.compile(r"^[A-Z]+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def log_time(match: re.Match) -> float:
+    """The epoch seconds of a node log line's time (LOG_TIME's match; local time, ms)."""
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def fence_times(node) -> list[float]:
+    """When ``node`` (a NodeProcess) logged that its lease ran out, as epoch seconds."""
+    out = []
+    for line in node.log().splitlines():
+        m = LOG_TIME.match(line)
+        if m and any(f in line for f in FENCES):
+            out.append(log_time(m))
+    return out
+
+
+def unexplained_reruns(runs: list[dict], fences: dict[str, list[float]]) -> list:
+    """Each run (merge_runs) followed by another run of its key, unless the node that ran it
+    fenced itself (``fences``: fence_times per node name) between the run's start and the next
+    run's start (half a second of slack: the log line's time is taken after the verdict)."""
+    by_key: dict[str, list[dict]] = defaultdict(list)
+    for r in runs:
+        by_key[r["key"]].append(r)
+    out = []
+    for key, runs in by_key.items():
+        runs.sort(key=lambda r: r["start"])
+        for run, rerun in zip(runs, runs[1:]):
+            if not any(run["start"] <= t <= rerun["start"] + 0.5 for t in fences.get(run["node"], [])):
+                out.append((key, run, rerun))
     return out
 
 

@@ -38,7 +38,7 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> None:
     result = json.loads(report.read_text())
     assert result["passed"] is True, tail
     checks = {c["check"]: c for c in result["checks"]}
-    assert len(checks) == 5 and all(c["violations"] == 0 for c in checks.values()), tail
+    assert len(checks) == 6 and all(c["violations"] == 0 for c in checks.values()), tail
     # the run did what it is meant to: faults of every kind, jobs accepted, runs recorded
     kinds = {f["kind"] for f in result["faults"]}
     assert kinds == {"kill", "stop", "restart"}, f"fault kinds {kinds}\n{tail}"
@@ -52,8 +52,13 @@ def test_chaos_sqlite(tmp_path):
     run_chaos(tmp_path, "--backend", "sqlite", "--duration", "45", timeout=400)
 
 
+# Not in ./scripts/test (marker "extended"; run it with pytest -m extended): the suite's soak
+# phase has the partition tests on Apache Cassandra itself (tests/test_partitions.py), which
+# fault the real Cassandra backend, where this soak faults the CQL test server, a double of it;
+# both did not fit the suite's 15 minutes.
 @pytest.mark.slow
 @pytest.mark.soak
+@pytest.mark.extended
 def test_chaos_cassandra(tmp_path):
     pytest.importorskip("cassandra")
     run_chaos(tmp_path, "--backend", "cassandra", "--duration", "45", "--jobs", "600", timeout=400)

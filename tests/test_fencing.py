@@ -20,7 +20,8 @@ import pytest
 
 from fabricjobs.config import load_config
 from fabricjobs.model import Status
-from harness import TESTS, Cluster, NodeProcess, process_alive, read_records, wait_for
+from harness import (TESTS, Cluster, NodeProcess, RunWatch, assert_no_overlap, fence_times, merge_runs,
+                     process_alive, read_records, unexplained_reruns, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +41,7 @@ def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(clu
         proc = subprocess.Popen(
             [sys.executable, str(TESTS / "helpers" / "pausing_node.py"), "--config", str(cluster.config_path),
              "node", "--name", "a"], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-    a = NodeProcess("a", proc, log_path)
-    cluster.nodes["a"] = a
-    cluster.started.append(a)  # killed with the others at the end (it was left running before)
+    a = cluster.adopt(NodeProcess("a", proc, log_path))  # killed with the others at the end
     cluster.wait_started(a)
     args = json.dumps({"log": str(log), "seconds": 2.0, "starts": str(starts)})
     cluster.fetch(f"startjob user_job name='Probe.record' uid='j' args='{args}';")
@@ -116,6 +115,64 @@ def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dea
         assert "a end" not in log.read_text()
     finally:
         a.signal(signal.SIGCONT)
+
+
+# The SQLite counterpart of a slow or cut network (issue #20; README, Network partitions): the
+# nodes share one file on one host, so what stalls is the file. Another process holds its write
+# lock (BEGIN IMMEDIATE): every write waits, beats included.
+LOCK_HOLDER = """
+import json, sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+for hold, gap in json.loads(sys.argv[2]):
+    c.execute("BEGIN IMMEDIATE")
+    print(json.dumps({"held": time.time()}), flush=True)
+    time.sleep(hold)
+    c.execute("ROLLBACK")
+    print(json.dumps({"released": time.time()}), flush=True)
+    time.sleep(gap)
+"""
+
+
+@pytest.mark.liveness
+@pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500, "FABRIC_HEARTBEAT_MISS": 8},
+                                      "jobs": {"K2JOBS_POOL_SIZE": 2, "MAX_TRIES": 20}}], indirect=True)
+def test_a_writer_holding_the_sqlite_lock_from_outside_stalls_the_nodes_and_breaks_nothing(cluster, tmp_path):
+    """Two nodes (500 ms x 8: a run's lease lapses 3 s after its node's last beat, a node is
+    dead after 4 s) run 24 jobs of 1.5 s, two at a time each, while another process holds the
+    store's write lock 1 s of every 2 s for 6 s (shorter than a lease: everything waits), then
+    5 s at once (longer than the dead threshold). No run lasts through the long hold (its lease
+    ran out), no two runs of a key overlap, every re-run follows a self-fence of the node that
+    ran it before, and every job is PROCESSED."""
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    nodes = {name: cluster.start_node(name) for name in ("a", "b")}
+    args = json.dumps({"log": str(log), "seconds": 1.5, "starts": str(starts)})
+    uids = [f"w{i:02d}" for i in range(24)]
+    with RunWatch(starts) as workers:
+        cluster.fetch("".join(f"startjob user_job name='Probe.record' uid='{u}' args='{args}';" for u in uids))
+        wait_for(lambda: len(read_records(starts)) >= 4, 15, "the first runs")
+        holds = [(1.0, 1.0)] * 3 + [(5.0, 0.0)]
+        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, cluster._sqlite_path(), json.dumps(holds)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            out, _ = holder.communicate(timeout=60)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+        events = [json.loads(line) for line in out.splitlines()]
+        held, released = events[-2]["held"], events[-1]["released"]
+        assert released - held >= 5.0 and holder.returncode == 0
+        wait_for(lambda: all(cluster.job("USER_JOB", "Probe.record", u).status is Status.PROCESSED for u in uids),
+                 60, "every job to be PROCESSED", check=cluster.check_nodes)
+    started, ended = read_records(starts), read_records(log)
+    runs = merge_runs(started, ended, workers.gone)
+    assert_no_overlap(runs)
+    assert {r["key"] for r in ended if not r["aborted"]} == {f"USER_JOB.Probe.record.{u}" for u in uids}
+    through = [r for r in runs if r["start"] < held and r.get("end", float("inf")) > released]
+    assert through == [], "runs that outlived their lease through the long hold"
+    fences = {name: fence_times(node) for name, node in nodes.items()}
+    assert unexplained_reruns(runs, fences) == []
+    assert all(any(held <= t <= released + 2 for t in times) for times in fences.values()), fences
 
 
 def test_a_process_job_dies_with_its_worker(cluster, tmp_path):

@@ -549,7 +549,7 @@ def test_an_outcome_whose_commit_fails_once_is_written_later_and_the_job_runs_on
             proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "failing_commit_node.py"), "--config",
                                      str(cluster.config_path), "node", "--name", "a"],
                                     stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-        node = cluster.nodes["a"] = NodeProcess("a", proc, node_log)
+        node = cluster.adopt(NodeProcess("a", proc, node_log))  # killed with the others at the end
         cluster.wait_started(node)
         args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 0.5})
         cluster.fetch(f"startjob user_job name='Probe.record' uid='once' args='{args}';")

@@ -1,10 +1,13 @@
 """The test hosts of the partition tests (fabricjobs/testing/netns.py): each host reaches the
-others until a fault says otherwise, faults are exactly as wide as asked, and nothing a
+others until a fault says otherwise, faults are exactly as wide as asked, delay and loss (the
+user-space link, fabricjobs/testing/tunlink.py) are about what was asked, and nothing a
 network created outlives it, even when its process is killed."""
 
 from __future__ import annotations
 
+import json
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -12,7 +15,7 @@ import textwrap
 import pytest
 
 from fabricjobs.testing import netns
-from fabricjobs.testing.rig import wait_for
+from fabricjobs.testing.rig import process_alive, wait_for
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None, reason=f"test hosts: {netns.unavailable()}")
 
@@ -103,18 +106,114 @@ def test_closing_a_network_removes_every_namespace_and_link():
         tag = network.tag
         assert len(_leftovers(tag)) >= 5  # bridge, 2 cables, 2 namespaces
         network.cut("x", "y")
+        network.delay(10, hosts=["x"])  # the link: a router namespace, its cable, a relay
+        assert network.link is not None
+        relay = network.link.stats()  # it answers
+        assert len(_leftovers(tag)) >= 7 and relay["received"] >= 0
+        pid = _relay_pid(tag)
     assert _leftovers(tag) == []
+    assert not process_alive(pid)
 
 
 def test_a_network_whose_process_was_killed_is_removed_before_the_next_one_is_made():
     code = ("import sys, time; from fabricjobs.testing import netns\n"
-            "n = netns.Network(['p', 'q']); print(n.tag, flush=True); time.sleep(60)")
+            "n = netns.Network(['p', 'q']); n.delay(10); print(n.tag, flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     tag = proc.stdout.readline().strip()
     assert tag and _leftovers(tag)
+    relay = _relay_pid(tag)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _leftovers(tag)  # nothing cleaned up after a SIGKILL ...
+    # ... but the relay ends itself: its control pipe closed with its owner.
+    wait_for(lambda: not process_alive(relay), 10, "the relay of a killed network to end")
     netns.remove_stale()  # what every Network() does first
     assert _leftovers(tag) == []
+
+
+def _relay_pid(tag: str) -> int:
+    pids = subprocess.run(["ip", "netns", "pids", f"{tag}-r"], capture_output=True, text=True).stdout.split()
+    assert len(pids) == 1, pids
+    return int(pids[0])
+
+
+# -- delay and loss: the user-space link ------------------------------------------------------------
+# Round trips are measured by ICMP echo from one host's namespace to another's (linkprobe.ping,
+# a process of its own). The lower bounds are exact (the relay never releases a packet early);
+# the upper ones allow for a loaded machine, so these tests are marked timing.
+
+DELAY = 50.0  # ms, one way
+
+
+def _rtts(net: netns.Network, src: str, dst: str, count: int = 20, interval: float = 0.02) -> list[float]:
+    rtts = net.ping(src, dst, count, interval)
+    assert None not in rtts, f"{src} -> {dst}: {rtts}"
+    return [r for r in rtts if r is not None]
+
+
+def _bridged(rtts: list[float]) -> bool:
+    return statistics.median(rtts) < 10.0
+
+
+@pytest.mark.timing
+def test_a_delay_on_every_path_adds_it_each_way_and_heal_removes_it(net):
+    before = _rtts(net, "a", "b")
+    assert _bridged(before)
+    net.delay(DELAY)
+    for src, dst in (("a", "b"), ("b", "c"), ("c", "a")):
+        rtts = _rtts(net, src, dst)
+        assert min(rtts) >= 2 * DELAY and statistics.median(rtts) < 2 * DELAY + 25, (src, dst, rtts)
+    # The test process reaches the hosts over the bridge, never through the link.
+    assert _bridged(json.loads(subprocess.run([sys.executable, "-m", "fabricjobs.testing.linkprobe", "ping",
+                                               net.host("b").address, "--count", "10", "--interval", "0.02"],
+                                              capture_output=True, text=True, check=True).stdout))
+    assert _reaches(net.host("a"), net.host("b"))  # TCP too
+    net.heal()
+    assert _bridged(_rtts(net, "a", "b")) and _bridged(_rtts(net, "c", "a"))
+
+
+@pytest.mark.timing
+def test_jitter_spreads_the_delay_within_its_bounds(net):
+    net.delay(DELAY, 20)  # each way uniform in [30, 70] ms: a round trip in [60, 140]
+    rtts = _rtts(net, "a", "b", count=40)
+    assert min(rtts) >= 60 and max(rtts) < 140 + 25, rtts
+    assert max(rtts) - min(rtts) > 20, rtts  # spread, not a fixed delay (P(fail) < 1e-20)
+
+
+@pytest.mark.timing
+def test_a_delay_on_one_hosts_paths_one_way_or_both(net):
+    net.delay(DELAY, hosts=["b"], direction="from")  # only what b sends
+    for src, dst in (("a", "b"), ("c", "b")):
+        rtts = _rtts(net, src, dst)
+        assert min(rtts) >= DELAY and statistics.median(rtts) < DELAY + 25, (src, dst, rtts)
+    assert _bridged(_rtts(net, "a", "c"))
+    net.delay(DELAY, hosts=["b"])  # both ways now
+    rtts = _rtts(net, "a", "b")
+    assert min(rtts) >= 2 * DELAY and statistics.median(rtts) < 2 * DELAY + 25, rtts
+    assert _bridged(_rtts(net, "c", "a"))
+    net.heal()
+    assert _bridged(_rtts(net, "a", "b"))
+
+
+def test_loss_drops_about_the_fraction_asked_each_way_until_healed(net):
+    net.loss(0.5)  # each way: a round trip survives with 0.5 * 0.5
+    rtts = net.ping("a", "b", count=200, interval=0.005, wait=1.0)
+    lost = rtts.count(None) / len(rtts)
+    assert 0.6 <= lost <= 0.9, f"{lost:.0%} of round trips lost, 75% expected"  # +-5 standard deviations
+    assert _bridged([r for r in rtts if r is not None])  # no delay asked: none added
+    assert net.link is not None
+    relay = net.link.stats()
+    assert 0.4 <= relay["dropped"] / relay["received"] <= 0.6, relay
+    net.heal()
+    assert net.ping("a", "b", count=50, interval=0.005).count(None) == 0
+
+
+@pytest.mark.timing
+def test_a_cut_wins_over_a_delay_and_heal_removes_both(net):
+    net.delay(DELAY)
+    net.cut("a", "b")
+    assert net.ping("a", "b", count=5, interval=0.02, wait=0.5).count(None) == 5
+    assert min(_rtts(net, "a", "c")) >= 2 * DELAY  # a's other paths: delayed, not cut
+    net.heal()
+    assert _bridged(_rtts(net, "a", "b"))

@@ -63,6 +63,47 @@ def test_a_lease_that_runs_out_during_a_slow_heartbeat_write_counts_as_a_lapse(s
         board.close(unlink=True)
 
 
+def test_changed_tasks_go_out_at_once_after_a_quiet_spell_and_once_a_second_while_they_churn(store):
+    """PS shows a job that just started on a quiet node; but a node whose tasks change all the
+    time (thousands of short runs a second) must not write its row ten times a second: on one
+    SQLite file those writes were 40 % of all write transactions. A due beat is never held
+    back by a pending publication."""
+    import threading
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.node.heartbeat import Heartbeat
+
+    clock, board, poked, writes = ManualClock(), Board.create(1), threading.Event(), []
+    beat = Heartbeat(store, board, clock, name="n1", dc="dc1", interval=5.0, miss=12, info=dict, tasks=list,
+                     running=lambda: 0, on_fenced=lambda: None, on_recovered=lambda: None,
+                     on_lapse=lambda generation: None, on_displaced=lambda row: None, poked=poked)
+    write = store.write_node
+    store.write_node = lambda row, timeout=None: (writes.append(round(clock.monotonic(), 2)), write(row))[1]
+    try:
+        start = clock.monotonic()
+        assert beat.beat_once()
+        next_beat = start + 5.0
+        clock.advance(2.0)
+        poked.set()  # a run started on a quiet node
+        next_beat = beat._tick(next_beat)
+        assert writes == [round(start, 2), round(start + 2.0, 2)]
+        for _ in range(62):  # 3.1 s of runs starting and ending every 50 ms, across the due beat
+            clock.advance(0.05)
+            poked.set()
+            next_beat = beat._tick(next_beat)
+        churn = [t - start for t in writes[2:]]
+        assert 3 <= len(churn) <= 4 and churn[0] >= 2.95, churn  # not 30 writes
+        assert all(b - a >= 0.95 for a, b in zip(churn, churn[1:-1])), churn
+        assert 5.0 <= churn[-1] <= 5.1 and next_beat - start == pytest.approx(churn[-1] + 5.0), churn  # the beat
+        clock.advance(1.5)  # quiet again
+        poked.set()
+        beat._tick(next_beat)
+        assert len(writes) == 2 + len(churn) + 1 and writes[-1] == round(clock.monotonic(), 2)  # at once
+    finally:
+        store.write_node = write
+        board.close(unlink=True)
+
+
 def test_a_beat_brought_back_by_a_stalled_read_counts_from_when_the_read_returned(store_config, store):
     """Found by the chaos soak: an observer paused (SIGSTOP) while its read of the nodes was in
     flight got a fresh beat back, counted it from before the pause, saw the same beat again

@@ -1,15 +1,21 @@
 """Network partitions between real hosts (issue #20): fabricjobs nodes and Apache Cassandra
 each in a network namespace of their own (fabricjobs/testing/netns.py), the faults cut between
-them while jobs run, and the guarantees of SPEC 5 checked on what the jobs themselves recorded:
-never two runs of a key at once, no job lost, and no write of a fenced run accepted.
+them, slowed or lossy (delay and loss: the user-space link, fabricjobs/testing/tunlink.py) while
+jobs run, and the guarantees of SPEC 5 checked on what the jobs themselves recorded: never two
+runs of a key at once, no job lost, every re-run explained by a self-fence, and no write of a
+fenced run accepted.
 
-Each test starts its own Cassandra 5.0 (one node, in its own namespace) next to the one
-./scripts/test runs for the real tier: the faults here must not reach that one.
+The tests start a Cassandra 5.0 of their own (one node for scenario 1, three shared by the
+others, each node in its own namespace) next to the one ./scripts/test runs for the real tier:
+the faults here must not reach that one.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import threading
 import time
 import uuid
 from collections import defaultdict
@@ -22,7 +28,8 @@ from fabricjobs.errors import StoreError
 from fabricjobs.model import JobKey, Status
 from fabricjobs.testing import netns
 from fabricjobs.testing.rig import Rig, wait_for, write_config
-from harness import FAST, assert_no_overlap, read_records
+from harness import (FAST, LOG_TIME, RunWatch, assert_no_overlap, fence_times, log_time, merge_runs,
+                     read_records, unexplained_reruns)
 
 _why = netns.unavailable() or available()
 pytestmark = [pytest.mark.partition, pytest.mark.soak, pytest.mark.skipif(_why is not None, reason=f"partition tests: {_why}")]
@@ -43,17 +50,28 @@ def hosts(tmp_path):
         try:
             yield net, cassandra
         finally:
-            cassandra.stop(timeout=30)
+            _kill(cassandra, 1)
 
 
-def _config(tmp_path, dbs: list[netns.Host], heartbeat: tuple[int, int] = (HEARTBEAT_MS, MISS)):
+def _kill(cassandra: CassandraCluster, nodes: int) -> None:
+    """SIGKILL every node of a test's own Cassandra and wait until they are gone: nothing of
+    its data is kept, and a clean stop (drain) costs 5-14 s a cluster."""
+    for i in range(nodes):
+        if cassandra.pid(i) is not None:
+            cassandra.kill_node(i)
+
+
+def _config(tmp_path, dbs: list[netns.Host], heartbeat: tuple[int, int] = (HEARTBEAT_MS, MISS),
+            request_timeout: float = 2, jobs: dict | None = None, keyspace: str | None = None):
     sections = {s: dict(v) for s, v in FAST.items()}
     sections["heartbeat"] = {"FABRIC_HEARTBEAT_INTERVAL_MS": heartbeat[0], "FABRIC_HEARTBEAT_MISS": heartbeat[1]}
+    sections["jobs"].update(jobs or {})
     sections["store"] = {"BACKEND": "cassandra"}
     sections["cassandra"] = {"HOSTS": ",".join(db.address for db in dbs), "PORT": 9042,
-                             "KEYSPACE": "fj_" + uuid.uuid4().hex[:12], "REPLICATION": f"SimpleStrategy:{len(dbs)}",
+                             "KEYSPACE": keyspace or "fj_" + uuid.uuid4().hex[:12],
+                             "REPLICATION": f"SimpleStrategy:{len(dbs)}",
                              "PROTOCOL_VERSION": 5, "CONSISTENCY": "QUORUM", "TOKEN_AWARE": "false",
-                             "REQUEST_TIMEOUT_SEC": 2}
+                             "REQUEST_TIMEOUT_SEC": request_timeout}
     return write_config(tmp_path / "config.ini", sections)
 
 
@@ -68,14 +86,6 @@ def _start_nodes(rig: Rig, net: netns.Network, names: list[str]) -> dict:
 
 def _all_processed(client: Client, keys: list[JobKey]) -> bool:
     return all((lambda j: j is not None and j.status is Status.PROCESSED)(client.store.get(k)) for k in keys)
-
-
-def _runs(started: list[dict], ended: list[dict]) -> list[dict]:
-    """Each run from its start record, with the end its end record gave (none: still going, or
-    killed before it could write one). A run that ended but whose node lost its lease before
-    the outcome was written is run again: at least once after a fault, never two at once."""
-    ends = {(r["key"], r["epoch"]): r["end"] for r in ended}
-    return [dict(r, end=ends[(r["key"], r["epoch"])]) if (r["key"], r["epoch"]) in ends else r for r in started]
 
 
 def _runs_by_key(records: list[dict]) -> dict[str, list[dict]]:
@@ -142,28 +152,64 @@ def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_
         rig.kill_all()
 
 
+THREE_NODE_TESTS = 4  # the tests below that use `three`, each with a keyspace of its own
+
+
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
     """Test hosts c1-c3 (a three-node Cassandra, every keyspace RF 3, QUORUM / SERIAL) and n1,
-    n2 (fabricjobs nodes), shared by the tests below; each heals what it cut."""
+    n2 (fabricjobs nodes), shared by the tests below; each heals what it cut. With them, the
+    keyspaces of those tests, one each, made before any of them runs.
+
+    Each test has a keyspace of its own. Sharing one was tried to save its schema changes and
+    given up: a replica healed by the test before kept its peers waiting for seconds (a node
+    starting 1 s after the heal exited, unable to read the schema version), and even with a
+    wait for every replica to answer every coordinator at consistency ALL, scenario 3's
+    longest pause grew from 1.0-1.8 s to 1.6-5.9 s. Made one after another, the keyspaces cost
+    15-20 s each (a dozen schema changes, each waiting for the three replicas to agree); made
+    side by side, on a healthy network, their waits overlap."""
     with netns.Network(["c1", "c2", "c3", "n1", "n2"]) as net:
         dbs = [net.host(f"c{i}") for i in (1, 2, 3)]
-        cassandra = CassandraCluster(tmp_path_factory.mktemp("cassandra3"), 3, heap="512m",
+        tmp = tmp_path_factory.mktemp("cassandra3")
+        cassandra = CassandraCluster(tmp / "cassandra", 3, heap="512m",
                                      namespaces=[(h.namespace, h.address) for h in dbs])
         cassandra.start()
         try:
-            yield net, dbs
+            yield net, dbs, _make_keyspaces(tmp, dbs, THREE_NODE_TESTS)
         finally:
             net.heal()
-            cassandra.stop(timeout=30)
+            _kill(cassandra, 3)
+
+
+def _make_keyspaces(tmp, dbs: list[netns.Host], count: int) -> list[str]:
+    """``count`` keyspaces with the fabricjobs schema, made at once (a store opened on each)."""
+    names = ["fj_" + uuid.uuid4().hex[:12] for _ in range(count)]
+    errors: list[BaseException] = []
+
+    def make(name: str) -> None:
+        try:
+            where = tmp / name
+            where.mkdir()
+            Client.from_config(_config(where, dbs, keyspace=name, request_timeout=10)).close()
+        except BaseException as exc:  # reported below, in the fixture's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return names
 
 
 def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three, tmp_path):
     """Scenario 3: with c3 cut off from everyone, the nodes keep claiming and finishing jobs
     through c1 and c2 (a quorum of RF 3): no gap between run starts longer than two request
     timeouts, no node fences itself, nothing runs twice at once, nothing is lost."""
-    net, dbs = three
-    config = _config(tmp_path, dbs, heartbeat=(500, 8))
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, heartbeat=(500, 8), keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -182,9 +228,10 @@ def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three
             net.heal()
         started, ended = read_records(starts), read_records(log)
         assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys}
-        assert_no_overlap(_runs(started, ended))
+        assert_no_overlap(merge_runs(started, ended))
         after = sorted(r["start"] for r in started if r["start"] >= cut_at)
         gaps = [b - a for a, b in zip([cut_at] + after, after)]
+        print(f"scenario 3: longest pause in run starts after the cut {max(gaps, default=0):.2f} s")
         assert after and max(gaps) < 2 * 2 + 1.0, f"longest pause in run starts after the cut: {max(gaps):.2f} s"
         for name, node in nodes.items():
             assert "could not renew its lease" not in node.log(), f"{name} fenced itself:\n{node.log()[-3000:]}"
@@ -197,8 +244,8 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
     """Scenario 2: n1 and c1 on one side, n2, c2 and c3 on the other. n1 still reaches one
     replica, but no quorum: its compare-and-sets fail, its lease lapses and its runs end; n2
     takes their jobs over on the majority side. Healed, n1 beats again; every job ends once."""
-    net, dbs = three
-    config = _config(tmp_path, dbs)
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -217,7 +264,7 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
         wait_for(lambda: _all_processed(client, keys), SECONDS + 60, "n2 to finish every job", check=rig.check_nodes,
                  not_yet=(StoreError,))
         started, ended = read_records(starts), read_records(log)
-        assert_no_overlap(_runs(started, ended))
+        assert_no_overlap(merge_runs(started, ended))
         on_n1 = [r for r in ended if r["node"] == "n1"]
         assert len(on_n1) == JOBS and all(r["aborted"] and r["end"] - cut_at < 5.0 for r in on_n1), on_n1
         assert "could not renew its lease" in nodes["n1"].log()
@@ -231,6 +278,313 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
                  "n1 to beat again after the heal", check=rig.check_nodes)
         assert [client.store.get(k) for k in keys] == rows
     finally:
+        net.heal()
+        client.close()
+        rig.kill_all()
+
+
+# -- delay and loss (the user-space link, fabricjobs/testing/tunlink.py) ----------------------------
+
+def _submit(client: Client, prefix: str, count: int, args: str) -> list[JobKey]:
+    keys = [JobKey("USER_JOB", "Probe.record", f"{prefix}{i}") for i in range(count)]
+    client.fetch("".join(f"startjob user_job name='Probe.record' uid='{k.uid}' args='{args}';" for k in keys))
+    return keys
+
+
+def _fault_for(seconds: float, rig: Rig, check=None) -> None:
+    """Let a fault last ``seconds``, failing at once if a node process dies (or ``check``
+    raises) meanwhile."""
+    def checks() -> None:
+        rig.check_nodes()
+        if check is not None:
+            check()
+
+    since = time.monotonic()
+    wait_for(lambda: time.monotonic() - since >= seconds, seconds + 10, "the fault's time to pass", interval=0.2,
+             check=checks)
+
+
+class _Feeder(threading.Thread):
+    """Keeps ``depth`` jobs submitted and not yet finished: the cluster works at its own pace
+    and the backlog left when the fault ends is small. Its own client; the test process
+    reaches the store over the bridge, never through the link."""
+
+    def __init__(self, config, args: str, ended_log, depth: int) -> None:
+        super().__init__(name="feeder", daemon=True)
+        self.client = Client.from_config(config)
+        self.args, self.ended_log, self.depth = args, ended_log, depth
+        self.keys: list[JobKey] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                done = sum(1 for r in read_records(self.ended_log) if not r["aborted"])
+                more = self.depth - (len(self.keys) - done)
+                if more > 0:
+                    new = [JobKey("USER_JOB", "Probe.record", f"d{len(self.keys) + i:04d}") for i in range(more)]
+                    self.client.fetch("".join(f"startjob user_job name='Probe.record' uid='{k.uid}' "
+                                              f"args='{self.args}';" for k in new))
+                    self.keys.extend(new)
+                self.stop.wait(0.2)
+        except BaseException as exc:  # seen by the test through .error
+            self.error = exc
+        finally:
+            self.client.close()
+
+
+def _done_between(ended: list[dict], a: float, b: float) -> int:
+    return sum(1 for r in ended if not r["aborted"] and a <= r["end"] < b)
+
+
+#: Scenario 4's fault lasts 30 s by default rather than the issue's 60 s: the partition tests
+#: run in the suite's soak phase, which must stay near 5 minutes. FABRICJOBS_PARTITION_FAULT_SECONDS=60
+#: runs the issue's figure (done while writing it: 110 s, 0.81 jobs/s under the fault, no
+#: fence, no re-run; the 30 s runs saw the same).
+FAULT_SECONDS = float(os.environ.get("FABRICJOBS_PARTITION_FAULT_SECONDS", "30"))
+
+
+def test_partition_delay_and_loss_on_every_path_slow_the_cluster_but_break_nothing(three, tmp_path):
+    """Scenario 4: 200 ms +- 100 ms (uniform) and 5 % loss on every path between hosts, each
+    way, for FAULT_SECONDS, while n1 and n2 run short jobs (0.2 s, 30 waiting at any time) on
+    the three-node Cassandra. Jobs finish more slowly but still finish, and correctness holds:
+    no two runs of a key at once, every job PROCESSED after the heal, every re-run explained by
+    the node that ran it before fencing itself.
+
+    30 s is 20 heartbeat intervals and two and a half dead thresholds, some 25 jobs of about
+    20 round trips to the cluster each and ~7,000 packets through the link (each a 200 ms +-
+    100 ms draw, 1 in 20 lost): every request path of a node, its beats and the replicas'
+    Paxos rounds meet the fault many times over.
+
+    Timings set for such a network, as an operator would: a request times out after 5 s (a
+    transaction is about eight one-way trips here, 1.6 s, more with a retransmission), and the
+    heartbeat is 1.5 s x 8. A beat (a read and a write, each about four one-way trips) must
+    fit in its own timeout, one interval: at 1 s x 8 both nodes fenced themselves 3-4 times in
+    30 s and finished no job while the fault lasted (safely). A lease lost counts as a failed
+    try, so MAX_TRIES is raised to 20 for "every job PROCESSED" to be the check."""
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, heartbeat=(1500, 8), request_timeout=5, jobs={"MAX_TRIES": 20}, keyspace=keyspaces.pop())
+    rig = Rig(tmp_path, config)
+    client = Client.from_config(config)
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    feeder = _Feeder(config, json.dumps({"log": str(log), "seconds": 0.2, "starts": str(starts)}), log, depth=30)
+    workers = RunWatch(starts)
+
+    def feeding() -> None:
+        if feeder.error is not None:
+            raise AssertionError(f"the feeder failed: {feeder.error!r}")
+
+    try:
+        workers.start()
+        nodes = _start_nodes(rig, net, ["n1", "n2"])
+        feeder.start()
+        wait_for(lambda: len(read_records(log)) >= 10, 60, "the first runs to end", check=rig.check_nodes)
+        base_from = time.time()
+        _fault_for(5, rig, feeding)  # (no fault yet: the throughput to compare with)
+        fault_at = time.time()
+        net.delay(200, 100)
+        net.loss(0.05)
+        try:
+            _fault_for(FAULT_SECONDS, rig, feeding)
+        finally:
+            net.heal()
+        healed_at = time.time()
+        assert net.link is not None
+        relay = net.link.stats()
+        feeder.stop.set()
+        feeder.join(30)
+        feeding()
+        keys = list(feeder.keys)
+        wait_for(lambda: _all_processed(client, keys), 120, "every job to be PROCESSED after the heal",
+                 interval=0.5, check=rig.check_nodes, not_yet=(StoreError,))
+        drained_at = time.time()
+        workers.finish()
+        started, ended = read_records(starts), read_records(log)
+        runs = merge_runs(started, ended, workers.gone)
+        assert_no_overlap(runs)
+        assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys}
+        fences = {name: fence_times(node) for name, node in nodes.items()}
+        assert unexplained_reruns(runs, fences) == []
+        base = _done_between(ended, base_from, fault_at) / (fault_at - base_from)
+        during = _done_between(ended, fault_at, healed_at) / (healed_at - fault_at)
+        late = relay["late_ms"]
+        print(f"scenario 4: {len(keys)} jobs; {base:.1f} jobs/s before the fault, {during:.2f} during "
+              f"{healed_at - fault_at:.0f} s of it, all PROCESSED {drained_at - healed_at:.1f} s after the heal; "
+              f"{len(started) - len({r['key'] for r in started})} re-runs; self-fences "
+              f"{ {n: len(t) for n, t in fences.items()} }; link: {relay['received']} packets, "
+              f"{relay['dropped']} dropped, released late by {late['mean']:.1f} ms on average, {late['max']:.1f} at most")
+        assert 0 < during < base, (base, during)
+    finally:
+        feeder.stop.set()
+        workers.finish()
+        net.heal()
+        client.close()
+        rig.kill_all()
+
+
+class _BeatWatch(threading.Thread):
+    """Reads ``name``'s row every 0.1 s (over the bridge, never through the link) and keeps
+    each read as (sent, returned, beat), beat None for a read that failed. A beat that changed
+    between two reads landed in the store after the first was sent and before the second
+    returned; two reads of one beat prove it stood still from the first's return to the
+    second's send."""
+
+    def __init__(self, config, name: str) -> None:
+        super().__init__(name="beat-watch", daemon=True)
+        self.client = Client.from_config(config)
+        self.name_ = name
+        self.reads: list[tuple[float, float, int | None]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                sent = time.time()
+                try:
+                    row = self.client.store.node(self.name_, timeout=1.0)
+                except StoreError:
+                    row = None
+                self.reads.append((sent, time.time(), row.beat if row is not None else None))
+                self.stop.wait(0.1)
+        finally:
+            self.client.close()
+
+    def dump(self, path) -> None:
+        """The reads, one JSON list (sent, returned, beat) a line: evidence for a failure."""
+        path.write_text("".join(json.dumps(list(r)) + "\n" for r in self.reads))
+
+    def _seen(self) -> list[tuple[float, float, int]]:
+        return [(s, r, b) for s, r, b in self.reads if b is not None]
+
+    def landings(self) -> list[tuple[float, float]]:
+        """For each beat seen to change: (earliest, latest) time it can have landed."""
+        seen = self._seen()
+        return [(a[0], b[1]) for a, b in zip(seen, seen[1:]) if b[2] != a[2]]
+
+    def longest_still(self, since: float, until: float) -> float:
+        """The longest time the beat is proven to have stood still within [since, until]."""
+        best, first = 0.0, None
+        for read in self._seen():
+            if first is None or read[2] != first[2]:
+                first = read
+            if since <= first[1] and read[0] <= until:
+                best = max(best, read[0] - first[1])
+        return best
+
+    def failed(self) -> int:
+        return sum(1 for r in self.reads if r[2] is None)
+
+
+_TAKEOVER = re.compile(r"took over '(?P<key>[^']+)' from dead node (?P<owner>\S+) \(epoch")
+
+
+def _takeovers(node, owner: str) -> list[tuple[float, str]]:
+    """(when, key) of each job ``node`` took over from ``owner`` (judged dead), from its log."""
+    out = []
+    for line in node.log().splitlines():
+        m, t = _TAKEOVER.search(line), LOG_TIME.match(line)
+        if m and t and m.group("owner") == owner:
+            out.append((log_time(t), m.group("key")))
+    return out
+
+
+def test_partition_a_slow_heartbeat_path_fences_the_node_and_a_takeover_waits_for_its_beat_to_stop(three, tmp_path):
+    """Scenario 5: only the packets n1 sends are held back (to every host; what they send it
+    comes at once), on a 500 ms x 8 heartbeat: a beat's requests time out after 500 ms, n1's
+    runs end 3 s after its last renewed lease, and it is dead after 4 s of a still beat.
+
+    1. Beyond the dead threshold: 6 s (1.5 x 4 s) for 12 s, while n1 runs 10 s jobs. Nothing n1
+       sends lands for 6 s: its beat stands still, its lease runs out and its runs end; n2
+       takes them over once the beat stood still for 4 s, and what n1 sent before (its runs'
+       outcomes) lands later and changes nothing.
+    2. Around the beat's timeout: 750 ms +- 750 ms (uniform: 0-1.5 s, 1.5 x the interval on
+       average) for 10 s, while both nodes run 4 s jobs. n1's beats fail, or succeed late, or
+       land in the store after n1 gave up on them: it keeps its lease, or fences itself and
+       gives back what it could not finish.
+
+    Checked over both: no two runs of a key at once; every job PROCESSED after the heal;
+    every re-run follows a self-fence of the node that ran it before; n2 took over from n1
+    only when no beat of n1 can have landed within the dead threshold before (n1's row is
+    read every 0.1 s over the bridge, so each landing is known to within a read)."""
+    net, dbs, keyspaces = three
+    heartbeat = (500, 8)
+    threshold = heartbeat[0] * heartbeat[1] / 1000.0
+    config = _config(tmp_path, dbs, heartbeat=heartbeat, jobs={"MAX_TRIES": 20}, keyspace=keyspaces.pop())
+    rig = Rig(tmp_path, config)
+    client = Client.from_config(config)
+    watch = _BeatWatch(config, "n1")
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    workers = RunWatch(starts)
+
+    def args(seconds: float) -> str:
+        return json.dumps({"log": str(log), "seconds": seconds, "starts": str(starts)})
+
+    try:
+        workers.start()
+        nodes = _start_nodes(rig, net, ["n1"])
+        keys = _submit(client, "t", JOBS, args(10.0))
+        wait_for(lambda: len({r["key"] for r in read_records(starts)}) == JOBS, 30, "n1 to start every job",
+                 check=rig.check_nodes)
+        nodes.update(_start_nodes(rig, net, ["n2"]))
+        watch.start()
+        step1_at = time.time()
+        net.delay(1.5 * threshold * 1000, hosts=["n1"], direction="from")
+        try:
+            _fault_for(12, rig)
+        finally:
+            net.heal()
+        wait_for(lambda: _all_processed(client, keys), 60, "the first jobs to be PROCESSED after the heal",
+                 interval=0.2, check=rig.check_nodes, not_yet=(StoreError,))
+        step1_healed = time.time()
+        first = {str(k): client.store.get(k) for k in keys}
+        taken = _takeovers(nodes["n2"], "n1")
+
+        more = _submit(client, "u", JOBS, args(4.0))
+        wait_for(lambda: {str(k) for k in more} <= {r["key"] for r in read_records(starts)}, 30,
+                 "every new job to start", check=rig.check_nodes)
+        net.delay(1.5 * heartbeat[0], 1.5 * heartbeat[0], hosts=["n1"], direction="from")
+        try:
+            _fault_for(10, rig)
+        finally:
+            net.heal()
+        wait_for(lambda: _all_processed(client, keys + more), 60, "every job to be PROCESSED after the heal",
+                 interval=0.2, check=rig.check_nodes, not_yet=(StoreError,))
+        watch.stop.set()
+        watch.join(10)
+        watch.dump(tmp_path / "beats-n1.jsonl")
+        workers.finish()
+
+        started, ended = read_records(starts), read_records(log)
+        runs = merge_runs(started, ended, workers.gone)
+        assert_no_overlap(runs)
+        assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys + more}
+        fences = {name: fence_times(node) for name, node in nodes.items()}
+        assert unexplained_reruns(runs, fences) == []
+        landings = watch.landings()
+        takeovers = _takeovers(nodes["n2"], "n1")
+        early = [(when, key, earliest) for when, key in takeovers for earliest, latest in landings
+                 if latest <= when and when - earliest < threshold]
+        assert early == [], f"n2 took over while n1's beats still landed: {early}"
+        # Step 1: n1's beat stood still for the threshold and its jobs went to n2, by a takeover
+        # or, when n1's own hand-back landed first, a claim; nothing n1 sent late won.
+        still = watch.longest_still(step1_at, step1_healed)
+        assert still >= threshold, f"n1's beat stood still {still:.1f} s in step 1 at most, as seen: {landings}"
+        assert all(j is not None and j.worker_id == "n2" and j.epoch >= 2 for j in first.values()), first
+        assert {k for _, k in taken} <= set(first)
+        # What n1 sent about a job n2 took over is refused: its outcome, once it got an answer.
+        wait_for(lambda: all(f"'{k}' is no longer ours" in nodes["n1"].log() for _, k in taken), 30,
+                 "n1 to be refused the outcome of each run taken over", check=rig.check_nodes)
+        assert "could not renew its lease" in nodes["n1"].log()
+        print(f"scenario 5: n1 fenced itself {len(fences['n1'])} times; {len(landings)} beats of n1 seen to land "
+              f"({watch.failed()} of {len(watch.reads)} reads failed), its beat still for {still:.1f} s in step 1; "
+              f"n2 took over {len(taken)} of the first "
+              f"{JOBS} jobs and {len(takeovers) - len(taken)} later; "
+              f"{len(started) - 2 * JOBS} re-runs, {sum(1 for r in runs if r.get('killed'))} of them after a "
+              f"run killed by its node before it could record its end")
+    finally:
+        watch.stop.set()
+        workers.finish()
         net.heal()
         client.close()
         rig.kill_all()

@@ -13,6 +13,10 @@ Faults (iproute2 only, what these machines' kernels support: no netem, no nftabl
   reaches it, and its connections hang as they would on a real partition.
 - :meth:`Network.cut`: host A and host B no longer reach each other (a blackhole route on
   each side); both still reach everyone else.
+- :meth:`Network.delay` and :meth:`Network.loss`: packets between hosts held back (with
+  jitter) or dropped, on every path or on the paths of some hosts only, one direction or
+  both. The kernel cannot do that here, so those paths are routed through a relay process of
+  ours (:mod:`fabricjobs.testing.tunlink`: a router namespace and a TUN device).
 - :meth:`Network.heal`: every fault removed.
 
 Everything a Network creates is removed by :meth:`Network.close` (a context manager's exit),
@@ -27,11 +31,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 from .rig import process_alive
+from .tunlink import DETOUR_METRIC, ROUTER_INDEX, Link, PathFault
 
 PREFIX = "fjt"
 SUBNET_BYTE = 213  # 10.213.<id>.0/24
@@ -70,6 +75,9 @@ class Host:
         return ["ip", "netns", "exec", self.namespace, *argv]
 
 
+Direction = Literal["both", "from", "to"]
+
+
 class Network:
     """A bridge and hosts on it; see the module docstring. Use as a context manager."""
 
@@ -77,6 +85,8 @@ class Network:
         why = unavailable()
         if why is not None:
             raise NetnsUnavailable(why)
+        if len(names) >= ROUTER_INDEX:
+            raise ValueError(f"at most {ROUTER_INDEX - 1} hosts on one test network")
         remove_stale()
         self.id = _claim_id()
         self.tag = f"{PREFIX}{self.id}"
@@ -85,6 +95,9 @@ class Network:
         self.hosts: dict[str, Host] = {}
         self._cuts: set[tuple[str, str]] = set()
         self._down: set[str] = set()
+        self.link: Link | None = None  # made by the first delay() or loss()
+        self._paths: dict[tuple[str, str], PathFault] = {}  # (from, to) -> what the link does
+        self._detours: set[tuple[str, str]] = set()  # (from, to) routed through the link
         try:
             _ip("link", "add", self.bridge, "type", "bridge")
             _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
@@ -137,9 +150,61 @@ class Network:
                 if b not in group:
                     self.cut(a, b)
 
+    def delay(self, ms: float, jitter_ms: float = 0.0, *, hosts: Sequence[str] | None = None,
+              direction: Direction = "both", distribution: str = "uniform") -> None:
+        """Hold each packet between two hosts back ``ms`` (one way), plus a random jitter of up
+        to ``jitter_ms`` either side (``distribution`` "uniform", as netem; or "normal", with
+        ``jitter_ms`` its standard deviation). On every path, or with ``hosts`` only on the
+        paths of those: ``direction`` "both" (packets they send and receive), "from" (only
+        what they send) or "to" (only what they receive). Replaces the delay those paths had;
+        their loss stays. Packets may reorder, as under netem with jitter."""
+        self._set_paths(self._select(hosts, direction), delay=ms / 1000.0, jitter=jitter_ms / 1000.0,
+                        distribution=distribution)
+
+    def loss(self, fraction: float, *, hosts: Sequence[str] | None = None, direction: Direction = "both") -> None:
+        """Drop each packet between two hosts with probability ``fraction`` (independently; a
+        round trip is lost with 1 - (1 - fraction)^2 when both ways drop). ``hosts`` and
+        ``direction`` as for :meth:`delay`; replaces the loss those paths had, their delay stays."""
+        self._set_paths(self._select(hosts, direction), loss=fraction)
+
+    def _select(self, hosts: Sequence[str] | None, direction: Direction) -> list[tuple[str, str]]:
+        names = list(self.hosts)
+        chosen = set(names if hosts is None else hosts)
+        if not chosen <= set(names):
+            raise KeyError(f"no such test hosts: {sorted(chosen - set(names))}")
+        if direction not in ("both", "from", "to"):
+            raise ValueError(f"direction is both, from or to, not {direction!r}")
+        return [(a, b) for a in names for b in names if a != b and (
+            (direction != "to" and a in chosen) or (direction != "from" and b in chosen))]
+
+    def _set_paths(self, pairs: list[tuple[str, str]], **change: object) -> None:
+        faults = dict(self._paths)
+        for pair in pairs:
+            faults[pair] = replace(faults.get(pair, PathFault()), **change)  # type: ignore[arg-type]
+        if self.link is None:
+            link = Link(self.tag, self.bridge, f"10.{SUBNET_BYTE}.{self.id}")
+            link.start()
+            self.link = link
+        # The relay knows a path before packets are sent its way, and forgets it only after
+        # they no longer are (heal).
+        self.link.set_paths({(self.hosts[a].address, self.hosts[b].address): f for (a, b), f in faults.items()})
+        self._paths = faults
+        for a, b in sorted(set(faults) - self._detours):
+            _ip("route", "replace", f"{self.hosts[b].address}/32", "via", self.link.address, "metric",
+                str(DETOUR_METRIC), namespace=self.hosts[a].namespace)
+            self._detours.add((a, b))
+
+    def ping(self, src: str, dst: str, count: int = 20, interval: float = 0.05,
+             wait: float = 2.0) -> list[float | None]:
+        """ICMP round trips from host ``src`` to host ``dst`` in ms (None: no answer)."""
+        from .linkprobe import ping
+
+        return ping(self.hosts[src].command([]), self.hosts[dst].address, count, interval, wait)
+
     def heal(self) -> None:
         """Remove every fault: cables back in (returns once their carrier is up), blackhole
-        routes gone. A host's neighbours may still need an ARP round to reach it."""
+        routes gone, delay and loss gone (packets the link holds still arrive, late). A host's
+        neighbours may still need an ARP round to reach it."""
         for name in sorted(self._down):
             _ip("link", "set", self.hosts[name].veth, "up")
         for name in sorted(self._down):
@@ -150,6 +215,13 @@ class Network:
                 _ip("route", "del", "blackhole", f"{self.hosts[other].address}/32",
                     namespace=self.hosts[me].namespace, check=False)
         self._cuts.clear()
+        for a, b in sorted(self._detours):
+            _ip("route", "del", f"{self.hosts[b].address}/32", "metric", str(DETOUR_METRIC),
+                namespace=self.hosts[a].namespace, check=False)
+        self._detours.clear()
+        self._paths.clear()
+        if self.link is not None:
+            self.link.set_paths({})
 
     def _wait_carrier(self, host: Host, timeout: float = 5.0) -> None:
         inner = host.veth[:-1] + "n"
@@ -168,6 +240,9 @@ class Network:
     def close(self) -> None:
         """Remove every namespace and link of this network (processes still inside a namespace
         keep it alive until they end; the caller ends its processes first)."""
+        if self.link is not None:
+            self.link.close()
+            self.link = None
         for host in self.hosts.values():
             _ip("netns", "del", host.namespace, check=False)
             _ip("link", "del", host.veth, check=False)

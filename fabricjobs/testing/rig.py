@@ -302,6 +302,13 @@ class Rig:
         self.started.append(node)
         return node
 
+    def adopt(self, node: NodeProcess) -> NodeProcess:
+        """A node process started by hand (a test's own command): watched and, at the end,
+        killed like the ones :meth:`spawn` started."""
+        self.nodes[node.name] = node
+        self.started.append(node)
+        return node
+
     def wait_started(self, node: NodeProcess, timeout: float = 60.0) -> None:
         """Until ``node`` logged the end of its start-up ("node NAME started", at INFO);
         NodeExited, with its whole log, if it exits first. The deadline is generous: on a real

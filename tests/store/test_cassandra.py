@@ -254,6 +254,30 @@ def test_archived_keys_are_spread_over_partitions_per_day_and_the_version_3_tabl
         store.close()
 
 
+def test_archived_jobs_since_long_ago_cost_what_is_kept_not_a_read_per_day_of_the_calendar(server, keyspace):
+    """GET /api/v1/jobs?scope=archived&since=2000-01-01 (or JOBSTATUS 10000 DAYS AGO) asks for every
+    archived job still kept. Reading two partitions for each day since then was ~20,000 reads,
+    5 s on the test server (and a since of year 1, millions): with a window longer than the
+    retention, the archive's few kept entries are read instead, and the answer is the same."""
+    store = open_store(server, keyspace)
+    try:
+        for uid, end in (("long-ago", T0 - timedelta(days=60)), ("recent", datetime.now(UTC))):
+            row = store.insert(waiting_job(uid)).row
+            claimed = store.cas(row, claim(row, "n1")).row
+            assert store.cas(claimed, claimed.replace(status=Status.PROCESSED, archived=True, end_time=end)).applied
+        for since, want in ((datetime(2000, 1, 1, tzinfo=UTC), ["long-ago", "recent"]),
+                            (datetime(1, 1, 2, tzinfo=UTC), ["long-ago", "recent"]),
+                            (T0 - timedelta(days=59), ["recent"])):
+            before = server.stats.snapshot()
+            assert [j.uid for j in store.archived_since(since)] == want, since
+            reads = server.stats.snapshot()["reads"] - before["reads"]
+            assert reads <= 10, (since, reads)  # the archive (2 tables) and the rows found
+        recent = datetime.now(UTC) - timedelta(days=2)  # within the retention: a read per day, as before
+        assert [j.uid for j in store.archived_since(recent)] == ["recent"]
+    finally:
+        store.close()
+
+
 def test_run_history_is_kept_in_buckets_of_runs_and_the_version_3_tables_are_still_read(server, keyspace, monkeypatch):
     """A job that runs every second must not grow one partition for its whole retention: its
     runs go to partitions of RUN_BUCKET runs, found through k2_job_run_keys; lines an upgraded

@@ -1,5 +1,7 @@
-"""The HTTP API against a real ``fabricjobs web`` process and a real node on a real SQLite
-store: every endpoint under every role, every error status, and jobs that really run."""
+"""The HTTP API against a real ``fabricjobs web`` process and a real node on a real store, once
+on SQLite and once on the Cassandra backend (the CQL test server): every endpoint under every
+role, every error status, and jobs that really run. A job's life (list, one job, start, stop,
+runs, logs, nodes, commands, ...) runs on Apache Cassandra itself too, when there is one."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from urllib.parse import quote
 
 
 from harness import wait_for
+from web_site import on_every_backend
 
 JOB = "/jobs/USER_JOB/Probe.noop/no-such-uid"
 #: (method, path, JSON body, the least role allowed, the status that role gets). The jobs,
@@ -63,8 +66,11 @@ def test_every_endpoint_under_every_role_and_without_a_valid_token(site):
         assert site.client(None).get(site.web.url + path).status_code == 200
 
 
+@on_every_backend  # the real Cassandra's representative: list, a job, start, stop, runs, logs, nodes, commands
 def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     api = site.client("operator")
+    nodes = api.get("/nodes").json()
+    assert [(n["node"], n["state"]) for n in nodes] == [("w1", "alive")] and nodes[0]["capacity"], nodes
     log = tmp_path / "runs.jsonl"
     body = {"type": "user_job", "name": "Probe.record", "uid": "life", "args": {"log": str(log), "seconds": 60}}
     started = api.post("/jobs", json=body)
@@ -81,6 +87,8 @@ def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     stopped = api.post(job + "/stop", params={"wait": "true", "timeout": 30})
     assert stopped.json()["status"] == "TERMINATED", stopped.text
     assert stopped.json()["notes"].startswith("STOPJOB by token 'operator-1'")
+    said = api.post("/commands", json={"text": "jobstatus user_job 'Probe.record' with uid='life';"}).json()
+    assert [(r["UID"], r["Status"], r["Is Archived"]) for r in said["rows"]] == [("life", "TERMINATED", True)], said
 
     runs = api.get(job + "/runs").json()
     assert [(r["uid"], r["result"], r["status"]) for r in runs] == [("life", "STOPPED", "TERMINATED")]

@@ -1,6 +1,7 @@
 """The console's sessions, CSRF checks, pages and data, in-process on a real SQLite store (an
 ASGI client, no browser: tests/web/test_console_browser.py drives a real Chromium), and the
-plots' arithmetic."""
+plots' arithmetic. The tests that read the store (the data of an empty cluster, one read per
+interval for many browsers) run on the Cassandra backend (the CQL test server) too."""
 
 from __future__ import annotations
 
@@ -20,15 +21,23 @@ from fabricjobs.web.console_data import matcher
 from fabricjobs.web.runfeed import RunFeed, RunPoint
 from fabricjobs.web.tokens import Role, TokenFile
 from backends import add_sections, make_backend_config
+from web_site import API_BACKENDS
 
 UTC = timezone.utc
 
 
+#: A test that reads the store runs on each backend the API tests run on.
+on_each_backend = pytest.mark.parametrize("console", [{"backend": b} for b in API_BACKENDS], indirect=True,
+                                          ids=API_BACKENDS)
+
+
 @pytest.fixture
 def console(request, tmp_path):
-    """An app on a fresh store with a token per role; returns (make_client, api, tokens)."""
-    path = add_sections(make_backend_config(request, "sqlite", tmp_path),
-                        {"web": {"CONSOLE_INTERVAL_SEC": 30, **getattr(request, "param", {})}})
+    """An app on a fresh store (SQLite unless the test's parameter names a ``backend``) with a
+    token per role; returns (make_client, api, tokens, app)."""
+    web = dict(getattr(request, "param", {}))
+    backend = web.pop("backend", "sqlite")
+    path = add_sections(make_backend_config(request, backend, tmp_path), {"web": {"CONSOLE_INTERVAL_SEC": 30, **web}})
     cfg = load_config(path)
     api = Api(open_store(cfg), cfg, TokenFile(cfg.get("web", "TOKENS_FILE")))
     tokens = {role.value: api.tokens.create(f"{role.value}-1", role) for role in Role}
@@ -124,6 +133,7 @@ def test_revoking_the_token_ends_its_sessions_and_logout_ends_one(console):
     assert client.get("/").status_code == 303 and client.get("/console/data/jobs").status_code == 401
 
 
+@on_each_backend
 def test_pages_allow_only_their_own_scripts_and_show_the_empty_state_data(console):
     make, api, tokens, app = console
     client = make()
@@ -140,6 +150,7 @@ def test_pages_allow_only_their_own_scripts_and_show_the_empty_state_data(consol
     assert "/console" not in str(client.get("/api/v1/openapi.json").json()["paths"])  # not part of the API
 
 
+@on_each_backend
 def test_browsers_share_one_read_of_the_store_per_interval(console):
     make, api, tokens, app = console
     clients = [make() for _ in range(10)]

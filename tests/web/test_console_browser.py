@@ -1,7 +1,8 @@
 """The web console in a real headless Chromium, against a real ``fabricjobs web`` process and a
 real node on a real SQLite store: log in, see a job started from the shell appear, open it,
-stop it with the button, see TERMINATED, see the nodes and a plot with real data; as a viewer,
-find no action buttons and get 403 on a forged POST, with and without the CSRF token.
+stop it with the button, see TERMINATED, see the nodes and a plot with real data; restart a
+running job, kill a running job's task and resume a failed and a stopped job with their buttons;
+as a viewer, find no action buttons and get 403 on a forged POST, with and without the CSRF token.
 
 With FABRICJOBS_SCREENSHOTS=DIR the pages are also saved there (``scripts/screenshots`` keeps
 the README's in docs/).
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import read_records
 from browser import browser_fixture, fetch_status, fits_the_width, log_in, texts, until
 from web_site import Site, running_site
 
@@ -97,6 +99,80 @@ def test_an_operator_sees_a_shell_job_opens_it_stops_it_and_sees_nodes_and_plots
     browser.get(url + "/#/job/USER_JOB/Probe.noop/tick")  # a recurring job's page: durations, fire lag
     until(lambda: len(browser.find_elements("css selector", "#job-plots .plot svg")) == 3, "its three plots")
     shoot(browser, "console-job.png")
+
+
+def test_an_operator_restarts_kills_and_resumes_jobs_with_the_buttons(site, browser, tmp_path):
+    """Restart, Kill and Resume, each clicked and confirmed on the job's page, as Stop is above;
+    what changes is read from the store (the job's row) and from the runs the jobs recorded."""
+    log_in(browser, site.web.url, site.tokens["operator"])
+    starts = tmp_path / "starts.jsonl"  # one line per run that began, with its epoch
+    args = json.dumps({"log": str(tmp_path / "runs.jsonl"), "seconds": 120, "starts": str(starts)})
+    site.cluster.fetch(f"startjob user_job name='Probe.record' uid='to-restart' args='{args}';"
+                       f"startjob user_job name='Probe.record' uid='to-kill' args='{args}';"
+                       "startjob user_job name='Probe.fail_once_no_retry' uid='to-resume' "
+                       f"args='{json.dumps({'counter': str(tmp_path / 'counter')})}';")
+
+    open_job(browser, site, "Probe.record", "to-restart")
+    until(lambda: browser.find_elements("id", "action-kill"), "the running job's task")  # it runs
+    first = until(lambda: epochs(starts, "to-restart"), "its run to begin")[0]
+    confirm(browser, "restart", "Restart this job (RESTARTJOB)?")
+    again = until(lambda: [e for e in epochs(starts, "to-restart") if e > first], "a new run after the restart")
+    until(lambda: "RESTARTED" in browser.find_element("id", "runs").text, "the restarted run in the history")
+    job = site.cluster.wait_job("USER_JOB", "Probe.record", "to-restart", lambda j: j.status.value == "IN_PROCESS")
+    assert job.epoch >= again[0] > first and job.runs == 1 and job.failures == 0 and job.tries == 0
+    assert "RESTARTJOB by token 'operator-1'" in browser.find_element("id", "banner").text
+
+    open_job(browser, site, "Probe.record", "to-kill")
+    until(lambda: browser.find_elements("id", "action-kill"), "the Kill button (the job has a task)")
+    confirm(browser, "kill", "Kill task ")
+    killed = site.cluster.wait_job("USER_JOB", "Probe.record", "to-kill", lambda j: j.kills == 1, 20, "the KILL")
+    assert killed.failures == 1 and "killed by KILL from token 'operator-1'" in killed.error_msg
+    until(lambda: "KILLED" in browser.find_element("id", "runs").text, "the killed run in the history")
+    assert "KILL sent to node w1" in browser.find_element("id", "banner").text
+    assert not any(r.get("end") for r in read_records(tmp_path / "runs.jsonl") if "to-kill" in r["key"])  # cut short
+
+    site.cluster.wait_job("USER_JOB", "Probe.fail_once_no_retry", "to-resume", lambda j: j.archived, 20)
+    open_job(browser, site, "Probe.fail_once_no_retry", "to-resume")
+    until(lambda: "FAILED" in browser.find_element("id", "job-title").text, "the failed job's page")
+    assert not browser.find_elements("id", "action-stop")  # archived: Resume only
+    confirm(browser, "resume", "Resume this job (RESUMEJOB)?")
+    until(lambda: "PROCESSED" in browser.find_element("id", "job-title").text, "PROCESSED after the resume")
+    row = site.cluster.fetch("jobstatus user_job 'Probe.fail_once_no_retry' with uid='to-resume' details;")
+    status = dict(zip(row.columns, row.rows[0]))
+    assert status["Status"] == "PROCESSED" and status["Output"] == "2", status  # its second run ran
+
+    site.cluster.fetch("stopjob user_job name='Probe.record' uid='to-restart' wait;")  # TERMINATED
+    open_job(browser, site, "Probe.record", "to-restart")
+    until(lambda: "TERMINATED" in browser.find_element("id", "job-title").text, "the stopped job's page")
+    before = max(epochs(starts, "to-restart"))
+    confirm(browser, "resume", "Resume this job (RESUMEJOB)?")
+    until(lambda: [e for e in epochs(starts, "to-restart") if e > before], "a run of the resumed job")
+    assert site.cluster.fetch("jobstatus user_job 'Probe.record' with uid='to-restart';").rows[0][3] == "IN_PROCESS"
+
+    log_in(browser, site.web.url, site.tokens["viewer"])  # a viewer sees the running job, and no buttons
+    open_job(browser, site, "Probe.record", "to-restart")
+    until(lambda: "IN_PROCESS" in browser.find_element("id", "job-title").text, "the running job's page")
+    assert not browser.find_elements("css selector", "#actions, button.act")
+    site.cluster.fetch("stopjob user_job name='Probe.record';")  # both, to free the node
+
+
+def open_job(driver, site: Site, name: str, uid: str) -> None:
+    driver.get(f"{site.web.url}/#/job/USER_JOB/{name}/{uid}")
+    until(lambda: uid in driver.find_element("id", "job-title").text, f"the page of {name} {uid}")
+
+
+def confirm(driver, action: str, question: str) -> None:
+    """Click an action's button and OK its confirmation, as a user does."""
+    click(driver, f"#action-{action}")
+    until(lambda: driver.find_element("id", "confirm").is_displayed(), f"the {action} confirmation")
+    assert question in driver.find_element("id", "confirm-text").text
+    driver.find_element("id", "confirm-ok").click()
+    until(lambda: not driver.find_element("id", "confirm").is_displayed(), "the confirmation to close")
+    until(lambda: driver.find_element("id", "banner").text, f"the answer to {action}")
+
+
+def epochs(path: Path, uid: str) -> list[int]:
+    return [r["epoch"] for r in read_records(path) if r["key"].endswith("." + uid)]
 
 
 def test_a_viewer_sees_no_buttons_and_a_forged_post_is_refused(site, browser):

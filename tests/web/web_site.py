@@ -12,10 +12,16 @@ from pathlib import Path
 from typing import Iterator
 
 import httpx
+import pytest
+from backends import BACKENDS
 from fabricjobs.testing.rig import same_cpu_priority
 from harness import Cluster, free_port, wait_for
 
 ROLES = ("viewer", "operator", "admin")
+#: The backends every API test runs on (conftest.py's ``site``): SQLite and the CQL test server.
+API_BACKENDS = [b for b in BACKENDS if b != "cassandra-real"]
+#: A test that also runs on Apache Cassandra itself, when there is one (FABRICJOBS_CASSANDRA_HOSTS).
+on_every_backend = pytest.mark.parametrize("site", BACKENDS, indirect=True)
 
 
 @dataclass
@@ -89,9 +95,10 @@ def make_tokens(cluster: Cluster) -> dict[str, str]:
 
 
 @contextmanager
-def running_site(request, tmp: Path, settings: dict | None = None) -> Iterator[Site]:
-    """A node ``w1``, a token per role and a web process on a new SQLite store; all stopped after."""
-    cluster = Cluster(tmp, "sqlite", settings=settings, request=request)
+def running_site(request, tmp: Path, settings: dict | None = None, backend: str = "sqlite") -> Iterator[Site]:
+    """A node ``w1``, a token per role and a web process on a new store of ``backend``
+    (tests/backends.py); all stopped after."""
+    cluster = Cluster(tmp, backend, settings=settings, request=request)
     try:
         cluster.start_node("w1")
         tokens = make_tokens(cluster)

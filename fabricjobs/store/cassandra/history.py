@@ -177,27 +177,45 @@ class History(Recent):
                              self.archive_ttl), what=f"the archive entry of {k}")
 
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+        day = since.astimezone(UTC).date()
+        today = datetime.now(UTC).date() + timedelta(days=1)
+        if (today - day).days > self.archive_ttl // 86400 + 2:
+            found = self._archive_scan(since)  # a window beyond the retention: what is kept, not each day
+        else:
+            found = self._archive_days(since, day, today)
+        keys = {k: None for k in found if type is None or k.type == type}
+        rows = self.get_many(list(keys))
+        return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
+                      key=lambda j: j.key)
+
+    def _archive_days(self, since: datetime, day, last) -> list[JobKey]:
         # A day's ARCHIVE_SHARDS partitions in one unpaged IN (read at once); and the day's
         # partition of k2_jobs_archive, the version-3 table, until its TTL has emptied it.
         stmt = self._stmt(("asel",), "SELECT type, name, uid FROM k2_jobs_archived WHERE day = ? AND shard IN ? "
                                      "AND end_time >= ?")
         legacy = self._stmt(("asel3",), "SELECT type, name, uid FROM k2_jobs_archive WHERE day = ? AND end_time >= ?")
-        day = since.astimezone(UTC).date()
-        today = datetime.now(UTC).date() + timedelta(days=1)
-        keys: dict[JobKey, None] = {}
         futures = []
-        while day <= today:
+        while day <= last:
             futures.append(self._unpaged(stmt, (_day(day), _ARCHIVE_SHARDS, since)))
             futures.append(self._session.execute_async(legacy, (_day(day), since)))
             day += timedelta(days=1)
-        for f in futures:
-            for r in _result(f):
-                k = JobKey(r["type"], r["name"], r["uid"])
-                if type is None or k.type == type:
-                    keys[k] = None
-        rows = self.get_many(list(keys))
-        return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
-                      key=lambda j: j.key)
+        return [JobKey(r["type"], r["name"], r["uid"]) for f in futures for r in _result(f)]
+
+    def _archive_scan(self, since: datetime) -> list[JobKey]:
+        """Every entry the archive still keeps (its TTL is the retention), both tables, paged:
+        a read per day since a ``since`` years back would be thousands of reads of empty days.
+        Entries are filed by their End Time's day, which may lie before the retention (a node's
+        clock), so the days cannot simply be cut at it."""
+        keys = []
+        for table in ("k2_jobs_archived", "k2_jobs_archive"):
+            stmt = self._stmt(("ascan", table), f"SELECT end_time, type, name, uid FROM {table}")
+            try:
+                rows = list(self._session.execute(stmt))  # every page
+            except Exception as exc:
+                raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+            keys += [JobKey(r["type"], r["name"], r["uid"]) for r in rows
+                     if r["end_time"] is not None and _when(r["end_time"]) >= since]
+        return keys
 
     def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
         return 0  # archived rows expire by TTL (``keep`` cannot hold one back: see README, Retention)
