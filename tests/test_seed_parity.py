@@ -120,6 +120,8 @@ def test_affinity_names_a_node_by_ip_address(cluster, tmp_path):
             assert (run["Node"], run["Result"]) == ("local-3", "OK")
         (waiting,) = json.loads(cluster.shell("--format", "json", "-e", "jobstatus user_job 'Probe.noop' with uid='nowhere';").stdout)
         assert (waiting["Status"], waiting["Ownership Candidates Num"]) == ("WAITING", 0)
+        details = cluster.shell("-e", "nodes details;").stdout
+        assert re.search(r"node +\| local-3\n(?:.*\n)*?addresses +\| 10\.250\.0\.3, FD00:250::3\n", details), details
         bad = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='bad' affinity='10.250.0.3/24';")
         assert bad.returncode == 1 and "bad affinity name '10.250.0.3/24'" in bad.stderr
     finally:
