@@ -7,15 +7,19 @@ A job's AFFINITY text is one of
   ``HANDLE_MSG`` / ``HANDLE_MSG, LU_SYNC``: nodes answering to any of the names.
 
 A node answers to a name if the name is one of its node.id logical names with an absolute
-limit above 0 (the run counts against that name's limit), or is the node's own NAME or its
-DC (the run counts only against the pool size). Names are case-insensitive.
+limit above 0 (the run counts against that name's limit), or is the node's own NAME, its DC
+or one of its IP addresses (``[node] ADDRESSES``, default the host's: the course's "node or DC
+(IP address)"; the run counts only against the pool size). Names are case-insensitive; an IP
+address is compared in its canonical form (``::0:1`` is ``::1``).
 """
 
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import re
+import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -64,8 +68,35 @@ def parse_affinity(text: str | None) -> Affinity:
         n = n.strip()
         if not _NAME.match(n):
             raise ValueError(f"bad affinity name {n!r}: use letters, digits and _ . : @ -")
-        clean.append(n.upper())
+        clean.append(canonical_address(n) or n.upper())
     return Affinity(frozenset(clean))
+
+
+def canonical_address(text: str) -> str | None:
+    """An IP address as affinities compare it (upper case, IPv6 compressed); None if not one."""
+    try:
+        return str(ipaddress.ip_address(text.strip())).upper()
+    except ValueError:
+        return None
+
+
+def host_addresses() -> tuple[str, ...]:
+    """This host's addresses, loopback left out: what its name resolves to, and the source
+    address of its outbound route (a UDP socket's connect sends nothing)."""
+    found: list[str] = []
+    try:
+        found += [str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None, proto=socket.IPPROTO_TCP)]
+    except OSError:
+        pass
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect((probe, 9))
+                found.append(s.getsockname()[0])
+        except OSError:
+            pass
+    out = {a for a in map(canonical_address, (f.split("%")[0] for f in found)) if a is not None}
+    return tuple(sorted(a for a in out if not ipaddress.ip_address(a).is_loopback))
 
 
 @dataclass(frozen=True)
@@ -76,12 +107,14 @@ class NodeAffinity:
     dc: str
     pool_size: int
     limits: Mapping[str, AffinityLimit] = field(default_factory=dict)  # logical names incl. ANY
+    addresses: frozenset[str] = frozenset()  # canonical IP addresses (canonical_address)
 
     @classmethod
-    def from_node_id(cls, node: str, dc: str, node_id: NodeId, pool_size: int) -> "NodeAffinity":
+    def from_node_id(cls, node: str, dc: str, node_id: NodeId, pool_size: int,
+                     addresses: tuple[str, ...] = ()) -> "NodeAffinity":
         limits = dict(node_id.limits)
         limits.setdefault(ANY, AffinityLimit(ANY, pool_size, pool_size))
-        return cls(node, dc, pool_size, limits)
+        return cls(node, dc, pool_size, limits, frozenset(addresses))
 
     def pool_for(self, affinity: Affinity) -> AffinityLimit | None:
         """The limit a run of a job with ``affinity`` counts against here, or None if this node
@@ -97,7 +130,7 @@ class NodeAffinity:
             if lim is not None and lim.absolute > 0:
                 out.append(lim)
         for name in sorted(affinity.names):
-            if name in (self.node.upper(), self.dc.upper()):
+            if name in (self.node.upper(), self.dc.upper()) or name in self.addresses:
                 out.append(AffinityLimit(name, self.pool_size, self.pool_size))
         return out
 
@@ -108,6 +141,7 @@ class NodeAffinity:
         return {
             "pool": self.pool_size,
             "limits": {n: [lim.recommended, lim.absolute] for n, lim in sorted(self.limits.items())},
+            "addresses": sorted(self.addresses),
         }
 
     @classmethod
@@ -115,4 +149,5 @@ class NodeAffinity:
         pool = int(info.get("pool", 25))
         limits = {n: AffinityLimit(n, int(v[0]), int(v[1])) for n, v in (info.get("limits") or {}).items()}
         limits.setdefault(ANY, AffinityLimit(ANY, pool, pool))
-        return cls(node, dc, pool, limits)
+        addresses = info.get("addresses") or ()
+        return cls(node, dc, pool, limits, frozenset(a for a in addresses if isinstance(a, str)))

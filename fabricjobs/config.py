@@ -100,6 +100,18 @@ def _list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in re.split(r"[,\s]+", text) if p.strip())
 
 
+def _addresses(text: str) -> tuple[str, ...]:
+    from .affinity import canonical_address
+
+    out = []
+    for part in _list(text):
+        address = canonical_address(part)
+        if address is None:
+            raise ValueError(f"not an IP address: {part!r}")
+        out.append(address)
+    return tuple(out)
+
+
 def _zone(text: str) -> str:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -150,6 +162,8 @@ KEYS: tuple[Key, ...] = (
     Key("node", "NAME", _name, "", "This node's id in the cluster (worker_id of its jobs). Default: the host name."),
     Key("node", "DC", _name, "DC1", "Data centre name; a job's AFFINITY may name it."),
     Key("node", "TIME_ZONE", _zone, "", "IANA zone for cron and timestamp schedules and for times shown. Default: the host's zone."),
+    Key("node", "ADDRESSES", _addresses, (), "This node's IP addresses, which a job's AFFINITY may name (the course's "
+        "'node (IP address)'). Default: the host's own, found from its name and its outbound route (loopback left out)."),
     Key("node", "NODE_ID_FILE", _str, "node.id", "The node.id file with affinity limits (missing file: ANY only).", path=True),
     # [jobs]
     Key("jobs", "K2JOBS_POOL_SIZE", _int(1), 25, "Runs at once on this node."),
@@ -240,6 +254,12 @@ class Config:
     @property
     def node_name(self) -> str:
         return self.get("node", "NAME") or socket.gethostname()
+
+    @property
+    def node_addresses(self) -> tuple[str, ...]:
+        from .affinity import host_addresses
+
+        return self.get("node", "ADDRESSES") or host_addresses()
 
     @property
     def store_backend(self) -> str:

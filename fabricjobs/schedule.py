@@ -3,7 +3,8 @@
 Forms (SPEC section 4):
 
 * ``''``                      run once, now
-* ``yyyy-MM-dd HH:mm:ss``     run once at that local time
+* ``yyyy-MM-dd HH:mm:ss[.SSS]`` run once at that local time (to the millisecond: IPF's
+                              singleSchedule; times are stored with millisecond precision)
 * ``HH:MM:SS``                recurring at a fixed rate, first run now (hours may exceed 23)
 * 5-field cron                ``min hour day-of-month month day-of-week`` (standard cron: when
                               both day fields are restricted, either may match)
@@ -35,7 +36,7 @@ from .model import Status
 UTC = timezone.utc
 
 _INTERVAL_RE = re.compile(r"^(\d{1,6}):([0-5]\d):([0-5]\d)$")
-_TIMESTAMP_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})$")
+_TIMESTAMP_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?$")
 _MAX_CRON_STEPS = 100_000
 
 
@@ -165,16 +166,20 @@ def _parse(text: str, tz: ZoneInfo) -> Schedule:
         return Schedule(text, ScheduleKind.INTERVAL, tz, interval=interval)
     m = _TIMESTAMP_RE.match(raw)
     if m:
+        fraction = m.group(7) or ""
+        if len(fraction) > 3:  # stored to the millisecond (Cassandra's precision): more would be cut silently
+            raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: a timestamp has at most 3 decimals "
+                                f"(milliseconds), got {len(fraction)}")
         try:
-            year, month, day, hour, minute, second = (int(g) for g in m.groups())
-            at = datetime(year, month, day, hour, minute, second)
+            year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+            at = datetime(year, month, day, hour, minute, second, int(fraction.ljust(3, "0")) * 1000)
         except ValueError as exc:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: {exc}") from None
         return Schedule(text, ScheduleKind.ONCE_AT, tz, at_local=at)
     if ":" in raw and not raw.startswith("@"):
         raise ScheduleError(
             f"invalid EXEC_INTERVAL {raw!r}: expected HH:MM:SS (e.g. '00:05:00'), "
-            "'yyyy-MM-dd HH:mm:ss', or a cron expression"
+            "'yyyy-MM-dd HH:mm:ss[.SSS]', or a cron expression"
         )
     return _parse_cron(text, raw, tz)
 

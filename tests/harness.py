@@ -148,6 +148,26 @@ class Cluster(Rig):
         return self.cli("shell", *args, input=input, timeout=timeout)
 
 
+def two_nodes(tmp_path: Path, settings: dict | None = None) -> Cluster:
+    """A cluster of local-1 and local-2, started side by side (for a module's fixture; the
+    caller stops it)."""
+    c = Cluster(tmp_path, settings=settings)
+    try:
+        for name in ("local-1", "local-2"):
+            c.start_node(name, wait=False)
+        for node in c.nodes.values():
+            c.wait_started(node)
+    except BaseException:
+        c.stop_all()
+        raise
+    return c
+
+
+def table_row(*cells: str) -> "re.Pattern[str]":
+    """A row of the shell's table with these first cells, as it pads them."""
+    return re.compile("| " + " +\\| ".join(re.escape(c) for c in cells) + " +\\|")
+
+
 def read_records(path: Path) -> list[dict]:
     """The side log the test jobs append to (one JSON object per line)."""
     if not path.exists():

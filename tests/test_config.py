@@ -62,12 +62,26 @@ def test_values_are_typed_and_keys_case_insensitive(tmp_path):
         ("[jobs]\nMIN_GIVE_UP_EXCEPTIONAL_MINUTES = 9\nMAX_GIVE_UP_EXCEPTIONAL_MINUTES = 2\n", "larger than MAX_GIVE_UP"),
         ("[jobs\nK2JOBS_POOL_SIZE = 1\n", "config"),
         ("K2JOBS_POOL_SIZE = 1\n", "no section header"),
+        ("[node]\nADDRESSES = 10.0.0.1, node-a\n", "[node] ADDRESSES: not an IP address: 'node-a'"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_key(text, message):
     with pytest.raises(ConfigError) as err:
         parse_config(text)
     assert message in str(err.value)
+
+
+def test_node_addresses_are_canonical_and_an_affinity_matches_any_spelling():
+    from fabricjobs.affinity import NodeAffinity, parse_affinity
+    from fabricjobs.config import NodeId
+
+    cfg = parse_config("[node]\nADDRESSES = 10.0.0.1 fd00:0::1\n")
+    assert cfg.node_addresses == ("10.0.0.1", "FD00::1")
+    node = NodeAffinity.from_node_id("n1", "DC1", NodeId({}), 4, cfg.node_addresses)
+    assert node.can_run(parse_affinity("fd00::0:1")) and node.can_run(parse_affinity('{"Affinity": ["10.0.0.1"]}'))
+    assert not node.can_run(parse_affinity("10.0.0.2"))
+    seen = NodeAffinity.from_info("n1", "DC1", node.to_info())  # as other nodes and the shell see it
+    assert seen.addresses == node.addresses and seen.can_run(parse_affinity("10.0.0.1"))
 
 
 def test_unknown_keys_and_sections_are_warned_not_fatal(caplog):

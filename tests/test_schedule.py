@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -46,6 +47,24 @@ def test_timestamp_is_one_run_at_that_local_time():
     assert s.kind is ScheduleKind.ONCE_AT and s.initial_status is Status.SCHEDULED
     assert s.first_due(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(2026, 7, 1, 7, 30, tzinfo=UTC)
     assert s.next_after_run(s.first_due(datetime.now(UTC)), datetime.now(UTC), datetime.now(UTC)) is None
+
+
+@pytest.mark.parametrize("fraction, micros", [(".123", 123000), (".5", 500000), (".05", 50000), (".000", 0)])
+def test_timestamp_to_the_millisecond(fraction, micros):
+    """IPF's singleSchedule: a one-time schedule to millisecond precision."""
+    s = parse_schedule(f"2026-07-01 09:30:00{fraction}", BERLIN)
+    assert s.kind is ScheduleKind.ONCE_AT
+    assert s.first_due(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(2026, 7, 1, 7, 30, 0, micros, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("2026-07-01 09:30:00.1234", "at most 3 decimals (milliseconds), got 4"),
+    ("2026-07-01 09:30:00.", "expected HH:MM:SS"),
+    ("2026-07-01 09:30:00,123", "expected HH:MM:SS"),
+])
+def test_timestamp_fractions_beyond_milliseconds_are_refused(text, why):
+    with pytest.raises(ScheduleError, match=re.escape(why)):
+        parse_schedule(text, "UTC")
 
 
 def test_interval_is_recurring_and_runs_first_now():

@@ -477,3 +477,30 @@ def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(c
                           "startjob user_job name='Customer.userJob1' uid='woken2';")  # rings at the end
     assert one.first_row()["Status"] == script.first_row()["Status"] == "WAITING"
     assert all(row(client, uid=u).status is Status.WAITING for u in ("woken", "in-a-script", "woken2"))
+
+
+# -- issue #22 on every backend -----------------------------------------------------------------
+
+def test_startjob_if_not_exists_answers_the_existing_row_live_or_archived(client):
+    cmd = "startjob user_job name='Customer.userJob1' uid='setup' args='{\"loopsIterationCount\": 3}' if not exists;"
+    first = client.fetch(cmd).rows
+    again = client.run_script(cmd + " startjob user_job name='Customer.userJob3' uid='other';" + cmd)  # in a bulk script too
+    assert [r.rows for r in again] == [first, (("USER_JOB", "Customer.userJob3", "other", "WAITING", ""),), first]
+    before = row(client, uid="setup")
+    client.fetch("stopjob user_job name='Customer.userJob1' uid='setup';")
+    archived = client.fetch(cmd.replace("3}", "9}")).rows
+    assert archived == (("USER_JOB", "Customer.userJob1", "setup", "TERMINATED", ""),)
+    now = row(client, uid="setup")
+    assert now.archived and now.arguments == before.arguments and now.epoch == before.epoch
+
+
+def test_jobstatus_of_a_type_n_days_ago_adds_that_types_archived_jobs(client):
+    client.run_script("startjob user_job name='Customer.userJob1' uid='a'; startjob user_job name='Customer.userJob3' uid='b';"
+                      "startjob process name='echoArg.sh' uid='p'; startjob user_job name='Customer.userJob1' uid='live';")
+    client.run_script("stopjob user_job name='Customer.userJob1' uid='a'; stopjob user_job name='Customer.userJob3' uid='b';"
+                      "stopjob process name='echoArg.sh' uid='p';")
+    uids = lambda text: sorted(r[2] for r in client.fetch(text).rows)  # noqa: E731
+    assert uids("jobstatus user_job;") == ["live"]
+    assert uids("jobstatus user_job 1 day ago;") == ["a", "b", "live"]
+    assert uids("jobstatus user_job 'Customer.userJob1' 1 day ago;") == ["a", "live"]
+    assert uids("jobstatus 1 day ago;") == ["a", "b", "live", "p"]

@@ -108,7 +108,7 @@ def syntax_error(text: str, err: UnexpectedInput) -> CommandSyntaxError:
     if start > 0 and text[start - 1] == "'" and "STRING" not in accepted:
         reason += " (a quote inside a string is written '')"
     elif tok.value.startswith('"') and "STRING" in accepted:
-        reason += " (strings take single quotes: '...')"
+        reason += " (strings take single quotes: '...'; \"\" alone is the empty string)"
     return CommandSyntaxError(reason, text=text, line=line, column=column, expected=expected)
 
 

@@ -37,7 +37,7 @@ enabled = os.environ.get("FABRICJOBS_PREPARED_STATEMENTS", "1").strip().lower() 
 # the same ToCommand methods, without lexing, parsing or Lark's Transformer.
 #
 # Why a shape parses the same whatever its strings (T0 prepared, T1 of the same shape): outside
-# its slots a shape holds no quote, and the STRING tokens of T0 are exactly its slots (checked
+# its slots a shape holds no quote, single or double (a string is '...' or ""), and the STRING tokens of T0 are exactly its slots (checked
 # when it is prepared). Besides STRING only comments can match a quote, and only comments can
 # start with '--' or '/*' (tests/commands/test_prepared.py checks the grammar for both); the
 # comments of T0 lie between its tokens, so they hold no quote. So no terminal tried outside a
@@ -103,6 +103,8 @@ def parse_prepared(text: str) -> list[tuple[Statement, int]] | None:
     literals = parts[1::2]
     skeleton = "'".join(parts[0::2])
     if skeleton.count("'") != len(literals):  # a quote that opens no string: an error, or in a comment
+        return None
+    if '"' in skeleton:  # a double quote outside a string ("" is one): an error, a SET word or a comment
         return None
     reader = _Reader(text, lexing[1])
     segments = skeleton.split(";")

@@ -30,6 +30,7 @@ class StartJob:
     tz: str | None = None
     late_threshold: str | None = None  # HH:MM:SS ('' : none)
     overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
+    if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,8 @@ class UpdateJob:
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
-    """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE>; JOBSTATUS <TYPE> '<NAME>' [WITH UID='<UID>']."""
+    """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE> ['<NAME>'] [<n> DAYS AGO];
+    JOBSTATUS <TYPE> '<NAME>' WITH UID='<UID>'."""
 
     type: str | None = None
     name: str | None = None
@@ -116,12 +118,14 @@ class Nodes:
 
 @dataclass(frozen=True, slots=True)
 class JobHistory:
-    """JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT n]: the runs of a job, newest first."""
+    """JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT n]: the runs of a job, newest first;
+    JOBHISTORY RECENT n (``recent``; no type or name): the last n runs of the whole cluster."""
 
-    type: str
-    name: str
+    type: str | None = None
+    name: str | None = None
     uid: str | None = None
     limit: int | None = None
+    recent: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ STATEMENTS: tuple[StatementInfo, ...] = (
     StatementInfo("STARTJOB", st.StartJob, "start_job", (
         f"STARTJOB {_JOB} [UID='<uid>'] [AFFINITY='<affinity>'] [ARGS='<json>'] [EXEC_INTERVAL='<interval>']",
         "         [DEPENDS_ON='<TYPE.NAME.UID>,...'] [PRIORITY=0..9] [TZ='<zone>'] [LATE_THRESHOLD='HH:MM:SS']",
-        "         [OVERLAP='SKIP|QUEUE']"), job_statement=True),
+        "         [OVERLAP='SKIP|QUEUE'] [IF NOT EXISTS]"), job_statement=True),
     StatementInfo("STOPJOB", st.StopJob, "stop_job", (f"STOPJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
                   job_statement=True),
     StatementInfo("RESTARTJOB", st.RestartJob, "restart_job", (
@@ -44,8 +44,9 @@ STATEMENTS: tuple[StatementInfo, ...] = (
         f"UPDATEJOB {_JOB} [UID=..] [AFFINITY=..] [ARGS=..] [EXEC_INTERVAL=..] [RESET_END_TIME=true|false]",
         "          [PRIORITY=..] [TZ=..] [LATE_THRESHOLD=..] [OVERLAP=..]"), job_statement=True),
     StatementInfo("JOBSTATUS", st.JobStatus, "job_status",
-                  ("JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>']] [DETAILS]]",)),
-    StatementInfo("JOBHISTORY", st.JobHistory, "job_history", ("JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]",)),
+                  ("JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>' | <n> DAYS AGO]] [DETAILS]]",)),
+    StatementInfo("JOBHISTORY", st.JobHistory, "job_history", ("JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]",
+                                                              "JOBHISTORY RECENT <n>")),
     StatementInfo("JOBLOG", st.JobLog, "job_log", ("JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN <n>]",)),
     StatementInfo("WAITJOB", st.WaitJob, "wait_job", ("WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [TIMEOUT <s>]",)),
     StatementInfo("DELETEHISTORY", st.DeleteHistory, "delete_history", ("DELETEHISTORY <TYPE> '<NAME>' WITH UID='<UID>'",)),

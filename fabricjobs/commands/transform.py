@@ -200,7 +200,8 @@ class ToCommand(Transformer):
         statement = keyword.type.lower()
         waiting = [p for p in params if isinstance(p, _Wait)]
         running = any(isinstance(p, _Running) for p in params)
-        params = [p for p in params if not isinstance(p, (_Wait, _Running))]
+        if_not_exists = [p for p in params if isinstance(p, Token) and p.type == "IF"]
+        params = [p for p in params if not isinstance(p, (_Wait, _Running, Token))]
         given: dict[str, _Param] = {}
         for param in params:
             if param.name in given:
@@ -212,7 +213,11 @@ class ToCommand(Transformer):
         for required in needed:
             if required not in given:
                 raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
+        if if_not_exists and "UID" not in given:  # a generated UID never exists: each run would add a job
+            raise invalid(self._text, if_not_exists[0], "IF NOT EXISTS needs UID='<uid>' (without one, every STARTJOB makes a new job)")
         fields = {name.lower(): param.value for name, param in given.items()}
+        if if_not_exists:
+            fields.update(if_not_exists=True)
         if waiting:
             fields.update(wait=True, timeout=waiting[0].timeout)
         if running:
@@ -228,6 +233,9 @@ class ToCommand(Transformer):
     def running(self, children: list[Token]) -> "_Running":
         return _Running()
 
+    def if_not_exists(self, children: list[Token]) -> Token:
+        return children[0]  # IF, where a message about it points
+
     startjob = stopjob = restartjob = resumejob = updatejob = _job
 
     def jobstatus(self, children: list[Any]) -> JobStatus:
@@ -235,15 +243,14 @@ class ToCommand(Transformer):
         details = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "DETAILS"
         if details:
             rest = rest[:-1]
-        if not rest:
-            return JobStatus(details=details)
-        if isinstance(rest[0], Token) and rest[0].type == "NUMBER":
-            days = self._whole(rest[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days")
+        numbers = [t for t in rest if isinstance(t, Token) and t.type == "NUMBER"]
+        days = self._whole(numbers[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days") if numbers else None
+        if not rest or (isinstance(rest[0], Token) and rest[0].type == "NUMBER"):
             return JobStatus(days_ago=days, details=details)
         strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
         values = [self._plain(tok, what) for tok, what in zip(strings, ("NAME", "UID"))]
         name, uid = (values + [None, None])[:2]
-        return JobStatus(type=rest[0], name=name, uid=uid, details=details)
+        return JobStatus(type=rest[0], name=name, uid=uid, days_ago=days, details=details)
 
     def _named(self, children: list[Any]) -> tuple[str, str, str | None, dict[str, Token]]:
         """<TYPE> '<NAME>' [WITH UID='<UID>'] and trailing keyword NUMBER options."""
@@ -268,6 +275,11 @@ class ToCommand(Transformer):
         return self._whole(options[word], limit, message) if word in options else None
 
     def jobhistory(self, children: list[Any]) -> JobHistory:
+        if isinstance(children[1], Token) and children[1].type == "RECENT":
+            recent = self._whole(children[2], values.MAX_RECENT, "RECENT needs a whole number of runs")
+            if recent == 0:
+                raise invalid(self._text, children[2], "RECENT needs at least 1 run")
+            return JobHistory(recent=recent)
         job_type, name, uid, options = self._named(children)
         limit = self._option(options, "LIMIT", _MAX_LIMIT, "LIMIT needs a whole number of runs")
         return JobHistory(type=job_type, name=name, uid=uid, limit=limit)

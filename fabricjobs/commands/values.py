@@ -27,6 +27,16 @@ def job_type(text: str) -> str:
     return JobType.parse(text).value
 
 
+#: JOBHISTORY RECENT's ceiling: on Cassandra it reads n lines per hour and shard (store/cassandra/recent.py).
+MAX_RECENT = 10_000
+
+
+def recent(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RECENT:
+        raise ValueError(f"RECENT must be a whole number of runs from 1 to {MAX_RECENT}, got {n!r}")
+    return n
+
+
 def exec_interval(text: str) -> str:
     try:
         parse_schedule(text, "UTC")
@@ -104,7 +114,7 @@ def json_kind(obj: Any) -> str:
 
 _RULES: dict[str, Callable[[Any], Any]] = {
     "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap,
-    "priority": priority, "args": args_object,
+    "priority": priority, "args": args_object, "recent": recent,
 }
 
 

@@ -101,7 +101,7 @@ class Node:
         self.zone = resolve_zone(config.get("node", "TIME_ZONE") or None)
         self.clock = clock or SystemClock()
         self.node_id = node_id if node_id is not None else load_node_id(config.get("node", "NODE_ID_FILE"))
-        self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, s.pool_size)
+        self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, s.pool_size, config.node_addresses)
         self.catalog = JobCatalog.from_config(config)
         self.catalog.check_directories()  # before anything is opened: a refusal leaves nothing behind
         self.store = store or open_store(config)

@@ -74,13 +74,14 @@ class ClusterCommands(ServiceCore):
         return Result(NODES_COLUMNS, tuple(rows))
 
     def _node_details(self) -> Result:
-        columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "tasks")
+        columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "addresses", "tasks")
         rows = []
         base = self.nodes(statements.Nodes(), Session())
         for n, row in zip(read_cluster(self.store), base.rows):
             hb = f"{n.info.get('heartbeat_ms', '?')} ms x {n.info.get('miss', '?')}"
             tasks = "; ".join(f"{t.get('task')} {t.get('description', '')}" for t in n.tasks())
-            rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), tasks or "-"))
+            addresses = ", ".join(sorted(n.affinity.addresses)) or "-"  # what a job's AFFINITY may name
+            rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), addresses, tasks or "-"))
         return Result(columns, tuple(rows), vertical=True)
 
 

@@ -34,7 +34,21 @@ class JobCommands(ServiceCore):
     # -- STARTJOB ------------------------------------------------------------------------------
 
     def start_job(self, cmd: statements.StartJob, session: Session) -> Result:
-        return self._insert_new(self._new_job(cmd, session))
+        job = self._new_job(cmd, session)
+        if not cmd.if_not_exists:
+            return self._insert_new(job)
+        # IF NOT EXISTS: a row with the key, live or archived, is the answer as it is. The
+        # insert still decides when there is none (another script may be creating it now): a
+        # live row that blocks it is returned too. (The one race left, the job created *and*
+        # archived between the read and the insert, re-runs it, as STARTJOB would.)
+        existing = self.store.get(job.key)
+        if existing is None:
+            res = self.store.insert(job)
+            if res.applied:
+                self._ring()
+            existing = res.row  # the new row, or the live row that blocked it
+        assert existing is not None  # insert always answers with a row
+        return Result(START_COLUMNS, (self._change_row(existing),))
 
     def _new_job(self, cmd: statements.StartJob, session: Session) -> Job:
         """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""

@@ -27,6 +27,8 @@ FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Thresh
 HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
                    "Error", "Exit Code", "Output", "Note")
 HISTORY_LIMIT = 50
+RECENT_COLUMNS = ("Type", "Name", "UID", "Run", "Node", "Result", "Status", "Start", "End", "Duration (ms)", "Tries",
+                  "Error", "Note")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
 
 
@@ -45,7 +47,8 @@ class JobViews(ServiceCore):
             jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
             if cmd.days_ago is not None:
                 since = self.clock.now() - timedelta(days=cmd.days_ago)
-                jobs = sorted(jobs + self.store.archived_since(since, type=cmd.type), key=lambda j: j.key)
+                archived = [j for j in self.store.archived_since(since, type=cmd.type) if cmd.name in (None, j.name)]
+                jobs = sorted(jobs + archived, key=lambda j: j.key)
         if cmd.details:  # a record per block, with the job's counters (SMILA's job run statistics)
             return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs), vertical=True)
         if cmd.uid is not None:
@@ -93,6 +96,9 @@ class JobViews(ServiceCore):
     # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
 
     def job_history(self, cmd: statements.JobHistory, session: Session) -> Result:
+        if cmd.recent is not None:  # the whole cluster's last runs (DolphinDB's getRecentJobs)
+            return Result(RECENT_COLUMNS, tuple(recent_row(r) for r in self.store.recent_runs(cmd.recent)))
+        assert cmd.type is not None and cmd.name is not None  # the grammar gives a type and name without RECENT
         runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=cmd.limit or HISTORY_LIMIT)
         rows = [history_row(r) for r in runs]
         notices = () if cmd.limit or len(runs) < HISTORY_LIMIT else (f"(the last {HISTORY_LIMIT}; LIMIT n shows more)",)
@@ -142,6 +148,13 @@ def history_row(r: RunRecord) -> tuple:
     took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
     return (r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
             r.error, r.exit_code, r.output or "", r.note)
+
+
+def recent_row(r: RunRecord) -> tuple:
+    """One run as JOBHISTORY RECENT shows it (RECENT_COLUMNS)."""
+    took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
+    return (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.result, r.status, r.start, r.end, took, r.tries,
+            r.error, r.note)
 
 
 def run_summary(r: RunRecord) -> str:

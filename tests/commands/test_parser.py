@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fabricjobs.commands import (
+    JobHistory,
     JobStatus,
     Kill,
     Ps,
@@ -142,6 +143,16 @@ SEED_PROCESS = (
         ("JOBSTATUS", JobStatus()),
         ("jobstatus 3 days ago", JobStatus(days_ago=3)),
         ("JOBSTATUS 0 DAYS AGO", JobStatus(days_ago=0)),
+        ("jobstatus 1 day ago", JobStatus(days_ago=1)),  # the course's singular
+        ("jobstatus user_job 30 days ago", JobStatus(type="USER_JOB", days_ago=30)),
+        ("JOBSTATUS USER_JOB 'X' 1 DAY AGO DETAILS", JobStatus(type="USER_JOB", name="X", days_ago=1, details=True)),
+        ("JOBSTATUS 2 Day AGO DETAILS", JobStatus(days_ago=2, details=True)),
+        # The course's "set EXEC_INTERVAL=\"\"" (issue #22): "" is the empty string.
+        (
+            "updatejob user_job name='T.tick' uid='cr' EXEC_INTERVAL=\"\"",
+            UpdateJob("USER_JOB", "T.tick", "cr", exec_interval=""),
+        ),
+        ('updatejob user_job name=\'X\' affinity=""', UpdateJob("USER_JOB", "X", affinity="")),
         ("JOBSTATUS USER_JOB", JobStatus(type="USER_JOB")),
         ("JOBSTATUS user_job 'Customer.userJob1'", JobStatus(type="USER_JOB", name="Customer.userJob1")),
         (
@@ -432,9 +443,9 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP= or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "IF", "';'")
 
 
 def test_unknown_statement():
@@ -466,6 +477,70 @@ def test_double_quotes_get_a_hint():
     assert_rendered(fails('stopjob user_job name="x"'), 1, 23, "expected a quoted string", "single quotes")
 
 
+@pytest.mark.parametrize(
+    "text, column",
+    [
+        ('updatejob user_job name=\'X\' exec_interval="00:05:00"', 43),  # only "" is a string
+        ('updatejob user_job name=\'X\' exec_interval=""""', 43),  # no "" escapes in a "" string
+        ('stopjob user_job name="x""', 23),
+    ],
+)
+def test_double_quoted_text_other_than_the_empty_string_is_refused(text, column):
+    err = fails(text)
+    assert_rendered(err, 1, column, "expected a quoted string", "single quotes", "\"\" alone is the empty string")
+
+
+def test_a_set_value_of_two_double_quotes_is_the_empty_string():
+    assert one('set sync = ""') == Set("sync", "")
+
+
+def test_startjob_if_not_exists():
+    assert one("startjob user_job name='A' uid='u' priority=3 if not exists") == StartJob(
+        "USER_JOB", "A", "u", priority=3, if_not_exists=True)
+    assert one("STARTJOB USER_JOB UID='u' NAME='A' IF  NOT\nEXISTS") == StartJob("USER_JOB", "A", "u", if_not_exists=True)
+
+
+@pytest.mark.parametrize(
+    "text, column, needle",
+    [
+        ("startjob user_job name='A' if not exists", 28, "IF NOT EXISTS needs UID='<uid>'"),
+        ("startjob user_job name='A' uid='u' if exists", 39, "expected NOT"),
+        ("startjob user_job name='A' uid='u' if not exists priority=3", 50, "expected ';'"),
+        ("stopjob user_job name='A' uid='u' if not exists", 35, "unexpected 'if'"),
+    ],
+)
+def test_if_not_exists_is_strict(text, column, needle):
+    err = fails(text, ValidationError) if "needs" in needle else fails(text)
+    assert_rendered(err, 1, column, needle)
+
+
+def test_jobhistory_recent():
+    assert one("jobhistory recent 20") == JobHistory(recent=20)
+    assert one("JOBHISTORY RECENT 10000") == JobHistory(recent=10000)
+
+
+@pytest.mark.parametrize(
+    "text, column, needle, kind",
+    [
+        ("jobhistory recent 0", 19, "RECENT needs at least 1 run", ValidationError),
+        ("jobhistory recent 10001", 19, "10001 is too large (at most 10000)", ValidationError),
+        ("jobhistory recent 2.5", 19, "RECENT needs a whole number of runs, got 2.5", ValidationError),
+        ("jobhistory recent", 18, "expected a number", CommandSyntaxError),
+        ("jobhistory recent 5 limit 2", 21, "expected ';'", CommandSyntaxError),
+    ],
+)
+def test_jobhistory_recent_is_strict(text, column, needle, kind):
+    assert_rendered(fails(text, kind), 1, column, needle)
+
+
+def test_one_job_by_uid_takes_no_days():
+    assert_rendered(fails("jobstatus user_job 'X' with uid='u' 1 day ago"), 1, 37, "unexpected '1'", "expected DETAILS or ';'")
+
+
+def test_day_is_a_keyword_only_as_a_whole_word():
+    assert_rendered(fails("jobstatus 1 dayz ago"), 1, 13, "unexpected 'dayz'", "expected DAYS")
+
+
 def test_lone_quote_inside_string_gets_a_hint():
     assert_rendered(fails("stopjob user_job name='it's'"), 1, 27, "unexpected 's'", "''")
 
@@ -476,7 +551,7 @@ def test_two_statements_without_separator():
 
 def test_jobstatus_forms_are_strict():
     assert_rendered(fails("jobstatus 3 days"), 1, 17, "unexpected end of input", "expected AGO")
-    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected DETAILS, WITH or ';'")
+    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected DETAILS, WITH, a number or ';'")
     assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected DETAILS, a number, a job type or ';'")
 
 

@@ -106,6 +106,13 @@ def test_only_strings_and_comments_can_hold_a_quote():
     assert {name for name, pattern in _terminals().items() if can_consume("'", pattern)} == {"STRING", "COMMENT"}
 
 
+def test_only_strings_comments_and_set_words_can_hold_a_double_quote():
+    """The cache sends a script with a double quote outside its strings the plain way, so
+    only a SET word (always a statement's last token) and comments matter here."""
+    holders = {name for name, pattern in _terminals().items() if can_consume('"', pattern)}
+    assert holders == {"STRING", "COMMENT", "SET_WORD"}
+
+
 def test_only_semicolon_strings_and_comments_can_hold_a_semicolon():
     """So every ';' outside strings and comments separates statements."""
     holders = {name for name, pattern in _terminals().items() if can_consume(";", pattern)}
@@ -199,6 +206,13 @@ def test_bulk_script_goes_through_prepared_statements():
         "startjob user_job name='a'\u2028uid='b';\x1cps;\u00a0;;  ",
         "kill 'node''s' 12; kill node-1.a 3; set a = 'b'; set a.b c=d; set x '';",
         "jobstatus user_job '';jobstatus user_job 'a' with uid='';joblog user_job 'a' with uid='b' run 2",
+        bulk(3) + "updatejob user_job name='x' uid=\"\" exec_interval=\"\";",
+        bulk(3) + "startjob user_job name='x' uid='y' if not exists; startjob user_job name='x' uid='z' if not exists;",
+        bulk(3) + "startjob user_job name='x' if not exists;",
+        bulk(3) + "updatejob user_job name=\"\" exec_interval='';updatejob user_job name='a' exec_interval=\"\"",
+        bulk(3) + "updatejob user_job name='x' exec_interval=\"00:05:00\";",
+        bulk(3) + "updatejob user_job name='x' exec_interval=\"\"\"\";",
+        bulk(3) + "set a = \"\"; set a = x\"\"; set a = \"\"x; ps -- \"\n;ps /* \" */",
     ],
 )
 def test_examples_agree(text):

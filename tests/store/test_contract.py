@@ -516,6 +516,43 @@ def test_deleting_a_jobs_runs_removes_them_all_and_only_them(store):
     assert [r.epoch for r in store.runs("USER_JOB", "Customer.userJob1", "d1")] == [row.epoch]
 
 
+def test_recent_runs_are_the_clusters_last_runs_newest_first(store):
+    """JOBHISTORY RECENT n: every job's runs in one list, across names, types, hours and days;
+    a fenced run is not in it, nor a deleted job history. (Ends near now: a backend may read
+    only the retention back from today.)"""
+    now = datetime.now(UTC).replace(microsecond=0)
+    ends = {("USER_JOB", "A", "a"): [now - timedelta(hours=30), now - timedelta(minutes=5)],
+            ("PROCESS", "b.sh", "b"): [now - timedelta(hours=2)],
+            ("USER_JOB", "C", "c"): [now - timedelta(seconds=1)]}
+    rows = {}
+    for (type, name, uid), times in ends.items():
+        row = store.insert(job(uid=uid, name=name, type=type, status=Status.SCHEDULED, worker_id="n1")).row
+        for i, end in enumerate(times):
+            row = store.cas(row, claim(row, f"n{i}")).row
+            result = "OK" if uid != "b" else "ERROR"
+            store.cas_many([(row, row.replace(status=Status.SCHEDULED))],
+                           runs=[record(row, result, "SCHEDULED", end=end, error="" if result == "OK" else "exit code 3",
+                                        output='"out"', log="a line")])
+            row = store.get(row.key)
+        rows[uid] = row
+    stale = rows["c"]
+    store.cas(stale, stale.replace(worker_id="n9", epoch=stale.epoch + 1))  # taken over: stale is fenced
+    store.cas_many([(stale, stale.replace(status=Status.PROCESSED, archived=True, end_time=now))],
+                   runs=[record(stale, end=now)])
+    store.add_runs([RunRecord(rows["a"].key, rows["a"].epoch, "n1", now, None, now - timedelta(minutes=1), "SKIPPED",
+                              "SCHEDULED", 0, note="skipped: late")])
+    expected = [("c", 1, "OK", "n0"), ("a", 2, "SKIPPED", "n1"), ("a", 2, "OK", "n1"), ("b", 1, "ERROR", "n0"),
+                ("a", 1, "OK", "n0")]
+    assert [(r.key.uid, r.epoch, r.result, r.node) for r in store.recent_runs(10)] == expected
+    top = store.recent_runs(2)
+    assert [(r.key.uid, r.result) for r in top] == [("c", "OK"), ("a", "SKIPPED")]
+    b = store.recent_runs(4)[3]
+    assert (b.key, b.end, b.status, b.error, b.start) == (rows["b"].key, now - timedelta(hours=2), "SCHEDULED", "exit code 3", T0)
+    assert store.delete_job_runs(rows["a"].key) == 3
+    assert [(r.key.uid, r.epoch) for r in store.recent_runs(10)] == [("c", 1), ("b", 1)]
+    assert store.recent_runs(1)[0].key == rows["c"].key
+
+
 # -- nodes and kill requests ---------------------------------------------------------------------
 
 def node_row(name="n1", beat=1, **kw) -> NodeRow:

@@ -20,7 +20,8 @@ from typing import Sequence
 from ...errors import StoreError
 from ...model import Job, JobKey
 from ..base import RunRecord
-from .rows import UTC, Rows, _aware, _unknown_outcome, _when
+from .recent import Recent
+from .rows import UTC, _aware, _unknown_outcome, _when
 from .schema import ARCHIVE_SHARDS, RUN_BUCKET
 from .session import _bound, _result, _Write, log
 
@@ -38,7 +39,7 @@ def _archive_shard(key: JobKey) -> int:
     return zlib.crc32(f"{key.uid}\0{key.name}\0{key.type}".encode()) % ARCHIVE_SHARDS
 
 
-class History(Rows):
+class History(Recent):
     """Run history, the archive by day, and listener file marks."""
 
     _run_keys_noted: set[tuple]  # (key, day, bucket) this process noted in k2_job_run_keys
@@ -47,6 +48,7 @@ class History(Rows):
     def _init_history(self) -> None:
         """Nothing noted yet: the first line of each (key, day, bucket) notes it."""
         self._run_keys_noted = set()
+        self._recent_hours_noted = set()
 
     # -- run history -----------------------------------------------------------------------------
 
@@ -62,6 +64,7 @@ class History(Rows):
         what = f"the history line of run {r.epoch} of {r.key}"
         # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
         out = [_Write(stmt, values + (r.epoch // RUN_BUCKET, self.archive_ttl), what=what, big=size > _BIG_VALUES)]
+        out += self._recent_writes(r, big=len(r.error) + len(r.note) > _BIG_VALUES)
         day = _day(datetime.now(UTC))  # the day the line is written: its TTL runs from then
         noted = (r.key, day, r.epoch // RUN_BUCKET)
         if noted not in self._run_keys_noted:
@@ -75,11 +78,11 @@ class History(Rows):
                               on_sent=lambda: self._run_keys_noted.add(noted)))
         return out
 
-    def _unrun_write(self, r: RunRecord) -> _Write:
+    def _unrun_writes(self, r: RunRecord) -> list[_Write]:
         stmt = self._stmt(("rundel",), "DELETE FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? "
                                        "AND bucket = ? AND epoch = ? AND end_time = ?")
-        return _Write(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch // RUN_BUCKET, r.epoch, r.end),
-                      what=f"the history line of fenced run {r.epoch} of {r.key}")
+        return [_Write(stmt, (r.key.type, r.key.name, r.key.uid, r.epoch // RUN_BUCKET, r.epoch, r.end),
+                       what=f"the history line of fenced run {r.epoch} of {r.key}"), self._unrecent_write(r)]
 
     @staticmethod
     def _to_run(row: dict) -> RunRecord:
@@ -139,7 +142,8 @@ class History(Rows):
     def delete_job_runs(self, key: JobKey) -> int:
         """Partition deletes of every table the job's lines are read from: its partitions of
         k2_job_run_history (the buckets of the lines ``runs`` finds: a line lives in the
-        bucket of its epoch), and of the version-3 k2_job_runs with its k2_job_run_uids entry.
+        bucket of its epoch), and of the version-3 k2_job_runs with its k2_job_run_uids entry;
+        and a row delete of each line in k2_job_runs_recent.
 
         k2_job_run_keys is left to its TTL: its rows only point at partitions, an empty one
         costs a read that returns nothing, and a node that noted a (day, bucket) writes no
@@ -153,6 +157,7 @@ class History(Rows):
                                               "AND bucket = ?")
         writes = [_Write(history, params + (bucket,), what=what)
                   for bucket in sorted({r.epoch // RUN_BUCKET for r in runs})]
+        writes += [self._unrecent_write(r) for r in runs]  # a row delete each: the hour partitions hold other jobs' lines
         writes.append(_Write(self._stmt(("rundelv3",), "DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"),
                              params, what=what))
         writes.append(_Write(self._stmt(("runuiddel",), "DELETE FROM k2_job_run_uids WHERE type = ? AND name = ? "

@@ -43,9 +43,10 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
+RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
@@ -65,6 +66,8 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_jobs_archived": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_job_run_history": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_job_run_keys": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_job_runs_recent": f"{_BY_DAY} AND gc_grace_seconds = 10800",
+    "k2_job_runs_hours": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "nodes": "gc_grace_seconds = 86400",
     "kill_requests": "gc_grace_seconds = 86400",
     "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
@@ -118,6 +121,15 @@ _RUN_HISTORY = """k2_job_run_history (
 _RUN_KEYS = """k2_job_run_keys (
         type text, name text, day text, uid text, bucket int,
         PRIMARY KEY ((type, name, day), uid, bucket))"""
+#: Version 5: every run line of the cluster by the hour of its end (JOBHISTORY RECENT n), and
+#: which hours have lines, by day (recent.py).
+_RECENT = """k2_job_runs_recent (
+        hour text, shard int, end_time timestamp, type text, name text, uid text, epoch bigint,
+        node text, due_time timestamp, start_time timestamp, result text, status text, tries int,
+        error text, note text,
+        PRIMARY KEY ((hour, shard), end_time, type, name, uid, epoch))"""
+_RECENT_ORDER = "CLUSTERING ORDER BY (end_time DESC, type ASC, name ASC, uid ASC, epoch ASC)"
+_RECENT_HOURS = "k2_job_runs_hours (day text, hour text, PRIMARY KEY (day, hour))"
 _LISTENER = """k2_listener_files (
         type text, name text, uid text, file text, note text, marked_at timestamp,
         PRIMARY KEY ((type, name, uid), file))"""
@@ -141,12 +153,13 @@ _EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
-    _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else ""))
+    _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
+            + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
-                 _RUN_HISTORY, _RUN_KEYS, _LISTENER)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS)
 )
 
-_V4_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys")
+_V4_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -159,10 +172,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _create(_LISTENER),
     ),
     3: tuple(f"ALTER TABLE {table} WITH {options}" for table, options in TABLE_OPTIONS.items()
-             if table not in _V4_TABLES),  # made by version 4, with their options
+             if table not in _V4_TABLES),  # made by version 4 or 5, with their options
     4: (_create(_ARCHIVED, TABLE_OPTIONS["k2_jobs_archived"]),
         _create(_RUN_HISTORY, f"{TABLE_OPTIONS['k2_job_run_history']} AND {_RUNS_ORDER}"),
         _create(_RUN_KEYS, TABLE_OPTIONS["k2_job_run_keys"])),
+    5: (_create(_RECENT, f"{TABLE_OPTIONS['k2_job_runs_recent']} AND {_RECENT_ORDER}"),
+        _create(_RECENT_HOURS, TABLE_OPTIONS["k2_job_runs_hours"])),
 }
 
 

@@ -313,7 +313,7 @@ class CassandraStore(Queue, History, Nodes, JobStore):
                 row = target if c.full else self._select_job(key)
             return CasResult(True, row=row)
         if c.record is not None:
-            c.after.append(self._unrun_write(c.record))
+            c.after += self._unrun_writes(c.record)
         if settled is not None:
             current = Version.of(settled)
         elif lwt_row is not None and lwt_row.get("status") is not None:
