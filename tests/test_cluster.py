@@ -55,21 +55,24 @@ def test_three_nodes_run_300_jobs_each_exactly_once_spread_over_all_nodes(cluste
     log = tmp_path / "runs.jsonl"
     for name in ("n1", "n2", "n3"):
         cluster.start_node(name)
-    uids = [f"j{i:03d}" for i in range(300)]
+    # On Apache Cassandra 150 (every claim and outcome is a Paxos round on a JVM that shares two
+    # cores with the rest of the real tier: 300 took 67 s there, against 7 s on SQLite).
+    count = 150 if cluster.backend == "cassandra-real" else 300
+    uids = [f"j{i:03d}" for i in range(count)]
     client = cluster.client()
     # 0.25 s each: 75 s of work, 1 s for three pools of 25 and 3 s for one, so every node has
     # a share to take even when one of them is slow to start its first workers.
-    for chunk in range(0, 300, 50):
+    for chunk in range(0, count, 50):
         start_records(client, uids[chunk:chunk + 50], log, 0.25)
-    wait_for(lambda: processed(cluster, uids), 60, "300 jobs to be PROCESSED")
+    wait_for(lambda: processed(cluster, uids), 60, f"{count} jobs to be PROCESSED")
     records = read_records(log)
-    assert len(records) == 300 and len({r["key"] for r in records}) == 300  # each exactly once
+    assert len(records) == count and len({r["key"] for r in records}) == count  # each exactly once
     assert all(not r["aborted"] for r in records)
     per_node = defaultdict(int)
     for r in records:
         per_node[r["node"]] += 1
     assert set(per_node) == {"n1", "n2", "n3"}, per_node
-    assert min(per_node.values()) >= 30, per_node  # every node did a real share
+    assert min(per_node.values()) >= count // 10, per_node  # every node did a real share
     assert_no_overlap(records)
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]
     again = [(r.key.uid, r.epoch, r.tries, r.error_msg) for r in rows if (r.epoch, r.tries) != (1, 0)]
