@@ -136,7 +136,7 @@ for hold, gap in json.loads(sys.argv[2]):
 @pytest.mark.liveness
 @pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500, "FABRIC_HEARTBEAT_MISS": 8},
                                       "jobs": {"K2JOBS_POOL_SIZE": 2, "MAX_TRIES": 20}}], indirect=True)
-def test_a_writer_holding_the_sqlite_lock_from_outside_stalls_the_nodes_and_breaks_nothing(cluster, tmp_path):
+def test_partition_sqlite_a_writer_holding_the_store_lock_from_outside_stalls_the_nodes_and_breaks_nothing(cluster, tmp_path):
     """Two nodes (500 ms x 8: a run's lease lapses 3 s after its node's last beat, a node is
     dead after 4 s) run 24 jobs of 1.5 s, two at a time each, while another process holds the
     store's write lock 1 s of every 2 s for 6 s (shorter than a lease: everything waits), then
