@@ -49,14 +49,21 @@ def _start(board: Board, tmp_path: Path, job: str, target=worker_module.worker_m
 
 
 def _start_stubborn(board: Board, tmp_path: Path):
-    """A PROCESS job that ignores SIGTERM and would run 5 s, started under a 0.3 s lease;
-    returns its log, the start time, the worker, its pipe and the job's pid."""
+    """A PROCESS job that ignores SIGTERM and would run 5 s; once it runs, its lease is set to
+    end LEASE from now (the last renewal there will be). Returns its log, that moment, the
+    worker, its pipe and the job's pid.
+
+    The lease is cut short only once the job runs: on a loaded machine a worker, its guard and
+    the script took over 0.3 s to start, and a run whose lease is gone is rightly never
+    started. The loop is bash arithmetic: a TERM that killed `seq` in `$(seq 1 50)` left an
+    empty loop, and the job ended on its own, "end" written, before its guard could kill it."""
     log = tmp_path / "log"
     _script(tmp_path, "stubborn.sh", f"trap 'echo term >> {log}' TERM\necho \"start $$\" >> {log}\n"
-                                     f"for i in $(seq 1 50); do sleep 0.1; done\necho end >> {log}\n")
+                                     f"for ((i = 0; i < 50; i++)); do sleep 0.1; done\necho end >> {log}\n")
+    proc, conn = _start(board, tmp_path, "stubborn.sh", lease=30.0)
+    pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 10, "the job to start")[0])
     began = time.monotonic()
-    proc, conn = _start(board, tmp_path, "stubborn.sh")
-    pid = int(wait_for(lambda: log.exists() and log.read_text().split()[1:2], 5, "the job to start")[0])
+    board.set_lease(began + LEASE, began)
     return log, began, proc, conn, pid
 
 
