@@ -49,7 +49,7 @@ def run_chaos(tmp_path: Path, *args: str, timeout: float) -> None:
 @pytest.mark.slow
 @pytest.mark.soak
 def test_chaos_sqlite(tmp_path):
-    run_chaos(tmp_path, "--backend", "sqlite", "--duration", "45", timeout=400)
+    run_chaos(tmp_path, "--backend", "sqlite", "--duration", "35", timeout=400)
 
 
 # Not in ./scripts/test (marker "extended"; run it with pytest -m extended): the suite's soak
