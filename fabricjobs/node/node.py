@@ -32,6 +32,7 @@ from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
 from ..errors import FabricJobsError, StoreError
 from ..worker.board import Board
+from ..worker.reaper import stat_field
 from .. import dependencies
 from ..jobs.registry import JobCatalog
 from ..model import NodeState, Status
@@ -424,11 +425,7 @@ def _task_pids(row) -> list[int]:
 
 def _process_start(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks since boot (Linux; None elsewhere)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(") ", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    return stat_field(pid, 19)
 
 
 def _same_process(pid: int, info: str | None) -> bool:

@@ -77,13 +77,20 @@ def kill_orphans(server: int, workers: set[int]) -> int:
     return len(orphans)
 
 
-def parent_of(pid: int) -> int | None:
-    """``pid``'s parent, or None if it is gone (or this is not Linux)."""
+def stat_field(pid: int, index: int) -> int | None:
+    """Field ``index`` of /proc/PID/stat counted after the command name (0: state, 1: parent,
+    19: start time in clock ticks since boot), or None if the process is gone (or this is not
+    Linux). The command name may hold spaces and parentheses: split after its last ')'."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(") ", 1)[1].split()[1])
+            return int(f.read().rsplit(") ", 1)[1].split()[index])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def parent_of(pid: int) -> int | None:
+    """``pid``'s parent, or None if it is gone (or this is not Linux)."""
+    return stat_field(pid, 1)
 
 
 def become_subreaper() -> None:
