@@ -60,6 +60,18 @@ def node_backend(request):
 
 
 @pytest.fixture
+def cluster(tmp_path, request, node_backend):
+    """Node processes on the test's backend (tests/harness.py), all killed at the end. Settings
+    come by indirect parametrization: @pytest.mark.parametrize("cluster", [{...}], indirect=True).
+    A module with other needs defines its own."""
+    from harness import Cluster
+
+    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
+    yield c
+    c.stop_all()
+
+
+@pytest.fixture
 def store(store_config):
     from fabricjobs.config import load_config
     from fabricjobs.store import open_store

@@ -16,19 +16,12 @@ from datetime import datetime, timedelta
 import pytest
 
 from fabricjobs.model import Status
-from harness import Cluster, assert_no_overlap, free_port, process_alive, read_records, scrape_metrics, wait_for
+from harness import assert_no_overlap, free_port, process_alive, read_records, scrape_metrics, wait_for
 
 pytestmark = pytest.mark.slow
 
 DEAD_AFTER = 0.2 * 5
 POLL = 0.2
-
-
-@pytest.fixture
-def cluster(tmp_path, request, node_backend):
-    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
-    yield c
-    c.stop_all()
 
 
 def start_records(client, uids, log, seconds, starts=None, name="Probe.record", affinity=None):

@@ -309,15 +309,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.fixture
-def cluster(tmp_path, request, node_backend):
-    from harness import Cluster
-
-    c = Cluster(tmp_path, backend=node_backend, request=request)
-    yield c
-    c.stop_all()
-
-
 @pytest.mark.slow
 def test_a_process_job_that_leaves_a_background_process_ends_at_once_and_takes_it_along(cluster, tmp_path):
     from harness import wait_for

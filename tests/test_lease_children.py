@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from harness import Cluster, process_alive, wait_for
+from harness import process_alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -17,13 +17,6 @@ def _children(log) -> list[tuple[str, int]]:
     if not log.exists():
         return []
     return [(node, int(pid)) for node, pid in (line.split() for line in log.read_text().splitlines() if line)]
-
-
-@pytest.fixture
-def cluster(tmp_path, request, node_backend):
-    c = Cluster(tmp_path, backend=node_backend, request=request)
-    yield c
-    c.stop_all()
 
 
 @pytest.mark.liveness

@@ -22,14 +22,6 @@ LEARN_RUNS = 24  # quick runs that make the node take Probe.record for a short j
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def cluster(tmp_path, request, node_backend):
-    settings = getattr(request, "param", None)
-    c = Cluster(tmp_path, backend=node_backend, settings=settings, request=request)
-    yield c
-    c.stop_all()
-
-
 def final(job) -> bool:
     return job.archived
 

@@ -11,16 +11,9 @@ import pytest
 
 from fabricjobs.errors import WaitTimeout
 from fabricjobs.model import Status
-from harness import Cluster, ROOT, free_port, scrape_metrics, wait_for
+from harness import ROOT, free_port, scrape_metrics, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(tmp_path, request, node_backend):
-    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
-    yield c
-    c.stop_all()
 
 
 def test_a_job_that_fails_twice_then_succeeds_shows_three_runs_with_errors_and_nodes(cluster, tmp_path):

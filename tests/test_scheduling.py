@@ -24,13 +24,6 @@ NEW_YORK = ZoneInfo("America/New_York")
 Z_UTC = ZoneInfo("UTC")
 
 
-@pytest.fixture
-def cluster(tmp_path, request, node_backend):
-    c = Cluster(tmp_path, backend=node_backend, settings=getattr(request, "param", None), request=request)
-    yield c
-    c.stop_all()
-
-
 def rec(log, seconds=0.3, starts=None):
     args = {"log": str(log), "seconds": seconds}
     if starts:
