@@ -22,6 +22,7 @@ from .statements import (
     StartJob,
     Statement,
     StopJob,
+    FinishJob,
     UpdateJob,
 )
 from .complete import Expectation, expected_at, lex
@@ -44,6 +45,7 @@ __all__ = [
     "StartJob",
     "Statement",
     "StopJob",
+    "FinishJob",
     "UpdateJob",
     "expected_at",
     "lex",

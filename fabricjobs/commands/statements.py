@@ -45,6 +45,18 @@ class StopJob:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishJob:
+    """FINISHJOB ... (SMILA's finish; STOPJOB is its cancel): a recurring job's run going on
+    completes, then it fires no more. With WAIT, returns once the job is final."""
+
+    type: str
+    name: str
+    uid: str | None = None
+    wait: bool = False
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RestartJob:
     """RESTARTJOB ...; with RUNNING (a deploy), only the jobs with a run going, and NAME may be
     left out (every running job of the type)."""
@@ -160,7 +172,7 @@ class DeleteHistory:
 
 
 Command = Union[
-    StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
+    StartJob, StopJob, FinishJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
     DeleteHistory,
 ]
 

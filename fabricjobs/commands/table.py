@@ -36,6 +36,8 @@ STATEMENTS: tuple[StatementInfo, ...] = (
         "         [OVERLAP='SKIP|QUEUE'] [IF NOT EXISTS]"), job_statement=True),
     StatementInfo("STOPJOB", st.StopJob, "stop_job", (f"STOPJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
                   job_statement=True),
+    StatementInfo("FINISHJOB", st.FinishJob, "finish_job", (f"FINISHJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
+                  job_statement=True),
     StatementInfo("RESTARTJOB", st.RestartJob, "restart_job", (
         f"RESTARTJOB {_JOB} [UID='<uid>']",
         "RESTARTJOB <TYPE> [NAME='<name>' [UID='<uid>']] RUNNING"), job_statement=True),

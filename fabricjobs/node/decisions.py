@@ -68,7 +68,7 @@ def after_run(
             schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
         except ScheduleError:
             schedule = None
-        if schedule is not None and schedule.is_recurring:
+        if schedule is not None and schedule.is_recurring and not row.finishing:
             nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
             if row.next_run is not None and row.next_run != run.due:
                 nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
@@ -76,7 +76,9 @@ def after_run(
                 status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
                 tries=0, hold_until=None,
             )
-        return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output)
+        # A one-time job's run, or FINISHJOB's last run of a recurring job: no fire after it.
+        return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output,
+                                            finishing=False)
     if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
         return Event.RELEASE, row.replace(
             status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,

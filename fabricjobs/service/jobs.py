@@ -1,4 +1,4 @@
-"""The commands that change job rows: STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
+"""The commands that change job rows: STARTJOB, STOPJOB, FINISHJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
 and DELETEHISTORY, which deletes a job's run history and leaves its row alone.
 
 Each decides, from the row as it stands, the transition to make (model.TRANSITIONS) and
@@ -26,10 +26,11 @@ from .session import Session, keep_session_scope, with_session_scope
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
+FINISH_NOTE = "finishing: this run completes, then no more fires"
 
 
 class JobCommands(ServiceCore):
-    """STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
+    """STARTJOB, STOPJOB, FINISHJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
 
@@ -144,6 +145,37 @@ class JobCommands(ServiceCore):
             rows = [self._await(r.key, lambda j: j.archived, deadline, "STOPJOB WAIT") for r in rows]
         return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows))
 
+    def finish_job(self, cmd: statements.FinishJob, session: Session) -> Result:
+        """SMILA's finish (STOPJOB is its cancel): a recurring job's run going on, or its fire
+        already due (WAITING), completes; then the job is PROCESSED and fires no more. One
+        between fires (SCHEDULED) is PROCESSED at once. One-time jobs are left alone (their run
+        ends them anyway); a NAME with none but those is refused."""
+        now = self.clock.now()
+        notes: dict[JobKey, str] = {}
+
+        def decide(row: Job):
+            if row.archived or row.finishing or row.status is Status.STOPPING:
+                return None
+            if row.status is Status.SCHEDULED:
+                return Event.FINISH_IDLE, self._noted(row.replace(status=Status.PROCESSED, end_time=now),
+                                                      "FINISHJOB", session)
+            notes[row.key] = FINISH_NOTE
+            return Event.FINISH, self._noted(row.replace(finishing=True), "FINISHJOB", session)
+
+        matching = self._matching(cmd.type, cmd.name, cmd.uid)
+        recurring = [j for j in matching if self._schedule(j.execution_interval, j.time_zone).is_recurring]
+        if not recurring:
+            raise CommandError(f"{matching[0].key.describe() if len(matching) == 1 else 'No job matched'} is not a "
+                               "recurring job: FINISHJOB ends a recurring job after its run (a one-time job's run "
+                               "ends it anyway; STOPJOB cancels it)")
+        rows = [r for r in (self._change(j.key, decide) for j in recurring) if r is not None]
+        self._ring()
+        if cmd.wait:
+            deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
+            rows = [self._await(r.key, lambda j: j.archived, deadline, "FINISHJOB WAIT") for r in rows]
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "") if not r.archived else "")
+                                            for r in rows))
+
     def restart_job(self, cmd: statements.RestartJob, session: Session) -> Result:
         """The course's RESTARTJOB: stop and start each matching job, an idle one at once. With
         RUNNING (a deploy: "restarts running jobs with updated code"), only jobs with a run going
@@ -182,7 +214,7 @@ class JobCommands(ServiceCore):
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
             return event, self._noted(row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
-                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1,
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False,
             ), "RESUMEJOB", session)
 
         row = self._change(key, decide)

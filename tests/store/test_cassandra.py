@@ -356,7 +356,8 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
     try:
         assert store.schema_version() == SCHEMA_VERSION
         old = store.get(JobKey("USER_JOB", "A.b", "old"))
-        assert old.runs == 0 and old.status is Status.WAITING
+        assert old.runs == 0 and old.status is Status.WAITING and old.finishing is False
+        assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 6's column
         assert store.runs("USER_JOB", "A.b") == []
     finally:
         store.close()

@@ -425,6 +425,20 @@ def test_counters_are_columns_of_the_row(store):
     assert store.get(row.key) == new and (new.runs, new.kills) == (3, 1)
 
 
+def test_the_finishing_flag_is_kept_through_insert_cas_and_archive(store):
+    """FINISHJOB's flag (issue #22): set on a running row, kept while it runs, read back."""
+    row = store.insert(job(uid="fin", execution_interval="00:00:01")).row
+    assert row.finishing is False
+    running = store.cas(row, claim(row, "n1")).row
+    res = store.cas(running, running.replace(finishing=True))
+    assert res.applied and res.row.finishing is True
+    assert store.get(row.key).finishing is True
+    done = store.cas(res.row, res.row.replace(status=Status.PROCESSED, archived=True, end_time=T0, finishing=False))
+    assert done.applied and store.get(row.key).finishing is False
+    again = store.insert(job(uid="fin", finishing=True)).row  # an archived key reused
+    assert again.finishing is True and store.get(row.key).finishing is True
+
+
 # -- scheduling: blocked jobs, priorities, listener marks ---------------------------------------
 
 def test_blocked_jobs_are_never_claim_candidates(store):

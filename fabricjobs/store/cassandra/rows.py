@@ -107,6 +107,7 @@ class Rows(Session):
             time_zone=row.get("time_zone") or "",
             late_threshold=row.get("late_threshold") or "",
             overlap=row.get("overlap") or "",
+            finishing=bool(row.get("finishing")),
         )
 
     def _get_stmt(self):

@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -119,6 +119,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         'CREATE INDEX k2_job_runs_end ON k2_job_runs ("end")',
     ),
+    # 3: FINISHJOB's flag (a run that completes, and no fire after it: issue #22, SMILA).
+    3: ("ALTER TABLE k2_jobs ADD COLUMN finishing INTEGER NOT NULL DEFAULT 0",),
 }
 
 
