@@ -110,6 +110,8 @@ class Job:
     overlap: str = ""  # SKIP | QUEUE: a fire due while the previous run still goes ('' : by schedule kind)
     # FINISHJOB (SMILA's finish): the run going on completes, then the job ends PROCESSED.
     finishing: bool = False
+    # RUNJOB (SMILA's runOnce): the fire the schedule goes on with after the extra run.
+    resume_at: datetime | None = None
 
     @property
     def type(self) -> str:
@@ -171,6 +173,7 @@ class Event(StrEnum):
     STOP_IDLE = "STOP_IDLE"  # STOPJOB on a job with no run: straight to TERMINATED
     FINISH = "FINISH"  # FINISHJOB on a job with a run going on or due: it completes, no fire after it
     FINISH_IDLE = "FINISH_IDLE"  # FINISHJOB on a job between fires: straight to PROCESSED
+    RUN_ONCE = "RUN_ONCE"  # RUNJOB on a job between fires: due now, its schedule kept aside
     STOPPED = "STOPPED"  # the stopped run ended
     RESTART = "RESTART"  # RESTARTJOB on a job with a run going on
     RESTART_IDLE = "RESTART_IDLE"  # RESTARTJOB on a job with no run
@@ -235,6 +238,7 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.STOPPED, [Status.STOPPING], [Status.TERMINATED]),
         _t(Event.FINISH, [Status.WAITING, Status.IN_PROCESS, Status.RESTART]),
         _t(Event.FINISH_IDLE, [Status.SCHEDULED], [Status.PROCESSED]),
+        _t(Event.RUN_ONCE, [Status.SCHEDULED], [Status.WAITING]),
         _t(Event.RESTART, [Status.IN_PROCESS, Status.STOPPING], [Status.RESTART]),
         _t(Event.RESTART_IDLE, _IDLE, [Status.WAITING]),
         _t(Event.RESTARTED, [Status.RESTART], [Status.WAITING]),

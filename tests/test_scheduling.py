@@ -383,3 +383,20 @@ def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request,
                  "after.csv handled after the restart")
     finally:
         cluster.stop_all()
+
+
+def test_after_runjobs_extra_run_the_schedule_goes_on_with_its_kept_fire():
+    """RUNJOB (issue #22): the fire kept aside is next; one that came due during the extra run
+    is queued (run right away) or skipped, by OVERLAP, as during a scheduled run."""
+    from fabricjobs.node.decisions import resumed_due
+    from fabricjobs.schedule import parse_schedule
+
+    t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    every_10s = parse_schedule("00:00:10", "UTC")
+    assert resumed_due(every_10s, t + timedelta(seconds=10), t + timedelta(seconds=2), "") == t + timedelta(seconds=10)
+    assert resumed_due(every_10s, t, t + timedelta(seconds=25), "") == t  # QUEUE: the missed fire runs now
+    assert resumed_due(every_10s, t, t + timedelta(seconds=25), "SKIP") == t + timedelta(seconds=30)
+    hourly = parse_schedule("0 0 * * * *", "UTC")
+    assert resumed_due(hourly, t, t + timedelta(minutes=5), "") == t + timedelta(hours=1)  # cron skips by default
+    once = parse_schedule("2026-05-01 12:00:00", "UTC")
+    assert resumed_due(once, t, t + timedelta(minutes=5), "SKIP") == t  # a one-time fire is never skipped

@@ -80,3 +80,59 @@ def test_finishjob_refuses_a_one_time_job_and_changes_nothing(cluster, tmp_path)
     missing = cluster.shell("-e", "finishjob user_job name='Probe.nothing';")
     assert missing.returncode == 1 and missing.stderr.strip() == "No active job [type: USER_JOB, name: Probe.nothing]"
     cluster.shell("-e", "stopjob user_job name='Probe.started' uid='once';")
+
+
+# -- SMILA's runOnce: RUNJOB ------------------------------------------------------------------
+
+def _next_run_cell(cluster, name):
+    out = cluster.shell("-e", f"jobstatus user_job '{name}';").stdout
+    header, line = [x for x in out.splitlines() if x.startswith("| ")][:2]
+    return dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in line.strip("|").split("|")]))["Next Run"]
+
+
+def test_runjob_runs_a_fixed_rate_job_once_now_and_keeps_its_rhythm(cluster, tmp_path):
+    log = tmp_path / "ran.log"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='rate' exec_interval='00:00:30' args='{{\"log\": \"{log}\"}}';")
+    assert r.returncode == 0, r.stderr
+    _records(log, 1)
+    before = cluster.wait_job("USER_JOB", "Probe.record", "rate", lambda j: j.status.name == "SCHEDULED" and j.runs == 1)
+    shown = _next_run_cell(cluster, "Probe.record")
+
+    r = cluster.shell("-e", "runjob user_job name='Probe.record' uid='rate';")
+    assert r.returncode == 0, r.stderr
+    assert row("USER_JOB", "Probe.record", "rate", "WAITING", f"runs once now; its schedule goes on at {shown}").search(r.stdout), r.stdout
+    _records(log, 2)
+    after = cluster.wait_job("USER_JOB", "Probe.record", "rate", lambda j: j.status.name == "SCHEDULED" and j.runs == 2)
+    assert after.next_run == before.next_run and after.resume_at is None  # the rhythm is the one it had
+    assert _next_run_cell(cluster, "Probe.record") == shown
+    history = cluster.shell("-e", "jobhistory user_job 'Probe.record' with uid='rate';").stdout
+    assert "(2 rows)" in history and history.count("| OK ") == 2
+    cluster.shell("-e", "stopjob user_job name='Probe.record' uid='rate';")
+
+
+def test_runjob_runs_a_cron_job_before_its_first_fire(cluster, tmp_path):
+    log = tmp_path / "ran.log"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='yearly' exec_interval='0 0 0 1 1 *' args='{{\"log\": \"{log}\"}}';"
+                            "runjob user_job name='Probe.record' uid='yearly';")
+    assert r.returncode == 0, r.stderr
+    assert row("USER_JOB", "Probe.record", "yearly", "SCHEDULED").search(r.stdout)
+    assert row("USER_JOB", "Probe.record", "yearly", "WAITING", "runs once now; its schedule goes on at").search(r.stdout)
+    _records(log, 1)
+    job = cluster.wait_job("USER_JOB", "Probe.record", "yearly", lambda j: j.status.name == "SCHEDULED" and j.runs == 1)
+    assert (job.next_run.month, job.next_run.day) in ((1, 1), (12, 31))  # Jan 1st, local midnight, as before
+    assert len(read_records(log)) == 1
+    cluster.shell("-e", "stopjob user_job name='Probe.record' uid='yearly';")
+
+
+def test_runjob_refuses_a_job_whose_run_is_going_on(cluster, tmp_path):
+    log = tmp_path / "started.log"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.started' uid='busy' args='{{\"log\": \"{log}\"}}';")
+    assert r.returncode == 0, r.stderr
+    _records(log, 1)
+    cluster.wait_job("USER_JOB", "Probe.started", "busy", lambda j: j.status.name == "IN_PROCESS")
+    r = cluster.shell("-e", "runjob user_job name='Probe.started' uid='busy';")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip() == ("Job is running [type: USER_JOB, name: Probe.started, uid: busy] (IN_PROCESS): RUNJOB runs a "
+                                "job once between its fires")
+    assert len(read_records(log)) == 1 and cluster.job("USER_JOB", "Probe.started", "busy").resume_at is None
+    cluster.shell("-e", "stopjob user_job name='Probe.started' uid='busy';")

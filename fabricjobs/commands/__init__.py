@@ -23,6 +23,7 @@ from .statements import (
     Statement,
     StopJob,
     FinishJob,
+    RunJob,
     UpdateJob,
 )
 from .complete import Expectation, expected_at, lex
@@ -46,6 +47,7 @@ __all__ = [
     "Statement",
     "StopJob",
     "FinishJob",
+    "RunJob",
     "UpdateJob",
     "expected_at",
     "lex",

@@ -57,6 +57,16 @@ class FinishJob:
 
 
 @dataclass(frozen=True, slots=True)
+class RunJob:
+    """RUNJOB ... (SMILA's runOnce): a job between its fires runs once now; its schedule is
+    left as it was."""
+
+    type: str
+    name: str
+    uid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RestartJob:
     """RESTARTJOB ...; with RUNNING (a deploy), only the jobs with a run going, and NAME may be
     left out (every running job of the type)."""
@@ -172,7 +182,7 @@ class DeleteHistory:
 
 
 Command = Union[
-    StartJob, StopJob, FinishJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
+    StartJob, StopJob, FinishJob, RunJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
     DeleteHistory,
 ]
 

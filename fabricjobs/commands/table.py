@@ -38,6 +38,7 @@ STATEMENTS: tuple[StatementInfo, ...] = (
                   job_statement=True),
     StatementInfo("FINISHJOB", st.FinishJob, "finish_job", (f"FINISHJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
                   job_statement=True),
+    StatementInfo("RUNJOB", st.RunJob, "run_job", (f"RUNJOB {_JOB} [UID='<uid>']",), job_statement=True),
     StatementInfo("RESTARTJOB", st.RestartJob, "restart_job", (
         f"RESTARTJOB {_JOB} [UID='<uid>']",
         "RESTARTJOB <TYPE> [NAME='<name>' [UID='<uid>']] RUNNING"), job_statement=True),

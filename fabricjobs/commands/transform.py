@@ -236,7 +236,7 @@ class ToCommand(Transformer):
     def if_not_exists(self, children: list[Token]) -> Token:
         return children[0]  # IF, where a message about it points
 
-    startjob = stopjob = finishjob = restartjob = resumejob = updatejob = _job
+    startjob = stopjob = finishjob = runjob = restartjob = resumejob = updatejob = _job
 
     def jobstatus(self, children: list[Any]) -> JobStatus:
         rest = [c for c in children[1:] if c is not None]

@@ -14,7 +14,7 @@ from ..jobs.context import FailMode
 from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, RunResult, Status
-from ..schedule import ScheduleError, parse_schedule
+from ..schedule import Schedule, ScheduleError, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
 
@@ -68,6 +68,11 @@ def after_run(
             schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
         except ScheduleError:
             schedule = None
+        if row.resume_at is not None and not row.finishing:  # RUNJOB's extra run: back to the schedule
+            return Event.DONE_RECURRING, row.replace(
+                status=Status.SCHEDULED, next_run=resumed_due(schedule, row.resume_at, now, row.overlap),
+                resume_at=None, end_time=now, output=outcome.output, tries=0, hold_until=None,
+            )
         if schedule is not None and schedule.is_recurring and not row.finishing:
             nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
             if row.next_run is not None and row.next_run != run.due:
@@ -85,6 +90,18 @@ def after_run(
             hold_until=run.hold_until,
         )
     return failed(row, outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries, retry_delay=retry_delay)
+
+
+def resumed_due(schedule: Schedule | None, kept: datetime, ended: datetime, overlap: str) -> datetime:
+    """When a job is next due after RUNJOB's extra run, which ended at ``ended``: the fire its
+    schedule had (``kept``). One that came due while the extra run went on is by ``overlap``,
+    as for a fire during a scheduled run: queued (right away) or skipped (the next one after)."""
+    if kept >= ended or schedule is None or not schedule.is_recurring:
+        return kept
+    policy = (overlap or ("QUEUE" if schedule.interval is not None else "SKIP")).upper()
+    if policy == "QUEUE":
+        return kept
+    return schedule.next_due_after(ended, grid_from=kept) or kept
 
 
 def failed(

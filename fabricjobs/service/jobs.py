@@ -1,4 +1,4 @@
-"""The commands that change job rows: STARTJOB, STOPJOB, FINISHJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
+"""The commands that change job rows: STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
 and DELETEHISTORY, which deletes a job's run history and leaves its row alone.
 
 Each decides, from the row as it stands, the transition to make (model.TRANSITIONS) and
@@ -18,7 +18,7 @@ from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
 from ..model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
-from ..schedule import Schedule
+from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
 from .core import ServiceCore
 from .session import Session, keep_session_scope, with_session_scope
@@ -27,10 +27,12 @@ START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
 FINISH_NOTE = "finishing: this run completes, then no more fires"
+RUN_DUE_NOTE = "already due: its run starts now"
+RUN_GOING_NOTE = "a run is going on: not run again"
 
 
 class JobCommands(ServiceCore):
-    """STARTJOB, STOPJOB, FINISHJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
+    """STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
 
@@ -176,6 +178,32 @@ class JobCommands(ServiceCore):
         return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "") if not r.archived else "")
                                             for r in rows))
 
+    def run_job(self, cmd: statements.RunJob, session: Session) -> Result:
+        """SMILA's runOnce: a job between its fires (SCHEDULED) runs once now, and then its
+        schedule goes on with the fire it had (``resume_at``), unchanged. A job whose run is
+        already due (WAITING) is shown as it is; one with a run going on is not run again."""
+        now = self.clock.now()
+        notes: dict[JobKey, str] = {}
+
+        def decide(row: Job):
+            if row.archived or row.status is not Status.SCHEDULED:
+                notes[row.key] = RUN_DUE_NOTE if row.status is Status.WAITING else RUN_GOING_NOTE
+                return None
+            kept = row.next_run or now
+            notes[row.key] = f"runs once now; its schedule goes on at {_shown(kept, self.zone)}"
+            return Event.RUN_ONCE, self._noted(row.replace(
+                status=Status.WAITING, next_run=now, resume_at=kept, worker_id=None, epoch=row.epoch + 1,
+                hold_until=None,
+            ), "RUNJOB", session)
+
+        rows = [r for r in (self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid))
+                if r is not None]
+        if rows and all(notes.get(r.key) == RUN_GOING_NOTE for r in rows):
+            raise JobAlreadyRunning(f"Job is running {rows[0].key.describe()} ({rows[0].status.value}): RUNJOB "
+                                    "runs a job once between its fires")
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "")) for r in rows))
+
     def restart_job(self, cmd: statements.RestartJob, session: Session) -> Result:
         """The course's RESTARTJOB: stop and start each matching job, an idle one at once. With
         RUNNING (a deploy: "restarts running jobs with updated code"), only jobs with a run going
@@ -214,7 +242,7 @@ class JobCommands(ServiceCore):
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
             return event, self._noted(row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
-                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False,
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None,
             ), "RESUMEJOB", session)
 
         row = self._change(key, decide)
@@ -277,6 +305,8 @@ class JobCommands(ServiceCore):
             rescheduled = cmd.exec_interval is not None or cmd.tz is not None
             schedule = self._schedule(new.execution_interval, new.time_zone)
             reset = bool(cmd.reset_end_time)
+            if rescheduled or reset:  # a new schedule replaces the fire a RUNJOB kept aside
+                new = new.replace(resume_at=None)
             if row.status in (Status.WAITING, Status.SCHEDULED) and (rescheduled or reset):
                 due = now if reset else _next_due_for_update(schedule, row, now)
                 status = Status.WAITING if due <= now else Status.SCHEDULED
@@ -305,6 +335,12 @@ def _next_due_for_update(schedule: Schedule, row: Job, now: datetime) -> datetim
     if schedule.is_recurring:
         return schedule.next_fire_after(now)
     return schedule.first_due(now)
+
+
+def _shown(when: datetime, zone: str | None) -> str:
+    """A time in a note as the shell's tables show times (the node's TIME_ZONE, milliseconds)."""
+    local = when.astimezone(resolve_zone(zone))
+    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
 
 
 def _created_at(row: Job, now: datetime) -> Job:

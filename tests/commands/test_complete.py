@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fabricjobs.commands import Expectation, expected_at, lex
 
-STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
+STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
                 "OVERLAP")

@@ -450,7 +450,7 @@ def test_unexpected_word_lists_what_may_come():
 
 def test_unknown_statement():
     exc = fails("ps;\n  shutdown now")
-    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY or ';'")
+    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY or ';'")
 
 
 def test_missing_job_type():

@@ -357,7 +357,10 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         assert store.schema_version() == SCHEMA_VERSION
         old = store.get(JobKey("USER_JOB", "A.b", "old"))
         assert old.runs == 0 and old.status is Status.WAITING and old.finishing is False
-        assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 6's column
+        assert old.resume_at is None
+        kept = datetime(2027, 1, 1, tzinfo=timezone.utc)
+        changed = store.cas(old, old.replace(finishing=True, resume_at=kept)).row  # versions 6 and 7's columns
+        assert (changed.finishing, changed.resume_at) == (True, kept) and store.get(old.key) == changed
         assert store.runs("USER_JOB", "A.b") == []
     finally:
         store.close()

@@ -439,6 +439,19 @@ def test_the_finishing_flag_is_kept_through_insert_cas_and_archive(store):
     assert again.finishing is True and store.get(row.key).finishing is True
 
 
+def test_the_kept_fire_of_runjob_is_set_and_cleared(store):
+    """RUNJOB's resume_at (issue #22): the fire a schedule goes on with after an extra run."""
+    row = store.insert(job(uid="once", status=Status.SCHEDULED, execution_interval="00:00:30",
+                           next_run=T0 + timedelta(seconds=30))).row
+    assert row.resume_at is None
+    due = store.cas(row, row.replace(status=Status.WAITING, next_run=T0, resume_at=row.next_run)).row
+    assert store.get(row.key).resume_at == T0 + timedelta(seconds=30)
+    assert [j.uid for j in store.waiting(10)] == ["once"]
+    back = store.cas(due, due.replace(status=Status.SCHEDULED, next_run=due.resume_at, resume_at=None))
+    assert back.applied and store.get(row.key).resume_at is None
+    assert store.get(row.key).next_run == T0 + timedelta(seconds=30)
+
+
 # -- scheduling: blocked jobs, priorities, listener marks ---------------------------------------
 
 def test_blocked_jobs_are_never_claim_candidates(store):

@@ -108,6 +108,7 @@ class Rows(Session):
             late_threshold=row.get("late_threshold") or "",
             overlap=row.get("overlap") or "",
             finishing=bool(row.get("finishing")),
+            resume_at=_aware(row.get("resume_at")),
         )
 
     def _get_stmt(self):

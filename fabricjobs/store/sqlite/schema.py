@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -121,6 +121,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 3: FINISHJOB's flag (a run that completes, and no fire after it: issue #22, SMILA).
     3: ("ALTER TABLE k2_jobs ADD COLUMN finishing INTEGER NOT NULL DEFAULT 0",),
+    # 4: RUNJOB's kept fire (a run once now, the schedule unchanged: issue #22, SMILA's runOnce).
+    4: ("ALTER TABLE k2_jobs ADD COLUMN resume_at REAL",),
 }
 
 
