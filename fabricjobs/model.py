@@ -112,6 +112,9 @@ class Job:
     finishing: bool = False
     # RUNJOB (SMILA's runOnce): the fire the schedule goes on with after the extra run.
     resume_at: datetime | None = None
+    # IPF's lateExecute: what a fire later than LATE_THRESHOLD does ('' or SKIP: skipped; RUN:
+    # runs anyway; TYPE.NAME: skipped, and that job is started with the late fire in its ARGS).
+    late_action: str = ""
 
     @property
     def type(self) -> str:

@@ -246,6 +246,27 @@ def test_late_threshold_skips_a_fire_after_a_3_hour_outage_and_records_it():
     assert "skipped: 11220 s late (LATE_THRESHOLD 00:05:00)" in skipped[0].note
 
 
+def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_args():
+    """LATE_ACTION (IPF's lateExecute, issue #22): RUN runs a late fire as if it were on time;
+    TYPE.NAME skips it as SKIP does and names the handler job to start, once per fire."""
+    from fabricjobs.node.decisions import late_handler
+
+    start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
+    outage = (datetime(2026, 5, 1, 1, 0, tzinfo=UTC), datetime(2026, 5, 1, 4, 7, tzinfo=UTC))
+    run = _cron_job("*/15 * * * *", start, Z_UTC, late_threshold="00:05:00", late_action="RUN")
+    fires, skipped = _simulate(run, datetime(2026, 5, 1, 5, 0, tzinfo=UTC), outage=outage)
+    assert skipped == [] and "04:07" in [f.strftime("%H:%M") for f in fires]
+    handled = _cron_job("*/15 * * * *", start, Z_UTC, late_threshold="00:05:00", late_action="USER_JOB.Probe.echo")
+    row = handled.replace(next_run=datetime(2026, 5, 1, 1, 0, tzinfo=UTC))
+    _new, record = late_fire(row, outage[1], Z_UTC)
+    assert record.note.endswith("(LATE_THRESHOLD 00:05:00); started USER_JOB.Probe.echo")
+    job = late_handler(row, outage[1])
+    assert job.key == JobKey("USER_JOB", "Probe.echo", "c.late.20260501T010000.000") and job.status is Status.WAITING
+    assert json.loads(job.arguments) == {"late_job": "USER_JOB.A.b.c", "type": "USER_JOB", "name": "A.b", "uid": "c",
+                                         "due": "2026-05-01T01:00:00.000+00:00", "late_seconds": 11220.0}
+    assert late_handler(row.replace(late_action="SKIP"), outage[1]) is None
+
+
 def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():
     start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
     job = _cron_job("*/15 * * * *", start, Z_UTC)

@@ -1,12 +1,16 @@
 """More of what users of the other seed systems expect (issue #22), through ``fabricjobs shell``
 on two real node processes on SQLite: SMILA's finish of a recurring job (FINISHJOB, where
-STOPJOB is the cancel)."""
+STOPJOB is the cancel) and its runOnce (RUNJOB); IPF's late execution handler (LATE_ACTION)."""
 
 from __future__ import annotations
 
+import json
+import time
+from datetime import datetime, timezone
+
 import pytest
 
-from harness import read_records, table_row as row, two_nodes, wait_for
+from harness import Cluster, read_records, table_row as row, two_nodes, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +140,51 @@ def test_runjob_refuses_a_job_whose_run_is_going_on(cluster, tmp_path):
                                 "job once between its fires")
     assert len(read_records(log)) == 1 and cluster.job("USER_JOB", "Probe.started", "busy").resume_at is None
     cluster.shell("-e", "stopjob user_job name='Probe.started' uid='busy';")
+
+
+# -- IPF's late execution handler: LATE_ACTION ------------------------------------------------
+
+def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
+    """Jobs due every second with a 1 s LATE_THRESHOLD, and no node up until their first fire
+    is more than a second late: SKIP (the default) skips it, RUN runs it, USER_JOB.Probe.echo
+    skips it and starts Probe.echo with the late job's key and due time in its ARGS."""
+    c = Cluster(tmp_path)
+    try:
+        script = "".join(
+            f"startjob user_job name='Probe.stamp' uid='{uid}' exec_interval='*/1 * * * * *' late_threshold='00:00:01' "
+            f"{action} args='{{\"log\": \"{tmp_path / uid}\"}}';" for uid, action in
+            (("skip", ""), ("run", "late_action='RUN'"), ("handled", "late_action='user_job.Probe.echo'")))
+        r = c.shell("-e", script)
+        assert r.returncode == 0, r.stderr
+        due = {uid: c.job("USER_JOB", "Probe.stamp", uid).next_run for uid in ("skip", "run", "handled")}
+        wait_for(lambda: time.time() > max(due.values()).timestamp() + 1.5, 5, "the first fires to be late")
+        c.start_node("local-1")
+        for uid in ("skip", "run", "handled"):
+            _records(tmp_path / uid, 1)
+        history = {uid: list(c.fetch(f"jobhistory user_job 'Probe.stamp' with uid='{uid}' limit 100;")) for uid in due}
+        first = {uid: [h for h in history[uid] if h["Due"] == due[uid]] for uid in due}
+        assert [h["Result"] for h in first["skip"]] == ["SKIPPED"]
+        assert [h["Result"] for h in first["run"]] == ["OK"]  # ran although late
+        assert [h["Result"] for h in first["handled"]] == ["SKIPPED"]
+        assert first["handled"][0]["Note"].endswith("(LATE_THRESHOLD 00:00:01); started USER_JOB.Probe.echo")
+
+        handler_uid = f"handled.late.{due['handled'].astimezone(timezone.utc):%Y%m%dT%H%M%S.%f}"[:-3]
+        done = c.shell("-e", f"waitjob user_job 'Probe.echo' with uid='{handler_uid}' timeout 20;", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        (handler,) = json.loads(done.stdout)
+        assert handler["Status"] == "PROCESSED"
+        args = json.loads(handler["Output"])["args"]
+        assert args["late_job"] == "USER_JOB.Probe.stamp.handled" and args["uid"] == "handled"
+        assert datetime.fromisoformat(args["due"]) == due["handled"] and args["late_seconds"] > 1
+        for uid in due:
+            c.shell("-e", f"stopjob user_job name='Probe.stamp' uid='{uid}';")
+    finally:
+        c.stop_all()
+
+
+def test_late_action_is_checked_before_anything_is_written(cluster):
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='bad' late_action='LATER';")
+    assert r.returncode == 1 and "LATE_ACTION must be SKIP, RUN or <TYPE>.<NAME> of a late-handler job, got 'LATER'" in r.stderr
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='bad' late_action='USER_JOB.os:system';")
+    assert r.returncode == 1 and "refused" in r.stderr and "Traceback" not in r.stderr
+    assert cluster.job("USER_JOB", "Probe.noop", "bad") is None

@@ -47,3 +47,10 @@ def checkArgs(customerId: int, vip: bool = False):
     if customerId <= 0:
         fail_job_no_retry(ValueError(f"customerId must be positive, got {customerId}"))
     return {"customerId": customerId, "vip": vip}
+
+
+def lateExecute(late_job: str, due: str, late_seconds: float):
+    """A late handler (IPF's lateExecute): LATE_ACTION='USER_JOB.Customer.lateExecute' starts it
+    with the late job's key and due time when one of its fires comes too late."""
+    current_job().logger.warning("%s was due at %s and came %.1f s late; skipped", late_job, due, late_seconds)
+    return {"late_job": late_job, "due": due}

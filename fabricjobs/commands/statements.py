@@ -30,6 +30,7 @@ class StartJob:
     tz: str | None = None
     late_threshold: str | None = None  # HH:MM:SS ('' : none)
     overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
+    late_action: str | None = None  # SKIP | RUN | TYPE.NAME ('' : SKIP)
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
 
 
@@ -98,6 +99,7 @@ class UpdateJob:
     tz: str | None = None
     late_threshold: str | None = None
     overlap: str | None = None
+    late_action: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

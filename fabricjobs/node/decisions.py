@@ -8,12 +8,13 @@ or ``None`` when this node must not write (it lost the row: fencing, SPEC 9).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+import json
+from datetime import datetime, timedelta, timezone
 
 from ..jobs.context import FailMode
 from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
-from ..model import Event, Job, RunResult, Status
+from ..model import Event, Job, JobKey, RunResult, Status
 from ..schedule import Schedule, ScheduleError, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
@@ -198,7 +199,7 @@ def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zo
 def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
     """A due fire later than its LATE_THRESHOLD (IPF's lateExecutionThreshold): skipped, the
     job rescheduled to its next due time after now, and the skip recorded. None: run it."""
-    if not row.late_threshold or row.next_run is None:
+    if not row.late_threshold or row.next_run is None or row.late_action == "RUN":
         return None
     try:
         threshold = parse_schedule(row.late_threshold, "UTC").interval
@@ -213,9 +214,24 @@ def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None, end=now,
         result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
         note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: {late.total_seconds():.0f} s late "
-             f"(LATE_THRESHOLD {row.late_threshold})",
+             f"(LATE_THRESHOLD {row.late_threshold})" + (f"; started {row.late_action}" if "." in row.late_action else ""),
     )
     return row.replace(next_run=nxt), record
+
+
+def late_handler(row: Job, now: datetime) -> Job | None:
+    """The late-handler job LATE_ACTION='TYPE.NAME' names, for the fire of ``row`` due at its
+    next_run that came too late (IPF's lateExecute): a one-time job to run now, with the late
+    job's key, due time and lateness in its ARGS. Its UID is the late job's and the fire's, so
+    a fire starts one handler however often the owner tries. None: no handler."""
+    if "." not in row.late_action or row.next_run is None:
+        return None
+    job_type, _, name = row.late_action.partition(".")
+    due = row.next_run.astimezone(timezone.utc)
+    args = {"late_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid,
+            "due": due.isoformat(timespec="milliseconds"), "late_seconds": round((now - due).total_seconds(), 3)}
+    return Job(key=JobKey(job_type, name, f"{row.uid}.late.{due:%Y%m%dT%H%M%S.%f}"[:-3]), status=Status.WAITING,
+               creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity)
 
 
 def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:

@@ -82,6 +82,7 @@ class JobCommands(ServiceCore):
             time_zone=cmd.tz or "",
             late_threshold=cmd.late_threshold or "",
             overlap=cmd.overlap or "",
+            late_action=self._late_action(cmd.late_action),
         )
         job = self._noted(job, "STARTJOB", session)
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
@@ -115,6 +116,13 @@ class JobCommands(ServiceCore):
         self._ring_now()  # nodes start on this group while the next one is written
         if error is not None:
             raise error
+
+    def _late_action(self, action: str | None) -> str:
+        """LATE_ACTION as stored; a late-handler job must be one the catalog would start."""
+        if action and action not in ("SKIP", "RUN"):
+            job_type, _, name = action.partition(".")
+            self.catalog.check(job_type, name)
+        return action or ""
 
     def _insert_new(self, job: Job) -> Result:
         return self._started(job, self.store.insert(job))
@@ -275,6 +283,7 @@ class JobCommands(ServiceCore):
 
     def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
         self._check_affinity(cmd.affinity)
+        self._late_action(cmd.late_action)
         if cmd.exec_interval is not None:
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
@@ -291,7 +300,7 @@ class JobCommands(ServiceCore):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap"):
+            for name in ("priority", "late_threshold", "overlap", "late_action"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:

@@ -439,6 +439,13 @@ def test_the_finishing_flag_is_kept_through_insert_cas_and_archive(store):
     assert again.finishing is True and store.get(row.key).finishing is True
 
 
+def test_late_action_is_stored_and_changed(store):
+    row = store.insert(job(uid="late", late_threshold="00:00:05", late_action="USER_JOB.Probe.echo")).row
+    assert store.get(row.key).late_action == "USER_JOB.Probe.echo"
+    assert store.cas(row, row.replace(late_action="RUN")).row.late_action == "RUN"
+    assert store.get(row.key).late_action == "RUN"
+
+
 def test_the_kept_fire_of_runjob_is_set_and_cleared(store):
     """RUNJOB's resume_at (issue #22): the fire a schedule goes on with after an extra run."""
     row = store.insert(job(uid="once", status=Status.SCHEDULED, execution_interval="00:00:30",

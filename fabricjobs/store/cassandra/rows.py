@@ -109,6 +109,7 @@ class Rows(Session):
             overlap=row.get("overlap") or "",
             finishing=bool(row.get("finishing")),
             resume_at=_aware(row.get("resume_at")),
+            late_action=row.get("late_action") or "",
         )
 
     def _get_stmt(self):

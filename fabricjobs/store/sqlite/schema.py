@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -123,6 +123,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: ("ALTER TABLE k2_jobs ADD COLUMN finishing INTEGER NOT NULL DEFAULT 0",),
     # 4: RUNJOB's kept fire (a run once now, the schedule unchanged: issue #22, SMILA's runOnce).
     4: ("ALTER TABLE k2_jobs ADD COLUMN resume_at REAL",),
+    # 5: LATE_ACTION (IPF's late execution handler, issue #22).
+    5: ("ALTER TABLE k2_jobs ADD COLUMN late_action TEXT NOT NULL DEFAULT ''",),
 }
 
 
