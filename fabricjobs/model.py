@@ -115,6 +115,8 @@ class Job:
     # IPF's lateExecute: what a fire later than LATE_THRESHOLD does ('' or SKIP: skipped; RUN:
     # runs anyway; TYPE.NAME: skipped, and that job is started with the late fire in its ARGS).
     late_action: str = ""
+    # IPF's failure command: TYPE.NAME of a job started when a run fails for good ('' : none).
+    on_failure: str = ""
 
     @property
     def type(self) -> str:

@@ -267,6 +267,20 @@ def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_a
     assert late_handler(row.replace(late_action="SKIP"), outage[1]) is None
 
 
+def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error():
+    """ON_FAILURE (IPF's failure command, issue #22): one job per failed run, nothing before."""
+    from fabricjobs.node.decisions import failure_job
+
+    t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    row = Job(JobKey("USER_JOB", "A.b", "c"), Status.FAILED, t, epoch=3, error_msg="ValueError: no", on_failure="USER_JOB.Probe.echo")
+    job = failure_job(row, t)
+    assert job.key == JobKey("USER_JOB", "Probe.echo", "c.failed.3") and job.status is Status.WAITING and job.next_run == t
+    assert json.loads(job.arguments) == {"failed_job": "USER_JOB.A.b.c", "type": "USER_JOB", "name": "A.b", "uid": "c",
+                                         "run": 3, "error": "ValueError: no"}
+    assert failure_job(row.replace(status=Status.WAITING), t) is None  # a retry is not a failure for good
+    assert failure_job(row.replace(on_failure=""), t) is None
+
+
 def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():
     start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
     job = _cron_job("*/15 * * * *", start, Z_UTC)

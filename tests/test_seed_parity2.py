@@ -1,6 +1,6 @@
 """More of what users of the other seed systems expect (issue #22), through ``fabricjobs shell``
 on two real node processes on SQLite: SMILA's finish of a recurring job (FINISHJOB, where
-STOPJOB is the cancel) and its runOnce (RUNJOB); IPF's late execution handler (LATE_ACTION)."""
+STOPJOB is the cancel) and its runOnce (RUNJOB); IPF's late execution handler (LATE_ACTION) and failure command (ON_FAILURE)."""
 
 from __future__ import annotations
 
@@ -144,6 +144,14 @@ def test_runjob_refuses_a_job_whose_run_is_going_on(cluster, tmp_path):
 
 # -- IPF's late execution handler: LATE_ACTION ------------------------------------------------
 
+def _echoed(cluster, uid):
+    """The row (JSON) of the Probe.echo job ``uid`` once final, and the ARGS it was given."""
+    done = cluster.shell("-e", f"waitjob user_job 'Probe.echo' with uid='{uid}' timeout 20;", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (handler,) = json.loads(done.stdout)
+    return handler, json.loads(handler["Output"])["args"]
+
+
 def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
     """Jobs due every second with a 1 s LATE_THRESHOLD, and no node up until their first fire
     is more than a second late: SKIP (the default) skips it, RUN runs it, USER_JOB.Probe.echo
@@ -169,11 +177,8 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
         assert first["handled"][0]["Note"].endswith("(LATE_THRESHOLD 00:00:01); started USER_JOB.Probe.echo")
 
         handler_uid = f"handled.late.{due['handled'].astimezone(timezone.utc):%Y%m%dT%H%M%S.%f}"[:-3]
-        done = c.shell("-e", f"waitjob user_job 'Probe.echo' with uid='{handler_uid}' timeout 20;", "--format", "json")
-        assert done.returncode == 0, done.stderr
-        (handler,) = json.loads(done.stdout)
+        handler, args = _echoed(c, handler_uid)
         assert handler["Status"] == "PROCESSED"
-        args = json.loads(handler["Output"])["args"]
         assert args["late_job"] == "USER_JOB.Probe.stamp.handled" and args["uid"] == "handled"
         assert datetime.fromisoformat(args["due"]) == due["handled"] and args["late_seconds"] > 1
         for uid in due:
@@ -182,9 +187,35 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
         c.stop_all()
 
 
-def test_late_action_is_checked_before_anything_is_written(cluster):
-    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='bad' late_action='LATER';")
-    assert r.returncode == 1 and "LATE_ACTION must be SKIP, RUN or <TYPE>.<NAME> of a late-handler job, got 'LATER'" in r.stderr
-    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='bad' late_action='USER_JOB.os:system';")
-    assert r.returncode == 1 and "refused" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.parametrize("param, bad, says", [
+    ("late_action", "LATER", "LATE_ACTION must be SKIP, RUN or <TYPE>.<NAME> of a late-handler job, got 'LATER'"),
+    ("late_action", "USER_JOB.os:system", "refused"),
+    ("on_failure", "RUN", "ON_FAILURE must be <TYPE>.<NAME> of a job, got 'RUN'"),
+    ("on_failure", "USER_JOB.Probe.nothing_here", "nothing_here"),
+])
+def test_the_job_a_setting_names_is_checked_before_anything_is_written(cluster, param, bad, says):
+    r = cluster.shell("-e", f"startjob user_job name='Probe.noop' uid='bad' {param}='{bad}';")
+    assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr
     assert cluster.job("USER_JOB", "Probe.noop", "bad") is None
+
+
+# -- IPF's failure command: ON_FAILURE --------------------------------------------------------
+
+def test_on_failure_starts_its_job_once_when_a_run_fails_for_good(cluster):
+    """Probe.fails_no_retry fails at once; Probe.always_fails after MAX_TRIES (3) tries: each
+    starts Probe.echo once, with its key, run (epoch) and error in the ARGS."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.fails_no_retry' uid='nr' on_failure='user_job.Probe.echo';"
+                            "startjob user_job name='Probe.always_fails' uid='af' on_failure='USER_JOB.Probe.echo';"
+                            "waitjob user_job 'Probe.fails_no_retry' with uid='nr' timeout 20;"
+                            "waitjob user_job 'Probe.always_fails' with uid='af' timeout 30;")
+    assert r.returncode == 0, r.stderr
+    assert row("USER_JOB", "Probe.fails_no_retry", "nr", "FAILED").search(r.stdout)
+    assert row("USER_JOB", "Probe.always_fails", "af", "FAILED").search(r.stdout)
+    for failed, uid in (("Probe.fails_no_retry", "nr"), ("Probe.always_fails", "af")):
+        job = cluster.job("USER_JOB", failed, uid)
+        handler, args = _echoed(cluster, f"{uid}.failed.{job.epoch}")
+        assert handler["Status"] == "PROCESSED" and args["failed_job"] == f"USER_JOB.{failed}.{uid}"
+        assert args["run"] == job.epoch and args["error"] == job.error_msg and job.error_msg
+    echoes = cluster.shell("-e", "jobstatus user_job 'Probe.echo' 1 day ago;", "--format", "json")
+    uids = sorted(e["UID"] for e in json.loads(echoes.stdout) if ".failed." in e["UID"])
+    assert [u.split(".failed.")[0] for u in uids] == ["af", "nr"]  # one each: a retried try starts none

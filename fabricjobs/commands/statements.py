@@ -31,6 +31,7 @@ class StartJob:
     late_threshold: str | None = None  # HH:MM:SS ('' : none)
     overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
     late_action: str | None = None  # SKIP | RUN | TYPE.NAME ('' : SKIP)
+    on_failure: str | None = None  # TYPE.NAME of the job to start when a run fails for good
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
 
 
@@ -100,6 +101,7 @@ class UpdateJob:
     late_threshold: str | None = None
     overlap: str | None = None
     late_action: str | None = None
+    on_failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

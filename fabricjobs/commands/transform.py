@@ -174,6 +174,9 @@ class ToCommand(Transformer):
     def late_action(self, children: list[Token]) -> _Param:
         return self._ruled(children, values.late_action)
 
+    def on_failure(self, children: list[Token]) -> _Param:
+        return self._ruled(children, values.on_failure)
+
     def _ruled(self, children: list[Token], rule: Callable[[str], str]) -> _Param:
         """A string parameter checked (and normalised) by its rule in values.py."""
         param = self._string_param(children)

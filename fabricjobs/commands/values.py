@@ -87,6 +87,19 @@ def late_action(text: str) -> str:
     return f"{job_type}.{name}"
 
 
+def on_failure(text: str) -> str:
+    """'' | <TYPE>.<NAME> of the job to start when a run fails for good."""
+    value = text.strip()
+    if not value:
+        return ""
+    if value.upper() in ("SKIP", "RUN"):
+        raise ValueError(f"ON_FAILURE must be <TYPE>.<NAME> of a job, got {_show(text)}")
+    try:
+        return late_action(value)
+    except ValueError:
+        raise ValueError(f"ON_FAILURE must be <TYPE>.<NAME> of a job, got {_show(text)}") from None
+
+
 def priority(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
         raise ValueError(f"PRIORITY must be a whole number from 0 to 9, got {_show(str(value))}")
@@ -128,7 +141,7 @@ def json_kind(obj: Any) -> str:
 
 
 _RULES: dict[str, Callable[[Any], Any]] = {
-    "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap, "late_action": late_action,
+    "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap, "late_action": late_action, "on_failure": on_failure,
     "priority": priority, "args": args_object, "recent": recent,
 }
 

@@ -234,6 +234,19 @@ def late_handler(row: Job, now: datetime) -> Job | None:
                creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity)
 
 
+def failure_job(row: Job, now: datetime) -> Job | None:
+    """The job ON_FAILURE='TYPE.NAME' names, for ``row`` just FAILED (IPF's failure command): a
+    one-time job to run now with the failed job's key, run (its epoch) and error in its ARGS.
+    Its UID is the failed job's and the run's, so a failure starts one. None: nothing to start."""
+    if row.status is not Status.FAILED or "." not in row.on_failure:
+        return None
+    job_type, _, name = row.on_failure.partition(".")
+    args = {"failed_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid, "run": row.epoch,
+            "error": row.error_msg}
+    return Job(key=JobKey(job_type, name, f"{row.uid}.failed.{row.epoch}"), status=Status.WAITING, creation_time=now,
+               arguments=json.dumps(args), next_run=now, affinity=row.affinity)
+
+
 def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:
     """The history line of a run whose node was lost (written by the node that takes over)."""
     if row.status not in (Status.IN_PROCESS, Status.STOPPING, Status.RESTART):

@@ -83,6 +83,7 @@ class JobCommands(ServiceCore):
             late_threshold=cmd.late_threshold or "",
             overlap=cmd.overlap or "",
             late_action=self._late_action(cmd.late_action),
+            on_failure=self._late_action(cmd.on_failure),
         )
         job = self._noted(job, "STARTJOB", session)
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
@@ -118,7 +119,7 @@ class JobCommands(ServiceCore):
             raise error
 
     def _late_action(self, action: str | None) -> str:
-        """LATE_ACTION as stored; a late-handler job must be one the catalog would start."""
+        """LATE_ACTION (or ON_FAILURE) as stored; a job it names must be one the catalog would start."""
         if action and action not in ("SKIP", "RUN"):
             job_type, _, name = action.partition(".")
             self.catalog.check(job_type, name)
@@ -284,6 +285,7 @@ class JobCommands(ServiceCore):
     def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
         self._check_affinity(cmd.affinity)
         self._late_action(cmd.late_action)
+        self._late_action(cmd.on_failure)
         if cmd.exec_interval is not None:
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
@@ -300,7 +302,7 @@ class JobCommands(ServiceCore):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap", "late_action"):
+            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:

@@ -13,7 +13,7 @@ from fabricjobs.commands import Expectation, expected_at, lex
 STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
-                "OVERLAP", "LATE_ACTION")
+                "OVERLAP", "LATE_ACTION", "ON_FAILURE")
 
 
 # -- expected_at -----------------------------------------------------------------------------

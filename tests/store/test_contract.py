@@ -444,6 +444,10 @@ def test_late_action_is_stored_and_changed(store):
     assert store.get(row.key).late_action == "USER_JOB.Probe.echo"
     assert store.cas(row, row.replace(late_action="RUN")).row.late_action == "RUN"
     assert store.get(row.key).late_action == "RUN"
+    failing = store.insert(job(uid="fails", on_failure="USER_JOB.Probe.echo")).row
+    assert store.get(failing.key).on_failure == "USER_JOB.Probe.echo"
+    assert store.cas(failing, failing.replace(on_failure="")).row.on_failure == ""
+    assert store.get(failing.key).on_failure == ""
 
 
 def test_the_kept_fire_of_runjob_is_set_and_cleared(store):

@@ -110,6 +110,7 @@ class Rows(Session):
             finishing=bool(row.get("finishing")),
             resume_at=_aware(row.get("resume_at")),
             late_action=row.get("late_action") or "",
+            on_failure=row.get("on_failure") or "",
         )
 
     def _get_stmt(self):

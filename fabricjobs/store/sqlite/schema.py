@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -125,6 +125,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     4: ("ALTER TABLE k2_jobs ADD COLUMN resume_at REAL",),
     # 5: LATE_ACTION (IPF's late execution handler, issue #22).
     5: ("ALTER TABLE k2_jobs ADD COLUMN late_action TEXT NOT NULL DEFAULT ''",),
+    # 6: ON_FAILURE (IPF's failure command, issue #22).
+    6: ("ALTER TABLE k2_jobs ADD COLUMN on_failure TEXT NOT NULL DEFAULT ''",),
 }
 
 
