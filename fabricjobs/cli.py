@@ -74,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--name", help="node id (default: [node] NAME, else the host name)")
     node.add_argument("--node-id", metavar="PATH", help="node.id file (default: [node] NODE_ID_FILE)")
     node.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    node.add_argument("--log-format", default="text", choices=["text", "json"],
-                      help="json: one object per line with node, job key and epoch")
+    node.add_argument("--log-format", default=None, choices=["text", "json", "fabric"],
+                      help="json: one object per line with node, job key and epoch; fabric: Fabric's lines, with "
+                           "[LID...] (default: [node] LOG_FORMAT)")
     node.add_argument("--clock-offset", type=float, default=0.0, metavar="SECONDS",
                       help="run this node's wall clock ahead (or behind) by SECONDS: a testing aid for clock skew")
     return p
@@ -110,10 +111,11 @@ def cmd_node(args: argparse.Namespace) -> int:
     from .logs import setup_logging
 
     cfg = load(args)
-    setup_logging(args.log_level.upper(), args.log_format, args.name or cfg.node_name)
+    log_format = args.log_format or cfg.get("node", "LOG_FORMAT").lower()
+    setup_logging(args.log_level.upper(), log_format, args.name or cfg.node_name)
     node_id = load_node_id(args.node_id) if args.node_id else None
     node = Node(cfg, name=args.name, node_id=node_id, clock=SystemClock(offset=args.clock_offset),
-                log_format=args.log_format)
+                log_format=log_format)
     node.install_signal_handlers()
     node.run()
     return 0

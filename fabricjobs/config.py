@@ -164,6 +164,9 @@ KEYS: tuple[Key, ...] = (
     Key("node", "TIME_ZONE", _zone, "", "IANA zone for cron and timestamp schedules and for times shown. Default: the host's zone."),
     Key("node", "ADDRESSES", _addresses, (), "This node's IP addresses, which a job's AFFINITY may name (the course's "
         "'node (IP address)'). Default: the host's own, found from its name and its outbound route (loopback left out)."),
+    Key("node", "LOG_FORMAT", _choice("TEXT", "JSON", "FABRIC"), "TEXT", "Node log lines: TEXT (this project's), JSON (one "
+        "object per line) or FABRIC (Fabric's, with a [LID...] log id: one per job run, else one per node), for "
+        "operators who grep Fabric logs. The node's --log-format overrides it."),
     Key("node", "NODE_ID_FILE", _str, "node.id", "The node.id file with affinity limits (missing file: ANY only).", path=True),
     # [jobs]
     Key("jobs", "K2JOBS_POOL_SIZE", _int(1), 25, "Runs at once on this node."),

@@ -1,4 +1,5 @@
-"""Log output of nodes and their workers: the seed's text lines, or one JSON object per line.
+"""Log output of nodes and their workers: the seed's text lines, or one JSON object per line,
+or Fabric's own lines (``fabric``), with a ``[LID...]`` log id after the time.
 
 With ``--log-format json`` every line carries ``time``, ``level``, ``logger``, ``thread``,
 ``message`` and ``node``, plus ``job`` and ``epoch`` when the line is about a job (log calls
@@ -7,12 +8,36 @@ pass them as ``extra``), so a log pipeline can follow one job across nodes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sys
 from datetime import datetime, timezone
 
 TEXT_FORMAT = "%(levelname)s %(asctime)s [%(threadName)s] %(name)s - %(message)s"
+
+
+FABRIC_FORMAT = "%(levelname)s %(asctime)s [%(lid)s] [%(threadName)s] %(name)s - %(message)s"
+
+
+def log_id(text: str) -> str:
+    """Fabric's log id form, LID and 16 hex digits, for a job run ("KEY#epoch") or a node."""
+    return "LID" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+class FabricFormatter(logging.Formatter):
+    """Fabric's line: ``INFO 2025-01-27 21:55:20,611 [LID5704...] [thread] logger - message``.
+    A line about a job run (``job_extra``) has that run's LID on every node and worker that logs
+    it; any other line has its node's."""
+
+    def __init__(self, fmt: str, node: str) -> None:
+        super().__init__(fmt)
+        self.node_lid = log_id(node)
+
+    def format(self, record: logging.LogRecord) -> str:
+        job = getattr(record, "job", None)
+        record.lid = log_id(f"{job}#{getattr(record, 'epoch', None)}") if job is not None else self.node_lid
+        return super().format(record)
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,8 +72,10 @@ def setup_logging(level: str | int, fmt: str = "text", node: str = "", thread_na
     if fmt == "json":
         handler.setFormatter(JsonFormatter(node))
     else:
-        text = TEXT_FORMAT if thread_name is None else TEXT_FORMAT.replace("%(threadName)s", thread_name)
-        handler.setFormatter(logging.Formatter(text))
+        text = FABRIC_FORMAT if fmt == "fabric" else TEXT_FORMAT
+        if thread_name is not None:
+            text = text.replace("%(threadName)s", thread_name)
+        handler.setFormatter(FabricFormatter(text, node) if fmt == "fabric" else logging.Formatter(text))
     root.addHandler(handler)
     root.setLevel(level)
 

@@ -108,6 +108,15 @@ class Job:
     time_zone: str = ""  # IANA zone of cron / timestamp schedules ('' : the node's)
     late_threshold: str = ""  # HH:MM:SS: a fire later than this after its due time is skipped
     overlap: str = ""  # SKIP | QUEUE: a fire due while the previous run still goes ('' : by schedule kind)
+    # FINISHJOB (SMILA's finish): the run going on completes, then the job ends PROCESSED.
+    finishing: bool = False
+    # RUNJOB (SMILA's runOnce): the fire the schedule goes on with after the extra run.
+    resume_at: datetime | None = None
+    # IPF's lateExecute: what a fire later than LATE_THRESHOLD does ('' or SKIP: skipped; RUN:
+    # runs anyway; TYPE.NAME: skipped, and that job is started with the late fire in its ARGS).
+    late_action: str = ""
+    # IPF's failure command: TYPE.NAME of a job started when a run fails for good ('' : none).
+    on_failure: str = ""
 
     @property
     def type(self) -> str:
@@ -167,6 +176,9 @@ class Event(StrEnum):
     FAIL_FINAL = "FAIL_FINAL"  # same, no tries left or fail-no-retry
     STOP = "STOP"  # STOPJOB on a job with a run going on
     STOP_IDLE = "STOP_IDLE"  # STOPJOB on a job with no run: straight to TERMINATED
+    FINISH = "FINISH"  # FINISHJOB on a job with a run going on or due: it completes, no fire after it
+    FINISH_IDLE = "FINISH_IDLE"  # FINISHJOB on a job between fires: straight to PROCESSED
+    RUN_ONCE = "RUN_ONCE"  # RUNJOB on a job between fires: due now, its schedule kept aside
     STOPPED = "STOPPED"  # the stopped run ended
     RESTART = "RESTART"  # RESTARTJOB on a job with a run going on
     RESTART_IDLE = "RESTART_IDLE"  # RESTARTJOB on a job with no run
@@ -229,6 +241,9 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.STOP, [Status.IN_PROCESS, Status.RESTART], [Status.STOPPING]),
         _t(Event.STOP_IDLE, _IDLE, [Status.TERMINATED]),
         _t(Event.STOPPED, [Status.STOPPING], [Status.TERMINATED]),
+        _t(Event.FINISH, [Status.WAITING, Status.IN_PROCESS, Status.RESTART]),
+        _t(Event.FINISH_IDLE, [Status.SCHEDULED], [Status.PROCESSED]),
+        _t(Event.RUN_ONCE, [Status.SCHEDULED], [Status.WAITING]),
         _t(Event.RESTART, [Status.IN_PROCESS, Status.STOPPING], [Status.RESTART]),
         _t(Event.RESTART_IDLE, _IDLE, [Status.WAITING]),
         _t(Event.RESTARTED, [Status.RESTART], [Status.WAITING]),

@@ -239,6 +239,41 @@ def test_late_threshold_skips_a_fire_after_a_3_hour_outage_and_records_it():
     assert "skipped: 11220 s late (LATE_THRESHOLD 00:05:00)" in skipped[0].note
 
 
+def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_args():
+    """LATE_ACTION (IPF's lateExecute, issue #22): RUN runs a late fire as if it were on time;
+    TYPE.NAME skips it as SKIP does and names the handler job to start, once per fire."""
+    from fabricjobs.node.decisions import late_handler
+
+    start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
+    outage = (datetime(2026, 5, 1, 1, 0, tzinfo=UTC), datetime(2026, 5, 1, 4, 7, tzinfo=UTC))
+    run = _cron_job("*/15 * * * *", start, Z_UTC, late_threshold="00:05:00", late_action="RUN")
+    fires, skipped = _simulate(run, datetime(2026, 5, 1, 5, 0, tzinfo=UTC), outage=outage)
+    assert skipped == [] and "04:07" in [f.strftime("%H:%M") for f in fires]
+    handled = _cron_job("*/15 * * * *", start, Z_UTC, late_threshold="00:05:00", late_action="USER_JOB.Probe.echo")
+    row = handled.replace(next_run=datetime(2026, 5, 1, 1, 0, tzinfo=UTC))
+    _new, record = late_fire(row, outage[1], Z_UTC)
+    assert record.note.endswith("(LATE_THRESHOLD 00:05:00); started USER_JOB.Probe.echo")
+    job = late_handler(row, outage[1])
+    assert job.key == JobKey("USER_JOB", "Probe.echo", "c.late.20260501T010000.000") and job.status is Status.WAITING
+    assert json.loads(job.arguments) == {"late_job": "USER_JOB.A.b.c", "type": "USER_JOB", "name": "A.b", "uid": "c",
+                                         "due": "2026-05-01T01:00:00.000+00:00", "late_seconds": 11220.0}
+    assert late_handler(row.replace(late_action="SKIP"), outage[1]) is None
+
+
+def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error():
+    """ON_FAILURE (IPF's failure command, issue #22): one job per failed run, nothing before."""
+    from fabricjobs.node.decisions import failure_job
+
+    t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    row = Job(JobKey("USER_JOB", "A.b", "c"), Status.FAILED, t, epoch=3, error_msg="ValueError: no", on_failure="USER_JOB.Probe.echo")
+    job = failure_job(row, t)
+    assert job.key == JobKey("USER_JOB", "Probe.echo", "c.failed.3") and job.status is Status.WAITING and job.next_run == t
+    assert json.loads(job.arguments) == {"failed_job": "USER_JOB.A.b.c", "type": "USER_JOB", "name": "A.b", "uid": "c",
+                                         "run": 3, "error": "ValueError: no"}
+    assert failure_job(row.replace(status=Status.WAITING), t) is None  # a retry is not a failure for good
+    assert failure_job(row.replace(on_failure=""), t) is None
+
+
 def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():
     start = datetime(2026, 5, 1, 0, 0, tzinfo=UTC)
     job = _cron_job("*/15 * * * *", start, Z_UTC)
@@ -376,3 +411,20 @@ def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request,
                  "after.csv handled after the restart")
     finally:
         cluster.stop_all()
+
+
+def test_after_runjobs_extra_run_the_schedule_goes_on_with_its_kept_fire():
+    """RUNJOB (issue #22): the fire kept aside is next; one that came due during the extra run
+    is queued (run right away) or skipped, by OVERLAP, as during a scheduled run."""
+    from fabricjobs.node.decisions import resumed_due
+    from fabricjobs.schedule import parse_schedule
+
+    t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    every_10s = parse_schedule("00:00:10", "UTC")
+    assert resumed_due(every_10s, t + timedelta(seconds=10), t + timedelta(seconds=2), "") == t + timedelta(seconds=10)
+    assert resumed_due(every_10s, t, t + timedelta(seconds=25), "") == t  # QUEUE: the missed fire runs now
+    assert resumed_due(every_10s, t, t + timedelta(seconds=25), "SKIP") == t + timedelta(seconds=30)
+    hourly = parse_schedule("0 0 * * * *", "UTC")
+    assert resumed_due(hourly, t, t + timedelta(minutes=5), "") == t + timedelta(hours=1)  # cron skips by default
+    once = parse_schedule("2026-05-01 12:00:00", "UTC")
+    assert resumed_due(once, t, t + timedelta(minutes=5), "SKIP") == t  # a one-time fire is never skipped

@@ -47,3 +47,17 @@ def checkArgs(customerId: int, vip: bool = False):
     if customerId <= 0:
         fail_job_no_retry(ValueError(f"customerId must be positive, got {customerId}"))
     return {"customerId": customerId, "vip": vip}
+
+
+def lateExecute(late_job: str, due: str, late_seconds: float):
+    """A late handler (IPF's lateExecute): LATE_ACTION='USER_JOB.Customer.lateExecute' starts it
+    with the late job's key and due time when one of its fires comes too late."""
+    current_job().logger.warning("%s was due at %s and came %.1f s late; skipped", late_job, due, late_seconds)
+    return {"late_job": late_job, "due": due}
+
+
+def onFailure(failed_job: str, run: int, error: str):
+    """A failure command (IPF's failureCommand): ON_FAILURE='USER_JOB.Customer.onFailure' starts
+    it with the failed job's key, run and error when a run of that job fails for good."""
+    current_job().logger.error("%s failed for good in run %d: %s", failed_job, run, error)
+    return {"failed_job": failed_job, "run": run}

@@ -22,6 +22,8 @@ from .statements import (
     StartJob,
     Statement,
     StopJob,
+    FinishJob,
+    RunJob,
     UpdateJob,
 )
 from .complete import Expectation, expected_at, lex
@@ -44,6 +46,8 @@ __all__ = [
     "StartJob",
     "Statement",
     "StopJob",
+    "FinishJob",
+    "RunJob",
     "UpdateJob",
     "expected_at",
     "lex",

@@ -30,6 +30,8 @@ class StartJob:
     tz: str | None = None
     late_threshold: str | None = None  # HH:MM:SS ('' : none)
     overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
+    late_action: str | None = None  # SKIP | RUN | TYPE.NAME ('' : SKIP)
+    on_failure: str | None = None  # TYPE.NAME of the job to start when a run fails for good
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
 
 
@@ -42,6 +44,28 @@ class StopJob:
     uid: str | None = None
     wait: bool = False
     timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishJob:
+    """FINISHJOB ... (SMILA's finish; STOPJOB is its cancel): a recurring job's run going on
+    completes, then it fires no more. With WAIT, returns once the job is final."""
+
+    type: str
+    name: str
+    uid: str | None = None
+    wait: bool = False
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunJob:
+    """RUNJOB ... (SMILA's runOnce): a job between its fires runs once now; its schedule is
+    left as it was."""
+
+    type: str
+    name: str
+    uid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +100,8 @@ class UpdateJob:
     tz: str | None = None
     late_threshold: str | None = None
     overlap: str | None = None
+    late_action: str | None = None
+    on_failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +186,7 @@ class DeleteHistory:
 
 
 Command = Union[
-    StartJob, StopJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
+    StartJob, StopJob, FinishJob, RunJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
     DeleteHistory,
 ]
 

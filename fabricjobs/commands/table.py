@@ -33,16 +33,21 @@ STATEMENTS: tuple[StatementInfo, ...] = (
     StatementInfo("STARTJOB", st.StartJob, "start_job", (
         f"STARTJOB {_JOB} [UID='<uid>'] [AFFINITY='<affinity>'] [ARGS='<json>'] [EXEC_INTERVAL='<interval>']",
         "         [DEPENDS_ON='<TYPE.NAME.UID>,...'] [PRIORITY=0..9] [TZ='<zone>'] [LATE_THRESHOLD='HH:MM:SS']",
-        "         [OVERLAP='SKIP|QUEUE'] [IF NOT EXISTS]"), job_statement=True),
+        "         [OVERLAP='SKIP|QUEUE'] [LATE_ACTION='SKIP|RUN|<TYPE>.<NAME>']",
+        "         [ON_FAILURE='<TYPE>.<NAME>'] [IF NOT EXISTS]"), job_statement=True),
     StatementInfo("STOPJOB", st.StopJob, "stop_job", (f"STOPJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
                   job_statement=True),
+    StatementInfo("FINISHJOB", st.FinishJob, "finish_job", (f"FINISHJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
+                  job_statement=True),
+    StatementInfo("RUNJOB", st.RunJob, "run_job", (f"RUNJOB {_JOB} [UID='<uid>']",), job_statement=True),
     StatementInfo("RESTARTJOB", st.RestartJob, "restart_job", (
         f"RESTARTJOB {_JOB} [UID='<uid>']",
         "RESTARTJOB <TYPE> [NAME='<name>' [UID='<uid>']] RUNNING"), job_statement=True),
     StatementInfo("RESUMEJOB", st.ResumeJob, "resume_job", (f"RESUMEJOB {_JOB} UID='<uid>'",), job_statement=True),
     StatementInfo("UPDATEJOB", st.UpdateJob, "update_job", (
         f"UPDATEJOB {_JOB} [UID=..] [AFFINITY=..] [ARGS=..] [EXEC_INTERVAL=..] [RESET_END_TIME=true|false]",
-        "          [PRIORITY=..] [TZ=..] [LATE_THRESHOLD=..] [OVERLAP=..]"), job_statement=True),
+        "          [PRIORITY=..] [TZ=..] [LATE_THRESHOLD=..] [OVERLAP=..] [LATE_ACTION=..] [ON_FAILURE=..]"),
+        job_statement=True),
     StatementInfo("JOBSTATUS", st.JobStatus, "job_status",
                   ("JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>' | <n> DAYS AGO]] [DETAILS]]",)),
     StatementInfo("JOBHISTORY", st.JobHistory, "job_history", ("JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]",

@@ -171,6 +171,12 @@ class ToCommand(Transformer):
     def overlap(self, children: list[Token]) -> _Param:
         return self._ruled(children, values.overlap)
 
+    def late_action(self, children: list[Token]) -> _Param:
+        return self._ruled(children, values.late_action)
+
+    def on_failure(self, children: list[Token]) -> _Param:
+        return self._ruled(children, values.on_failure)
+
     def _ruled(self, children: list[Token], rule: Callable[[str], str]) -> _Param:
         """A string parameter checked (and normalised) by its rule in values.py."""
         param = self._string_param(children)
@@ -236,7 +242,7 @@ class ToCommand(Transformer):
     def if_not_exists(self, children: list[Token]) -> Token:
         return children[0]  # IF, where a message about it points
 
-    startjob = stopjob = restartjob = resumejob = updatejob = _job
+    startjob = stopjob = finishjob = runjob = restartjob = resumejob = updatejob = _job
 
     def jobstatus(self, children: list[Any]) -> JobStatus:
         rest = [c for c in children[1:] if c is not None]

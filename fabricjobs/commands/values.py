@@ -72,6 +72,34 @@ def overlap(text: str) -> str:
     return value
 
 
+def late_action(text: str) -> str:
+    """'' | SKIP | RUN | <TYPE>.<NAME> (the late-handler job; the service checks it exists)."""
+    value = text.strip()
+    if value.upper() in ("", "SKIP", "RUN"):
+        return value.upper()
+    job_type, dot, name = value.partition(".")
+    try:
+        job_type = JobType.parse(job_type).value
+    except ValueError:
+        dot = ""
+    if not dot or not name or any(not c.isprintable() for c in name):
+        raise ValueError(f"LATE_ACTION must be SKIP, RUN or <TYPE>.<NAME> of a late-handler job, got {_show(text)}")
+    return f"{job_type}.{name}"
+
+
+def on_failure(text: str) -> str:
+    """'' | <TYPE>.<NAME> of the job to start when a run fails for good."""
+    value = text.strip()
+    if not value:
+        return ""
+    if value.upper() in ("SKIP", "RUN"):
+        raise ValueError(f"ON_FAILURE must be <TYPE>.<NAME> of a job, got {_show(text)}")
+    try:
+        return late_action(value)
+    except ValueError:
+        raise ValueError(f"ON_FAILURE must be <TYPE>.<NAME> of a job, got {_show(text)}") from None
+
+
 def priority(value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
         raise ValueError(f"PRIORITY must be a whole number from 0 to 9, got {_show(str(value))}")
@@ -113,7 +141,7 @@ def json_kind(obj: Any) -> str:
 
 
 _RULES: dict[str, Callable[[Any], Any]] = {
-    "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap,
+    "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap, "late_action": late_action, "on_failure": on_failure,
     "priority": priority, "args": args_object, "recent": recent,
 }
 

@@ -8,13 +8,14 @@ or ``None`` when this node must not write (it lost the row: fencing, SPEC 9).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+import json
+from datetime import datetime, timedelta, timezone
 
 from ..jobs.context import FailMode
 from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
-from ..model import Event, Job, RunResult, Status
-from ..schedule import ScheduleError, parse_schedule
+from ..model import Event, Job, JobKey, RunResult, Status
+from ..schedule import Schedule, ScheduleError, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
 
@@ -68,7 +69,12 @@ def after_run(
             schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
         except ScheduleError:
             schedule = None
-        if schedule is not None and schedule.is_recurring:
+        if row.resume_at is not None and not row.finishing:  # RUNJOB's extra run: back to the schedule
+            return Event.DONE_RECURRING, row.replace(
+                status=Status.SCHEDULED, next_run=resumed_due(schedule, row.resume_at, now, row.overlap),
+                resume_at=None, end_time=now, output=outcome.output, tries=0, hold_until=None,
+            )
+        if schedule is not None and schedule.is_recurring and not row.finishing:
             nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
             if row.next_run is not None and row.next_run != run.due:
                 nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
@@ -76,13 +82,27 @@ def after_run(
                 status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
                 tries=0, hold_until=None,
             )
-        return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output)
+        # A one-time job's run, or FINISHJOB's last run of a recurring job: no fire after it.
+        return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output,
+                                            finishing=False)
     if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
         return Event.RELEASE, row.replace(
             status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,
             hold_until=run.hold_until,
         )
     return failed(row, outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries, retry_delay=retry_delay)
+
+
+def resumed_due(schedule: Schedule | None, kept: datetime, ended: datetime, overlap: str) -> datetime:
+    """When a job is next due after RUNJOB's extra run, which ended at ``ended``: the fire its
+    schedule had (``kept``). One that came due while the extra run went on is by ``overlap``,
+    as for a fire during a scheduled run: queued (right away) or skipped (the next one after)."""
+    if kept >= ended or schedule is None or not schedule.is_recurring:
+        return kept
+    policy = (overlap or ("QUEUE" if schedule.interval is not None else "SKIP")).upper()
+    if policy == "QUEUE":
+        return kept
+    return schedule.next_due_after(ended, grid_from=kept) or kept
 
 
 def failed(
@@ -179,7 +199,7 @@ def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zo
 def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
     """A due fire later than its LATE_THRESHOLD (IPF's lateExecutionThreshold): skipped, the
     job rescheduled to its next due time after now, and the skip recorded. None: run it."""
-    if not row.late_threshold or row.next_run is None:
+    if not row.late_threshold or row.next_run is None or row.late_action == "RUN":
         return None
     try:
         threshold = parse_schedule(row.late_threshold, "UTC").interval
@@ -194,9 +214,37 @@ def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None, end=now,
         result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
         note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: {late.total_seconds():.0f} s late "
-             f"(LATE_THRESHOLD {row.late_threshold})",
+             f"(LATE_THRESHOLD {row.late_threshold})" + (f"; started {row.late_action}" if "." in row.late_action else ""),
     )
     return row.replace(next_run=nxt), record
+
+
+def late_handler(row: Job, now: datetime) -> Job | None:
+    """The late-handler job LATE_ACTION='TYPE.NAME' names, for the fire of ``row`` due at its
+    next_run that came too late (IPF's lateExecute): a one-time job to run now, with the late
+    job's key, due time and lateness in its ARGS. Its UID is the late job's and the fire's, so
+    a fire starts one handler however often the owner tries. None: no handler."""
+    if "." not in row.late_action or row.next_run is None:
+        return None
+    job_type, _, name = row.late_action.partition(".")
+    due = row.next_run.astimezone(timezone.utc)
+    args = {"late_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid,
+            "due": due.isoformat(timespec="milliseconds"), "late_seconds": round((now - due).total_seconds(), 3)}
+    return Job(key=JobKey(job_type, name, f"{row.uid}.late.{due:%Y%m%dT%H%M%S.%f}"[:-3]), status=Status.WAITING,
+               creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity)
+
+
+def failure_job(row: Job, now: datetime) -> Job | None:
+    """The job ON_FAILURE='TYPE.NAME' names, for ``row`` just FAILED (IPF's failure command): a
+    one-time job to run now with the failed job's key, run (its epoch) and error in its ARGS.
+    Its UID is the failed job's and the run's, so a failure starts one. None: nothing to start."""
+    if row.status is not Status.FAILED or "." not in row.on_failure:
+        return None
+    job_type, _, name = row.on_failure.partition(".")
+    args = {"failed_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid, "run": row.epoch,
+            "error": row.error_msg}
+    return Job(key=JobKey(job_type, name, f"{row.uid}.failed.{row.epoch}"), status=Status.WAITING, creation_time=now,
+               arguments=json.dumps(args), next_run=now, affinity=row.affinity)
 
 
 def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:

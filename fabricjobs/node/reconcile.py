@@ -36,6 +36,7 @@ from .decisions import lost_run_record, take_over
 from .executor import EndReason
 from .parts import ReconcileParts, UsesParts
 from .settings import NodeSettings
+from .writeback import start_on_failure
 
 log = logging.getLogger("fabricjobs.node.reconcile")
 
@@ -178,6 +179,8 @@ class Reconciler(UsesParts):
             records.append(lost_run_record(full, new, now))
         for i, res in zip(at, self.store.cas_each(pairs, records, write_failed)):
             results[i] = res
+            if res is not None and res.applied and res.stored.status is Status.FAILED:
+                start_on_failure(self.store, res.stored, now)  # its node was lost, and no tries were left
         return results
 
     def _finish_orphan(self, row: Job, now: datetime) -> None:

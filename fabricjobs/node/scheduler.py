@@ -32,7 +32,7 @@ from ..clock import Clock
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
 from ..store.base import JobStore, RunRecord
-from .decisions import fire, late_fire
+from .decisions import fire, late_fire, late_handler
 
 log = logging.getLogger("fabricjobs.node.scheduler")
 
@@ -71,6 +71,7 @@ class Scheduler:
         self._heap: list[tuple[float, int, JobKey]] = []
         # fired ahead: key -> (due, monotonic time it was taken; None once it reached a worker)
         self._prepared: dict[JobKey, tuple[datetime, float | None]] = {}
+        self._handlers: dict[JobKey, Job] = {}  # late-handler jobs of the skips being written (LATE_ACTION)
         self._rows: dict[JobKey, Job] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()
@@ -243,6 +244,7 @@ class Scheduler:
                 self.store.add_runs(skipped)
             except Exception:
                 log.exception("could not record %d skipped fires", len(skipped))
+            self._start_handlers(rows, results)
         if self._settle(rows, results):
             self.on_ready()
 
@@ -254,6 +256,9 @@ class Scheduler:
             late = late_fire(row, now, self.zone)
             if late is not None:
                 new, record = late
+                handler = late_handler(row, now)
+                if handler is not None:
+                    self._handlers[row.key] = advance(None, Event.START, handler)
                 pairs.append((row, advance(row, Event.UPDATE, new)))
                 skipped.append(record)
                 log.warning("%s", record.note.replace("fire due", f"fire of '{row.key}' due"), extra=job_extra(row.key, row.epoch))
@@ -261,6 +266,21 @@ class Scheduler:
             event, new = fire(row)
             pairs.append((row, advance(row, event, new)))
         return pairs, skipped
+
+    def _start_handlers(self, rows: list[Job], results: list) -> None:
+        """LATE_ACTION='TYPE.NAME': the late-handler job of each skip that was written."""
+        for row, res in zip(rows, results):
+            handler = self._handlers.pop(row.key, None)
+            if handler is None or not res.applied:
+                continue
+            try:
+                started = self.store.insert(handler).applied
+            except Exception:
+                log.exception("could not start the late handler of '%s'", row.key)
+                continue
+            if started:
+                log.info("late handler '%s' started for '%s'", handler.key, row.key, extra=job_extra(row.key, row.epoch))
+                self.on_ready()
 
     def _retry_later(self, rows: list[Job]) -> None:
         with self._cond:

@@ -19,9 +19,9 @@ from ..clock import Clock
 from ..worker.protocol import LEASE_LOST, OK, Outcome
 from ..worker.runner import clean_text
 from ..logs import job_extra
-from ..model import Job, Status, advance
+from ..model import Event, Job, Status, advance
 from ..store.base import JobStore
-from .decisions import after_run, run_record
+from .decisions import after_run, failure_job, run_record
 from .runs import Run, RunTable
 
 if TYPE_CHECKING:
@@ -33,6 +33,20 @@ _REDECIDE = 20  # rounds of write, re-read and decide again for outcomes that lo
 _RETRY_PAUSE = 0.2  # seconds: outcomes wait this long for a failing or contended store
 
 _Todo = list[tuple[Run, Outcome, Job | None]]  # an outcome and the row it is decided on
+
+
+def start_on_failure(store: JobStore, row: Job, now: datetime) -> None:
+    """ON_FAILURE: start the failure job of ``row``, which just FAILED (if it names one)."""
+    job = failure_job(row, now)
+    if job is None:
+        return
+    try:
+        started = store.insert(advance(None, Event.START, job)).applied
+    except Exception:
+        log.exception("could not start the ON_FAILURE job of '%s'", row.key)
+        return
+    if started:
+        log.info("ON_FAILURE job '%s' started for '%s'", job.key, row.key, extra=job_extra(row.key, row.epoch))
 
 
 class OutcomeWriter:
@@ -187,6 +201,7 @@ class OutcomeWriter:
         if row.status is Status.SCHEDULED:
             self.on_scheduled(row)
         elif row.archived:
+            start_on_failure(self.store, row, self.clock.now())
             self.on_final(row)
 
     def _lost(self, run: Run, row: Job | None) -> None:

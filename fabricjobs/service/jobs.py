@@ -1,4 +1,4 @@
-"""The commands that change job rows: STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
+"""The commands that change job rows: STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB;
 and DELETEHISTORY, which deletes a job's run history and leaves its row alone.
 
 Each decides, from the row as it stands, the transition to make (model.TRANSITIONS) and
@@ -18,7 +18,7 @@ from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
 from ..model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
-from ..schedule import Schedule
+from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
 from .core import ServiceCore
 from .session import Session, keep_session_scope, with_session_scope
@@ -26,10 +26,13 @@ from .session import Session, keep_session_scope, with_session_scope
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
+FINISH_NOTE = "finishing: this run completes, then no more fires"
+RUN_DUE_NOTE = "already due: its run starts now"
+RUN_GOING_NOTE = "a run is going on: not run again"
 
 
 class JobCommands(ServiceCore):
-    """STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
+    """STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
 
@@ -79,6 +82,8 @@ class JobCommands(ServiceCore):
             time_zone=cmd.tz or "",
             late_threshold=cmd.late_threshold or "",
             overlap=cmd.overlap or "",
+            late_action=self._late_action(cmd.late_action),
+            on_failure=self._late_action(cmd.on_failure),
         )
         job = self._noted(job, "STARTJOB", session)
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
@@ -113,6 +118,13 @@ class JobCommands(ServiceCore):
         if error is not None:
             raise error
 
+    def _late_action(self, action: str | None) -> str:
+        """LATE_ACTION (or ON_FAILURE) as stored; a job it names must be one the catalog would start."""
+        if action and action not in ("SKIP", "RUN"):
+            job_type, _, name = action.partition(".")
+            self.catalog.check(job_type, name)
+        return action or ""
+
     def _insert_new(self, job: Job) -> Result:
         return self._started(job, self.store.insert(job))
 
@@ -143,6 +155,63 @@ class JobCommands(ServiceCore):
             deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
             rows = [self._await(r.key, lambda j: j.archived, deadline, "STOPJOB WAIT") for r in rows]
         return Result(CHANGE_COLUMNS, tuple(self._change_row(r) for r in rows))
+
+    def finish_job(self, cmd: statements.FinishJob, session: Session) -> Result:
+        """SMILA's finish (STOPJOB is its cancel): a recurring job's run going on, or its fire
+        already due (WAITING), completes; then the job is PROCESSED and fires no more. One
+        between fires (SCHEDULED) is PROCESSED at once. One-time jobs are left alone (their run
+        ends them anyway); a NAME with none but those is refused."""
+        now = self.clock.now()
+        notes: dict[JobKey, str] = {}
+
+        def decide(row: Job):
+            if row.archived or row.finishing or row.status is Status.STOPPING:
+                return None
+            if row.status is Status.SCHEDULED:
+                return Event.FINISH_IDLE, self._noted(row.replace(status=Status.PROCESSED, end_time=now),
+                                                      "FINISHJOB", session)
+            notes[row.key] = FINISH_NOTE
+            return Event.FINISH, self._noted(row.replace(finishing=True), "FINISHJOB", session)
+
+        matching = self._matching(cmd.type, cmd.name, cmd.uid)
+        recurring = [j for j in matching if self._schedule(j.execution_interval, j.time_zone).is_recurring]
+        if not recurring:
+            raise CommandError(f"{matching[0].key.describe() if len(matching) == 1 else 'No job matched'} is not a "
+                               "recurring job: FINISHJOB ends a recurring job after its run (a one-time job's run "
+                               "ends it anyway; STOPJOB cancels it)")
+        rows = [r for r in (self._change(j.key, decide) for j in recurring) if r is not None]
+        self._ring()
+        if cmd.wait:
+            deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
+            rows = [self._await(r.key, lambda j: j.archived, deadline, "FINISHJOB WAIT") for r in rows]
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "") if not r.archived else "")
+                                            for r in rows))
+
+    def run_job(self, cmd: statements.RunJob, session: Session) -> Result:
+        """SMILA's runOnce: a job between its fires (SCHEDULED) runs once now, and then its
+        schedule goes on with the fire it had (``resume_at``), unchanged. A job whose run is
+        already due (WAITING) is shown as it is; one with a run going on is not run again."""
+        now = self.clock.now()
+        notes: dict[JobKey, str] = {}
+
+        def decide(row: Job):
+            if row.archived or row.status is not Status.SCHEDULED:
+                notes[row.key] = RUN_DUE_NOTE if row.status is Status.WAITING else RUN_GOING_NOTE
+                return None
+            kept = row.next_run or now
+            notes[row.key] = f"runs once now; its schedule goes on at {_shown(kept, self.zone)}"
+            return Event.RUN_ONCE, self._noted(row.replace(
+                status=Status.WAITING, next_run=now, resume_at=kept, worker_id=None, epoch=row.epoch + 1,
+                hold_until=None,
+            ), "RUNJOB", session)
+
+        rows = [r for r in (self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid))
+                if r is not None]
+        if rows and all(notes.get(r.key) == RUN_GOING_NOTE for r in rows):
+            raise JobAlreadyRunning(f"Job is running {rows[0].key.describe()} ({rows[0].status.value}): RUNJOB "
+                                    "runs a job once between its fires")
+        self._ring()
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "")) for r in rows))
 
     def restart_job(self, cmd: statements.RestartJob, session: Session) -> Result:
         """The course's RESTARTJOB: stop and start each matching job, an idle one at once. With
@@ -182,7 +251,7 @@ class JobCommands(ServiceCore):
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
             return event, self._noted(row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
-                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1,
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None,
             ), "RESUMEJOB", session)
 
         row = self._change(key, decide)
@@ -215,6 +284,8 @@ class JobCommands(ServiceCore):
 
     def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
         self._check_affinity(cmd.affinity)
+        self._late_action(cmd.late_action)
+        self._late_action(cmd.on_failure)
         if cmd.exec_interval is not None:
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
@@ -231,7 +302,7 @@ class JobCommands(ServiceCore):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap"):
+            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:
@@ -245,6 +316,8 @@ class JobCommands(ServiceCore):
             rescheduled = cmd.exec_interval is not None or cmd.tz is not None
             schedule = self._schedule(new.execution_interval, new.time_zone)
             reset = bool(cmd.reset_end_time)
+            if rescheduled or reset:  # a new schedule replaces the fire a RUNJOB kept aside
+                new = new.replace(resume_at=None)
             if row.status in (Status.WAITING, Status.SCHEDULED) and (rescheduled or reset):
                 due = now if reset else _next_due_for_update(schedule, row, now)
                 status = Status.WAITING if due <= now else Status.SCHEDULED
@@ -273,6 +346,12 @@ def _next_due_for_update(schedule: Schedule, row: Job, now: datetime) -> datetim
     if schedule.is_recurring:
         return schedule.next_fire_after(now)
     return schedule.first_due(now)
+
+
+def _shown(when: datetime, zone: str | None) -> str:
+    """A time in a note as the shell's tables show times (the node's TIME_ZONE, milliseconds)."""
+    local = when.astimezone(resolve_zone(zone))
+    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
 
 
 def _created_at(row: Job, now: datetime) -> Job:

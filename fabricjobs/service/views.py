@@ -30,6 +30,7 @@ HISTORY_LIMIT = 50
 RECENT_COLUMNS = ("Type", "Name", "UID", "Run", "Node", "Result", "Status", "Start", "End", "Duration (ms)", "Tries",
                   "Error", "Note")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
+FINISHING_TEXT = "None: finishing (FINISHJOB)"  # this run (or the due one) is the last
 
 
 class JobViews(ServiceCore):
@@ -72,6 +73,8 @@ class JobViews(ServiceCore):
             cands = 0
         if job.blocked and job.status is Status.WAITING:
             next_run = "Blocked by its parents"
+        elif job.finishing and not job.archived:
+            next_run = FINISHING_TEXT
         row: tuple = (
             job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
             job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,

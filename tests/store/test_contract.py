@@ -425,6 +425,44 @@ def test_counters_are_columns_of_the_row(store):
     assert store.get(row.key) == new and (new.runs, new.kills) == (3, 1)
 
 
+def test_the_finishing_flag_is_kept_through_insert_cas_and_archive(store):
+    """FINISHJOB's flag (issue #22): set on a running row, kept while it runs, read back."""
+    row = store.insert(job(uid="fin", execution_interval="00:00:01")).row
+    assert row.finishing is False
+    running = store.cas(row, claim(row, "n1")).row
+    res = store.cas(running, running.replace(finishing=True))
+    assert res.applied and res.row.finishing is True
+    assert store.get(row.key).finishing is True
+    done = store.cas(res.row, res.row.replace(status=Status.PROCESSED, archived=True, end_time=T0, finishing=False))
+    assert done.applied and store.get(row.key).finishing is False
+    again = store.insert(job(uid="fin", finishing=True)).row  # an archived key reused
+    assert again.finishing is True and store.get(row.key).finishing is True
+
+
+def test_late_action_is_stored_and_changed(store):
+    row = store.insert(job(uid="late", late_threshold="00:00:05", late_action="USER_JOB.Probe.echo")).row
+    assert store.get(row.key).late_action == "USER_JOB.Probe.echo"
+    assert store.cas(row, row.replace(late_action="RUN")).row.late_action == "RUN"
+    assert store.get(row.key).late_action == "RUN"
+    failing = store.insert(job(uid="fails", on_failure="USER_JOB.Probe.echo")).row
+    assert store.get(failing.key).on_failure == "USER_JOB.Probe.echo"
+    assert store.cas(failing, failing.replace(on_failure="")).row.on_failure == ""
+    assert store.get(failing.key).on_failure == ""
+
+
+def test_the_kept_fire_of_runjob_is_set_and_cleared(store):
+    """RUNJOB's resume_at (issue #22): the fire a schedule goes on with after an extra run."""
+    row = store.insert(job(uid="once", status=Status.SCHEDULED, execution_interval="00:00:30",
+                           next_run=T0 + timedelta(seconds=30))).row
+    assert row.resume_at is None
+    due = store.cas(row, row.replace(status=Status.WAITING, next_run=T0, resume_at=row.next_run)).row
+    assert store.get(row.key).resume_at == T0 + timedelta(seconds=30)
+    assert [j.uid for j in store.waiting(10)] == ["once"]
+    back = store.cas(due, due.replace(status=Status.SCHEDULED, next_run=due.resume_at, resume_at=None))
+    assert back.applied and store.get(row.key).resume_at is None
+    assert store.get(row.key).next_run == T0 + timedelta(seconds=30)
+
+
 # -- scheduling: blocked jobs, priorities, listener marks ---------------------------------------
 
 def test_blocked_jobs_are_never_claim_candidates(store):

@@ -107,6 +107,10 @@ class Rows(Session):
             time_zone=row.get("time_zone") or "",
             late_threshold=row.get("late_threshold") or "",
             overlap=row.get("overlap") or "",
+            finishing=bool(row.get("finishing")),
+            resume_at=_aware(row.get("resume_at")),
+            late_action=row.get("late_action") or "",
+            on_failure=row.get("on_failure") or "",
         )
 
     def _get_stmt(self):

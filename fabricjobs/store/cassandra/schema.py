@@ -43,13 +43,17 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 9
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
+RUN_MODES = {"finishing": "boolean"}  # version 6: FINISHJOB (issue #22, SMILA's finish)
+RUN_ONCE = {"resume_at": "timestamp"}  # version 7: RUNJOB (issue #22, SMILA's runOnce)
+LATE = {"late_action": "text"}  # version 8: LATE_ACTION (issue #22, IPF's lateExecute)
+ON_FAILURE = {"on_failure": "text"}  # version 9: ON_FAILURE (issue #22, IPF's failureCommand)
 LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
 SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
@@ -149,7 +153,7 @@ SCHEMA_V1: tuple[str, ...] = tuple(
     _create(b) for b in (_JOBS_V1.format(extra=""), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _SCHEMA)
 )
 
-_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in SCHEDULING.items())
+_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE).items())
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
@@ -178,6 +182,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _create(_RUN_KEYS, TABLE_OPTIONS["k2_job_run_keys"])),
     5: (_create(_RECENT, f"{TABLE_OPTIONS['k2_job_runs_recent']} AND {_RECENT_ORDER}"),
         _create(_RECENT_HOURS, TABLE_OPTIONS["k2_job_runs_hours"])),
+    6: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in RUN_MODES.items()),
+    7: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in RUN_ONCE.items()),
+    8: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in LATE.items()),
+    9: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in ON_FAILURE.items()),
 }
 
 

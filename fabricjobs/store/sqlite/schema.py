@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 6
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -119,6 +119,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         'CREATE INDEX k2_job_runs_end ON k2_job_runs ("end")',
     ),
+    # 3: FINISHJOB's flag (a run that completes, and no fire after it: issue #22, SMILA).
+    3: ("ALTER TABLE k2_jobs ADD COLUMN finishing INTEGER NOT NULL DEFAULT 0",),
+    # 4: RUNJOB's kept fire (a run once now, the schedule unchanged: issue #22, SMILA's runOnce).
+    4: ("ALTER TABLE k2_jobs ADD COLUMN resume_at REAL",),
+    # 5: LATE_ACTION (IPF's late execution handler, issue #22).
+    5: ("ALTER TABLE k2_jobs ADD COLUMN late_action TEXT NOT NULL DEFAULT ''",),
+    # 6: ON_FAILURE (IPF's failure command, issue #22).
+    6: ("ALTER TABLE k2_jobs ADD COLUMN on_failure TEXT NOT NULL DEFAULT ''",),
 }
 
 

@@ -34,6 +34,6 @@ def commands(request: Request, body: CommandBody,
 
 def _bounded(command: st.Command) -> st.Command:
     """A wait as long as one request may wait (routes.MAX_WAIT_SEC)."""
-    if isinstance(command, st.WaitJob) or (isinstance(command, st.StopJob) and command.wait):
+    if isinstance(command, st.WaitJob) or (isinstance(command, (st.StopJob, st.FinishJob)) and command.wait):
         return dataclasses.replace(command, timeout=capped(command.timeout))
     return command
