@@ -13,7 +13,7 @@ ROOT = TESTS.parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from backends import BACKENDS, make_backend_config  # noqa: E402
+from backends import BACKENDS, NODE_BACKENDS, make_backend_config  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
@@ -53,7 +53,7 @@ def store_config(request, tmp_path):
     return make_backend_config(request, request.param, tmp_path, reuse=True)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=NODE_BACKENDS)
 def node_backend(request):
     """The backend node processes of an end-to-end test share (each test runs once per backend)."""
     return request.param

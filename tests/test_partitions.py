@@ -206,8 +206,16 @@ def _make_keyspaces(tmp, dbs: list[netns.Host], count: int) -> list[str]:
 
 def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three, tmp_path):
     """Scenario 3: with c3 cut off from everyone, the nodes keep claiming and finishing jobs
-    through c1 and c2 (a quorum of RF 3): no gap between run starts longer than two request
-    timeouts, no node fences itself, nothing runs twice at once, nothing is lost."""
+    through c1 and c2 (a quorum of RF 3): no gap between run starts longer than three request
+    timeouts (and a second for the work between), no node fences itself, nothing runs twice at
+    once, nothing is lost.
+
+    Three timeouts, not two: one for a request in flight to c3 at the cut, one for a request
+    to c3 sent in the same moment by another of the node's threads before the first one's
+    timeout demoted c3 (session.Unanswered), and one for a surviving replica. With c3 cut,
+    every quorum needs both c1 and c2, so the cluster has no slack left: when one of them
+    stalls past the 2 s request timeout (three JVMs on two cores beside the test), so does
+    every LWT. CI saw 5.9 s that way, with c1 timing out once; quiet runs see 1-2 s."""
     net, dbs, keyspaces = three
     config = _config(tmp_path, dbs, heartbeat=(500, 8), keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
@@ -232,7 +240,7 @@ def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three
         after = sorted(r["start"] for r in started if r["start"] >= cut_at)
         gaps = [b - a for a, b in zip([cut_at] + after, after)]
         print(f"scenario 3: longest pause in run starts after the cut {max(gaps, default=0):.2f} s")
-        assert after and max(gaps) < 2 * 2 + 1.0, f"longest pause in run starts after the cut: {max(gaps):.2f} s"
+        assert after and max(gaps) < 3 * 2 + 1.0, f"longest pause in run starts after the cut: {max(gaps):.2f} s"
         for name, node in nodes.items():
             assert "could not renew its lease" not in node.log(), f"{name} fenced itself:\n{node.log()[-3000:]}"
     finally:
