@@ -246,3 +246,27 @@ def test_fabric_log_lines_carry_a_log_id_per_run(tmp_path):
         assert finished[2] != started[2] and started[4] == "fabricjobs.node"
     finally:
         c.stop_all()
+
+
+def test_waitjob_run_n_waits_for_that_run_and_answers_its_history_row(cluster, tmp_path):
+    """SMILA's job run ids: run n (the epoch, JOBHISTORY's Run) is what WAITJOB ... RUN n waits
+    for; a run that never will be is a clear error, at once for an archived job."""
+    log, starts = _start_recurring(cluster, tmp_path, "runs", 0.5)
+    began = time.monotonic()
+    r = cluster.shell("-e", "waitjob user_job 'Probe.record' with uid='runs' run 3 timeout 30;")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"\|\s+3\s+\|\s+runs\s+\|\s+\S+\s+\|\s+OK\s+\|", r.stdout), r.stdout
+    assert len(read_records(log)) >= 3  # the third run had ended when it answered
+    assert time.monotonic() - began >= 1.0  # and it did wait (runs 2 and 3 fire a second apart)
+    r = cluster.shell("-e", "stopjob user_job name='Probe.record' uid='runs' wait timeout 20;"
+                            "waitjob user_job 'Probe.record' with uid='runs' run 1;")
+    assert r.returncode == 0 and re.search(r"\|\s+1\s+\|\s+runs\s+\|", r.stdout), r.stdout + r.stderr
+
+    once = tmp_path / "once.log"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='runs1' args='{{\"log\": \"{once}\"}}';"
+                            "waitjob user_job 'Probe.record' with uid='runs1' run 1 timeout 20;")
+    assert r.returncode == 0 and re.search(r"\|\s+1\s+\|\s+runs1\s+\|\s+\S+\s+\|\s+OK\s+\|", r.stdout), r.stdout + r.stderr
+    r = cluster.shell("-e", "waitjob user_job 'Probe.record' with uid='runs1' run 2 timeout 20;")
+    assert r.returncode == 1 and "No recorded run 2 of" in r.stderr and "archived" in r.stderr, r.stderr
+    r = cluster.shell("-e", "waitjob user_job 'Probe.record' with uid='runs1' run 1 timeout x;")
+    assert r.returncode == 1 and r.stdout == "", r.stdout

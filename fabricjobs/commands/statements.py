@@ -166,13 +166,15 @@ class JobLog:
 
 @dataclass(frozen=True, slots=True)
 class WaitJob:
-    """WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [TIMEOUT n]: until the job is final, or (a
-    recurring job) until its current or next run ends."""
+    """WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [RUN n] [TIMEOUT n]: until the job is final,
+    or (a recurring job) until its current or next run ends; with RUN, until that run has ended
+    (SMILA's job run id: the epoch, JOBHISTORY's run number)."""
 
     type: str
     name: str
     uid: str
     timeout: float | None = None
+    run: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

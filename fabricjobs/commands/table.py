@@ -53,7 +53,7 @@ STATEMENTS: tuple[StatementInfo, ...] = (
     StatementInfo("JOBHISTORY", st.JobHistory, "job_history", ("JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]",
                                                               "JOBHISTORY RECENT <n>")),
     StatementInfo("JOBLOG", st.JobLog, "job_log", ("JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN <n>]",)),
-    StatementInfo("WAITJOB", st.WaitJob, "wait_job", ("WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [TIMEOUT <s>]",)),
+    StatementInfo("WAITJOB", st.WaitJob, "wait_job", ("WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [RUN <n>] [TIMEOUT <s>]",)),
     StatementInfo("DELETEHISTORY", st.DeleteHistory, "delete_history", ("DELETEHISTORY <TYPE> '<NAME>' WITH UID='<UID>'",)),
     StatementInfo("PS", st.Ps, "ps", ("PS [ALL]",)),
     StatementInfo("KILL", st.Kill, "kill", ("KILL '<node>' <task>",)),

@@ -298,8 +298,9 @@ class ToCommand(Transformer):
     def waitjob(self, children: list[Any]) -> WaitJob:
         job_type, name, uid, options = self._named(children)
         timeout = self._option(options, "TIMEOUT", _MAX_WAIT, "TIMEOUT needs a whole number of seconds")
+        run = self._option(options, "RUN", _MAX_TASK, "RUN needs a whole run number")
         assert uid is not None  # the grammar requires WITH UID for WAITJOB
-        return WaitJob(type=job_type, name=name, uid=uid, timeout=None if timeout is None else float(timeout))
+        return WaitJob(type=job_type, name=name, uid=uid, timeout=None if timeout is None else float(timeout), run=run)
 
     def deletehistory(self, children: list[Any]) -> DeleteHistory:
         job_type, name, uid, _ = self._named(children)

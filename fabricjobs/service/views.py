@@ -27,6 +27,7 @@ FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Thresh
 HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
                    "Error", "Exit Code", "Output", "Note")
 HISTORY_LIMIT = 50
+RECORD_GRACE_SEC = 2.0  # WAITJOB ... RUN n: how long a run that is over may take to show its record
 RECENT_COLUMNS = ("Type", "Name", "UID", "Run", "Node", "Result", "Status", "Start", "End", "Duration (ms)", "Tries",
                   "Error", "Note")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
@@ -133,6 +134,8 @@ class JobViews(ServiceCore):
             raise JobNotFound(f"No such job {key.describe()}")
         began = time.monotonic()
         deadline = None if cmd.timeout is None else began + cmd.timeout
+        if cmd.run is not None:
+            return self._wait_run(key, cmd.run, deadline, began)
         recurring = self._schedule(start.execution_interval, start.time_zone).is_recurring if not start.archived else False
 
         def done(row: Job) -> bool:
@@ -144,6 +147,26 @@ class JobViews(ServiceCore):
         nodes = read_cluster(self.store)
         return Result(DETAIL_COLUMNS, (self._status_row(row, nodes, detail=True),),
                       notices=(f"waited {time.monotonic() - began:.1f} s",))
+
+    def _wait_run(self, key: JobKey, run: int, deadline: float | None, began: float) -> Result:
+        """WAITJOB ... RUN n: the row says when run ``n`` is over (its epoch moved past it, or
+        it is no longer running in it); then its record is the answer."""
+
+        def over(row: Job) -> bool:
+            return row.archived or row.epoch > run or (row.epoch == run and row.status not in RUNNING_STATUSES)
+
+        row = self._await(key, over, deadline, f"WAITJOB ... RUN {run}")
+        # The record goes in with the outcome, or (Cassandra) just after it: a moment's grace.
+        grace = time.monotonic() + RECORD_GRACE_SEC
+        while True:
+            record = next((r for r in self.store.runs(key.type, key.name, key.uid) if r.epoch == run), None)
+            if record is not None:
+                return Result(HISTORY_COLUMNS, (history_row(record),),
+                              notices=(f"waited {time.monotonic() - began:.1f} s",))
+            if row.epoch < run or time.monotonic() >= grace:
+                raise JobNotFound(f"No recorded run {run} of {key.describe()}"
+                                  + (" (it is archived)" if row.archived and row.epoch < run else ""))
+            time.sleep(0.05)
 
 
 def history_row(r: RunRecord) -> tuple:

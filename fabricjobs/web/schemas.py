@@ -139,6 +139,12 @@ class WaitResult(BaseModel):
     job: JobDetail  # type: ignore[valid-type]
 
 
+class RunWaitResult(BaseModel):
+    done: bool = Field(description="false: the timeout came first and the run has not ended")
+    waited_sec: float
+    run: Run | None = Field(description="the ended run, as JOBHISTORY shows it; null if not done")  # type: ignore[valid-type]
+
+
 class RunLog(BaseModel):
     run: int
     summary: str = Field(description="JOBLOG's first line: run N of KEY on NODE: RESULT -> STATUS")

@@ -29,6 +29,7 @@ ENDPOINTS = [
     ("GET", JOB + "/runs", None, "viewer", 404),
     ("GET", JOB + "/runs/1", None, "viewer", 404),
     ("GET", JOB + "/runs/1/log", None, "viewer", 404),
+    ("GET", JOB + "/runs/1/wait?timeout=0", None, "operator", 404),
     ("GET", JOB + "/log", None, "viewer", 404),
     ("DELETE", JOB + "/runs", None, "admin", 404),
     ("GET", "/ps", None, "viewer", 200),
@@ -139,6 +140,21 @@ def test_wait_is_a_long_poll_that_says_whether_the_job_ended(site, tmp_path):
     assert late["done"] is True and late["job"]["status"] == "PROCESSED" and late["job"]["runs"] == 1
 
 
+def test_a_run_can_be_waited_for_by_its_number(site, tmp_path):
+    """SMILA's job run id is the run's number (its epoch): .../runs/{n}/wait answers that run
+    once it has ended, ``done`` false while the timeout comes first, 404 when it never will."""
+    api = site.client("operator")
+    body = {"type": "USER_JOB", "name": "Probe.record", "uid": "run-waited", "args": {"log": str(tmp_path / "l"), "seconds": 1}}
+    assert api.post("/jobs", json=body).status_code == 201
+    runs = "/jobs/USER_JOB/Probe.record/run-waited/runs"
+    early = api.get(runs + "/1/wait", params={"timeout": 0}).json()
+    assert early == {"done": False, "waited_sec": early["waited_sec"], "run": None}
+    late = api.get(runs + "/1/wait", params={"timeout": 30}).json()
+    assert late["done"] is True and late["run"]["run"] == 1 and late["run"]["result"] == "OK", late
+    never = api.get(runs + "/2/wait", params={"timeout": 30})
+    assert never.status_code == 404 and "No recorded run 2" in never.json()["message"], never.text
+
+
 def test_commands_answer_what_client_fetch_returns(site):
     api = site.client("operator")
     text = "startjob user_job name='Probe.echo' uid='parity' args='{\"value\": 3}';"
@@ -231,7 +247,7 @@ def test_the_openapi_document_lists_every_route_and_the_bearer_scheme(site):
     assert operations >= {
         ("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", job), ("PATCH", job), ("POST", job + "/stop"),
         ("POST", job + "/restart"), ("POST", job + "/resume"), ("GET", job + "/wait"), ("GET", job + "/runs"),
-        ("GET", job + "/runs/{run}"), ("GET", job + "/runs/{run}/log"), ("GET", job + "/log"), ("GET", "/api/v1/ps"),
+        ("GET", job + "/runs/{run}"), ("GET", job + "/runs/{run}/log"), ("GET", job + "/runs/{run}/wait"), ("GET", job + "/log"), ("GET", "/api/v1/ps"),
         ("GET", "/api/v1/nodes"), ("POST", "/api/v1/nodes/{node}/tasks/{task}/kill"), ("POST", "/api/v1/commands"),
     }
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"

@@ -4,23 +4,25 @@ its epoch, as JOBHISTORY shows it) with what the store keeps of it, and its log 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
 from ...commands import statements as st
-from ...errors import JobNotFound
+from ...errors import JobNotFound, WaitTimeout
 from ...service import HISTORY_COLUMNS, history_row, run_summary
 from ...store.base import RunRecord
 from ..auth import Need, requires
-from ..schemas import DeletedRuns, Run, RunLog, record, records
+from ..schemas import DeletedRuns, Run, RunLog, RunWaitResult, record, records
 from ..tokens import TokenInfo
-from . import api_of, checked, execute, job_key
+from . import MAX_WAIT_SEC, api_of, capped, checked, execute, job_key
 
 router = APIRouter(tags=["runs"])
 RUNS = "/jobs/{type}/{name}/{uid}/runs"
 Viewer = Depends(requires(Need.READ, "read runs"))
 Admin = Depends(requires(Need.ADMIN, "delete run data"))
+Waiter = Depends(requires(Need.OPERATE, "wait for runs"))
 
 
 @router.get(RUNS, response_model=list[Run],  # type: ignore[valid-type]
@@ -44,6 +46,20 @@ def delete_runs(request: Request, type: str, name: str, uid: str, who: TokenInfo
 @router.get(RUNS + "/{run}", response_model=Run, summary="One run of a job")
 def get_run(request: Request, type: str, name: str, uid: str, run: int, who: TokenInfo = Viewer) -> dict[str, Any]:
     return record(HISTORY_COLUMNS, history_row(_find(request, type, name, uid, run)))
+
+
+@router.get(RUNS + "/{run}/wait", response_model=RunWaitResult,
+            summary="Long-poll until run n has ended, then that run (WAITJOB ... RUN n); 404 if it never will")
+def wait_run(request: Request, type: str, name: str, uid: str, run: int,
+             timeout: float = Query(30.0, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),
+             who: TokenInfo = Waiter) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    began = time.monotonic()
+    try:
+        result = execute(request, who, st.WaitJob(key.type, key.name, key.uid, timeout=capped(timeout), run=run))
+    except WaitTimeout:
+        return {"done": False, "waited_sec": round(time.monotonic() - began, 3), "run": None}
+    return {"done": True, "waited_sec": round(time.monotonic() - began, 3), "run": records(result)[0]}
 
 
 @router.get(RUNS + "/{run}/log", response_model=RunLog, summary="One run's log (JOBLOG ... RUN n)")
