@@ -165,6 +165,8 @@ class Claims(UsesParts):
         return self.affinity.pools_for(affinity)
 
     def _may_claim(self, row: Job, now: datetime) -> bool:
+        if not self.affinity.serves(row.priority):  # node.id's PRIORITIES (RJM's rjmproc -p)
+            return False
         owner = row.worker_id
         if owner == self.me:
             return row.hold_until is None or row.hold_until <= now  # retry delay / give-up delay
