@@ -23,7 +23,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .config import ANY, AffinityLimit, NodeId
+from .config import ALL_PRIORITIES, ANY, AffinityLimit, NodeId
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]+$")
 
@@ -108,13 +108,23 @@ class NodeAffinity:
     pool_size: int
     limits: Mapping[str, AffinityLimit] = field(default_factory=dict)  # logical names incl. ANY
     addresses: frozenset[str] = frozenset()  # canonical IP addresses (canonical_address)
+    priorities: tuple[int, int] = ALL_PRIORITIES  # node.id's PRIORITIES:low-high (RJM's rjmproc -p)
 
     @classmethod
     def from_node_id(cls, node: str, dc: str, node_id: NodeId, pool_size: int,
                      addresses: tuple[str, ...] = ()) -> "NodeAffinity":
         limits = dict(node_id.limits)
         limits.setdefault(ANY, AffinityLimit(ANY, pool_size, pool_size))
-        return cls(node, dc, pool_size, limits, frozenset(addresses))
+        return cls(node, dc, pool_size, limits, frozenset(addresses), node_id.priorities)
+
+    def serves(self, priority: int) -> bool:
+        """Whether this node claims a job of ``priority`` (its PRIORITY, not the aged one)."""
+        return self.priorities[0] <= priority <= self.priorities[1]
+
+    @property
+    def priorities_text(self) -> str:
+        low, high = self.priorities
+        return f"{low}-{high}" if low != high else str(low)
 
     def pool_for(self, affinity: Affinity) -> AffinityLimit | None:
         """The limit a run of a job with ``affinity`` counts against here, or None if this node
@@ -142,6 +152,7 @@ class NodeAffinity:
             "pool": self.pool_size,
             "limits": {n: [lim.recommended, lim.absolute] for n, lim in sorted(self.limits.items())},
             "addresses": sorted(self.addresses),
+            "priorities": list(self.priorities),
         }
 
     @classmethod
@@ -150,4 +161,6 @@ class NodeAffinity:
         limits = {n: AffinityLimit(n, int(v[0]), int(v[1])) for n, v in (info.get("limits") or {}).items()}
         limits.setdefault(ANY, AffinityLimit(ANY, pool, pool))
         addresses = info.get("addresses") or ()
-        return cls(node, dc, pool, limits, frozenset(a for a in addresses if isinstance(a, str)))
+        got = info.get("priorities")
+        priorities = (int(got[0]), int(got[1])) if isinstance(got, list) and len(got) == 2 else ALL_PRIORITIES
+        return cls(node, dc, pool, limits, frozenset(a for a in addresses if isinstance(a, str)), priorities)

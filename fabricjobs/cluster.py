@@ -110,6 +110,8 @@ def read_cluster(store: JobStore) -> list[NodeView]:
     return out
 
 
-def candidates(nodes: Iterable[NodeView], affinity: Affinity) -> int:
-    """Live nodes allowed to run a job with this affinity (JOBSTATUS 'Ownership Candidates Num')."""
-    return sum(1 for n in nodes if n.is_live and n.affinity.can_run(affinity))
+def candidates(nodes: Iterable[NodeView], affinity: Affinity, priority: int | None = None) -> int:
+    """Live nodes allowed to run a job with this affinity (and PRIORITY, when given: node.id's
+    PRIORITIES) (JOBSTATUS 'Ownership Candidates Num')."""
+    return sum(1 for n in nodes if n.is_live and n.affinity.can_run(affinity)
+               and (priority is None or n.affinity.serves(priority)))

@@ -365,6 +365,9 @@ def find_config(explicit: str | None) -> Path | None:
 
 ANY = "ANY"
 _NODE_ID_LINE = re.compile(r"^([A-Za-z0-9_.@-]+)\s*:\s*(\d+)(?:\s+(\d+))?$")
+PRIORITIES = "PRIORITIES"  # node.id's PRIORITIES:low-high (RJM's rjmproc -p): the job priorities served
+_PRIORITIES_LINE = re.compile(r"^PRIORITIES\s*:\s*(\S*?)\s*(?:-\s*(\S*))?$", re.IGNORECASE)
+ALL_PRIORITIES = (0, 9)
 
 
 @dataclass(frozen=True)
@@ -390,6 +393,7 @@ class NodeId:
     """
 
     limits: Mapping[str, AffinityLimit] = field(default_factory=dict)
+    priorities: tuple[int, int] = ALL_PRIORITIES  # the PRIORITY range of the jobs it claims
 
     def limit(self, name: str, pool_size: int) -> AffinityLimit | None:
         found = self.limits.get(name.upper())
@@ -403,11 +407,27 @@ class NodeId:
         return tuple(self.limits)
 
 
+def _priorities(m: re.Match, where: str) -> tuple[int, int]:
+    """PRIORITIES:5-9 (or PRIORITIES:7): whole numbers 0..9, the low one first."""
+    bits = [m.group(1), m.group(2) if m.group(2) is not None else m.group(1)]
+    if not all(b.isascii() and b.isdigit() and 0 <= int(b) <= 9 for b in bits) or int(bits[0]) > int(bits[1]):
+        raise ConfigError(f"{where}: expected 'PRIORITIES:low-high' with 0 <= low <= high <= 9 (e.g. PRIORITIES:5-9 "
+                          f"or PRIORITIES:7), got {m.group(0)!r}")
+    return int(bits[0]), int(bits[1])
+
+
 def parse_node_id(text: str, source: str = "node.id") -> NodeId:
     limits: dict[str, AffinityLimit] = {}
+    priorities: tuple[int, int] | None = None
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
+            continue
+        pm = _PRIORITIES_LINE.match(line)
+        if pm:
+            if priorities is not None:
+                raise ConfigError(f"{source}, line {lineno}: PRIORITIES is given twice")
+            priorities = _priorities(pm, f"{source}, line {lineno}")
             continue
         m = _NODE_ID_LINE.match(line)
         if not m:
@@ -423,7 +443,7 @@ def parse_node_id(text: str, source: str = "node.id") -> NodeId:
         if name in limits:
             raise ConfigError(f"{source}, line {lineno}: {name} is given twice")
         limits[name] = AffinityLimit(name, rec, absolute_n)
-    return NodeId(MappingProxyType(limits))
+    return NodeId(MappingProxyType(limits), priorities or ALL_PRIORITIES)
 
 
 def load_node_id(path: str | os.PathLike | None) -> NodeId:

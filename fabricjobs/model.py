@@ -38,6 +38,10 @@ class Status(StrEnum):
     TERMINATED = "TERMINATED"
     PROCESSED = "PROCESSED"
     FAILED = "FAILED"
+    # RJM's unreleased job (STARTJOB ... HOLD=true, UPDATEJOB ... HOLD=true): never claimed or
+    # fired, whatever its schedule or parents, until RELEASEJOB (which releases its held
+    # children too). No owner, no due time: both are worked out afresh at its release.
+    HELD = "HELD"
 
     @property
     def is_final(self) -> bool:
@@ -189,6 +193,9 @@ class Event(StrEnum):
     RESCHEDULE = "RESCHEDULE"  # UPDATEJOB of a new schedule on a job with no run
     TAKEOVER = "TAKEOVER"  # another node takes the job of a dead node (or its own, after restart)
     RELEASE = "RELEASE"  # a node over its recommended count gives a run back
+    START_HELD = "START_HELD"  # STARTJOB ... HOLD=true (RJM's set-up before its rjmgo)
+    HOLD = "HOLD"  # UPDATEJOB ... HOLD=true on a job with no run
+    UNHOLD = "UNHOLD"  # RELEASEJOB: as if started now (WAITING, or SCHEDULED by its schedule)
 
 
 class RunResult(StrEnum):
@@ -239,7 +246,7 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.FAIL_RETRY, [Status.IN_PROCESS], [Status.WAITING]),
         _t(Event.FAIL_FINAL, [Status.IN_PROCESS], [Status.FAILED]),
         _t(Event.STOP, [Status.IN_PROCESS, Status.RESTART], [Status.STOPPING]),
-        _t(Event.STOP_IDLE, _IDLE, [Status.TERMINATED]),
+        _t(Event.STOP_IDLE, [*_IDLE, Status.HELD], [Status.TERMINATED]),
         _t(Event.STOPPED, [Status.STOPPING], [Status.TERMINATED]),
         _t(Event.FINISH, [Status.WAITING, Status.IN_PROCESS, Status.RESTART]),
         _t(Event.FINISH_IDLE, [Status.SCHEDULED], [Status.PROCESSED]),
@@ -255,6 +262,9 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.RESCHEDULE, _IDLE, _IDLE),
         _t(Event.TAKEOVER, [Status.WAITING, Status.SCHEDULED, *RUNNING_STATUSES]),
         _t(Event.RELEASE, [Status.IN_PROCESS], [Status.WAITING]),
+        _t(Event.START_HELD, _NEW, [Status.HELD]),
+        _t(Event.HOLD, _IDLE, [Status.HELD]),
+        _t(Event.UNHOLD, [Status.HELD], _IDLE),
     )
 }
 

@@ -148,10 +148,10 @@ class Cluster(Rig):
         return self.cli("shell", *args, input=input, timeout=timeout)
 
 
-def two_nodes(tmp_path: Path, settings: dict | None = None) -> Cluster:
+def two_nodes(tmp_path: Path, settings: dict | None = None, backend: str = "sqlite", request=None) -> Cluster:
     """A cluster of local-1 and local-2, started side by side (for a module's fixture; the
-    caller stops it)."""
-    c = Cluster(tmp_path, settings=settings)
+    caller stops it). ``request``: the fixture's, for a Cassandra backend."""
+    c = Cluster(tmp_path, backend=backend, settings=settings, request=request)
     try:
         for name in ("local-1", "local-2"):
             c.start_node(name, wait=False)

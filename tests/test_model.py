@@ -47,7 +47,21 @@ def test_stopjob_and_restartjob_reach_every_non_final_status():
     live = set(Status) - FINAL_STATUSES
     stop_sources = TRANSITIONS[Event.STOP].sources | TRANSITIONS[Event.STOP_IDLE].sources | {S.STOPPING}
     restart_sources = TRANSITIONS[Event.RESTART].sources | TRANSITIONS[Event.RESTART_IDLE].sources | {S.RESTART}
-    assert stop_sources == live and restart_sources == live
+    # A HELD job has no run to restart: RESTARTJOB leaves it held (RELEASEJOB runs it).
+    assert stop_sources == live and restart_sources == live - {S.HELD}
+
+
+def test_held_jobs_are_started_held_held_when_idle_and_released_to_an_idle_status():
+    assert advance(None, Event.START_HELD, job(S.HELD)).status is S.HELD
+    for s in (S.WAITING, S.SCHEDULED):
+        assert advance(job(s), Event.HOLD, job(S.HELD)).status is S.HELD
+        assert advance(job(S.HELD), Event.UNHOLD, job(s)).status is s
+    for s in (S.IN_PROCESS, S.STOPPING, S.RESTART):  # a run going on is never held
+        with pytest.raises(TransitionError):
+            advance(job(s), Event.HOLD, job(S.HELD))
+    for event in (Event.CLAIM, Event.DUE, Event.TAKEOVER):  # never claimed, fired or taken over
+        with pytest.raises(TransitionError):
+            advance(job(S.HELD), event, job(S.IN_PROCESS if event is Event.CLAIM else S.WAITING))
 
 
 def test_takeover_keeps_the_status_of_waiting_scheduled_and_running_jobs():

@@ -504,3 +504,59 @@ def test_jobstatus_of_a_type_n_days_ago_adds_that_types_archived_jobs(client):
     assert uids("jobstatus user_job 1 day ago;") == ["a", "b", "live"]
     assert uids("jobstatus user_job 'Customer.userJob1' 1 day ago;") == ["a", "live"]
     assert uids("jobstatus 1 day ago;") == ["a", "b", "live", "p"]
+
+
+# -- HOLD and RELEASEJOB (issue #22, RJM) ---------------------------------------------------------
+
+def _statuses(client, *uids):
+    return tuple(row(client, uid=u).status.value for u in uids)
+
+
+def test_releasejob_walks_the_graph_through_jobs_that_are_not_held(client):
+    """root (held) -> mid (not held, blocked) -> leaf (held): releasing root releases leaf;
+    a NAME-wide release leaves the jobs that are not held alone."""
+    client.fetch("startjob user_job name='Customer.userJob1' uid='root' hold=true;"
+                 "startjob user_job name='Customer.userJob1' uid='mid' depends_on='USER_JOB.Customer.userJob1.root';"
+                 "startjob user_job name='Customer.userJob1' uid='leaf' hold=true depends_on='USER_JOB.Customer.userJob1.mid';"
+                 "startjob user_job name='Customer.userJob1' uid='apart' hold=true;")
+    assert _statuses(client, "root", "mid", "leaf") == ("HELD", "WAITING", "HELD") and row(client, uid="mid").blocked
+    res = client.fetch("releasejob user_job name='Customer.userJob1' uid='root';")
+    assert [r[2] for r in res.rows] == ["root", "leaf"]
+    assert res.rows[1][4] == ("released with USER_JOB.Customer.userJob1.root; "
+                              "waiting for USER_JOB.Customer.userJob1.mid (WAITING)")
+    assert _statuses(client, "root", "mid", "leaf", "apart") == ("WAITING", "WAITING", "WAITING", "HELD")
+    assert row(client, uid="leaf").blocked and not row(client, uid="root").blocked
+    res = client.fetch("releasejob user_job name='Customer.userJob1';")  # the held one of the name
+    assert [r[2] for r in res.rows] == ["apart"]
+    with pytest.raises(Exception) as err:
+        client.fetch("releasejob user_job name='Customer.userJob1';")
+    assert str(err.value).startswith("Job is not held: None of the 4 live jobs [type: USER_JOB, name: Customer.userJob1] is HELD")
+
+
+def test_a_held_job_keeps_held_through_restartjob_finishjob_runjob_and_updatejob(client):
+    client.fetch("startjob user_job name='Customer.userJob6' uid='h' exec_interval='0 0 2 * * *' hold=true;")
+    held = row(client, name="Customer.userJob6", uid="h")
+    assert held.status is Status.HELD and held.next_run is None and held.worker_id is None
+    client.fetch("restartjob user_job name='Customer.userJob6' uid='h';")
+    client.fetch("finishjob user_job name='Customer.userJob6' uid='h';")
+    with pytest.raises(Exception, match="Job is held .*: RELEASEJOB runs it"):
+        client.fetch("runjob user_job name='Customer.userJob6' uid='h';")
+    client.fetch("updatejob user_job name='Customer.userJob6' uid='h' priority=7 reset_end_time=true;")
+    after = row(client, name="Customer.userJob6", uid="h")
+    assert after.status is Status.HELD and after.priority == 7 and after.next_run is None
+    client.fetch("releasejob user_job name='Customer.userJob6' uid='h';")
+    released = row(client, name="Customer.userJob6", uid="h")
+    assert released.status is Status.SCHEDULED and released.next_run == T0.replace(hour=2) + timedelta(days=1)
+
+
+def test_updatejob_hold_fences_a_scheduled_jobs_owner_and_release_makes_it_due_afresh(client):
+    client.fetch("startjob user_job name='Customer.userJob1' uid='every' exec_interval='00:10:00';")
+    job = row(client, uid="every")
+    owned = client.store.cas(job, job.replace(status=Status.SCHEDULED, worker_id="n1", next_run=T0 + timedelta(minutes=10)))
+    assert owned.applied
+    res = client.fetch("updatejob user_job name='Customer.userJob1' uid='every' hold=true;")
+    assert res.rows == (("USER_JOB", "Customer.userJob1", "every", "HELD", "held: RELEASEJOB runs it"),)
+    held = row(client, uid="every")
+    assert held.worker_id is None and held.epoch == owned.row.epoch + 1 and held.next_run is None
+    client.fetch("releasejob user_job name='Customer.userJob1' uid='every';")
+    assert row(client, uid="every").status is Status.WAITING and row(client, uid="every").next_run == T0

@@ -24,6 +24,7 @@ from .statements import (
     StopJob,
     FinishJob,
     RunJob,
+    ReleaseJob,
     UpdateJob,
 )
 from .complete import Expectation, expected_at, lex
@@ -48,6 +49,7 @@ __all__ = [
     "StopJob",
     "FinishJob",
     "RunJob",
+    "ReleaseJob",
     "UpdateJob",
     "expected_at",
     "lex",

@@ -33,6 +33,7 @@ class StartJob:
     late_action: str | None = None  # SKIP | RUN | TYPE.NAME ('' : SKIP)
     on_failure: str | None = None  # TYPE.NAME of the job to start when a run fails for good
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
+    hold: bool | None = None  # HOLD=true: created HELD, run only after RELEASEJOB (RJM)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,17 @@ class UpdateJob:
     overlap: str | None = None
     late_action: str | None = None
     on_failure: str | None = None
+    hold: bool | None = None  # HOLD=true: a job with no run going is HELD (HOLD=false: RELEASEJOB's)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseJob:
+    """RELEASEJOB ... (RJM's rjmgo): a HELD job, and recursively its held children, are
+    released: as if started now."""
+
+    type: str
+    name: str
+    uid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +200,7 @@ class DeleteHistory:
 
 
 Command = Union[
-    StartJob, StopJob, FinishJob, RunJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
+    StartJob, StopJob, FinishJob, RunJob, ReleaseJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
     DeleteHistory,
 ]
 

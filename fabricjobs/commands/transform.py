@@ -185,12 +185,15 @@ class ToCommand(Transformer):
         except ValueError as exc:
             raise invalid(self._text, children[1], str(exc)) from None
 
-    def reset_end_time(self, children: list[Token]) -> _Param:
+    def _boolean(self, children: list[Token]) -> _Param:
+        """PARAM=true|false (a word or a string), e.g. RESET_END_TIME, HOLD."""
         key, value = children
         word = _string_value(value) if value.type == "STRING" else value.value
         if word.lower() not in ("true", "false"):
-            raise invalid(self._text, value, f"RESET_END_TIME must be true or false, got {show(word)}")
+            raise invalid(self._text, value, f"{param_name(key.type)} must be true or false, got {show(word)}")
         return _Param(param_name(key.type), key, word.lower() == "true")
+
+    reset_end_time = hold = _boolean
 
     def job_type(self, children: list[Token]) -> str:
         (tok,) = children
@@ -221,6 +224,9 @@ class ToCommand(Transformer):
                 raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
         if if_not_exists and "UID" not in given:  # a generated UID never exists: each run would add a job
             raise invalid(self._text, if_not_exists[0], "IF NOT EXISTS needs UID='<uid>' (without one, every STARTJOB makes a new job)")
+        if statement == "updatejob" and "HOLD" in given and not given["HOLD"].value:
+            raise invalid(self._text, given["HOLD"].token, "UPDATEJOB takes HOLD=true only: RELEASEJOB releases a held job "
+                          "(and its held children)")
         fields = {name.lower(): param.value for name, param in given.items()}
         if if_not_exists:
             fields.update(if_not_exists=True)
@@ -242,7 +248,7 @@ class ToCommand(Transformer):
     def if_not_exists(self, children: list[Token]) -> Token:
         return children[0]  # IF, where a message about it points
 
-    startjob = stopjob = finishjob = runjob = restartjob = resumejob = updatejob = _job
+    startjob = stopjob = finishjob = runjob = releasejob = restartjob = resumejob = updatejob = _job
 
     def jobstatus(self, children: list[Any]) -> JobStatus:
         rest = [c for c in children[1:] if c is not None]

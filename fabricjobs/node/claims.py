@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..affinity import parse_affinity
-from ..config import AffinityLimit
+from ..config import ALL_PRIORITIES, AffinityLimit
 from ..logs import job_extra
 from ..model import Job, advance
 from .decisions import claim
@@ -89,11 +89,11 @@ class Claims(UsesParts):
         after = None
         self.next_wake = None
         for page_no in range(MAX_PAGES):
-            page = self.store.waiting(page_size, after=after)
+            page = self.store.waiting(page_size, after=after, priorities=self._served)
             candidates = page
             if page_no == 0 and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
-                candidates = page + [j for j in self.store.waiting_by_priority(page_size) if j.key not in seen]
+                candidates = page + [j for j in self.store.waiting_by_priority(page_size, self._served) if j.key not in seen]
             order = lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key)  # noqa: E731
             candidates.sort(key=order)
             chosen = self._choose(candidates, free, now)
@@ -101,11 +101,18 @@ class Claims(UsesParts):
                 room = passenger_room(chosen, self.executor.is_short)  # (trains.py)
                 if room and len(page) == page_size:
                     seen = {j.key for j in candidates}
-                    more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key))
+                    more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key),
+                                              priorities=self._served)
                     candidates = candidates + sorted((j for j in more if j.key not in seen), key=order)
                 return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
             after = (page[-1].next_run or now, page[-1].key)
         return []
+
+    @property
+    def _served(self) -> tuple[int, int] | None:
+        """node.id's PRIORITIES, for the store's reads (None: every priority, the usual case)."""
+        served = self.affinity.priorities
+        return None if served == ALL_PRIORITIES else served
 
     def _oldest_are_first(self, page: list[Job]) -> bool:
         """The longest-waiting rows all have the highest priority any waiting row has: then
@@ -113,7 +120,7 @@ class Claims(UsesParts):
         the read by priority is skipped (the usual case: every job at the default priority)."""
         if not page or any(j.priority != page[0].priority for j in page):
             return False
-        top = self.store.waiting_by_priority(1)
+        top = self.store.waiting_by_priority(1, self._served)
         return not top or top[0].priority <= page[0].priority
 
     def effective_priority(self, job: Job, now: datetime) -> float:
@@ -165,6 +172,8 @@ class Claims(UsesParts):
         return self.affinity.pools_for(affinity)
 
     def _may_claim(self, row: Job, now: datetime) -> bool:
+        if not self.affinity.serves(row.priority):  # node.id's PRIORITIES (RJM's rjmproc -p)
+            return False
         owner = row.worker_id
         if owner == self.me:
             return row.hold_until is None or row.hold_until <= now  # retry delay / give-up delay

@@ -244,8 +244,8 @@ class Node:
         self._started = True
         limits = ", ".join(str(lim) for lim in self.affinity.limits.values())
         log.info(
-            "node %s started (pid %d, dc %s, pool %d, affinity %s, heartbeat %.0f ms x %d, store %s)",
-            self.name, os.getpid(), self.dc, self.settings.pool_size, limits,
+            "node %s started (pid %d, dc %s, pool %d, affinity %s, priorities %s, heartbeat %.0f ms x %d, store %s)",
+            self.name, os.getpid(), self.dc, self.settings.pool_size, limits, self.affinity.priorities_text,
             self.settings.heartbeat_interval * 1000, self.settings.heartbeat_miss, self.store.backend,
         )
 
@@ -320,7 +320,9 @@ class Node:
             # row a FAILED parent can no longer be resumed, and its children stay blocked for good
             # (dependencies.py: a missing parent keeps them blocked).
             cutoff = self.store.store_time() - timedelta(hours=hours)
-            keep = frozenset(p for child in self.store.blocked_jobs(100_000) for p in dependencies.parents_of(child)) \
+            # Nor a parent of a HELD child (RELEASEJOB finds its parents' outcome then).
+            waiting = [*self.store.blocked_jobs(100_000), *self.store.by_status([Status.HELD], limit=100_000)]
+            keep = frozenset(p for child in waiting for p in dependencies.parents_of(child)) \
                 if self.store.deletes_archived else frozenset()  # (rows that expire by TTL cannot be kept)
             deletes = (("archived job rows", lambda before, limit: self.store.delete_archived(before, limit, keep=keep)),
                        ("run records", self.store.delete_runs))

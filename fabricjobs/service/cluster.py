@@ -74,14 +74,15 @@ class ClusterCommands(ServiceCore):
         return Result(NODES_COLUMNS, tuple(rows))
 
     def _node_details(self) -> Result:
-        columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "addresses", "tasks")
+        columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "addresses", "priorities", "tasks")
         rows = []
         base = self.nodes(statements.Nodes(), Session())
         for n, row in zip(read_cluster(self.store), base.rows):
             hb = f"{n.info.get('heartbeat_ms', '?')} ms x {n.info.get('miss', '?')}"
             tasks = "; ".join(f"{t.get('task')} {t.get('description', '')}" for t in n.tasks())
             addresses = ", ".join(sorted(n.affinity.addresses)) or "-"  # what a job's AFFINITY may name
-            rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), addresses, tasks or "-"))
+            rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), addresses,
+                               n.affinity.priorities_text, tasks or "-"))
         return Result(columns, tuple(rows), vertical=True)
 
 

@@ -20,7 +20,7 @@ from ..model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobT
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
-from .core import ServiceCore
+from .hold import HoldCommands
 from .session import Session, keep_session_scope, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -29,9 +29,10 @@ DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
 FINISH_NOTE = "finishing: this run completes, then no more fires"
 RUN_DUE_NOTE = "already due: its run starts now"
 RUN_GOING_NOTE = "a run is going on: not run again"
+RUN_HELD_NOTE = "held: RELEASEJOB runs it"
 
 
-class JobCommands(ServiceCore):
+class JobCommands(HoldCommands):
     """STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
@@ -86,6 +87,8 @@ class JobCommands(ServiceCore):
             on_failure=self._late_action(cmd.on_failure),
         )
         job = self._noted(job, "STARTJOB", session)
+        if cmd.hold:  # RJM: set up now, run after RELEASEJOB
+            return advance(None, Event.START_HELD, self._held(job))
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
 
     def _start_group(self, group: Sequence[statements.Command], session: Session, results: list[Result]) -> None:
@@ -142,7 +145,7 @@ class JobCommands(ServiceCore):
         def decide(row: Job):
             if row.archived or row.status is Status.STOPPING:
                 return None
-            if row.status in (Status.WAITING, Status.SCHEDULED):
+            if row.status in (Status.WAITING, Status.SCHEDULED, Status.HELD):
                 stopped = row.replace(status=Status.TERMINATED, end_time=now)
                 return Event.STOP_IDLE, self._noted(stopped, "STOPJOB", session)
             return Event.STOP, self._noted(row.replace(status=Status.STOPPING), "STOPJOB", session)
@@ -165,7 +168,7 @@ class JobCommands(ServiceCore):
         notes: dict[JobKey, str] = {}
 
         def decide(row: Job):
-            if row.archived or row.finishing or row.status is Status.STOPPING:
+            if row.archived or row.finishing or row.status in (Status.STOPPING, Status.HELD):
                 return None
             if row.status is Status.SCHEDULED:
                 return Event.FINISH_IDLE, self._noted(row.replace(status=Status.PROCESSED, end_time=now),
@@ -196,7 +199,7 @@ class JobCommands(ServiceCore):
 
         def decide(row: Job):
             if row.archived or row.status is not Status.SCHEDULED:
-                notes[row.key] = RUN_DUE_NOTE if row.status is Status.WAITING else RUN_GOING_NOTE
+                notes[row.key] = {Status.WAITING: RUN_DUE_NOTE, Status.HELD: RUN_HELD_NOTE}.get(row.status, RUN_GOING_NOTE)
                 return None
             kept = row.next_run or now
             notes[row.key] = f"runs once now; its schedule goes on at {_shown(kept, self.zone)}"
@@ -207,6 +210,9 @@ class JobCommands(ServiceCore):
 
         rows = [r for r in (self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid))
                 if r is not None]
+        if rows and all(notes.get(r.key) == RUN_HELD_NOTE for r in rows):
+            raise CommandError(f"Job is held {rows[0].key.describe()}: RELEASEJOB runs it (RUNJOB runs a job once "
+                               "between its fires)")
         if rows and all(notes.get(r.key) == RUN_GOING_NOTE for r in rows):
             raise JobAlreadyRunning(f"Job is running {rows[0].key.describe()} ({rows[0].status.value}): RUNJOB "
                                     "runs a job once between its fires")
@@ -221,7 +227,7 @@ class JobCommands(ServiceCore):
         now = self.clock.now()
 
         def decide(row: Job):
-            if row.archived or row.status is Status.RESTART:
+            if row.archived or row.status in (Status.RESTART, Status.HELD):
                 return None
             if cmd.running and row.status is not Status.IN_PROCESS:
                 return None
@@ -313,6 +319,8 @@ class JobCommands(ServiceCore):
                 idle = row.status in (Status.WAITING, Status.SCHEDULED)
                 new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers) and idle,
                                   error_msg=dependencies.note(blockers) if idle else row.error_msg)
+            if cmd.hold and row.status is not Status.HELD:  # RJM: a queued job held again
+                return self._hold(row, new, notes, session)
             rescheduled = cmd.exec_interval is not None or cmd.tz is not None
             schedule = self._schedule(new.execution_interval, new.time_zone)
             reset = bool(cmd.reset_end_time)
@@ -325,7 +333,7 @@ class JobCommands(ServiceCore):
                 # (epoch + 1) also fences the old owner's scheduler entry.
                 new = new.replace(status=status, next_run=due, worker_id=None, epoch=row.epoch + 1)
                 return Event.RESCHEDULE, self._noted(new, "UPDATEJOB", session)
-            if row.status not in (Status.WAITING, Status.SCHEDULED) and reset and schedule.is_recurring:
+            if row.status in RUNNING_STATUSES and reset and schedule.is_recurring:
                 # Running: the executor sees next_run moved and makes the next run due at once.
                 new = new.replace(next_run=now)
                 notes[row.key] = "running; the next run starts when this one ends"
@@ -333,9 +341,12 @@ class JobCommands(ServiceCore):
                 return None
             return Event.UPDATE, self._noted(new, "UPDATEJOB", session)
 
-        rows = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        rows = [r for r in (self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid))
+                if r is not None]
+        if cmd.hold:
+            self._refuse_running_hold(rows, notes)
         self._ring()
-        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "")) for r in rows if r is not None))
+        return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "")) for r in rows))
 
 
 def _next_due_for_update(schedule: Schedule, row: Job, now: datetime) -> datetime:

@@ -30,7 +30,8 @@ HISTORY_LIMIT = 50
 RECORD_GRACE_SEC = 2.0  # WAITJOB ... RUN n: how long a run that is over may take to show its record
 RECENT_COLUMNS = ("Type", "Name", "UID", "Run", "Node", "Result", "Status", "Start", "End", "Duration (ms)", "Tries",
                   "Error", "Note")
-NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed"}
+NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed",
+                 Status.HELD: "Held: RELEASEJOB runs it"}
 FINISHING_TEXT = "None: finishing (FINISHJOB)"  # this run (or the due one) is the last
 
 
@@ -69,7 +70,7 @@ class JobViews(ServiceCore):
         else:
             next_run = NEXT_RUN_TEXT.get(job.status, "")
         try:
-            cands = candidates(nodes, parse_affinity(job.affinity))
+            cands = candidates(nodes, parse_affinity(job.affinity), job.priority)
         except ValueError:
             cands = 0
         if job.blocked and job.status is Status.WAITING:

@@ -327,13 +327,17 @@ class JobStore(ABC):
         """Archived rows whose ``end_time`` is at or after ``since``; ordered by key."""
 
     @abstractmethod
-    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
+                priorities: tuple[int, int] | None = None) -> list[Job]:
         """Up to ``limit`` claimable WAITING rows (not blocked by parents), longest-due first (by
-        ``next_run``, then key). ``after`` = the (next_run, key) of the last row of the previous page."""
+        ``next_run``, then key). ``after`` = the (next_run, key) of the last row of the previous page.
+        ``priorities``: only rows whose PRIORITY is in (low, high) (node.id's PRIORITIES), so
+        rows a node may not claim never fill its pages."""
 
     @abstractmethod
-    def waiting_by_priority(self, limit: int) -> list[Job]:
-        """Up to ``limit`` claimable WAITING rows, highest priority first, then longest due."""
+    def waiting_by_priority(self, limit: int, priorities: tuple[int, int] | None = None) -> list[Job]:
+        """Up to ``limit`` claimable WAITING rows, highest priority first, then longest due
+        (``priorities`` as for :meth:`waiting`)."""
 
     @abstractmethod
     def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:

@@ -34,7 +34,8 @@ ALLOWED: dict[Role, Need] = {Role.VIEWER: Need.READ, Role.OPERATOR: Need.OPERATE
 STATEMENT_NEEDS: dict[type, Need] = {
     st.JobStatus: Need.READ, st.JobHistory: Need.READ, st.JobLog: Need.READ, st.Ps: Need.READ,
     st.Nodes: Need.READ, st.Set: Need.READ,  # SET changes only the request's own session
-    st.StartJob: Need.OPERATE, st.StopJob: Need.OPERATE, st.FinishJob: Need.OPERATE, st.RunJob: Need.OPERATE, st.RestartJob: Need.OPERATE,
+    st.StartJob: Need.OPERATE, st.StopJob: Need.OPERATE, st.FinishJob: Need.OPERATE, st.RunJob: Need.OPERATE, st.ReleaseJob: Need.OPERATE,
+    st.RestartJob: Need.OPERATE,
     st.ResumeJob: Need.OPERATE, st.UpdateJob: Need.OPERATE, st.Kill: Need.OPERATE, st.WaitJob: Need.OPERATE,
     st.DeleteHistory: Need.ADMIN,  # run-data deletion (issue #21's admin role)
 }

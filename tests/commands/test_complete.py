@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from fabricjobs.commands import Expectation, expected_at, lex
 
-STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
+STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RELEASEJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
-                "OVERLAP", "LATE_ACTION", "ON_FAILURE")
+                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "HOLD")
 
 
 # -- expected_at -----------------------------------------------------------------------------

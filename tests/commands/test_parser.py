@@ -419,6 +419,21 @@ def test_reset_end_time_must_be_a_boolean():
     )
 
 
+def test_hold_and_releasejob():
+    """RJM's set-up before rjmgo (issue #22): HOLD=true on STARTJOB and UPDATEJOB, RELEASEJOB."""
+    assert one("startjob user_job name='n' uid='u' hold=true").hold is True
+    assert one("startjob user_job name='n' HOLD='false'").hold is False
+    assert one("startjob user_job name='n'").hold is None
+    assert one("updatejob user_job name='n' uid='u' hold=TRUE").hold is True
+    released = one("releasejob user_job name='n' uid='u'")
+    assert (type(released).__name__, released.type, released.name, released.uid) == ("ReleaseJob", "USER_JOB", "n", "u")
+    assert_rendered(fails("startjob user_job name='n' hold='maybe'", ValidationError),
+                    1, 33, "HOLD must be true or false, got 'maybe'")
+    assert_rendered(fails("updatejob user_job name='n' hold=false", ValidationError),
+                    1, 29, "UPDATEJOB takes HOLD=true only: RELEASEJOB releases a held job (and its held children)")
+    assert_rendered(fails("releasejob user_job uid='u'", ValidationError), 1, 1, "RELEASEJOB needs NAME='<name>'")
+
+
 @pytest.mark.parametrize(
     "text, message, column",
     [
@@ -443,14 +458,14 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, IF or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, HOLD=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "IF", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "HOLD=", "IF", "';'")
 
 
 def test_unknown_statement():
     exc = fails("ps;\n  shutdown now")
-    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY or ';'")
+    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RELEASEJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY or ';'")
 
 
 def test_missing_job_type():

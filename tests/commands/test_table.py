@@ -31,7 +31,7 @@ def test_the_table_covers_the_command_union_and_the_service_carries_out_each():
 
 
 def test_each_usage_line_starts_with_its_keyword_and_parses_in_its_simplest_form():
-    simplest = {"STARTJOB": "startjob user_job name='a';", "STOPJOB": "stopjob user_job name='a';", "FINISHJOB": "finishjob user_job name='a';", "RUNJOB": "runjob user_job name='a';",
+    simplest = {"STARTJOB": "startjob user_job name='a';", "STOPJOB": "stopjob user_job name='a';", "FINISHJOB": "finishjob user_job name='a';", "RUNJOB": "runjob user_job name='a';", "RELEASEJOB": "releasejob user_job name='a';",
                 "RESTARTJOB": "restartjob user_job name='a';", "RESUMEJOB": "resumejob user_job name='a' uid='u';",
                 "UPDATEJOB": "updatejob user_job name='a' priority=3;", "JOBSTATUS": "jobstatus;",
                 "JOBHISTORY": "jobhistory user_job 'a';", "JOBLOG": "joblog user_job 'a';",

@@ -685,3 +685,32 @@ def test_eight_processes_claim_500_rows_each_exactly_once(store, store_config, t
         # One applied claim per row: epoch 1, revision 2, and the owner is the one claimant.
         assert (r.epoch, r.revision) == (1, 2)
         assert f"claims-{r.worker_id.split('-')[1]}" == claims[r.uid]
+
+
+def test_a_held_row_is_live_but_never_a_claim_or_schedule_candidate(store):
+    """HELD (issue #22, RJM's unreleased job): a live row of its own status, found by status
+    and in the live list, never among the rows nodes claim or fire; released by compare-and-set."""
+    held = store.insert(job(uid="held", status=Status.HELD, next_run=None, priority=9)).row
+    store.insert(job(uid="w"))
+    assert [j.uid for j in store.waiting(10)] == ["w"] and [j.uid for j in store.waiting_by_priority(10)] == ["w"]
+    assert [j.uid for j in store.by_status([Status.HELD])] == ["held"]
+    assert [j.uid for j in store.by_owner([None], [Status.SCHEDULED])] == []
+    assert "held" in [j.uid for j in store.live_jobs()] and store.get(held.key).status is Status.HELD
+    released = store.cas(held, held.replace(status=Status.WAITING, next_run=T0, epoch=held.epoch + 1))
+    assert released.applied
+    assert sorted(j.uid for j in store.waiting(10)) == ["held", "w"] and store.by_status([Status.HELD]) == []
+
+
+def test_waiting_reads_only_the_priorities_asked_for(store):
+    """node.id's PRIORITIES (issue #22, RJM's rjmproc -p): a node's claim reads skip the rows it
+    may not claim, so a backlog of those never fills its pages."""
+    for p in (1, 4, 6, 9):
+        store.insert(job(uid=f"p{p}", priority=p, next_run=T0 + timedelta(seconds=p)))
+    assert [j.uid for j in store.waiting(10)] == ["p1", "p4", "p6", "p9"]
+    assert [j.uid for j in store.waiting(10, priorities=(5, 9))] == ["p6", "p9"]
+    assert [j.uid for j in store.waiting(1, priorities=(0, 4))] == ["p1"]
+    first = store.waiting(1, priorities=(0, 4))[0]
+    assert [j.uid for j in store.waiting(10, after=(first.next_run, first.key), priorities=(0, 4))] == ["p4"]
+    assert [j.uid for j in store.waiting_by_priority(10, (4, 6))] == ["p6", "p4"]
+    assert [j.uid for j in store.waiting_by_priority(10)] == ["p9", "p6", "p4", "p1"]
+    assert store.waiting(10, priorities=(7, 8)) == [] and store.waiting_by_priority(10, (2, 3)) == []

@@ -163,9 +163,11 @@ class Queue(Index):
     def _owners(self) -> list[str]:
         return self._registry("owner")
 
-    def _waiting_buckets(self) -> list[str]:
+    def _waiting_buckets(self, within: tuple[int, int] | None = None) -> list[str]:
+        """The WAITING|priority buckets, highest first (``within``: those in (low, high) only)."""
         priorities = sorted({int(p) for p in self._registry("priority")} | {4}, reverse=True)
-        return [f"WAITING|{p}" for p in priorities]
+        low, high = within if within is not None else (min(priorities), max(priorities))
+        return [f"WAITING|{p}" for p in priorities if low <= p <= high]
 
     def _buckets(self, statuses: Collection[Status], owners: Iterable[str | None] | None) -> list[str]:
         out = []
@@ -200,16 +202,20 @@ class Queue(Index):
         rows = self.get_many(keys)
         return sorted((j for j in rows if j is not None and not j.archived), key=lambda j: j.key)
 
-    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
-        entries = self._scan(self._waiting_buckets(), limit=limit, since=after[0] if after else None)
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
+                priorities: tuple[int, int] | None = None) -> list[Job]:
+        buckets = self._waiting_buckets(priorities)
+        if not buckets:
+            return []
+        entries = self._scan(buckets, limit=limit, since=after[0] if after else None)
         jobs = [e.job for e in self._latest(entries)]
         if after is not None:
             jobs = [j for j in jobs if ((j.next_run or _EPOCH0), j.key) > (after[0], after[1])]
         return jobs[:limit]
 
-    def waiting_by_priority(self, limit: int) -> list[Job]:
+    def waiting_by_priority(self, limit: int, priorities: tuple[int, int] | None = None) -> list[Job]:
         jobs: list[Job] = []
-        for bucket in self._waiting_buckets():  # highest priority first
+        for bucket in self._waiting_buckets(priorities):  # highest priority first
             jobs.extend(e.job for e in self._latest(self._scan(bucket, limit=limit)))
             if len(jobs) >= limit:
                 break

@@ -265,7 +265,8 @@ class SqliteStore(Connections, JobStore):
         rows = self._read(sql + " ORDER BY type, name, uid", params)
         return [_row_to_job(r) for r in rows]
 
-    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None) -> list[Job]:
+    def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
+                priorities: tuple[int, int] | None = None) -> list[Job]:
         # Candidates: the columns needed to choose, not arguments or output (they can be big).
         cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
         where, params = "status = 'WAITING'", []
@@ -273,6 +274,9 @@ class SqliteStore(Connections, JobStore):
             ts, key = after
             where += " AND (next_run, type, name, uid) > (?, ?, ?, ?)"
             params = [_ts(ts), key.type, key.name, key.uid]
+        if priorities is not None:
+            where += " AND priority BETWEEN ? AND ?"
+            params += list(priorities)
         rows = self._read(
             f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE {where} AND blocked = 0 "
             "ORDER BY next_run, type, name, uid LIMIT ?",
@@ -280,11 +284,12 @@ class SqliteStore(Connections, JobStore):
         )
         return [_row_to_job(r) for r in rows]
 
-    def waiting_by_priority(self, limit: int) -> list[Job]:
+    def waiting_by_priority(self, limit: int, priorities: tuple[int, int] | None = None) -> list[Job]:
         cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
+        low, high = priorities if priorities is not None else (0, 9)
         rows = self._read(
             f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting_priority WHERE status = 'WAITING' AND blocked = 0 "
-            "ORDER BY priority DESC, next_run LIMIT ?", (limit,))
+            "AND priority BETWEEN ? AND ? ORDER BY priority DESC, next_run LIMIT ?", (low, high, limit))
         return [_row_to_job(r) for r in rows]
 
     def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:
