@@ -16,12 +16,12 @@ from typing import Sequence
 from .. import dependencies
 from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
-from ..model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
+from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
 from .core import ServiceCore
-from .session import Session, keep_session_scope, with_session_scope
+from .session import Session, keep_session_scope, owner_of, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -75,7 +75,7 @@ class JobCommands(ServiceCore):
             arguments=with_session_scope(cmd.args, session.session_scope()),
             execution_interval=cmd.exec_interval or "",
             next_run=schedule.first_due(now),
-            priority=cmd.priority if cmd.priority is not None else DEFAULT_PRIORITY,
+            priority=self._priority(cmd.priority, session),
             depends_on=",".join(str(p) for p in parents),
             blocked=bool(blockers),
             error_msg=dependencies.note(blockers),
@@ -84,6 +84,8 @@ class JobCommands(ServiceCore):
             overlap=cmd.overlap or "",
             late_action=self._late_action(cmd.late_action),
             on_failure=self._late_action(cmd.on_failure),
+            owner=owner_of(session),
+            requestor=cmd.requestor or "",
         )
         job = self._noted(job, "STARTJOB", session)
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
@@ -286,6 +288,8 @@ class JobCommands(ServiceCore):
         self._check_affinity(cmd.affinity)
         self._late_action(cmd.late_action)
         self._late_action(cmd.on_failure)
+        if cmd.priority is not None:
+            self._priority(cmd.priority, session)
         if cmd.exec_interval is not None:
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
@@ -302,7 +306,7 @@ class JobCommands(ServiceCore):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure"):
+            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure", "requestor"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:
