@@ -112,6 +112,19 @@ def _addresses(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _ceilings(text: str) -> Mapping[str, int]:
+    """'alice=6, ci-bot=3': each user's highest PRIORITY (DolphinDB's setMaxJobPriority)."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        user, eq, level = (x.strip() for x in part.partition("="))
+        if not eq or not user or not re.fullmatch(r"[0-9]", level):
+            raise ValueError(f"expected user=0..9, got {part!r}")
+        if user in out:
+            raise ValueError(f"user {user!r} is given twice")
+        out[user] = int(level)
+    return MappingProxyType(out)
+
+
 def _zone(text: str) -> str:
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -189,6 +202,10 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "PROCESS_MEMORY_MB", _int(0, 1 << 30), 0, "Address space (RLIMIT_AS) of each process of a PROCESS run, in MiB (0: no limit); a job's ARGS memory_mb may lower it."),
     Key("jobs", "PROCESS_ENV", _list, (), "Node environment variables PROCESS jobs see besides PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM."),
     Key("jobs", "LISTENER_ROOT", _str, "", "Directory under which INTERFACE_LISTENER jobs may watch (empty: none).", path=True),
+    Key("jobs", "MAX_JOB_PRIORITY", _int(0, 9), 9, "The highest PRIORITY a user not in MAX_JOB_PRIORITY_BY_USER may give a job (STARTJOB, UPDATEJOB); "
+        "a higher one is refused. A STARTJOB without PRIORITY gets min(4, the user's ceiling), as DolphinDB's interactive jobs."),
+    Key("jobs", "MAX_JOB_PRIORITY_BY_USER", _ceilings, MappingProxyType({}), "Per-user ceilings, 'user=n, user=n' (DolphinDB's "
+        "setMaxJobPriority): a user is a job's owner, the OS user of a shell or program or an HTTP API token's name."),
     Key("jobs", "PRIORITY_AGING_SEC", _float(0.01), 60.0, "A waiting job gains one priority level per this many seconds it waits (no starvation)."),
     Key("jobs", "DEPENDENCY_CHECK_SEC", _float(0.05), 5.0, "How often a node re-checks blocked jobs' parents (they are also checked as soon as a parent ends)."),
     Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),

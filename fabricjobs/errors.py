@@ -127,5 +127,9 @@ class TaskNotFound(CommandError):
     """KILL names a task that the node does not run."""
 
 
+class PriorityAboveCeiling(CommandError):
+    """STARTJOB / UPDATEJOB ask for a PRIORITY above the caller's ceiling ([jobs] MAX_JOB_PRIORITY)."""
+
+
 class WaitTimeout(CommandError):
     """WAITJOB / STOPJOB WAIT gave up before the job reached the awaited state."""

@@ -121,6 +121,11 @@ class Job:
     late_action: str = ""
     # IPF's failure command: TYPE.NAME of a job started when a run fails for good ('' : none).
     on_failure: str = ""
+    # Who started the job (DolphinDB's userID): the OS user of a shell, script or program, or
+    # the HTTP API token's name ('' : a row from before schema 7 / 10). UPDATEJOB leaves it.
+    owner: str = ""
+    # IPF's jobRequestor: the team or application the job is for (a requestor has many jobs).
+    requestor: str = ""
 
     @property
     def type(self) -> str:

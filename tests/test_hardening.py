@@ -603,19 +603,22 @@ def test_a_listeners_requests_are_answered_for_its_own_marks_and_jobs_only(store
     from fabricjobs.service import CommandService
     from harness import ROOT
 
-    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "tests" / "jobs"}})
+    # The node's own OS user could give no more than 3: the listener owner's ceiling (7) applies.
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "tests" / "jobs", "MAX_JOB_PRIORITY": 3,
+                                         "MAX_JOB_PRIORITY_BY_USER": "alice=7"}})
     cfg = load_config(store_config)
     store = open_store(cfg)
     try:
         now = datetime.now(timezone.utc)
         listener = store.insert(advance(None, Event.START, Job(
             JobKey("INTERFACE_LISTENER", "Probe.handle_file", "inbox"), Status.WAITING, now, next_run=now,
-            affinity="ANY", priority=7))).row
+            affinity="ANY", priority=7, owner="alice", requestor="imports"))).row
         answers = ListenerRequests(CommandService(store, cfg, SystemClock()))
         child = JobKey("USER_JOB", "Probe.handle_file", "inbox/a.csv")
         assert answers.answer(listener, "start", (child, '{"file": "/x/a.csv", "name": "a.csv"}')) is True
         row = answers.answer(listener, "get", (child,))
         assert row.status is Status.WAITING and row.priority == 7 and json.loads(row.arguments)["name"] == "a.csv"
+        assert (row.owner, row.requestor) == ("alice", "imports")  # the listener's, whose file it is
         assert answers.answer(listener, "start", (child, "{}")) is False  # a live job has the key
         assert answers.answer(listener, "mark_file", ("a.csv/1-2-3", "started")) is True
         assert answers.answer(listener, "marked_files", ()) == {"a.csv/1-2-3"}

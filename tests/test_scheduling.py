@@ -272,6 +272,8 @@ def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error(
                                          "run": 3, "error": "ValueError: no"}
     assert failure_job(row.replace(status=Status.WAITING), t) is None  # a retry is not a failure for good
     assert failure_job(row.replace(on_failure=""), t) is None
+    owned = failure_job(row.replace(owner="alice", requestor="payments"), t)
+    assert (owned.owner, owned.requestor) == ("alice", "payments")  # on behalf of the failed job's owner
 
 
 def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():

@@ -116,8 +116,8 @@ def _string_role(previous: Token | None, statement: str | None) -> str | None:
     """Whose value a quoted string at this point is."""
     if previous is not None and is_param(previous.type):
         return param_name(previous.type)
-    if statement == "JOBSTATUS":
-        return "JOB_NAME"
+    if statement == "JOBSTATUS":  # after BY or REQUESTOR: a user's or requestor's, not a job's
+        return None if previous is not None and previous.type in ("BY", "REQUESTOR") else "JOB_NAME"
     if statement == "KILL":
         return "NODE"
     if statement == "SET":

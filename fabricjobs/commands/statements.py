@@ -32,6 +32,7 @@ class StartJob:
     overlap: str | None = None  # SKIP | QUEUE ('' : by schedule kind)
     late_action: str | None = None  # SKIP | RUN | TYPE.NAME ('' : SKIP)
     on_failure: str | None = None  # TYPE.NAME of the job to start when a run fails for good
+    requestor: str | None = None  # the team or application the job is for (IPF's jobRequestor)
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
     hold: bool | None = None  # HOLD=true: created HELD, run only after RELEASEJOB (RJM)
 
@@ -103,6 +104,7 @@ class UpdateJob:
     overlap: str | None = None
     late_action: str | None = None
     on_failure: str | None = None
+    requestor: str | None = None
     hold: bool | None = None  # HOLD=true: a job with no run going is HELD (HOLD=false: RELEASEJOB's)
 
 
@@ -119,13 +121,15 @@ class ReleaseJob:
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE> ['<NAME>'] [<n> DAYS AGO];
-    JOBSTATUS <TYPE> '<NAME>' WITH UID='<UID>'."""
+    JOBSTATUS <TYPE> '<NAME>' WITH UID='<UID>'; each with [BY '<owner>'] [REQUESTOR '<requestor>']."""
 
     type: str | None = None
     name: str | None = None
     uid: str | None = None
     days_ago: int | None = None
     details: bool = False  # one record per block, with the job's counters
+    owner: str | None = None  # BY '<owner>': only the jobs this user started
+    requestor: str | None = None  # REQUESTOR '<requestor>': only the jobs for this requestor
 
 
 @dataclass(frozen=True, slots=True)

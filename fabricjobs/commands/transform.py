@@ -9,6 +9,8 @@ commands in one place.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import re
 from typing import Any, Callable
@@ -27,7 +29,7 @@ _JOB_COMMANDS: dict[str, type] = table.JOB_COMMANDS
 _REQUIRED: dict[str, tuple[str, ...]] = {"resumejob": ("NAME", "UID")}
 _NON_EMPTY = frozenset({"NAME", "UID"})
 #: Names that end up in log lines, tables and file names: checked by names.py.
-_PLAIN = frozenset({"NAME", "UID", "AFFINITY"})
+_PLAIN = frozenset({"NAME", "UID", "AFFINITY", "REQUESTOR"})
 
 _MAX_TASK = 2**63 - 1
 _MAX_DAYS = 36_500
@@ -108,7 +110,7 @@ class ToCommand(Transformer):
             return _Param(name, key, self._plain(value, name, empty_ok=name not in _NON_EMPTY))
         return _Param(name, key, self._free_text(value, name))
 
-    name = uid = affinity = _string_param
+    name = uid = affinity = requestor = _string_param
 
     def args(self, children: list[Token]) -> _Param:
         """ARGS must be a JSON object. It is stored exactly as written; only if that is not
@@ -250,19 +252,36 @@ class ToCommand(Transformer):
 
     startjob = stopjob = finishjob = runjob = releasejob = restartjob = resumejob = updatejob = _job
 
+    def owned_by(self, children: list[Token]) -> _Param:
+        return _Param("BY", children[0], self._plain(children[1], "BY"))
+
+    def requested_by(self, children: list[Token]) -> _Param:
+        return _Param("REQUESTOR", children[0], self._plain(children[1], "REQUESTOR", empty_ok=True))
+
     def jobstatus(self, children: list[Any]) -> JobStatus:
         rest = [c for c in children[1:] if c is not None]
         details = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "DETAILS"
         if details:
             rest = rest[:-1]
+        filters: dict[str, str] = {}
+        for param in (c for c in rest if isinstance(c, _Param)):
+            if param.name in filters:
+                raise invalid(self._text, param.token, f"{param.name} is given twice")
+            filters[param.name] = param.value
+        rest = [c for c in rest if not isinstance(c, _Param)]
+        found = JobStatus(details=details, owner=filters.get("BY"), requestor=filters.get("REQUESTOR"))
+        return dataclasses.replace(found, **self._jobstatus_selection(rest))
+
+    def _jobstatus_selection(self, rest: list[Any]) -> dict[str, Any]:
+        """JOBSTATUS's type, name, UID and days, from what comes before its filters."""
         numbers = [t for t in rest if isinstance(t, Token) and t.type == "NUMBER"]
         days = self._whole(numbers[0], _MAX_DAYS, "n DAYS AGO needs a whole number of days") if numbers else None
         if not rest or (isinstance(rest[0], Token) and rest[0].type == "NUMBER"):
-            return JobStatus(days_ago=days, details=details)
+            return {"days_ago": days}
         strings = [t for t in rest[1:] if isinstance(t, Token) and t.type == "STRING"]
         values = [self._plain(tok, what) for tok, what in zip(strings, ("NAME", "UID"))]
         name, uid = (values + [None, None])[:2]
-        return JobStatus(type=rest[0], name=name, uid=uid, days_ago=days, details=details)
+        return {"type": rest[0], "name": name, "uid": uid, "days_ago": days}
 
     def _named(self, children: list[Any]) -> tuple[str, str, str | None, dict[str, Token]]:
         """<TYPE> '<NAME>' [WITH UID='<UID>'] and trailing keyword NUMBER options."""

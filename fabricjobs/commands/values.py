@@ -164,8 +164,9 @@ def checked(command: Any) -> Any:
             what = name.upper()
             if isinstance(fields.get(name), str) and (why := complaint(what, fields[name])) is not None:
                 raise ValueError(why)
-        if isinstance(fields.get("affinity"), str) and (why := complaint("AFFINITY", fields["affinity"])):
-            raise ValueError(why)
+        for name, what in (("affinity", "AFFINITY"), ("requestor", "REQUESTOR"), ("owner", "BY")):
+            if isinstance(fields.get(name), str) and (why := complaint(what, fields[name])):
+                raise ValueError(why)
         for parent in fields.get("depends_on") or ():
             if isinstance(parent, JobKey):  # text (TYPE.NAME.UID) is read by dependencies.parent_keys
                 if not (parent.name and parent.uid):

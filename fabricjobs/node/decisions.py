@@ -231,7 +231,8 @@ def late_handler(row: Job, now: datetime) -> Job | None:
     args = {"late_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid,
             "due": due.isoformat(timespec="milliseconds"), "late_seconds": round((now - due).total_seconds(), 3)}
     return Job(key=JobKey(job_type, name, f"{row.uid}.late.{due:%Y%m%dT%H%M%S.%f}"[:-3]), status=Status.WAITING,
-               creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity)
+               creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity,
+               owner=row.owner, requestor=row.requestor)
 
 
 def failure_job(row: Job, now: datetime) -> Job | None:
@@ -244,7 +245,8 @@ def failure_job(row: Job, now: datetime) -> Job | None:
     args = {"failed_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid, "run": row.epoch,
             "error": row.error_msg}
     return Job(key=JobKey(job_type, name, f"{row.uid}.failed.{row.epoch}"), status=Status.WAITING, creation_time=now,
-               arguments=json.dumps(args), next_run=now, affinity=row.affinity)
+               arguments=json.dumps(args), next_run=now, affinity=row.affinity,
+               owner=row.owner, requestor=row.requestor)
 
 
 def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:

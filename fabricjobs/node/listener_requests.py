@@ -10,6 +10,8 @@ checked and written (NAME must resolve, ARGS must be an object, the doorbell rin
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 from ..commands.statements import StartJob
@@ -44,9 +46,12 @@ class ListenerRequests:
             child, arguments = args
             self._check_child(listener, child)
             cmd = StartJob(type=JobType.USER_JOB.value, name=child.name, uid=child.uid, args=str(arguments),
-                           affinity=listener.affinity or None, priority=listener.priority)
+                           affinity=listener.affinity or None, priority=listener.priority,
+                           requestor=listener.requestor or None)
+            # The file's job is the listener owner's: owned by, and within the ceiling of, that user.
+            session = dataclasses.replace(self._session, owner=listener.owner or None)
             try:
-                self.service.execute(cmd, self._session)
+                self.service.execute(cmd, session)
             except JobAlreadyRunning:
                 return False
             return True

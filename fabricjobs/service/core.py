@@ -18,14 +18,14 @@ from ..clock import Clock
 from ..commands import statements, values
 from ..commands.table import STATEMENTS
 from ..config import Config
-from ..errors import CommandError, JobNotFound, ScheduleError, StoreError, ValidationError, WaitTimeout
+from ..errors import CommandError, JobNotFound, PriorityAboveCeiling, ScheduleError, StoreError, ValidationError, WaitTimeout
 from ..jobs.registry import JobCatalog
-from ..model import Event, Job, JobKey, Status, advance
+from ..model import DEFAULT_PRIORITY, Event, Job, JobKey, Status, advance
 from ..result import Result
 from ..schedule import Schedule, parse_schedule
 from ..store.base import JobStore
 from ..wakeup import Doorbell
-from .session import Session, requester
+from .session import Session, owner_of, requester
 
 log = logging.getLogger("fabricjobs.service")
 
@@ -64,6 +64,18 @@ class ServiceCore:
             return parse_schedule(text or "", tz or self.zone)
         except ScheduleError as exc:
             raise ValidationError(str(exc)) from None
+
+    def _priority(self, given: int | None, session: Session) -> int:
+        """The PRIORITY a job of this session's user gets (DolphinDB's setMaxJobPriority): one
+        above the user's ceiling is refused, nothing written; none given is min(4, ceiling)."""
+        user = owner_of(session)
+        ceiling = self.config.get("jobs", "MAX_JOB_PRIORITY_BY_USER").get(user, self.config.get("jobs", "MAX_JOB_PRIORITY"))
+        if given is None:
+            return min(DEFAULT_PRIORITY, ceiling)
+        if given > ceiling:
+            raise PriorityAboveCeiling(f"PRIORITY {given} refused: {user!r} may give at most {ceiling} "
+                                       "([jobs] MAX_JOB_PRIORITY / MAX_JOB_PRIORITY_BY_USER)")
+        return given
 
     def _check_affinity(self, text: str | None) -> None:
         try:

@@ -16,12 +16,12 @@ from typing import Sequence
 from .. import dependencies
 from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
-from ..model import DEFAULT_PRIORITY, RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
+from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
 from .hold import HoldCommands
-from .session import Session, keep_session_scope, with_session_scope
+from .session import Session, keep_session_scope, owner_of, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -76,7 +76,7 @@ class JobCommands(HoldCommands):
             arguments=with_session_scope(cmd.args, session.session_scope()),
             execution_interval=cmd.exec_interval or "",
             next_run=schedule.first_due(now),
-            priority=cmd.priority if cmd.priority is not None else DEFAULT_PRIORITY,
+            priority=self._priority(cmd.priority, session),
             depends_on=",".join(str(p) for p in parents),
             blocked=bool(blockers),
             error_msg=dependencies.note(blockers),
@@ -85,6 +85,8 @@ class JobCommands(HoldCommands):
             overlap=cmd.overlap or "",
             late_action=self._late_action(cmd.late_action),
             on_failure=self._late_action(cmd.on_failure),
+            owner=owner_of(session),
+            requestor=cmd.requestor or "",
         )
         job = self._noted(job, "STARTJOB", session)
         if cmd.hold:  # RJM: set up now, run after RELEASEJOB
@@ -292,6 +294,8 @@ class JobCommands(HoldCommands):
         self._check_affinity(cmd.affinity)
         self._late_action(cmd.late_action)
         self._late_action(cmd.on_failure)
+        if cmd.priority is not None:
+            self._priority(cmd.priority, session)
         if cmd.exec_interval is not None:
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
@@ -308,7 +312,7 @@ class JobCommands(HoldCommands):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure"):
+            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure", "requestor"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:

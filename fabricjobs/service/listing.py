@@ -17,7 +17,7 @@ from ..commands import values
 from ..errors import ValidationError
 from ..model import Job, JobKey, Status
 from ..result import Result
-from .views import STATUS_COLUMNS, JobViews
+from .views import LIST_COLUMNS, JobViews
 
 MAX_PAGE = 1000
 
@@ -36,6 +36,8 @@ class JobQuery:
     archived: bool = False
     since: datetime | None = None
     until: datetime | None = None
+    owner: str | None = None  # only the jobs this user (OS user or token name) started
+    requestor: str | None = None  # only the jobs for this requestor ('': those without one)
     after: JobKey | None = None  # the last key of the previous page
     limit: int = 100
 
@@ -66,14 +68,16 @@ class JobListing(JobViews):
         jobs = sorted((j for j in jobs if _wanted(j, query)), key=lambda j: j.key)
         page = jobs[:query.limit]
         nodes = read_cluster(self.store) if page else []
-        rows = tuple(self._status_row(j, nodes) for j in page)
-        return JobPage(Result(STATUS_COLUMNS, rows), page[-1].key if len(jobs) > query.limit else None)
+        rows = tuple(self._status_row(j, nodes, who=True) for j in page)
+        return JobPage(Result(LIST_COLUMNS, rows), page[-1].key if len(jobs) > query.limit else None)
 
 
 def _wanted(job: Job, query: JobQuery) -> bool:
     if query.after is not None and not job.key > query.after:
         return False
     if query.statuses and job.status not in query.statuses:
+        return False
+    if query.owner not in (None, job.owner) or query.requestor not in (None, job.requestor):
         return False
     when = job.end_time if job.archived else job.creation_time
     if query.since is not None and (when is None or when < query.since):

@@ -18,6 +18,9 @@ class Session:
     #: Who the session's changes are recorded as, in a job's Notes and a KILL's request (the
     #: HTTP API: the token's name). None: the shell's way, KILL names the user and host only.
     actor: str | None = None
+    #: Who a STARTJOB of the session makes the job's owner (DolphinDB's userID), and whose
+    #: PRIORITY ceiling applies: the HTTP API's token name. None: the local OS user.
+    owner: str | None = None
 
     def set(self, key: str, value: str) -> None:
         # The seed's rule: simple keys upper-cased, qualified keys (k2_ws.ALPINIST) as written.
@@ -30,10 +33,30 @@ class Session:
         return {"scope": scope}
 
 
+def local_user() -> str:
+    """The OS user this process runs as: by its effective uid, not $USER or $LOGNAME, which
+    anyone may set (getpass's fallback, for a uid with no passwd entry)."""
+    import getpass
+    import os
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        try:
+            return getpass.getuser()
+        except Exception:
+            return "?"
+
+
+def owner_of(session: Session) -> str:
+    """The owner a job started in ``session`` gets: the API token's name, else the OS user."""
+    return session.owner if session.owner is not None else local_user()
+
+
 def requester(session: Session) -> str:
     """Who asked, as a KILL request and a job's Notes record it: the session's actor (the HTTP
     API's token) or the local user, with the host and process it came from."""
-    import getpass
     import os
     import socket
 
@@ -43,10 +66,7 @@ def requester(session: Session) -> str:
         who = session.actor
         sep = " on "
     else:
-        try:
-            who = getpass.getuser()
-        except Exception:
-            who = "?"
+        who = local_user()
         sep = "@"
     return f"{who}{sep}{socket.gethostname()}:{os.getpid()} (fabricjobs {__version__})"
 

@@ -23,7 +23,9 @@ STATUS_COLUMNS = (
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
 FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Overlap", "Depends On",
-                                  "Blocked", "Epoch") + COUNTER_COLUMNS
+                                  "Blocked", "Epoch", "Owner", "Requestor") + COUNTER_COLUMNS
+#: The HTTP API's job list: JOBSTATUS's columns, and who a job is for (its filters).
+LIST_COLUMNS = STATUS_COLUMNS + ("Owner", "Requestor")
 HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
                    "Error", "Exit Code", "Output", "Note")
 HISTORY_LIMIT = 50
@@ -52,6 +54,7 @@ class JobViews(ServiceCore):
                 since = self.clock.now() - timedelta(days=cmd.days_ago)
                 archived = [j for j in self.store.archived_since(since, type=cmd.type) if cmd.name in (None, j.name)]
                 jobs = sorted(jobs + archived, key=lambda j: j.key)
+        jobs = [j for j in jobs if cmd.owner in (None, j.owner) and cmd.requestor in (None, j.requestor)]
         if cmd.details:  # a record per block, with the job's counters (SMILA's job run statistics)
             return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs), vertical=True)
         if cmd.uid is not None:
@@ -63,7 +66,8 @@ class JobViews(ServiceCore):
         per interval for every browser)."""
         return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
 
-    def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False) -> tuple:
+    def _status_row(self, job: Job, nodes: list[NodeView], detail: bool = False, full: bool = False,
+                    who: bool = False) -> tuple:
         next_run: datetime | str | None
         if job.status is Status.SCHEDULED:
             next_run = job.next_run
@@ -87,7 +91,10 @@ class JobViews(ServiceCore):
         if full:
             row += (job.execution_interval, job.time_zone or str(self.zone or "(node's)"), job.late_threshold,
                     job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
+                    job.owner, job.requestor,
                     job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills)
+        if who:
+            row += (job.owner, job.requestor)
         return row
 
     @staticmethod

@@ -55,7 +55,7 @@ class Api:
 
     @staticmethod
     def session(who: TokenInfo) -> Session:
-        return Session(actor=actor(who))
+        return Session(actor=actor(who), owner=who.name)
 
 
 def create_app(api: Api) -> FastAPI:

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 
 from ..errors import (
     CommandError, CommandSyntaxError, ConfigError, FabricJobsError, JobAlreadyRunning, JobNotFound, NodeNotFound,
-    StoreError, TaskNotFound, WaitTimeout,
+    PriorityAboveCeiling, StoreError, TaskNotFound, WaitTimeout,
 )
 
 log = logging.getLogger("fabricjobs.web")
@@ -31,6 +31,7 @@ STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (JobNotFound, 404),
     (NodeNotFound, 404),
     (TaskNotFound, 404),
+    (PriorityAboveCeiling, 403),  # the caller may not give that priority ([jobs] MAX_JOB_PRIORITY)
     (JobAlreadyRunning, 409),  # "Job is running [...]"
     (WaitTimeout, 504),  # the command took effect; the wait for its end ran out
     (CommandError, 409),  # understood, but cannot be carried out now ("kept changing", ...)

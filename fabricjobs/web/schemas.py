@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..result import Result
 from ..service import (
-    CHANGE_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, STATUS_COLUMNS,
+    CHANGE_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, LIST_COLUMNS, NODES_COLUMNS, PS_COLUMNS,
 )
 
 _TIME = datetime | None
@@ -33,6 +33,7 @@ COLUMN_TYPES: dict[str, Any] = {
     "Late Threshold": _TEXT, "Overlap": _TEXT, "Depends On": _TEXT, "Blocked": bool, "Epoch": int,
     "Runs": int, "Successes": int, "Failures": int, "Retries After Error": int,
     "Retries After Node Loss": int, "Kills": int,
+    "Owner": str, "Requestor": str,  # who started the job (OS user or token name), who it is for
     # runs (JOBHISTORY)
     "Run": int, "Result": str, "Due": _TIME, "Start": _TIME, "End": _TIME, "Duration (ms)": _INT,
     "Error": _TEXT, "Exit Code": _INT, "Note": _TEXT, "Deleted Runs": int,
@@ -53,7 +54,7 @@ def _model(name: str, columns: tuple[str, ...], doc: str) -> type[BaseModel]:
     return create_model(name, __doc__=doc, **fields)
 
 
-Job = _model("Job", STATUS_COLUMNS, "A job as JOBSTATUS shows it.")
+Job = _model("Job", LIST_COLUMNS, "A job as JOBSTATUS shows it, with its owner and requestor.")
 JobDetail = _model("JobDetail", FULL_COLUMNS, "A job as JOBSTATUS ... WITH UID ... DETAILS shows it, counters included.")
 Change = _model("Change", CHANGE_COLUMNS, "A job after STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB or UPDATEJOB.")
 Run = _model("Run", HISTORY_COLUMNS, "One ended run, as JOBHISTORY shows it; its number is the run's epoch.")
@@ -98,6 +99,8 @@ class StartBody(_Body):
     tz: str | None = None
     late_threshold: str | None = Field(default=None, description="HH:MM:SS")
     overlap: Literal["", "SKIP", "QUEUE"] | None = None
+    requestor: str | None = Field(default=None, description="the team or application the job is for (IPF's "
+                                  "jobRequestor); the job's owner is this request's token name")
 
 
 class UpdateBody(_Body):
@@ -112,6 +115,7 @@ class UpdateBody(_Body):
     tz: str | None = None
     late_threshold: str | None = None
     overlap: Literal["", "SKIP", "QUEUE"] | None = None
+    requestor: str | None = Field(default=None, description="a new requestor ('': none)")
 
 
 class CommandBody(_Body):

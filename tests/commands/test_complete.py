@@ -13,7 +13,7 @@ from fabricjobs.commands import Expectation, expected_at, lex
 STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RELEASEJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
-                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "HOLD")
+                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "HOLD")
 
 
 # -- expected_at -----------------------------------------------------------------------------
@@ -63,9 +63,11 @@ def test_jobstatus_positions():
     e = expected_at("jobstatus ")
     assert e.job_type and e.number
     e = expected_at("jobstatus user_job ")
-    assert e.string_for == "JOB_NAME" and e.keywords == ("DETAILS",)
+    assert e.string_for == "JOB_NAME" and e.keywords == ("BY", "REQUESTOR", "DETAILS")
     assert expected_at("jobstatus user_job 'Cu").string_for == "JOB_NAME"
-    assert expected_at("jobstatus user_job 'x' ").keywords == ("DETAILS", "WITH")
+    assert expected_at("jobstatus user_job 'x' ").keywords == ("BY", "REQUESTOR", "DETAILS", "WITH")
+    assert expected_at("jobstatus by ").string_for is None  # a user's name, not a job's
+    assert expected_at("jobstatus user_job by 'alice' requestor ").string_for is None
     assert expected_at("jobstatus user_job 'x' with ").params == ("UID",)
     assert expected_at("jobstatus 3 ").keywords == ("DAYS",)
     assert expected_at("jobstatus 3 days ").keywords == ("AGO",)

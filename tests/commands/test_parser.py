@@ -165,6 +165,31 @@ def test_seed_commands(text, command):
     assert one(text) == command
 
 
+@pytest.mark.parametrize("text, command", [
+    ("jobstatus by 'alice'", JobStatus(owner="alice")),
+    ("JOBSTATUS REQUESTOR 'payments' BY 'alice' DETAILS", JobStatus(owner="alice", requestor="payments", details=True)),
+    ("jobstatus user_job 'X' 2 days ago requestor ''", JobStatus(type="USER_JOB", name="X", days_ago=2, requestor="")),
+    ("jobstatus 1 day ago by 'root'", JobStatus(days_ago=1, owner="root")),
+    ("startjob user_job name='X' requestor='payments' priority=2",
+     StartJob("USER_JOB", "X", requestor="payments", priority=2)),
+    ("updatejob user_job name='X' REQUESTOR = ''", UpdateJob("USER_JOB", "X", requestor="")),
+])
+def test_owner_and_requestor_forms(text, command):
+    """DolphinDB's userID (BY) and IPF's jobRequestor (REQUESTOR), issue #22."""
+    assert one(text) == command
+
+
+@pytest.mark.parametrize("text, kind, column, says", [
+    ("jobstatus by 'a' by 'b'", ValidationError, 18, "BY is given twice"),
+    ("jobstatus by ''", ValidationError, 14, "BY must not be empty"),
+    ("jobstatus requestor='x'", CommandSyntaxError, 20, "expected a quoted string"),
+    ("startjob user_job name='X' requestor='a\tb'", ValidationError, 38, "REQUESTOR must not contain control characters"),
+])
+def test_owner_and_requestor_refusals(text, kind, column, says):
+    exc = fails(text, kind)
+    assert exc.column == column and says in str(exc), str(exc)
+
+
 def test_statement_keeps_source_and_line():
     (stmt,) = parse_script("  -- a comment\n  ps all ;  ")
     assert stmt == Statement(Ps(all=True), "ps all", 2)
@@ -458,9 +483,9 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, HOLD=, IF or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, HOLD=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "HOLD=", "IF", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "HOLD=", "IF", "';'")
 
 
 def test_unknown_statement():
@@ -549,7 +574,7 @@ def test_jobhistory_recent_is_strict(text, column, needle, kind):
 
 
 def test_one_job_by_uid_takes_no_days():
-    assert_rendered(fails("jobstatus user_job 'X' with uid='u' 1 day ago"), 1, 37, "unexpected '1'", "expected DETAILS or ';'")
+    assert_rendered(fails("jobstatus user_job 'X' with uid='u' 1 day ago"), 1, 37, "unexpected '1'", "expected BY, REQUESTOR, DETAILS or ';'")
 
 
 def test_day_is_a_keyword_only_as_a_whole_word():
@@ -566,8 +591,8 @@ def test_two_statements_without_separator():
 
 def test_jobstatus_forms_are_strict():
     assert_rendered(fails("jobstatus 3 days"), 1, 17, "unexpected end of input", "expected AGO")
-    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected DETAILS, WITH, a number or ';'")
-    assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected DETAILS, a number, a job type or ';'")
+    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected BY, REQUESTOR, DETAILS, WITH, a number or ';'")
+    assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected BY, REQUESTOR, DETAILS, a number, a job type or ';'")
 
 
 def test_long_tokens_are_shortened_in_messages():

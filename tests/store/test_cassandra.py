@@ -359,9 +359,11 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         assert old.runs == 0 and old.status is Status.WAITING and old.finishing is False
         assert old.resume_at is None
         kept = datetime(2027, 1, 1, tzinfo=timezone.utc)
+        assert (old.owner, old.requestor) == ("", "")  # version 10's columns, empty for old rows
         changed = store.cas(old, old.replace(finishing=True, resume_at=kept, late_action="RUN",
-                                            on_failure="USER_JOB.A.c")).row  # versions 6-9
+                                            on_failure="USER_JOB.A.c", owner="alice", requestor="payments")).row  # versions 6-10
         assert (changed.finishing, changed.resume_at, changed.late_action, changed.on_failure) == (True, kept, "RUN", "USER_JOB.A.c")
+        assert (changed.owner, changed.requestor) == ("alice", "payments")
         assert store.get(old.key) == changed
         assert store.runs("USER_JOB", "A.b") == []
     finally:

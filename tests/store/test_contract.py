@@ -450,6 +450,24 @@ def test_late_action_is_stored_and_changed(store):
     assert store.get(failing.key).on_failure == ""
 
 
+def test_owner_and_requestor_are_stored_and_kept(store):
+    """A job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor), issue #22: written
+    with the row, read back live and archived, changed by a CAS, kept by one that leaves them."""
+    row = store.insert(job(uid="own", owner="alice", requestor="payments")).row
+    assert (row.owner, row.requestor) == ("alice", "payments")
+    assert (store.get(row.key).owner, store.get(row.key).requestor) == ("alice", "payments")
+    assert [(j.owner, j.requestor) for j in store.live_jobs(type="USER_JOB", uid="own")] == [("alice", "payments")]
+    running = store.cas(row, claim(row, "n1")).row
+    assert (running.owner, running.requestor) == ("alice", "payments")  # a claim leaves them
+    moved = store.cas(running, running.replace(requestor="billing")).row
+    assert store.get(row.key).requestor == "billing" and store.get(row.key).owner == "alice"
+    done = store.cas(moved, moved.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(seconds=1)))
+    assert done.applied
+    (archived,) = [j for j in store.archived_since(T0 - timedelta(days=1), type="USER_JOB") if j.uid == "own"]
+    assert (archived.owner, archived.requestor) == ("alice", "billing")
+    assert (store.get(store.insert(job(uid="anon")).row.key).owner, store.get(JobKey("USER_JOB", "Customer.userJob1", "anon")).requestor) == ("", "")
+
+
 def test_the_kept_fire_of_runjob_is_set_and_cleared(store):
     """RUNJOB's resume_at (issue #22): the fire a schedule goes on with after an extra run."""
     row = store.insert(job(uid="once", status=Status.SCHEDULED, execution_interval="00:00:30",

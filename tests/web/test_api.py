@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 
 from harness import wait_for
-from web_site import on_every_backend
+from web_site import on_every_backend, running_site
 
 JOB = "/jobs/USER_JOB/Probe.noop/no-such-uid"
 #: (method, path, JSON body, the least role allowed, the status that role gets). The jobs,
@@ -252,3 +252,56 @@ def test_the_openapi_document_lists_every_route_and_the_bearer_scheme(site):
     }
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert json.dumps(doc).count("cdn") == 0
+
+
+def test_a_job_started_through_the_api_is_owned_by_the_tokens_name_and_listed_by_owner_and_requestor(site):
+    """DolphinDB's userID and IPF's jobRequestor (issue #22): the owner is the token's name, the
+    requestor what the body says; both are in the job's JSON and filter the list."""
+    later = "2099-01-01 00:00:00"  # a one-time schedule far off: the jobs stay live (SCHEDULED)
+    api, admin = site.client("operator"), site.client("admin")
+    made = api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "own-a", "requestor": "payments",
+                                   "exec_interval": later})
+    assert made.status_code == 201, made.text
+    admin.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "own-b", "requestor": "billing",
+                              "exec_interval": later}).raise_for_status()
+    job = api.get("/jobs/USER_JOB/Probe.noop/own-a").json()
+    assert (job["owner"], job["requestor"]) == ("operator-1", "payments")
+
+    def listed(**filters):
+        page = api.get("/jobs", params={"name": "Probe.noop", **filters})
+        assert page.status_code == 200, page.text
+        return sorted((j["uid"], j["owner"], j["requestor"]) for j in page.json()["jobs"] if j["uid"].startswith("own-"))
+
+    assert listed(requestor="payments") == [("own-a", "operator-1", "payments")]
+    assert listed(owner="admin-1") == [("own-b", "admin-1", "billing")]
+    assert listed(owner="operator-1", requestor="billing") == []
+    patched = api.patch("/jobs/USER_JOB/Probe.noop/own-a", json={"requestor": "billing"})
+    assert patched.status_code == 200, patched.text
+    assert listed(requestor="billing") == [("own-a", "operator-1", "billing"), ("own-b", "admin-1", "billing")]
+    assert api.get("/jobs/USER_JOB/Probe.noop/own-a").json()["owner"] == "operator-1"  # UPDATEJOB keeps the owner
+
+
+def test_the_openapi_document_describes_the_owner_and_requestor_filters(site):
+    doc = site.client(None).get("/openapi.json").json()
+    params = {p["name"]: p for p in doc["paths"]["/api/v1/jobs"]["get"]["parameters"]}
+    assert "BY '<owner>'" in params["owner"]["description"] and "REQUESTOR" in params["requestor"]["description"]
+    schemas = doc["components"]["schemas"]
+    assert {"owner", "requestor"} <= set(schemas["Job"]["properties"]) and "requestor" in schemas["StartBody"]["properties"]
+    assert {"owner", "requestor"} <= set(schemas["JobDetail"]["properties"]) and "requestor" in schemas["UpdateBody"]["properties"]
+
+
+def test_a_priority_above_the_tokens_ceiling_is_refused_with_403_and_nothing_written(request, tmp_path):
+    """DolphinDB's setMaxJobPriority, refused instead of capped: the token's name is the user."""
+    with running_site(request, tmp_path, {"jobs": {"MAX_JOB_PRIORITY_BY_USER": "operator-1=5"}}) as own:
+        api = own.client("operator")
+        r = api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "ceil", "priority": 6})
+        no_traceback(r)
+        assert r.status_code == 403 and r.json() == {
+            "error": "PriorityAboveCeiling", "message": "PRIORITY 6 refused: 'operator-1' may give at most 5 "
+                                                       "([jobs] MAX_JOB_PRIORITY / MAX_JOB_PRIORITY_BY_USER)"}
+        assert api.get("/jobs/USER_JOB/Probe.noop/ceil").status_code == 404
+        made = own.client("admin").post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "ceil",
+                                                       "priority": 9, "exec_interval": "2099-01-01 00:00:00"})
+        assert made.status_code == 201, made.text  # admin-1 has the default ceiling, 9
+        assert api.patch("/jobs/USER_JOB/Probe.noop/ceil", json={"priority": 7}).status_code == 403
+        assert api.get("/jobs/USER_JOB/Probe.noop/ceil").json()["priority"] == 9

@@ -111,6 +111,8 @@ class Rows(Session):
             resume_at=_aware(row.get("resume_at")),
             late_action=row.get("late_action") or "",
             on_failure=row.get("on_failure") or "",
+            owner=row.get("owner") or "",
+            requestor=row.get("requestor") or "",
         )
 
     def _get_stmt(self):

@@ -43,7 +43,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -54,6 +54,7 @@ RUN_MODES = {"finishing": "boolean"}  # version 6: FINISHJOB (issue #22, SMILA's
 RUN_ONCE = {"resume_at": "timestamp"}  # version 7: RUNJOB (issue #22, SMILA's runOnce)
 LATE = {"late_action": "text"}  # version 8: LATE_ACTION (issue #22, IPF's lateExecute)
 ON_FAILURE = {"on_failure": "text"}  # version 9: ON_FAILURE (issue #22, IPF's failureCommand)
+OWNERS = {"owner": "text", "requestor": "text"}  # version 10: DolphinDB's userID, IPF's jobRequestor (issue #22)
 LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
 SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
@@ -153,7 +154,7 @@ SCHEMA_V1: tuple[str, ...] = tuple(
     _create(b) for b in (_JOBS_V1.format(extra=""), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _SCHEMA)
 )
 
-_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE).items())
+_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS).items())
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
@@ -186,6 +187,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     7: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in RUN_ONCE.items()),
     8: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in LATE.items()),
     9: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in ON_FAILURE.items()),
+    10: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in OWNERS.items()),
 }
 
 

@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -127,6 +127,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     5: ("ALTER TABLE k2_jobs ADD COLUMN late_action TEXT NOT NULL DEFAULT ''",),
     # 6: ON_FAILURE (IPF's failure command, issue #22).
     6: ("ALTER TABLE k2_jobs ADD COLUMN on_failure TEXT NOT NULL DEFAULT ''",),
+    # 7: a job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor), issue #22.
+    7: tuple(f"ALTER TABLE k2_jobs ADD COLUMN {c} TEXT NOT NULL DEFAULT ''" for c in ("owner", "requestor")),
 }
 
 

@@ -42,6 +42,10 @@ def list_jobs(
     status: list[Status] = Query(default=[], description="any of these statuses (repeat the parameter)"),
     type: str | None = None,
     name: str | None = None,
+    owner: str | None = Query(None, description="only the jobs this user started: the token's name for jobs started "
+                              "through the API, the OS user for the shell's (JOBSTATUS ... BY '<owner>')"),
+    requestor: str | None = Query(None, description="only the jobs for this requestor, as STARTJOB's REQUESTOR gave it "
+                                  "(JOBSTATUS ... REQUESTOR '<requestor>')"),
     scope: Literal["live", "archived", "all"] = Query("live", description="archived rows are read only when asked"),
     since: datetime | None = Query(None, description="live: created at or after; archived: ended at or after"),
     until: datetime | None = Query(None, description="... before (ISO 8601; no zone: UTC)"),
@@ -49,7 +53,7 @@ def list_jobs(
     limit: int = Query(100, ge=1, le=1000),
     who: TokenInfo = Viewer,
 ) -> dict[str, Any]:
-    query = JobQuery(type=type, name=name, statuses=frozenset(status), live=scope != "archived",
+    query = JobQuery(type=type, name=name, owner=owner, requestor=requestor, statuses=frozenset(status), live=scope != "archived",
                      archived=scope != "live", since=_utc(since), until=_utc(until), after=_cursor_key(cursor),
                      limit=limit)
     page = api_of(request).service().list_jobs(query)
@@ -66,7 +70,7 @@ def start_job(request: Request, response: Response, body: StartBody, who: TokenI
     command = st.StartJob(
         type=body.type, name=body.name, uid=body.uid, affinity=body.affinity, args=_args(body.args),
         exec_interval=body.exec_interval, depends_on=_parents(body.depends_on), priority=body.priority,
-        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap,
+        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap, requestor=body.requestor,
     )
     job = _one(execute(request, who, command), None)
     response.headers["Location"] = API + "/jobs/" + "/".join(quote(job[k], safe="") for k in ("type", "name", "uid"))
@@ -101,7 +105,7 @@ def update_job(request: Request, type: str, name: str, uid: str, body: UpdateBod
     command = st.UpdateJob(
         key.type, key.name, key.uid, affinity=body.affinity, args=_args(body.args), exec_interval=body.exec_interval,
         reset_end_time=body.reset_end_time, depends_on=_parents(body.depends_on), priority=body.priority,
-        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap,
+        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap, requestor=body.requestor,
     )
     result = execute(request, who, command)
     return _one(result, key) if result.rows else _detail_as_change(request, who, key)
