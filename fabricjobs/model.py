@@ -126,6 +126,8 @@ class Job:
     owner: str = ""
     # IPF's jobRequestor: the team or application the job is for (a requestor has many jobs).
     requestor: str = ""
+    # IPF's job calendar: the name of a stored calendar whose rules skip fires ('' : none).
+    calendar: str = ""
 
     @property
     def type(self) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Collection, ContextManager, Iterable, Sequence
 
+from ..calendar import Calendar
 from ..model import Job, JobKey, NodeState, Status
 
 
@@ -409,6 +410,24 @@ class JobStore(ABC):
     @abstractmethod
     def delete_kill_request(self, node: str, task: int) -> None:
         """Forget a request once carried out (or found moot)."""
+
+    # -- calendars (IPF's job calendars: fires their rules exclude are skipped) ------------------
+
+    @abstractmethod
+    def put_calendar(self, calendar: Calendar) -> None:
+        """Create or replace the calendar of that name (the last write wins)."""
+
+    @abstractmethod
+    def calendar(self, name: str) -> Calendar | None:
+        """The calendar of that name, or None."""
+
+    @abstractmethod
+    def calendars(self) -> list[Calendar]:
+        """Every calendar, by name."""
+
+    @abstractmethod
+    def delete_calendar(self, name: str) -> bool:
+        """Remove it; False if there was none."""
 
 
 def chunked(items: Iterable, size: int) -> Iterable[list]:

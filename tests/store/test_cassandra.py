@@ -365,6 +365,8 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         assert (changed.finishing, changed.resume_at, changed.late_action, changed.on_failure) == (True, kept, "RUN", "USER_JOB.A.c")
         assert (changed.owner, changed.requestor) == ("alice", "payments")
         assert store.get(old.key) == changed
+        assert changed.calendar == "" and store.calendars() == []  # version 11's column and table
+        assert store.cas(changed, changed.replace(calendar="holidays")).row.calendar == "holidays"
         assert store.runs("USER_JOB", "A.b") == []
     finally:
         store.close()

@@ -732,3 +732,23 @@ def test_waiting_reads_only_the_priorities_asked_for(store):
     assert [j.uid for j in store.waiting_by_priority(10, (4, 6))] == ["p6", "p4"]
     assert [j.uid for j in store.waiting_by_priority(10)] == ["p9", "p6", "p4", "p1"]
     assert store.waiting(10, priorities=(7, 8)) == [] and store.waiting_by_priority(10, (2, 3)) == []
+
+
+def test_calendars_are_created_replaced_listed_and_deleted(store):
+    """IPF's job calendars (issue #22) live in the store so that every node agrees on them; a
+    job names one by its CALENDAR column."""
+    from fabricjobs.calendar import make_calendar
+
+    assert store.calendar("holidays") is None and store.calendars() == []
+    holidays = make_calendar("holidays", ["2026-12-25", "2026-12-28..2026-12-30"])
+    store.put_calendar(holidays)
+    store.put_calendar(make_calendar("weekends", ["* * * * sat,sun"]))
+    assert store.calendar("holidays") == holidays
+    replaced = make_calendar("holidays", ["2027-01-01"])
+    store.put_calendar(replaced)
+    assert store.calendar("holidays") == replaced
+    assert [c.name for c in store.calendars()] == ["holidays", "weekends"]
+    assert store.delete_calendar("weekends") is True and store.delete_calendar("weekends") is False
+    assert [c.name for c in store.calendars()] == ["holidays"]
+    row = store.insert(job(uid="cal", calendar="holidays")).row
+    assert row.calendar == "holidays" and store.get(row.key).calendar == "holidays"

@@ -56,7 +56,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     conn.commit()
     conn.close()
     store = SqliteStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 7
+    assert store.schema_version() == SCHEMA_VERSION == 8
     old = store.get(JobKey("USER_JOB", "A.b", "old"))
     assert old.status is Status.WAITING and old.runs == 0 and old.finishing is False
     assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 3's column
@@ -67,6 +67,8 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     assert (store.get(old.key).owner, store.get(old.key).requestor) == ("", "")  # version 7's, empty for old rows
     owned = store.cas(store.get(old.key), store.get(old.key).replace(owner="alice", requestor="payments")).row
     assert (owned.owner, owned.requestor) == ("alice", "payments") and store.get(old.key) == owned
+    assert owned.calendar == "" and store.calendars() == []  # version 8's column and table
+    assert store.cas(owned, owned.replace(calendar="holidays")).row.calendar == "holidays"
     assert store.runs("USER_JOB", "A.b") == []
 
 

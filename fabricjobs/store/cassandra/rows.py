@@ -113,6 +113,7 @@ class Rows(Session):
             on_failure=row.get("on_failure") or "",
             owner=row.get("owner") or "",
             requestor=row.get("requestor") or "",
+            calendar=row.get("calendar") or "",
         )
 
     def _get_stmt(self):

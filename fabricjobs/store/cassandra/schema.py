@@ -43,7 +43,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -55,6 +55,7 @@ RUN_ONCE = {"resume_at": "timestamp"}  # version 7: RUNJOB (issue #22, SMILA's r
 LATE = {"late_action": "text"}  # version 8: LATE_ACTION (issue #22, IPF's lateExecute)
 ON_FAILURE = {"on_failure": "text"}  # version 9: ON_FAILURE (issue #22, IPF's failureCommand)
 OWNERS = {"owner": "text", "requestor": "text"}  # version 10: DolphinDB's userID, IPF's jobRequestor (issue #22)
+CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (issue #22), with k2_calendars
 LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
 SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
@@ -78,6 +79,7 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_job_run_uids": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_listener_files": "gc_grace_seconds = 86400",
+    "k2_calendars": "gc_grace_seconds = 86400",
 }
 
 _JOBS_V1 = """k2_jobs (
@@ -139,6 +141,8 @@ _LISTENER = """k2_listener_files (
         type text, name text, uid text, file text, note text, marked_at timestamp,
         PRIMARY KEY ((type, name, uid), file))"""
 _RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
+#: Version 11: the calendars (a few, each read by name by the nodes that fire its jobs).
+_CALENDARS = "k2_calendars (name text PRIMARY KEY, rules text, updated timestamp)"
 
 
 def _create(body: str, options: str = "") -> str:
@@ -154,17 +158,18 @@ SCHEMA_V1: tuple[str, ...] = tuple(
     _create(b) for b in (_JOBS_V1.format(extra=""), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _SCHEMA)
 )
 
-_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS).items())
+_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS | CALENDAR).items())
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
             + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
-                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS)
 )
 
-_V4_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours")
+_LATER_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours",
+                 "k2_calendars")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -177,7 +182,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _create(_LISTENER),
     ),
     3: tuple(f"ALTER TABLE {table} WITH {options}" for table, options in TABLE_OPTIONS.items()
-             if table not in _V4_TABLES),  # made by version 4 or 5, with their options
+             if table not in _LATER_TABLES),  # made by a later version, with their options
     4: (_create(_ARCHIVED, TABLE_OPTIONS["k2_jobs_archived"]),
         _create(_RUN_HISTORY, f"{TABLE_OPTIONS['k2_job_run_history']} AND {_RUNS_ORDER}"),
         _create(_RUN_KEYS, TABLE_OPTIONS["k2_job_run_keys"])),
@@ -188,6 +193,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     8: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in LATE.items()),
     9: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in ON_FAILURE.items()),
     10: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in OWNERS.items()),
+    11: (*(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CALENDAR.items()),
+         _create(_CALENDARS, TABLE_OPTIONS["k2_calendars"])),
 }
 
 

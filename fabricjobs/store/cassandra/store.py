@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from ...config import Config
 from ...model import Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
+from .calendars import Calendars
 from .history import History
 from .index import _bucket, _job_bucket, _slot
 from .nodes import Nodes
@@ -49,7 +50,7 @@ class _Change:
         return self.expected.key
 
 
-class CassandraStore(Queue, History, Nodes, JobStore):
+class CassandraStore(Queue, History, Nodes, Calendars, JobStore):
     """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
 
     backend = "cassandra"

@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -129,6 +129,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     6: ("ALTER TABLE k2_jobs ADD COLUMN on_failure TEXT NOT NULL DEFAULT ''",),
     # 7: a job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor), issue #22.
     7: tuple(f"ALTER TABLE k2_jobs ADD COLUMN {c} TEXT NOT NULL DEFAULT ''" for c in ("owner", "requestor")),
+    # 8: calendars (IPF's job calendar, issue #22): the job's CALENDAR and the stored calendars.
+    8: ("ALTER TABLE k2_jobs ADD COLUMN calendar TEXT NOT NULL DEFAULT ''",
+        "CREATE TABLE IF NOT EXISTS k2_calendars (name TEXT PRIMARY KEY, rules TEXT NOT NULL, updated TEXT NOT NULL)"),
 }
 
 

@@ -12,6 +12,7 @@ import sqlite3
 from datetime import datetime
 from typing import Collection, Sequence
 
+from ...calendar import Calendar, from_text
 from ...model import Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
 from .connection import Connections
@@ -398,6 +399,25 @@ class SqliteStore(Connections, JobStore):
     def delete_kill_request(self, node: str, task: int) -> None:
         with self._write() as conn:
             conn.execute("DELETE FROM kill_requests WHERE node = ? AND task = ?", (node, task))
+
+    # -- calendars -----------------------------------------------------------------------------
+
+    def put_calendar(self, calendar: Calendar) -> None:
+        with self._write() as conn:
+            conn.execute("INSERT INTO k2_calendars (name, rules, updated) VALUES (?, ?, ?) ON CONFLICT (name)"
+                         " DO UPDATE SET rules = excluded.rules, updated = excluded.updated",
+                         (calendar.name, calendar.text, _ts(self.store_time())))
+
+    def calendar(self, name: str) -> Calendar | None:
+        rows = self._read("SELECT name, rules FROM k2_calendars WHERE name = ?", (name,))
+        return from_text(rows[0][0], rows[0][1]) if rows else None
+
+    def calendars(self) -> list[Calendar]:
+        return [from_text(r[0], r[1]) for r in self._read("SELECT name, rules FROM k2_calendars ORDER BY name")]
+
+    def delete_calendar(self, name: str) -> bool:
+        with self._write() as conn:
+            return conn.execute("DELETE FROM k2_calendars WHERE name = ?", (name,)).rowcount > 0
 
 
 def _node_row(r) -> NodeRow:
