@@ -123,6 +123,10 @@ class NodeNotFound(CommandError):
     """PS / KILL name a node that is not alive in the cluster."""
 
 
+class CalendarNotFound(CommandError):
+    """CALENDAR= or DROPCALENDAR name a calendar that is not stored (CREATECALENDAR makes one)."""
+
+
 class TaskNotFound(CommandError):
     """KILL names a task that the node does not run."""
 

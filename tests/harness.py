@@ -147,6 +147,12 @@ class Cluster(Rig):
     def shell(self, *args: str, input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess:
         return self.cli("shell", *args, input=input, timeout=timeout)
 
+    def shell_ok(self, text: str) -> str:
+        """``fabricjobs shell -e text``, which must succeed; its stdout."""
+        r = self.shell("-e", text)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
 
 def two_nodes(tmp_path: Path, settings: dict | None = None, backend: str = "sqlite", request=None) -> Cluster:
     """A cluster of local-1 and local-2, started side by side (for a module's fixture; the
@@ -161,6 +167,21 @@ def two_nodes(tmp_path: Path, settings: dict | None = None, backend: str = "sqli
         c.stop_all()
         raise
     return c
+
+
+def two_nodes_on_each_backend(prefix: str):
+    """A module's ``cluster`` fixture: two_nodes once per node backend (tests/backends.py)."""
+    import pytest
+
+    from backends import NODE_BACKENDS
+
+    @pytest.fixture(scope="module", params=NODE_BACKENDS)
+    def cluster(request, tmp_path_factory):
+        c = two_nodes(tmp_path_factory.mktemp(f"{prefix}-{request.param}"), backend=request.param, request=request)
+        yield c
+        c.stop_all()
+
+    return cluster
 
 
 def table_row(*cells: str) -> "re.Pattern[str]":

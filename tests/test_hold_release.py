@@ -9,21 +9,14 @@ import re
 
 import pytest
 
-from backends import NODE_BACKENDS
-from harness import Cluster, read_records, table_row as row, two_nodes, wait_for
+from harness import Cluster, read_records, table_row as row, two_nodes_on_each_backend, wait_for
 
 
-@pytest.fixture(scope="module", params=NODE_BACKENDS)
-def cluster(request, tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp(f"hold-{request.param}"), backend=request.param, request=request)
-    yield c
-    c.stop_all()
+cluster = two_nodes_on_each_backend("hold")
 
 
 def _ok(cluster, text):
-    r = cluster.shell("-e", text)
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+    return cluster.shell_ok(text)
 
 
 def _processed(cluster, name, uid, timeout=20.0):

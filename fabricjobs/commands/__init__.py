@@ -7,8 +7,11 @@ shell's completion and highlighting. All four are driven by ``grammar/fabricjobs
 from __future__ import annotations
 
 from .statements import (
+    Calendars,
     Command,
+    CreateCalendar,
     DeleteHistory,
+    DropCalendar,
     JobStatus,
     JobHistory,
     JobLog,
@@ -31,8 +34,11 @@ from .complete import Expectation, expected_at, lex
 from .parser import parse_one, parse_script
 
 __all__ = [
+    "Calendars",
     "Command",
+    "CreateCalendar",
     "DeleteHistory",
+    "DropCalendar",
     "Expectation",
     "JobStatus",
     "JobHistory",

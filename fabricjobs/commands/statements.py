@@ -33,6 +33,7 @@ class StartJob:
     late_action: str | None = None  # SKIP | RUN | TYPE.NAME ('' : SKIP)
     on_failure: str | None = None  # TYPE.NAME of the job to start when a run fails for good
     requestor: str | None = None  # the team or application the job is for (IPF's jobRequestor)
+    calendar: str | None = None  # a stored calendar whose rules skip fires (IPF)
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
     hold: bool | None = None  # HOLD=true: created HELD, run only after RELEASEJOB (RJM)
 
@@ -105,6 +106,7 @@ class UpdateJob:
     late_action: str | None = None
     on_failure: str | None = None
     requestor: str | None = None
+    calendar: str | None = None  # '' : none
     hold: bool | None = None  # HOLD=true: a job with no run going is HELD (HOLD=false: RELEASEJOB's)
 
 
@@ -203,9 +205,30 @@ class DeleteHistory:
     uid: str
 
 
+@dataclass(frozen=True, slots=True)
+class CreateCalendar:
+    """CREATECALENDAR '<name>' EXCLUDE '<rule>' [EXCLUDE '<rule>' ...]: make or replace a stored
+    calendar (IPF); a job with CALENDAR='<name>' skips the fires its rules exclude."""
+
+    name: str
+    rules: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DropCalendar:
+    """DROPCALENDAR '<name>': refused while a live job names it."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Calendars:
+    """CALENDARS: every stored calendar, its rules and how many live jobs name it."""
+
+
 Command = Union[
     StartJob, StopJob, FinishJob, RunJob, ReleaseJob, RestartJob, ResumeJob, UpdateJob, JobStatus, Ps, Kill, Set, Nodes, JobHistory, JobLog, WaitJob,
-    DeleteHistory,
+    DeleteHistory, CreateCalendar, DropCalendar, Calendars,
 ]
 
 

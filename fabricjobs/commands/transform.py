@@ -17,12 +17,16 @@ from typing import Any, Callable
 
 from lark import Token, Transformer
 
+from ..calendar import MAX_RULES, CalendarError, check_name, make_calendar
 from ..model import JobKey, JobType
 from ..names import complaint, text_complaint
 from . import table, values
 from .grammar import param_name, token_start
 from .messages import invalid, invalid_at, show
-from .statements import Command, DeleteHistory, JobHistory, JobLog, JobStatus, Kill, Nodes, Ps, Set, WaitJob
+from .statements import (
+    Calendars, Command, CreateCalendar, DeleteHistory, DropCalendar, JobHistory, JobLog, JobStatus, Kill, Nodes, Ps, Set,
+    WaitJob,
+)
 
 _JOB_COMMANDS: dict[str, type] = table.JOB_COMMANDS
 #: Mandatory parameters (the grammar cannot say "exactly once, in any order" in LALR).
@@ -179,6 +183,9 @@ class ToCommand(Transformer):
     def on_failure(self, children: list[Token]) -> _Param:
         return self._ruled(children, values.on_failure)
 
+    def calendar(self, children: list[Token]) -> _Param:
+        return self._ruled(children, values.calendar)
+
     def _ruled(self, children: list[Token], rule: Callable[[str], str]) -> _Param:
         """A string parameter checked (and normalised) by its rule in values.py."""
         param = self._string_param(children)
@@ -331,6 +338,31 @@ class ToCommand(Transformer):
         job_type, name, uid, _ = self._named(children)
         assert uid is not None  # the grammar requires WITH UID for DELETEHISTORY
         return DeleteHistory(type=job_type, name=name, uid=uid)
+
+    def createcalendar(self, children: list[Token]) -> CreateCalendar:
+        _, name_tok, *rest = children
+        name = self._calendar_name(name_tok)
+        rules: list[str] = []
+        for tok in (t for t in rest if t.type == "STRING"):  # each checked alone: the error points at it
+            try:
+                rules.extend(r.text for r in make_calendar(name, [_string_value(tok)]).rules)
+            except CalendarError as exc:
+                raise invalid(self._text, tok, str(exc)) from None
+        if len(rules) > MAX_RULES:
+            raise invalid(self._text, name_tok, f"a calendar has at most {MAX_RULES} rules")
+        return CreateCalendar(name=name, rules=tuple(rules))
+
+    def dropcalendar(self, children: list[Token]) -> DropCalendar:
+        return DropCalendar(name=self._calendar_name(children[1]))
+
+    def calendars(self, children: list[Token]) -> Calendars:
+        return Calendars()
+
+    def _calendar_name(self, tok: Token) -> str:
+        try:
+            return check_name(_string_value(tok))
+        except CalendarError as exc:
+            raise invalid(self._text, tok, str(exc)) from None
 
     def ps(self, children: list[Token]) -> Ps:
         return Ps(all=len(children) > 1)

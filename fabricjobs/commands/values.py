@@ -87,6 +87,19 @@ def late_action(text: str) -> str:
     return f"{job_type}.{name}"
 
 
+def calendar(text: str) -> str:
+    """'' | the name of a stored calendar (CREATECALENDAR)."""
+    from ..calendar import CalendarError, check_name
+
+    value = text.strip()
+    if not value:
+        return ""
+    try:
+        return check_name(value)
+    except CalendarError as exc:
+        raise ValueError(f"CALENDAR: {exc}") from None
+
+
 def on_failure(text: str) -> str:
     """'' | <TYPE>.<NAME> of the job to start when a run fails for good."""
     value = text.strip()

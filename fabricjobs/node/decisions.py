@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import json
 from datetime import datetime, timedelta, timezone
 
+from ..calendar import Calendar
 from ..jobs.context import FailMode
 from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
@@ -194,6 +195,29 @@ def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zo
         status=new.status.value, tries=new.tries, error=outcome.error, output=outcome.output,
         exit_code=outcome.exit_code, log=outcome.log, note=note,
     )
+
+
+def calendar_fire(row: Job, calendar: Calendar | None, now: datetime, zone) -> tuple[Job, RunRecord] | None:
+    """A due fire that a rule of its job's calendar excludes (IPF's job calendar): skipped,
+    the job rescheduled to its next due time, and the skip recorded with the rule. None: run it."""
+    if calendar is None or row.next_run is None:
+        return None
+    try:
+        schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
+    except ScheduleError:
+        return None
+    rule = calendar.excluding(row.next_run.astimezone(schedule.zone))
+    if rule is None or not schedule.is_recurring:
+        return None
+    nxt = schedule.next_due_after(max(now, row.next_run), grid_from=row.next_run)
+    record = RunRecord(
+        key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None,
+        end=max(now, row.next_run),  # (a fire is taken a little ahead of its due time)
+        result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
+        note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: calendar '{calendar.name}' "
+             f"excludes it ({rule.text})",
+    )
+    return row.replace(next_run=nxt), record
 
 
 def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:

@@ -27,6 +27,7 @@ import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Callable
 
+from ..calendar import CalendarCache
 from ..affinity import NodeAffinity
 from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 #: The node's threads mostly wait on pipes and the store; a collector that has a finished
 #: run in hand must not wait 5 ms for the reconcile loop to let go.
 _SWITCH_INTERVAL = 0.0005
+CALENDAR_TTL_SEC = 5.0  # a changed calendar applies to every node's fires within this
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
 
@@ -129,7 +131,8 @@ class Node:
             store_stats=lambda: self.store.stats,
         )
         self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.signals.wake, zone=self.zone,
-                                   max_ahead=max(1, s.pool_size // 2))
+                                   max_ahead=max(1, s.pool_size // 2),
+                                   calendars=CalendarCache(self.store.calendar, CALENDAR_TTL_SEC, self.clock.monotonic))
         self.executor = Executor(
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
             retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,

@@ -28,11 +28,13 @@ import threading
 from datetime import datetime, timedelta
 from typing import Callable
 
+from ..calendar import Calendar, CalendarCache
 from ..clock import Clock
+from ..errors import StoreError
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
 from ..store.base import JobStore, RunRecord
-from .decisions import fire, late_fire, late_handler
+from .decisions import calendar_fire, fire, late_fire, late_handler
 
 log = logging.getLogger("fabricjobs.node.scheduler")
 
@@ -55,6 +57,7 @@ class Scheduler:
         batch: int = 5000,
         lead: float = FIRE_LEAD,
         max_ahead: int | None = None,
+        calendars: CalendarCache | None = None,
     ) -> None:
         self.lead = lead  # what the recent fires needed (see dispatched)
         self.min_lead = lead
@@ -62,6 +65,7 @@ class Scheduler:
         self._took: collections.deque[float] = collections.deque(maxlen=64)  # take -> worker, seconds
         self._fired: collections.deque[tuple[float, int]] = collections.deque()  # (monotonic, fires) of the last 2 s
         self.zone = zone
+        self.calendars = calendars  # a job's CALENDAR, read when its fire is due
         self.store = store
         self.clock = clock
         self.me = me
@@ -218,7 +222,12 @@ class Scheduler:
 
     def _fire(self, rows: list[Job]) -> None:
         now = self.clock.now()
-        pairs, skipped = self._transitions(rows, now)
+        try:
+            pairs, skipped = self._transitions(rows, now)
+        except StoreError:  # a calendar could not be read: fire nothing rather than a fire it excludes
+            log.exception("could not read the calendars of %d due jobs; retrying in 1 s", len(rows))
+            self._retry_later(rows)
+            return
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
             self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
         taken = self.clock.monotonic()
@@ -249,10 +258,18 @@ class Scheduler:
             self.on_ready()
 
     def _transitions(self, rows: list[Job], now: datetime) -> tuple[list[tuple[Job, Job]], list[RunRecord]]:
-        """Each due row to WAITING; one too late to run skipped instead (recorded, rescheduled)."""
+        """Each due row to WAITING; one its calendar excludes, or too late to run, skipped instead
+        (recorded, rescheduled)."""
         pairs = []
         skipped: list[RunRecord] = []
         for row in rows:
+            excluded = calendar_fire(row, self._calendar(row), now, self.zone)
+            if excluded is not None:
+                new, record = excluded
+                pairs.append((row, advance(row, Event.UPDATE, new)))
+                skipped.append(record)
+                log.info("%s", record.note.replace("fire due", f"fire of '{row.key}' due"), extra=job_extra(row.key, row.epoch))
+                continue
             late = late_fire(row, now, self.zone)
             if late is not None:
                 new, record = late
@@ -266,6 +283,15 @@ class Scheduler:
             event, new = fire(row)
             pairs.append((row, advance(row, event, new)))
         return pairs, skipped
+
+    def _calendar(self, row: Job) -> Calendar | None:
+        if not row.calendar or self.calendars is None:
+            return None
+        calendar = self.calendars.get(row.calendar)
+        if calendar is None:
+            log.warning("'%s' names calendar '%s', which is not stored: its fire is not skipped", row.key, row.calendar,
+                        extra=job_extra(row.key, row.epoch))
+        return calendar
 
     def _start_handlers(self, rows: list[Job], results: list) -> None:
         """LATE_ACTION='TYPE.NAME': the late-handler job of each skip that was written."""

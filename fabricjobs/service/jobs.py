@@ -20,6 +20,7 @@ from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advan
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
+from .calendars import CalendarCommands
 from .hold import HoldCommands
 from .session import Session, keep_session_scope, owner_of, with_session_scope
 
@@ -32,7 +33,7 @@ RUN_GOING_NOTE = "a run is going on: not run again"
 RUN_HELD_NOTE = "held: RELEASEJOB runs it"
 
 
-class JobCommands(HoldCommands):
+class JobCommands(HoldCommands, CalendarCommands):
     """STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
@@ -70,7 +71,9 @@ class JobCommands(HoldCommands):
         blockers = dependencies.blocking(self.store, parents)
         job = Job(
             key=key,
-            status=schedule.initial_status,
+            # With a calendar even an interval job's first run is a fire, which the calendar
+            # may skip: SCHEDULED, due now (a node adopts it and its scheduler decides).
+            status=Status.SCHEDULED if cmd.calendar else schedule.initial_status,
             creation_time=now,
             affinity=cmd.affinity or "",
             arguments=with_session_scope(cmd.args, session.session_scope()),
@@ -87,6 +90,7 @@ class JobCommands(HoldCommands):
             on_failure=self._late_action(cmd.on_failure),
             owner=owner_of(session),
             requestor=cmd.requestor or "",
+            calendar=self._calendar(cmd.calendar, schedule),
         )
         job = self._noted(job, "STARTJOB", session)
         if cmd.hold:  # RJM: set up now, run after RELEASEJOB
@@ -290,7 +294,8 @@ class JobCommands(HoldCommands):
 
     # -- UPDATEJOB -----------------------------------------------------------------------------
 
-    def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
+    def _check_update(self, cmd: statements.UpdateJob, session: Session) -> None:
+        """UPDATEJOB's checks of its new values, before any row is read."""
         self._check_affinity(cmd.affinity)
         self._late_action(cmd.late_action)
         self._late_action(cmd.on_failure)
@@ -300,6 +305,11 @@ class JobCommands(HoldCommands):
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
             json.loads(cmd.args)  # the parser validated it; a client may hand us anything
+        if cmd.calendar:
+            self._stored_calendar(cmd.calendar)  # (whether each row's schedule recurs: in decide)
+
+    def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
+        self._check_update(cmd, session)
         now = self.clock.now()
         notes: dict[JobKey, str] = {}
         parents = dependencies.parent_keys(cmd.depends_on) if cmd.depends_on is not None else None
@@ -312,7 +322,7 @@ class JobCommands(HoldCommands):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure", "requestor"):
+            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure", "requestor", "calendar"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:
@@ -327,12 +337,14 @@ class JobCommands(HoldCommands):
                 return self._hold(row, new, notes, session)
             rescheduled = cmd.exec_interval is not None or cmd.tz is not None
             schedule = self._schedule(new.execution_interval, new.time_zone)
+            if new.calendar and (cmd.calendar or cmd.exec_interval is not None):
+                self._calendar(new.calendar, schedule)  # a calendar needs a recurring job, whichever changed
             reset = bool(cmd.reset_end_time)
             if rescheduled or reset:  # a new schedule replaces the fire a RUNJOB kept aside
                 new = new.replace(resume_at=None)
             if row.status in (Status.WAITING, Status.SCHEDULED) and (rescheduled or reset):
                 due = now if reset else _next_due_for_update(schedule, row, now)
-                status = Status.WAITING if due <= now else Status.SCHEDULED
+                status = Status.WAITING if due <= now and not new.calendar else Status.SCHEDULED  # (a calendar's fire)
                 # A new due time is picked up by whichever node re-owns the job: unowning it
                 # (epoch + 1) also fences the old owner's scheduler entry.
                 new = new.replace(status=status, next_run=due, worker_id=None, epoch=row.epoch + 1)

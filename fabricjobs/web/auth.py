@@ -38,6 +38,8 @@ STATEMENT_NEEDS: dict[type, Need] = {
     st.RestartJob: Need.OPERATE,
     st.ResumeJob: Need.OPERATE, st.UpdateJob: Need.OPERATE, st.Kill: Need.OPERATE, st.WaitJob: Need.OPERATE,
     st.DeleteHistory: Need.ADMIN,  # run-data deletion (issue #21's admin role)
+    st.Calendars: Need.READ,
+    st.CreateCalendar: Need.ADMIN, st.DropCalendar: Need.ADMIN,  # a calendar changes every job that names it
 }
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="fabricjobs"'}

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ..errors import (
-    CommandError, CommandSyntaxError, ConfigError, FabricJobsError, JobAlreadyRunning, JobNotFound, NodeNotFound,
+    CalendarNotFound, CommandError, CommandSyntaxError, ConfigError, FabricJobsError, JobAlreadyRunning, JobNotFound, NodeNotFound,
     PriorityAboveCeiling, StoreError, TaskNotFound, WaitTimeout,
 )
 
@@ -31,6 +31,7 @@ STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (JobNotFound, 404),
     (NodeNotFound, 404),
     (TaskNotFound, 404),
+    (CalendarNotFound, 404),
     (PriorityAboveCeiling, 403),  # the caller may not give that priority ([jobs] MAX_JOB_PRIORITY)
     (JobAlreadyRunning, 409),  # "Job is running [...]"
     (WaitTimeout, 504),  # the command took effect; the wait for its end ran out

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from fabricjobs.commands import Expectation, expected_at, lex
 
 STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RELEASEJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
-              "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY")
+              "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY", "CREATECALENDAR", "DROPCALENDAR", "CALENDARS")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
-                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "HOLD")
+                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "CALENDAR", "HOLD")
 
 
 # -- expected_at -----------------------------------------------------------------------------

@@ -483,14 +483,14 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, HOLD=, IF or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, CALENDAR=, HOLD=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "HOLD=", "IF", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "CALENDAR=", "HOLD=", "IF", "';'")
 
 
 def test_unknown_statement():
     exc = fails("ps;\n  shutdown now")
-    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RELEASEJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY or ';'")
+    assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RELEASEJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY, CREATECALENDAR, DROPCALENDAR, CALENDARS or ';'")
 
 
 def test_missing_job_type():

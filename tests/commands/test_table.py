@@ -36,7 +36,9 @@ def test_each_usage_line_starts_with_its_keyword_and_parses_in_its_simplest_form
                 "UPDATEJOB": "updatejob user_job name='a' priority=3;", "JOBSTATUS": "jobstatus;",
                 "JOBHISTORY": "jobhistory user_job 'a';", "JOBLOG": "joblog user_job 'a';",
                 "WAITJOB": "waitjob user_job 'a' with uid='u';",
-                "DELETEHISTORY": "deletehistory user_job 'a' with uid='u';", "PS": "ps;", "KILL": "kill 'n1' 3;",
+                "DELETEHISTORY": "deletehistory user_job 'a' with uid='u';",
+                "CREATECALENDAR": "createcalendar 'c' exclude '2026-12-25';", "DROPCALENDAR": "dropcalendar 'c';",
+                "CALENDARS": "calendars;", "PS": "ps;", "KILL": "kill 'n1' 3;",
                 "NODES": "nodes;", "SET": "set k = v;"}
     assert set(simplest) == {s.keyword for s in table.STATEMENTS}
     for s in table.STATEMENTS:
