@@ -43,7 +43,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -77,6 +77,9 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_job_run_uids": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_listener_files": "gc_grace_seconds = 86400",
+    # Lines only ever expire (TTL, livelog.py): no tombstones to keep, hour windows to drop whole.
+    "k2_live_log": "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS',"
+                   " 'compaction_window_size': 1} AND gc_grace_seconds = 3600",
 }
 
 _JOBS_V1 = """k2_jobs (
@@ -138,6 +141,10 @@ _LISTENER = """k2_listener_files (
         type text, name text, uid text, file text, note text, marked_at timestamp,
         PRIMARY KEY ((type, name, uid), file))"""
 _RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
+#: Version 10: a running run's log lines as they come (JOBLOG ... FOLLOW, livelog.py).
+_LIVE_LOG = """k2_live_log (
+        type text, name text, uid text, epoch bigint, seq bigint, line text,
+        PRIMARY KEY ((type, name, uid, epoch), seq))"""
 
 
 def _create(body: str, options: str = "") -> str:
@@ -160,10 +167,11 @@ SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
             + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
-                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _LIVE_LOG)
 )
 
-_V4_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours")
+_V4_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours",
+              "k2_live_log")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -186,6 +194,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     7: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in RUN_ONCE.items()),
     8: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in LATE.items()),
     9: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in ON_FAILURE.items()),
+    10: (_create(_LIVE_LOG, TABLE_OPTIONS["k2_live_log"]),),
 }
 
 

@@ -23,6 +23,7 @@ from ...model import Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
 from .history import History
 from .index import _bucket, _job_bucket, _slot
+from .livelog import LiveLog
 from .nodes import Nodes
 from .queue import Queue
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when
@@ -49,7 +50,7 @@ class _Change:
         return self.expected.key
 
 
-class CassandraStore(Queue, History, Nodes, JobStore):
+class CassandraStore(Queue, History, Nodes, LiveLog, JobStore):
     """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
 
     backend = "cassandra"

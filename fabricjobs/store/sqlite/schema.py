@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -127,6 +127,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     5: ("ALTER TABLE k2_jobs ADD COLUMN late_action TEXT NOT NULL DEFAULT ''",),
     # 6: ON_FAILURE (IPF's failure command, issue #22).
     6: ("ALTER TABLE k2_jobs ADD COLUMN on_failure TEXT NOT NULL DEFAULT ''",),
+    # 7: a running run's log lines as they come (JOBLOG ... FOLLOW, issue #22); gone with the
+    # run records' retention clean-up (by written_at).
+    7: (
+        """
+        CREATE TABLE k2_live_log (
+            type TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, epoch INTEGER NOT NULL,
+            seq INTEGER NOT NULL, line TEXT NOT NULL, written_at REAL NOT NULL,
+            PRIMARY KEY (type, name, uid, epoch, seq)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX k2_live_log_written ON k2_live_log (written_at)",
+    ),
 }
 
 
