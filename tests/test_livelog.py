@@ -1,0 +1,74 @@
+"""The live log path in pieces (JOBLOG ... FOLLOW, issue #22): a worker's spool file of a run,
+and the node part that passes its new complete lines to the store. End to end through real
+nodes and the shell: tests/test_follow.py."""
+
+from __future__ import annotations
+
+import os
+
+from fabricjobs.clock import ManualClock
+from fabricjobs.model import JobKey
+from fabricjobs.node.livelog import LiveLogFlusher
+from fabricjobs.store.sqlite import SqliteStore
+from fabricjobs.worker.spool import LINE_MAX, Spool, spool_path
+
+KEY = JobKey("USER_JOB", "Customer.live", "u1")
+
+
+def _parts(tmp_path, running, max_bytes=65536):
+    store = SqliteStore(tmp_path / "store.db")
+    flusher = LiveLogFlusher(store, str(tmp_path / "board.live"), lambda: dict(running), ManualClock(),
+                             interval=1.0, max_bytes=max_bytes)
+    os.makedirs(flusher.spool_dir)
+    return store, flusher
+
+
+def test_a_run_that_logs_nothing_makes_no_file(tmp_path):
+    (tmp_path / "b.live").mkdir()
+    spool = Spool(spool_path(str(tmp_path / "b"), 7))
+    spool.close()
+    assert os.listdir(tmp_path / "b.live") == []
+
+
+def test_complete_lines_are_passed_on_once_in_order_and_the_file_goes_with_the_run(tmp_path):
+    running = {7: (KEY, 3)}
+    store, flusher = _parts(tmp_path, running)
+    spool = Spool(spool_path(str(tmp_path / "board"), 7))
+    spool.write("first")
+    spool.write("two\nlines")  # a message over lines: a line each
+    out = spool.lines("stdout: ")
+    out.feed(b"half a li")
+    assert flusher.flush_once() == 3
+    assert store.live_log(KEY, 3) == [(0, "first"), (1, "two"), (2, "lines")]
+    out.feed(b"ne\nnext")
+    out.end()
+    assert flusher.flush_once() == 2 and flusher.flush_once() == 0
+    assert [line for _, line in store.live_log(KEY, 3, after_seq=2)] == ["stdout: half a line", "stdout: next"]
+    spool.close()
+    assert os.listdir(flusher.spool_dir) == []
+    store.close()
+
+
+def test_lines_beyond_the_budget_are_counted_not_passed_on(tmp_path):
+    store, flusher = _parts(tmp_path, {1: (KEY, 1)}, max_bytes=16384)
+    spool = Spool(spool_path(str(tmp_path / "board"), 1))
+    for i in range(3000):
+        spool.write(f"line {i:05d}")  # 11 bytes each: 1489 fit in 16 KB
+    spool.write("x" * (LINE_MAX + 10))  # cut to LINE_MAX
+    assert flusher.flush_once() == 1490
+    lines = [line for _, line in store.live_log(KEY, 1, limit=5000)]
+    assert lines[0] == "line 00000" and lines[1488] == "line 01488" and lines[-1] == "[1512 lines skipped]"
+    spool.write("after")
+    flusher.flush_once()
+    assert store.live_log(KEY, 1, after_seq=1489) == [(1490, "after")]
+    spool.close()
+    store.close()
+
+
+def test_a_file_of_a_run_the_node_no_longer_has_is_removed(tmp_path):
+    store, flusher = _parts(tmp_path, {})
+    stale = Spool(spool_path(str(tmp_path / "board"), 9))
+    stale.write("a killed worker's line")
+    assert flusher.flush_once() == 0
+    assert os.listdir(flusher.spool_dir) == [] and store.live_log(KEY, 1) == []
+    store.close()
