@@ -45,6 +45,7 @@ import time
 from ..logs import setup_logging  # at the top: the fork server imports it once for all forks
 from ..model import JobType
 from .board import Board
+from .spool import spool_path
 from .node_link import NodeLink
 from .reaper import kill_descendants
 from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec
@@ -166,6 +167,7 @@ class WorkerProcess:
         if not self._begin(spec):
             signal.setitimer(signal.ITIMER_REAL, 0)
             return self.report(spec.task, Outcome(LEASE_LOST, error=_LOST))
+        spec = dataclasses.replace(spec, spool=spool_path(self.board_path, spec.task))
         if spec.key.type == JobType.PROCESS:
             spec = dataclasses.replace(spec, board=(self.board_path, self.slots))  # for its guard
         outcome, elapsed = self._execute(spec)

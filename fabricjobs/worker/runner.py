@@ -26,7 +26,7 @@ from ..jobs.context import FailMode, JobContext, JobFailure, JobLogger, _bind, _
 from .guard import JOB_ENV as GUARDED_JOB_ENV
 from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
-from .spool import Spool, spool_path
+from .spool import Spool
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
 from ..jobs.registry import JobResolutionError, process_argv
 
@@ -95,7 +95,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     global _run_log
     if _run_log is None:
         _run_log = RunLog(spec.log_max)
-    run_log = _run_log.reset(spec.log_max, Spool(spool_path(spec.board[0], spec.task) if spec.board else None))
+    run_log = _run_log.reset(spec.log_max, Spool(spec.spool))
     job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
     job_log.addHandler(run_log)
     try:
