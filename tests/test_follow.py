@@ -8,6 +8,7 @@ then JOBLOG's line saying how the run ended, and the shell exits by itself."""
 from __future__ import annotations
 
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -123,3 +124,16 @@ def test_joblog_follow_waits_for_the_next_run_of_a_waiting_job(cluster, tmp_path
     assert [line.split(" INFO ")[-1] for line in follow.seen[1:3]] == [
         "[USER_JOB.Probe.log_and_wait.w1] first line, before the gate",
         "[USER_JOB.Probe.log_and_wait.w1] second line, after the gate"]
+
+
+def test_ctrl_c_ends_a_follow_cleanly(cluster, tmp_path):
+    cluster.start_node("n1")
+    r = cluster.shell("-e", f"startjob user_job name='Probe.log_and_wait' uid='cc' args='{{\"gate\": \"{tmp_path / 'gate'}\"}}';")
+    assert r.returncode == 0, r.stderr
+    follow = Follow(cluster, "joblog user_job 'Probe.log_and_wait' with uid='cc' follow;")
+    follow.until("first line, before the gate")
+    follow.proc.send_signal(signal.SIGINT)
+    code, err = follow.end()
+    assert code == 130 and "Traceback" not in err, err
+    assert cluster.job("USER_JOB", "Probe.log_and_wait", "cc").status.name == "IN_PROCESS"  # the job is not touched
+    cluster.shell("-e", "stopjob user_job name='Probe.log_and_wait' uid='cc' wait timeout 20;")
