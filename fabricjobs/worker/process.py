@@ -167,7 +167,6 @@ class WorkerProcess:
         if not self._begin(spec):
             signal.setitimer(signal.ITIMER_REAL, 0)
             return self.report(spec.task, Outcome(LEASE_LOST, error=_LOST))
-        spec = dataclasses.replace(spec, spool=spool_path(self.board_path, spec.task))
         if spec.key.type == JobType.PROCESS:
             spec = dataclasses.replace(spec, board=(self.board_path, self.slots))  # for its guard
         outcome, elapsed = self._execute(spec)
@@ -216,7 +215,7 @@ class WorkerProcess:
         def progress(done: float, total: float) -> None:
             self.board.set_progress(spec.slot, spec.task, done, total)
 
-        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress)
+        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress, spool_path(self.board_path, spec.task))
         elapsed = time.monotonic() - began
         # What the run started ends with it (SPEC 7.10). Starting a process takes longer than
         # _SPAWN_MIN (a fork alone ~0.5 ms here), and the /proc scan ~0.1 ms: a run that short

@@ -59,7 +59,6 @@ class RunSpec:
     log_max: int = 65536  # bytes of log lines kept for the run's history
     job: "Job | None" = None  # the row as claimed (INTERFACE_LISTENER needs it)
     board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
-    spool: str | None = None  # the file of its log lines as they come (spool.py), set by the worker
     not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
     due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
 

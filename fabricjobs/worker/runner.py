@@ -82,9 +82,10 @@ _run_log: RunLog | None = None  # this worker's (one run at a time)
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
             link: NodeLink | None = None,
-            progress: Callable[[float, float], None] = lambda done, total: None) -> Outcome:
+            progress: Callable[[float, float], None] = lambda done, total: None, spool: str | None = None) -> Outcome:
     """Run one job in this worker. ``link``: the node, for an INTERFACE_LISTENER's store needs;
-    ``progress``: where a USER_JOB's ``current_job().progress`` goes (the node's board)."""
+    ``progress``: where a USER_JOB's ``current_job().progress`` goes (the node's board);
+    ``spool``: the file its log lines go to as they come (spool.py), for its node."""
     try:
         arguments = json.loads(spec.arguments or "{}")
         if not isinstance(arguments, dict):
@@ -95,7 +96,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     global _run_log
     if _run_log is None:
         _run_log = RunLog(spec.log_max)
-    run_log = _run_log.reset(spec.log_max, Spool(spec.spool))
+    run_log = _run_log.reset(spec.log_max, Spool(spool))
     job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
     job_log.addHandler(run_log)
     try:
