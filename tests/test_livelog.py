@@ -72,3 +72,37 @@ def test_a_file_of_a_run_the_node_no_longer_has_is_removed(tmp_path):
     assert flusher.flush_once() == 0
     assert os.listdir(flusher.spool_dir) == [] and store.live_log(KEY, 1) == []
     store.close()
+
+
+# -- the follow itself, on a store (both backends), without nodes ----------------------------------
+
+def test_follow_yields_the_live_lines_then_the_records_rest_then_how_the_run_ended(store, store_config):
+    from datetime import datetime, timezone
+
+    import pytest
+
+    from fabricjobs.client import Client
+    from fabricjobs.config import load_config
+    from fabricjobs.errors import CommandError
+    from fabricjobs.model import Job, Status
+    from fabricjobs.store.base import RunRecord
+
+    t0 = datetime(2026, 5, 1, 12, tzinfo=timezone.utc)
+    client = Client(store, load_config(store_config))
+    key = JobKey("USER_JOB", "Customer.live", "f")
+    row = store.insert(Job(key=key, status=Status.WAITING, creation_time=t0, next_run=t0)).row
+    running = store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=1, start_time=t0)).row
+    store.append_live_log(key, 1, 0, ["a", "b"])
+    lines = iter(client.fetch("joblog user_job 'Customer.live' with uid='f' follow timeout 30;").lines or ())
+    assert [next(lines), next(lines), next(lines)] == ["run 1 of USER_JOB.Customer.live.f on n1: following (ends with the run)",
+                                                       "a", "b"]
+    done = running.replace(status=Status.PROCESSED, archived=True, end_time=t0)
+    store.cas_many([(running, done)], runs=[RunRecord(key, 1, "n1", t0, t0, t0, "OK", "PROCESSED", 0, log="a\nb\nc")])
+    assert list(lines) == ["c", "run 1 of USER_JOB.Customer.live.f on n1: OK -> PROCESSED"]  # c: logged after the last pass
+    # Over: JOBLOG's answer, at once.
+    final = client.fetch("joblog user_job 'Customer.live' follow;")
+    assert final.lines is None and final.status == "run 1 of USER_JOB.Customer.live.f on n1: OK -> PROCESSED\na\nb\nc"
+    for uid in ("g", "h"):
+        store.insert(Job(key=JobKey("USER_JOB", "Customer.two", uid), status=Status.WAITING, creation_time=t0, next_run=t0))
+    with pytest.raises(CommandError, match="2 live jobs are named 'Customer.two'; add WITH UID='<uid>' to follow one"):
+        client.fetch("joblog user_job 'Customer.two' follow;")
