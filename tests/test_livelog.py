@@ -106,3 +106,31 @@ def test_follow_yields_the_live_lines_then_the_records_rest_then_how_the_run_end
         store.insert(Job(key=JobKey("USER_JOB", "Customer.two", uid), status=Status.WAITING, creation_time=t0, next_run=t0))
     with pytest.raises(CommandError, match="2 live jobs are named 'Customer.two'; add WITH UID='<uid>' to follow one"):
         client.fetch("joblog user_job 'Customer.two' follow;")
+
+
+def test_the_shell_prints_each_line_as_it_comes_in_each_format():
+    import io
+
+    from fabricjobs.result import Result
+    from fabricjobs.shell.output import print_result
+
+    class Out(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.flushed: list[str] = []
+
+        def flush(self):
+            self.flushed.append(self.getvalue())
+
+    def lines():
+        yield "one"
+        assert "one" in out.flushed[-1]  # printed (and flushed) before the next line is read
+        yield "two \x1b[31m"
+
+    out = Out()
+    print_result(Result(lines=lines()), "table", out)
+    assert out.getvalue() == "one\ntwo \u241b[31m\n"  # a terminal gets no escape sequence from a job
+    for fmt, expected in (("json", '{"line": "one"}\n{"line": "two \\u001b[31m"}\n'), ("csv", "one\ntwo \x1b[31m\n")):
+        out = Out()
+        print_result(Result(lines=lines()), fmt, out)
+        assert out.getvalue() == expected

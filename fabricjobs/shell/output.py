@@ -31,9 +31,8 @@ def render(result: Result, fmt: str = "table", *, zone: tzinfo | None = None, wi
 def print_result(result: Result, fmt: str, out: TextIO, *, zone: tzinfo | None = None, width: int | None = None) -> None:
     """Print ``result``; lines that come over time (JOBLOG ... FOLLOW) each as it comes
     (json: one object a line, ``{"line": ...}``). Reading them may raise as the command would."""
-    text = render(result, fmt, zone=zone, width=width)
-    if result.lines is None or text:
-        print(text, file=out, flush=True)
+    if result.lines is None or result.has_table or result.status:
+        print(render(result, fmt, zone=zone, width=width), file=out, flush=True)
     for line in result.lines or ():
         print(json.dumps({"line": line}, ensure_ascii=False) if fmt == "json" else line if fmt == "csv" else shown(line),
               file=out, flush=True)
