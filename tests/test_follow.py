@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from harness import wait_for
 
 
@@ -137,3 +139,19 @@ def test_ctrl_c_ends_a_follow_cleanly(cluster, tmp_path):
     assert code == 130 and "Traceback" not in err, err
     assert cluster.job("USER_JOB", "Probe.log_and_wait", "cc").status.name == "IN_PROCESS"  # the job is not touched
     cluster.shell("-e", "stopjob user_job name='Probe.log_and_wait' uid='cc' wait timeout 20;")
+
+
+@pytest.mark.parametrize("cluster", [{"jobs": {"LIVE_LOG_FLUSH_MS": 0}}], indirect=True)
+def test_with_live_lines_switched_off_a_follow_shows_the_run_once_it_has_ended(cluster, tmp_path):
+    cluster.start_node("n1")
+    gate = tmp_path / "gate"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.log_and_wait' uid='off' args='{{\"gate\": \"{gate}\"}}';")
+    assert r.returncode == 0, r.stderr
+    follow = Follow(cluster, "joblog user_job 'Probe.log_and_wait' with uid='off' follow timeout 60;")
+    follow.until("following (ends with the run)")
+    gate.touch()
+    follow.until("OK -> PROCESSED")
+    code, err = follow.end()
+    assert code == 0 and err == ""
+    assert [line.split("] ")[-1] for line in follow.seen[1:3]] == ["first line, before the gate", "second line, after the gate"]
+    assert len(follow.seen) == 4, follow.seen
