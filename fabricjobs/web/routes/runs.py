@@ -18,7 +18,7 @@ from ..auth import Need, requires
 from ..errors import body_of
 from ..schemas import DeletedRuns, Run, RunLog, record, records
 from ..tokens import TokenInfo
-from . import api_of, checked, execute, job_key
+from . import api_of, capped, checked, execute, job_key
 
 router = APIRouter(tags=["runs"])
 RUNS = "/jobs/{type}/{name}/{uid}/runs"
@@ -67,13 +67,13 @@ _FOLLOWED: dict[int | str, dict[str, Any]] = {200: {"description": "With ``follo
 def get_last_log(request: Request, type: str, name: str, uid: str,
                  follow: bool = Query(False, description="Stream the lines of the run going on (or of the next one) "
                                                          "until it ends, as NDJSON; a final job: its last run's log"),
-                 timeout: int | None = Query(None, ge=0, le=10_000_000, description="Seconds the whole follow may take"),
+                 timeout: int | None = Query(None, ge=0, le=10_000_000, description="Seconds the whole follow may take (at most 60: ask again to follow longer)"),
                  who: TokenInfo = Viewer) -> Any:
     if not follow:
         return _log(_find(request, type, name, uid, None))
     key = job_key(type, name, uid)
-    result = execute(request, who, st.JobLog(key.type, key.name, key.uid, follow=True,
-                                              timeout=None if timeout is None else float(timeout)))
+    # A follow holds a server thread: at most MAX_WAIT_SEC a request, as every wait of the API.
+    result = execute(request, who, st.JobLog(key.type, key.name, key.uid, follow=True, timeout=capped(timeout)))
     lines = result.lines if result.lines is not None else (result.status or "").split("\n")
     return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
 
