@@ -210,6 +210,8 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "DEPENDENCY_CHECK_SEC", _float(0.05), 5.0, "How often a node re-checks blocked jobs' parents (they are also checked as soon as a parent ends)."),
     Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),
     Key("jobs", "RUN_LOG_MAX_BYTES", _int(1024), 65536, "Log lines kept per run for JOBLOG (the job's logger, a PROCESS job's stdout/stderr): head and tail."),
+    Key("jobs", "LIVE_LOG_FLUSH_MS", _int(0), 1000, "A node passes its running runs' new log lines to the store this often, for JOBLOG ... FOLLOW (0: never; JOBLOG then shows a run's log once it has ended)."),
+    Key("jobs", "LIVE_LOG_MAX_BYTES", _int(16384), 65536, "Log bytes per run a node passes on per flush for JOBLOG ... FOLLOW; lines beyond are counted and shown as '[n lines skipped]'."),
     Key("jobs", "WORKER_IDLE_SEC", _float(0.0), 60.0, "A worker process idle this long exits (started again on demand)."),
     # [heartbeat]
     Key("heartbeat", "FABRIC_HEARTBEAT_INTERVAL_MS", _int(10), 5000, "Every node writes its heartbeat this often."),

@@ -8,7 +8,7 @@ real values and the shell gets formatting in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 
 class Row(dict):
@@ -22,6 +22,9 @@ class Result:
     status: str | None = None  # a message for results without rows ("SET", "kill sent ...")
     vertical: bool = False  # print one record per block (detail views)
     notices: tuple[str, ...] = field(default=())  # extra lines shown after the table
+    # Lines that come over time (JOBLOG ... FOLLOW): read once, each printed as it comes. A
+    # program may iterate it; reading it may raise as the command would (WaitTimeout).
+    lines: Iterable[str] | None = field(default=None, compare=False)
 
     def __iter__(self) -> Iterator[Row]:
         for r in self.rows:

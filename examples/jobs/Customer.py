@@ -61,3 +61,14 @@ def onFailure(failed_job: str, run: int, error: str):
     it with the failed job's key, run and error when a run of that job fails for good."""
     current_job().logger.error("%s failed for good in run %d: %s", failed_job, run, error)
     return {"failed_job": failed_job, "run": run}
+
+
+def ticker(ticks: int = 5, seconds: float = 1.0):
+    """Logs a line every ``seconds``, ``ticks`` times (JOBLOG ... FOLLOW shows them as they come)."""
+    job = current_job()
+    for i in range(1, ticks + 1):
+        if job.is_aborted():
+            raise InterruptedError(f"stopped after {i - 1} ticks")
+        job.logger.info("tick %d of %d", i, ticks)
+        time.sleep(seconds)
+    return ticks

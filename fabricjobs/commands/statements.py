@@ -174,12 +174,16 @@ class JobHistory:
 
 @dataclass(frozen=True, slots=True)
 class JobLog:
-    """JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN n]: the log of one run (default: the last)."""
+    """JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN n]: the log of one run (default: the last);
+    with FOLLOW [TIMEOUT n] (``follow``, ``timeout``): the lines of the run going on (or of the
+    next one) as they come, until it ends."""
 
     type: str
     name: str
     uid: str | None = None
     run: int | None = None
+    follow: bool = False
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ STATEMENTS: tuple[StatementInfo, ...] = (
                    "          [BY '<owner>'] [REQUESTOR '<requestor>'] [DETAILS]")),
     StatementInfo("JOBHISTORY", st.JobHistory, "job_history", ("JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]",
                                                               "JOBHISTORY RECENT <n>")),
-    StatementInfo("JOBLOG", st.JobLog, "job_log", ("JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN <n>]",)),
+    StatementInfo("JOBLOG", st.JobLog, "job_log", ("JOBLOG <TYPE> '<NAME>' [WITH UID='<UID>'] [RUN <n> | FOLLOW [TIMEOUT <s>]]",)),
     StatementInfo("WAITJOB", st.WaitJob, "wait_job", ("WAITJOB <TYPE> '<NAME>' WITH UID='<UID>' [RUN <n>] [TIMEOUT <s>]",)),
     StatementInfo("DELETEHISTORY", st.DeleteHistory, "delete_history", ("DELETEHISTORY <TYPE> '<NAME>' WITH UID='<UID>'",)),
     StatementInfo("CREATECALENDAR", st.CreateCalendar, "create_calendar",

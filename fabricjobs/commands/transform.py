@@ -323,9 +323,12 @@ class ToCommand(Transformer):
         return JobHistory(type=job_type, name=name, uid=uid, limit=limit)
 
     def joblog(self, children: list[Any]) -> JobLog:
-        job_type, name, uid, options = self._named(children)
+        follow = any(isinstance(c, Token) and c.type == "FOLLOW" for c in children)
+        job_type, name, uid, options = self._named([c for c in children if not (isinstance(c, Token) and c.type == "FOLLOW")])
         run = self._option(options, "RUN", _MAX_TASK, "RUN needs a whole run number")
-        return JobLog(type=job_type, name=name, uid=uid, run=run)
+        timeout = self._option(options, "TIMEOUT", _MAX_WAIT, "TIMEOUT needs a whole number of seconds")
+        return JobLog(type=job_type, name=name, uid=uid, run=run, follow=follow,
+                      timeout=None if timeout is None else float(timeout))
 
     def waitjob(self, children: list[Any]) -> WaitJob:
         job_type, name, uid, options = self._named(children)

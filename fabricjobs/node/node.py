@@ -33,6 +33,8 @@ from ..clock import Clock, SystemClock
 from ..config import Config, NodeId, load_node_id
 from ..errors import FabricJobsError, StoreError
 from ..worker.board import Board
+from ..worker.spool import spool_dir
+from .livelog import LiveLogFlusher
 from ..worker.reaper import stat_field
 from .. import dependencies
 from ..jobs.registry import JobCatalog
@@ -148,6 +150,9 @@ class Node:
             on_lapse=self.executor.end_generation, on_displaced=self._on_displaced,
             poked=self.signals.tasks_changed,
         )
+        self.live_log = LiveLogFlusher(
+            self.store, spool_dir(self.board.path), lambda: {r.task: (r.row.key, r.row.epoch) for r in table.all()},
+            self.clock, interval=s.live_log_flush, max_bytes=s.live_log_max)
         self.reconciler = Reconciler(self.name, s, ReconcileParts(
             store=self.store, executor=self.executor, scheduler=self.scheduler, liveness=self.liveness,
             affinity=self.affinity, board=self.board, clock=self.clock, metrics=self.metrics,
@@ -237,6 +242,7 @@ class Node:
         self.liveness.observe(self.store.nodes())
         self.heartbeat.start()
         self.pool.prewarm()
+        self.live_log.start()
         self.executor.start_collector()
         try:
             self.scheduler.refresh()
@@ -387,6 +393,7 @@ class Node:
         self.executor.flush()
         self.executor.stop_collector()
         self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
+        self.live_log.stop()
         self.heartbeat.stop()
         self.heartbeat.beat_once(state=NodeState.STOPPED)
         self.board.close(unlink=True)

@@ -26,6 +26,8 @@ class NodeSettings:
     heartbeat_miss: int
     output_max: int
     run_log_max: int
+    live_log_flush: float  # seconds between a node's flushes of live log lines (0: none)
+    live_log_max: int
     worker_idle: float
     priority_aging_sec: float
     dependency_check_sec: float
@@ -50,6 +52,8 @@ class NodeSettings:
             heartbeat_miss=g("heartbeat", "FABRIC_HEARTBEAT_MISS"),
             output_max=g("jobs", "OUTPUT_MAX_BYTES"),
             run_log_max=g("jobs", "RUN_LOG_MAX_BYTES"),
+            live_log_flush=g("jobs", "LIVE_LOG_FLUSH_MS") / 1000.0,
+            live_log_max=g("jobs", "LIVE_LOG_MAX_BYTES"),
             priority_aging_sec=g("jobs", "PRIORITY_AGING_SEC"),
             dependency_check_sec=g("jobs", "DEPENDENCY_CHECK_SEC"),
             worker_idle=g("jobs", "WORKER_IDLE_SEC"),

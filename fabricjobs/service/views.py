@@ -14,6 +14,7 @@ from ..model import RUNNING_STATUSES, Job, JobKey, Status
 from ..result import Result
 from ..store.base import RunRecord
 from .core import ServiceCore
+from .follow import follow_lines
 from .session import Session
 
 STATUS_COLUMNS = (
@@ -117,8 +118,26 @@ class JobViews(ServiceCore):
         return Result(HISTORY_COLUMNS, tuple(rows), notices=notices)
 
     def job_log(self, cmd: statements.JobLog, session: Session) -> Result:
-        r = self.find_run(cmd)
+        row = self._followed(cmd) if cmd.follow else None
+        if row is not None:  # a live job: its run going on, or its next one
+            deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
+            return Result(lines=follow_lines(self.store, row, deadline, run_summary))
+        r = self.find_run(statements.JobLog(cmd.type, cmd.name, cmd.uid, cmd.run))
         return Result(status=run_summary(r) + "\n" + (r.log or "(no log lines)"))
+
+    def _followed(self, cmd: statements.JobLog) -> Job | None:
+        """The live job JOBLOG ... FOLLOW follows; None if there is none (final or archived:
+        its last run's log is shown, as JOBLOG does)."""
+        if cmd.uid is not None:
+            key = JobKey(cmd.type, cmd.name, cmd.uid)
+            row = self.store.get(key)
+            if row is None:
+                raise JobNotFound(f"No such job {key.describe()}")
+            return None if row.archived else row
+        live = self.store.live_jobs(type=cmd.type, name=cmd.name)
+        if len(live) > 1:
+            raise CommandError(f"{len(live)} live jobs are named {cmd.name!r}; add WITH UID='<uid>' to follow one")
+        return live[0] if live else None
 
     def find_run(self, cmd: statements.JobLog) -> RunRecord:
         """The run JOBLOG shows: run ``cmd.run`` (default: the last) of the jobs named."""

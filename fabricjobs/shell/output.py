@@ -12,7 +12,7 @@ import csv
 import io
 import json
 from datetime import datetime, tzinfo
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import shown
 from ..result import Result
@@ -26,6 +26,16 @@ def render(result: Result, fmt: str = "table", *, zone: tzinfo | None = None, wi
     if fmt == "csv":
         return _csv(result, zone)
     return _table(result, zone, width)
+
+
+def print_result(result: Result, fmt: str, out: TextIO, *, zone: tzinfo | None = None, width: int | None = None) -> None:
+    """Print ``result``; lines that come over time (JOBLOG ... FOLLOW) each as it comes
+    (json: one object a line, ``{"line": ...}``). Reading them may raise as the command would."""
+    if result.lines is None or result.has_table or result.status:
+        print(render(result, fmt, zone=zone, width=width), file=out, flush=True)
+    for line in result.lines or ():
+        print(json.dumps({"line": line}, ensure_ascii=False) if fmt == "json" else line if fmt == "csv" else shown(line),
+              file=out, flush=True)
 
 
 def _text(value: Any, zone: tzinfo | None) -> str:

@@ -19,7 +19,7 @@ from ..commands import table as statement_table
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
-from .output import render
+from .output import print_result
 from .script import report_internal_error, shell_log_path, split_statements
 
 HELP = f"""Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
@@ -77,7 +77,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         for piece in split_statements(text):
             try:
                 for result in client.run_script(piece.text):
-                    print(render(result, fmt, zone=zone, width=width), file=out, flush=True)
+                    print_result(result, fmt, out, zone=zone, width=width)
             except FabricJobsError as exc:
                 print(message_of(exc), file=sys.stderr, flush=True)
                 break

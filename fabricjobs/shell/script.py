@@ -19,7 +19,7 @@ from ..client import Client
 from ..commands import lex, parse_script, statements
 from ..errors import FabricJobsError, message_of
 from ..private import private_file
-from .output import render
+from .output import print_result
 
 log = logging.getLogger("fabricjobs.shell")
 
@@ -92,7 +92,7 @@ def run_text(
         try:
             for statement in parse_script(piece.text):
                 result = client.execute(statement.command)
-                print(render(result, fmt, zone=zone), file=out, flush=True)
+                print_result(result, fmt, out, zone=zone)
                 if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
                     for row in result.rows:
                         print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)

@@ -102,6 +102,10 @@ class NodeRow:
     stamp: int | None = None  # the store's write stamp of this beat (Cassandra: its WRITETIME)
 
 
+#: How long a live log line (JOBLOG ... FOLLOW) is kept at most: the run record keeps the log.
+LIVE_LOG_KEEP_SEC = 86400
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """One ended run of a job, in ``k2_job_runs`` (append-only; kept as long as archived rows).
@@ -396,6 +400,21 @@ class JobStore(ABC):
         """Remove a node's row as ``row`` shows it (read by :meth:`nodes`), and its kill
         requests. A beat written since that read survives: the caller judged that beat
         stale, not the node's next one."""
+
+    # -- live log lines (JOBLOG ... FOLLOW: a running run's lines as they come) -------------
+
+    @abstractmethod
+    def append_live_log(self, key: JobKey, epoch: int, first_seq: int, lines: Sequence[str]) -> None:
+        """Store ``lines`` of run ``epoch`` of ``key`` as numbers ``first_seq``, ``first_seq``
+        + 1, ...: written by the run's node while the run goes on. Writing a number again
+        replaces its line (a node that retries writes the same lines). Kept for a while only
+        (SQLite: until the retention clean-up of run records; Cassandra: a TTL of a day): the
+        run record keeps the log for good."""
+
+    @abstractmethod
+    def live_log(self, key: JobKey, epoch: int, after_seq: int = -1, limit: int = 1000) -> list[tuple[int, str]]:
+        """The live lines of run ``epoch`` of ``key`` numbered above ``after_seq``, in order,
+        at most ``limit`` of them: (number, line) pairs."""
 
     # -- kill requests (KILL from any shell, carried out by the target node) ---------------
 

@@ -171,4 +171,5 @@ class ErrorBody(BaseModel):
 def command_result(result: Result) -> CommandResult:
     return CommandResult(columns=list(result.columns),
                          rows=[{c: _json_safe(v) for c, v in zip(result.columns, r)} for r in result.rows],
-                         status=result.status, notices=list(result.notices))
+                         status="\n".join(result.lines) if result.lines is not None else result.status,
+                         notices=list(result.notices))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import glob
 import mmap
 import os
+import shutil
 import struct
 import tempfile
 import time
@@ -148,6 +149,9 @@ def _remove_stale_boards() -> None:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
+            if os.path.isdir(path):  # its live log spool (spool.py)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
             try:
                 os.unlink(path)
             except OSError:

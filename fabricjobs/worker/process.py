@@ -45,6 +45,7 @@ import time
 from ..logs import setup_logging  # at the top: the fork server imports it once for all forks
 from ..model import JobType
 from .board import Board
+from .spool import spool_path
 from .node_link import NodeLink
 from .reaper import kill_descendants
 from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec
@@ -214,7 +215,7 @@ class WorkerProcess:
         def progress(done: float, total: float) -> None:
             self.board.set_progress(spec.slot, spec.task, done, total)
 
-        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress)
+        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress, spool_path(self.board_path, spec.task))
         elapsed = time.monotonic() - began
         # What the run started ends with it (SPEC 7.10). Starting a process takes longer than
         # _SPAWN_MIN (a fork alone ~0.5 ms here), and the /proc scan ~0.1 ms: a run that short

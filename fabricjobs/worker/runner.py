@@ -26,6 +26,7 @@ from ..jobs.context import FailMode, JobContext, JobFailure, JobLogger, _bind, _
 from .guard import JOB_ENV as GUARDED_JOB_ENV
 from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
+from .spool import Spool
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
 from ..jobs.registry import JobResolutionError, process_argv
 
@@ -41,8 +42,9 @@ class RunLog(logging.Handler):
         self.setFormatter(_RUN_LOG_FORMAT)
         self.reset(limit)
 
-    def reset(self, limit: int) -> "RunLog":
+    def reset(self, limit: int, spool: Spool | None = None) -> "RunLog":
         self.limit = limit
+        self.spool = spool or Spool(None)  # each line as it comes, for the node (JOBLOG ... FOLLOW)
         self.head: list[str] = []
         self.tail: list[str] = []
         self.head_bytes = self.tail_bytes = self.dropped = 0
@@ -54,7 +56,9 @@ class RunLog(logging.Handler):
         except Exception:  # a log line must never fail a job
             pass
 
-    def add(self, line: str) -> None:
+    def add(self, line: str, live: bool = True) -> None:
+        if live:
+            self.spool.write(line)
         size = len(line.encode("utf-8", "replace")) + 1
         if self.head_bytes + size <= self.limit // 2:
             self.head.append(line)
@@ -78,9 +82,10 @@ _run_log: RunLog | None = None  # this worker's (one run at a time)
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
             link: NodeLink | None = None,
-            progress: Callable[[float, float], None] = lambda done, total: None) -> Outcome:
+            progress: Callable[[float, float], None] = lambda done, total: None, spool: str | None = None) -> Outcome:
     """Run one job in this worker. ``link``: the node, for an INTERFACE_LISTENER's store needs;
-    ``progress``: where a USER_JOB's ``current_job().progress`` goes (the node's board)."""
+    ``progress``: where a USER_JOB's ``current_job().progress`` goes (the node's board);
+    ``spool``: the file its log lines go to as they come (spool.py), for its node."""
     try:
         arguments = json.loads(spec.arguments or "{}")
         if not isinstance(arguments, dict):
@@ -91,7 +96,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     global _run_log
     if _run_log is None:
         _run_log = RunLog(spec.log_max)
-    run_log = _run_log.reset(spec.log_max)
+    run_log = _run_log.reset(spec.log_max, Spool(spool))
     job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
     job_log.addHandler(run_log)
     try:
@@ -111,6 +116,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         outcome = Outcome(ERROR, error=f"could not run: {_describe(exc)}", mode=FailMode.NO_RETRY)
     finally:
         job_log.removeHandler(run_log)
+        run_log.spool.close()
     if outcome.kind != OK and outcome.error:
         run_log.add(f"run ended: {outcome.error}")
     return outcome.with_log(run_log.text())
@@ -202,7 +208,8 @@ def _cap_json(output: str, limit: int) -> str:
 class _Capture:
     """Keep the head and the tail of a stream, up to ``limit`` bytes in all."""
 
-    def __init__(self, stream, limit: int) -> None:
+    def __init__(self, stream, limit: int, live=None) -> None:
+        self.live = live  # the spool's writer of this stream's lines (None: none)
         self.head = bytearray()
         self.tail = bytearray()
         self.dropped = 0
@@ -213,6 +220,8 @@ class _Capture:
     def _pump(self, stream) -> None:
         half = self.limit // 2
         for chunk in iter(lambda: stream.read1(65536), b""):
+            if self.live is not None:
+                self.live.feed(chunk)
             room = half - len(self.head)
             if room > 0:
                 self.head += chunk[:room]
@@ -223,6 +232,8 @@ class _Capture:
                     cut = len(self.tail) - half
                     self.dropped += cut
                     del self.tail[:cut]
+        if self.live is not None:
+            self.live.end()
         stream.close()
 
     def text(self) -> str:
@@ -253,8 +264,8 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return Outcome(ERROR, error=f"cannot start {path.name}: {reason}", mode=FailMode.NO_RETRY)
     on_spawn(proc.pid)
-    out = _Capture(proc.stdout, spec.output_max)
-    err = _Capture(proc.stderr, spec.output_max)
+    out = _Capture(proc.stdout, spec.output_max, run_log.spool.lines("stdout: "))
+    err = _Capture(proc.stderr, spec.output_max, run_log.spool.lines("stderr: "))
     code, signalled, timed_out = _wait_for_process(proc, is_aborted, limits.time_limit_sec)
     # The job's process has ended: so does everything it left in its group (SPEC 7.10; a
     # 'sleep 40 &' held the output pipes open, and the capture waited on it, then ran on).
@@ -262,7 +273,7 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     stdout, stderr = out.text(), err.text()
     for name, text in (("stdout", stdout), ("stderr", stderr)):
         for line in text.splitlines():
-            run_log.add(f"{name}: {line}")
+            run_log.add(f"{name}: {line}", live=False)  # the spool had them as they came
     if code == 0 and not timed_out:  # a job that exits 0 on the limit's SIGTERM did not finish
         return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
     tail = clean_text(stderr.strip()[-2000:], 2000)

@@ -75,7 +75,8 @@ def test_jobstatus_positions():
 
 def test_history_log_and_wait_positions():
     assert set(expected_at("jobhistory user_job 'x' ").keywords) == {"WITH", "LIMIT"}
-    assert expected_at("joblog user_job 'x' with uid='u' ").keywords == ("RUN",)
+    assert expected_at("joblog user_job 'x' with uid='u' ").keywords == ("FOLLOW", "RUN")
+    assert expected_at("joblog user_job 'x' follow ").keywords == ("TIMEOUT",)
     assert set(expected_at("waitjob user_job 'x' with uid='u' ").keywords) == {"RUN", "TIMEOUT"}
     assert expected_at("waitjob user_job 'x' with uid='u' run 2 ").keywords == ("TIMEOUT",)
     assert "WAIT" in expected_at("stopjob user_job name='x' ").keywords

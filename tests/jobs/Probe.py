@@ -158,3 +158,15 @@ def handle_file(file: str, name: str, listener: str, log: str):
     job = current_job()
     _append(log, dict(key=str(job.key), node=job.node, epoch=job.epoch, file=name, start=time.time()))
     return name
+
+
+def log_and_wait(gate: str, seconds: float = 60.0):
+    """Logs a line, waits until the file ``gate`` exists (the test makes it), logs another
+    (JOBLOG ... FOLLOW shows the first while the run goes on)."""
+    job = current_job()
+    job.logger.info("first line, before the gate")
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(gate) and time.monotonic() < deadline and not job.is_aborted():
+        time.sleep(0.02)
+    job.logger.info("second line, after the gate")
+    return "through"

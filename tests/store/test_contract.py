@@ -418,6 +418,49 @@ def test_run_records_go_after_their_retention(store, request):
         assert store.runs("USER_JOB", "Customer.userJob1") == []
 
 
+# -- live log lines (JOBLOG ... FOLLOW, issue #22) ------------------------------------------------
+
+def test_live_log_lines_are_read_in_order_from_a_number_on_per_run(store):
+    key, other = JobKey("USER_JOB", "Customer.userJob1", "live"), JobKey("USER_JOB", "Customer.userJob1", "other")
+    assert store.live_log(key, 1) == []
+    store.append_live_log(key, 1, 0, ["first", "second 'quoted'; DROP TABLE k2_jobs --"])
+    store.append_live_log(key, 1, 2, ["third", "x" * 5000])  # a long line, stored whole
+    store.append_live_log(key, 2, 0, ["run 2"])
+    store.append_live_log(other, 1, 0, ["not this job's"])
+    store.append_live_log(key, 1, 4, [])  # nothing to write: nothing written
+    assert store.live_log(key, 1) == [(0, "first"), (1, "second 'quoted'; DROP TABLE k2_jobs --"), (2, "third"),
+                                      (3, "x" * 5000)]
+    assert store.live_log(key, 1, after_seq=1) == [(2, "third"), (3, "x" * 5000)]
+    assert store.live_log(key, 1, after_seq=0, limit=1) == [(1, "second 'quoted'; DROP TABLE k2_jobs --")]
+    assert store.live_log(key, 1, after_seq=3) == []
+    assert store.live_log(key, 2) == [(0, "run 2")] and store.live_log(other, 1) == [(0, "not this job's")]
+    store.append_live_log(key, 1, 2, ["third", "x" * 5000])  # a node that writes a number again: no second line
+    assert [seq for seq, _ in store.live_log(key, 1)] == [0, 1, 2, 3]
+    assert [job.uid for job in store.live_jobs()] == []  # lines are no job rows
+
+
+def test_live_log_lines_go_after_a_day_at_most(store, request):
+    """SQLite: the retention clean-up (delete_runs) takes lines older than a day, whatever
+    the retention; Cassandra: every line is written with a TTL of a day (no deletes)."""
+    _needs_test_server_clock(store, request)
+    key = JobKey("USER_JOB", "Customer.userJob1", "aged")
+    store.append_live_log(key, 1, 0, ["old line"])
+    if store.backend == "sqlite":
+        store.delete_runs(T0 - timedelta(hours=720))  # the retention's cutoff: these lines are younger than a day
+        assert store.live_log(key, 1) == [(0, "old line")]
+        store.delete_runs(store.store_time() + timedelta(seconds=1))
+        assert store.live_log(key, 1) == []
+        return
+    server = request.getfixturevalue("cql_server")
+    server.advance(86400 - 60)
+    try:
+        assert store.live_log(key, 1) == [(0, "old line")]
+        server.advance(120)
+        assert store.live_log(key, 1) == []
+    finally:
+        server.time_offset -= 86400 + 60
+
+
 def test_counters_are_columns_of_the_row(store):
     row = store.insert(job(uid="c")).row
     assert (row.runs, row.successes, row.failures, row.retries_error, row.retries_lost, row.kills) == (0,) * 6

@@ -56,7 +56,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     conn.commit()
     conn.close()
     store = SqliteStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 8
+    assert store.schema_version() == SCHEMA_VERSION == 9
     old = store.get(JobKey("USER_JOB", "A.b", "old"))
     assert old.status is Status.WAITING and old.runs == 0 and old.finishing is False
     assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 3's column

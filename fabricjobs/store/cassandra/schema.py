@@ -43,7 +43,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -80,6 +80,9 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_job_run_uids": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_listener_files": "gc_grace_seconds = 86400",
     "k2_calendars": "gc_grace_seconds = 86400",
+    # Lines only ever expire (TTL, livelog.py): no tombstones to keep, hour windows to drop whole.
+    "k2_live_log": "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS',"
+                   " 'compaction_window_size': 1} AND gc_grace_seconds = 3600",
 }
 
 _JOBS_V1 = """k2_jobs (
@@ -143,6 +146,10 @@ _LISTENER = """k2_listener_files (
 _RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
 #: Version 11: the calendars (a few, each read by name by the nodes that fire its jobs).
 _CALENDARS = "k2_calendars (name text PRIMARY KEY, rules text, updated timestamp)"
+#: Version 12: a running run's log lines as they come (JOBLOG ... FOLLOW, livelog.py).
+_LIVE_LOG = """k2_live_log (
+        type text, name text, uid text, epoch bigint, seq bigint, line text,
+        PRIMARY KEY ((type, name, uid, epoch), seq))"""
 
 
 def _create(body: str, options: str = "") -> str:
@@ -165,11 +172,11 @@ SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
             + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
-                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS, _LIVE_LOG)
 )
 
 _LATER_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours",
-                 "k2_calendars")
+                 "k2_calendars", "k2_live_log")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -195,6 +202,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     10: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in OWNERS.items()),
     11: (*(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CALENDAR.items()),
          _create(_CALENDARS, TABLE_OPTIONS["k2_calendars"])),
+    12: (_create(_LIVE_LOG, TABLE_OPTIONS["k2_live_log"]),),
 }
 
 

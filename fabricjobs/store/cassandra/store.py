@@ -24,6 +24,7 @@ from ..base import CasResult, JobStore, RunRecord, Version
 from .calendars import Calendars
 from .history import History
 from .index import _bucket, _job_bucket, _slot
+from .livelog import LiveLog
 from .nodes import Nodes
 from .queue import Queue
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when
@@ -50,7 +51,7 @@ class _Change:
         return self.expected.key
 
 
-class CassandraStore(Queue, History, Nodes, Calendars, JobStore):
+class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
     """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
 
     backend = "cassandra"

@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -132,6 +132,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 8: calendars (IPF's job calendar, issue #22): the job's CALENDAR and the stored calendars.
     8: ("ALTER TABLE k2_jobs ADD COLUMN calendar TEXT NOT NULL DEFAULT ''",
         "CREATE TABLE IF NOT EXISTS k2_calendars (name TEXT PRIMARY KEY, rules TEXT NOT NULL, updated TEXT NOT NULL)"),
+    # 9: a running run's log lines as they come (JOBLOG ... FOLLOW, issue #22); gone with the
+    # run records' retention clean-up (by written_at).
+    9: (
+        """
+        CREATE TABLE k2_live_log (
+            type TEXT NOT NULL, name TEXT NOT NULL, uid TEXT NOT NULL, epoch INTEGER NOT NULL,
+            seq INTEGER NOT NULL, line TEXT NOT NULL, written_at REAL NOT NULL,
+            PRIMARY KEY (type, name, uid, epoch, seq)
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX k2_live_log_written ON k2_live_log (written_at)",
+    ),
 }
 
 

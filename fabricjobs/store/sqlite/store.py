@@ -14,7 +14,7 @@ from typing import Collection, Sequence
 
 from ...calendar import Calendar, from_text
 from ...model import Job, JobKey, JobType, Status
-from ..base import CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
+from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
 from .schema import migrate
@@ -205,13 +205,37 @@ class SqliteStore(Connections, JobStore):
                 ' SELECT type, name, uid, epoch, "end" FROM k2_job_runs WHERE "end" < ? LIMIT ?)',
                 (_ts(before), limit),
             )
+            # Live log lines: past the retention, and at most a day old in any case (the run
+            # record has the log; these only serve JOBLOG ... FOLLOW while the run goes on).
+            conn.execute(
+                "DELETE FROM k2_live_log WHERE (type, name, uid, epoch, seq) IN ("
+                " SELECT type, name, uid, epoch, seq FROM k2_live_log"
+                f" WHERE written_at < MAX(?, {_STORE_NOW} - {LIVE_LOG_KEEP_SEC}) LIMIT ?)",
+                (_ts(before), limit),
+            )
             return cur.rowcount
 
     def delete_job_runs(self, key: JobKey) -> int:
         with self._write() as conn:
             cur = conn.execute("DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?",
                                (key.type, key.name, key.uid))
+            conn.execute("DELETE FROM k2_live_log WHERE type = ? AND name = ? AND uid = ?", (key.type, key.name, key.uid))
             return cur.rowcount
+
+    def append_live_log(self, key: JobKey, epoch: int, first_seq: int, lines: Sequence[str]) -> None:
+        if not lines:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO k2_live_log (type, name, uid, epoch, seq, line, written_at) "
+                f"VALUES (?, ?, ?, ?, ?, ?, {_STORE_NOW})",
+                [(key.type, key.name, key.uid, epoch, first_seq + i, line) for i, line in enumerate(lines)],
+            )
+
+    def live_log(self, key: JobKey, epoch: int, after_seq: int = -1, limit: int = 1000) -> list[tuple[int, str]]:
+        rows = self._read("SELECT seq, line FROM k2_live_log WHERE type = ? AND name = ? AND uid = ? AND epoch = ? "
+                          "AND seq > ? ORDER BY seq LIMIT ?", (key.type, key.name, key.uid, epoch, after_seq, limit))
+        return [(int(seq), line) for seq, line in rows]
 
     def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
         with self._write() as conn:

@@ -34,6 +34,7 @@ def commands(request: Request, body: CommandBody,
 
 def _bounded(command: st.Command) -> st.Command:
     """A wait as long as one request may wait (routes.MAX_WAIT_SEC)."""
-    if isinstance(command, st.WaitJob) or (isinstance(command, (st.StopJob, st.FinishJob)) and command.wait):
+    if (isinstance(command, st.WaitJob) or (isinstance(command, (st.StopJob, st.FinishJob)) and command.wait)
+            or (isinstance(command, st.JobLog) and command.follow)):  # lines as they come: .../log?follow=true
         return dataclasses.replace(command, timeout=capped(command.timeout))
     return command

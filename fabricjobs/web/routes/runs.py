@@ -4,16 +4,19 @@ its epoch, as JOBHISTORY shows it) with what the store keeps of it, and its log 
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import StreamingResponse
 
 from ...commands import statements as st
-from ...errors import JobNotFound, WaitTimeout
+from ...errors import FabricJobsError, JobNotFound, WaitTimeout
 from ...service import HISTORY_COLUMNS, history_row, run_summary
 from ...store.base import RunRecord
 from ..auth import Need, requires
+from ..errors import body_of
 from ..schemas import DeletedRuns, Run, RunLog, RunWaitResult, record, records
 from ..tokens import TokenInfo
 from . import MAX_WAIT_SEC, api_of, capped, checked, execute, job_key
@@ -68,9 +71,36 @@ def get_run_log(request: Request, type: str, name: str, uid: str, run: int,
     return _log(_find(request, type, name, uid, run))
 
 
-@router.get("/jobs/{type}/{name}/{uid}/log", response_model=RunLog, summary="The last run's log (JOBLOG)")
-def get_last_log(request: Request, type: str, name: str, uid: str, who: TokenInfo = Viewer) -> dict[str, Any]:
-    return _log(_find(request, type, name, uid, None))
+_FOLLOWED: dict[int | str, dict[str, Any]] = {200: {"description": "With ``follow=true``: the lines as they come, as NDJSON (``application/x-ndjson``): "
+                                   '``{"line": "..."}`` a line, the last one JOBLOG\'s first line saying how the run ended; '
+                                   '``{"error": "WaitTimeout", "message": "..."}`` if the follow ends otherwise.',
+                    "content": {"application/x-ndjson": {"schema": {"type": "object", "properties": {
+                        "line": {"type": "string"}, "error": {"type": "string"}, "message": {"type": "string"}}}}}}}
+
+
+@router.get("/jobs/{type}/{name}/{uid}/log", response_model=RunLog, responses=_FOLLOWED,
+            summary="The last run's log (JOBLOG); follow=true: the running run's lines as they come (JOBLOG ... FOLLOW)")
+def get_last_log(request: Request, type: str, name: str, uid: str,
+                 follow: bool = Query(False, description="Stream the lines of the run going on (or of the next one) "
+                                                         "until it ends, as NDJSON; a final job: its last run's log"),
+                 timeout: int | None = Query(None, ge=0, le=10_000_000, description="Seconds the whole follow may take (at most 60: ask again to follow longer)"),
+                 who: TokenInfo = Viewer) -> Any:
+    if not follow:
+        return _log(_find(request, type, name, uid, None))
+    key = job_key(type, name, uid)
+    # A follow holds a server thread: at most MAX_WAIT_SEC a request, as every wait of the API.
+    result = execute(request, who, st.JobLog(key.type, key.name, key.uid, follow=True, timeout=capped(timeout)))
+    lines = result.lines if result.lines is not None else (result.status or "").split("\n")
+    return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
+
+
+def _ndjson(lines: Iterable[str]) -> Iterator[bytes]:
+    """One JSON object a line, each sent as it comes; an error ends the stream with its own."""
+    try:
+        for line in lines:
+            yield (json.dumps({"line": line}, ensure_ascii=False) + "\n").encode()
+    except FabricJobsError as exc:
+        yield (json.dumps(body_of(exc), ensure_ascii=False) + "\n").encode()
 
 
 def _find(request: Request, type: str, name: str, uid: str, number: int | None) -> RunRecord:

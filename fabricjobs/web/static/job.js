@@ -64,12 +64,61 @@ FJ.views.job = (function () {
       FJ.rerender();
     }).catch(function (e) { FJ.banner("log of run " + run + ": " + e.message, "bad"); });
   }
+  // The live log panel of a running job: its lines as they come (GET .../log?follow=true, NDJSON),
+  // one stream per page, opened again every minute while the run goes on (a request is not held
+  // longer: proxies cut idle ones), closed when the page is left.
+  var following = null;
+  var RUNNING = {IN_PROCESS: true, STOPPING: true, RESTART: true};
+  function follow(job, state) {
+    if (following && following.state === state) return;
+    if (following) following.abort.abort();
+    var mine = following = {state: state, abort: new AbortController()};
+    state.live = {lines: [], ended: false};
+    var url = FJ.apiPath(job.type, job.name, job.uid) + "/log?follow=true&timeout=55";
+    fetch(url, {credentials: "same-origin", signal: mine.abort.signal}).then(function (r) {
+      if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
+      var reader = r.body.getReader(), decoder = new TextDecoder(), rest = "";
+      function step(part) {
+        if (following !== mine || !document.getElementById("live-log")) { mine.abort.abort(); return; }
+        rest += decoder.decode(part.value || new Uint8Array(), {stream: !part.done});
+        var lines = rest.split("\n");
+        rest = part.done ? "" : lines.pop();
+        lines.filter(Boolean).forEach(function (text) { liveLine(state, JSON.parse(text)); });
+        if (part.done) return ended(job, state, mine);
+        return reader.read().then(step);
+      }
+      return reader.read().then(step);
+    }).catch(function (e) { if (following === mine) liveLine(state, {error: "Error", message: e.message}); });
+  }
+  function liveLine(state, item) {
+    if (item.error === "WaitTimeout") { state.live.again = true; return; }  // a minute is up: open it again
+    state.live.lines.push(item.line !== undefined ? item.line : item.error + ": " + item.message);
+    var pre = document.getElementById("live-log");
+    if (pre) { pre.textContent = state.live.lines.join("\n"); pre.scrollTop = pre.scrollHeight; }
+  }
+  function ended(job, state, mine) {
+    if (following !== mine) return;
+    following = null;
+    if (state.live.again && document.getElementById("live-log")) { delete state.live; return follow(job, state); }
+    state.live.ended = true;
+    var note = document.getElementById("live-state");
+    if (note) note.textContent = "The run has ended.";
+  }
+  function livePanel(job, state) {
+    if (RUNNING[job.status] && !state.live) follow(job, state);
+    if (!state.live) return el("section", {id: "live"});
+    return el("section", {id: "live"},
+      el("h2", {text: "Live log"}),
+      el("p", {class: "muted", id: "live-state", text: state.live.ended ? "The run has ended." : "Lines as they come (within about a second)."}),
+      el("pre", {id: "live-log", text: state.live.lines.join("\n")}));
+  }
   function render(main, body, args, state) {
     var job = body.job, log = state.log || body.last_log;
     main.replaceChildren(
       el("p", null, el("a", {href: "#/jobs", text: "← Jobs"})),
       el("h1", {id: "job-title"}, job.type + " · " + job.name + " · " + job.uid + " ", FJ.badge(job.status, job.blocked)),
       actions(job, body.task),
+      livePanel(job, state),
       el("div", {class: "two"},
         el("section", null, el("h2", {text: "The job"}), details(job, body.task)),
         el("section", null,

@@ -1,0 +1,136 @@
+"""The live log path in pieces (JOBLOG ... FOLLOW, issue #22): a worker's spool file of a run,
+and the node part that passes its new complete lines to the store. End to end through real
+nodes and the shell: tests/test_follow.py."""
+
+from __future__ import annotations
+
+import os
+
+from fabricjobs.clock import ManualClock
+from fabricjobs.model import JobKey
+from fabricjobs.node.livelog import LiveLogFlusher
+from fabricjobs.store.sqlite import SqliteStore
+from fabricjobs.worker.spool import LINE_MAX, Spool, spool_path
+
+KEY = JobKey("USER_JOB", "Customer.live", "u1")
+
+
+def _parts(tmp_path, running, max_bytes=65536):
+    store = SqliteStore(tmp_path / "store.db")
+    flusher = LiveLogFlusher(store, str(tmp_path / "board.live"), lambda: dict(running), ManualClock(),
+                             interval=1.0, max_bytes=max_bytes)
+    os.makedirs(flusher.spool_dir)
+    return store, flusher
+
+
+def test_a_run_that_logs_nothing_makes_no_file(tmp_path):
+    (tmp_path / "b.live").mkdir()
+    spool = Spool(spool_path(str(tmp_path / "b"), 7))
+    spool.close()
+    assert os.listdir(tmp_path / "b.live") == []
+
+
+def test_complete_lines_are_passed_on_once_in_order_and_the_file_goes_with_the_run(tmp_path):
+    running = {7: (KEY, 3)}
+    store, flusher = _parts(tmp_path, running)
+    spool = Spool(spool_path(str(tmp_path / "board"), 7))
+    spool.write("first")
+    spool.write("two\nlines")  # a message over lines: a line each
+    out = spool.lines("stdout: ")
+    out.feed(b"half a li")
+    assert flusher.flush_once() == 3
+    assert store.live_log(KEY, 3) == [(0, "first"), (1, "two"), (2, "lines")]
+    out.feed(b"ne\nnext")
+    out.end()
+    assert flusher.flush_once() == 2 and flusher.flush_once() == 0
+    assert [line for _, line in store.live_log(KEY, 3, after_seq=2)] == ["stdout: half a line", "stdout: next"]
+    spool.close()
+    assert os.listdir(flusher.spool_dir) == []
+    store.close()
+
+
+def test_lines_beyond_the_budget_are_counted_not_passed_on(tmp_path):
+    store, flusher = _parts(tmp_path, {1: (KEY, 1)}, max_bytes=16384)
+    spool = Spool(spool_path(str(tmp_path / "board"), 1))
+    for i in range(3000):
+        spool.write(f"line {i:05d}")  # 11 bytes each: 1489 fit in 16 KB
+    spool.write("x" * (LINE_MAX + 10))  # cut to LINE_MAX
+    assert flusher.flush_once() == 1490
+    lines = [line for _, line in store.live_log(KEY, 1, limit=5000)]
+    assert lines[0] == "line 00000" and lines[1488] == "line 01488" and lines[-1] == "[1512 lines skipped]"
+    spool.write("after")
+    flusher.flush_once()
+    assert store.live_log(KEY, 1, after_seq=1489) == [(1490, "after")]
+    spool.close()
+    store.close()
+
+
+def test_a_file_of_a_run_the_node_no_longer_has_is_removed(tmp_path):
+    store, flusher = _parts(tmp_path, {})
+    stale = Spool(spool_path(str(tmp_path / "board"), 9))
+    stale.write("a killed worker's line")
+    assert flusher.flush_once() == 0
+    assert os.listdir(flusher.spool_dir) == [] and store.live_log(KEY, 1) == []
+    store.close()
+
+
+# -- the follow itself, on a store (both backends), without nodes ----------------------------------
+
+def test_follow_yields_the_live_lines_then_the_records_rest_then_how_the_run_ended(store, store_config):
+    from datetime import datetime, timezone
+
+    import pytest
+
+    from fabricjobs.client import Client
+    from fabricjobs.config import load_config
+    from fabricjobs.errors import CommandError
+    from fabricjobs.model import Job, Status
+    from fabricjobs.store.base import RunRecord
+
+    t0 = datetime(2026, 5, 1, 12, tzinfo=timezone.utc)
+    client = Client(store, load_config(store_config))
+    key = JobKey("USER_JOB", "Customer.live", "f")
+    row = store.insert(Job(key=key, status=Status.WAITING, creation_time=t0, next_run=t0)).row
+    running = store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=1, start_time=t0)).row
+    store.append_live_log(key, 1, 0, ["a", "b"])
+    lines = iter(client.fetch("joblog user_job 'Customer.live' with uid='f' follow timeout 30;").lines or ())
+    assert [next(lines), next(lines), next(lines)] == ["run 1 of USER_JOB.Customer.live.f on n1: following (ends with the run)",
+                                                       "a", "b"]
+    done = running.replace(status=Status.PROCESSED, archived=True, end_time=t0)
+    store.cas_many([(running, done)], runs=[RunRecord(key, 1, "n1", t0, t0, t0, "OK", "PROCESSED", 0, log="a\nb\nc")])
+    assert list(lines) == ["c", "run 1 of USER_JOB.Customer.live.f on n1: OK -> PROCESSED"]  # c: logged after the last pass
+    # Over: JOBLOG's answer, at once.
+    final = client.fetch("joblog user_job 'Customer.live' follow;")
+    assert final.lines is None and final.status == "run 1 of USER_JOB.Customer.live.f on n1: OK -> PROCESSED\na\nb\nc"
+    for uid in ("g", "h"):
+        store.insert(Job(key=JobKey("USER_JOB", "Customer.two", uid), status=Status.WAITING, creation_time=t0, next_run=t0))
+    with pytest.raises(CommandError, match="2 live jobs are named 'Customer.two'; add WITH UID='<uid>' to follow one"):
+        client.fetch("joblog user_job 'Customer.two' follow;")
+
+
+def test_the_shell_prints_each_line_as_it_comes_in_each_format():
+    import io
+
+    from fabricjobs.result import Result
+    from fabricjobs.shell.output import print_result
+
+    class Out(io.StringIO):
+        def __init__(self):
+            super().__init__()
+            self.flushed: list[str] = []
+
+        def flush(self):
+            self.flushed.append(self.getvalue())
+
+    def lines():
+        yield "one"
+        assert "one" in out.flushed[-1]  # printed (and flushed) before the next line is read
+        yield "two \x1b[31m"
+
+    out = Out()
+    print_result(Result(lines=lines()), "table", out)
+    assert out.getvalue() == "one\ntwo \u241b[31m\n"  # a terminal gets no escape sequence from a job
+    for fmt, expected in (("json", '{"line": "one"}\n{"line": "two \\u001b[31m"}\n'), ("csv", "one\ntwo \x1b[31m\n")):
+        out = Out()
+        print_result(Result(lines=lines()), fmt, out)
+        assert out.getvalue() == expected

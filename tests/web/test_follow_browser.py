@@ -1,0 +1,39 @@
+"""The console's live log panel (JOBLOG ... FOLLOW, issue #22) in a real headless Chromium,
+against a real ``fabricjobs web`` process and a real node: a running job's page shows its
+first line while the run goes on, then the next one, and says when the run has ended."""
+
+from __future__ import annotations
+
+import pytest
+
+from browser import browser_fixture, log_in, until
+from web_site import running_site
+
+browser = browser_fixture()
+
+
+@pytest.fixture(scope="module")
+def site(request, tmp_path_factory):
+    with running_site(request, tmp_path_factory.mktemp("follow-console"), {"web": {"CONSOLE_INTERVAL_SEC": 0.3}}) as site:
+        yield site
+
+
+def test_a_running_jobs_page_shows_its_log_lines_as_they_come(site, browser, tmp_path):
+    gate = tmp_path / "gate"
+    done = site.cluster.shell("-e", f"startjob user_job name='Probe.log_and_wait' uid='panel' args='{{\"gate\": \"{gate}\"}}';")
+    assert done.returncode == 0, done.stderr
+    site.cluster.wait_job("USER_JOB", "Probe.log_and_wait", "panel", lambda j: j.status.name == "IN_PROCESS")
+    log_in(browser, site.web.url, site.tokens["viewer"])
+    browser.get(site.web.url + "/#/job/USER_JOB/Probe.log_and_wait/panel")
+
+    def live_text() -> str:
+        found = browser.find_elements("id", "live-log")
+        return found[0].text if found else ""
+
+    until(lambda: "first line, before the gate" in live_text(), "the first line in the live panel")
+    assert site.cluster.job("USER_JOB", "Probe.log_and_wait", "panel").status.name == "IN_PROCESS"
+    assert "second line" not in live_text()
+    gate.touch()
+    until(lambda: "second line, after the gate" in live_text(), "the second line in the live panel")
+    until(lambda: "OK -> PROCESSED" in live_text(), "how the run ended")
+    until(lambda: browser.find_element("id", "live-state").text == "The run has ended.", "the panel's end note")
