@@ -202,6 +202,7 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "PROCESS_MEMORY_MB", _int(0, 1 << 30), 0, "Address space (RLIMIT_AS) of each process of a PROCESS run, in MiB (0: no limit); a job's ARGS memory_mb may lower it."),
     Key("jobs", "PROCESS_ENV", _list, (), "Node environment variables PROCESS jobs see besides PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM."),
     Key("jobs", "LISTENER_ROOT", _str, "", "Directory under which INTERFACE_LISTENER jobs may watch (empty: none).", path=True),
+    Key("jobs", "CLEANUP_ROOT", _str, "", "Directory under which a job's DELETE_ON_SUCCESS files may be (RJM's rjm_delete; empty: none may be given).", path=True),
     Key("jobs", "MAX_JOB_PRIORITY", _int(0, 9), 9, "The highest PRIORITY a user not in MAX_JOB_PRIORITY_BY_USER may give a job (STARTJOB, UPDATEJOB); "
         "a higher one is refused. A STARTJOB without PRIORITY gets min(4, the user's ceiling), as DolphinDB's interactive jobs."),
     Key("jobs", "MAX_JOB_PRIORITY_BY_USER", _ceilings, MappingProxyType({}), "Per-user ceilings, 'user=n, user=n' (DolphinDB's "

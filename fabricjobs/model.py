@@ -128,6 +128,9 @@ class Job:
     requestor: str = ""
     # IPF's job calendar: the name of a stored calendar whose rules skip fires ('' : none).
     calendar: str = ""
+    # RJM's rjm_delete: files (under [jobs] CLEANUP_ROOT, comma-separated) deleted after each
+    # successful run, by the node that wrote it; left in place after a failure, for diagnosis.
+    delete_on_success: str = ""
 
     @property
     def type(self) -> str:

@@ -44,6 +44,8 @@ def _drop_emptied_keyspaces():
 
     while backends._emptied:
         backends.drop_keyspace(backends._emptied.pop())
+    while backends._set_aside:
+        backends.drop_keyspace(backends._set_aside.pop()[1])
 
 
 @pytest.fixture(params=BACKENDS)

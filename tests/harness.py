@@ -61,7 +61,7 @@ class Cluster(Rig):
             merged["heartbeat"] = dict(FAST_HEARTBEAT)
         for section, keys in (settings or {}).items():
             merged.setdefault(section, {}).update(keys)
-        super().__init__(tmp_path, make_backend_config(request, backend, tmp_path, merged))
+        super().__init__(tmp_path, make_backend_config(request, backend, tmp_path, merged, nodes=True))
         self._clients: list = []
 
     # -- nodes ---------------------------------------------------------------------------------
@@ -169,15 +169,18 @@ def two_nodes(tmp_path: Path, settings: dict | None = None, backend: str = "sqli
     return c
 
 
-def two_nodes_on_each_backend(prefix: str):
-    """A module's ``cluster`` fixture: two_nodes once per node backend (tests/backends.py)."""
+def two_nodes_on_each_backend(prefix: str, settings: Callable[[Path], dict] | None = None, backends: list | None = None):
+    """A module's ``cluster`` fixture: two_nodes once per backend of ``backends`` (default:
+    NODE_BACKENDS, tests/backends.py). ``settings``: the nodes' config sections, given the
+    module's directory."""
     import pytest
 
     from backends import NODE_BACKENDS
 
-    @pytest.fixture(scope="module", params=NODE_BACKENDS)
+    @pytest.fixture(scope="module", params=backends or NODE_BACKENDS)
     def cluster(request, tmp_path_factory):
-        c = two_nodes(tmp_path_factory.mktemp(f"{prefix}-{request.param}"), backend=request.param, request=request)
+        where = tmp_path_factory.mktemp(f"{prefix}-{request.param}")
+        c = two_nodes(where, settings(where) if settings else None, backend=request.param, request=request)
         yield c
         c.stop_all()
 

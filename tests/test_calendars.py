@@ -10,10 +10,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from backends import SEED_BACKENDS
 from harness import read_records, table_row as row, two_nodes_on_each_backend, wait_for
 
 
-cluster = two_nodes_on_each_backend("calendars")
+cluster = two_nodes_on_each_backend("calendars", backends=SEED_BACKENDS)
 
 
 def _ok(cluster, text):

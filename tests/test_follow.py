@@ -16,7 +16,15 @@ import time
 
 import pytest
 
+from backends import SEED_BACKENDS
 from harness import wait_for
+
+
+@pytest.fixture(params=SEED_BACKENDS)
+def node_backend(request):
+    """SQLite and the CQL test server (tests/backends.py says why); the live log's store
+    methods are in the contract suite, on Apache Cassandra too."""
+    return request.param
 
 
 class Follow:

@@ -9,10 +9,16 @@ import re
 
 import pytest
 
+from backends import SEED_BACKENDS
 from harness import Cluster, read_records, table_row as row, two_nodes_on_each_backend, wait_for
 
 
-cluster = two_nodes_on_each_backend("hold")
+cluster = two_nodes_on_each_backend("hold", backends=SEED_BACKENDS)
+
+
+@pytest.fixture(params=SEED_BACKENDS)
+def node_backend(request):
+    return request.param
 
 
 def _ok(cluster, text):

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from backends import add_sections
+from backends import SEED_BACKENDS, add_sections
 from fabricjobs.client import Client
 from fabricjobs.clock import ManualClock
 from fabricjobs.config import load_config
@@ -25,6 +25,12 @@ ME = local_user()
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
 LATER = "2099-01-01 00:00:00"  # a one-time schedule that keeps a job live (SCHEDULED) for the test
 CEILINGS = {"MAX_JOB_PRIORITY": 3, "MAX_JOB_PRIORITY_BY_USER": f"{ME}=7, ci-bot=2"}
+
+
+@pytest.fixture(params=SEED_BACKENDS)
+def node_backend(request):
+    """The end-to-end test's nodes: SQLite and the CQL test server (tests/backends.py says why)."""
+    return request.param
 
 
 @pytest.fixture

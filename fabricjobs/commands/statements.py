@@ -34,6 +34,7 @@ class StartJob:
     on_failure: str | None = None  # TYPE.NAME of the job to start when a run fails for good
     requestor: str | None = None  # the team or application the job is for (IPF's jobRequestor)
     calendar: str | None = None  # a stored calendar whose rules skip fires (IPF)
+    delete_on_success: str | None = None  # files deleted after each successful run (RJM's rjm_delete)
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
     hold: bool | None = None  # HOLD=true: created HELD, run only after RELEASEJOB (RJM)
 
@@ -107,6 +108,7 @@ class UpdateJob:
     on_failure: str | None = None
     requestor: str | None = None
     calendar: str | None = None  # '' : none
+    delete_on_success: str | None = None  # '' : none
     hold: bool | None = None  # HOLD=true: a job with no run going is HELD (HOLD=false: RELEASEJOB's)
 
 

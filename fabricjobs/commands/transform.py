@@ -186,6 +186,9 @@ class ToCommand(Transformer):
     def calendar(self, children: list[Token]) -> _Param:
         return self._ruled(children, values.calendar)
 
+    def delete_on_success(self, children: list[Token]) -> _Param:
+        return self._ruled(children, values.delete_on_success)
+
     def _ruled(self, children: list[Token], rule: Callable[[str], str]) -> _Param:
         """A string parameter checked (and normalised) by its rule in values.py."""
         param = self._string_param(children)

@@ -87,6 +87,15 @@ def late_action(text: str) -> str:
     return f"{job_type}.{name}"
 
 
+def delete_on_success(text: str) -> str:
+    """'' | file,file,...: RJM's rjm_delete list (where they may be is the node's to check)."""
+    files = [f.strip() for f in text.split(",") if f.strip()]
+    for f in files:
+        if any(ord(c) < 32 for c in f):
+            raise ValueError(f"DELETE_ON_SUCCESS: file name {_show(f)} has a control character")
+    return ",".join(files)
+
+
 def calendar(text: str) -> str:
     """'' | the name of a stored calendar (CREATECALENDAR)."""
     from ..calendar import CalendarError, check_name

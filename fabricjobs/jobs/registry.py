@@ -61,6 +61,7 @@ class JobCatalog:
     listener_root: str = ""
     process_limits: ProcessLimits = ProcessLimits()
     require_decorator: bool = False  # only functions declared with @job (context.job) are jobs
+    cleanup_root: str = ""  # DELETE_ON_SUCCESS files must be under it ('' : none may be given)
 
     @classmethod
     def from_config(cls, config: Config) -> "JobCatalog":
@@ -72,6 +73,7 @@ class JobCatalog:
             ProcessLimits(config.get("jobs", "PROCESS_TIME_LIMIT_SEC"), config.get("jobs", "PROCESS_MEMORY_MB"),
                           tuple(config.get("jobs", "PROCESS_ENV"))),
             config.get("jobs", "REQUIRE_JOB_DECORATOR"),
+            config.get("jobs", "CLEANUP_ROOT"),
         )
 
     # -- checking (no user code runs) ----------------------------------------------------------
@@ -155,6 +157,23 @@ class JobCatalog:
         if not target.is_dir():
             raise JobResolutionError(f"INTERFACE_LISTENER path {path!r}: no such directory under LISTENER_ROOT ({root})")
         return target
+
+    def cleanup_files(self, listed: str) -> list[Path]:
+        """DELETE_ON_SUCCESS's files (comma-separated, relative to CLEANUP_ROOT or absolute
+        under it), each checked to be under the root: a node deletes nothing else."""
+        paths = [p.strip() for p in listed.split(",") if p.strip()]
+        if paths and not self.cleanup_root:
+            raise JobResolutionError("DELETE_ON_SUCCESS is disabled: set [jobs] CLEANUP_ROOT to the directory its files may be in")
+        root = Path(self.cleanup_root).resolve() if paths else Path("/")
+        out = []
+        for path in paths:
+            if ".." in Path(path).parts:
+                raise JobResolutionError(f"DELETE_ON_SUCCESS file {path!r} refused: '..' is not allowed")
+            target = root / path  # an absolute path stays as it is
+            if root not in target.parent.resolve().parents and target.parent.resolve() != root:
+                raise JobResolutionError(f"DELETE_ON_SUCCESS file {path!r} refused: it is outside CLEANUP_ROOT ({root})")
+            out.append(target.parent.resolve() / target.name)
+        return out
 
     def _user_job_origin(self, name: str, verify: bool = True) -> tuple[str, Any]:
         ep = _entry_points().get(name)

@@ -97,7 +97,7 @@ class Executor:
         self.writer = OutcomeWriter(
             store, self.table, clock, max_tries=max_tries, retry_delay=retry_delay, zone=zone,
             on_scheduled=on_scheduled, on_final=on_final, on_freed=on_freed, on_tasks_changed=on_tasks_changed,
-            metrics=metrics,
+            metrics=metrics, catalog=catalog,
         )
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held

@@ -12,12 +12,14 @@ stops there and that is logged. Nothing is dropped: an outcome that cannot be wr
 from __future__ import annotations
 
 import logging
+import os
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable
 
 from ..clock import Clock
 from ..worker.protocol import LEASE_LOST, OK, Outcome
 from ..worker.runner import clean_text
+from ..jobs.registry import JobCatalog, JobResolutionError
 from ..logs import job_extra
 from ..model import Event, Job, Status, advance
 from ..store.base import JobStore
@@ -49,6 +51,30 @@ def start_on_failure(store: JobStore, row: Job, now: datetime) -> None:
         log.info("ON_FAILURE job '%s' started for '%s'", job.key, row.key, extra=job_extra(row.key, row.epoch))
 
 
+def delete_on_success(catalog: JobCatalog, row: Job) -> None:
+    """RJM's rjm_delete: after a successful run, its job's DELETE_ON_SUCCESS files go. A file
+    already gone is fine (another run, or a retried clean-up, deleted it); a directory or a
+    file this node may not delete is left, with a warning. Checked against this node's
+    CLEANUP_ROOT as well as the one STARTJOB saw."""
+    try:
+        files = catalog.cleanup_files(row.delete_on_success)
+    except JobResolutionError as exc:
+        log.warning("'%s': DELETE_ON_SUCCESS not carried out: %s", row.key, exc, extra=job_extra(row.key, row.epoch))
+        return
+    deleted = 0
+    for path in files:
+        try:
+            os.unlink(path)
+            deleted += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("'%s': DELETE_ON_SUCCESS could not delete %s: %s", row.key, path, exc.strerror or exc,
+                        extra=job_extra(row.key, row.epoch))
+    log.info("'%s' succeeded: %d of its %d DELETE_ON_SUCCESS file(s) deleted (the others were gone already or "
+             "could not be)", row.key, deleted, len(files), extra=job_extra(row.key, row.epoch))
+
+
 class OutcomeWriter:
     def __init__(
         self,
@@ -64,7 +90,9 @@ class OutcomeWriter:
         on_freed: Callable[[], None],
         on_tasks_changed: Callable[[], None],
         metrics: Metrics | None = None,
+        catalog: JobCatalog | None = None,  # DELETE_ON_SUCCESS's root (None: nothing deleted)
     ) -> None:
+        self.catalog = catalog
         self.store = store
         self.table = table
         self.clock = clock
@@ -198,6 +226,8 @@ class OutcomeWriter:
         self._done(run)
         if self.metrics is not None:  # only once the run left the running gauge (_done)
             self.metrics.execution(run.row.type, result)
+        if outcome.kind == OK and row.delete_on_success and self.catalog is not None:
+            delete_on_success(self.catalog, row)
         if row.status is Status.SCHEDULED:
             self.on_scheduled(row)
         elif row.archived:

@@ -91,6 +91,7 @@ class JobCommands(HoldCommands, CalendarCommands):
             owner=owner_of(session),
             requestor=cmd.requestor or "",
             calendar=self._calendar(cmd.calendar, schedule),
+            delete_on_success=self._cleanup(cmd.delete_on_success),
         )
         job = self._noted(job, "STARTJOB", session)
         if cmd.hold:  # RJM: set up now, run after RELEASEJOB
@@ -133,6 +134,12 @@ class JobCommands(HoldCommands, CalendarCommands):
             job_type, _, name = action.partition(".")
             self.catalog.check(job_type, name)
         return action or ""
+
+    def _cleanup(self, files: str | None) -> str:
+        """DELETE_ON_SUCCESS as stored; its files must be under this cluster's CLEANUP_ROOT."""
+        if files:
+            self.catalog.cleanup_files(files)
+        return files or ""
 
     def _insert_new(self, job: Job) -> Result:
         return self._started(job, self.store.insert(job))
@@ -307,6 +314,7 @@ class JobCommands(HoldCommands, CalendarCommands):
             json.loads(cmd.args)  # the parser validated it; a client may hand us anything
         if cmd.calendar:
             self._stored_calendar(cmd.calendar)  # (whether each row's schedule recurs: in decide)
+        self._cleanup(cmd.delete_on_success)
 
     def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
         self._check_update(cmd, session)
@@ -322,7 +330,7 @@ class JobCommands(HoldCommands, CalendarCommands):
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
-            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure", "requestor", "calendar"):
+            for name in ("priority", "late_threshold", "overlap", "late_action", "on_failure", "requestor", "calendar", "delete_on_success"):
                 if getattr(cmd, name) is not None:
                     new = new.replace(**{name: getattr(cmd, name)})
             if cmd.tz is not None:

@@ -24,7 +24,7 @@ STATUS_COLUMNS = (
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
 FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Overlap", "Depends On",
-                                  "Blocked", "Epoch", "Owner", "Requestor", "Calendar") + COUNTER_COLUMNS
+                                  "Blocked", "Epoch", "Owner", "Requestor", "Calendar", "Delete On Success") + COUNTER_COLUMNS
 #: The HTTP API's job list: JOBSTATUS's columns, and who a job is for (its filters).
 LIST_COLUMNS = STATUS_COLUMNS + ("Owner", "Requestor")
 HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
@@ -92,7 +92,7 @@ class JobViews(ServiceCore):
         if full:
             row += (job.execution_interval, job.time_zone or str(self.zone or "(node's)"), job.late_threshold,
                     job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
-                    job.owner, job.requestor, job.calendar or "",
+                    job.owner, job.requestor, job.calendar or "", job.delete_on_success,
                     job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills)
         if who:
             row += (job.owner, job.requestor)

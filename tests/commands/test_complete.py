@@ -13,7 +13,7 @@ from fabricjobs.commands import Expectation, expected_at, lex
 STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RELEASEJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY", "CREATECALENDAR", "DROPCALENDAR", "CALENDARS")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
-                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "CALENDAR", "HOLD")
+                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "CALENDAR", "DELETE_ON_SUCCESS", "HOLD")
 
 
 # -- expected_at -----------------------------------------------------------------------------

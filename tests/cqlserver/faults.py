@@ -30,7 +30,8 @@ import threading
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-KINDS = ("write_timeout", "write_failure", "disconnect", "cas_write_unknown", "read_timeout", "unavailable", "overloaded", "delay")
+KINDS = ("write_timeout", "write_failure", "disconnect", "cas_write_unknown", "read_timeout", "unavailable", "overloaded", "delay",
+         "unknown_table")  # unknown_table: the Server error Cassandra gives while a new table's schema is settling
 WRITE_TYPES = ("SIMPLE", "BATCH", "UNLOGGED_BATCH", "COUNTER", "BATCH_LOG", "CAS", "VIEW", "CDC")
 STAT_KEYS = ("queries", "prepares", "executes", "batches", "prepared_executions", "reads", "serial_reads",
              "writes", "lwts", "lwts_applied", "lwts_not_applied", "ddl", "system_queries", "errors",

@@ -13,7 +13,7 @@ from cassandra import ConsistencyLevel as CL
 from . import protocol as W
 from .control import ControlServer
 from .engine import SERIAL_CLS, BatchPlan, Ctx, Engine, ModPlan, Plan, QueryOptions
-from .errors import (BadCredentials, CasWriteUnknown, CqlError, InvalidRequest, Overloaded, ProtocolError,
+from .errors import (SERVER_ERROR, BadCredentials, CasWriteUnknown, CqlError, InvalidRequest, Overloaded, ProtocolError,
                      ReadTimeout, Unavailable, WriteFailure, WriteTimeout, unsupported)
 from .faults import FaultInjector, FaultRule, Stats
 
@@ -156,6 +156,8 @@ def _fault_error(rule: FaultRule, opts: QueryOptions) -> CqlError:
         return ReadTimeout(opts.consistency)
     if rule.kind == "unavailable":
         return Unavailable(opts.consistency)
+    if rule.kind == "unknown_table":  # as Apache Cassandra 5.0 said it (tests/test_hold_release.py, two nodes at once)
+        return CqlError("java.lang.IllegalArgumentException: Unknown CF f4e7c593-aaca-5850-aecc-b5f9d2122fc9", SERVER_ERROR)
     return Overloaded()
 
 

@@ -366,7 +366,9 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         assert (changed.owner, changed.requestor) == ("alice", "payments")
         assert store.get(old.key) == changed
         assert changed.calendar == "" and store.calendars() == []  # version 11's column and table
-        assert store.cas(changed, changed.replace(calendar="holidays")).row.calendar == "holidays"
+        cal = store.cas(changed, changed.replace(calendar="holidays")).row
+        assert cal.calendar == "holidays" and cal.delete_on_success == ""  # version 13's column
+        assert store.cas(cal, cal.replace(delete_on_success="a.csv")).row.delete_on_success == "a.csv"
         assert store.runs("USER_JOB", "A.b") == []
     finally:
         store.close()
@@ -603,5 +605,18 @@ def test_a_node_starting_just_after_a_heal_reads_the_schema_version_again_when_a
     try:
         assert time.monotonic() - began < 5.0
         assert store.node("n1") is None  # open, on the schema it found
+    finally:
+        store.close()
+
+
+def test_a_node_starting_beside_another_reads_the_schema_version_again_while_the_new_table_settles(server, keyspace):
+    """Found on Apache Cassandra: two nodes started together on a new keyspace; the second one's
+    first read of the schema version met a coordinator that did not know the table the first
+    one had just made ('Unknown CF', a Server error), and it exited."""
+    open_store(server, keyspace).close()  # the schema exists (made by the other node)
+    server.faults.add("unknown_table", "fabricjobs_schema WHERE id = 'k2_jobs'", statements="read", times=2)
+    store = open_store(server, keyspace)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION and store.node("n1") is None
     finally:
         store.close()

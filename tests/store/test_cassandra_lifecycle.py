@@ -95,6 +95,7 @@ def test_absent_values_are_not_written_as_nulls(cql_server, tmp_path, request):
         store.close()
 
 
+@pytest.mark.real_cassandra  # (not parametrized: conftest would not mark it)
 @pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="needs Apache Cassandra (./scripts/test starts one)")
 def test_statements_are_routed_to_a_replica_of_their_partition(request, tmp_path):
     """TOKEN_AWARE (the default): the driver knows the ring and the keyspace's replicas, so a

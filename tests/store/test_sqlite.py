@@ -56,7 +56,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     conn.commit()
     conn.close()
     store = SqliteStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 9
+    assert store.schema_version() == SCHEMA_VERSION == 10
     old = store.get(JobKey("USER_JOB", "A.b", "old"))
     assert old.status is Status.WAITING and old.runs == 0 and old.finishing is False
     assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 3's column
@@ -68,7 +68,9 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     owned = store.cas(store.get(old.key), store.get(old.key).replace(owner="alice", requestor="payments")).row
     assert (owned.owner, owned.requestor) == ("alice", "payments") and store.get(old.key) == owned
     assert owned.calendar == "" and store.calendars() == []  # version 8's column and table
-    assert store.cas(owned, owned.replace(calendar="holidays")).row.calendar == "holidays"
+    cal = store.cas(owned, owned.replace(calendar="holidays")).row
+    assert cal.calendar == "holidays" and cal.delete_on_success == ""  # version 10's column
+    assert store.cas(cal, cal.replace(delete_on_success="a.csv,b.tmp")).row.delete_on_success == "a.csv,b.tmp"
     assert store.runs("USER_JOB", "A.b") == []
 
 

@@ -114,6 +114,7 @@ class Rows(Session):
             owner=row.get("owner") or "",
             requestor=row.get("requestor") or "",
             calendar=row.get("calendar") or "",
+            delete_on_success=row.get("delete_on_success") or "",
         )
 
     def _get_stmt(self):

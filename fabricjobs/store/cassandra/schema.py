@@ -43,7 +43,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -56,6 +56,7 @@ LATE = {"late_action": "text"}  # version 8: LATE_ACTION (issue #22, IPF's lateE
 ON_FAILURE = {"on_failure": "text"}  # version 9: ON_FAILURE (issue #22, IPF's failureCommand)
 OWNERS = {"owner": "text", "requestor": "text"}  # version 10: DolphinDB's userID, IPF's jobRequestor (issue #22)
 CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (issue #22), with k2_calendars
+CLEANUP = {"delete_on_success": "text"}  # version 13: RJM's rjm_delete (issue #22)
 LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
 SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
@@ -165,7 +166,7 @@ SCHEMA_V1: tuple[str, ...] = tuple(
     _create(b) for b in (_JOBS_V1.format(extra=""), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _SCHEMA)
 )
 
-_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS | CALENDAR).items())
+_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS | CALENDAR | CLEANUP).items())
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
@@ -203,6 +204,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     11: (*(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CALENDAR.items()),
          _create(_CALENDARS, TABLE_OPTIONS["k2_calendars"])),
     12: (_create(_LIVE_LOG, TABLE_OPTIONS["k2_live_log"]),),
+    13: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CLEANUP.items()),
 }
 
 
@@ -338,15 +340,19 @@ class SchemaManager:
         """The schema version, or None for a keyspace without fabricjobs tables. A read left
         unanswered is tried again (twice): a node starting just after a partition healed met a
         replica that had not yet caught up, and exited on its first read (the host that timed
-        out is tried last next, see session.py)."""
+        out is tried last next, see session.py). So is one that meets a table still settling:
+        a node started beside another that had just made the schema was told 'Unknown CF' by a
+        coordinator that did not know the new table yet (Apache Cassandra 5.0)."""
         for attempt in range(3):
             try:
                 row = self.s.execute(self._q("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'"),
                                      execution_profile=self.serial).one()
                 return None if row is None else row["version"]
             except Exception as exc:
-                if _unanswered(exc):
+                if _unanswered(exc) or "unknown cf" in str(exc).lower():
                     if attempt < 2:
+                        if not _unanswered(exc):
+                            self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=5)
                         continue
                 elif "unconfigured table" in str(exc).lower() or "fabricjobs_schema" in str(exc):
                     return None

@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -144,6 +144,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         "CREATE INDEX k2_live_log_written ON k2_live_log (written_at)",
     ),
+    # 10: DELETE_ON_SUCCESS (RJM's rjm_delete, issue #22).
+    10: ("ALTER TABLE k2_jobs ADD COLUMN delete_on_success TEXT NOT NULL DEFAULT ''",),
 }
 
 
