@@ -343,7 +343,6 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
     try:
         a = cluster.start_node("a")
         start_inbox_listener(cluster, log)
-        time.sleep(0.5)
         for i in range(25):
             (inbox / f"f{i:02d}.csv").write_text(f"row {i}")
             (inbox / f"f{i:02d}.txt").write_text("not a csv")
