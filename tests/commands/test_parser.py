@@ -483,9 +483,9 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, CALENDAR=, DELETE_ON_SUCCESS=, HOLD=, IF or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, CALENDAR=, DELETE_ON_SUCCESS=, HOLD=, PARALLELISM=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "CALENDAR=", "DELETE_ON_SUCCESS=", "HOLD=", "IF", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "CALENDAR=", "DELETE_ON_SUCCESS=", "HOLD=", "PARALLELISM=", "IF", "';'")
 
 
 def test_unknown_statement():
