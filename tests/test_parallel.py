@@ -43,14 +43,24 @@ def test_each_task_runs_once_with_its_index_and_the_job_ends_after_all(cluster, 
 
 
 def test_a_task_failing_for_good_fails_the_job_with_its_error(cluster, tmp_path):
-    log = tmp_path / "parts.log"
-    cluster.shell_ok(f"startjob user_job name='Probe.part' uid='f3' parallelism=3 args='{_args(log=str(log), fail_index=1)}';")
+    log, mended = tmp_path / "parts.log", tmp_path / "mended"
+    cluster.shell_ok(f"startjob user_job name='Probe.part' uid='f3' parallelism=3 "
+                     f"args='{_args(log=str(log), fail_index=1, mended=str(mended))}';")
     job = cluster.wait_job("USER_JOB", "Probe.part", "f3", lambda j: j.status.name == "FAILED", 20)
     assert job.error_msg == "task 1 failed: part 1 broke", job.error_msg
     for i, status in ((0, "PROCESSED"), (1, "FAILED"), (2, "PROCESSED")):  # the others went on
         cluster.wait_job("USER_JOB", "Probe.part", f"f3/{i}", lambda j, s=status: j.status.name == s, 20)
     out = cluster.shell_ok("jobstatus user_job 'Probe.part' with uid='f3';")
     assert "task 1 failed: part 1 broke" in out, out
+    # Resumed while its task is still FAILED, the job fails again; once the task succeeds, it ends.
+    cluster.shell_ok("resumejob user_job name='Probe.part' uid='f3';")
+    cluster.wait_job("USER_JOB", "Probe.part", "f3", lambda j: j.status.name == "FAILED" and j.epoch > job.epoch, 20)
+    mended.write_text("yes")
+    cluster.shell_ok("resumejob user_job name='Probe.part' uid='f3/1';")
+    cluster.wait_job("USER_JOB", "Probe.part", "f3/1", lambda j: j.status.name == "PROCESSED", 20)
+    cluster.shell_ok("resumejob user_job name='Probe.part' uid='f3';")
+    done = cluster.wait_job("USER_JOB", "Probe.part", "f3", lambda j: j.status.name == "PROCESSED", 20)
+    assert [o["index"] for o in json.loads(done.output)["outputs"]] == [0, 1, 2], done.output
 
 
 def test_stopjob_of_the_job_stops_its_tasks(cluster, tmp_path):

@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime
 from typing import Sequence
 
-from .. import dependencies
+from .. import dependencies, parallel
 from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
 from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
@@ -279,6 +279,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             return event, self._noted(row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
                 tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None,
+                blocked=row.blocked or parallel.is_parent(row),  # a parallel job waits for its tasks again
             ), "RESUMEJOB", session)
 
         row = self._change(key, decide)
