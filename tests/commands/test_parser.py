@@ -705,3 +705,15 @@ def test_deletehistory_names_one_job_as_jobhistory_does_and_its_uid_is_not_optio
     assert "WITH" in exc.value.expected
     with pytest.raises(CommandSyntaxError, match="UID must not be empty"):
         parse_one("deletehistory user_job 'a' with uid=''")
+
+
+def test_parallelism_is_a_whole_number_from_2_to_64():
+    """STARTJOB ... PARALLELISM=n (DolphinDB's tasks of a job): a number or a quoted one;
+    STARTJOB's alone (UPDATEJOB cannot change a job's tasks)."""
+    assert one("startjob user_job name='x' parallelism=4").parallelism == 4
+    assert one("startjob user_job name='x' parallelism='64'").parallelism == 64
+    assert one("startjob user_job name='x'").parallelism is None
+    for bad in ("1", "65", "'0'", "'x'", "'2.5'"):
+        exc = fails(f"startjob user_job name='x' parallelism={bad}", ValidationError)
+        assert "PARALLELISM must be a whole number from 2 to 64" in str(exc), str(exc)
+    assert "UPDATEJOB does not take PARALLELISM" in str(fails("updatejob user_job name='x' parallelism=4", ValidationError))
