@@ -86,3 +86,27 @@ def test_bad_parallelism_is_refused_and_nothing_is_written(cluster):
     assert cluster.job("USER_JOB", "Probe.noop", "bad") is None
     assert cluster.job("USER_JOB", "Probe.noop", "bad/0") is None
     assert cluster.job("PROCESS", "true", "bad") is None
+
+
+def test_a_job_whose_tasks_ended_unannounced_is_ended_by_the_dependency_check(cluster):
+    """A node that died right after writing a task's outcome told no node: the job is not left
+    waiting for good, every node's periodic dependency check (DEPENDENCY_CHECK_SEC) ends it. The
+    rows are written here as that node left them; no node wrote an outcome, so none was told."""
+    from datetime import datetime, timezone
+
+    from fabricjobs.model import Job, JobKey, Status
+
+    store, now = cluster.client().store, datetime.now(timezone.utc)
+    for uid, ends in (("lone-ok", [Status.PROCESSED, Status.PROCESSED]), ("lone-bad", [Status.PROCESSED, Status.FAILED])):
+        key = JobKey("USER_JOB", "Probe.part", uid)
+        tasks = [Job(key=JobKey(key.type, key.name, f"{uid}/{i}"), status=s, creation_time=now, end_time=now, archived=True,
+                     output=json.dumps({"index": i}) if s is Status.PROCESSED else None,
+                     error_msg="boom" if s is Status.FAILED else "", parallelism=2, task_of=str(key))
+                 for i, s in enumerate(ends)]
+        parent = Job(key=key, status=Status.WAITING, creation_time=now, next_run=now, parallelism=2, blocked=True,
+                     depends_on=",".join(str(t.key) for t in tasks))
+        assert all(r.applied for r in store.insert_many([*tasks, parent]))
+    done = cluster.wait_job("USER_JOB", "Probe.part", "lone-ok", lambda j: j.status.name == "PROCESSED", 20)
+    assert json.loads(done.output) == {"tasks": 2, "outputs": [{"index": 0}, {"index": 1}]}
+    failed = cluster.wait_job("USER_JOB", "Probe.part", "lone-bad", lambda j: j.status.name == "FAILED", 20)
+    assert failed.error_msg == "task 1 failed: boom"
