@@ -54,6 +54,7 @@ LIVE_STATUSES = frozenset(Status) - FINAL_STATUSES
 RUNNING_STATUSES = frozenset({Status.IN_PROCESS, Status.STOPPING, Status.RESTART})
 
 DEFAULT_PRIORITY = 4
+MIN_PARALLELISM, MAX_PARALLELISM = 2, 64  # PARALLELISM=n: the tasks of one job
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -131,6 +132,10 @@ class Job:
     # RJM's rjm_delete: files (under [jobs] CLEANUP_ROOT, comma-separated) deleted after each
     # successful run, by the node that wrote it; left in place after a failure, for diagnosis.
     delete_on_success: str = ""
+    # DolphinDB's tasks of a job (PARALLELISM=n): the job the user named has parallelism n and
+    # task_of ''; each of its n tasks has parallelism n and task_of the job's key, UID '<uid>/<i>'.
+    parallelism: int = 0
+    task_of: str = ""
 
     @property
     def type(self) -> str:
@@ -206,6 +211,7 @@ class Event(StrEnum):
     START_HELD = "START_HELD"  # STARTJOB ... HOLD=true (RJM's set-up before its rjmgo)
     HOLD = "HOLD"  # UPDATEJOB ... HOLD=true on a job with no run
     UNHOLD = "UNHOLD"  # RELEASEJOB: as if started now (WAITING, or SCHEDULED by its schedule)
+    TASK_FAILED = "TASK_FAILED"  # a task of a parallel job failed for good: the job is FAILED
 
 
 class RunResult(StrEnum):
@@ -275,6 +281,7 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.START_HELD, _NEW, [Status.HELD]),
         _t(Event.HOLD, _IDLE, [Status.HELD]),
         _t(Event.UNHOLD, [Status.HELD], _IDLE),
+        _t(Event.TASK_FAILED, [Status.WAITING], [Status.FAILED]),
     )
 }
 

@@ -72,3 +72,13 @@ def ticker(ticks: int = 5, seconds: float = 1.0):
         job.logger.info("tick %d of %d", i, ticks)
         time.sleep(seconds)
     return ticks
+
+
+def billingPart(customers: int = 100, seconds: float = 0.0, task_index: int = 0, task_count: int = 1):
+    """One task of a parallel job (STARTJOB ... PARALLELISM=n): bills its share of the
+    customers, those whose number modulo n is its index (taking ``seconds``)."""
+    job = current_job()
+    mine = [c for c in range(customers) if c % task_count == task_index]
+    job.logger.info("task %d of %d: %d customers", task_index, task_count, len(mine))
+    time.sleep(seconds * (task_index + 1) / task_count)  # the last task takes longest
+    return {"task": task_index, "billed": len(mine)}

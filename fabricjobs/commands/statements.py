@@ -37,6 +37,7 @@ class StartJob:
     delete_on_success: str | None = None  # files deleted after each successful run (RJM's rjm_delete)
     if_not_exists: bool = False  # a row with the key (live or archived) is returned unchanged
     hold: bool | None = None  # HOLD=true: created HELD, run only after RELEASEJOB (RJM)
+    parallelism: int | None = None  # DolphinDB's tasks of a job: n tasks (2..64), each with its index
 
 
 @dataclass(frozen=True, slots=True)

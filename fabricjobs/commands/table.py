@@ -35,7 +35,7 @@ STATEMENTS: tuple[StatementInfo, ...] = (
         "         [DEPENDS_ON='<TYPE.NAME.UID>,...'] [PRIORITY=0..9] [TZ='<zone>'] [LATE_THRESHOLD='HH:MM:SS']",
         "         [OVERLAP='SKIP|QUEUE'] [LATE_ACTION='SKIP|RUN|<TYPE>.<NAME>']",
         "         [ON_FAILURE='<TYPE>.<NAME>'] [REQUESTOR='<requestor>'] [CALENDAR='<calendar>']",
-        "         [DELETE_ON_SUCCESS='<file>,...'] [HOLD=true|false] [IF NOT EXISTS]"), job_statement=True),
+        "         [DELETE_ON_SUCCESS='<file>,...'] [HOLD=true|false] [PARALLELISM=2..64] [IF NOT EXISTS]"), job_statement=True),
     StatementInfo("STOPJOB", st.StopJob, "stop_job", (f"STOPJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),
                   job_statement=True),
     StatementInfo("FINISHJOB", st.FinishJob, "finish_job", (f"FINISHJOB {_JOB} [UID='<uid>'] [WAIT [TIMEOUT <s>]]",),

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from lark import Token, Transformer
 
 from ..calendar import MAX_RULES, CalendarError, check_name, make_calendar
-from ..model import JobKey, JobType
+from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType
 from ..names import complaint, text_complaint
 from . import table, values
 from .grammar import param_name, token_start
@@ -166,6 +166,14 @@ class ToCommand(Transformer):
         text = _string_value(value) if value.type == "STRING" else value.value
         if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 9):
             raise invalid(self._text, value, f"PRIORITY must be a whole number from 0 to 9, got {show(text)}")
+        return _Param(param_name(key.type), key, int(text))
+
+    def parallelism(self, children: list[Token]) -> _Param:
+        key, value = children
+        text = _string_value(value) if value.type == "STRING" else value.value
+        lo, hi = MIN_PARALLELISM, MAX_PARALLELISM
+        if not (text.isascii() and text.isdigit() and lo <= int(text) <= hi):
+            raise invalid(self._text, value, f"PARALLELISM must be a whole number from {lo} to {hi} (the job's tasks), got {show(text)}")
         return _Param(param_name(key.type), key, int(text))
 
     def tz(self, children: list[Token]) -> _Param:

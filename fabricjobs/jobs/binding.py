@@ -47,8 +47,11 @@ def _shape(fn: Callable) -> tuple[inspect.Signature, dict[str, Any]]:
 _shapes: "weakref.WeakKeyDictionary[Callable, tuple[inspect.Signature, dict[str, Any]]]" = weakref.WeakKeyDictionary()
 
 
-def bind_arguments(fn: Callable, args: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def bind_arguments(fn: Callable, args: dict[str, Any], given: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any]]:
+    """``given``: values the run itself supplies (a parallel job's ``task_index`` and
+    ``task_count``), bound to parameters so named, before ARGS."""
     sig, hints = _shape(fn)
+    given = given or {}
     kwargs: dict[str, Any] = {}
     takes_var_kw = False
     for name, param in sig.parameters.items():
@@ -57,7 +60,9 @@ def bind_arguments(fn: Callable, args: dict[str, Any]) -> tuple[list[Any], dict[
             continue
         if param.kind is param.VAR_POSITIONAL:
             continue
-        if name in args:
+        if name in given:
+            kwargs[name] = given[name]
+        elif name in args:
             kwargs[name] = convert(args[name], hints.get(name, param.annotation), name)
         elif param.default is param.empty:
             raise BindError(f"missing argument {name!r}: ARGS has no key {name!r}")

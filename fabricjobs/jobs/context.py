@@ -56,6 +56,10 @@ class JobContext:
     # request), even when it starts late or is a retry: a job that works on "the hour just
     # ended" uses it. (RESTARTJOB's run is due when the restart was asked for.)
     due: datetime | None = None
+    # A task of a parallel job (STARTJOB ... PARALLELISM=n): its index (0..n-1) and n. A job
+    # that is not one is its own only task: index 0 of 1.
+    task_index: int = 0
+    task_count: int = 1
 
     @property
     def args(self) -> dict[str, Any]:

@@ -29,8 +29,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from .. import parallel
 from ..clock import Clock
-from ..worker.protocol import ERROR, INTERRUPTED, LEASE_LOST, NOT_BEGUN, Outcome, RunSpec
+from ..worker.protocol import ERROR, INTERRUPTED, LEASE_LOST, NOT_BEGUN, OK, Outcome, RunSpec
 from ..jobs.registry import JobCatalog
 from ..model import Job, JobKey, JobType
 from ..store.base import JobStore
@@ -245,6 +246,8 @@ class Executor:
                 self._finish_later(run, Outcome(LEASE_LOST, error="not started: this node's lease ran out since the claim"))
             elif run.end_reason is not None:  # stopped, killed or given up before it reached a worker
                 self._finish_later(run, explain(run, Outcome(INTERRUPTED, error=NOT_BEGUN), self.me))
+            elif parallel.is_parent(run.row):  # its tasks are done: no user code, no worker
+                self._finish_later(run, Outcome(OK, output=parallel.summary(self.store, run.row, self.output_max)))
             else:
                 ready.append(run)
         trains, no_room = plan_trains(ready, self.short_jobs.is_short)
@@ -291,6 +294,7 @@ class Executor:
             run.task, run.key, run.facts.epoch, self.me, run.row.arguments, worker.slot, self.output_max,
             self.catalog, run.generation, self.log_max,
             job=run.row if listener else None,
+            task_index=parallel.task_index(run.row), task_count=run.row.parallelism if run.row.task_of else 0,
             not_before=run.facts.started.timestamp() if ahead else None,
             due=run.facts.due.timestamp() if run.facts.due is not None else None,
         )

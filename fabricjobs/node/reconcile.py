@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from ..affinity import parse_affinity
 from ..errors import StoreError
-from .. import dependencies
+from .. import dependencies, parallel
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from ..store.base import Version
@@ -279,12 +279,16 @@ class Reconciler(UsesParts):
             page = self.store.blocked_jobs(_ADOPT_BATCH, since)
             for row in page:
                 blockers = dependencies.blocking(self.store, dependencies.parents_of(row), cache)
-                note = dependencies.note(blockers)
-                if blockers and note == row.error_msg:
+                decision = parallel.checked(row, blockers, cache, now) if parallel.is_parent(row) else (
+                    None if blockers and dependencies.note(blockers) == row.error_msg
+                    else (Event.UPDATE, row.replace(blocked=bool(blockers), error_msg=dependencies.note(blockers))))
+                if decision is None:
                     continue
-                new = row.replace(blocked=bool(blockers), error_msg=note)
-                res = self.store.cas(row, advance(row, Event.UPDATE, new))
-                if res.applied and not blockers:
+                res = self.store.cas(row, advance(row, *decision))
+                if res.applied and res.stored.archived:  # a parallel job whose task failed for good
+                    log.info("'%s' failed: %s", row.key, res.stored.error_msg, extra=job_extra(row.key, row.epoch))
+                    start_on_failure(self.store, res.stored, now)
+                elif res.applied and not blockers:
                     freed += 1
                     log.info("'%s' unblocked: its parents are PROCESSED", row.key, extra=job_extra(row.key, row.epoch))
             last = page[-1].next_run if len(page) == _ADOPT_BATCH else None

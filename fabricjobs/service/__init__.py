@@ -39,7 +39,8 @@ _GROUP = 256
 
 def _groupable(command: statements.Command) -> bool:
     """A STARTJOB whose checks read nothing its script may have written just before it."""
-    return isinstance(command, statements.StartJob) and not command.depends_on and not command.if_not_exists
+    return (isinstance(command, statements.StartJob) and not command.depends_on and not command.if_not_exists
+            and not command.parallelism)
 
 
 class CommandService(JobCommands, JobListing, ClusterCommands):

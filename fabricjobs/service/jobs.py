@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime
 from typing import Sequence
 
-from .. import dependencies
+from .. import dependencies, parallel
 from ..commands import statements
 from ..errors import CommandError, JobAlreadyRunning, JobNotFound
 from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
@@ -22,6 +22,7 @@ from ..schedule import Schedule, resolve_zone
 from ..store.base import CasResult
 from .calendars import CalendarCommands
 from .hold import HoldCommands
+from .parallel import ParallelCommands
 from .session import Session, keep_session_scope, owner_of, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -33,13 +34,17 @@ RUN_GOING_NOTE = "a run is going on: not run again"
 RUN_HELD_NOTE = "held: RELEASEJOB runs it"
 
 
-class JobCommands(HoldCommands, CalendarCommands):
+class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
     """STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB and DELETEHISTORY."""
 
     # -- STARTJOB ------------------------------------------------------------------------------
 
     def start_job(self, cmd: statements.StartJob, session: Session) -> Result:
+        if cmd.parallelism:
+            self._check_parallel(cmd)
         job = self._new_job(cmd, session)
+        if cmd.parallelism:
+            return self._started(*self._insert_parallel(job, cmd.parallelism))
         if not cmd.if_not_exists:
             return self._insert_new(job)
         # IF NOT EXISTS: a row with the key, live or archived, is the answer as it is. The
@@ -163,7 +168,10 @@ class JobCommands(HoldCommands, CalendarCommands):
                 return Event.STOP_IDLE, self._noted(stopped, "STOPJOB", session)
             return Event.STOP, self._noted(row.replace(status=Status.STOPPING), "STOPJOB", session)
 
-        changed = [self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid)]
+        matching = self._matching(cmd.type, cmd.name, cmd.uid)
+        changed = [self._change(j.key, decide) for j in matching]
+        for task in self._tasks_of(matching):  # a parallel job's tasks stop with it
+            self._change(task, decide)
         self._ring()
         rows = [r for r in changed if r is not None]
         if cmd.wait:
@@ -271,6 +279,7 @@ class JobCommands(HoldCommands, CalendarCommands):
             return event, self._noted(row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
                 tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None,
+                blocked=row.blocked or parallel.is_parent(row),  # a parallel job waits for its tasks again
             ), "RESUMEJOB", session)
 
         row = self._change(key, decide)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
+from .. import parallel
 from ..affinity import parse_affinity
 from ..cluster import NodeView, candidates, job_progress, read_cluster
 from ..commands import statements
@@ -24,7 +25,8 @@ STATUS_COLUMNS = (
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills")
 FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Overlap", "Depends On",
-                                  "Blocked", "Epoch", "Owner", "Requestor", "Calendar", "Delete On Success") + COUNTER_COLUMNS
+                                  "Blocked", "Epoch", "Owner", "Requestor", "Calendar", "Delete On Success", "Parallelism",
+                                  "Task Of") + COUNTER_COLUMNS
 #: The HTTP API's job list: JOBSTATUS's columns, and who a job is for (its filters).
 LIST_COLUMNS = STATUS_COLUMNS + ("Owner", "Requestor")
 HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "End", "Duration (ms)", "Tries",
@@ -78,13 +80,16 @@ class JobViews(ServiceCore):
             cands = candidates(nodes, parse_affinity(job.affinity), job.priority)
         except ValueError:
             cands = 0
-        if job.blocked and job.status is Status.WAITING:
+        notes = job.error_msg
+        if parallel.is_parent(job) and job.status is Status.WAITING:  # its tasks' progress, as it stands
+            next_run, notes = "Waiting for its tasks", parallel.progress(parallel.tasks(self.store, job))
+        elif job.blocked and job.status is Status.WAITING:
             next_run = "Blocked by its parents"
         elif job.finishing and not job.archived:
             next_run = FINISHING_TEXT
         row: tuple = (
             job.type, job.name, job.uid, job.status.value, job.creation_time, job.start_time,
-            job.end_time, job.affinity or "ANY", job.archived, next_run, cands, job.error_msg,
+            job.end_time, job.affinity or "ANY", job.archived, next_run, cands, notes,
             job.worker_id or "", job.tries, job.priority, self._progress(job, nodes),
         )
         if detail:
@@ -92,7 +97,7 @@ class JobViews(ServiceCore):
         if full:
             row += (job.execution_interval, job.time_zone or str(self.zone or "(node's)"), job.late_threshold,
                     job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
-                    job.owner, job.requestor, job.calendar or "", job.delete_on_success,
+                    job.owner, job.requestor, job.calendar or "", job.delete_on_success, job.parallelism, job.task_of,
                     job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills)
         if who:
             row += (job.owner, job.requestor)

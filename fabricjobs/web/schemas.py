@@ -34,6 +34,7 @@ COLUMN_TYPES: dict[str, Any] = {
     "Runs": int, "Successes": int, "Failures": int, "Retries After Error": int,
     "Retries After Node Loss": int, "Kills": int,
     "Owner": str, "Requestor": str,  # who started the job (OS user or token name), who it is for
+    "Parallelism": int, "Task Of": str,  # PARALLELISM=n: a parallel job's tasks (n), a task's job
     "Calendar": str, "Delete On Success": str,  # RJM's rjm_delete: files deleted after each success  # the stored calendar whose rules skip its fires ("" : none)
     # runs (JOBHISTORY)
     "Run": int, "Result": str, "Due": _TIME, "Start": _TIME, "End": _TIME, "Duration (ms)": _INT,

@@ -61,6 +61,8 @@ class RunSpec:
     board: tuple[str, int] | None = None  # (path, slots) of the node's board, set by the worker
     not_before: float | None = None  # wall-clock seconds: a fire prepared ahead starts then
     due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
+    task_index: int | None = None  # a task of a parallel job (PARALLELISM=n): its index, 0..n-1
+    task_count: int = 0  # and n (0: not a task)
 
 
 NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train, a prepared fire)

@@ -136,11 +136,13 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
         _is_aborted=is_aborted,
         _report_progress=progress,
         due=utc_from_timestamp(spec.due) if spec.due is not None else None,
+        task_index=spec.task_index or 0,
+        task_count=spec.task_count or 1,
     )
     token = _bind(ctx)
     try:
         try:
-            args, kwargs = bind_arguments(fn, ctx.args)
+            args, kwargs = bind_arguments(fn, ctx.args, _task_arguments(spec, ctx))
         except BindError as exc:
             return Outcome(ERROR, error=str(exc), mode=FailMode.NO_RETRY)
         except RecursionError:
@@ -165,6 +167,13 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
 
 
 _ERROR_MAX = 4000
+
+
+def _task_arguments(spec: RunSpec, ctx: JobContext) -> dict[str, int]:
+    """A parallel job's task gets its index and count as the parameters so named (ARGS, the
+    same for every task, cannot give them); another job gets 0 of 1 unless its ARGS say."""
+    given = {"task_index": ctx.task_index, "task_count": ctx.task_count}
+    return given if spec.task_count else {k: v for k, v in given.items() if k not in ctx.args}
 
 
 # -- INTERFACE_LISTENER -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from fabricjobs.commands import Expectation, expected_at, lex
 STATEMENTS = ("STARTJOB", "STOPJOB", "FINISHJOB", "RUNJOB", "RELEASEJOB", "RESTARTJOB", "RESUMEJOB", "UPDATEJOB", "JOBSTATUS", "PS", "KILL", "SET", "NODES",
               "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY", "CREATECALENDAR", "DROPCALENDAR", "CALENDARS")
 START_PARAMS = ("NAME", "UID", "AFFINITY", "ARGS", "EXEC_INTERVAL", "DEPENDS_ON", "PRIORITY", "TZ", "LATE_THRESHOLD",
-                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "CALENDAR", "DELETE_ON_SUCCESS", "HOLD")
+                "OVERLAP", "LATE_ACTION", "ON_FAILURE", "REQUESTOR", "CALENDAR", "DELETE_ON_SUCCESS", "HOLD", "PARALLELISM")
 
 
 # -- expected_at -----------------------------------------------------------------------------
@@ -32,7 +32,7 @@ def test_after_statement_keyword_a_job_type():
 def test_after_job_type_the_parameters():
     e = expected_at("startjob user_job ")
     assert e.params == START_PARAMS and not e.job_type
-    assert set(expected_at("updatejob user_job ").params) == {*START_PARAMS, "RESET_END_TIME"}
+    assert set(expected_at("updatejob user_job ").params) == {*START_PARAMS[:-1], "RESET_END_TIME"}  # PARALLELISM: STARTJOB's
     assert expected_at("stopjob process ").params == ("NAME", "UID")
 
 

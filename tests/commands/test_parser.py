@@ -483,9 +483,9 @@ def test_largest_task_fits():
 
 def test_unexpected_word_lists_what_may_come():
     exc = fails("startjob user_job name='x' FOO='y'")
-    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, CALENDAR=, DELETE_ON_SUCCESS=, HOLD=, IF or ';'")
+    assert_rendered(exc, 1, 28, "unexpected 'FOO'", "expected NAME=, UID=, AFFINITY=, ARGS=, EXEC_INTERVAL=, DEPENDS_ON=, PRIORITY=, TZ=, LATE_THRESHOLD=, OVERLAP=, LATE_ACTION=, ON_FAILURE=, REQUESTOR=, CALENDAR=, DELETE_ON_SUCCESS=, HOLD=, PARALLELISM=, IF or ';'")
     assert exc.expected == ("NAME=", "UID=", "AFFINITY=", "ARGS=", "EXEC_INTERVAL=", "DEPENDS_ON=", "PRIORITY=", "TZ=",
-                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "CALENDAR=", "DELETE_ON_SUCCESS=", "HOLD=", "IF", "';'")
+                            "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "CALENDAR=", "DELETE_ON_SUCCESS=", "HOLD=", "PARALLELISM=", "IF", "';'")
 
 
 def test_unknown_statement():
@@ -705,3 +705,15 @@ def test_deletehistory_names_one_job_as_jobhistory_does_and_its_uid_is_not_optio
     assert "WITH" in exc.value.expected
     with pytest.raises(CommandSyntaxError, match="UID must not be empty"):
         parse_one("deletehistory user_job 'a' with uid=''")
+
+
+def test_parallelism_is_a_whole_number_from_2_to_64():
+    """STARTJOB ... PARALLELISM=n (DolphinDB's tasks of a job): a number or a quoted one;
+    STARTJOB's alone (UPDATEJOB cannot change a job's tasks)."""
+    assert one("startjob user_job name='x' parallelism=4").parallelism == 4
+    assert one("startjob user_job name='x' parallelism='64'").parallelism == 64
+    assert one("startjob user_job name='x'").parallelism is None
+    for bad in ("1", "65", "'0'", "'x'", "'2.5'"):
+        exc = fails(f"startjob user_job name='x' parallelism={bad}", ValidationError)
+        assert "PARALLELISM must be a whole number from 2 to 64" in str(exc), str(exc)
+    assert "UPDATEJOB does not take PARALLELISM" in str(fails("updatejob user_job name='x' parallelism=4", ValidationError))

@@ -170,3 +170,22 @@ def log_and_wait(gate: str, seconds: float = 60.0):
         time.sleep(0.02)
     job.logger.info("second line, after the gate")
     return "through"
+
+
+def part(log: str, task_index: int, task_count: int, fail_index: int = -1, gate: str = "", gate_index: int = -1,
+         mended: str = ""):
+    """A task of a parallel job (PARALLELISM=n): records its index (as argument and as seen by
+    current_job()) and node; task ``fail_index`` fails for good (until the file ``mended``
+    exists); task ``gate_index`` waits for the file ``gate`` (or STOPJOB)."""
+    job = current_job()
+    start = time.time()
+    if task_index == gate_index:
+        while not Path(gate).exists():
+            if job.is_aborted():
+                raise InterruptedError("stopped")
+            time.sleep(0.02)
+    _record(log, start, time.time(), index=task_index, count=task_count, ctx_index=job.task_index,
+            ctx_count=job.task_count)
+    if task_index == fail_index and not (mended and Path(mended).exists()):
+        fail_job_no_retry(f"part {task_index} broke")
+    return {"index": task_index, "node": job.node}

@@ -368,7 +368,10 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         assert changed.calendar == "" and store.calendars() == []  # version 11's column and table
         cal = store.cas(changed, changed.replace(calendar="holidays")).row
         assert cal.calendar == "holidays" and cal.delete_on_success == ""  # version 13's column
-        assert store.cas(cal, cal.replace(delete_on_success="a.csv")).row.delete_on_success == "a.csv"
+        cleaned = store.cas(cal, cal.replace(delete_on_success="a.csv")).row
+        assert cleaned.delete_on_success == "a.csv" and (cleaned.parallelism, cleaned.task_of) == (0, "")  # version 14's
+        part = store.cas(cleaned, cleaned.replace(parallelism=4, task_of="USER_JOB.A.b.p")).row
+        assert (part.parallelism, part.task_of) == (4, "USER_JOB.A.b.p") and store.get(old.key) == part
         assert store.runs("USER_JOB", "A.b") == []
     finally:
         store.close()

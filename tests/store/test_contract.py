@@ -795,3 +795,20 @@ def test_calendars_are_created_replaced_listed_and_deleted(store):
     assert [c.name for c in store.calendars()] == ["holidays"]
     row = store.insert(job(uid="cal", calendar="holidays")).row
     assert row.calendar == "holidays" and store.get(row.key).calendar == "holidays"
+
+
+def test_a_parallel_job_and_its_tasks_are_written_together_and_read_back(store):
+    """PARALLELISM=n (DolphinDB's tasks of a job, issue #22): the job (parallelism n, blocked on
+    its tasks) and its n tasks (parallelism n, task_of the job's key, UID '<uid>/<i>'), inserted
+    in one transaction; each column reads back, and the blocked job is among the blocked rows."""
+    tasks = [job(uid=f"p/{i}", parallelism=3, task_of="USER_JOB.Customer.userJob1.p") for i in range(3)]
+    parent = job(uid="p", parallelism=3, blocked=True, depends_on=",".join(str(t.key) for t in tasks))
+    with store.transaction():
+        results = store.insert_many([parent, *tasks])
+    assert [r.applied for r in results] == [True] * 4
+    assert store.get(parent.key).parallelism == 3 and store.get(parent.key).task_of == ""
+    assert [(t.parallelism, t.task_of) for t in (store.get(k.key) for k in tasks)] == [(3, "USER_JOB.Customer.userJob1.p")] * 3
+    assert [j.key for j in store.blocked_jobs(10)] == [parent.key]
+    first = results[1].stored
+    done = store.cas(first, first.replace(output='{"i": 0}')).row
+    assert (done.parallelism, done.task_of, done.output) == (3, "USER_JOB.Customer.userJob1.p", '{"i": 0}')

@@ -56,7 +56,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     conn.commit()
     conn.close()
     store = SqliteStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 10
+    assert store.schema_version() == SCHEMA_VERSION == 11
     old = store.get(JobKey("USER_JOB", "A.b", "old"))
     assert old.status is Status.WAITING and old.runs == 0 and old.finishing is False
     assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 3's column
@@ -70,7 +70,10 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     assert owned.calendar == "" and store.calendars() == []  # version 8's column and table
     cal = store.cas(owned, owned.replace(calendar="holidays")).row
     assert cal.calendar == "holidays" and cal.delete_on_success == ""  # version 10's column
-    assert store.cas(cal, cal.replace(delete_on_success="a.csv,b.tmp")).row.delete_on_success == "a.csv,b.tmp"
+    cleaned = store.cas(cal, cal.replace(delete_on_success="a.csv,b.tmp")).row
+    assert cleaned.delete_on_success == "a.csv,b.tmp" and (cleaned.parallelism, cleaned.task_of) == (0, "")  # version 11's
+    part = store.cas(cleaned, cleaned.replace(parallelism=4, task_of="USER_JOB.A.b.p")).row
+    assert (part.parallelism, part.task_of) == (4, "USER_JOB.A.b.p") and store.get(old.key) == part
     assert store.runs("USER_JOB", "A.b") == []
 
 

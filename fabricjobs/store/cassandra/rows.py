@@ -115,6 +115,8 @@ class Rows(Session):
             requestor=row.get("requestor") or "",
             calendar=row.get("calendar") or "",
             delete_on_success=row.get("delete_on_success") or "",
+            parallelism=row.get("parallelism") or 0,
+            task_of=row.get("task_of") or "",
         )
 
     def _get_stmt(self):

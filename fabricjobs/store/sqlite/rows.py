@@ -19,7 +19,7 @@ _JOB_COLUMNS = (
     "tries", "worker_id", "epoch", "revision", "priority",
     "runs", "successes", "failures", "retries_error", "retries_lost", "kills",
     "depends_on", "blocked", "time_zone", "late_threshold", "overlap", "finishing", "resume_at", "late_action", "on_failure",
-    "owner", "requestor", "calendar", "delete_on_success",
+    "owner", "requestor", "calendar", "delete_on_success", "parallelism", "task_of",
 )
 _RUN_COLUMNS = (
     "type", "name", "uid", "epoch", "node", "due", "start", "end", "result", "status", "tries",
@@ -56,7 +56,7 @@ def _job_params(job: Job) -> tuple:
         job.tries, job.worker_id, job.epoch, job.revision, job.priority,
         job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills,
         job.depends_on, int(job.blocked), job.time_zone, job.late_threshold, job.overlap, int(job.finishing), _ts(job.resume_at), job.late_action, job.on_failure,
-        job.owner, job.requestor, job.calendar, job.delete_on_success,
+        job.owner, job.requestor, job.calendar, job.delete_on_success, job.parallelism, job.task_of,
     )
 
 
@@ -67,7 +67,7 @@ _STATUS = {s.value: s for s in Status}
 # per run on the node's loop): the Job fields must stay in the order of the columns.
 assert [f.name for f in dataclasses.fields(Job)] == [
     "key", "status", "creation_time", "archived", "affinity", "arguments", "execution_interval",
-    *_JOB_COLUMNS[9:13], *_JOB_COLUMNS[13:27], "blocked", *_JOB_COLUMNS[28:31], "finishing", "resume_at", "late_action", "on_failure", "owner", "requestor", "calendar", "delete_on_success",
+    *_JOB_COLUMNS[9:13], *_JOB_COLUMNS[13:27], "blocked", *_JOB_COLUMNS[28:31], "finishing", "resume_at", "late_action", "on_failure", "owner", "requestor", "calendar", "delete_on_success", "parallelism", "task_of",
 ], "Job fields and k2_jobs columns are out of step"
 
 
@@ -76,7 +76,7 @@ def _row_to_job(r: Sequence) -> Job:
         JobKey(r[0], r[1], r[2]), _STATUS[r[3]], _fromts(r[8], UTC), bool(r[4]), r[5], r[6], r[7],
         None if r[9] is None else _fromts(r[9], UTC), None if r[10] is None else _fromts(r[10], UTC),
         None if r[11] is None else _fromts(r[11], UTC), None if r[12] is None else _fromts(r[12], UTC),
-        *r[13:27], bool(r[27]), *r[28:31], bool(r[31]), None if r[32] is None else _fromts(r[32], UTC), r[33], r[34], r[35], r[36], r[37], r[38],
+        *r[13:27], bool(r[27]), *r[28:31], bool(r[31]), None if r[32] is None else _fromts(r[32], UTC), r[33], r[34], r[35], r[36], r[37], r[38], r[39], r[40],
     ))
 
 

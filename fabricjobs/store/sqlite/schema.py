@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -146,6 +146,9 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 10: DELETE_ON_SUCCESS (RJM's rjm_delete, issue #22).
     10: ("ALTER TABLE k2_jobs ADD COLUMN delete_on_success TEXT NOT NULL DEFAULT ''",),
+    # 11: PARALLELISM (DolphinDB's tasks of a job, issue #22).
+    11: ("ALTER TABLE k2_jobs ADD COLUMN parallelism INTEGER NOT NULL DEFAULT 0",
+         "ALTER TABLE k2_jobs ADD COLUMN task_of TEXT NOT NULL DEFAULT ''"),
 }
 
 
