@@ -136,6 +136,12 @@ class Job:
     # task_of ''; each of its n tasks has parallelism n and task_of the job's key, UID '<uid>/<i>'.
     parallelism: int = 0
     task_of: str = ""
+    # SMILA's job run counters beyond the six above: runs that failed for good after a retry,
+    # or at their first try (no tries left, FAIL_NO_RETRY, a lost node), and runs cancelled
+    # (ended by STOPJOB).
+    failed_after_retry: int = 0
+    failed_without_retry: int = 0
+    canceled: int = 0
 
     @property
     def type(self) -> str:

@@ -270,3 +270,30 @@ def test_waitjob_run_n_waits_for_that_run_and_answers_its_history_row(cluster, t
     assert r.returncode == 1 and "No recorded run 2 of" in r.stderr and "archived" in r.stderr, r.stderr
     r = cluster.shell("-e", "waitjob user_job 'Probe.record' with uid='runs1' run 1 timeout x;")
     assert r.returncode == 1 and r.stdout == "", r.stdout
+
+
+def test_smilas_run_counters_count_failures_for_good_with_and_without_retry_and_cancels(cluster, tmp_path):
+    """SMILA's job run counters: started (Runs), successful, retried after error, retried after
+    timeout (node loss), failed after retry, failed without retry, canceled; as JOBSTATUS ...
+    DETAILS shows them through the shell."""
+    def counters(name, uid):
+        out = cluster.shell("-e", f"jobstatus user_job '{name}' with uid='{uid}' details;").stdout
+        return {k: int(v) for k, v in re.findall(r"^(Runs|Successes|Failures|Retries After Error|Failed After Retry|"
+                                                  r"Failed Without Retry|Canceled)\s+\| (\d+)", out, re.M)}
+
+    r = cluster.shell("-e", "startjob user_job name='Probe.always_fails' uid='cnt';"
+                            "startjob user_job name='Probe.fails_no_retry' uid='cnt';"
+                            f"startjob user_job name='Probe.started' uid='cnt' args='{{\"log\": \"{tmp_path / 's.log'}\"}}';")
+    assert r.returncode == 0, r.stderr
+    for name in ("Probe.always_fails", "Probe.fails_no_retry"):
+        wait_for(lambda: cluster.job("USER_JOB", name, "cnt").status.name == "FAILED", 30, f"{name} to fail for good")
+    _records(tmp_path / "s.log", 1)
+    r = cluster.shell("-e", "stopjob user_job name='Probe.started' uid='cnt' wait timeout 20;")
+    assert r.returncode == 0, r.stderr
+    retried = counters("Probe.always_fails", "cnt")
+    assert retried["Failed After Retry"] == 1 and retried["Failed Without Retry"] == 0, retried
+    assert retried["Runs"] == retried["Failures"] == retried["Retries After Error"] + 1, retried
+    assert counters("Probe.fails_no_retry", "cnt") == {"Runs": 1, "Successes": 0, "Failures": 1, "Retries After Error": 0,
+                                                       "Failed After Retry": 0, "Failed Without Retry": 1, "Canceled": 0}
+    assert counters("Probe.started", "cnt") == {"Runs": 1, "Successes": 0, "Failures": 0, "Retries After Error": 0,
+                                                "Failed After Retry": 0, "Failed Without Retry": 0, "Canceled": 1}

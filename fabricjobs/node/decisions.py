@@ -57,7 +57,7 @@ def after_run(
     row_in = row
     row = row.replace(**counts)
     if row_in.status is Status.STOPPING:
-        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now)
+        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now, canceled=row.canceled + 1)
     if row_in.status is Status.RESTART:
         return Event.RESTARTED, row.replace(
             status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0,
@@ -115,11 +115,19 @@ def failed(
     fire, and the retry's current_job().due says which fire it is)."""
     tries = row.tries + 1
     if mode is FailMode.NO_RETRY or (mode is not FailMode.ALWAYS_RETRY and tries >= max_tries):
-        return Event.FAIL_FINAL, row.replace(status=Status.FAILED, tries=tries, error_msg=error, end_time=now)
+        return Event.FAIL_FINAL, failed_for_good(row, tries).replace(status=Status.FAILED, tries=tries, error_msg=error,
+                                                                     end_time=now)
     return Event.FAIL_RETRY, row.replace(
         status=Status.WAITING, tries=tries, error_msg=error, end_time=now, next_run=row.next_run or now,
         hold_until=now + retry_delay, retries_error=row.retries_error + 1,
     )
+
+
+def failed_for_good(row: Job, tries: int) -> Job:
+    """SMILA's two kinds of final failure, counted: after a retry (``tries`` > 1) or without."""
+    if tries > 1:
+        return row.replace(failed_after_retry=row.failed_after_retry + 1)
+    return row.replace(failed_without_retry=row.failed_without_retry + 1)
 
 
 def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Event, Job]:
@@ -128,7 +136,7 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
     previous = row.worker_id
     if row.status is Status.STOPPING:
         return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now, worker_id=me, epoch=row.epoch + 1,
-                                          runs=row.runs + 1)
+                                          runs=row.runs + 1, canceled=row.canceled + 1)
     if row.status is Status.RESTART:
         return Event.RESTARTED, row.replace(
             status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0, hold_until=None,
@@ -139,7 +147,7 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
         note = f"node {previous} was lost while running this job"
         lost = row.replace(runs=row.runs + 1, failures=row.failures + 1)
         if tries >= max_tries:
-            return Event.FAIL_FINAL, lost.replace(
+            return Event.FAIL_FINAL, failed_for_good(lost, tries).replace(
                 status=Status.FAILED, tries=tries, error_msg=note + "; no tries left", end_time=now,
                 worker_id=me, epoch=row.epoch + 1,
             )

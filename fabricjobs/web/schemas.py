@@ -33,6 +33,7 @@ COLUMN_TYPES: dict[str, Any] = {
     "Late Threshold": _TEXT, "Overlap": _TEXT, "Depends On": _TEXT, "Blocked": bool, "Epoch": int,
     "Runs": int, "Successes": int, "Failures": int, "Retries After Error": int,
     "Retries After Node Loss": int, "Kills": int,
+    "Failed After Retry": int, "Failed Without Retry": int, "Canceled": int,  # SMILA's other run counters
     "Owner": str, "Requestor": str,  # who started the job (OS user or token name), who it is for
     "Parallelism": int, "Task Of": str,  # PARALLELISM=n: a parallel job's tasks (n), a task's job
     "Calendar": str, "Delete On Success": str,  # RJM's rjm_delete: files deleted after each success  # the stored calendar whose rules skip its fires ("" : none)

@@ -372,6 +372,9 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
         assert cleaned.delete_on_success == "a.csv" and (cleaned.parallelism, cleaned.task_of) == (0, "")  # version 14's
         part = store.cas(cleaned, cleaned.replace(parallelism=4, task_of="USER_JOB.A.b.p")).row
         assert (part.parallelism, part.task_of) == (4, "USER_JOB.A.b.p") and store.get(old.key) == part
+        assert (part.failed_after_retry, part.failed_without_retry, part.canceled) == (0, 0, 0)  # version 15's
+        counted = store.cas(part, part.replace(failed_after_retry=1, failed_without_retry=2, canceled=3)).row
+        assert store.get(old.key) == counted and counted.canceled == 3
         assert store.runs("USER_JOB", "A.b") == []
     finally:
         store.close()

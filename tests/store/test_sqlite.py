@@ -56,7 +56,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     conn.commit()
     conn.close()
     store = SqliteStore(path)
-    assert store.schema_version() == SCHEMA_VERSION == 11
+    assert store.schema_version() == SCHEMA_VERSION == 12
     old = store.get(JobKey("USER_JOB", "A.b", "old"))
     assert old.status is Status.WAITING and old.runs == 0 and old.finishing is False
     assert store.cas(old, old.replace(finishing=True)).row.finishing is True  # version 3's column
@@ -74,6 +74,9 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     assert cleaned.delete_on_success == "a.csv,b.tmp" and (cleaned.parallelism, cleaned.task_of) == (0, "")  # version 11's
     part = store.cas(cleaned, cleaned.replace(parallelism=4, task_of="USER_JOB.A.b.p")).row
     assert (part.parallelism, part.task_of) == (4, "USER_JOB.A.b.p") and store.get(old.key) == part
+    assert (part.failed_after_retry, part.failed_without_retry, part.canceled) == (0, 0, 0)  # version 12's
+    counted = store.cas(part, part.replace(failed_after_retry=1, failed_without_retry=2, canceled=3)).row
+    assert store.get(old.key) == counted and counted.canceled == 3
     assert store.runs("USER_JOB", "A.b") == []
 
 

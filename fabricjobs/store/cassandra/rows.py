@@ -117,6 +117,9 @@ class Rows(Session):
             delete_on_success=row.get("delete_on_success") or "",
             parallelism=row.get("parallelism") or 0,
             task_of=row.get("task_of") or "",
+            failed_after_retry=row.get("failed_after_retry") or 0,
+            failed_without_retry=row.get("failed_without_retry") or 0,
+            canceled=row.get("canceled") or 0,
         )
 
     def _get_stmt(self):

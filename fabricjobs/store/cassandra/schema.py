@@ -43,7 +43,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -58,6 +58,7 @@ OWNERS = {"owner": "text", "requestor": "text"}  # version 10: DolphinDB's userI
 CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (issue #22), with k2_calendars
 CLEANUP = {"delete_on_success": "text"}  # version 13: RJM's rjm_delete (issue #22)
 PARALLEL = {"parallelism": "int", "task_of": "text"}  # version 14: DolphinDB's tasks of a job (issue #22)
+SMILA_COUNTERS = {"failed_after_retry": "int", "failed_without_retry": "int", "canceled": "int"}  # version 15 (issue #22)
 LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
 SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
@@ -167,7 +168,7 @@ SCHEMA_V1: tuple[str, ...] = tuple(
     _create(b) for b in (_JOBS_V1.format(extra=""), _INDEX, _OWNERS, _ARCHIVE, _NODES, _KILLS, _SCHEMA)
 )
 
-_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS | CALENDAR | CLEANUP | PARALLEL).items())
+_EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        {c} {t}," for c, t in (SCHEDULING | RUN_MODES | RUN_ONCE | LATE | ON_FAILURE | OWNERS | CALENDAR | CLEANUP | PARALLEL | SMILA_COUNTERS).items())
 
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
@@ -207,6 +208,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     12: (_create(_LIVE_LOG, TABLE_OPTIONS["k2_live_log"]),),
     13: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CLEANUP.items()),
     14: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in PARALLEL.items()),
+    15: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in SMILA_COUNTERS.items()),
 }
 
 

@@ -20,6 +20,7 @@ _JOB_COLUMNS = (
     "runs", "successes", "failures", "retries_error", "retries_lost", "kills",
     "depends_on", "blocked", "time_zone", "late_threshold", "overlap", "finishing", "resume_at", "late_action", "on_failure",
     "owner", "requestor", "calendar", "delete_on_success", "parallelism", "task_of",
+    "failed_after_retry", "failed_without_retry", "canceled",
 )
 _RUN_COLUMNS = (
     "type", "name", "uid", "epoch", "node", "due", "start", "end", "result", "status", "tries",
@@ -57,6 +58,7 @@ def _job_params(job: Job) -> tuple:
         job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills,
         job.depends_on, int(job.blocked), job.time_zone, job.late_threshold, job.overlap, int(job.finishing), _ts(job.resume_at), job.late_action, job.on_failure,
         job.owner, job.requestor, job.calendar, job.delete_on_success, job.parallelism, job.task_of,
+        job.failed_after_retry, job.failed_without_retry, job.canceled,
     )
 
 
@@ -68,6 +70,7 @@ _STATUS = {s.value: s for s in Status}
 assert [f.name for f in dataclasses.fields(Job)] == [
     "key", "status", "creation_time", "archived", "affinity", "arguments", "execution_interval",
     *_JOB_COLUMNS[9:13], *_JOB_COLUMNS[13:27], "blocked", *_JOB_COLUMNS[28:31], "finishing", "resume_at", "late_action", "on_failure", "owner", "requestor", "calendar", "delete_on_success", "parallelism", "task_of",
+    "failed_after_retry", "failed_without_retry", "canceled",
 ], "Job fields and k2_jobs columns are out of step"
 
 
@@ -76,7 +79,7 @@ def _row_to_job(r: Sequence) -> Job:
         JobKey(r[0], r[1], r[2]), _STATUS[r[3]], _fromts(r[8], UTC), bool(r[4]), r[5], r[6], r[7],
         None if r[9] is None else _fromts(r[9], UTC), None if r[10] is None else _fromts(r[10], UTC),
         None if r[11] is None else _fromts(r[11], UTC), None if r[12] is None else _fromts(r[12], UTC),
-        *r[13:27], bool(r[27]), *r[28:31], bool(r[31]), None if r[32] is None else _fromts(r[32], UTC), r[33], r[34], r[35], r[36], r[37], r[38], r[39], r[40],
+        *r[13:27], bool(r[27]), *r[28:31], bool(r[31]), None if r[32] is None else _fromts(r[32], UTC), r[33], r[34], r[35], r[36], r[37], r[38], r[39], r[40], r[41], r[42], r[43],
     ))
 
 

@@ -11,7 +11,7 @@ import sqlite3
 
 from ...errors import SchemaVersionError
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -149,6 +149,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 11: PARALLELISM (DolphinDB's tasks of a job, issue #22).
     11: ("ALTER TABLE k2_jobs ADD COLUMN parallelism INTEGER NOT NULL DEFAULT 0",
          "ALTER TABLE k2_jobs ADD COLUMN task_of TEXT NOT NULL DEFAULT ''"),
+    # 12: SMILA's counters of failed and cancelled runs (issue #22).
+    12: tuple(f"ALTER TABLE k2_jobs ADD COLUMN {c} INTEGER NOT NULL DEFAULT 0" for c in ("failed_after_retry", "failed_without_retry", "canceled")),
 }
 
 
