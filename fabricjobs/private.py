@@ -2,7 +2,14 @@
 readable by their owner only: a password given in ARGS reaches the store and the history, and
 a 0644 file would show it to every local user. A new file is created 0600; an existing one of
 ours that others may read (made before this rule, or copied under a loose umask) is tightened
-to 0600 when it is opened, with a warning, since what it held may already have been read."""
+to 0600 when it is opened, with a warning, since what it held may already have been read.
+
+An existing file is changed by its path, never opened here: closing any descriptor of a file
+drops every POSIX lock the process holds on it, and SQLite keeps its locks on the store's
+database and shared-memory files that way. A second store opened in a process that had one
+open silently took the first one's locks away (so another process, closing what it took for
+the last connection, could reset the write-ahead log under it: a test's client then read a
+row older than the nodes had written)."""
 
 from __future__ import annotations
 
@@ -20,31 +27,27 @@ def private_file(path: str | os.PathLike, *, make_parent: bool = True) -> Path:
     path = Path(path)
     if make_parent:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     try:
-        _tighten(fd, path)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        tighten_if_present(path)
+    else:
+        os.close(fd)  # a file this call made: no lock of this process is on it yet
     return path
 
 
 def tighten_if_present(path: str | os.PathLike) -> None:
-    """Make an existing file that others may read 0600 (a store's WAL and shared-memory files,
-    which SQLite creates with the database's mode but never changes afterwards)."""
+    """Make an existing regular file of ours that others may read 0600 (also a store's WAL and
+    shared-memory files, which SQLite creates with the database's mode but never changes).
+    lstat, then chmod by path: a symlink is left alone; one swapped in between the two calls
+    would need write access to the store's own directory."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        st = os.lstat(path)
     except OSError:
-        return  # not there (or not a file we may open): nothing to tighten
-    try:
-        _tighten(fd, Path(path))
-    finally:
-        os.close(fd)
-
-
-def _tighten(fd: int, path: Path) -> None:
-    st = os.fstat(fd)
+        return  # not there: nothing to tighten
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or not st.st_mode & 0o077:
         return  # not ours to change, or already private
-    os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o700)
+    mode = stat.S_IMODE(st.st_mode) & 0o700
+    os.chmod(path, mode)
     log.warning("%s was readable by other users (mode %o); it is now %o: what it held may have been read",
-                path, stat.S_IMODE(st.st_mode), stat.S_IMODE(st.st_mode) & 0o700)
+                path, stat.S_IMODE(st.st_mode), mode)

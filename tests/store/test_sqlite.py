@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -124,3 +125,27 @@ def test_a_write_lock_held_past_the_busy_timeout_is_a_clear_error_that_changes_n
     assert store.get(JobKey("USER_JOB", "A.b", "blocked")) is None  # nothing half-written
     assert store.insert(job("blocked")).applied
     store.close()
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the kernel's lock table (Linux)")
+def test_a_second_store_opened_in_the_process_keeps_the_first_ones_locks(tmp_path):
+    """Opening a store once tightened the file's mode through a descriptor it then closed, and
+    closing any descriptor of a file drops every POSIX lock the process holds on it: SQLite's
+    locks of the first store went, and another process closing what it took for the last
+    connection could reset the write-ahead log under it (a test's client read a stale row)."""
+    import os
+
+    def locks():
+        return sorted(line.split()[5:] for line in Path("/proc/locks").read_text().splitlines()
+                      if line.split()[4] == str(os.getpid()))
+
+    first = SqliteStore(tmp_path / "j.db")
+    first.get(JobKey("USER_JOB", "A.b", "u"))
+    held = locks()
+    assert held, "SQLite holds no lock in WAL mode? (the test would prove nothing)"
+    second = SqliteStore(tmp_path / "j.db")
+    assert locks() == held
+    second.get(JobKey("USER_JOB", "A.b", "u"))
+    assert locks() == held
+    first.close()
+    second.close()
