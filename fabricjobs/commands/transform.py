@@ -98,6 +98,13 @@ class _Param:
         self.name, self.token, self.value = name, token, value
 
 
+
+def _by_rule(rule: Callable[[str], str]) -> Callable[..., _Param]:
+    """The transformer method of a string parameter that ``rule`` (values.py) checks."""
+    def method(self, children: list[Token]) -> _Param:
+        return self._ruled(children, rule)
+    return method
+
 class ToCommand(Transformer):
     """Builds one command from one statement tree; raises ValidationError on a bad value."""
 
@@ -162,40 +169,19 @@ class ToCommand(Transformer):
         return _Param(param.name, param.token, tuple(dict.fromkeys(keys)))
 
     def priority(self, children: list[Token]) -> _Param:
-        key, value = children
-        text = _string_value(value) if value.type == "STRING" else value.value
-        if not (text.isascii() and text.isdigit() and 0 <= int(text) <= 9):
-            raise invalid(self._text, value, f"PRIORITY must be a whole number from 0 to 9, got {show(text)}")
-        return _Param(param_name(key.type), key, int(text))
+        return self._whole_param(children, 0, 9)
 
     def parallelism(self, children: list[Token]) -> _Param:
+        return self._whole_param(children, MIN_PARALLELISM, MAX_PARALLELISM, " (the job's tasks)")
+
+    def _whole_param(self, children: list[Token], lo: int, hi: int, what: str = "") -> _Param:
+        """PARAM=n or PARAM='n', a whole number from ``lo`` to ``hi``."""
         key, value = children
         text = _string_value(value) if value.type == "STRING" else value.value
-        lo, hi = MIN_PARALLELISM, MAX_PARALLELISM
         if not (text.isascii() and text.isdigit() and lo <= int(text) <= hi):
-            raise invalid(self._text, value, f"PARALLELISM must be a whole number from {lo} to {hi} (the job's tasks), got {show(text)}")
+            raise invalid(self._text, value,
+                          f"{param_name(key.type)} must be a whole number from {lo} to {hi}{what}, got {show(text)}")
         return _Param(param_name(key.type), key, int(text))
-
-    def tz(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.tz)
-
-    def late_threshold(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.late_threshold)
-
-    def overlap(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.overlap)
-
-    def late_action(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.late_action)
-
-    def on_failure(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.on_failure)
-
-    def calendar(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.calendar)
-
-    def delete_on_success(self, children: list[Token]) -> _Param:
-        return self._ruled(children, values.delete_on_success)
 
     def _ruled(self, children: list[Token], rule: Callable[[str], str]) -> _Param:
         """A string parameter checked (and normalised) by its rule in values.py."""
@@ -214,6 +200,14 @@ class ToCommand(Transformer):
         return _Param(param_name(key.type), key, word.lower() == "true")
 
     reset_end_time = hold = _boolean
+    # String parameters checked (and normalised) by their rule in values.py.
+    tz = _by_rule(values.tz)
+    late_threshold = _by_rule(values.late_threshold)
+    overlap = _by_rule(values.overlap)
+    late_action = _by_rule(values.late_action)
+    on_failure = _by_rule(values.on_failure)
+    calendar = _by_rule(values.calendar)
+    delete_on_success = _by_rule(values.delete_on_success)
 
     def job_type(self, children: list[Token]) -> str:
         (tok,) = children
