@@ -11,6 +11,7 @@ import pytest
 from fabricjobs.errors import SchemaVersionError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.sqlite import SCHEMA_VERSION, SqliteStore
+from upgrades import assert_issue_22_columns_round_trip
 
 T0 = datetime(2026, 5, 1, 12, tzinfo=timezone.utc)
 
@@ -68,16 +69,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path):
     assert (store.get(old.key).owner, store.get(old.key).requestor) == ("", "")  # version 7's, empty for old rows
     owned = store.cas(store.get(old.key), store.get(old.key).replace(owner="alice", requestor="payments")).row
     assert (owned.owner, owned.requestor) == ("alice", "payments") and store.get(old.key) == owned
-    assert owned.calendar == "" and store.calendars() == []  # version 8's column and table
-    cal = store.cas(owned, owned.replace(calendar="holidays")).row
-    assert cal.calendar == "holidays" and cal.delete_on_success == ""  # version 10's column
-    cleaned = store.cas(cal, cal.replace(delete_on_success="a.csv,b.tmp")).row
-    assert cleaned.delete_on_success == "a.csv,b.tmp" and (cleaned.parallelism, cleaned.task_of) == (0, "")  # version 11's
-    part = store.cas(cleaned, cleaned.replace(parallelism=4, task_of="USER_JOB.A.b.p")).row
-    assert (part.parallelism, part.task_of) == (4, "USER_JOB.A.b.p") and store.get(old.key) == part
-    assert (part.failed_after_retry, part.failed_without_retry, part.canceled) == (0, 0, 0)  # version 12's
-    counted = store.cas(part, part.replace(failed_after_retry=1, failed_without_retry=2, canceled=3)).row
-    assert store.get(old.key) == counted and counted.canceled == 3
+    assert_issue_22_columns_round_trip(store, owned)  # later versions' columns and table
     assert store.runs("USER_JOB", "A.b") == []
 
 
