@@ -126,6 +126,7 @@ def test_two_nodes_woken_by_the_same_bursts_claim_different_rows_not_the_same_on
 
 @pytest.mark.liveness
 @pytest.mark.timing
+@pytest.mark.alone  # on Apache Cassandra beside phase 1's niced workers: 2.15 s against 2.0 s once (stop 28)
 def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_the_dead_threshold(cluster, tmp_path):
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
     victim = cluster.start_node("victim")
