@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -68,6 +69,16 @@ class JobKey:
 
     def describe(self) -> str:  # the seed's message form
         return f"[type: {self.type}, name: {self.name}, uid: {self.uid}]"
+
+    def lane(self, lanes: int) -> int:
+        """The claim lane of this key among ``lanes`` (node/lanes.py): the same in every process
+        and after restarts, and computed by the SQLite store in SQL as well (``fj_lane``)."""
+        return claim_lane(self.type, self.name, self.uid, lanes)
+
+
+def claim_lane(type: str, name: str, uid: str, lanes: int) -> int:
+    """:meth:`JobKey.lane` from the key's parts (what a store's query has at hand)."""
+    return zlib.crc32(f"{type}.{name}.{uid}".encode()) % lanes
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,46 @@ def test_two_nodes_woken_by_the_same_bursts_claim_different_rows_not_the_same_on
     assert min(per_node.get("a", 0), per_node.get("b", 0)) >= 100, per_node  # each took a real share
 
 
+# timing: the peer's rows must be taken well before 6 s of this node's own work is done.
+# SQLite only: what is checked is which rows a node reads when (claims.py), the same on every
+# backend; each store's read of one lane is checked by the store contract suite.
+@pytest.mark.timing
+def test_a_node_busy_with_its_own_lane_still_takes_a_stalled_peers_rows(tmp_path):
+    """A claim pass reads the node's own lane only (claims.py), but once per lane wait (200 ms
+    here) it reads every lane: the rows left in the lane of a peer that stopped claiming are
+    taken once they have waited OVERDUE lane waits (1 s), not when this node's own lane (40
+    runs of 0.3 s on 2 slots: 6 s) runs dry."""
+    from harness import Cluster
+
+    from fabricjobs.model import JobKey
+
+    port = free_port()
+    cluster = Cluster(tmp_path, backend="sqlite", settings={  # b stays alive, paused, for 30 s
+        "jobs": {"K2JOBS_POOL_SIZE": 2}, "metrics": {"PORT": port},
+        "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500, "FABRIC_HEARTBEAT_MISS": 60}})
+    try:
+        other = cluster.tmp / "b.ini"
+        other.write_text(cluster.config_path.read_text().replace(f"PORT = {port}", f"PORT = {free_port()}"))
+        cluster.start_node("a")
+        b = cluster.start_node("b", config=other)
+        wait_for(lambda: 'fabricjobs_peer_heartbeat_age_seconds{node="b"}' in scrape_metrics(port), 10, "a to see b alive")
+        cluster.pause(b, group=True)
+
+        def lane(uid: str) -> int:  # the lanes of the live nodes ["a", "b"]
+            return JobKey("USER_JOB", "Probe.record", uid).lane(2)
+
+        uids = [f"s{i:03d}" for i in range(200)]
+        mine, theirs = [u for u in uids if lane(u) == 0][:40], [u for u in uids if lane(u) == 1][:4]
+        log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+        start_records(cluster.client(), theirs + mine, log, 0.3, starts)
+        wait_for(lambda: processed(cluster, theirs), 10, "the stalled peer's rows to be taken")
+        started = {r["key"].rsplit(".", 1)[1] for r in read_records(starts)}
+        assert len(started & set(mine)) <= len(mine) - 10, "the peer's rows waited for this node's own lane to run dry"
+        assert {r["node"] for r in read_records(log)} == {"a"}
+    finally:
+        cluster.stop_all()
+
+
 @pytest.mark.liveness
 @pytest.mark.timing
 @pytest.mark.alone  # on Apache Cassandra beside phase 1's niced workers: 2.15 s against 2.0 s once (stop 28)

@@ -7,7 +7,7 @@ import random
 from datetime import datetime, timezone
 
 from fabricjobs.model import Job, JobKey, Status
-from fabricjobs.node.lanes import MAX_WAIT, OVERDUE, ROUNDS, Lanes, lane_of
+from fabricjobs.node.lanes import MAX_WAIT, OVERDUE, ROUNDS, Lanes
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 ALIVE = ["a", "b"]
@@ -21,7 +21,7 @@ def rows_in(lane: int, count: int, prefix: str = "r", lanes: int = 2) -> list[Jo
     out, i = [], 0
     while len(out) < count:
         r = row(f"{prefix}{i}")
-        if lane_of(r.key, lanes) == lane:
+        if r.key.lane(lanes) == lane:
             out.append(r)
         i += 1
     return out

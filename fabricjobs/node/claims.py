@@ -41,6 +41,7 @@ class Claims(UsesParts):
         self.next_wake: datetime | None = None  # an owner-precedence or lane window that ends later
         self.lanes = Lanes(self.me, patience=self.s.lane_patience_ms / 1000)
         self._preferred: set = set()  # keys the last _choose preferred (lanes.py): passengers' pool
+        self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""
@@ -50,14 +51,18 @@ class Claims(UsesParts):
             return None
         return generation
 
-    def claim(self, now: datetime) -> None:
+    def claim(self, now: datetime, full: bool = True) -> None:
+        """Claim rows for the free slots. A claim pass (``full`` False: woken by ended runs)
+        reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane."""
         for _ in range(4):
             free = self.s.pool_size - self.executor.slots_used()
             generation = self.claimable()
             if free <= 0 or generation is None:
                 return
             began = time.perf_counter()
-            chosen = self._choose_paged(free, now)
+            chosen = None if full else self._choose_in_lane(free, now)
+            if chosen is None:
+                chosen = self._choose_paged(free, now)
             if not chosen:
                 return
             pairs = []
@@ -79,6 +84,42 @@ class Claims(UsesParts):
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
 
+    def _choose_in_lane(self, free: int, now: datetime) -> list | None:
+        """Claim candidates from this node's own lane and the owned rows only, when lanes are on
+        and other nodes are alive: with n nodes a read of every lane reads and decodes n rows
+        for each one this node takes (profiled: the largest cost that four nodes on one SQLite
+        file added per job). None when that read does not fill the free slots by itself (too few
+        rows, or a higher priority waiting elsewhere), and once per lane wait (lanes.py): then
+        every lane is read, as a full pass always does, so that other lanes' rows are still seen
+        and a busy, slow or dead peer's rows are taken over in time, also while this node's own
+        lane keeps it busy."""
+        alive = self.liveness.alive()
+        lane = self.lanes.lane(alive)
+        if lane is None or self.clock.monotonic() - self._every_lane_read >= self.lanes.wait:
+            return None
+        self.next_wake = None
+        size = max(2 * free, 16)
+        page = self.store.waiting(size, priorities=self._served, lane=lane)
+        if not self._oldest_are_first(page):
+            return None
+        order = self._order(now)
+        page.sort(key=order)
+        chosen = self._choose(page, free, now, alive=alive, every_lane=False)
+        if len(chosen) < free:
+            return None
+        room = passenger_room(chosen, self.executor.is_short)  # (trains.py)
+        candidates = page
+        if room and len(page) == size:
+            seen = {j.key for j in page}
+            more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key),
+                                      priorities=self._served, lane=lane)
+            candidates = page + sorted((j for j in more if j.key not in seen), key=order)
+        return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
+
+    def _order(self, now: datetime):
+        """The claim order: effective priority, then longest due, then key."""
+        return lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key)
+
     def _choose_paged(self, free: int, now: datetime) -> list:
         """Claim candidates: the longest-waiting rows and the highest-priority ones, taken in
         order of effective priority (below), as (row, (limit, exceptional), passenger). Reads
@@ -88,13 +129,14 @@ class Claims(UsesParts):
         page_size = max((self.lanes.count(self.liveness.alive()) + 1) * free, 16)
         after = None
         self.next_wake = None
+        self._every_lane_read = self.clock.monotonic()
         for page_no in range(MAX_PAGES):
             page = self.store.waiting(page_size, after=after, priorities=self._served)
             candidates = page
             if page_no == 0 and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
                 candidates = page + [j for j in self.store.waiting_by_priority(page_size, self._served) if j.key not in seen]
-            order = lambda j: (-self.effective_priority(j, now), j.next_run or now, j.key)  # noqa: E731
+            order = self._order(now)
             candidates.sort(key=order)
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
@@ -130,12 +172,15 @@ class Claims(UsesParts):
         waited = max(0.0, (now - (job.next_run or now)).total_seconds())
         return job.priority + waited / self.s.priority_aging_sec
 
-    def _choose(self, candidates: list[Job], free: int, now: datetime) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
+    def _choose(self, candidates: list[Job], free: int, now: datetime, alive: list[str] | None = None,
+                every_lane: bool = True) -> list[tuple[Job, tuple[AffinityLimit, bool]]]:
         """Up to ``free`` of ``candidates`` (best first) that this node may claim now, each with
-        the affinity limit its run counts against."""
+        the affinity limit its run counts against (``every_lane`` False: the candidates were
+        read from this node's lane only, see Lanes.claimable)."""
         mono = self.clock.monotonic()
         candidates = [row for row in candidates if self._may_claim(row, now)]
-        candidates, self._preferred = self.lanes.claimable(candidates, free, self.liveness.alive(), mono)
+        candidates, self._preferred = self.lanes.claimable(
+            candidates, free, self.liveness.alive() if alive is None else alive, mono, every_lane)
         if self.lanes.next_wake is not None:
             self._wake_at(now + timedelta(seconds=self.lanes.next_wake - mono))
         taken: dict[str, int] = {}

@@ -10,8 +10,8 @@ with one job each:
   finished run into an outcome;
 * endings.py: ending runs before they end by themselves (STOPJOB, KILL, grace periods, lost
   leases);
-* writeback.py: the node's loop writes all outcomes that are ready in one ``cas_each``, in the
-  same store transaction as the claims that refill the freed slots (:meth:`Executor.holding_starts`).
+* writeback.py: the node's loop writes all outcomes that are ready in one ``cas_each``, before
+  the claims that refill the freed slots.
 
 What is left here is starting runs: held until their claim is committed, then handed to
 workers, short ones in trains.
@@ -102,7 +102,6 @@ class Executor:
         )
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held
-        self._held_in_transaction = True  # ... until the transaction commits (else: launch_held)
         self.metrics = metrics
 
     # -- what the node sets and reads ----------------------------------------------------------------
@@ -175,7 +174,7 @@ class Executor:
     def start(self, row: Job, pool: str, exceptional: bool, generation: int, passenger: bool = False) -> Run:
         """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)
         under lease ``generation``. Inside :meth:`holding_starts` the run counts against its
-        pool at once but reaches a worker only once the claim is committed. A ``passenger``
+        pool at once but reaches a worker with the rest of its batch of claims. A ``passenger``
         (a known-short run claimed beyond the free slots) must be started in the same held
         batch as slot-holding short runs of its pool: it rides on one of their trains."""
         run = Run(
@@ -197,43 +196,23 @@ class Executor:
         return run
 
     @contextmanager
-    def holding_starts(self, in_transaction: bool = True) -> Iterator[None]:
-        """Hold the runs started in this block until it ends: wrapped around a store
-        transaction that claims rows, no run may begin before its claim is committed. If the
-        block fails and the store rolled the claims back, the held runs are dropped (their rows
-        are still WAITING); a store that commits each write by itself keeps them, so they run,
-        as do those of a block that is not one transaction (``in_transaction=False``: a full
-        pass, held so that the runs it claims leave together, short ones in trains).
-        Outcomes written in such a transaction count as written only once it committed: if the
-        COMMIT fails (a full disk), they go back to the queue and are written again, instead
-        of their runs being forgotten with their rows still IN_PROCESS (a takeover then ran the
-        job a second time)."""
-        self._held, self._holder, self._held_in_transaction = [], threading.get_ident(), in_transaction
-        self.writer.begin(in_transaction)
+    def holding_starts(self) -> Iterator[None]:
+        """Hold the runs started in this block (a reconcile pass) until it ends or until
+        :meth:`launch_held`, and hand them to workers together: passengers ride with the
+        slot holders they were claimed with. Each claim has committed by itself before its run is
+        started here; if the block fails, what it claimed is launched all the same."""
+        self._held, self._holder = [], threading.get_ident()
         try:
             yield
-        except BaseException:
-            held, self._held, self._holder = self._held, None, None
-            self.writer.roll_back()
-            if in_transaction and self.store.groups_writes:  # the claims were rolled back
-                for run in held:
-                    log.warning("claim of '%s' was rolled back; not started", run.key)
-                    self.table.forget(run)
-                if held:
-                    self.on_freed()
-            else:
-                self._launch(*held)  # together: passengers ride with their slot holders
-            raise
-        held, self._held, self._holder = self._held, None, None
-        self.writer.commit()
-        self._launch(*held)
+        finally:
+            held, self._held, self._holder = self._held or [], None, None
+            self._launch(*held)
 
     def launch_held(self) -> None:
-        """Inside ``holding_starts(in_transaction=False)``, on its thread: hand the runs held
-        so far to workers now. Their claims are committed already (each write commits by
-        itself); a full pass calls this after each batch of claims, so that a run claimed early
-        in a long pass (a due fire) does not wait for the rest of the pass."""
-        if self._held and self._holder == threading.get_ident() and not self._held_in_transaction:
+        """Inside ``holding_starts``, on its thread: hand the runs held so far to workers now
+        (their claims are committed). A pass calls this after each batch of claims, so that a
+        run claimed early in a long pass (a due fire) does not wait for the rest of the pass."""
+        if self._held and self._holder == threading.get_ident():
             held, self._held = self._held, []
             self._launch(*held)
 

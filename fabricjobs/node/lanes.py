@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import zlib
 from collections import Counter
 from typing import Sequence
 
@@ -33,16 +32,11 @@ ROUNDS = 3  # claim rounds a row is left to its lane's node at least
 MAX_WAIT = 1.0  # seconds: ... and at most (unless LANE_PATIENCE_MS says more)
 
 
-def lane_of(key: JobKey, lanes: int) -> int:
-    """The lane of ``key`` among ``lanes``: stable across processes and restarts."""
-    return zlib.crc32(str(key).encode()) % lanes
-
-
 def _lane(row: Job, names: list[str]) -> int:
     """The lane of ``row`` among the live ``names`` (sorted)."""
     if row.worker_id in names:
         return names.index(row.worker_id)
-    return lane_of(row.key, len(names))
+    return row.key.lane(len(names))
 
 
 class Lanes:
@@ -77,7 +71,16 @@ class Lanes:
     def _names(self, alive: Sequence[str]) -> list[str]:
         return sorted(set(alive) | {self.me})
 
-    def claimable(self, rows: list[Job], free: int, alive: Sequence[str], now: float) -> tuple[list[Job], set[JobKey]]:
+    def lane(self, alive: Sequence[str]) -> tuple[int, int] | None:
+        """This node's lane as (lanes, index), for a read of its own rows only
+        (``JobStore.waiting(lane=...)``); None when lanes are off or it is the only live node."""
+        names = self._names(alive)
+        if len(names) == 1 or self.patience <= 0:
+            return None
+        return len(names), names.index(self.me)
+
+    def claimable(self, rows: list[Job], free: int, alive: Sequence[str], now: float,
+                  every_lane: bool = True) -> tuple[list[Job], set[JobKey]]:
         """Of ``rows`` (claimable here by every other rule, best first), those this node should
         claim now, in the order to try them, and the keys it prefers (passengers, claimed
         beyond the free slots, come from those only). Within each level of priority:
@@ -88,7 +91,9 @@ class Lanes:
            random.
 
         Rows seen for less than :attr:`wait` are left out; :attr:`next_wake` is when the first of
-        them is due here. Rows no longer seen are forgotten."""
+        them is due here. Rows no longer seen are forgotten, unless ``rows`` were read from this
+        node's own lane only (``every_lane=False``): then other lanes' rows were not looked at,
+        and when each was first seen is kept for the next read of every lane."""
         names = self._names(alive)
         lanes, mine = len(names), names.index(self.me)
         wait = self.wait
@@ -124,5 +129,6 @@ class Lanes:
             self._rng.shuffle(heads)
             out += first + tails[::-1] + heads
             preferred.update(row.key for row in first)
-        self._since = since
+        if every_lane:
+            self._since = since
         return out, preferred

@@ -300,25 +300,14 @@ class Node:
         self._shutdown()
 
     def _pass(self, full: bool) -> None:
-        """Write the outcomes that are ready, then reconcile. The hot path (a pass woken by
-        ended runs) does both in one store transaction: the outcomes free slots and the claims
-        that fill them share one commit, and no run starts before that commit. A claim pass
-        that fails does not take the outcomes down with it: each write is its own savepoint,
-        so what was written before the failure is committed, then the failure is raised."""
-        if full:
-            self.executor.flush()
-            with self.executor.holding_starts(in_transaction=False):
-                self.reconciler.run_pass(True)
-            return
-        failed: Exception | None = None
-        with self.executor.holding_starts(), self.store.transaction():
-            self.executor.flush()
-            try:
-                self.reconciler.run_pass(False)
-            except Exception as exc:
-                failed = exc
-        if failed is not None:
-            raise failed
+        """Write the outcomes that are ready, then reconcile. Every write commits by itself, so
+        another node waits for the store's write lock only while the statements run (the
+        choosing and deciding are done outside it); the outcomes go first, so this pass's claims
+        fill the slots they freed. A run starts only once its claim has committed; the runs one
+        batch of claims took leave together, short ones in trains."""
+        self.executor.flush()
+        with self.executor.holding_starts():
+            self.reconciler.run_pass(full)
 
     def _purge_archive(self) -> float:
         """Delete archived rows past K2JOB_ARCHIVING_TIME_HOUR; return seconds until the next try."""

@@ -92,7 +92,7 @@ class Reconciler(UsesParts):
                 step("takeover", self._take_over, now)
             if full or self.signals.parents_changed.is_set():
                 step("dependencies", self._unblock, now)
-            step("claim", self.claims.claim, now)
+            step("claim", self.claims.claim, now, full)
             if full:  # after the claims: a script's new cron jobs are due later than its run-now ones
                 step("adopt", self._adopt_scheduled, now)
                 step("give-up", self._give_up, now)

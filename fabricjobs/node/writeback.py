@@ -1,10 +1,10 @@
 """Outcome write-back: post-execution, the row a run leaves behind.
 
-The node's loop writes all outcomes that are ready in one ``cas_each`` (group commit), in the
-same store transaction as the claims that refill the freed slots (see
-``Executor.holding_starts``). Every write is fenced: it is conditioned on the (status, epoch,
-worker_id, revision) this node holds, and a write that loses is decided again from the
-current row. If the row is no longer ours (another node took it over), the run's bookkeeping
+The node's loop writes all outcomes that are ready in one ``cas_each`` (group commit), before
+the claims that refill the freed slots, in a write of its own: the store's write lock is held
+while the statements run, not while outcomes are decided. Every write is fenced: it is
+conditioned on the (status, epoch, worker_id, revision) this node holds, and a write that
+loses is decided again from the current row. If the row is no longer ours (another node took it over), the run's bookkeeping
 stops there and that is logged. Nothing is dropped: an outcome that cannot be written now
 (the store is failing) goes back to the queue and is tried again after ``retry_at``.
 """
@@ -106,7 +106,6 @@ class OutcomeWriter:
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
         self.shutting_down = False
         self.metrics = metrics
-        self._uncommitted: list | None = None  # outcomes written in an open transaction
 
     def due(self) -> bool:
         """Whether outcomes may be written now (not while waiting for a failing store)."""
@@ -171,11 +170,8 @@ class OutcomeWriter:
         for (run, outcome), record, res in zip(order, records, results):
             if res is None:
                 retry.append((run, outcome))
-            elif res.applied:
-                if self._uncommitted is not None:  # in a transaction: applied once it commits
-                    self._uncommitted.append((run, outcome, res.row, record.result))
-                else:
-                    self._applied(run, outcome, res.row, record.result)
+            elif res.applied:  # committed: cas_each returns once its writes have
+                self._applied(run, outcome, res.row, record.result)
             else:
                 try:
                     again.append((run, outcome, self.store.get(run.key)))
@@ -195,26 +191,6 @@ class OutcomeWriter:
         if error != new.error_msg:
             new = new.replace(error_msg=error)
         return advance(row, event, new)
-
-    # -- in a transaction --------------------------------------------------------------------------
-
-    def begin(self, in_transaction: bool) -> None:
-        """Outcomes written from now on count as written only once the transaction commits."""
-        self._uncommitted = [] if in_transaction and self.store.groups_writes else None
-
-    def commit(self) -> None:
-        uncommitted, self._uncommitted = self._uncommitted or [], None
-        for run, outcome, row, result in uncommitted:
-            self._applied(run, outcome, row, result)
-
-    def roll_back(self) -> None:
-        """The transaction failed (a full disk at COMMIT): its outcomes are written again,
-        instead of their runs being forgotten with their rows still IN_PROCESS."""
-        uncommitted, self._uncommitted = self._uncommitted or [], None
-        if uncommitted:
-            log.warning("the write of %d outcome(s) was rolled back; writing them again", len(uncommitted))
-            self.table.requeue([(run, outcome) for run, outcome, _row, _result in uncommitted])
-            self.retry_at = self.clock.monotonic() + _RETRY_PAUSE
 
     # -- the run is done ---------------------------------------------------------------------------
 

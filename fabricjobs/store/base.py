@@ -159,14 +159,20 @@ class KillRequest:
     requested_by: str
 
 
+Lane = tuple[int, int]  # (lanes, index): a node's claim lane among the live nodes (node/lanes.py)
+
+
+def in_lane(job: Job, lane: Lane | None) -> bool:
+    """Whether :meth:`JobStore.waiting` with ``lane`` returns ``job``: a row with an owner
+    (owner precedence decides who takes it, not lanes) or one whose key is in the lane."""
+    return lane is None or job.worker_id is not None or job.key.lane(lane[0]) == lane[1]
+
+
 class JobStore(ABC):
     """Rows of ``k2_jobs`` and ``nodes``. Thread-safe: one store object serves all threads."""
 
     #: Human name of the backend, for messages.
     backend: str = "?"
-    #: True if :meth:`transaction` is atomic (all of its writes or none); False if each write
-    #: commits by itself.
-    groups_writes: bool = False
     #: The backend's own counters (a backend that keeps any sets its own object).
     stats: StoreStats = StoreStats()
     #: Which store this is, the same text for every process that opens it (the doorbell's scope).
@@ -333,11 +339,13 @@ class JobStore(ABC):
 
     @abstractmethod
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
-                priorities: tuple[int, int] | None = None) -> list[Job]:
+                priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:
         """Up to ``limit`` claimable WAITING rows (not blocked by parents), longest-due first (by
         ``next_run``, then key). ``after`` = the (next_run, key) of the last row of the previous page.
         ``priorities``: only rows whose PRIORITY is in (low, high) (node.id's PRIORITIES), so
-        rows a node may not claim never fill its pages."""
+        rows a node may not claim never fill its pages. ``lane``: only the rows :func:`in_lane`
+        (a node's own claim lane and every owned row), so that a node among several reads
+        and decodes its own rows only."""
 
     @abstractmethod
     def waiting_by_priority(self, limit: int, priorities: tuple[int, int] | None = None) -> list[Job]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fabricjobs.model import Job, JobKey, Status
-from fabricjobs.store.base import KillRequest, NodeRow, RunRecord, Version
+from fabricjobs.store.base import KillRequest, NodeRow, RunRecord, Version, in_lane
 
 UTC = timezone.utc
 T0 = datetime(2026, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
@@ -321,6 +321,26 @@ def test_waiting_pages_past_rows_with_the_same_due_time(store):
         seen += [j.uid for j in page]
         after = (page[-1].next_run, page[-1].key)
     assert seen == [f"p{i}" for i in range(7)]
+
+
+def test_waiting_in_a_lane_reads_that_lanes_rows_and_every_owned_row_in_order(store):
+    """A node among several reads its own claim lane only (node/lanes.py): the rows whose key
+    falls in it, and the rows with an owner, whose lane owner precedence decides. In due order,
+    paged like any read, and the same lanes in every backend as in the node (JobKey.lane)."""
+    lanes, mine = 3, 1
+    rows = [store.insert(job(uid=f"r{i:02}", next_run=T0 + timedelta(seconds=i),
+                             worker_id="n0" if i % 5 == 0 else None)).row for i in range(30)]
+    expected = [r.uid for r in rows if in_lane(r, (lanes, mine))]
+    assert 0 < len(expected) < len(rows) and any(r.worker_id and r.key.lane(lanes) != mine for r in rows)
+    assert all(r.worker_id is not None or r.key.lane(lanes) == mine for r in rows if r.uid in expected)
+    assert [j.uid for j in store.waiting(100, lane=(lanes, mine))] == expected
+    assert [j.uid for j in store.waiting(3, lane=(lanes, mine))] == expected[:3]
+    seen, after = [], None
+    while page := store.waiting(4, after=after, lane=(lanes, mine)):
+        seen += [j.uid for j in page]
+        after = (page[-1].next_run, page[-1].key)
+    assert seen == expected
+    assert [j.uid for j in store.waiting(100)] == [r.uid for r in rows]  # no lane: every row
 
 
 def test_due_scheduled_is_per_owner_and_ordered_by_due_time(store):

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Collection, Iterable, Sequence
 
 from ...model import Job, JobKey, Status
+from ..base import Lane, in_lane
 from .index import _BLOCKED, SHARDS, Index, _slot
 from .rows import _EPOCH0, _STATUS, _aware, _when
 from .session import _result, log
@@ -203,7 +204,18 @@ class Queue(Index):
         return sorted((j for j in rows if j is not None and not j.archived), key=lambda j: j.key)
 
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
-                priorities: tuple[int, int] | None = None) -> list[Job]:
+                priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:
+        """(The index has no lane to read by: a lane's rows are the others' pages, filtered.)"""
+        jobs: list[Job] = []
+        while True:
+            page = self._waiting_page(limit, after, priorities)
+            jobs += [j for j in page if in_lane(j, lane)]
+            if lane is None or len(jobs) >= limit or len(page) < limit:
+                return jobs[:limit]
+            after = (page[-1].next_run or _EPOCH0, page[-1].key)
+
+    def _waiting_page(self, limit: int, after: tuple[datetime, JobKey] | None,
+                      priorities: tuple[int, int] | None) -> list[Job]:
         buckets = self._waiting_buckets(priorities)
         if not buckets:
             return []

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from ...errors import StoreError
+from ...model import claim_lane
 from ...private import private_file, tighten_if_present
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class Connections:
                     check_same_thread=False,
                 )
                 conn.execute("PRAGMA busy_timeout = 0")
+                conn.create_function("fj_lane", 4, claim_lane, deterministic=True)  # waiting(lane=...)
                 self._ensure_wal(conn)
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             except sqlite3.DatabaseError as exc:

@@ -14,7 +14,7 @@ from typing import Collection, Sequence
 
 from ...calendar import Calendar, from_text
 from ...model import Job, JobKey, JobType, Status
-from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, NodeRow, RunRecord, Version, chunked
+from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, NodeRow, RunRecord, Version, chunked
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
 from .schema import migrate
@@ -25,7 +25,6 @@ class SqliteStore(Connections, JobStore):
     """k2_jobs and its companions in one SQLite file, for the nodes of one host."""
 
     backend = "sqlite"
-    groups_writes = True
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
         self._open(path, synchronous, busy_timeout_ms)
@@ -291,7 +290,7 @@ class SqliteStore(Connections, JobStore):
         return [_row_to_job(r) for r in rows]
 
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
-                priorities: tuple[int, int] | None = None) -> list[Job]:
+                priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:
         # Candidates: the columns needed to choose, not arguments or output (they can be big).
         cols = _COLS.replace("arguments", "'{}'").replace(", output,", ", NULL,")
         where, params = "status = 'WAITING'", []
@@ -302,6 +301,9 @@ class SqliteStore(Connections, JobStore):
         if priorities is not None:
             where += " AND priority BETWEEN ? AND ?"
             params += list(priorities)
+        if lane is not None:  # the key's lane from the index entry: other lanes' rows are never read
+            where += " AND (worker_id IS NOT NULL OR fj_lane(type, name, uid, ?) = ?)"
+            params += list(lane)
         rows = self._read(
             f"SELECT {cols} FROM k2_jobs INDEXED BY k2_jobs_waiting WHERE {where} AND blocked = 0 "
             "ORDER BY next_run, type, name, uid LIMIT ?",
