@@ -119,6 +119,27 @@ def test_joblog_follow_of_a_job_that_does_not_run_ends_at_its_timeout(cluster, t
     assert missing.returncode == 1 and "No such job" in missing.stderr
 
 
+def test_joblog_follow_is_not_fooled_by_a_node_adopting_a_scheduled_job(cluster):
+    """A node adopts a scheduled job nobody owns with a new epoch but no run: a FOLLOW begun
+    before that still waits for a run (it once took the adoption for run 1 and followed it
+    until its timeout, seen on a loaded machine)."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='adopted' exec_interval='0 0 0 1 1 *';")
+    assert r.returncode == 0, r.stderr
+    assert (cluster.job("USER_JOB", "Probe.noop", "adopted").epoch, cluster.job("USER_JOB", "Probe.noop", "adopted").worker_id) == (0, None)
+    follow = subprocess.Popen([sys.executable, "-m", "fabricjobs", "--config", str(cluster.config_path), "shell", "-e",
+                               "joblog user_job 'Probe.noop' with uid='adopted' follow timeout 6;"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cluster.tmp)
+    try:
+        cluster.start_node("n1")  # adopts it in its first full pass
+        cluster.wait_job("USER_JOB", "Probe.noop", "adopted", lambda j: j.worker_id == "n1" and j.epoch == 1, timeout=5)
+        out, err = follow.communicate(timeout=30)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 1 and out == "", (out, err)
+    assert err.strip() == "JOBLOG FOLLOW timed out: USER_JOB.Probe.noop.adopted is SCHEDULED, no run started"
+
+
 def test_joblog_follow_waits_for_the_next_run_of_a_waiting_job(cluster, tmp_path):
     """Started before any node runs: WAITING; the follow waits for its run, then shows it."""
     gate = tmp_path / "gate"

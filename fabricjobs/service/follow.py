@@ -38,11 +38,19 @@ def follow_lines(store: JobStore, row: Job, deadline: float | None,
 
 
 def _wait_for_run(store: JobStore, key: JobKey, target: int, deadline: float | None) -> Job:
+    """The row once run ``target`` (or a later one) has begun, or once it is archived. A new
+    epoch is a run only if it is going on or has its record (it may have ended between two
+    reads): a node that adopts a scheduled job, or takes one over from a dead node while it
+    waits, changes the owner and the epoch without running it, and the run is the next one."""
     pause = _PAUSE
     while True:
         row = _row(store, key)
-        if row.epoch >= target or row.archived:
+        if row.archived:
             return row
+        if row.epoch >= target:
+            if row.status in RUNNING_STATUSES or store.run(key, row.epoch) is not None:
+                return row
+            target = row.epoch + 1
         _check(deadline, f"JOBLOG FOLLOW timed out: {key} is {row.status.value}, no run started")
         _sleep(pause, deadline)
         pause = min(pause * 1.5, _MAX_PAUSE)
