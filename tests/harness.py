@@ -156,7 +156,11 @@ class Cluster(Rig):
 
 def two_nodes(tmp_path: Path, settings: dict | None = None, backend: str = "sqlite", request=None) -> Cluster:
     """A cluster of local-1 and local-2, started side by side (for a module's fixture; the
-    caller stops it). ``request``: the fixture's, for a Cassandra backend."""
+    caller stops it). ``request``: the fixture's, for a Cassandra backend. The calm heartbeat,
+    also without ``request``: a module's tests are about commands, not liveness, and with the
+    fast one a node starved for 0.6 s on a loaded machine had a run end itself and run again
+    (a fresh clone, stop 29: JOBHISTORY then showed run 2)."""
+    settings = {"heartbeat": dict(FAST["heartbeat"]), **(settings or {})}
     c = Cluster(tmp_path, backend=backend, settings=settings, request=request)
     try:
         for name in ("local-1", "local-2"):
