@@ -26,6 +26,7 @@ used below).
 from __future__ import annotations
 
 import io
+import json
 import re
 from dataclasses import dataclass
 from typing import Pattern
@@ -208,6 +209,14 @@ def _shown(client, text: str) -> str:
     return out.getvalue()
 
 
+def _published(client, row) -> bool:
+    """Whether ``row``'s run going on is among the tasks its node published (PS shows those):
+    the course's KILL names the task PS shows, which must be this run's, not the one before."""
+    node = next((n for n in client.store.nodes() if n.name == row.worker_id), None)
+    return node is not None and any(t.get("key") == str(row.key) and t.get("epoch") == row.epoch
+                                    for t in json.loads(node.tasks))
+
+
 def _typed(text: str, last_ps: str) -> str:
     """``{node}`` and ``{task}``: those of the course's userJob1 in the last ps output."""
     if "{node}" not in text:
@@ -240,10 +249,10 @@ def test_every_command_line_of_the_course(cluster):
     last_ps = ""
     for step in COURSE:
         if isinstance(step, Until):
-            cluster.wait_job(*step.key, lambda j, s=step: j.status is s.status and (s.tries is None or j.tries == s.tries),
-                             timeout=20, what=f"{'.'.join(step.key)} {step.status}")
-            if step.in_ps:
-                wait_for(lambda: "UserJob - Customer.userJob1" in _shown(client, "ps all;"), 20, "userJob1 in PS")
+            row = cluster.wait_job(*step.key, lambda j, s=step: j.status is s.status and (s.tries is None or j.tries == s.tries),
+                                   timeout=20, what=f"{'.'.join(step.key)} {step.status}")
+            if step.in_ps:  # PS shows what nodes published: while tasks churn, up to a second late
+                wait_for(lambda r=row: _published(client, r), 20, f"run {row.epoch} of {row.key} in PS")
             continue
         where = f"seed line {step.line}" if isinstance(step, Seed) else "check"
         if isinstance(step, Seed) and step.template:
