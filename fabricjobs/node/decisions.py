@@ -55,11 +55,16 @@ def after_run(
     elif outcome.kind != RELEASED and row.status is Status.IN_PROCESS:
         counts["failures"] = row.failures + 1
     row_in = row
-    row = row.replace(**counts)
+
+    def counted(**changes) -> Job:
+        """The row after this run: its counters and ``changes`` in one copy (a final status
+        with ``archived``, as advance() would set it): every run of every job makes one."""
+        return row_in.replace(**counts, **changes)
+
     if row_in.status is Status.STOPPING:
-        return Event.STOPPED, row.replace(status=Status.TERMINATED, end_time=now, canceled=row.canceled + 1)
+        return Event.STOPPED, counted(status=Status.TERMINATED, end_time=now, canceled=row.canceled + 1, archived=True)
     if row_in.status is Status.RESTART:
-        return Event.RESTARTED, row.replace(
+        return Event.RESTARTED, counted(
             status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, next_run=now, tries=0,
             hold_until=None, end_time=now,
         )
@@ -71,7 +76,7 @@ def after_run(
         except ScheduleError:
             schedule = None
         if row.resume_at is not None and not row.finishing:  # RUNJOB's extra run: back to the schedule
-            return Event.DONE_RECURRING, row.replace(
+            return Event.DONE_RECURRING, counted(
                 status=Status.SCHEDULED, next_run=resumed_due(schedule, row.resume_at, now, row.overlap),
                 resume_at=None, end_time=now, output=outcome.output, tries=0, hold_until=None,
             )
@@ -79,19 +84,20 @@ def after_run(
             nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
             if row.next_run is not None and row.next_run != run.due:
                 nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
-            return Event.DONE_RECURRING, row.replace(
+            return Event.DONE_RECURRING, counted(
                 status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
                 tries=0, hold_until=None,
             )
         # A one-time job's run, or FINISHJOB's last run of a recurring job: no fire after it.
-        return Event.DONE_ONCE, row.replace(status=Status.PROCESSED, end_time=now, output=outcome.output,
-                                            finishing=False)
+        return Event.DONE_ONCE, counted(status=Status.PROCESSED, end_time=now, output=outcome.output,
+                                        finishing=False, archived=True)
     if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
-        return Event.RELEASE, row.replace(
+        return Event.RELEASE, counted(
             status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,
             hold_until=run.hold_until,
         )
-    return failed(row, outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries, retry_delay=retry_delay)
+    return failed(counted(), outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries,
+                  retry_delay=retry_delay)
 
 
 def resumed_due(schedule: Schedule | None, kept: datetime, ended: datetime, overlap: str) -> datetime:
