@@ -89,10 +89,13 @@ class Claims(UsesParts):
         and other nodes are alive: with n nodes a read of every lane reads and decodes n rows
         for each one this node takes (profiled: the largest cost that four nodes on one SQLite
         file added per job). None when that read does not fill the free slots by itself (too few
-        rows, or a higher priority waiting elsewhere), and once per lane wait (lanes.py): then
+        rows, or a higher priority waiting elsewhere), once per lane wait (lanes.py), and on a
+        store that would read every lane for it anyway (Cassandra's index has no lanes): then
         every lane is read, as a full pass always does, so that other lanes' rows are still seen
         and a busy, slow or dead peer's rows are taken over in time, also while this node's own
         lane keeps it busy."""
+        if not self.store.reads_lanes:
+            return None
         alive = self.liveness.alive()
         lane = self.lanes.lane(alive)
         if lane is None or self.clock.monotonic() - self._every_lane_read >= self.lanes.wait:

@@ -173,6 +173,9 @@ class JobStore(ABC):
 
     #: Human name of the backend, for messages.
     backend: str = "?"
+    #: True if :meth:`waiting` with a lane reads that lane's rows only (SQLite); False if it
+    #: reads every lane's rows and filters them, which saves a claim pass nothing (Cassandra).
+    reads_lanes: bool = False
     #: The backend's own counters (a backend that keeps any sets its own object).
     stats: StoreStats = StoreStats()
     #: Which store this is, the same text for every process that opens it (the doorbell's scope).

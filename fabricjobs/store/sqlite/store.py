@@ -25,6 +25,7 @@ class SqliteStore(Connections, JobStore):
     """k2_jobs and its companions in one SQLite file, for the nodes of one host."""
 
     backend = "sqlite"
+    reads_lanes = True  # fj_lane() on the index entry: other lanes' rows are never fetched
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
         self._open(path, synchronous, busy_timeout_ms)
