@@ -105,19 +105,11 @@ class Claims(UsesParts):
         page = self.store.waiting(size, priorities=self._served, lane=lane)
         if not self._oldest_are_first(page):
             return None
-        order = self._order(now)
-        page.sort(key=order)
+        page.sort(key=self._order(now))
         chosen = self._choose(page, free, now, alive=alive, every_lane=False)
         if len(chosen) < free:
             return None
-        room = passenger_room(chosen, self.executor.is_short)  # (trains.py)
-        candidates = page
-        if room and len(page) == size:
-            seen = {j.key for j in page}
-            more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key),
-                                      priorities=self._served, lane=lane)
-            candidates = page + sorted((j for j in more if j.key not in seen), key=order)
-        return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
+        return self._with_passengers(chosen, page, page, size, now, lane)
 
     def _order(self, now: datetime):
         """The claim order: effective priority, then longest due, then key."""
@@ -139,19 +131,25 @@ class Claims(UsesParts):
             if page_no == 0 and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
                 candidates = page + [j for j in self.store.waiting_by_priority(page_size, self._served) if j.key not in seen]
-            order = self._order(now)
-            candidates.sort(key=order)
+            candidates.sort(key=self._order(now))
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:
-                room = passenger_room(chosen, self.executor.is_short)  # (trains.py)
-                if room and len(page) == page_size:
-                    seen = {j.key for j in candidates}
-                    more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key),
-                                              priorities=self._served)
-                    candidates = candidates + sorted((j for j in more if j.key not in seen), key=order)
-                return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
+                return self._with_passengers(chosen, candidates, page, page_size, now)
             after = (page[-1].next_run or now, page[-1].key)
         return []
+
+    def _with_passengers(self, chosen: list, candidates: list[Job], page: list[Job], size: int, now: datetime,
+                         lane: tuple[int, int] | None = None) -> list:
+        """``chosen`` as claims, and the passengers their short runs make room for (trains.py):
+        from ``candidates``, and from the rows after a full ``page`` (of ``lane`` only, if the
+        page was of one lane)."""
+        room = passenger_room(chosen, self.executor.is_short)
+        if room and len(page) == size:
+            seen = {j.key for j in candidates}
+            more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key),
+                                      priorities=self._served, lane=lane)
+            candidates = candidates + sorted((j for j in more if j.key not in seen), key=self._order(now))
+        return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
 
     @property
     def _served(self) -> tuple[int, int] | None:
