@@ -4,9 +4,10 @@ The node's loop writes all outcomes that are ready in one ``cas_each`` (group co
 the claims that refill the freed slots, in a write of its own: the store's write lock is held
 while the statements run, not while outcomes are decided. Every write is fenced: it is
 conditioned on the (status, epoch, worker_id, revision) this node holds, and a write that
-loses is decided again from the current row. If the row is no longer ours (another node took it over), the run's bookkeeping
-stops there and that is logged. Nothing is dropped: an outcome that cannot be written now
-(the store is failing) goes back to the queue and is tried again after ``retry_at``.
+loses is decided again from the current row. If the row is no longer ours (another node took
+it over), the run's bookkeeping stops there and that is logged. Nothing is dropped: an outcome
+that cannot be written now (the store is failing) goes back to the queue and is tried again
+after ``retry_at``.
 """
 
 from __future__ import annotations
