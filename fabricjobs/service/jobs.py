@@ -306,7 +306,18 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             raise JobAlreadyRunning(f"Job is running {key.describe()} ({row.status.value}): its run history is "
                                     "not deleted while a run is going (STOPJOB ... WAIT, or WAITJOB, first)")
         deleted = self.store.delete_job_runs(key)
+        if session.actor is not None:
+            self._change(key, lambda r: self._history_deleted(r, session))
         return Result(DELETED_COLUMNS, ((key.type, key.name, key.uid, deleted),))
+
+    def _history_deleted(self, row: Job, session: Session) -> tuple[Event, Job] | None:
+        """DELETEHISTORY's author in the Notes of a live job with no run going. An archived
+        job's Notes keep saying how it ended, and a running one's are its run's: there, the web
+        process's log line records who deleted (web/audit.py)."""
+        if row.archived or row.status in RUNNING_STATUSES:
+            return None
+        noted = self._noted(row, "DELETEHISTORY", session)
+        return (Event.UPDATE, noted) if noted != row else None
 
     # -- UPDATEJOB -----------------------------------------------------------------------------
 

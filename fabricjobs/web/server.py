@@ -57,6 +57,7 @@ def serve(config: Config, opts: ServeOptions) -> None:
     from .tokens import TokenFile
 
     host, port = parse_bind(opts.bind)
+    log.setLevel(opts.log_level.upper())  # its INFO lines (who changed what: audit.py) beside uvicorn's
     store = open_store(config)
     api = Api(store, config, TokenFile(config.get("web", "TOKENS_FILE")))
     fastapi_app = create_app(api)

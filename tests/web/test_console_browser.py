@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness import read_records
@@ -190,6 +191,72 @@ def test_a_viewer_sees_no_buttons_and_a_forged_post_is_refused(site, browser):
     assert fetch_status(browser, resume, None) == 403  # no CSRF token: refused before the role is asked
     assert fetch_status(browser, resume, csrf) == 403  # the right CSRF token, but a viewer may not
     assert site.cluster.fetch("jobstatus user_job 'Probe.noop' with uid='for-the-viewer';").rows[0][3] == "PROCESSED"
+
+
+def test_a_running_job_s_progress_shows_as_a_bar_in_the_table_and_on_its_page(site, browser):
+    """current_job().progress(3, 4): a bar three quarters full, with "75%" beside it, in the
+    job's row and on its page (JOBSTATUS's Progress); typing in the text filter narrows the
+    table to the matching rows. The bar goes with the run."""
+    site.cluster.fetch("startjob user_job name='Probe.progressing' uid='three-quarters' args='{\"done\": 3, \"total\": 4}';"
+                       "startjob user_job name='Probe.noop' uid='a-whole-one';")
+    log_in(browser, site.web.url, site.tokens["viewer"])
+    browser.get(site.web.url + "/#/jobs")
+    row = until(lambda: _progress_of(browser, "#jobs tr", "three-quarters"), "the progress bar in the job's row")
+    assert row == ("75", "75%", 0.75), row
+    until(lambda: "a-whole-one" in " ".join(texts(browser, "#jobs tr")), "the other job in the table")
+
+    browser.find_element("id", "filter-q").send_keys("THREE-Q")  # the text filter: any case, part of a UID
+    until(lambda: [t for t in texts(browser, "#jobs tbody tr")] and
+          all("three-quarters" in t for t in texts(browser, "#jobs tbody tr")),
+          "the table narrowed to the job the text names")
+    assert len(browser.find_elements("css selector", "#jobs tbody tr")) == 1
+
+    open_job(browser, site, "Probe.progressing", "three-quarters")
+    page = until(lambda: _progress_of(browser, ".kv", "three-quarters", by_text=False), "the bar on the job's page")
+    assert page == ("75", "75%", 0.75), page
+    site.cluster.fetch("stopjob user_job name='Probe.progressing' uid='three-quarters' wait timeout 10;")
+    until(lambda: "TERMINATED" in browser.find_element("id", "job-title").text, "the stopped job's page")
+    assert not browser.find_elements("css selector", "[role='progressbar']")
+
+
+def test_the_jobs_data_filters_by_node_and_text(site):
+    """``/console/data/jobs?node=...&q=...`` as the table asks it, on the real web process: a
+    job running on w1 and one no node may take (its AFFINITY names none), both named by the
+    same text."""
+    site.cluster.fetch("startjob user_job name='Probe.progressing' uid='filtered-running' args='{\"done\": 1}';"
+                       "startjob user_job name='Probe.noop' uid='filtered-waiting' affinity='no-such-node';")
+    data = httpx.Client(base_url=site.web.url, headers={"Authorization": f"Bearer {site.tokens['viewer']}"})
+
+    def uids(**query: str) -> list[str]:
+        body = data.get("/console/data/jobs", params=query).json()
+        assert body["matched"] == len(body["jobs"]), body
+        return sorted(j["uid"] for j in body["jobs"])
+
+    until(lambda: uids(q="filtered-") == ["filtered-running", "filtered-waiting"], "both jobs in the table")
+    until(lambda: uids(q="filtered-", node="w1") == ["filtered-running"], "the running job on w1")
+    assert uids(q="FILTERED-") == ["filtered-running", "filtered-waiting"]  # any case, in the UID
+    assert uids(node="w1", name="Probe.noop", q="filtered-") == []
+    assert uids(q="filtered-w") == ["filtered-waiting"]
+    assert uids(q="no-such-node") == ["filtered-waiting"]  # ... or in the affinity
+    assert uids(q="filtered-", node="w9") == [] and uids(q="nothing like it") == []
+    assert all(j["node"] == "w1" for j in data.get("/console/data/jobs", params={"node": "w1"}).json()["jobs"])
+    site.cluster.fetch("stopjob user_job name='Probe.progressing' uid='filtered-running' wait timeout 10;"
+                       "stopjob user_job name='Probe.noop' uid='filtered-waiting';")
+
+
+def _progress_of(driver, selector: str, uid: str, by_text: bool = True) -> tuple[str, str, float] | None:
+    """In the element ``selector`` finds (holding ``uid``, if ``by_text``): the bar's
+    aria-valuenow, the percentage shown beside it and how full the bar is drawn."""
+    for box in driver.find_elements("css selector", selector):
+        if by_text and uid not in box.text:
+            continue
+        bars = box.find_elements("css selector", "[role='progressbar']")
+        if bars:
+            drawn = driver.execute_script("var b = arguments[0]; return b.firstChild.getBoundingClientRect().width"
+                                          " / b.getBoundingClientRect().width;", bars[0])
+            shown = bars[0].find_element("xpath", "..").find_element("css selector", ".pct").text
+            return bars[0].get_attribute("aria-valuenow"), shown, round(drawn, 2)
+    return None
 
 
 def test_a_phone_width_window_shows_the_jobs_as_cards(site, browser):

@@ -1,6 +1,7 @@
 """Tokens through the real CLI and a real ``fabricjobs web`` process: stored as hashes in a
 0600 file, shown once, never logged, revoked from the next request on; a state change names
-its token; the server's flags (--bind, --tls-cert/--tls-key) and their refusals."""
+its token in the job's Notes and in the web process's log; the server's flags (--bind,
+--tls-cert/--tls-key) and their refusals."""
 
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def test_token_create_list_revoke_and_what_the_file_and_the_log_hold(cluster):
         assert operator.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "t"}).status_code == 201
         note = cluster.fetch("jobstatus user_job 'Probe.noop' with uid='t';").first_row()["Notes"]
         assert note.startswith("STARTJOB by token 'operator-1' on ")
+        admin = httpx.Client(base_url=web.url + "/api/v1", headers={"Authorization": f"Bearer {tokens['admin']}"})
+        assert admin.delete("/jobs/USER_JOB/Probe.noop/t/runs").json()["deleted_runs"] == 0
+        note = cluster.fetch("jobstatus user_job 'Probe.noop' with uid='t';").first_row()["Notes"]
+        assert note.startswith("DELETEHISTORY by token 'admin-1' on ")  # a live job with no run going
+        assert admin.post("/commands", json={"text": "createcalendar 'audit' exclude '2026-12-25';"}).status_code == 200
+        assert admin.post("/jobs/USER_JOB/Probe.noop/none/stop").status_code == 404
+        assert admin.get("/jobs/USER_JOB/Probe.noop/t").status_code == 200  # a read: no line
         assert cluster.cli("token", "revoke", "operator-1").stdout.strip() == "token 'operator-1' revoked"
         refused = operator.get("/jobs")
         assert refused.status_code == 401 and refused.json()["message"] == "unknown or revoked API token"
@@ -50,6 +58,13 @@ def test_token_create_list_revoke_and_what_the_file_and_the_log_hold(cluster):
         web.stop()
     assert "GET /api/v1/jobs" in web.log()  # the access log is on ...
     assert not any(t in web.log() or t[4:] in web.log() for t in tokens.values())  # ... and holds no token
+    # Who did what, one line per change (a job's Notes are overwritten by its next run):
+    assert [line for line in web.log().splitlines() if "audit:" in line] == [
+        "INFO audit: token 'operator-1' STARTJOB USER_JOB.Probe.noop.t -> ok",
+        "INFO audit: token 'admin-1' DELETEHISTORY USER_JOB.Probe.noop.t -> ok",
+        "INFO audit: token 'admin-1' CREATECALENDAR calendar audit -> ok",
+        "INFO audit: token 'admin-1' STOPJOB USER_JOB.Probe.noop.none -> JobNotFound",
+    ], web.log()
 
 
 def test_the_server_refuses_half_a_tls_pair_and_a_bad_bind(cluster):

@@ -12,6 +12,7 @@ from ...commands import statements, values
 from ...model import JobKey
 from ...result import Result
 from ..app import Api, segment  # noqa: F401  (segment: for the route modules)
+from ..audit import recorded
 from ..tokens import TokenInfo
 
 #: The longest a request waits (WAITJOB, STOPJOB ... WAIT): a wait holds a server thread, and
@@ -24,9 +25,11 @@ def api_of(request: Request) -> Api:
 
 
 def execute(request: Request, who: TokenInfo, command: statements.Command) -> Result:
-    """``command`` on the service, in a session acting for ``who``."""
+    """``command`` on the service, in a session acting for ``who``; a change leaves its line
+    in the web process's log (audit.py)."""
     api = api_of(request)
-    return api.service().execute(command, api.session(who))
+    with recorded(who, (command,)):
+        return api.service().execute(command, api.session(who))
 
 
 C = TypeVar("C", bound=statements.Command)

@@ -12,6 +12,7 @@ import dataclasses
 from fastapi import APIRouter, Depends, Request
 
 from ...commands import parse_script, statements as st
+from ..audit import recorded
 from ..auth import Need, authorize, requires, script_needs
 from ..schemas import CommandBody, CommandResult, command_result
 from ..tokens import TokenInfo
@@ -28,7 +29,8 @@ def commands(request: Request, body: CommandBody,
     api = api_of(request)
     script = [_bounded(s.command) for s in parse_script(body.text)]
     authorize(who, script_needs(script), "run these statements")
-    results = api.service().run_script(script, api.session(who))
+    with recorded(who, script):  # one line in the web process's log for a script that changes anything
+        results = api.service().run_script(script, api.session(who))
     return command_result(results[-1]) if results else CommandResult(columns=[], rows=[])
 
 

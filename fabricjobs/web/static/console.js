@@ -30,6 +30,19 @@ var FJ = (function () {
     var label = blocked && status === "WAITING" ? "BLOCKED" : status;
     return el("span", {class: "badge s-" + label, text: blocked && status !== "WAITING" ? status + " · blocked" : label});
   }
+  function progress(text) {
+    // JOBSTATUS's Progress ("75%", "" when the run reported none) as a bar with its percentage.
+    // The width is set through the CSSOM, which the page's CSP allows (a style attribute it would not).
+    var pct = parseFloat(text);
+    if (!text || isNaN(pct)) return null;
+    pct = Math.max(0, Math.min(100, Math.round(pct)));
+    var fill = el("span");
+    fill.style.width = pct + "%";
+    return el("span", {class: "progress"},
+      el("span", {class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100", "aria-valuenow": String(pct),
+        "aria-label": "progress"}, fill),
+      el("span", {class: "pct", text: pct + "%"}));
+  }
   function table(columns, rows, cls) {
     // columns: [label, function(row) -> content, cell class]; a phone shows each row as a card.
     return el("div", {class: "table-wrap"}, el("table", {class: "cards " + (cls || "")},
@@ -140,7 +153,7 @@ var FJ = (function () {
   window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", route);
 
-  return {el: el, badge: badge, table: table, kv: kv, when: when, duration: duration, jobHref: jobHref,
+  return {el: el, badge: badge, progress: progress, table: table, kv: kv, when: when, duration: duration, jobHref: jobHref,
     apiPath: apiPath, getJSON: getJSON, post: post, confirmThen: confirmThen, banner: banner, views: views,
     rerender: rerender, canChange: role === "operator" || role === "admin", role: role};
 })();
@@ -190,7 +203,7 @@ FJ.views.jobs = (function () {
       ["Type", function (j) { return j.type; }],
       ["Name", function (j) { return el("a", {href: FJ.jobHref(j.type, j.name, j.uid), class: "job-link", text: j.name}); }, "wrap"],
       ["UID", function (j) { return j.uid; }, "wrap mono"],
-      ["Status", function (j) { return FJ.badge(j.status, j.blocked); }],
+      ["Status", function (j) { return [FJ.badge(j.status, j.blocked), FJ.progress(j.progress)]; }],
       ["Node", function (j) { return j.node; }],
       ["Started", function (j) { return FJ.when(j.start_time); }],
       ["Ended / next", function (j) { return j.is_archived ? FJ.when(j.end_time) : FJ.when(j.next_run); }],

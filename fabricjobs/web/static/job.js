@@ -32,7 +32,7 @@ FJ.views.job = (function () {
   }
   function details(job, task) {
     return el("div", {class: "card"}, FJ.kv([
-      ["Status", FJ.badge(job.status, job.blocked)], ["Notes", job.notes], ["Node", job.node],
+      ["Status", FJ.badge(job.status, job.blocked)], ["Progress", FJ.progress(job.progress)], ["Notes", job.notes], ["Node", job.node],
       ["Running task", task ? "task " + task.task + " on " + task.node + " for " + FJ.duration(task.elapsed_ms) : ""],
       ["Created", FJ.when(job.creation_time)], ["Started", FJ.when(job.start_time)], ["Ended", FJ.when(job.end_time)],
       ["Next run", FJ.when(job.next_run)], ["Schedule", job.execution_interval], ["Time zone", job.time_zone],
