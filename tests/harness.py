@@ -314,6 +314,20 @@ def assert_no_overlap(records, until=None):
             assert ep2 > ep1, f"{key}: a later run has no newer epoch"
 
 
+def assert_finished_by_newest_runs(store, keys, started) -> None:
+    """Each job's row is PROCESSED under the epoch and node of its newest run (start records):
+    no outcome of an older, fenced run of the job was accepted after a newer run began."""
+    newest: dict[str, dict] = {}
+    for r in started:
+        if r["key"] not in newest or r["epoch"] > newest[r["key"]]["epoch"]:
+            newest[r["key"]] = r
+    for key in keys:
+        row, run = store.get(key), newest[str(key)]
+        assert row is not None and row.status.value == "PROCESSED", (key, row)
+        assert (row.epoch, row.worker_id) == (run["epoch"], run["node"]), \
+            f"{key}: row at epoch {row.epoch} by {row.worker_id}, newest run epoch {run['epoch']} on {run['node']}"
+
+
 def _write_lock_free(database: str) -> bool:
     """Whether a write transaction on the SQLite file can begin within 0.1 s."""
     conn = sqlite3.connect(database, timeout=0.1, isolation_level=None)

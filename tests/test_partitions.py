@@ -28,8 +28,8 @@ from fabricjobs.errors import StoreError
 from fabricjobs.model import JobKey, Status
 from fabricjobs.testing import netns
 from fabricjobs.testing.rig import Rig, wait_for, write_config
-from harness import (FAST, LOG_TIME, RunWatch, assert_no_overlap, fence_times, log_time, merge_runs,
-                     read_records, unexplained_reruns)
+from harness import (FAST, LOG_TIME, RunWatch, assert_finished_by_newest_runs, assert_no_overlap, fence_times,
+                     log_time, merge_runs, read_records, unexplained_reruns)
 
 _why = netns.unavailable() or available()
 pytestmark = [pytest.mark.partition, pytest.mark.soak, pytest.mark.skipif(_why is not None, reason=f"partition tests: {_why}")]
@@ -239,6 +239,7 @@ def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three
         started, ended = read_records(starts), read_records(log)
         assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys}
         assert_no_overlap(merge_runs(started, ended))
+        assert_finished_by_newest_runs(client.store, keys, started)
         after = sorted(r["start"] for r in started if r["start"] >= cut_at)
         gaps = [b - a for a, b in zip([cut_at] + after, after)]
         print(f"scenario 3: longest pause in run starts after the cut {max(gaps, default=0):.2f} s")
@@ -419,6 +420,7 @@ def test_partition_delay_and_loss_on_every_path_slow_the_cluster_but_break_nothi
         assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys}
         fences = {name: fence_times(node) for name, node in nodes.items()}
         assert unexplained_reruns(runs, fences) == []
+        assert_finished_by_newest_runs(client.store, keys, started)
         base = _done_between(ended, base_from, fault_at) / (fault_at - base_from)
         during = _done_between(ended, fault_at, healed_at) / (healed_at - fault_at)
         late = relay["late_ms"]
