@@ -57,6 +57,7 @@ def serve(config: Config, opts: ServeOptions) -> None:
     from .tokens import TokenFile
 
     host, port = parse_bind(opts.bind)
+    logging.getLogger("fabricjobs.web").setLevel(opts.log_level.upper())  # what the access log cannot say: who
     store = open_store(config)
     api = Api(store, config, TokenFile(config.get("web", "TOKENS_FILE")))
     fastapi_app = create_app(api)
