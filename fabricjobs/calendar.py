@@ -102,6 +102,11 @@ def _day(text: str, rule: str) -> date:
 
 def make_calendar(name: str, rules: list[str] | tuple[str, ...]) -> Calendar:
     """A calendar from its name and rule texts (a text may list dates separated by commas)."""
+    return Calendar(check_name(name), parse_rules(rules))
+
+
+def parse_rules(rules: list[str] | tuple[str, ...]) -> tuple[Rule, ...]:
+    """A calendar's rules from their texts: at least one, at most :data:`MAX_RULES`."""
     parsed: list[Rule] = []
     for text in rules:
         parts = [p for p in text.split(",")] if _is_date_list(text) else [text]
@@ -110,7 +115,7 @@ def make_calendar(name: str, rules: list[str] | tuple[str, ...]) -> Calendar:
         raise CalendarError("a calendar needs at least one EXCLUDE rule")
     if len(parsed) > MAX_RULES:
         raise CalendarError(f"a calendar has at most {MAX_RULES} rules")
-    return Calendar(check_name(name), tuple(parsed))
+    return tuple(parsed)
 
 
 def _is_date_list(text: str) -> bool:

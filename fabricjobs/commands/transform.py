@@ -237,10 +237,9 @@ class ToCommand(Transformer):
             if required not in given:
                 raise invalid(self._text, keyword, f"{keyword.type} needs {required}='<{required.lower()}>'")
         if if_not_exists and "UID" not in given:  # a generated UID never exists: each run would add a job
-            raise invalid(self._text, if_not_exists[0], "IF NOT EXISTS needs UID='<uid>' (without one, every STARTJOB makes a new job)")
+            raise invalid(self._text, if_not_exists[0], values.IF_NOT_EXISTS_NEEDS_UID)
         if statement == "updatejob" and "HOLD" in given and not given["HOLD"].value:
-            raise invalid(self._text, given["HOLD"].token, "UPDATEJOB takes HOLD=true only: RELEASEJOB releases a held job "
-                          "(and its held children)")
+            raise invalid(self._text, given["HOLD"].token, values.UPDATE_HOLDS_ONLY)
         fields = {name.lower(): param.value for name, param in given.items()}
         if if_not_exists:
             fields.update(if_not_exists=True)

@@ -14,13 +14,17 @@ import math
 from typing import Any, Callable
 
 from ..errors import ScheduleError, ValidationError
-from ..model import JobKey, JobType
+from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType
 from ..names import complaint, text_complaint
 from ..schedule import parse_schedule, resolve_zone
 from .messages import show as _show
 
 #: Parameters that must not be empty when given (the parser's NAME='' and UID='' errors).
 _NON_EMPTY = ("name", "uid")
+
+#: What a statement refuses whatever the values are (said by the parser and by :func:`checked`).
+IF_NOT_EXISTS_NEEDS_UID = "IF NOT EXISTS needs UID='<uid>' (without one, every STARTJOB makes a new job)"
+UPDATE_HOLDS_ONLY = "UPDATEJOB takes HOLD=true only: RELEASEJOB releases a held job (and its held children)"
 
 
 def job_type(text: str) -> str:
@@ -109,6 +113,27 @@ def calendar(text: str) -> str:
         raise ValueError(f"CALENDAR: {exc}") from None
 
 
+def calendar_name(text: str) -> str:
+    """CREATECALENDAR's and DROPCALENDAR's name."""
+    from ..calendar import check_name
+
+    return check_name(text)  # a CalendarError is a ValueError
+
+
+def calendar_rules(rules: tuple[str, ...]) -> tuple[str, ...]:
+    """CREATECALENDAR's EXCLUDE rules, one rule each as stored (a date list is split)."""
+    from ..calendar import parse_rules
+
+    return tuple(r.text for r in parse_rules(rules))
+
+
+def parallelism(value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PARALLELISM <= value <= MAX_PARALLELISM:
+        raise ValueError(f"PARALLELISM must be a whole number from {MIN_PARALLELISM} to {MAX_PARALLELISM} "
+                         f"(the job's tasks), got {_show(str(value))}")
+    return value
+
+
 def on_failure(text: str) -> str:
     """'' | <TYPE>.<NAME> of the job to start when a run fails for good."""
     value = text.strip()
@@ -164,7 +189,8 @@ def json_kind(obj: Any) -> str:
 
 _RULES: dict[str, Callable[[Any], Any]] = {
     "exec_interval": exec_interval, "tz": tz, "late_threshold": late_threshold, "overlap": overlap, "late_action": late_action, "on_failure": on_failure,
-    "priority": priority, "args": args_object, "recent": recent,
+    "priority": priority, "args": args_object, "recent": recent, "calendar": calendar,
+    "delete_on_success": delete_on_success, "parallelism": parallelism, "rules": calendar_rules,
 }
 
 
@@ -175,8 +201,12 @@ def checked(command: Any) -> Any:
     changes: dict[str, Any] = {}
     try:
         fields = {f.name: getattr(command, f.name) for f in dataclasses.fields(command)}
+        for name, value in fields.items():  # the parser's check of every string it reads
+            if isinstance(value, str) and (why := text_complaint(name.upper(), value)) is not None:
+                raise ValueError(why)
         if isinstance(fields.get("type"), str):
             changes["type"] = job_type(fields["type"])
+        changes.update(_statement_rules(command))
         for name, rule in _RULES.items():
             if fields.get(name) is not None:
                 changes[name] = rule(fields[name])
@@ -202,6 +232,21 @@ def checked(command: Any) -> Any:
         raise ValidationError(str(exc)) from None
     changes = {k: v for k, v in changes.items() if v != fields[k]}
     return dataclasses.replace(command, **changes) if changes else command
+
+
+def _statement_rules(command: Any) -> dict[str, Any]:
+    """What one statement refuses that no other does (the parser says the same words)."""
+    from . import statements as st
+
+    if isinstance(command, (st.CreateCalendar, st.DropCalendar)):
+        return {"name": calendar_name(command.name)}
+    if isinstance(command, st.StartJob) and command.if_not_exists and command.uid is None:
+        raise ValueError(IF_NOT_EXISTS_NEEDS_UID)
+    if isinstance(command, st.UpdateJob) and command.hold is False:
+        raise ValueError(UPDATE_HOLDS_ONLY)
+    if isinstance(command, st.RestartJob) and command.name is None and (command.uid is not None or not command.running):
+        raise ValueError("RESTARTJOB needs NAME='<name>'")  # without RUNNING, or with a UID
+    return {}
 
 
 def _reject_constant(name: str) -> Any:

@@ -15,19 +15,21 @@ from typing import Sequence
 
 from ..commands import statements
 from ..result import Result
-from .cluster import NODES_COLUMNS, PS_COLUMNS, ClusterCommands
+from .calendars import CALENDAR_COLUMNS, CALENDARS_COLUMNS
+from .cluster import NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, ClusterCommands
 from .core import ServiceCore
 from .jobs import CHANGE_COLUMNS, DELETED_COLUMNS, START_COLUMNS, JobCommands
 from .listing import MAX_PAGE, JobListing, JobPage, JobQuery
 from .session import Session, requester, with_session_scope
 from .views import (
     COUNTER_COLUMNS, DETAIL_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, HISTORY_LIMIT, LIST_COLUMNS, NEXT_RUN_TEXT,
-    STATUS_COLUMNS, history_row, run_summary,
+    RECENT_COLUMNS, STATUS_COLUMNS, history_row, run_summary,
 )
 
 __all__ = [
-    "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DELETED_COLUMNS", "DETAIL_COLUMNS", "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT",
-    "LIST_COLUMNS", "NEXT_RUN_TEXT", "NODES_COLUMNS", "PS_COLUMNS", "START_COLUMNS", "STATUS_COLUMNS", "CommandService",
+    "CALENDAR_COLUMNS", "CALENDARS_COLUMNS", "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DELETED_COLUMNS", "DETAIL_COLUMNS",
+    "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT", "LIST_COLUMNS", "NEXT_RUN_TEXT", "NODES_COLUMNS",
+    "NODES_DETAIL_COLUMNS", "PS_COLUMNS", "RECENT_COLUMNS", "START_COLUMNS", "STATUS_COLUMNS", "CommandService",
     "MAX_PAGE", "JobPage", "JobQuery", "ServiceCore", "Session", "history_row", "requester", "run_summary", "with_session_scope",
 ]
 

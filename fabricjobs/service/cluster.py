@@ -18,6 +18,8 @@ from .session import Session, requester
 
 PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)", "progress")
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
+NODES_DETAIL_COLUMNS = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "addresses", "priorities",
+                                        "tasks")
 
 
 class ClusterCommands(ServiceCore):
@@ -74,7 +76,6 @@ class ClusterCommands(ServiceCore):
         return Result(NODES_COLUMNS, tuple(rows))
 
     def _node_details(self) -> Result:
-        columns = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "addresses", "priorities", "tasks")
         rows = []
         base = self.nodes(statements.Nodes(), Session())
         for n, row in zip(read_cluster(self.store), base.rows):
@@ -83,7 +84,7 @@ class ClusterCommands(ServiceCore):
             addresses = ", ".join(sorted(n.affinity.addresses)) or "-"  # what a job's AFFINITY may name
             rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), addresses,
                                n.affinity.priorities_text, tasks or "-"))
-        return Result(columns, tuple(rows), vertical=True)
+        return Result(NODES_DETAIL_COLUMNS, tuple(rows), vertical=True)
 
 
 def _only_local_node(nodes: Iterable[NodeView]) -> str | None:

@@ -64,7 +64,7 @@ def create_app(api: Api) -> FastAPI:
 
     No interactive docs pages: FastAPI's load their scripts from a CDN, and nothing here may be
     fetched from outside at run time."""
-    from .routes import cluster, commands, health, jobs, runs
+    from .routes import calendars, cluster, commands, health, jobs, runs
 
     needs_token = api.config.get("web", "OPENAPI_NEEDS_TOKEN")
     app = FastAPI(
@@ -76,7 +76,7 @@ def create_app(api: Api) -> FastAPI:
     app.state.api = api
     install_console(app, api)
     errors.install(app)
-    for module in (jobs, runs, cluster, commands):
+    for module in (jobs, runs, calendars, cluster, commands):
         app.include_router(module.router, prefix=API, responses=errors_documented())
     app.include_router(health.router)
     if needs_token:

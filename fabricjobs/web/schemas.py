@@ -17,8 +17,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..result import Result
+from ..model import MAX_PARALLELISM, MIN_PARALLELISM
 from ..service import (
-    CHANGE_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, LIST_COLUMNS, NODES_COLUMNS, PS_COLUMNS,
+    CALENDAR_COLUMNS, CALENDARS_COLUMNS, CHANGE_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, LIST_COLUMNS,
+    NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, RECENT_COLUMNS,
 )
 
 _TIME = datetime | None
@@ -44,6 +46,11 @@ COLUMN_TYPES: dict[str, Any] = {
     "node": str, "dc": _TEXT, "host": _TEXT, "pid": _INT, "state": str, "last beat (s)": float | None,
     "running": _INT, "capacity": _TEXT, "version": _TEXT, "started": _TIME, "task": _INT, "thread": _INT,
     "type": _TEXT, "description": _TEXT, "duration (ms)": _INT, "Progress": str, "progress": str,
+    # NODES DETAILS
+    "incarnation": _TEXT, "beat": _INT, "heartbeat": _TEXT, "time zone": _TEXT, "addresses": _TEXT,
+    "priorities": _TEXT, "tasks": _TEXT,
+    # calendars (CALENDARS, CREATECALENDAR, DROPCALENDAR)
+    "Rules": str, "Live Jobs": int,
 }
 
 
@@ -62,7 +69,11 @@ JobDetail = _model("JobDetail", FULL_COLUMNS, "A job as JOBSTATUS ... WITH UID .
 Change = _model("Change", CHANGE_COLUMNS, "A job after STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB or UPDATEJOB.")
 Run = _model("Run", HISTORY_COLUMNS, "One ended run, as JOBHISTORY shows it; its number is the run's epoch.")
 DeletedRuns = _model("DeletedRuns", DELETED_COLUMNS, "What DELETEHISTORY deleted: how many runs of the job.")
+RecentRun = _model("RecentRun", RECENT_COLUMNS, "One ended run of any job, as JOBHISTORY RECENT shows it.")
 Node = _model("Node", NODES_COLUMNS, "A node as NODES shows it.")
+NodeDetail = _model("NodeDetail", NODES_DETAIL_COLUMNS, "A node as NODES DETAILS shows it.")
+Calendar = _model("Calendar", CALENDARS_COLUMNS, "A stored calendar as CALENDARS shows it (rules separated by '; ').")
+CalendarChange = _model("CalendarChange", CALENDAR_COLUMNS, "A calendar after CREATECALENDAR or DROPCALENDAR.")
 Task = _model("Task", PS_COLUMNS, "A running task as PS shows it.")
 
 
@@ -104,6 +115,17 @@ class StartBody(_Body):
     overlap: Literal["", "SKIP", "QUEUE"] | None = None
     requestor: str | None = Field(default=None, description="the team or application the job is for (IPF's "
                                   "jobRequestor); the job's owner is this request's token name")
+    late_action: str | None = Field(default=None, description="SKIP, RUN or TYPE.NAME of a late-handler job")
+    on_failure: str | None = Field(default=None, description="TYPE.NAME of the job to start when a run fails for good")
+    calendar: str | None = Field(default=None, description="a stored calendar (PUT /calendars/{name}) whose rules "
+                                 "skip fires; a recurring job only")
+    delete_on_success: str | None = Field(default=None, description="file,file,...: deleted after each successful "
+                                          "run ([jobs] CLEANUP_ROOT)")
+    hold: bool | None = Field(default=None, description="true: created HELD; POST .../release runs it")
+    parallelism: int | None = Field(default=None, description=f"{MIN_PARALLELISM} to {MAX_PARALLELISM}: a one-time "
+                                    "USER_JOB run as that many tasks, each with its index")
+    if_not_exists: bool = Field(default=False, description="true: a job with this UID (needed), live or archived, "
+                                "is answered as it is (STARTJOB ... IF NOT EXISTS)")
 
 
 class UpdateBody(_Body):
@@ -119,6 +141,20 @@ class UpdateBody(_Body):
     late_threshold: str | None = None
     overlap: Literal["", "SKIP", "QUEUE"] | None = None
     requestor: str | None = Field(default=None, description="a new requestor ('': none)")
+    late_action: str | None = Field(default=None, description="SKIP, RUN or TYPE.NAME ('': SKIP)")
+    on_failure: str | None = Field(default=None, description="TYPE.NAME ('': none)")
+    calendar: str | None = Field(default=None, description="a stored calendar ('': none)")
+    delete_on_success: str | None = Field(default=None, description="file,file,... ('': none)")
+    hold: bool | None = Field(default=None, description="true only: a job with no run going is HELD "
+                              "(POST .../release releases it)")
+
+
+class CalendarBody(_Body):
+    """CREATECALENDAR's EXCLUDE rules (README, Calendars)."""
+
+    exclude: list[str] = Field(description="each a date (YYYY-MM-DD), a range (YYYY-MM-DD..YYYY-MM-DD), dates "
+                               "separated by commas, or a five-field cron expression",
+                               examples=[["2026-12-25", "* * * * sat,sun"]])
 
 
 class CommandBody(_Body):

@@ -35,6 +35,19 @@ ENDPOINTS = [
     ("GET", "/ps", None, "viewer", 200),
     ("GET", "/nodes", None, "viewer", 200),
     ("POST", "/nodes/no-such-node/tasks/1/kill", None, "operator", 404),
+    ("POST", JOB + "/finish", None, "operator", 404),
+    ("POST", JOB + "/finish?wait=true&timeout=1", None, "operator", 404),
+    ("POST", JOB + "/run", None, "operator", 404),
+    ("POST", JOB + "/release", None, "operator", 404),
+    ("POST", "/jobs/USER_JOB/restart-running?name=Probe.no_such_function", None, "operator", 200),
+    ("POST", "/jobs", {"type": "USER_JOB", "name": "Probe.noop", "parallelism": 1}, "operator", 400),
+    ("PATCH", JOB, {"hold": True, "calendar": "", "late_action": "RUN"}, "operator", 404),
+    ("GET", "/runs?recent=5", None, "viewer", 200),
+    ("GET", "/nodes?details=true", None, "viewer", 200),
+    ("GET", "/calendars", None, "viewer", 200),
+    ("GET", "/calendars/no-such-calendar", None, "viewer", 404),
+    ("PUT", "/calendars/probe-refused", {"exclude": ["not a rule"]}, "admin", 400),
+    ("DELETE", "/calendars/no-such-calendar", None, "admin", 404),
     ("POST", "/commands", {"text": "jobstatus; nodes;"}, "viewer", 200),
     ("POST", "/commands", {"text": "stopjob user_job name='Probe.noop' uid='no-such-uid';"}, "operator", 404),
     ("POST", "/commands", {"text": "deletehistory user_job 'Probe.noop' with uid='no-such-uid';"}, "admin", 404),
@@ -189,13 +202,35 @@ def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(s
         (api.get("/no/such/route"), 404, "NotFound", ""),
         (api.delete("/jobs"), 405, "MethodNotAllowed", ""),
     ]
+    cases += [
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "parallelism": 65}), 400, "ValidationError",
+         "PARALLELISM must be a whole number from 2 to 64 (the job's tasks), got '65'"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "if_not_exists": True}), 400,
+         "ValidationError", "IF NOT EXISTS needs UID='<uid>'"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "on_failure": "RUN"}), 400,
+         "ValidationError", "ON_FAILURE must be <TYPE>.<NAME> of a job, got 'RUN'"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "calendar": "nowhere"}), 404,
+         "CalendarNotFound", "No such calendar 'nowhere'"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "delete_on_success": "x"}), 400,
+         "JobResolutionError", "DELETE_ON_SUCCESS is disabled"),
+        (api.patch("/jobs/USER_JOB/Probe.noop/nothing", json={"hold": False}), 400, "ValidationError",
+         "UPDATEJOB takes HOLD=true only: RELEASEJOB releases a held job"),
+        (api.put("/calendars/bad name", json={"exclude": ["2026-12-25"]}), 400, "ValidationError", "bad calendar name"),
+        (api.put("/calendars/c", json={"exclude": ["2026-02-30"]}), 400, "ValidationError", "is not a date"),
+        (api.get("/calendars/nowhere"), 404, "CalendarNotFound", "No such calendar 'nowhere'"),
+        (api.get("/runs", params={"recent": 0}), 400, "ValidationError", "RECENT must be a whole number of runs from 1"),
+    ]
     body = {"type": "USER_JOB", "name": "Probe.record", "uid": "busy", "args": {"log": str(tmp_path / "l"), "seconds": 60}}
     cases.append((api.post("/jobs", json=body), 201, None, ""))
+    cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/release"), 409, "CommandError", "Job is not held"))
+    cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/finish"), 409, "CommandError", "is not a recurring job"))
     cases.append((api.post("/jobs", json=body), 409, "JobAlreadyRunning", "Job is running [type: USER_JOB, name: Probe.record, uid: busy]"))
     cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/resume"), 409, "JobAlreadyRunning", "Job is running"))
     site.cluster.wait_job("USER_JOB", "Probe.record", "busy", lambda j: j.status.value == "IN_PROCESS")
     cases.append((api.delete("/jobs/USER_JOB/Probe.record/busy/runs"), 409, "JobAlreadyRunning",
                   "Job is running [type: USER_JOB, name: Probe.record, uid: busy] (IN_PROCESS)"))
+    cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/run"), 409, "JobAlreadyRunning",
+                  "Job is running [type: USER_JOB, name: Probe.record, uid: busy] (IN_PROCESS): RUNJOB"))
     cases.append((api.delete("/jobs/USER_JOB/Probe.record/nothing/runs"), 404, "JobNotFound",
                   "No such job [type: USER_JOB, name: Probe.record, uid: nothing]"))
     wait = "waitjob user_job 'Probe.record' with uid='busy' timeout 0;"
@@ -249,7 +284,16 @@ def test_the_openapi_document_lists_every_route_and_the_bearer_scheme(site):
         ("POST", job + "/restart"), ("POST", job + "/resume"), ("GET", job + "/wait"), ("GET", job + "/runs"),
         ("GET", job + "/runs/{run}"), ("GET", job + "/runs/{run}/log"), ("GET", job + "/runs/{run}/wait"), ("GET", job + "/log"), ("GET", "/api/v1/ps"),
         ("GET", "/api/v1/nodes"), ("POST", "/api/v1/nodes/{node}/tasks/{task}/kill"), ("POST", "/api/v1/commands"),
+        ("POST", job + "/finish"), ("POST", job + "/run"), ("POST", job + "/release"),
+        ("POST", "/api/v1/jobs/{type}/restart-running"), ("GET", "/api/v1/runs"), ("GET", "/api/v1/calendars"),
+        ("GET", "/api/v1/calendars/{name}"), ("PUT", "/api/v1/calendars/{name}"), ("DELETE", "/api/v1/calendars/{name}"),
     }
+    nodes = {p["name"] for p in doc["paths"]["/api/v1/nodes"]["get"]["parameters"]}
+    assert "details" in nodes and "recent" in {p["name"] for p in doc["paths"]["/api/v1/runs"]["get"]["parameters"]}
+    bodies = doc["components"]["schemas"]
+    assert {"late_action", "on_failure", "calendar", "delete_on_success", "hold", "parallelism", "if_not_exists"} <= set(
+        bodies["StartBody"]["properties"])
+    assert {"late_action", "on_failure", "calendar", "delete_on_success", "hold"} <= set(bodies["UpdateBody"]["properties"])
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert json.dumps(doc).count("cdn") == 0
 

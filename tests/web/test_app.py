@@ -13,7 +13,10 @@ import pytest
 
 from fabricjobs.commands import statements as st
 from fabricjobs.config import load_config
-from fabricjobs.service import DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS
+from fabricjobs.service import (
+    CALENDAR_COLUMNS, CALENDARS_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, NODES_DETAIL_COLUMNS,
+    PS_COLUMNS, RECENT_COLUMNS,
+)
 from fabricjobs.store import open_store
 from fabricjobs.web.app import Api, KeepSegments, create_app
 from fabricjobs.web.auth import STATEMENT_NEEDS, Need, script_needs
@@ -89,7 +92,8 @@ def test_every_statement_of_the_language_has_a_need_and_an_unknown_one_needs_adm
 
 
 def test_every_column_the_api_shows_has_a_json_type_and_a_distinct_name():
-    for columns in (FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, DELETED_COLUMNS):
+    for columns in (FULL_COLUMNS, HISTORY_COLUMNS, NODES_COLUMNS, PS_COLUMNS, DELETED_COLUMNS, NODES_DETAIL_COLUMNS,
+                    RECENT_COLUMNS, CALENDAR_COLUMNS, CALENDARS_COLUMNS):
         assert set(columns) <= set(COLUMN_TYPES)
         assert len({field_name(c) for c in columns}) == len(columns)
     assert field_name("Duration (ms)") == "duration_ms" and field_name("Ownership Candidates Num") == "ownership_candidates_num"

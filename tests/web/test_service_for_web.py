@@ -103,3 +103,26 @@ def test_built_commands_meet_the_parsers_rules(client, command, words):
 def test_a_built_commands_job_type_is_normalised_as_the_parsers(client):
     client.execute(st.StartJob("user_job", "Customer.userJob1", uid="lower"))
     assert client.store.get(JobKey("USER_JOB", "Customer.userJob1", "lower")) is not None
+
+
+@pytest.mark.parametrize("text, command", [
+    ("startjob user_job name='Customer.userJob1' parallelism=65;", st.StartJob("USER_JOB", "Customer.userJob1", parallelism=65)),
+    ("startjob user_job name='Customer.userJob1' if not exists;", st.StartJob("USER_JOB", "Customer.userJob1", if_not_exists=True)),
+    ("startjob user_job name='Customer.userJob1' calendar='no way';", st.StartJob("USER_JOB", "Customer.userJob1", calendar="no way")),
+    ("startjob user_job name='Customer.userJob1' late_action='LATER';", st.StartJob("USER_JOB", "Customer.userJob1", late_action="LATER")),
+    ("startjob user_job name='Customer.userJob1' on_failure='RUN';", st.StartJob("USER_JOB", "Customer.userJob1", on_failure="RUN")),
+    ("startjob user_job name='Customer.userJob1' delete_on_success='a\x01';",
+     st.StartJob("USER_JOB", "Customer.userJob1", delete_on_success="a\x01")),
+    ("updatejob user_job name='Customer.userJob1' hold=false;", st.UpdateJob("USER_JOB", "Customer.userJob1", hold=False)),
+    ("restartjob user_job uid='u' running;", st.RestartJob("USER_JOB", None, "u", running=True)),
+    ("createcalendar 'bad name' exclude '2026-12-25';", st.CreateCalendar("bad name", ("2026-12-25",))),
+    ("createcalendar 'c' exclude '2026-02-30';", st.CreateCalendar("c", ("2026-02-30",))),
+    ("dropcalendar 'bad name';", st.DropCalendar("bad name")),
+])
+def test_a_built_command_is_refused_in_the_parsers_own_words(client, text, command):
+    """The HTTP API builds commands without the parser: their bad values get the same reason."""
+    with pytest.raises(ValidationError) as parsed:
+        client.fetch(text)
+    with pytest.raises(ValidationError) as built:
+        client.execute(command)
+    assert built.value.reason == parsed.value.reason

@@ -1,14 +1,15 @@
-"""The cluster: its nodes (NODES), their running tasks (PS) and KILL."""
+"""The cluster: its nodes (NODES, NODES DETAILS), their running tasks (PS) and KILL."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Union
 
 from fastapi import APIRouter, Depends, Query, Request
+from pydantic import Field
 
 from ...commands import statements as st
 from ..auth import Need, requires
-from ..schemas import Message, Node, Task, records
+from ..schemas import Message, Node, NodeDetail, Task, records
 from ..tokens import TokenInfo
 from . import api_of, execute, segment
 
@@ -17,10 +18,16 @@ Viewer = Depends(requires(Need.READ, "read the cluster"))
 Killer = Depends(requires(Need.OPERATE, "kill tasks"))
 
 
-@router.get("/nodes", response_model=list[Node],  # type: ignore[valid-type]
-            summary="The cluster's nodes (NODES)")
-def nodes(request: Request, who: TokenInfo = Viewer) -> list[dict[str, Any]]:
-    return records(execute(request, who, st.Nodes()))
+#: NODES DETAILS's rows, else NODES's (tried in that order: a NODES row lacks the details).
+_NODES = Annotated[Union[list[NodeDetail], list[Node]], Field(union_mode="left_to_right")]  # type: ignore[valid-type]
+
+
+@router.get("/nodes", response_model=_NODES,
+            summary="The cluster's nodes (NODES; details=true: NODES DETAILS)")
+def nodes(request: Request, details: bool = Query(False, description="each node's incarnation, beat, heartbeat, "
+                                                  "zone, addresses, priorities and tasks too"),
+          who: TokenInfo = Viewer) -> list[dict[str, Any]]:
+    return records(execute(request, who, st.Nodes(details=details)))
 
 
 @router.get("/ps", response_model=list[Task],  # type: ignore[valid-type]

@@ -1,7 +1,7 @@
 """``POST /commands``: command-language text, with what ``Client.fetch`` returns for it.
 
-For parity with the shell and for what has no route of its own (a STOPJOB of every UID of a
-NAME, NODES DETAILS). The whole script is parsed and checked against the token's role before
+For parity with the shell and for what has no route of its own (a statement's forms that name
+every UID of a NAME, SET, scripts of several statements). The whole script is parsed and checked against the token's role before
 any of it runs; it then runs as ``Client.fetch`` runs it, in a session of its own.
 """
 

@@ -1,7 +1,9 @@
-"""Jobs: the list, one job, and STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, WAITJOB.
+"""Jobs: the list, one job, and STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RELEASEJOB, RESTARTJOB,
+RESUMEJOB, UPDATEJOB, WAITJOB.
 
 A job's address is ``/jobs/{type}/{name}/{uid}``: the statements' forms that name every job of
-a NAME (STOPJOB without UID, ...) are ``POST /commands``'s.
+a NAME (STOPJOB without UID, ...) are ``POST /commands``'s, but for RESTARTJOB ... RUNNING (a
+deploy restarts what runs of a type or name: ``/jobs/{type}/restart-running``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ..auth import Need, requires
 from ..errors import ApiError
 from ..schemas import Change, JobDetail, JobList, StartBody, UpdateBody, WaitResult, record, records
 from ..tokens import TokenInfo
-from . import MAX_WAIT_SEC, api_of, capped, execute, job_key
+from . import MAX_WAIT_SEC, api_of, capped, execute, job_key, segment
 
 router = APIRouter(tags=["jobs"])
 JOB = "/jobs/{type}/{name}/{uid}"
@@ -34,6 +36,10 @@ JOB = "/jobs/{type}/{name}/{uid}"
 Viewer = Depends(requires(Need.READ, "read jobs"))
 Operator = Depends(requires(Need.OPERATE, "change jobs"))
 Waiter = Depends(requires(Need.OPERATE, "wait for jobs"))
+#: The body's fields that are the statement's parameters as they are (ARGS and DEPENDS_ON are
+#: JSON there: an object, a list); the service checks them as it checks the parser's.
+_SAME_AS_THE_LANGUAGE = {"affinity", "exec_interval", "priority", "tz", "late_threshold", "overlap", "late_action",
+                         "on_failure", "requestor", "calendar", "delete_on_success", "hold"}
 
 
 @router.get("/jobs", response_model=JobList, summary="List jobs (JOBSTATUS), filtered, a page at a time")
@@ -68,22 +74,61 @@ def get_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = V
 @router.post("/jobs", response_model=Change, status_code=201, summary="Start a job (STARTJOB)")
 def start_job(request: Request, response: Response, body: StartBody, who: TokenInfo = Operator) -> dict[str, Any]:
     command = st.StartJob(
-        type=body.type, name=body.name, uid=body.uid, affinity=body.affinity, args=_args(body.args),
-        exec_interval=body.exec_interval, depends_on=_parents(body.depends_on), priority=body.priority,
-        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap, requestor=body.requestor,
+        type=body.type, name=body.name, uid=body.uid, args=_args(body.args), depends_on=_parents(body.depends_on),
+        **body.model_dump(include=_SAME_AS_THE_LANGUAGE | {"parallelism", "if_not_exists"}),
     )
     job = _one(execute(request, who, command), None)
     response.headers["Location"] = API + "/jobs/" + "/".join(quote(job[k], safe="") for k in ("type", "name", "uid"))
     return job
 
 
+#: STOPJOB's and FINISHJOB's WAIT [TIMEOUT n]: how long the request may wait for the job to end.
+WaitTimeoutQuery = Query(None, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}")
+
+
 @router.post(f"{JOB}/stop", response_model=Change, summary="Stop a job (STOPJOB; wait=true: STOPJOB ... WAIT)")
 def stop_job(request: Request, type: str, name: str, uid: str, wait: bool = False,
-             timeout: float | None = Query(None, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),
-             who: TokenInfo = Operator) -> dict[str, Any]:
-    key = job_key(type, name, uid)
-    command = st.StopJob(key.type, key.name, key.uid, wait=wait, timeout=capped(timeout) if wait else None)
+             timeout: float | None = WaitTimeoutQuery, who: TokenInfo = Operator) -> dict[str, Any]:
+    return _end(request, who, st.StopJob, job_key(type, name, uid), wait, timeout)
+
+
+@router.post(f"{JOB}/finish", response_model=Change,
+             summary="Finish a recurring job: its run going on completes, then no more fires (FINISHJOB; "
+                     "wait=true: FINISHJOB ... WAIT)")
+def finish_job(request: Request, type: str, name: str, uid: str, wait: bool = False,
+               timeout: float | None = WaitTimeoutQuery, who: TokenInfo = Operator) -> dict[str, Any]:
+    return _end(request, who, st.FinishJob, job_key(type, name, uid), wait, timeout)
+
+
+def _end(request: Request, who: TokenInfo, statement: type[st.StopJob] | type[st.FinishJob], key: JobKey,
+         wait: bool, timeout: float | None) -> dict[str, Any]:
+    """STOPJOB or FINISHJOB of one job, with WAIT as long as one request may wait."""
+    command = statement(key.type, key.name, key.uid, wait=wait, timeout=capped(timeout) if wait else None)
     return _one(execute(request, who, command), key)
+
+
+@router.post(f"{JOB}/run", response_model=Change,
+             summary="Run a job once now, between its fires; its schedule is unchanged (RUNJOB)")
+def run_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = Operator) -> dict[str, Any]:
+    key = job_key(type, name, uid)
+    return _one(execute(request, who, st.RunJob(key.type, key.name, key.uid)), key)
+
+
+@router.post(f"{JOB}/release", response_model=list[Change],  # type: ignore[valid-type]
+             summary="Release a HELD job and, below it, its held children (RELEASEJOB); the job first")
+def release_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = Operator) -> list[dict[str, Any]]:
+    key = job_key(type, name, uid)
+    return records(execute(request, who, st.ReleaseJob(key.type, key.name, key.uid)))
+
+
+@router.post("/jobs/{type}/restart-running", response_model=list[Change],  # type: ignore[valid-type]
+             summary="Restart the jobs of a type (or of one name) with a run going on; idle ones are left "
+                     "(RESTARTJOB <TYPE> [NAME=...] RUNNING); none running is no error")
+def restart_running(request: Request, type: str,
+                    name: str | None = Query(None, description="only the jobs of this name"),
+                    who: TokenInfo = Operator) -> list[dict[str, Any]]:
+    command = st.RestartJob(segment(type), name, running=True)
+    return records(execute(request, who, command))
 
 
 @router.post(f"{JOB}/restart", response_model=Change, summary="Restart a job (RESTARTJOB)")
@@ -103,9 +148,8 @@ def update_job(request: Request, type: str, name: str, uid: str, body: UpdateBod
                who: TokenInfo = Operator) -> dict[str, Any]:
     key = job_key(type, name, uid)
     command = st.UpdateJob(
-        key.type, key.name, key.uid, affinity=body.affinity, args=_args(body.args), exec_interval=body.exec_interval,
-        reset_end_time=body.reset_end_time, depends_on=_parents(body.depends_on), priority=body.priority,
-        tz=body.tz, late_threshold=body.late_threshold, overlap=body.overlap, requestor=body.requestor,
+        key.type, key.name, key.uid, args=_args(body.args), depends_on=_parents(body.depends_on),
+        **body.model_dump(include=_SAME_AS_THE_LANGUAGE | {"reset_end_time"}),
     )
     result = execute(request, who, command)
     return _one(result, key) if result.rows else _detail_as_change(request, who, key)

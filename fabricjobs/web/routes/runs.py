@@ -1,6 +1,7 @@
 """A job's runs (JOBHISTORY), each its own resource (``.../runs/{run}``, the run's number is
 its epoch, as JOBHISTORY shows it) with what the store keeps of it, and its log (JOBLOG);
-``DELETE .../runs`` deletes them all (DELETEHISTORY, admin only)."""
+``DELETE .../runs`` deletes them all (DELETEHISTORY, admin only). ``/runs`` is the whole
+cluster's last runs (JOBHISTORY RECENT n)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from fastapi.responses import StreamingResponse
 
 from ...commands import statements as st
 from ...errors import FabricJobsError, JobNotFound, WaitTimeout
+from ...commands.values import MAX_RECENT
 from ...service import HISTORY_COLUMNS, history_row, run_summary
 from ...store.base import RunRecord
 from ..auth import Need, requires
 from ..errors import body_of
-from ..schemas import DeletedRuns, Run, RunLog, RunWaitResult, record, records
+from ..schemas import DeletedRuns, RecentRun, Run, RunLog, RunWaitResult, record, records
 from ..tokens import TokenInfo
 from . import MAX_WAIT_SEC, api_of, capped, checked, execute, job_key
 
@@ -26,6 +28,14 @@ RUNS = "/jobs/{type}/{name}/{uid}/runs"
 Viewer = Depends(requires(Need.READ, "read runs"))
 Admin = Depends(requires(Need.ADMIN, "delete run data"))
 Waiter = Depends(requires(Need.OPERATE, "wait for runs"))
+
+
+@router.get("/runs", response_model=list[RecentRun],  # type: ignore[valid-type]
+            summary="The whole cluster's last runs, newest first (JOBHISTORY RECENT n)")
+def recent_runs(request: Request,
+                recent: int = Query(20, description=f"how many runs: 1 to {MAX_RECENT} (RECENT's own bounds)"),
+                who: TokenInfo = Viewer) -> list[dict[str, Any]]:
+    return records(execute(request, who, st.JobHistory(recent=recent)))
 
 
 @router.get(RUNS, response_model=list[Run],  # type: ignore[valid-type]
