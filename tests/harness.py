@@ -7,7 +7,9 @@ conditions with deadlines (never sleep-and-hope). Nodes are killed on teardown.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 from collections import defaultdict
 from datetime import datetime
@@ -312,6 +314,21 @@ def assert_no_overlap(records, until=None):
         for (s1, e1, n1, ep1), (s2, e2, n2, ep2) in zip(runs, runs[1:]):
             assert e1 is not None and e1 <= s2, f"{key}: run on {n1} (epoch {ep1}) overlaps run on {n2} (epoch {ep2})"
             assert ep2 > ep1, f"{key}: a later run has no newer epoch"
+
+
+def fill_up(filler: Path) -> None:
+    """Writes ``filler`` until its filesystem has no block left (ENOSPC): a disk that is full."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for chunk in (b"\0" * 65536, b"\0" * 512):
+            try:
+                while os.write(fd, chunk):
+                    pass
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+    finally:
+        os.close(fd)
 
 
 def _write_lock_free(database: str) -> bool:
