@@ -3,6 +3,8 @@ per backend through the ``store_config`` fixture."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -81,3 +83,21 @@ def store(store_config):
     s = open_store(load_config(store_config))
     yield s
     s.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs of the test's own, mounted and removed here: a store that can fill up
+    (tests/harness.py, fill_up). Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("a tmpfs of the test's own needs root (mount -t tmpfs)")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

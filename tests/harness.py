@@ -7,7 +7,9 @@ conditions with deadlines (never sleep-and-hope). Nodes are killed on teardown.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 from collections import defaultdict
 from datetime import datetime
@@ -326,6 +328,21 @@ def assert_finished_by_newest_runs(store, keys, started) -> None:
         assert row is not None and row.status.value == "PROCESSED", (key, row)
         assert (row.epoch, row.worker_id) == (run["epoch"], run["node"]), \
             f"{key}: row at epoch {row.epoch} by {row.worker_id}, newest run epoch {run['epoch']} on {run['node']}"
+
+
+def fill_up(filler: Path) -> None:
+    """Writes ``filler`` until its filesystem has no block left (ENOSPC): a disk that is full."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for chunk in (b"\0" * 65536, b"\0" * 512):
+            try:
+                while os.write(fd, chunk):
+                    pass
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+    finally:
+        os.close(fd)
 
 
 def _write_lock_free(database: str) -> bool:

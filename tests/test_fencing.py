@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -20,8 +21,8 @@ import pytest
 
 from fabricjobs.config import load_config
 from fabricjobs.model import Status
-from harness import (TESTS, Cluster, NodeProcess, RunWatch, assert_no_overlap, fence_times, merge_runs,
-                     process_alive, read_records, unexplained_reruns, wait_for)
+from harness import (LOG_TIME, TESTS, Cluster, NodeProcess, RunWatch, assert_no_overlap, fence_times, fill_up,
+                     merge_runs, process_alive, read_records, unexplained_reruns, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -117,6 +118,22 @@ def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dea
         a.signal(signal.SIGCONT)
 
 
+def _outlived(runs: list[dict], fault: float, lease: float) -> list[dict]:
+    """The runs going when a fault stopped every write at ``fault`` that were still going a
+    lease later: their node's last beat was before the fault, so their lease had lapsed."""
+    return [r for r in runs if r["start"] < fault and r.get("end", float("inf")) > fault + lease]
+
+
+def _takeovers(runs: list[dict]) -> list[dict]:
+    """The runs of a key whose run before was on another node."""
+    out, last = [], {}
+    for r in sorted(runs, key=lambda r: r["start"]):
+        if r["key"] in last and last[r["key"]]["node"] != r["node"]:
+            out.append(r)
+        last[r["key"]] = r
+    return out
+
+
 # The SQLite counterpart of a slow or cut network (issue #20; README, Network partitions): the
 # nodes share one file on one host, so what stalls is the file. Another process holds its write
 # lock (BEGIN IMMEDIATE): every write waits, beats included.
@@ -168,8 +185,10 @@ def test_partition_sqlite_a_writer_holding_the_store_lock_from_outside_stalls_th
     runs = merge_runs(started, ended, workers.gone)
     assert_no_overlap(runs)
     assert {r["key"] for r in ended if not r["aborted"]} == {f"USER_JOB.Probe.record.{u}" for u in uids}
-    through = [r for r in runs if r["start"] < held and r.get("end", float("inf")) > released]
-    assert through == [], "runs that outlived their lease through the long hold"
+    lease, dead = 3.0, 4.0  # 500 ms x 8
+    assert _outlived(runs, held, lease) == [], "runs that outlived their lease in the long hold"
+    assert [r for r in runs if held + lease < r["start"] < released] == [], "runs started while the lock was held"
+    assert [r for r in _takeovers(runs) if r["start"] < held + dead] == [], "taken over before the dead threshold"
     fences = {name: fence_times(node) for name, node in nodes.items()}
     assert unexplained_reruns(runs, fences) == []
     assert all(any(held <= t <= released + 2 for t in times) for times in fences.values()), fences
@@ -262,3 +281,92 @@ def test_a_name_alive_on_another_host_is_refused_and_a_dead_one_is_taken_after_i
     finally:
         node.stop()
         node.run()
+
+
+# The other SQLite counterpart (issue #20): the disk under the store fills up. Every write
+# fails (SQLITE_FULL), beats included, while reads go on. The fast heartbeat (liveness):
+LEASE, DEAD = 0.6, 1.0  # a run's lease lapses 0.6 s after its node's last beat; dead after 1 s
+FULL_FOR = 2.5  # longer than the dead threshold, twice over
+
+
+def _seconds(uid: str) -> float:
+    """Runs of 0.5 to 1.0 s, so that some always end while the disk is full."""
+    return 0.5 + int(uid[1:]) % 6 * 0.1
+
+
+def _fill_time(starts: Path, log: Path) -> float:
+    """Just before the first of the runs going now ends: that run ends on a full disk while
+    its node's lease still holds, so its outcome is one the node must keep."""
+    done = {(r["key"], r["epoch"]) for r in read_records(log)}
+    ends = [r["start"] + _seconds(r["key"].rsplit(".", 1)[1]) for r in read_records(starts)
+            if (r["key"], r["epoch"]) not in done]
+    return min([e - 0.15 for e in ends if e - 0.15 > time.time() + 0.05], default=time.time())
+
+
+def _stray_tracebacks(node: NodeProcess) -> list[str]:
+    """The log lines that a Traceback in ``node``'s log follows, unless they name a job: a
+    node's own error that no job explains (a crash, an uncaught failure of its loops)."""
+    out, last = [], ""
+    for line in node.log().splitlines():
+        if LOG_TIME.match(line) or line.startswith(("Exception in thread", "Exception ignored")):
+            last = line  # (Python's report of an exception nothing caught names no job)
+        elif line.startswith("Traceback") and "'USER_JOB.Probe.record." not in last:
+            out.append(last)
+    return out
+
+
+@pytest.mark.liveness
+def test_partition_sqlite_a_store_whose_disk_fills_up_fences_the_nodes_and_loses_nothing(tmp_path, small_disk, request):
+    """Two nodes (200 ms x 5) run 30 jobs of 0.5-1 s, three at a time each, on a store whose
+    tmpfs fills up for 2.5 s. Runs going then end on their lease, before the dead threshold;
+    nothing starts while the disk is full; outcomes of runs that ended first are kept and
+    written once there is space again; each node fences itself and neither exits; no two runs
+    of a key overlap, every re-run follows a self-fence, every job is PROCESSED."""
+    (tmp_path / "c").mkdir()
+    cluster = Cluster(tmp_path / "c", request=request, settings={
+        "store": {"SQLITE_PATH": str(small_disk / "jobs.db")},
+        "jobs": {"K2JOBS_POOL_SIZE": 3, "MAX_TRIES": 20, "LIVE_LOG_FLUSH_MS": 200}})
+    log, starts, filler = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl", small_disk / "filler"
+    uids = [f"f{i:02d}" for i in range(30)]
+    try:
+        nodes = {name: cluster.start_node(name) for name in ("a", "b")}
+        with RunWatch(starts) as workers:
+            args = {u: json.dumps({"log": str(log), "starts": str(starts), "seconds": _seconds(u), "talk": 0.1})
+                    for u in uids}  # talk: lines for the live log, which the node passes on every 200 ms
+            cluster.fetch("".join(f"startjob user_job name='Probe.record' uid='{u}' args='{args[u]}';" for u in uids))
+            wait_for(lambda: len(read_records(starts)) >= 6, 15, "the first runs")
+            time.sleep(max(0.0, _fill_time(starts, log) - time.time()))
+            with sqlite3.connect(cluster._sqlite_path(), timeout=10) as db:  # the WAL back to 0 bytes:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # each commit now needs a new block
+            fill_up(filler)
+            full = time.time()
+            wait_for(lambda: all(fence_times(n) for n in nodes.values()), 10, "both nodes to fence themselves")
+            time.sleep(max(0.0, full + FULL_FOR - time.time()))  # the fault's length, not a wait for an effect
+            filler.unlink()
+            freed = time.time()
+            wait_for(lambda: all(cluster.job("USER_JOB", "Probe.record", u).status is Status.PROCESSED for u in uids),
+                     30, "every job to be PROCESSED", check=cluster.check_nodes)
+        runs = merge_runs(read_records(starts), read_records(log), workers.gone)
+        assert_no_overlap(runs)
+        # Their lease lapsed by then; ended (their worker killed) within 0.2 s, all before any
+        # other node could take them over.
+        assert _outlived(runs, full, DEAD) == [], "runs that outlived the dead threshold on a full disk"
+        assert [r for r in runs if full + LEASE < r["start"] < freed] == [], "runs started on a full disk"
+        assert [r for r in _takeovers(runs) if r["start"] < freed] == [], "taken over on a full disk"
+        fences = {name: fence_times(node) for name, node in nodes.items()}
+        assert all(any(full - LEASE <= t <= freed for t in ts) for ts in fences.values()), fences
+        assert unexplained_reruns(runs, fences) == []
+        last = {r["key"]: r for r in sorted(runs, key=lambda r: r["start"])}
+        for u in uids:  # the outcome written is its last run's (nothing lost, nothing stale)
+            job = cluster.job("USER_JOB", "Probe.record", u)
+            run = last[f"USER_JOB.Probe.record.{u}"]
+            assert json.loads(job.output) == {"node": run["node"], "epoch": run["epoch"]} == \
+                {"node": run["node"], "epoch": job.epoch}
+        kept = [r for r in runs if full < r.get("end", 0) < freed and not r["aborted"] and last[r["key"]] is r]
+        assert kept, "no outcome was kept through the full disk"
+        assert all(node.alive() for node in nodes.values())
+        assert {name: _stray_tracebacks(node) for name, node in nodes.items()} == {"a": [], "b": []}
+    finally:
+        if filler.exists():
+            filler.unlink()
+        cluster.stop_all()

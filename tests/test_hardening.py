@@ -472,26 +472,11 @@ def test_new_job_code_is_picked_up_by_warm_workers_and_restartjob_moves_running_
 
 # -- a full disk at COMMIT (item 5) -------------------------------------------------------------
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 4 MB tmpfs of the test's own, mounted and removed here (needs root)."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 @pytest.mark.slow
 def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_runs_once(tmp_path, small_disk):
     """The DB filled up while a 2 s job ran and was freed after it: the outcome's COMMIT failed,
     the run was forgotten with its row IN_PROCESS, and a takeover ran the job a second time."""
-    from harness import Cluster, read_records, wait_for
+    from harness import Cluster, fill_up, read_records, wait_for
 
     (tmp_path / "c").mkdir()
     # A lease long enough to outlast the full disk: this test is about the outcome, not fencing
@@ -506,13 +491,7 @@ def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_r
         args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 2.0})
         cluster.fetch(f"startjob user_job name='Probe.record' uid='full' args='{args}';")
         wait_for(lambda: read_records(starts), 20, "the run to start")
-        with open(filler, "wb") as f:  # the disk is full now
-            try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
-            except OSError:
-                pass
+        fill_up(filler)  # the disk is full now
         wait_for(lambda: read_records(log), 20, "the run to end")
         wait_for(lambda: "reconcile pass failed" in node.log() or "post-execution write" in node.log(), 20,
                  "the outcome's write to fail on the full disk")

@@ -9,7 +9,8 @@ this node no longer runs (its worker was killed before it could remove it) is re
 Its collaborators are given: the store, the spool directory, what runs (task -> job key and
 epoch, from the run table), a clock. It runs on its own thread, so a slow store write never
 holds up the node's loop; a failed write is tried again at the next flush (same numbers: the
-store replaces a line written twice).
+store replaces a line written twice). A store that keeps failing (a full disk) is logged once,
+in one line, and again when it works: not a traceback every flush.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..clock import Clock
+from ..errors import StoreError
 from ..model import JobKey
 from ..store.base import JobStore
 
@@ -68,12 +70,23 @@ class LiveLogFlusher:
 
     def _loop(self) -> None:
         next_at = self.clock.monotonic() + self.interval
+        failing = False
         while not self._stop.wait(max(0.0, next_at - self.clock.monotonic())):
             next_at = self.clock.monotonic() + self.interval
             try:
-                self.flush_once()
+                written = self.flush_once()
+            except StoreError as exc:  # a full disk, a locked or unreachable store: said once per spell
+                if not failing:
+                    log.warning("passing live log lines on failed: %s (trying again every flush)", exc)
+                failing = True
+                continue
             except Exception:  # noqa: BLE001 - a live log is a convenience: the node goes on
                 log.warning("passing live log lines on failed (trying again)", exc_info=True)
+                failing = True
+                continue
+            if failing and written:  # (a pass with nothing to write says nothing of the store)
+                log.warning("passing live log lines on works again")
+                failing = False
 
     def flush_once(self) -> int:
         """One pass over the spool files; returns how many lines were written."""

@@ -31,12 +31,13 @@ def echo(value=None):
     return {"value": value, "args": current_job().args}
 
 
-def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = ""):
+def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "", talk: float = 0.0):
     """Runs ``seconds`` while watching is_aborted(); appends one record when it ends, marked
     aborted if it ended early or its node can no longer vouch for it (so tests can check that
-    runs of one key never overlap). With ``starts``, also appends a record when it starts."""
+    runs of one key never overlap). With ``starts``, also appends a record when it starts.
+    With ``talk``, logs a line every ``talk`` seconds (its live log)."""
     job = current_job()
-    start = time.time()
+    start = said = time.time()
     if starts:
         _append(starts, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=start, pid=os.getpid()))
     aborted = False
@@ -44,6 +45,9 @@ def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "")
         if job.is_aborted():
             aborted = True
             break
+        if talk and time.time() - said >= talk:
+            said = time.time()
+            job.logger.info("still running")
         time.sleep(step)
     aborted = aborted or job.is_aborted()  # a well-behaved job checks before it commits its effects
     _record(log, start, time.time(), aborted=aborted)
