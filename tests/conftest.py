@@ -14,6 +14,10 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+# The node, web and shell processes the tests start import fabricjobs from this checkout, like
+# the tests themselves: a venv installed from another checkout (a git worktree sharing it)
+# would otherwise run that checkout's code in every subprocess.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 from backends import BACKENDS, NODE_BACKENDS, make_backend_config  # noqa: E402
 
