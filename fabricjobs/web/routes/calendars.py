@@ -3,24 +3,22 @@
 ``/calendars/{name}`` is one stored calendar: PUT makes or replaces it, DELETE drops it. Who may
 change one is who may run CREATECALENDAR through ``POST /commands`` (auth.STATEMENT_NEEDS: an
 admin), since a calendar changes the fires of every job that names it, whoever started them.
-A calendar has no Notes: who made, replaced or dropped one is logged (``fabricjobs.web``).
+A calendar has no Notes: who made, replaced or dropped one is the audit line of ``execute``.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
 from ...commands import statements as st
 from ...errors import CalendarNotFound
-from ..auth import STATEMENT_NEEDS, actor, requires
+from ..auth import STATEMENT_NEEDS, requires
 from ..schemas import Calendar, CalendarBody, CalendarChange, records
 from ..tokens import TokenInfo
 from . import execute, segment
 
-log = logging.getLogger("fabricjobs.web")
 router = APIRouter(tags=["calendars"])
 CALENDAR = "/calendars/{name}"
 Viewer = Depends(requires(STATEMENT_NEEDS[st.Calendars], "read calendars"))
@@ -51,15 +49,11 @@ def put_calendar(request: Request, response: Response, name: str, body: Calendar
     made = records(execute(request, who, st.CreateCalendar(segment(name), tuple(body.exclude))))[0]
     if made["status"] == "replaced":
         response.status_code = 200
-    return _logged(made, who)
+    return made
 
 
 @router.delete(CALENDAR, response_model=CalendarChange,
                summary="Drop a calendar (DROPCALENDAR); 409 while a live job names it")
 def drop_calendar(request: Request, name: str, who: TokenInfo = Dropper) -> dict[str, Any]:
-    return _logged(records(execute(request, who, st.DropCalendar(segment(name))))[0], who)
+    return records(execute(request, who, st.DropCalendar(segment(name))))[0]
 
-
-def _logged(change: dict[str, Any], who: TokenInfo) -> dict[str, Any]:
-    log.info("calendar %r %s by %s", change["name"], change["status"], actor(who))
-    return change
