@@ -333,8 +333,11 @@ class JobStore(ABC):
         return [self.get(k) for k in keys]
 
     @abstractmethod
-    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
-        """Non-archived rows, optionally narrowed by type, name, uid; ordered by key."""
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None, *,
+                  after: JobKey | None = None, limit: int | None = None) -> list[Job]:
+        """Non-archived rows, optionally narrowed by type, name, uid; ordered by key.
+        ``after``/``limit``: a page, the first ``limit`` rows whose key is above ``after``, so
+        that a list of a few rows out of many live ones costs about its own size."""
 
     @abstractmethod
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:

@@ -262,6 +262,26 @@ def test_a_scan_during_a_change_in_flight_keeps_both_entries(stores, monkeypatch
     assert entries(reader, job.key) == [("IN_PROCESS|n1", 2)]
 
 
+def test_a_page_of_live_jobs_reads_only_its_rows_and_reads_on_past_an_archived_one(stores, monkeypatch):
+    """The live list's page reads the index for keys, then rows for the page only; a key whose
+    row turns out archived (here a dead writer's intent newer than the archived row, which the
+    scan takes without a read) costs one more row read, not a short page."""
+    writer, reader = stores
+    rows = {uid: writer.insert(waiting_job(uid)).row for uid in ("a", "b", "c", "d", "e")}
+    archived = writer.cas(rows["b"], rows["b"].replace(status=Status.TERMINATED, archived=True, end_time=T0)).row
+    writer._index_upsert(rows["b"].replace(revision=archived.revision + 1), archived.revision + 1)
+    asked: list[list[str]] = []
+    get_many = reader.get_many
+    monkeypatch.setattr(reader, "get_many", lambda keys: asked.append([k.uid for k in keys]) or get_many(keys))
+
+    assert [j.uid for j in reader.live_jobs(limit=2)] == ["a", "c"]
+    assert asked == [["a", "b"], ["c"]]
+    asked.clear()
+    assert [j.uid for j in reader.live_jobs(after=JobKey("USER_JOB", "A.b", "c"), limit=1)] == ["d"]
+    assert asked == [["d"]]
+    assert [j.uid for j in reader.live_jobs()] == ["a", "c", "d", "e"]
+
+
 # -- sweeps: range deletes over the tombstones of claimed entries (cassandra/sweep.py) ----------
 
 def index_rows(server, store: CassandraStore, bucket: str, key: JobKey) -> int:

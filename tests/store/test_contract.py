@@ -264,6 +264,50 @@ def test_live_jobs_filters_and_never_returns_archived_rows(store):
     assert store.get(gone.key).archived
 
 
+def test_live_jobs_pages_in_key_order_after_an_exclusive_bound(store):
+    """A page of the live list (the HTTP API's cursor): the rows above ``after`` in key order,
+    at most ``limit`` of them; the type and name filters hold within a page, archived rows
+    never appear, and the pages put together are the unpaged list."""
+    for i in range(12):
+        store.insert(job(uid=f"u{i:02}", name=("A.x", "B.y")[i % 2], type="PROCESS" if i % 3 == 0 else "USER_JOB"))
+    for uid in ("u04", "u05"):
+        gone = store.get(JobKey("USER_JOB", "A.x" if uid == "u04" else "B.y", uid))
+        store.cas(gone, gone.replace(status=Status.TERMINATED, archived=True, end_time=T0))
+
+    def keys(rows):
+        return [(r.type, r.name, r.uid) for r in rows]
+
+    everything = keys(store.live_jobs())
+    assert everything == sorted(everything) and len(everything) == 10
+    assert ("USER_JOB", "A.x", "u04") not in everything and ("USER_JOB", "B.y", "u05") not in everything
+    assert keys(store.live_jobs(limit=3)) == everything[:3]
+    bound = JobKey(*everything[4])
+    assert keys(store.live_jobs(after=bound)) == everything[5:]  # the bound itself is not returned
+    assert keys(store.live_jobs(after=bound, limit=2)) == everything[5:7]
+    assert keys(store.live_jobs(after=JobKey("USER_JOB", "A.x", "u04"), limit=1)) == [("USER_JOB", "A.x", "u08")]  # past an archived key
+    assert store.live_jobs(after=JobKey(*everything[-1])) == [] and store.live_jobs(limit=0) == []
+    for filters in ({}, {"type": "USER_JOB"}, {"type": "PROCESS"}, {"name": "B.y"}, {"type": "USER_JOB", "name": "A.x"}):
+        unpaged = keys(store.live_jobs(**filters))
+        assert unpaged == [k for k in everything if all(dict(zip(("type", "name"), k))[f] == v for f, v in filters.items())]
+        pages, after = [], None
+        while True:
+            page = keys(store.live_jobs(**filters, after=after, limit=3))
+            assert len(page) <= 3
+            pages += page
+            if len(page) < 3:
+                break
+            after = JobKey(*page[-1])
+        assert pages == unpaged, filters
+    # an ``after`` in another type or name than the filters: all of them, or none
+    assert keys(store.live_jobs(type="USER_JOB", after=JobKey("PROCESS", "Z.z", "zz"))) == keys(store.live_jobs(type="USER_JOB"))
+    assert store.live_jobs(type="PROCESS", after=JobKey("USER_JOB", "A.a", "")) == []
+    assert keys(store.live_jobs(type="USER_JOB", name="B.y", after=JobKey("USER_JOB", "A.x", "zz"), limit=1)) == [("USER_JOB", "B.y", "u01")]
+    assert store.live_jobs(type="USER_JOB", name="A.x", after=JobKey("USER_JOB", "B.y", "")) == []
+    one = JobKey("USER_JOB", "B.y", "u07")
+    assert keys(store.live_jobs(one.type, one.name, one.uid, after=JobKey("USER_JOB", "B.y", "u06"))) == [("USER_JOB", "B.y", "u07")]
+    assert store.live_jobs(one.type, one.name, one.uid, after=one) == []
+
+
 def test_archived_since_is_bounded_by_end_time(store):
     for i in range(4):
         row = store.insert(job(uid=f"u{i}", type="PROCESS" if i == 3 else "USER_JOB")).row

@@ -96,6 +96,22 @@ def test_reconcile_queries_use_the_live_indexes_never_a_scan(tmp_path):
         assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
 
 
+@pytest.mark.parametrize("filters", [{}, {"type": "USER_JOB"}, {"type": "USER_JOB", "name": "A.b"}, {"name": "A.b"}, {"uid": "u1"}])
+def test_a_page_of_live_jobs_is_a_range_of_the_live_key_index_in_key_order(tmp_path, monkeypatch, filters):
+    """SQLite ranges over the index from the cursor on, in key order, and stops at the limit:
+    no sort, which would read every live row of the filters before the first of the page."""
+    store = SqliteStore(tmp_path / "j.db")
+    for i in range(3):
+        store.insert(job(f"u{i}"))
+    asked: list[tuple[str, tuple]] = []
+    read = store._read
+    monkeypatch.setattr(store, "_read", lambda sql, params=(): asked.append((sql, tuple(params))) or read(sql, params))
+    assert [j.uid for j in store.live_jobs(**filters, after=JobKey("USER_JOB", "A.b", "u0"), limit=1)] == ["u1"]
+    sql, params = asked[-1]
+    plan = " ".join(r[-1] for r in store._conn().execute("EXPLAIN QUERY PLAN " + sql, params))
+    assert "k2_jobs_live_key" in plan and ">" in plan and "TEMP B-TREE" not in plan, plan  # ">": ranges from the cursor
+
+
 def test_a_write_lock_held_past_the_busy_timeout_is_a_clear_error_that_changes_nothing(tmp_path):
     """Another process holding the file's write lock (a node paused mid-transaction, a sqlite3
     shell left in BEGIN): a write waits SQLITE_BUSY_TIMEOUT_MS, then fails with a message

@@ -13,10 +13,10 @@ from fabricjobs.clock import ManualClock
 from fabricjobs.commands import statements as st
 from fabricjobs.config import load_config
 from fabricjobs.errors import ValidationError
-from fabricjobs.model import JobKey, Status
+from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.service import JobQuery, Session
 from fabricjobs.store import open_store
-from backends import add_sections, make_backend_config
+from backends import SEED_BACKENDS, add_sections, make_backend_config
 from harness import ROOT
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -81,6 +81,45 @@ def test_the_job_list_filters_and_pages_by_key_without_reading_history_unless_as
         service.list_jobs(JobQuery(type="nope"))
     with pytest.raises(ValidationError, match="limit"):
         service.list_jobs(JobQuery(limit=0))
+
+
+@pytest.mark.parametrize("backend", SEED_BACKENDS)
+def test_the_live_list_reads_a_page_from_the_store_not_every_live_job(request, tmp_path, monkeypatch, backend):
+    """1,000 live jobs, one in 50 SCHEDULED: the pages of a status filter that matches sparse
+    rows (more rows than one read of the store holds) put together are the unpaged list, and
+    no page reads every live row; a page without a filter reads its own rows and one more."""
+    path = make_backend_config(request, backend, tmp_path)
+    add_sections(path, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}, "node": {"TIME_ZONE": "UTC"}})
+    cfg = load_config(path)
+    with Client(open_store(cfg), cfg, ManualClock(T0), owns_store=True) as c:
+        store = c.store
+        store.insert_many([Job(JobKey("USER_JOB", "Customer.userJob1", f"j{i:04}"),
+                               Status.SCHEDULED if i % 50 == 7 else Status.WAITING, T0, next_run=T0) for i in range(1000)])
+        gone = store.get(JobKey("USER_JOB", "Customer.userJob1", "j0057"))
+        store.cas(gone, gone.replace(status=Status.TERMINATED, archived=True, end_time=T0))
+        scheduled = [j.uid for j in store.live_jobs() if j.status is Status.SCHEDULED]
+        assert len(scheduled) == 19
+        reads: list[int] = []  # rows per read of the live list
+        live_jobs = store.live_jobs
+
+        def counted(*args, **kwargs):
+            rows = live_jobs(*args, **kwargs)
+            reads.append(len(rows))
+            return rows
+
+        monkeypatch.setattr(store, "live_jobs", counted)
+        pages, after = [], None
+        while True:
+            page = c.service.list_jobs(JobQuery(statuses=frozenset({Status.SCHEDULED}), limit=3, after=after))
+            pages.append([r[2] for r in page.result.rows])
+            assert sum(reads) < 700, reads  # one page's reads
+            reads.clear()
+            if page.next is None:
+                break
+            after = page.next
+        assert sum(pages, []) == scheduled and all(len(p) == 3 for p in pages[:-1]) and len(pages[-1]) == 1
+        first = c.service.list_jobs(JobQuery(limit=100, after=JobKey("USER_JOB", "Customer.userJob1", "j0499")))
+        assert [r[2] for r in first.result.rows] == [f"j{i:04}" for i in range(500, 600)] and reads == [101]
 
 
 @pytest.mark.parametrize("command, words", [

@@ -193,15 +193,25 @@ class Queue(Index):
             jobs = [j for j in jobs if j.status in statuses]
         return jobs
 
-    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None, *,
+                  after: JobKey | None = None, limit: int | None = None) -> list[Job]:
+        """The index gives the live keys (not their rows); only the rows of the page are read.
+        A key whose row turns out archived (an index entry not swept yet) is skipped, and the
+        next keys read in its place."""
         if type is not None and name is not None and uid is not None:
             job = self._select_job(JobKey(type, name, uid))
-            return [job] if job is not None and not job.archived else []
-        keys = [j.key for j in self._candidates(self._buckets(tuple(s for s in Status if not s.is_final), None))]
-        keys = [k for k in keys if (type is None or k.type == type) and (name is None or k.name == name)
-                and (uid is None or k.uid == uid)]
-        rows = self.get_many(keys)
-        return sorted((j for j in rows if j is not None and not j.archived), key=lambda j: j.key)
+            if job is None or job.archived or (after is not None and not job.key > after) or limit == 0:
+                return []
+            return [job]
+        keys = sorted({j.key for j in self._candidates(self._buckets(tuple(s for s in Status if not s.is_final), None))
+                       if (type is None or j.type == type) and (name is None or j.name == name)
+                       and (uid is None or j.uid == uid) and (after is None or j.key > after)})
+        jobs: list[Job] = []
+        while keys and (limit is None or len(jobs) < limit):
+            ask = len(keys) if limit is None else limit - len(jobs)
+            jobs += [j for j in self.get_many(keys[:ask]) if j is not None and not j.archived]
+            del keys[:ask]
+        return jobs
 
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
                 priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:

@@ -268,15 +268,31 @@ class SqliteStore(Connections, JobStore):
         )
         return _row_to_job(rows[0]) if rows else None
 
-    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None) -> list[Job]:
-        where, params = ["archived = 0"], []
-        for col, value in (("type", type), ("name", name), ("uid", uid)):
+    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None, *,
+                  after: JobKey | None = None, limit: int | None = None) -> list[Job]:
+        """A range read of the live index in key order (``after`` its lower bound, exclusive):
+        a page reads its own rows, not every live one. A column after the key's fixed prefix
+        is compared as ``+col``, a filter and not an index constraint, so that SQLite keeps
+        reading in key order (no sort) and stops at the limit."""
+        fixed = _key_prefix(type, name, uid)
+        where, params = ["archived = 0"], list[str | int]()
+        for i, (col, value) in enumerate((("type", type), ("name", name), ("uid", uid))):
             if value is not None:
-                where.append(f"{col} = ?")
+                where.append(f"{'' if i < len(fixed) else '+'}{col} = ?")
                 params.append(value)
+        if after is not None:
+            bound = _key_bound(after, fixed)
+            if bound is None:
+                return []
+            clause, values = bound
+            if clause:
+                where.append(clause)
+                params.extend(values)
+        if limit is not None:
+            params.append(max(limit, 0))  # SQLite reads a negative LIMIT as none
         rows = self._read(
             f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_live_key WHERE {' AND '.join(where)} "
-            "ORDER BY type, name, uid",
+            "ORDER BY type, name, uid" + (" LIMIT ?" if limit is not None else ""),
             params,
         )
         return [_row_to_job(r) for r in rows]
@@ -449,3 +465,26 @@ class SqliteStore(Connections, JobStore):
 
 def _node_row(r) -> NodeRow:
     return NodeRow(r[0], r[1], r[2], r[3], r[4], _when(r[5]), r[6], r[7], r[8], r[9], r[10], r[11], _dt(r[12]))
+
+
+def _key_prefix(type: str | None, name: str | None, uid: str | None) -> tuple[str, ...]:
+    """The leading key columns a read fixes by equality (what the live index ranges by)."""
+    if type is None:
+        return ()
+    if name is None:
+        return (type,)
+    return (type, name) if uid is None else (type, name, uid)
+
+
+def _key_bound(after: JobKey, fixed: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+    """``key > after`` for a read whose leading key columns are ``fixed``: the clause on
+    the columns left and its parameters, so that SQLite ranges over the live index after the
+    equalities (a whole-key row value there makes it filter or sort instead); ("", ()) when
+    every key of the read is above ``after``. None: none is."""
+    cols, bound = ("type", "name", "uid"), (after.type, after.name, after.uid)
+    n = len(fixed)
+    if bound[:n] != fixed:
+        return None if bound[:n] > fixed else ("", ())
+    if n == len(cols):
+        return None  # the one key the read can return is ``after`` itself
+    return f"({', '.join(cols[n:])}) > ({', '.join('?' * (len(cols) - n))})", bound[n:]
