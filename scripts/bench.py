@@ -39,7 +39,7 @@ against, and with --json FILE writes its figures as JSON.
         one node: RSS after start-up with no job run yet, then with --jobs running jobs: the node
         process alone, and the node with its fork server and worker processes (its process
         group; RSS sum and PSS sum). Goal: idle node RSS < 80 MB.
-  web [--archived 100000] [--live 1000] [--requests 300]   (SQLite only)
+  web [--archived 100000] [--live 1000] [--requests 1000]   (SQLite only)
         GET /api/v1/jobs?limit=100 on a real `fabricjobs web` over HTTP, three bulk-loaded
         stores timed in turns: empty; --live live jobs; the same and --archived archived jobs
         (scripts/bench_web.py). Goal: p99 with the archive <= 1.2x without it. Then the
@@ -1568,7 +1568,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("web", parents=[common], help="the HTTP API's job list with a big history")
     p.add_argument("--archived", type=int, default=100_000, help="archived jobs (100,000)")
     p.add_argument("--live", type=int, default=1_000, help="live jobs (1,000)")
-    p.add_argument("--requests", type=int, default=300, help="list requests timed per store (300)")
+    p.add_argument("--requests", type=int, default=1000, help="list requests timed per store (1000)")
     p.add_argument("--watch", type=float, default=30.0, help="seconds the live view is watched per browser count (30)")
     p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
     p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")

@@ -10,6 +10,7 @@ the service without a type here fails at import.
 from __future__ import annotations
 
 import math
+import functools
 import re
 from datetime import datetime
 from typing import Any, Literal
@@ -54,9 +55,14 @@ COLUMN_TYPES: dict[str, Any] = {
 }
 
 
+@functools.cache  # a few dozen column names, asked for once per field of every row listed
 def field_name(column: str) -> str:
     """A column's JSON name: ``"Duration (ms)"`` -> ``duration_ms``."""
     return re.sub(r"[^a-z0-9]+", "_", column.lower()).strip("_")
+
+
+def _names(columns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(field_name(c) for c in columns)
 
 
 def _model(name: str, columns: tuple[str, ...], doc: str) -> type[BaseModel]:
@@ -79,11 +85,12 @@ Task = _model("Task", PS_COLUMNS, "A running task as PS shows it.")
 
 def record(columns: tuple[str, ...], row: tuple) -> dict[str, Any]:
     """One result row as a model's fields."""
-    return {field_name(c): _json_safe(v) for c, v in zip(columns, row)}
+    return {name: _json_safe(v) for name, v in zip(_names(columns), row)}
 
 
 def records(result: Result) -> list[dict[str, Any]]:
-    return [record(result.columns, r) for r in result.rows]
+    names = _names(result.columns)
+    return [{name: _json_safe(v) for name, v in zip(names, r)} for r in result.rows]
 
 
 def _json_safe(value: Any) -> Any:
