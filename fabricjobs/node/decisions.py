@@ -71,26 +71,7 @@ def after_run(
     if row_in.status is not Status.IN_PROCESS:
         return None
     if outcome.kind == OK:
-        try:
-            schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
-        except ScheduleError:
-            schedule = None
-        if row.resume_at is not None and not row.finishing:  # RUNJOB's extra run: back to the schedule
-            return Event.DONE_RECURRING, counted(
-                status=Status.SCHEDULED, next_run=resumed_due(schedule, row.resume_at, now, row.overlap),
-                resume_at=None, end_time=now, output=outcome.output, tries=0, hold_until=None,
-            )
-        if schedule is not None and schedule.is_recurring and not row.finishing:
-            nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
-            if row.next_run is not None and row.next_run != run.due:
-                nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
-            return Event.DONE_RECURRING, counted(
-                status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
-                tries=0, hold_until=None,
-            )
-        # A one-time job's run, or FINISHJOB's last run of a recurring job: no fire after it.
-        return Event.DONE_ONCE, counted(status=Status.PROCESSED, end_time=now, output=outcome.output,
-                                        finishing=False, archived=True)
+        return _after_success(row, run, outcome, now, zone, counted)
     if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
         return Event.RELEASE, counted(
             status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,
@@ -98,6 +79,31 @@ def after_run(
         )
     return failed(counted(), outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries,
                   retry_delay=retry_delay)
+
+
+def _after_success(row: Job, run: RunFacts, outcome: Outcome, now: datetime, zone, counted) -> tuple[Event, Job]:
+    """A run of a running row ended well: back to its schedule, or done (``counted``: the
+    row with this run's counters and the changes given)."""
+    try:
+        schedule = parse_schedule(row.execution_interval, row.time_zone or zone)
+    except ScheduleError:
+        schedule = None
+    if row.resume_at is not None and not row.finishing:  # RUNJOB's extra run: back to the schedule
+        return Event.DONE_RECURRING, counted(
+            status=Status.SCHEDULED, next_run=resumed_due(schedule, row.resume_at, now, row.overlap),
+            resume_at=None, end_time=now, output=outcome.output, tries=0, hold_until=None,
+        )
+    if schedule is not None and schedule.is_recurring and not row.finishing:
+        nxt, _skipped = schedule.after_run(run.due, run.started, now, row.overlap)
+        if row.next_run is not None and row.next_run != run.due:
+            nxt = now  # UPDATEJOB ... RESET_END_TIME=true during the run: next one at once
+        return Event.DONE_RECURRING, counted(
+            status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
+            tries=0, hold_until=None,
+        )
+    # A one-time job's run, or FINISHJOB's last run of a recurring job: no fire after it.
+    return Event.DONE_ONCE, counted(status=Status.PROCESSED, end_time=now, output=outcome.output,
+                                    finishing=False, archived=True)
 
 
 def resumed_due(schedule: Schedule | None, kept: datetime, ended: datetime, overlap: str) -> datetime:
