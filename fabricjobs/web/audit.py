@@ -25,6 +25,7 @@ from .tokens import TokenInfo
 log = logging.getLogger("fabricjobs.web")
 
 _VERBS: dict[type, str] = {s.command: s.keyword for s in STATEMENTS}
+_MOST = 20  # statements named in one line
 
 
 def changes(command: object) -> bool:
@@ -55,6 +56,8 @@ def recorded(who: TokenInfo, commands: Iterable[object]) -> Iterator[None]:
     if not changing:
         yield
         return
+    if len(changing) > _MOST:  # a script of thousands of STARTJOBs: one line of readable length
+        changing = changing[:_MOST] + [f"and {len(changing) - _MOST} more"]
     outcome = "ok"
     try:
         yield

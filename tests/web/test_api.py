@@ -5,6 +5,8 @@ runs, logs, nodes, commands, ...) runs on Apache Cassandra itself too, when ther
 
 from __future__ import annotations
 
+import base64
+
 import json
 from datetime import datetime
 from urllib.parse import quote
@@ -264,6 +266,17 @@ def test_the_list_pages_with_a_cursor_and_reads_history_only_when_asked(site):
     processed = api.get("/jobs", params={"scope": "all", "status": ["PROCESSED"], "type": "user_job",
                                          "since": "2000-01-01T00:00:00", "until": "2999-01-01T00:00:00Z"}).json()
     assert {f"page{i}" for i in range(5)} <= {j["uid"] for j in processed["jobs"]}
+
+
+def test_a_cursor_the_api_did_not_give_is_a_400_and_never_reaches_the_store(site):
+    """A cursor is base64 of JSON: one forged to hold a lone surrogate would make the store's
+    bound parameter fail to encode (a 500) if it got that far."""
+    api = site.client("viewer")
+    forged = [b'["USER_JOB", "A.b", "\\ud800"]', b'["USER_JOB", 1, "u"]', b'not json']
+    for raw in forged:
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        r = api.get("/jobs", params={"cursor": cursor})
+        assert r.status_code == 400 and r.json()["error"] == "ValidationError", (raw, r.text)
 
 
 def test_a_name_or_uid_with_a_slash_is_one_path_segment(site):

@@ -47,6 +47,8 @@ def test_token_create_list_revoke_and_what_the_file_and_the_log_hold(cluster):
         assert note.startswith("DELETEHISTORY by token 'admin-1' on ")  # a live job with no run going
         assert admin.post("/commands", json={"text": "createcalendar 'audit' exclude '2026-12-25';"}).status_code == 200
         assert admin.post("/jobs/USER_JOB/Probe.noop/none/stop").status_code == 404
+        script = "".join(f"startjob user_job name='Probe.noop' uid='s{i}';" for i in range(25))
+        assert admin.post("/commands", json={"text": script}).status_code == 200
         assert admin.get("/jobs/USER_JOB/Probe.noop/t").status_code == 200  # a read: no line
         assert cluster.cli("token", "revoke", "operator-1").stdout.strip() == "token 'operator-1' revoked"
         refused = operator.get("/jobs")
@@ -64,6 +66,9 @@ def test_token_create_list_revoke_and_what_the_file_and_the_log_hold(cluster):
         "INFO audit: token 'admin-1' DELETEHISTORY USER_JOB.Probe.noop.t -> ok",
         "INFO audit: token 'admin-1' CREATECALENDAR calendar audit -> ok",
         "INFO audit: token 'admin-1' STOPJOB USER_JOB.Probe.noop.none -> JobNotFound",
+        # a script's line names its first 20 statements, then how many more
+        "INFO audit: token 'admin-1' " + "; ".join(f"STARTJOB USER_JOB.Probe.noop.s{i}" for i in range(20))
+        + "; and 5 more -> ok",
     ], web.log()
 
 

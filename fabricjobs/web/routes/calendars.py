@@ -56,4 +56,3 @@ def put_calendar(request: Request, response: Response, name: str, body: Calendar
                summary="Drop a calendar (DROPCALENDAR); 409 while a live job names it")
 def drop_calendar(request: Request, name: str, who: TokenInfo = Dropper) -> dict[str, Any]:
     return records(execute(request, who, st.DropCalendar(segment(name))))[0]
-

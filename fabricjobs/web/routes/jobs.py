@@ -21,6 +21,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ...commands import statements as st
 from ...errors import JobNotFound, WaitTimeout
 from ...model import JobKey, Status
+from ...names import text_complaint
 from ...result import Result
 from ...service import JobQuery
 from ..app import API
@@ -214,8 +215,8 @@ def _cursor_key(cursor: str | None) -> JobKey | None:
         return None
     try:
         type, name, uid = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not all(isinstance(v, str) for v in (type, name, uid)):
-            raise ValueError
+        if not all(isinstance(v, str) and text_complaint("cursor", v) is None for v in (type, name, uid)):
+            raise ValueError  # (a lone surrogate, which no store can take as a bound value)
     except (ValueError, TypeError, binascii.Error):
         raise ApiError(400, "ValidationError", "cursor is not one this API gave (use next_cursor as it came)") from None
     return JobKey(type, name, uid)
