@@ -9,16 +9,16 @@ the service without a type here fails at import.
 
 from __future__ import annotations
 
-import math
 import functools
+import math
 import re
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..result import Result
 from ..model import MAX_PARALLELISM, MIN_PARALLELISM
+from ..result import Result
 from ..service import (
     CALENDAR_COLUMNS, CALENDARS_COLUMNS, CHANGE_COLUMNS, DELETED_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, LIST_COLUMNS,
     NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, RECENT_COLUMNS,
@@ -85,12 +85,16 @@ Task = _model("Task", PS_COLUMNS, "A running task as PS shows it.")
 
 def record(columns: tuple[str, ...], row: tuple) -> dict[str, Any]:
     """One result row as a model's fields."""
-    return {name: _json_safe(v) for name, v in zip(_names(columns), row)}
+    return _fields(_names(columns), row)
 
 
 def records(result: Result) -> list[dict[str, Any]]:
     names = _names(result.columns)
-    return [{name: _json_safe(v) for name, v in zip(names, r)} for r in result.rows]
+    return [_fields(names, r) for r in result.rows]
+
+
+def _fields(names: tuple[str, ...], row: tuple) -> dict[str, Any]:
+    return {name: _json_safe(v) for name, v in zip(names, row)}
 
 
 def _json_safe(value: Any) -> Any:

@@ -275,7 +275,8 @@ class SqliteStore(Connections, JobStore):
         is compared as ``+col``, a filter and not an index constraint, so that SQLite keeps
         reading in key order (no sort) and stops at the limit."""
         fixed = _key_prefix(type, name, uid)
-        where, params = ["archived = 0"], list[str | int]()
+        where: list[str] = ["archived = 0"]
+        params: list[str | int] = []
         for i, (col, value) in enumerate((("type", type), ("name", name), ("uid", uid))):
             if value is not None:
                 where.append(f"{'' if i < len(fixed) else '+'}{col} = ?")

@@ -1,8 +1,9 @@
 """``POST /commands``: command-language text, with what ``Client.fetch`` returns for it.
 
 For parity with the shell and for what has no route of its own (a statement's forms that name
-every UID of a NAME, SET, scripts of several statements). The whole script is parsed and checked against the token's role before
-any of it runs; it then runs as ``Client.fetch`` runs it, in a session of its own.
+every UID of a NAME, SET, scripts of several statements). The whole script is parsed and
+checked against the token's role before any of it runs; it then runs as ``Client.fetch`` runs
+it, in a session of its own.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from ...commands import statements as st
-from ...errors import FabricJobsError, JobNotFound, WaitTimeout
 from ...commands.values import MAX_RECENT
+from ...errors import FabricJobsError, JobNotFound, WaitTimeout
 from ...service import HISTORY_COLUMNS, history_row, run_summary
 from ...store.base import RunRecord
 from ..auth import Need, requires
