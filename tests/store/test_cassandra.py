@@ -158,6 +158,24 @@ def test_an_unknown_insert_outcome_is_settled_too(server, pair):
     assert not again.applied and again.row.arguments == '{"x": 1}'
 
 
+def test_an_unknown_insert_outcome_is_ours_even_once_a_node_has_claimed_the_row(server, pair, monkeypatch):
+    """A STARTJOB whose write timed out but applied, and whose job a node claimed before the
+    SERIAL read that settles it: the row is past revision 1, yet it is ours (our creation time
+    and arguments). It was reported "Job is running" (partition scenario 4 in a fresh run)."""
+    a, b = pair
+    server.faults.add("write_timeout", r"UPDATE \w+\.k2_jobs SET .* IF revision = null", applied=True, times=1, write_type="CAS")
+    settle = a._settle_read
+
+    def claimed_first(key):
+        row = b.get(key)
+        assert b.cas(row, claim(row, "node-b")).applied
+        return settle(key)
+
+    monkeypatch.setattr(a, "_settle_read", claimed_first)
+    res = a.insert(waiting_job("i2"))
+    assert res.applied and res.row.status is Status.IN_PROCESS and res.row.worker_id == "node-b"
+
+
 def test_lwts_are_never_resent_by_the_driver(server, pair):
     a, _ = pair
     row = a.insert(waiting_job()).row

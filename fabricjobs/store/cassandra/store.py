@@ -193,7 +193,10 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
         params = tuple(_bound(getattr(new, c)) for c in _JOB_COLUMNS) + (job.key.type, job.key.name, job.key.uid)
 
         def ours(row: Job) -> bool:
-            return row.revision == 1 and row.creation_time == new.creation_time and row.arguments == new.arguments
+            """Our write, whatever came after it: a node may claim (or even run) the job before
+            the settling read, so the revision says nothing; creation time and arguments (with
+            the session's scope) are what another writer's row of this key would not share."""
+            return row.creation_time == new.creation_time and row.arguments == new.arguments
 
         applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None,
                                                       before_retry=lambda: self._index_upsert(new, 1))
