@@ -45,12 +45,14 @@ def test_a_worker_that_dies_holding_a_run_stays_until_the_collector_has_seen_its
 
 def test_a_lease_that_runs_out_during_a_slow_heartbeat_write_counts_as_a_lapse(store):
     """The node's runs saw the lease end while the write hung; the renewal must raise the
-    generation (so runs claimed before end) and say so, even though the write succeeded."""
+    generation (so runs claimed before end) and say so, even though the write succeeded.
+    The beat is 5 s (a write may take 5 s): time is the manual clock's, and on a loaded
+    machine a real Cassandra LWT once took longer than the 0.25 s a 0.2 s beat allows."""
     from fabricjobs.clock import ManualClock
     from fabricjobs.node.heartbeat import Heartbeat
 
     clock, board, lapses = ManualClock(), Board.create(1), []
-    beat = Heartbeat(store, board, clock, name="n1", dc="dc1", interval=0.2, miss=5, info=dict, tasks=list,
+    beat = Heartbeat(store, board, clock, name="n1", dc="dc1", interval=5.0, miss=5, info=dict, tasks=list,
                      running=lambda: 0, on_fenced=lambda: None, on_recovered=lambda: None,
                      on_lapse=lapses.append, on_displaced=lambda row: None)
     try:
