@@ -236,6 +236,34 @@ def test_stopjob_kills_a_process_job_that_ignores_sigterm_with_its_children(clus
     wait_for(group_gone, 5, "the killed job's process group (and its sleep child) to be gone")
 
 
+# timing: a deadline in seconds for the runs sent back from the probe trains.
+@pytest.mark.timing
+def test_a_new_jobs_first_burst_shares_workers_and_if_it_runs_long_each_run_gets_its_own_at_once(cluster, tmp_path):
+    """The node has never seen these jobs run: a burst of one goes out in probe trains of up
+    to four runs a worker, not a worker forked for each (on a new cluster, forks were most of
+    a preloaded queue's first half second). Quick ones finish there; long ones are sent back
+    by their worker after the train's patience (0.2 s) and each runs on a worker of its own:
+    all run at once, the last of them started well within a second of the first."""
+    cluster.start_node("node-a")
+    log = tmp_path / "runs.jsonl"
+    cluster.fetch("".join(f"startjob user_job name='Probe.record' uid='q{i}' args='{json.dumps({'log': str(log)})}';"
+                          for i in range(8)))
+    for i in range(8):
+        assert cluster.wait_job("USER_JOB", "Probe.record", f"q{i}", final).status is Status.PROCESSED
+    pids = {r["pid"] for r in read_records(log)}
+    assert len(pids) <= 4, pids  # two probe trains of four (a run stalled past the patience sends its mates on)
+    starts = tmp_path / "starts.jsonl"
+    slow = json.dumps({"log": str(log), "seconds": 3600, "starts": str(starts)})
+    cluster.fetch("".join(f"startjob user_job name='Probe.record_again' uid='s{i}' args='{slow}';" for i in range(8)))
+    wait_for(lambda: starts.exists() and len(read_records(starts)) == 8, 10, "all eight long runs to start")
+    began = read_records(starts)
+    assert len({r["pid"] for r in began}) == 8  # side by side, on a worker each
+    assert max(r["start"] for r in began) - min(r["start"] for r in began) < 1.0
+    cluster.fetch("".join(f"stopjob user_job name='Probe.record_again' uid='s{i}';" for i in range(8)))
+    for i in range(8):
+        assert cluster.wait_job("USER_JOB", "Probe.record_again", f"s{i}", final).status is Status.TERMINATED
+
+
 # timing: the node must measure Probe.record's runs as short (< 1 ms), which a busy machine may not.
 @pytest.mark.timing
 def test_a_short_job_queued_behind_one_that_runs_long_is_sent_elsewhere(cluster, tmp_path):

@@ -12,7 +12,7 @@ from fabricjobs.worker.board import TRAIN_RUNS
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.node.decisions import RunFacts
 from fabricjobs.node.runs import Run, RunTable
-from fabricjobs.node.trains import SHORT_RUN, ShortJobs, chunks, passenger_room, plan_trains, seat_passengers
+from fabricjobs.node.trains import PROBE_RUNS, SHORT_RUN, ShortJobs, chunks, passenger_room, plan_trains, seat_passengers
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -46,6 +46,20 @@ def test_chunks_are_contiguous_and_even():
 def test_runs_of_jobs_not_known_short_go_alone():
     trains, no_room = plan_trains([run("a", name="Slow.job"), run("b", name="Slow.job")], short_names())
     assert uids(trains) == [["a"], ["b"]] and no_room == []
+
+
+def test_a_new_jobs_first_burst_goes_out_in_probe_trains_of_its_own_job():
+    """Runs of a job this node cannot tell yet (too few seen): up to PROBE_RUNS a train, at least
+    two trains, one job a train (a long new job holds up only its own runs); runs of a job
+    known to be long still go alone."""
+    runs = [run(f"n{i}", i / 100, name="New.job") for i in range(9)]
+    runs += [run("o1", name="Other.new"), run("o2", name="Other.new"), run("k", name="Known.long")]
+    trains, no_room = plan_trains(runs, short_names(), lambda r: r.key.name != "Known.long")
+    assert sorted(uids(trains)) == [["k"], ["n0", "n1", "n2"], ["n3", "n4", "n5"], ["n6", "n7", "n8"], ["o1"], ["o2"]]
+    assert no_room == [] and PROBE_RUNS == 4
+    trains, _ = plan_trains([run(f"n{i}", i / 100, name="New.job") for i in range(3 * PROBE_RUNS)], short_names(),
+                            lambda r: True)
+    assert [len(t) for t in trains] == [PROBE_RUNS] * 3
 
 
 def test_one_short_run_goes_alone_and_more_make_at_least_two_trains():
@@ -117,6 +131,21 @@ def test_a_job_is_short_after_a_few_quick_runs_and_long_again_after_one_held_up_
     for _ in range(5):
         jobs.observe(process, SHORT_RUN / 5)
     assert not jobs.is_short(process)  # only user jobs ride on trains
+
+
+def test_a_job_is_new_until_a_few_quick_runs_are_seen_and_not_after_a_long_one():
+    jobs = ShortJobs()
+    quick, slow, process = row("q"), row("s", "Slow.job"), row("p", "p.sh", "PROCESS")
+    assert jobs.is_new(quick) and jobs.is_new(slow) and not jobs.is_new(process)  # processes never share a worker
+    for _ in range(2):
+        jobs.observe(quick, SHORT_RUN / 5)
+    assert jobs.is_new(quick) and not jobs.is_short(quick)
+    jobs.observe(quick, SHORT_RUN / 5)
+    assert jobs.is_short(quick) and not jobs.is_new(quick)
+    jobs.observe(slow, 0.5)
+    assert not jobs.is_new(slow) and not jobs.is_short(slow)  # known long: alone from now on
+    jobs.ran_long(row("q2"))  # held up a probe train: long
+    assert not jobs.is_new(quick) and not jobs.is_short(quick)
 
 
 def test_a_slot_passes_to_a_train_mate_waiting_without_one_then_back_to_the_pool():

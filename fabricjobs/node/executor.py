@@ -229,7 +229,7 @@ class Executor:
                 self._finish_later(run, Outcome(OK, output=parallel.summary(self.store, run.row, self.output_max)))
             else:
                 ready.append(run)
-        trains, no_room = plan_trains(ready, self.short_jobs.is_short)
+        trains, no_room = plan_trains(ready, self.short_jobs.is_short, self.short_jobs.is_new)
         for run in no_room:
             self._finish_later(run, Outcome(RELEASED, error=_NO_ROOM))
         for train in trains:

@@ -24,6 +24,7 @@ from .runs import Run
 SHORT_RUN = 0.001  # seconds: a job whose runs typically take less than this may ride a train
 _SHORT_SEEN = 3  # ... once this many of its runs have been seen
 _SHORT_WINDOW = 9  # its last runs, whose median is "typically" (one run preempted on a busy host does not count)
+PROBE_RUNS = 4  # runs per probe train: a new job's first burst, on a quarter of the workers
 _MAX_KNOWN = 10_000  # job names remembered at most (many one-off names: start over)
 
 
@@ -46,6 +47,13 @@ class ShortJobs:
             self.short.clear()
         self.learn(key, [elapsed])
 
+    def is_new(self, row: Job) -> bool:
+        """Whether this node has seen too few runs of ``row``'s job to tell (none of them long):
+        its first burst of runs goes out in probe trains (plan_trains)."""
+        last = self.durations.get((row.key.type, row.key.name))
+        return row.key.type == JobType.USER_JOB and (
+            last is None or (len(last) < _SHORT_SEEN and max(last) < SHORT_RUN))
+
     def ran_long(self, row: Job) -> None:
         """A run of this job held up its train: short again only after most of a window of
         short runs."""
@@ -62,7 +70,8 @@ class ShortJobs:
             self.short.discard(key)
 
 
-def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool]) -> tuple[list[list[Run]], list[Run]]:
+def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool],
+                is_new: Callable[[Job], bool] = lambda row: False) -> tuple[list[list[Run]], list[Run]]:
     """The trains to send (each a list of runs for one worker) and the passengers left with no
     room (not expected: claims leave them room; they are given back).
 
@@ -72,11 +81,17 @@ def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool]) -> tuple[l
     holders and passengers fill it up, and runs in start-time order."""
     trains: list[list[Run]] = []
     short: dict[str, list[Run]] = {}
+    new: dict[tuple[str, str, str], list[Run]] = {}
     for r in runs:
         if not r.holds_slot or is_short(r.row):
             short.setdefault(r.pool, []).append(r)
+        elif is_new(r.row):
+            new.setdefault((r.pool, r.row.key.type, r.row.key.name), []).append(r)
         else:
             trains.append([r])
+    for group in new.values():
+        group.sort(key=lambda r: r.facts.started)
+        trains.extend(chunks(group, min(len(group), max(2, -(-len(group) // PROBE_RUNS)))))
     no_room: list[Run] = []
     for group in short.values():
         cars, left = _cars(group)

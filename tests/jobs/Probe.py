@@ -56,6 +56,11 @@ def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "",
     return {"node": job.node, "epoch": job.epoch}
 
 
+def record_again(log: str, seconds: float = 0.0, starts: str = ""):
+    """``record`` under another name: a job the node has not seen run yet."""
+    return record(log, seconds, starts=starts)
+
+
 def progressing(done: float, total: float = 100, seconds: float = 60.0):
     """Reports ``done`` of ``total`` (and two bad reports, which must be ignored), then waits
     for STOPJOB."""
