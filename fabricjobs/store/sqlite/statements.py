@@ -6,6 +6,7 @@ handful of shapes: claim, outcome, ...), so that a batch of rows is one statemen
 from __future__ import annotations
 
 import sqlite3
+from typing import Sequence
 
 from ...model import Job
 from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params
@@ -50,6 +51,40 @@ def _changes(expected: Job, new: Job) -> tuple[tuple, tuple[int, ...]]:
     output, and must not blank them."""
     old_p, new_p = _job_params(expected), _job_params(new)
     return new_p, tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
+
+
+def cas_statements(pairs: Sequence[tuple[Job, Job]]) -> list[tuple[str, list, list[tuple[int, Job]]]]:
+    """The CAS statements that write ``pairs``, in the order to run them, each as (SQL,
+    parameters, [(index of the pair, expected row)]): pairs that write the same columns in
+    batches of 64, 16, 4 and 1; a key given a second time after the rest, alone."""
+    shapes: dict[tuple[int, ...], list[tuple[int, tuple, Job]]] = {}
+    later: list[tuple[tuple[int, ...], list[tuple[int, tuple, Job]]]] = []
+    keys: set = set()
+    for i, (expected, new) in enumerate(pairs):
+        new_p, changed = _changes(expected, new)
+        if expected.key in keys:
+            later.append((changed, [(i, new_p, expected)]))
+            continue
+        keys.add(expected.key)
+        shapes.setdefault(changed, []).append((i, new_p, expected))
+    statements = []
+    for changed, items in shapes.items():
+        at = 0
+        for size in _BATCH_SIZES:
+            while len(items) - at >= size:
+                statements.append(_cas_statement(changed, items[at:at + size]))
+                at += size
+    statements.extend(_cas_statement(changed, items) for changed, items in later)
+    return statements
+
+
+def _cas_statement(changed: tuple[int, ...], items: list[tuple[int, tuple, Job]]) -> tuple[str, list, list[tuple[int, Job]]]:
+    params: list = []
+    for _, new_p, expected in items:
+        params.extend([new_p[j] for j in changed])
+        params.extend((expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
+                       expected.status.value, expected.epoch, expected.worker_id, expected.revision))
+    return _cas_sql(changed, len(items)), params, [(i, expected) for i, _, expected in items]
 
 
 def _cas_sql(changed: tuple[int, ...], rows: int) -> str:

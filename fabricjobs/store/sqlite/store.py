@@ -18,7 +18,7 @@ from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, No
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
 from .schema import migrate
-from .statements import _BATCH_SIZES, _BATCHED, _INSERT_RUN_SQL, _RETURNING, _cas_sql, _changes, _insert_params, _insert_sql
+from .statements import _BATCHED, _INSERT_RUN_SQL, _RETURNING, _insert_params, _insert_sql, cas_statements
 
 
 class SqliteStore(Connections, JobStore):
@@ -91,60 +91,44 @@ class SqliteStore(Connections, JobStore):
         epoch, worker_id, revision): a third of the cost of one statement per row, most of
         which is the statement's round trip, not the B-tree work. The rows RETURNING gives
         back are the applied ones; for the others, the current version is read. A key given
-        twice is written in order (its second pair after the first, on its own)."""
+        twice is written in order (its second pair after the first, on its own).
+
+        Only the statements run under the write lock: the parameters are built before it is
+        taken and the rows returned are decoded after it is released (four nodes on one file
+        held it 85 % of a drain, 10 ms a transaction, much of it this Python work)."""
         if not pairs:
             return []
         for expected, new in pairs:
             if new.key != expected.key:
                 raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
+        statements = cas_statements(pairs)
+        records = [None if record is None else _run_params(record) for record in runs or ()]
         results: list[CasResult | None] = [None] * len(pairs)
-        records = list(runs) if runs is not None else [None] * len(pairs)
+        applied: dict[int, tuple | None] = {}  # index -> the row as RETURNING gave it (None: read it)
         with self._write() as conn:
-            shapes: dict[tuple[int, ...], list[tuple[int, tuple, Job]]] = {}
-            later: list[int] = []  # a key already in this round: written after it, alone
-            keys: set[JobKey] = set()
-            for i, (expected, new) in enumerate(pairs):
-                if expected.key in keys:
-                    later.append(i)
-                    continue
-                keys.add(expected.key)
-                new_p, changed = _changes(expected, new)
-                shapes.setdefault(changed, []).append((i, new_p, expected))
-            for changed, items in shapes.items():
-                at = 0
-                for size in _BATCH_SIZES:
-                    while len(items) - at >= size:
-                        self._cas_batch(conn, changed, items[at:at + size], results)
-                        at += size
-            for i in later:
-                expected, new = pairs[i]
-                new_p, changed = _changes(expected, new)
-                self._cas_batch(conn, changed, [(i, new_p, expected)], results)
-            applied = [_run_params(record) for record, res in zip(records, results)
-                       if record is not None and res is not None and res.applied]
-            if applied:  # in the same transaction: recorded iff the CAS applied
-                conn.executemany(_INSERT_RUN_SQL, applied)
+            for sql, params, items in statements:
+                written = conn.execute(sql, params)
+                if _BATCHED:
+                    by_key = {(r[0], r[1], r[2]): r for r in written.fetchall()}  # all: the statement ends here
+                    for i, expected in items:
+                        applied[i] = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
+                else:  # SQLite before 3.35.4: one row per statement, read back
+                    i, expected = items[0]
+                    applied[i] = self._row(conn, expected.key) if written.rowcount == 1 else None
+                for i, expected in items:
+                    if applied[i] is None:  # read in the transaction: what the statement met
+                        results[i] = self._refused(conn, expected.key)
+            recorded: list[tuple] = []
+            for i, row in applied.items():
+                record = records[i] if i < len(records) else None
+                if row is not None and record is not None:
+                    recorded.append(record)
+            if recorded:  # in the same transaction: recorded iff the CAS applied
+                conn.executemany(_INSERT_RUN_SQL, recorded)
+        for i, row in applied.items():
+            if row is not None:
+                results[i] = CasResult(True, row=_row_to_job(row))
         return results  # type: ignore[return-value]
-
-    def _cas_batch(self, conn: sqlite3.Connection, changed: tuple[int, ...], items: list[tuple[int, tuple, Job]],
-                   results: list[CasResult | None]) -> None:
-        """One UPDATE for ``items`` (index, new row's params, expected row), all writing
-        ``changed``; fills their places in ``results``."""
-        params: list = []
-        for _, new_p, expected in items:
-            params.extend([new_p[j] for j in changed])
-            params.extend((expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
-                           expected.status.value, expected.epoch, expected.worker_id, expected.revision))
-        written = conn.execute(_cas_sql(changed, len(items)), params)
-        if _BATCHED:
-            by_key = {(r[0], r[1], r[2]): r for r in written.fetchall()}  # all: the statement ends here
-            for i, _, expected in items:
-                r = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
-                results[i] = CasResult(True, row=_row_to_job(r)) if r is not None else self._refused(conn, expected.key)
-        else:  # SQLite before 3.35.4: one row per statement, read back
-            i, _, expected = items[0]
-            results[i] = CasResult(True, row=self._get(conn, expected.key)) if written.rowcount == 1 \
-                else self._refused(conn, expected.key)
 
     @staticmethod
     def _refused(conn: sqlite3.Connection, key: JobKey) -> CasResult:
@@ -253,13 +237,17 @@ class SqliteStore(Connections, JobStore):
 
     # -- jobs: reads ---------------------------------------------------------------------------
 
+    @classmethod
+    def _get(cls, conn: sqlite3.Connection, key: JobKey) -> Job | None:
+        r = cls._row(conn, key)
+        return None if r is None else _row_to_job(r)
+
     @staticmethod
-    def _get(conn: sqlite3.Connection, key: JobKey) -> Job | None:
-        r = conn.execute(
+    def _row(conn: sqlite3.Connection, key: JobKey) -> tuple | None:
+        return conn.execute(
             f"SELECT {_COLS} FROM k2_jobs WHERE type = ? AND name = ? AND uid = ?",
             (key.type, key.name, key.uid),
         ).fetchone()
-        return None if r is None else _row_to_job(r)
 
     def get(self, key: JobKey) -> Job | None:
         rows = self._read(
