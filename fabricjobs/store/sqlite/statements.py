@@ -5,11 +5,14 @@ handful of shapes: claim, outcome, ...), so that a batch of rows is one statemen
 
 from __future__ import annotations
 
+import operator
 import sqlite3
+from itertools import compress
+from operator import ne
 from typing import Sequence
 
 from ...model import Job
-from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params
+from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params, _ts
 
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35, 4) else ""  # RETURNING fixes in 3.35.4
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
@@ -45,28 +48,43 @@ _BATCHED = bool(_RETURNING)
 _BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
 
 
-def _changes(expected: Job, new: Job) -> tuple[tuple, tuple[int, ...]]:
-    """``new``'s params and the CAS columns in which it differs from ``expected``: only those
-    are written, since a row read from an index may be a candidate without arguments or
-    output, and must not blank them."""
-    old_p, new_p = _job_params(expected), _job_params(new)
-    return new_p, tuple(i for i in _CAS_COLUMNS if old_p[i] != new_p[i])
+_CAS_VALUES = operator.attrgetter(*(_JOB_COLUMNS[i] for i in _CAS_COLUMNS))  # a Job's, in column order
+_TIMES = {"creation_time", "start_time", "end_time", "next_run", "hold_until", "resume_at"}
+_FLAGS = {"archived", "blocked", "finishing"}
+# Each CAS column as (its place in _CAS_VALUES, its index in _JOB_COLUMNS, the conversion of
+# its Job field to the column's value, as _job_params makes it).
+_CAS_CONVERT = tuple(
+    (at, i, _ts if _JOB_COLUMNS[i] in _TIMES else int if _JOB_COLUMNS[i] in _FLAGS
+     else operator.attrgetter("value") if _JOB_COLUMNS[i] == "status" else None)
+    for at, i in enumerate(_CAS_COLUMNS)
+)
+
+
+def _changes(expected: Job, new: Job) -> tuple[list, tuple[int, ...]]:
+    """The CAS columns in which ``new`` differs from ``expected``, and ``new``'s values for
+    them: only those are written, since a row read from an index may be a candidate without
+    arguments or output, and must not blank them. Compared as fields, and only the changed
+    ones converted: two rows' full parameters cost a fifth of a claim's time on the node."""
+    fields = _CAS_VALUES(new)
+    differ = list(compress(_CAS_CONVERT, map(ne, _CAS_VALUES(expected), fields)))  # compared in C
+    values = [fields[at] if convert is None else convert(fields[at]) for at, _, convert in differ]
+    return values, tuple(i for _, i, _ in differ)
 
 
 def cas_statements(pairs: Sequence[tuple[Job, Job]]) -> list[tuple[str, list, list[tuple[int, Job]]]]:
     """The CAS statements that write ``pairs``, in the order to run them, each as (SQL,
     parameters, [(index of the pair, expected row)]): pairs that write the same columns in
     batches of 64, 16, 4 and 1; a key given a second time after the rest, alone."""
-    shapes: dict[tuple[int, ...], list[tuple[int, tuple, Job]]] = {}
-    later: list[tuple[tuple[int, ...], list[tuple[int, tuple, Job]]]] = []
+    shapes: dict[tuple[int, ...], list[tuple[int, list, Job]]] = {}
+    later: list[tuple[tuple[int, ...], list[tuple[int, list, Job]]]] = []
     keys: set = set()
     for i, (expected, new) in enumerate(pairs):
-        new_p, changed = _changes(expected, new)
+        values, changed = _changes(expected, new)
         if expected.key in keys:
-            later.append((changed, [(i, new_p, expected)]))
+            later.append((changed, [(i, values, expected)]))
             continue
         keys.add(expected.key)
-        shapes.setdefault(changed, []).append((i, new_p, expected))
+        shapes.setdefault(changed, []).append((i, values, expected))
     statements = []
     for changed, items in shapes.items():
         at = 0
@@ -78,10 +96,10 @@ def cas_statements(pairs: Sequence[tuple[Job, Job]]) -> list[tuple[str, list, li
     return statements
 
 
-def _cas_statement(changed: tuple[int, ...], items: list[tuple[int, tuple, Job]]) -> tuple[str, list, list[tuple[int, Job]]]:
+def _cas_statement(changed: tuple[int, ...], items: list[tuple[int, list, Job]]) -> tuple[str, list, list[tuple[int, Job]]]:
     params: list = []
-    for _, new_p, expected in items:
-        params.extend([new_p[j] for j in changed])
+    for _, values, expected in items:
+        params.extend(values)
         params.extend((expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
                        expected.status.value, expected.epoch, expected.worker_id, expected.revision))
     return _cas_sql(changed, len(items)), params, [(i, expected) for i, _, expected in items]
