@@ -105,6 +105,7 @@ class OutcomeWriter:
         self.on_freed = on_freed
         self.on_tasks_changed = on_tasks_changed
         self.retry_at: float | None = None  # monotonic: pending outcomes wait for a failing store
+        self.failing_since: float | None = None  # monotonic: writes of outcomes fail since then
         self.shutting_down = False
         self.metrics = metrics
 
@@ -165,8 +166,11 @@ class OutcomeWriter:
             pairs.append((row, decision))
             order.append((run, outcome))
             records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
-        results: list = self.store.cas_each(
-            pairs, records, lambda expected: log.exception("post-execution write of '%s' failed", expected.key))
+        results: list = self.store.cas_each(pairs, records, self._write_failed)
+        if self.failing_since is not None and any(res is not None for res in results):
+            log.warning("the store takes outcomes again after %.1f s of failed writes",
+                        self.clock.monotonic() - self.failing_since)
+            self.failing_since = None
         again: _Todo = []
         for (run, outcome), record, res in zip(order, records, results):
             if res is None:
@@ -180,6 +184,17 @@ class OutcomeWriter:
                     log.exception("cannot re-read '%s'; trying again", run.key)
                     retry.append((run, outcome))
         return again
+
+    def _write_failed(self, expected: Job) -> None:
+        """A failing store (a full disk) fails every retry, every 0.2 s: the first failure of an
+        outage is logged with its traceback, the others at DEBUG, and the outage's end once."""
+        if self.failing_since is None:
+            self.failing_since = self.clock.monotonic()
+            log.exception("post-execution write of '%s' failed; the outcomes are kept and written again "
+                          "every %.1f s until the store takes them", expected.key, _RETRY_PAUSE,
+                          extra=job_extra(expected.key, expected.epoch))
+        else:
+            log.debug("post-execution write of '%s' failed again", expected.key, exc_info=True)
 
     def _decide(self, run: Run, outcome: Outcome, row: Job | None, now: datetime) -> Job | None:
         decision = after_run(
