@@ -374,19 +374,22 @@ def test_updatejob_changes_affinity_args_and_schedule(client):
     assert row(client, uid="a").status is Status.SCHEDULED
 
 
-def test_updatejob_changes_priority_zone_late_threshold_and_overlap_and_jobstatus_shows_them(client):
+def test_updatejob_changes_the_scheduling_parameters_and_jobstatus_details_shows_them(client):
     """The scheduling parameters of issue #9 go through UPDATEJOB as through STARTJOB: a new TZ
     recomputes a cron job's next due time in that zone (09:00 in Paris is 08:00 UTC in March),
     and JOBSTATUS ... DETAILS shows every one of them."""
     client.fetch("startjob user_job name='Customer.userJob1' uid='z' exec_interval='0 9 * * *';")
     assert row(client, uid="z").next_run == datetime(2026, 3, 3, 9, 0, tzinfo=UTC)  # the node's zone: UTC
+    d = client.fetch("jobstatus user_job 'Customer.userJob1' with uid='z' details;").first_row()
+    assert (d["Late Action"], d["On Failure"]) == ("SKIP", "")  # the defaults, said
     client.fetch("updatejob user_job name='Customer.userJob1' uid='z' tz='Europe/Paris' priority=8 "
-                 "late_threshold='00:05:00' overlap='QUEUE';")
+                 "late_threshold='00:05:00' overlap='QUEUE' late_action='RUN' on_failure='USER_JOB.Customer.onFailure';")
     job = row(client, uid="z")
     assert (job.time_zone, job.priority, job.late_threshold, job.overlap) == ("Europe/Paris", 8, "00:05:00", "QUEUE")
     assert job.status is Status.SCHEDULED and job.next_run == datetime(2026, 3, 3, 8, 0, tzinfo=UTC)
     d = client.fetch("jobstatus user_job 'Customer.userJob1' with uid='z' details;").first_row()
     assert (d["Priority"], d["Time Zone"], d["Late Threshold"], d["Overlap"]) == (8, "Europe/Paris", "00:05:00", "QUEUE")
+    assert (d["Late Action"], d["On Failure"]) == ("RUN", "USER_JOB.Customer.onFailure")
     with pytest.raises(ValidationError):
         client.fetch("updatejob user_job name='Customer.userJob1' uid='z' tz='Mars/Olympus';")
     assert row(client, uid="z").time_zone == "Europe/Paris"  # bad input changes nothing

@@ -25,8 +25,8 @@ STATUS_COLUMNS = (
 DETAIL_COLUMNS = STATUS_COLUMNS + ("Output", "Arguments")
 COUNTER_COLUMNS = ("Runs", "Successes", "Failures", "Retries After Error", "Retries After Node Loss", "Kills",
                    "Failed After Retry", "Failed Without Retry", "Canceled")
-FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Overlap", "Depends On",
-                                  "Blocked", "Epoch", "Owner", "Requestor", "Calendar", "Delete On Success", "Parallelism",
+FULL_COLUMNS = DETAIL_COLUMNS + ("Execution Interval", "Time Zone", "Late Threshold", "Late Action", "Overlap",
+                                  "Depends On", "On Failure", "Blocked", "Epoch", "Owner", "Requestor", "Calendar", "Delete On Success", "Parallelism",
                                   "Task Of") + COUNTER_COLUMNS
 #: The HTTP API's job list: JOBSTATUS's columns, and who a job is for (its filters).
 LIST_COLUMNS = STATUS_COLUMNS + ("Owner", "Requestor")
@@ -97,7 +97,8 @@ class JobViews(ServiceCore):
             row += (job.output or "", job.arguments)
         if full:
             row += (job.execution_interval, job.time_zone or str(self.zone or "(node's)"), job.late_threshold,
-                    job.overlap or "(by schedule)", job.depends_on.replace(",", ", "), job.blocked, job.epoch,
+                    job.late_action or "SKIP", job.overlap or "(by schedule)", job.depends_on.replace(",", ", "),
+                    job.on_failure, job.blocked, job.epoch,
                     job.owner, job.requestor, job.calendar or "", job.delete_on_success, job.parallelism, job.task_of,
                     job.runs, job.successes, job.failures, job.retries_error, job.retries_lost, job.kills,
                     job.failed_after_retry, job.failed_without_retry, job.canceled)

@@ -33,7 +33,7 @@ COLUMN_TYPES: dict[str, Any] = {
     "Start Time": _TIME, "End Time": _TIME, "Affinity": _TEXT, "Is Archived": bool,
     "Next Run": datetime | str | None, "Ownership Candidates Num": int, "Node": _TEXT, "Tries": int,
     "Priority": int, "Output": _TEXT, "Arguments": _TEXT, "Execution Interval": _TEXT, "Time Zone": _TEXT,
-    "Late Threshold": _TEXT, "Overlap": _TEXT, "Depends On": _TEXT, "Blocked": bool, "Epoch": int,
+    "Late Threshold": _TEXT, "Late Action": _TEXT, "Overlap": _TEXT, "Depends On": _TEXT, "On Failure": _TEXT, "Blocked": bool, "Epoch": int,
     "Runs": int, "Successes": int, "Failures": int, "Retries After Error": int,
     "Retries After Node Loss": int, "Kills": int,
     "Failed After Retry": int, "Failed Without Retry": int, "Canceled": int,  # SMILA's other run counters
