@@ -486,9 +486,11 @@ def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(c
 
 def test_startjob_if_not_exists_answers_the_existing_row_live_or_archived(client):
     cmd = "startjob user_job name='Customer.userJob1' uid='setup' args='{\"loopsIterationCount\": 3}' if not exists;"
-    first = client.fetch(cmd).rows
+    made = client.fetch(cmd)
+    first = made.rows
     again = client.run_script(cmd + " startjob user_job name='Customer.userJob3' uid='other';" + cmd)  # in a bulk script too
     assert [r.rows for r in again] == [first, (("USER_JOB", "Customer.userJob3", "other", "WAITING", ""),), first]
+    assert made.notices == () and again[0].notices == ("(it exists: left as it is)",)  # which one was created, said
     before = row(client, uid="setup")
     client.fetch("stopjob user_job name='Customer.userJob1' uid='setup';")
     archived = client.fetch(cmd.replace("3}", "9}")).rows

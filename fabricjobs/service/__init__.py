@@ -18,7 +18,7 @@ from ..result import Result
 from .calendars import CALENDAR_COLUMNS, CALENDARS_COLUMNS
 from .cluster import NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, ClusterCommands
 from .core import ServiceCore
-from .jobs import CHANGE_COLUMNS, DELETED_COLUMNS, START_COLUMNS, JobCommands
+from .jobs import CHANGE_COLUMNS, DELETED_COLUMNS, EXISTS_NOTE, START_COLUMNS, JobCommands
 from .listing import MAX_PAGE, JobListing, JobPage, JobQuery
 from .session import Session, requester, with_session_scope
 from .views import (
@@ -28,6 +28,7 @@ from .views import (
 
 __all__ = [
     "CALENDAR_COLUMNS", "CALENDARS_COLUMNS", "CHANGE_COLUMNS", "COUNTER_COLUMNS", "DELETED_COLUMNS", "DETAIL_COLUMNS",
+    "EXISTS_NOTE",
     "FULL_COLUMNS", "HISTORY_COLUMNS", "HISTORY_LIMIT", "LIST_COLUMNS", "NEXT_RUN_TEXT", "NODES_COLUMNS",
     "NODES_DETAIL_COLUMNS", "PS_COLUMNS", "RECENT_COLUMNS", "START_COLUMNS", "STATUS_COLUMNS", "CommandService",
     "MAX_PAGE", "JobPage", "JobQuery", "ServiceCore", "Session", "history_row", "requester", "run_summary", "with_session_scope",

@@ -32,6 +32,7 @@ FINISH_NOTE = "finishing: this run completes, then no more fires"
 RUN_DUE_NOTE = "already due: its run starts now"
 RUN_GOING_NOTE = "a run is going on: not run again"
 RUN_HELD_NOTE = "held: RELEASEJOB runs it"
+EXISTS_NOTE = "(it exists: left as it is)"  # STARTJOB ... IF NOT EXISTS met the key
 
 
 class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
@@ -51,14 +52,14 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         # insert still decides when there is none (another script may be creating it now): a
         # live row that blocks it is returned too. (The one race left, the job created *and*
         # archived between the read and the insert, re-runs it, as STARTJOB would.)
-        existing = self.store.get(job.key)
+        existing, created = self.store.get(job.key), False
         if existing is None:
             res = self.store.insert(job)
             if res.applied:
                 self._ring()
-            existing = res.row  # the new row, or the live row that blocked it
+            existing, created = res.row, res.applied  # the new row, or the live row that blocked it
         assert existing is not None  # insert always answers with a row
-        return Result(START_COLUMNS, (self._change_row(existing),))
+        return Result(START_COLUMNS, (self._change_row(existing),), notices=() if created else (EXISTS_NOTE,))
 
     def _new_job(self, cmd: statements.StartJob, session: Session) -> Job:
         """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""

@@ -122,8 +122,10 @@ def test_the_start_and_update_bodies_take_every_parameter_of_the_statements(site
     api = site.client("operator")
     job = job_path("Probe.noop", "params")
     start(api, "Probe.noop", "params", exec_interval=NEVER, late_action="run", on_failure="user_job.Probe.echo")
-    row = site.cluster.job("USER_JOB", "Probe.noop", "params")  # JOBSTATUS does not show these two: the stored row
+    row = site.cluster.job("USER_JOB", "Probe.noop", "params")
     assert (row.late_action, row.on_failure) == ("RUN", "USER_JOB.Probe.echo")
+    shown = api.get(job).json()  # as JOBSTATUS ... DETAILS shows them
+    assert (shown["late_action"], shown["on_failure"]) == ("RUN", "USER_JOB.Probe.echo")
 
     patched = api.patch(job, json={"late_action": "USER_JOB.Probe.echo", "on_failure": "", "hold": True})
     assert patched.status_code == 200 and patched.json()["status"] == "HELD", patched.text
@@ -133,8 +135,10 @@ def test_the_start_and_update_bodies_take_every_parameter_of_the_statements(site
     api.post(job + "/stop")
 
     again = {"exec_interval": NEVER, "if_not_exists": True}
-    first, second = start(api, "Probe.noop", "idempotent", **again), start(api, "Probe.noop", "idempotent", **again)
-    assert first == second  # IF NOT EXISTS: the job as it is, no 409
+    body = {"type": "USER_JOB", "name": "Probe.noop", "uid": "idempotent", **again}
+    created, met = api.post("/jobs", json=body), api.post("/jobs", json=body)
+    assert (created.status_code, met.status_code) == (201, 200), (created.text, met.text)  # 200: nothing created
+    assert created.json() == met.json()  # IF NOT EXISTS: the job as it is, no 409
     assert api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "idempotent"}).status_code == 409
     api.post(job_path("Probe.noop", "idempotent") + "/stop")
 

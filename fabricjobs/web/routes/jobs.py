@@ -23,7 +23,7 @@ from ...errors import JobNotFound, WaitTimeout
 from ...model import JobKey, Status
 from ...names import text_complaint
 from ...result import Result
-from ...service import JobQuery
+from ...service import EXISTS_NOTE, JobQuery
 from ..app import API
 from ..auth import Need, requires
 from ..errors import ApiError
@@ -72,13 +72,17 @@ def get_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = V
     return _detail(request, who, job_key(type, name, uid))
 
 
-@router.post("/jobs", response_model=Change, status_code=201, summary="Start a job (STARTJOB)")
+@router.post("/jobs", response_model=Change, status_code=201,
+             summary="Start a job (STARTJOB): 201 when it was created, 200 when if_not_exists met the job")
 def start_job(request: Request, response: Response, body: StartBody, who: TokenInfo = Operator) -> dict[str, Any]:
     command = st.StartJob(
         type=body.type, name=body.name, uid=body.uid, args=_args(body.args), depends_on=_parents(body.depends_on),
         **body.model_dump(include=_SAME_AS_THE_LANGUAGE | {"parallelism", "if_not_exists"}),
     )
-    job = _one(execute(request, who, command), None)
+    result = execute(request, who, command)
+    if EXISTS_NOTE in result.notices:
+        response.status_code = 200  # nothing was created: the job as it is
+    job = _one(result, None)
     response.headers["Location"] = API + "/jobs/" + "/".join(quote(job[k], safe="") for k in ("type", "name", "uid"))
     return job
 
