@@ -96,11 +96,31 @@ def test_priority_levels_keep_their_order_across_lanes():
 
 def test_a_row_gone_from_the_window_is_forgotten_and_waits_afresh():
     a = Lanes("a", 0.2)
-    theirs = rows_in(1, 1)
-    a.claimable(theirs, 1, ALIVE, now=0.0)
-    a.claimable([], 1, ALIVE, now=0.1)
-    order, _ = a.claimable(theirs, 1, ALIVE, now=0.25)
-    assert order == [] and a.next_wake == 0.45
+    mine, theirs = rows_in(0, 1), rows_in(1, 1)
+    a.claimable(mine + theirs, 1, ALIVE, now=0.0)
+    a.claimable(mine, 1, ALIVE, now=0.1)
+    order, _ = a.claimable(mine + theirs, 1, ALIVE, now=0.25)
+    assert order == mine and a.next_wake == 0.45
+
+
+def test_a_node_with_nothing_of_its_own_steals_after_a_few_claim_rounds_not_the_whole_patience():
+    """At the end of a queue drained by several nodes, the one that ran out of work first took
+    its peers' rows only after the patience (0.2 s): idle while they still worked. With nothing
+    of its own to claim it waits ROUNDS claim rounds (a quarter of the patience at least), and
+    still takes the far ends of their lanes first; rows are overdue after the usual time."""
+    a = Lanes("a", 0.2, rng=random.Random(1))
+    theirs = rows_in(1, 6)
+    assert a.idle_wait == 0.05  # no claim round measured yet: a quarter of the patience
+    order, _ = a.claimable(theirs, 2, ALIVE, now=0.0)
+    assert order == [] and a.next_wake == 0.05
+    order, _ = a.claimable(theirs, 2, ALIVE, now=0.05)
+    assert order[:4] == theirs[2:][::-1] and set(order[4:]) == set(theirs[:2])
+    a.claimed(0.04)  # slow rounds: their node may need as long to claim its own
+    assert a.idle_wait == ROUNDS * 0.04
+    b = Lanes("b", 0.2)
+    mine_too = rows_in(1, 1, "m")  # b's own row among a's: not idle, the whole patience
+    b.claimable(rows_in(0, 2) + mine_too, 2, ALIVE, now=0.0)
+    assert b.next_wake == 0.2
 
 
 def test_the_wait_grows_with_slow_claim_rounds_and_shrinks_back_slowly():
