@@ -41,7 +41,7 @@ _SEQ = struct.Struct("=Q")
 _LEASE = struct.Struct("=d")
 _GEN = struct.Struct("=Q")
 _TASK = struct.Struct("=Q")
-TRAIN_RUNS = 8  # runs per worker message at most (node/trains.py), one abort entry each
+TRAIN_RUNS = 32  # runs per worker message at most (node/trains.py), one abort entry each
 _FLAGS = struct.Struct(f"={TRAIN_RUNS}Q")
 _PROGRESS = struct.Struct("=Qdd")
 _PREFIX = "fabricjobs-board-"
