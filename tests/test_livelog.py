@@ -134,3 +134,34 @@ def test_the_shell_prints_each_line_as_it_comes_in_each_format():
         out = Out()
         print_result(Result(lines=lines()), fmt, out)
         assert out.getvalue() == expected
+
+
+def test_a_failing_store_is_logged_once_per_outage_and_the_lines_are_passed_on_after_it(tmp_path, caplog):
+    """A full disk fails every flush (every 200 ms on a busy node): one line when it begins,
+    one when lines go through again, none between; nothing is lost, the lines wait in the file."""
+    import logging
+
+    from fabricjobs.errors import StoreError
+
+    store, flusher = _parts(tmp_path, {7: (KEY, 1)})
+    spool = Spool(spool_path(str(tmp_path / "board"), 7))
+    spool.write("kept")
+    append = store.append_live_log
+
+    def full_disk(*args, **kwargs):
+        raise StoreError("database or disk is full")
+
+    store.append_live_log = full_disk
+    caplog.set_level(logging.WARNING, logger="fabricjobs.node")
+    for _ in range(5):
+        flusher.flush_and_report()
+    store.append_live_log = append
+    flusher.flush_and_report()
+    spool.write("after")
+    flusher.flush_and_report()
+    assert [r.getMessage() for r in caplog.records] == [
+        "passing live log lines on failed: database or disk is full (trying again every flush)",
+        "passing live log lines on works again"]
+    assert store.live_log(KEY, 1) == [(0, "kept"), (1, "after")]
+    spool.close()
+    store.close()

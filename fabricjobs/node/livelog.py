@@ -50,6 +50,7 @@ class LiveLogFlusher:
         self.interval = interval
         self.max_bytes = max_bytes
         self._tails: dict[int, _Tail] = {}
+        self._failing = False  # the last flush failed: its store is in an outage
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -70,23 +71,28 @@ class LiveLogFlusher:
 
     def _loop(self) -> None:
         next_at = self.clock.monotonic() + self.interval
-        failing = False
         while not self._stop.wait(max(0.0, next_at - self.clock.monotonic())):
             next_at = self.clock.monotonic() + self.interval
-            try:
-                written = self.flush_once()
-            except StoreError as exc:  # a full disk, a locked or unreachable store: said once per spell
-                if not failing:
-                    log.warning("passing live log lines on failed: %s (trying again every flush)", exc)
-                failing = True
-                continue
-            except Exception:  # noqa: BLE001 - a live log is a convenience: the node goes on
-                log.warning("passing live log lines on failed (trying again)", exc_info=True)
-                failing = True
-                continue
-            if failing and written:  # (a pass with nothing to write says nothing of the store)
-                log.warning("passing live log lines on works again")
-                failing = False
+            self.flush_and_report()
+
+    def flush_and_report(self) -> None:
+        """One flush (the thread's, every interval). A store that fails (a full disk, a locked
+        or unreachable store) is said once per spell, and its recovery once; the node goes on
+        either way: a live log is a convenience."""
+        try:
+            written = self.flush_once()
+        except StoreError as exc:
+            if not self._failing:
+                log.warning("passing live log lines on failed: %s (trying again every flush)", exc)
+            self._failing = True
+            return
+        except Exception:  # noqa: BLE001 - not the store's kind of failure: with its traceback
+            log.warning("passing live log lines on failed (trying again)", exc_info=True)
+            self._failing = True
+            return
+        if self._failing and written:  # (a pass with nothing to write says nothing of the store)
+            log.warning("passing live log lines on works again")
+            self._failing = False
 
     def flush_once(self) -> int:
         """One pass over the spool files; returns how many lines were written."""
