@@ -70,8 +70,17 @@ def until(predicate: Callable[[], T], what: str, timeout: float = 20.0) -> T:
                     not_yet=(StaleElementReferenceException, NoSuchElementException))
 
 
+def logged_out(driver) -> None:
+    """Leave the page and drop every cookie. Leave first: a console page polls every 0.3 s, and
+    once its cookie is gone its next poll (401) sends it to /login, a navigation that could
+    overtake the test's own next one (seen once: /login#token=... replaced by /login, so the
+    token in the fragment was never read)."""
+    driver.get("about:blank")
+    driver.execute_cdp_cmd("Network.clearBrowserCookies", {})
+
+
 def log_in(driver, url: str, token: str) -> None:
-    driver.delete_all_cookies()
+    logged_out(driver)
     driver.get(url + "/login")
     driver.find_element("id", "token").send_keys(token)
     driver.find_element("id", "login").click()

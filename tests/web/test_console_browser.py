@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from harness import read_records
-from browser import browser_fixture, fetch_status, fits_the_width, log_in, texts, until
+from browser import browser_fixture, fetch_status, fits_the_width, log_in, logged_out, texts, until
 from web_site import Site, running_site
 
 browser = browser_fixture()
@@ -179,7 +179,7 @@ def epochs(path: Path, uid: str) -> list[int]:
 def test_a_viewer_sees_no_buttons_and_a_forged_post_is_refused(site, browser):
     shell(site, "startjob user_job name='Probe.noop' uid='for-the-viewer';")
     site.cluster.wait_job("USER_JOB", "Probe.noop", "for-the-viewer", lambda j: j.archived)
-    browser.delete_all_cookies()  # log in by the link ./scripts/run prints: the token in the fragment
+    logged_out(browser)  # log in by the link ./scripts/run prints: the token in the fragment
     browser.get(site.web.url + "/login#token=" + site.tokens["viewer"])
     until(lambda: browser.find_elements("css selector", "#nav a.active"), "the console after the link's login")
     assert "token=" not in browser.current_url
