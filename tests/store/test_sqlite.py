@@ -160,3 +160,26 @@ def test_a_second_store_opened_in_the_process_keeps_the_first_ones_locks(tmp_pat
     assert locks() == held
     first.close()
     second.close()
+
+
+def test_a_cas_converts_each_changed_column_as_a_whole_row_is_converted():
+    """A CAS converts only the columns it writes (rows.column_value, one at a time); an insert
+    converts the whole row (rows._job_params, one expression). Both must give every column the
+    same value, or a CAS would write a time, a flag or a status in another form than an insert."""
+    from fabricjobs.store.sqlite.rows import _JOB_COLUMNS, _job_params
+    from fabricjobs.store.sqlite.statements import _CAS_COLUMNS, _changes
+
+    t = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    blank = job("u1")
+    full = blank.replace(
+        status=Status.IN_PROCESS, archived=True, affinity="DC1", arguments='{"a": 1}', execution_interval="* * * * *",
+        start_time=t, end_time=t, next_run=t, hold_until=t, error_msg="e", output="1", tries=2, worker_id="n1",
+        epoch=3, priority=9, runs=4, successes=1, failures=2, retries_error=1, retries_lost=1, kills=1,
+        depends_on="USER_JOB.A.b.p", blocked=True, time_zone="Europe/Paris", late_threshold="00:01:00",
+        overlap="QUEUE", finishing=True, resume_at=t, late_action="RUN", on_failure="USER_JOB.A.f", owner="o",
+        requestor="r", calendar="c", delete_on_success="x.tmp", parallelism=2, task_of="USER_JOB.A.b.p",
+        failed_after_retry=1, failed_without_retry=1, canceled=1, creation_time=t + timedelta(days=1))
+    values, changed = _changes(blank, full)
+    assert set(changed) == set(_CAS_COLUMNS)  # every column a CAS may write differs here
+    whole = _job_params(full)
+    assert {_JOB_COLUMNS[i]: v for i, v in zip(changed, values)} == {_JOB_COLUMNS[i]: whole[i] for i in changed}

@@ -5,8 +5,9 @@ uses, and times as seconds since the epoch (REAL columns, which SQLite compares 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from ...model import Job, JobKey, Status, job_from_values
 from ..base import RunRecord
@@ -47,6 +48,23 @@ def _when(value: float) -> datetime:
 
 def _dt(value: float | None) -> datetime | None:
     return None if value is None else _when(value)
+
+
+_TIME_COLUMNS = frozenset({"creation_time", "start_time", "end_time", "next_run", "hold_until", "resume_at"})
+_FLAG_COLUMNS = frozenset({"archived", "blocked", "finishing"})
+
+
+def column_value(column: str) -> Callable[[Any], Any] | None:
+    """How a Job field becomes its column's value, as _job_params converts it (None: as it is);
+    for code that converts one column at a time (a CAS writes only the changed ones).
+    tests/store/test_sqlite.py checks that the two agree on every column."""
+    if column in _TIME_COLUMNS:
+        return _ts
+    if column in _FLAG_COLUMNS:
+        return int
+    if column == "status":
+        return operator.attrgetter("value")
+    return None
 
 
 def _job_params(job: Job) -> tuple:

@@ -12,7 +12,7 @@ from operator import ne
 from typing import Sequence
 
 from ...model import Job
-from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params, _ts
+from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params, column_value
 
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35, 4) else ""  # RETURNING fixes in 3.35.4
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
@@ -49,15 +49,9 @@ _BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
 
 
 _CAS_VALUES = operator.attrgetter(*(_JOB_COLUMNS[i] for i in _CAS_COLUMNS))  # a Job's, in column order
-_TIMES = {"creation_time", "start_time", "end_time", "next_run", "hold_until", "resume_at"}
-_FLAGS = {"archived", "blocked", "finishing"}
 # Each CAS column as (its place in _CAS_VALUES, its index in _JOB_COLUMNS, the conversion of
-# its Job field to the column's value, as _job_params makes it).
-_CAS_CONVERT = tuple(
-    (at, i, _ts if _JOB_COLUMNS[i] in _TIMES else int if _JOB_COLUMNS[i] in _FLAGS
-     else operator.attrgetter("value") if _JOB_COLUMNS[i] == "status" else None)
-    for at, i in enumerate(_CAS_COLUMNS)
-)
+# its Job field to the column's value).
+_CAS_CONVERT = tuple((at, i, column_value(_JOB_COLUMNS[i])) for at, i in enumerate(_CAS_COLUMNS))
 
 
 def _changes(expected: Job, new: Job) -> tuple[list, tuple[int, ...]]:

@@ -102,7 +102,8 @@ class SqliteStore(Connections, JobStore):
             if new.key != expected.key:
                 raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
         statements = cas_statements(pairs)
-        records = [None if record is None else _run_params(record) for record in runs or ()]
+        records = [None if record is None else _run_params(record) for record in runs] if runs is not None \
+            else [None] * len(pairs)
         results: list[CasResult | None] = [None] * len(pairs)
         applied: dict[int, tuple | None] = {}  # index -> the row as RETURNING gave it (None: read it)
         with self._write() as conn:
@@ -118,11 +119,7 @@ class SqliteStore(Connections, JobStore):
                 for i, expected in items:
                     if applied[i] is None:  # read in the transaction: what the statement met
                         results[i] = self._refused(conn, expected.key)
-            recorded: list[tuple] = []
-            for i, row in applied.items():
-                record = records[i] if i < len(records) else None
-                if row is not None and record is not None:
-                    recorded.append(record)
+            recorded = [record for i, record in enumerate(records) if record is not None and applied.get(i) is not None]
             if recorded:  # in the same transaction: recorded iff the CAS applied
                 conn.executemany(_INSERT_RUN_SQL, recorded)
         for i, row in applied.items():
