@@ -67,6 +67,10 @@ def _start_stubborn(board: Board, tmp_path: Path):
     return log, began, proc, conn, pid
 
 
+# timing: each asserts a deadline (the lease + 0.35 s) that the watchdog and the guard meet
+# on time only on a machine not loaded at lower priority by the rest of the suite: beside phase
+# 1's niced workers a fresh clone saw the job gone 0.85 s after its lease.
+@pytest.mark.timing
 def test_a_process_job_that_ignores_sigterm_dies_with_the_lease_not_after_its_worker(board, tmp_path):
     """The watchdog must kill the job's own process group before the kernel's dead-man timer
     ends the worker: a PROCESS job lives in its own session and would outlive its worker."""
@@ -120,6 +124,7 @@ def test_a_worker_paused_after_its_lease_check_never_starts_the_job(board, tmp_p
     proc.join(5)
 
 
+@pytest.mark.timing  # the same deadline
 @pytest.mark.parametrize("blow", ["SIGSTOP", "SIGKILL"])
 def test_a_process_job_ends_with_the_lease_whatever_happens_to_its_worker(board, tmp_path, blow):
     """The node's process group stopped (Ctrl-Z) or killed (a supervisor): the worker can do
