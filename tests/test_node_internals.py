@@ -724,9 +724,12 @@ def test_a_failing_store_logs_one_traceback_per_outage_not_one_per_retry(store, 
     finally:
         store.cas_many = cas_many
     assert store.get(row.key).status is Status.PROCESSED and not table.pending
-    tracebacks = [r for r in caplog.records if r.exc_info and r.levelno >= logging.ERROR]
+    # The writer's own lines: a store's driver threads left by earlier tests in this process
+    # may log (a defunct Cassandra connection) while this test runs.
+    ours = [r for r in caplog.records if r.name == "fabricjobs.node.executor"]
+    tracebacks = [r for r in ours if r.exc_info and r.levelno >= logging.ERROR]
     assert len(tracebacks) == 1 and "'USER_JOB.Probe.noop.u1'" in tracebacks[0].getMessage()
-    assert len([r for r in caplog.records if r.levelno == logging.DEBUG and "failed again" in r.getMessage()]) == 4
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+    assert len([r for r in ours if r.levelno == logging.DEBUG and "failed again" in r.getMessage()]) == 4
+    assert [r.getMessage() for r in ours if r.levelno == logging.WARNING] == [
         "the store takes outcomes again after 1.2 s of failed writes"]  # from the first failure (1.25 s)
     assert timedelta(0) <= store.get(row.key).end_time - row.start_time
