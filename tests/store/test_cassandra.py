@@ -594,18 +594,33 @@ def test_a_host_beaten_by_a_speculative_copy_goes_behind_answering_hosts_but_ahe
     assert all(plan[-1] == "10.0.0.1:9042" for plan in plans) and {p[0] for p in plans} == {"10.0.0.2:9042", "10.0.0.3:9042"}
 
 
+def test_a_host_that_answers_again_is_no_longer_tried_last():
+    """On a loaded cluster every host may miss a beat's short timeout now and then; once all
+    three are last, the one that answers a request goes first again, and a host that stays
+    silent stays last."""
+    from cassandra import OperationTimedOut
+
+    now, hosts, unanswered, policy = _three_hosts_avoiding_the_unanswered()
+    for host in hosts:
+        unanswered.learn(OperationTimedOut(errors={host: "Client request timeout"}, last_host=host))
+    unanswered.answered(hosts[1])
+    plans = [[str(h) for h in policy.make_query_plan()] for _ in range(6)]
+    assert all(plan[0] == "10.0.0.2:9042" and len(plan) == 3 for plan in plans), plans
+    assert not unanswered.suspect(hosts[1]) and unanswered.suspect(hosts[0]) and unanswered.suspect(hosts[2])
+
+
 def _three_hosts_avoiding_the_unanswered():
     """A clock, hosts 10.0.0.1-3, an Unanswered on that clock and a round-robin policy it orders."""
     from cassandra.connection import DefaultEndPoint
     from cassandra.policies import RoundRobinPolicy, SimpleConvictionPolicy
     from cassandra.pool import Host
 
-    from fabricjobs.store.cassandra.session import Unanswered, _policy_avoiding
+    from fabricjobs.store.cassandra.hosts import Unanswered, policy_avoiding
 
     now = [100.0]
     hosts = [Host(DefaultEndPoint(f"10.0.0.{i}", 9042), SimpleConvictionPolicy) for i in (1, 2, 3)]
     unanswered = Unanswered(clock=lambda: now[0])
-    policy = _policy_avoiding(RoundRobinPolicy(), unanswered)
+    policy = policy_avoiding(RoundRobinPolicy(), unanswered)
     policy.populate(None, hosts)
     return now, hosts, unanswered, policy
 

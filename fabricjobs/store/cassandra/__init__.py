@@ -26,6 +26,7 @@ Data model (keyspace ``[cassandra] KEYSPACE``, default ``k2system``)
 
 The modules, one concept each, each building on the ones above it:
 
+``hosts.py``     which hosts a request tries first (those that left requests unanswered: last)
 ``session.py``   the connection, consistency profiles, counted statements, batched plain writes
 ``rows.py``      k2_jobs rows: to and from a Job, reads by key, the LWT and its unknown outcomes
 ``index.py``     k2_jobs_index entries: buckets, shards, intents, deleting stale entries

@@ -29,7 +29,8 @@ from .nodes import Nodes
 from .queue import Queue
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when
 from .schema import SchemaManager, check_keyspace_name
-from .session import Unanswered, _bound, credentials, execution_profiles, log, new_cluster
+from .hosts import Unanswered
+from .session import _bound, credentials, execution_profiles, log, new_cluster
 
 
 @dataclass
