@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import signal
 import stat
 import subprocess
 import sys
@@ -528,6 +529,37 @@ def test_an_outcome_whose_commit_fails_once_is_written_later_and_the_job_runs_on
         done = cluster.wait_job("USER_JOB", "Probe.record", "once", lambda j: j.archived, 30)
         assert done.status is Status.PROCESSED and (done.epoch, done.tries) == (1, 0)
         assert len(read_records(starts)) == 1 and len(read_records(log)) == 1  # ran once
+    finally:
+        cluster.stop_all()
+
+
+@pytest.mark.slow
+def test_a_node_whose_whole_read_of_the_nodes_keeps_failing_still_takes_a_dead_nodes_job_over(tmp_path):
+    """The observer (tests/helpers/range_read_failing_node.py) cannot read the nodes table
+    whole, as on Cassandra while a replica is cut off and not yet known to be down (a range
+    read waits it out). It reads the rows of the nodes it knows one at a time instead, so a
+    SIGKILLed node is still judged dead and its job runs again on the observer."""
+    from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+
+    cluster = Cluster(tmp_path)
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    try:
+        a = cluster.start_node("a")
+        args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 30})
+        cluster.fetch(f"startjob user_job name='Probe.record' uid='orphan' args='{args}';")
+        wait_for(lambda: [r["node"] for r in read_records(starts)] == ["a"], 20, "a to start the job")
+        node_log = tmp_path / "node-b.log"
+        with open(node_log, "wb") as f:
+            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "range_read_failing_node.py"), "--config",
+                                     str(cluster.config_path), "node", "--name", "b"],
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        b = cluster.adopt(NodeProcess("b", proc, node_log))
+        cluster.wait_started(b)
+        wait_for(lambda: "judging the 1 known nodes by their rows" in b.log(), 20, "b to read the nodes row by row")
+        a.signal_group(signal.SIGKILL)
+        wait_for(lambda: [r["node"] for r in read_records(starts)] == ["a", "b"], 30,
+                 lambda: f"b to take the job over; b's log ends:\n{b.log()[-3000:]}")
+        assert "took over 'USER_JOB.Probe.record.orphan' from dead node a" in b.log()
     finally:
         cluster.stop_all()
 

@@ -364,6 +364,40 @@ def test_the_next_verdict_is_when_a_silent_node_may_first_be_judged_dead():
     assert live.next_verdict() == pytest.approx(clock.monotonic() + 3.0)
 
 
+def test_a_read_of_some_nodes_rows_judges_those_nodes_only():
+    """When the whole-table read fails (on Cassandra, a range read waiting out a cut-off
+    replica), the node reads the rows of the nodes it watches one by one. Those are judged on
+    that read; a node it did not ask about is judged on nothing newer than the last whole read,
+    and a name asked with no row counts as gone, as in a whole read."""
+    import json
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.node.liveness import Liveness
+    from fabricjobs.store.base import NodeRow
+
+    clock = ManualClock()
+    live = Liveness("me", clock, default_threshold=1.0)
+
+    def row(name: str, beat: int) -> NodeRow:
+        return NodeRow(name=name, incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(), version="x",
+                       beat=beat, state="running", info=json.dumps({"heartbeat_ms": 200, "miss": 5}))
+
+    live.observe([row("me", 1), row("a", 1), row("b", 1), row("c", 1)])
+    assert live.watched() == ["a", "b", "c"]
+    for beat in (2, 3, 4):  # whole reads fail from here; a and c are read alone, b is not asked
+        clock.advance(0.6)
+        live.observe([row("a", 1)], asked=["a", "c"])  # a stands still; c has no row any more
+    assert live.is_dead("a") and live.is_dead("c")  # both covered by reads 1.8 s apart
+    assert not live.is_dead("b")  # no read since the whole one has shown b's beat: not judged
+    assert not live.is_dead("newcomer")  # an owner never read: not judged on reads that did not ask
+    live.observe([row("a", 2)], asked=["a"])
+    assert not live.is_dead("a")  # it beat again
+    clock.advance(0.5)
+    live.observe([row("a", 2), row("b", 1)])  # a whole read again: b's beat stood still 2.3 s
+    assert live.is_dead("b") and not live.is_dead("a")
+    assert live.is_dead("newcomer")  # no row in the whole reads 2.3 s apart: longer than the default threshold
+
+
 def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_path):
     """A fire is prepared ahead by as long as the node's recent fires took to reach a worker
     (1.5 x their 90th percentile), never less than FIRE_LEAD nor more than FIRE_LEAD_MAX, so

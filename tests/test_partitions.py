@@ -256,7 +256,9 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
     replica, but no quorum: its compare-and-sets fail, its lease lapses and its runs end; n2
     takes their jobs over on the majority side. Healed, n1 beats again; every job ends once."""
     net, dbs, keyspaces = three
-    config = _config(tmp_path, dbs, keyspace=keyspaces.pop())
+    # Beats every 0.5 s (a 0.5 s timeout each, a 3 s lease), not 0.2 s: right after scenario 3
+    # healed c3, CI saw n1 lose its 0.6 s lease twice before the cut, on a whole cluster.
+    config = _config(tmp_path, dbs, heartbeat=(500, 8), keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -271,7 +273,10 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
         cut_at = time.time()
         net.isolate_group(["n1", "c1"])
         wait_for(lambda: len({r["key"] for r in read_records(starts) if r["node"] == "n2"}) == JOBS, 60,
-                 lambda: f"n2 to take over every job; starts: {read_records(starts)}", check=rig.check_nodes)
+                 lambda: f"n2 to take over every job; starts: {read_records(starts)}; n2's log ends:\n"
+                         f"{nodes['n2'].log()[-4000:]}", check=rig.check_nodes)
+        took = max(r["start"] for r in read_records(starts) if r["node"] == "n2") - cut_at
+        print(f"scenario 2: n2 started every job again {took:.1f} s after the cut")
         wait_for(lambda: _all_processed(client, keys), SECONDS + 60, "n2 to finish every job", check=rig.check_nodes,
                  not_yet=(StoreError,))
         started, ended = read_records(starts), read_records(log)

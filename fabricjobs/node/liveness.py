@@ -20,11 +20,16 @@ returned, and each is used where it is the cautious one:
 
 A caller about to take over a row reads the row first and the nodes after it, so the verdict
 is newer than the row it acts on.
+
+A read may cover some nodes only (their rows read one by one, when the whole-table read
+failed): a node's verdict is as of the last read that covered *it*, so a node that read did
+not ask about is judged on nothing newer than before.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..clock import Clock
@@ -49,15 +54,23 @@ class Liveness:
         # owner without a row -> (since when, as of a read's return; threshold). A row that
         # vanished keeps its node's own threshold; a name never seen gets the default.
         self._unknown: dict[str, tuple[float, float]] = {}
-        self._read_at = self._returned_at = clock.monotonic()
+        self._read_at = self._returned_at = clock.monotonic()  # the last whole-table read
+        self._asked: dict[str, tuple[float, float]] = {}  # name -> (sent, returned) of a read of its row alone
 
-    def observe(self, rows: list[NodeRow], read_at: float | None = None, returned_at: float | None = None) -> None:
+    def observe(self, rows: list[NodeRow], read_at: float | None = None, returned_at: float | None = None,
+                asked: Collection[str] | None = None) -> None:
         """Take in a read of ``nodes``; ``read_at`` and ``returned_at`` are the monotonic times
-        taken before it was sent and after it returned (both default to now)."""
+        taken before it was sent and after it returned (both default to now). ``asked``: the
+        read covered these names only (a name asked and missing from ``rows`` has no row)."""
         now = self.clock.monotonic()
         sent = now if read_at is None else read_at
         returned = now if returned_at is None else returned_at
-        self._read_at, self._returned_at = sent, returned
+        if asked is None:
+            self._read_at, self._returned_at = sent, returned
+            self._asked = {n: t for n, t in self._asked.items() if t[0] > sent}
+        else:
+            self._asked.update((name, (sent, returned)) for name in asked)
+        covered = (lambda name: True) if asked is None else asked.__contains__
         present = set()
         for row in rows:
             present.add(row.name)
@@ -69,9 +82,9 @@ class Liveness:
             else:
                 seen.threshold = threshold
         for name in list(self._seen):
-            if name not in present:  # deleted (forgotten): missing from this read's return on
+            if name not in present and covered(name):  # deleted (forgotten): missing from this read's return on
                 self._unknown.setdefault(name, (returned, self._seen.pop(name).threshold))
-        for name, (since, threshold) in list(self._unknown.items()):
+        for name, (since, threshold) in [(n, v) for n, v in self._unknown.items() if covered(n)]:
             # Back with a row; or long gone and forgotten (a node is forgotten only once it owns
             # no live row): stop listing it among the dead, which every full pass looks up rows for.
             if name in present or returned - since > 10 * threshold + 60:
@@ -82,11 +95,20 @@ class Liveness:
             return False
         seen = self._seen.get(name)
         if seen is None:
-            first, threshold = self._unknown.setdefault(name, (self._returned_at, self.default_threshold))
-            return self._read_at - first > threshold
+            first, threshold = self._unknown.setdefault(name, (self._read(name)[1], self.default_threshold))
+            return self._read(name)[0] - first > threshold
         if seen.stopped:
             return True
-        return self._read_at - seen.changed_at > seen.threshold
+        return self._read(name)[0] - seen.changed_at > seen.threshold
+
+    def _read(self, name: str) -> tuple[float, float]:
+        """(sent, returned) of the last read that covered ``name``."""
+        alone = self._asked.get(name)
+        return alone if alone is not None and alone[0] > self._read_at else (self._read_at, self._returned_at)
+
+    def watched(self) -> list[str]:
+        """The other nodes this one has a verdict to keep on: seen in a read, or owners without a row."""
+        return sorted(n for n in {*self._seen, *self._unknown} if n != self.me)
 
     def next_verdict(self) -> float | None:
         """The monotonic time after which a read could first find a watched node dead (its beat
@@ -94,8 +116,9 @@ class Liveness:
         rather than at its next periodic pass: a crash is noticed one read after the
         threshold, not up to a whole reconcile period later."""
         times = [s.changed_at + s.threshold for n, s in self._seen.items()
-                 if n != self.me and not s.stopped and self._read_at - s.changed_at <= s.threshold]
-        times += [first + threshold for first, threshold in self._unknown.values() if self._read_at - first <= threshold]
+                 if n != self.me and not s.stopped and self._read(n)[0] - s.changed_at <= s.threshold]
+        times += [first + threshold for n, (first, threshold) in self._unknown.items()
+                  if self._read(n)[0] - first <= threshold]
         return min(times) if times else None
 
     def is_alive(self, name: str | None) -> bool:
@@ -106,7 +129,7 @@ class Liveness:
 
     def ages(self) -> dict[str, float]:
         """Seconds since each peer's beat was last seen to change, as of the last read."""
-        return {n: max(0.0, self._read_at - s.changed_at) for n, s in self._seen.items() if n != self.me}
+        return {n: max(0.0, self._read(n)[0] - s.changed_at) for n, s in self._seen.items() if n != self.me}
 
     def alive(self) -> list[str]:
         return sorted(n for n in self._seen if not self.is_dead(n))

@@ -46,12 +46,14 @@ _ADOPT_BATCH = 1000
 _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
 _TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
+_WHOLE_READ_RETRY = 5.0  # seconds between tries of a whole-table read of the nodes that keeps failing
 
 
 class Reconciler(UsesParts):
     def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
         super().__init__(me, settings, parts)
         self.peers: list = []  # the nodes rows read by the last full pass
+        self._whole_read_failing: float | None = None  # since when the nodes table is read row by row (_observe)
         self._next_dependency_check = 0.0
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
         self.claims = Claims(me, settings, parts)
@@ -106,18 +108,47 @@ class Reconciler(UsesParts):
     def _observe(self) -> bool:
         """Read the nodes table; judge liveness as of just before that read, and count the beats
         it shows as of just after it (see liveness.py). False if the read failed or took longer
-        than two beats (at least 1 s): the whole-table read is a range read, which on Cassandra waits
-        out a replica that is down but not yet known to be (range reads get no speculative
-        retry), and the claims of this pass must not wait with it. A missed read judges nobody
-        dead: liveness counts a beat standing still only between reads that returned."""
+        than two beats (at least 1 s), and so did the fallback below: the claims of this pass
+        must not wait on it. A missed read judges nobody dead: liveness counts a beat standing
+        still only between reads that returned."""
+        timeout = min(self.s.dead_after, max(2 * self.s.heartbeat_interval, 1.0))
         read_at = self.clock.monotonic()
+        if self._whole_read_failing is not None and read_at < self._whole_read_failing + _WHOLE_READ_RETRY:
+            return self._observe_one_by_one(timeout, None)  # not another timeout per read meanwhile
         try:
-            peers = self.store.nodes(timeout=min(self.s.dead_after, max(2 * self.s.heartbeat_interval, 1.0)))
+            peers = self.store.nodes(timeout=timeout)
         except StoreError as exc:
-            log.warning("reading the nodes table failed (nobody is judged this pass): %s", exc)
-            return False
+            return self._observe_one_by_one(timeout, exc)
+        if self._whole_read_failing is not None:
+            log.warning("reading the nodes table works again")
+            self._whole_read_failing = None
         self.peers = peers
         self.liveness.observe(self.peers, read_at, self.clock.monotonic())
+        return True
+
+    def _observe_one_by_one(self, timeout: float, failure: StoreError | None) -> bool:
+        """The whole-table read failed (``failure``; None: it failed lately and is tried again
+        only every ``_WHOLE_READ_RETRY`` s): read the rows of the nodes already watched one at
+        a time, and judge those. On Cassandra the whole-table read is a range read, and a range
+        read waits out a replica that is down but not yet known to be (no speculative retry),
+        for as long as gossip takes to convict it: 10 s and more, during which no dead node
+        would be judged (tests/test_partitions.py, scenario 2). A read of one row does get a
+        speculative retry, from the coordinator and from the driver."""
+        names = self.liveness.watched()
+        read_at = self.clock.monotonic()
+        try:
+            rows = [row for row in (self.store.node(name, timeout=timeout) for name in names) if row is not None]
+        except StoreError as exc:
+            log.warning("reading the nodes table failed (nobody is judged this pass): %s; row by row: %s",
+                        failure or "lately", exc)
+            return False
+        if failure is not None:
+            if self._whole_read_failing is None:
+                log.warning("reading the nodes table failed (%s): judging the %d known nodes by their rows, read"
+                            " one at a time, until it works again", failure, len(names))
+            self._whole_read_failing = read_at
+        self.liveness.observe(rows, read_at, self.clock.monotonic(), asked=names)
+        self.peers = sorted([r for r in self.peers if r.name not in names] + rows, key=lambda r: r.name)
         return True
 
     def _still_dead(self, rows: list[Job]) -> list[Job]:
