@@ -398,6 +398,65 @@ def test_a_read_of_some_nodes_rows_judges_those_nodes_only():
     assert live.is_dead("newcomer")  # no row in the whole reads 2.3 s apart: longer than the default threshold
 
 
+def test_while_the_whole_read_fails_the_pass_judges_each_node_whose_row_it_read_in_time():
+    """The reconcile pass's fallback: the rows of the watched nodes, one at a time, within one
+    deadline (the whole read's timeout). A node whose row read failed or came too late is not
+    judged on it; the others are; and the whole read is not tried again for 5 s."""
+    import dataclasses
+    import json
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.config import load_config
+    from fabricjobs.errors import StoreError
+    from fabricjobs.node.liveness import Liveness
+    from fabricjobs.node.parts import ReconcileParts
+    from fabricjobs.node.reconcile import Reconciler
+    from fabricjobs.node.settings import NodeSettings
+    from fabricjobs.store.base import NodeRow
+
+    clock = ManualClock()
+    settings = dataclasses.replace(NodeSettings.from_config(load_config(None)), heartbeat_interval=0.2,
+                                   heartbeat_miss=5)  # dead after 1 s; the whole read's timeout: 1 s
+
+    def row(name: str) -> NodeRow:
+        return NodeRow(name=name, incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(), version="x",
+                       beat=1, state="running", info=json.dumps({"heartbeat_ms": 200, "miss": 5}))
+
+    class Store:  # on Cassandra: a range read waiting out a cut-off replica; single rows mostly answer
+        whole_reads = 0
+        asked: list = []
+
+        def nodes(self, timeout=None):
+            self.whole_reads += 1
+            raise StoreError("Cassandra: OperationTimedOut (the whole read)")
+
+        def node(self, name, timeout=None):
+            self.asked.append((name, timeout))
+            clock.advance({"a": 0.1, "b": 0.6, "c": 0.2, "d": 0.2}[name])
+            if name == "b":
+                raise StoreError("Cassandra: OperationTimedOut (b's row)")
+            return row(name)
+
+    store = Store()
+    live = Liveness("me", clock, default_threshold=1.0)
+    live.observe([row("a"), row("b"), row("c"), row("d"), row("e"), row("me")])  # the last whole read
+    parts = ReconcileParts(store=store, executor=None, scheduler=None, liveness=live, affinity=None, board=None,
+                           clock=clock, metrics=None, signals=None, doorbell=None)
+    reconciler = Reconciler("me", settings, parts)
+    clock.advance(1.5)  # nobody has beaten since
+    assert reconciler._observe()
+    assert [n for n, _ in store.asked] == ["a", "b", "c", "d"]  # e: out of time (1.1 s of the 1 s gone)
+    assert [t for _, t in store.asked] == pytest.approx([1.0, 0.9, 0.3, 0.1])  # each gets what is left
+    assert live.is_dead("a") and live.is_dead("c") and live.is_dead("d")  # read: beat unchanged for 1.5 s
+    assert not live.is_dead("b") and not live.is_dead("e")  # not read: judged on nothing newer than before
+    store.asked.clear()
+    clock.advance(1.0)
+    assert reconciler._observe() and store.whole_reads == 1  # within 5 s: straight to the rows
+    clock.advance(5.0)
+    reconciler._observe()
+    assert store.whole_reads == 2  # and once more after
+
+
 def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_path):
     """A fire is prepared ahead by as long as the node's recent fires took to reach a worker
     (1.5 x their 90th percentile), never less than FIRE_LEAD nor more than FIRE_LEAD_MAX, so

@@ -129,7 +129,8 @@ class Liveness:
 
     def ages(self) -> dict[str, float]:
         """Seconds since each peer's beat was last seen to change, as of the last read."""
-        return {n: max(0.0, self._read(n)[0] - s.changed_at) for n, s in self._seen.items() if n != self.me}
+        # A copy first: the metrics server's thread asks while the reconcile loop observes.
+        return {n: max(0.0, self._read(n)[0] - s.changed_at) for n, s in list(self._seen.items()) if n != self.me}
 
     def alive(self) -> list[str]:
         return sorted(n for n in self._seen if not self.is_dead(n))

@@ -133,22 +133,37 @@ class Reconciler(UsesParts):
         read waits out a replica that is down but not yet known to be (no speculative retry),
         for as long as gossip takes to convict it: 10 s and more, during which no dead node
         would be judged (tests/test_partitions.py, scenario 2). A read of one row does get a
-        speculative retry, from the coordinator and from the driver."""
+        speculative retry, from the coordinator and from the driver.
+
+        The reads share one deadline, ``timeout``; a node whose row was not read by then (or
+        whose read failed) is not judged on this one. A node that appeared since the last
+        whole read is not watched yet: it is judged, and rung, once a whole read works again."""
         names = self.liveness.watched()
         read_at = self.clock.monotonic()
-        try:
-            rows = [row for row in (self.store.node(name, timeout=timeout) for name in names) if row is not None]
-        except StoreError as exc:
-            log.warning("reading the nodes table failed (nobody is judged this pass): %s; row by row: %s",
-                        failure or "lately", exc)
-            return False
         if failure is not None:
             if self._whole_read_failing is None:
                 log.warning("reading the nodes table failed (%s): judging the %d known nodes by their rows, read"
                             " one at a time, until it works again", failure, len(names))
             self._whole_read_failing = read_at
-        self.liveness.observe(rows, read_at, self.clock.monotonic(), asked=names)
-        self.peers = sorted([r for r in self.peers if r.name not in names] + rows, key=lambda r: r.name)
+        rows, asked, error = [], [], None
+        for name in names:
+            left = read_at + timeout - self.clock.monotonic()
+            if left <= 0:
+                break
+            try:
+                row = self.store.node(name, timeout=left)
+            except StoreError as exc:
+                error = exc
+                continue
+            asked.append(name)
+            if row is not None:
+                rows.append(row)
+        if names and not asked:
+            log.warning("reading the nodes table failed (nobody is judged this pass): %s; row by row: %s",
+                        failure or "lately", error or "out of time")
+            return False
+        self.liveness.observe(rows, read_at, self.clock.monotonic(), asked=asked)
+        self.peers = sorted([r for r in self.peers if r.name not in asked] + rows, key=lambda r: r.name)
         return True
 
     def _still_dead(self, rows: list[Job]) -> list[Job]:
