@@ -87,8 +87,10 @@ Checker (a failure prints the seed and the offending records, and exits 1)
      into that run, as SPEC 4 says missed fires do. Any other unserved due time is explained
      by a fault whose window [start - 1 s, ready + dead threshold + 2 s] contains it, of a
      node that held the job then: one that ran it in the 10 s before or first after, or that
-     a node log names as the dead owner the job was taken over from. How late runs started
-     (start - due) is printed as p50 / p99 / max.
+     a node log names as the dead owner the job was taken over from; before the job's first
+     run, whose holder nothing names (the node that adopted the new row, or in whose claim
+     lane it fell), any node. How late runs started (start - due) is printed as p50 / p99 /
+     max.
   6. no write of a fenced run was accepted: a job's row never keeps an epoch older than that
      of a run that started (every claim raises it, and an outcome is written only under its
      run's epoch); one-time jobs PROCESSED under their newest claim's epoch by its node. The
@@ -1230,7 +1232,10 @@ class Checker:
         self.refused_writes = refused_writes  # node log lines: an outcome not written, its run fenced
         self.stalls = stalls  # (start, end) of store stalls during a SIGSTOP: a fault of every node
         self.pre_stop = pre_stop  # (recurring rows before STOPJOB, uids live_jobs() listed then, when)
-        self.self_fences = self_fences  # lease lapses no SIGSTOP of the node explains: (time, node, during a store fault)
+        # every lease lapse a node logged: (time, node, "fault" if a fault of that node explains it,
+        # "store" if one of the store does, "" if none). Any lapse of a run's node between the run
+        # and its re-run explains the re-run, whatever caused the lapse.
+        self.self_fences = self_fences
         self.lapse_lag = lapse_lag  # a lapse may be logged up to this long after the lease ran out
         self.listed = listed  # uids the store's live_jobs() lists at the end
         self.plans = {p.uid: p for p in plans}
@@ -1252,7 +1257,11 @@ class Checker:
     def _holders(self, uid: str, lst: list[RunRec], i: int, due: float) -> set[str]:
         """The nodes that held a recurring job around ``due``: those that ran it in the
         HELD_BEFORE s before and the first run after, and dead owners a node log says it was
-        taken over from."""
+        taken over from. Before the job's first run nothing names its holder (the node that
+        adopted the new row, or whose claim lane its row fell in, leaves no run behind): any
+        node may have held it then."""
+        if i == 0:
+            return {f.node for f in self.faults if not f.of_store} | {r.node for r in lst}
         relevant = set()
         j = i - 1
         while j >= 0 and lst[j].start >= due - HELD_BEFORE:
@@ -1319,7 +1328,7 @@ class Checker:
                  f"{unbounded} runs unbounded" if unbounded else "")
 
         # 4. re-runs of one-time jobs follow a fault of the previous run's node
-        bad, reruns, by_fence, by_store_fence, by_stall = [], 0, 0, 0, 0
+        bad, reruns, by_fence, by_store_fence, by_fault_fence, by_stall = [], 0, 0, 0, 0, 0
         for uid in sorted(once):
             lst = self.by_uid.get(uid, [])
             for prev, cur in zip(lst, lst[1:]):
@@ -1328,10 +1337,12 @@ class Checker:
                       if f.start <= cur.start and (f.ready or f.end or math.inf) >= prev.start]
                 # a lease lapse of the previous run's node between its start and the re-run's
                 # start (the lapse, not its log line, must come before the re-run)
-                fence = [s for t, n, s in self.self_fences
+                fence = [k for t, n, k in self.self_fences
                          if n == prev.node and prev.start - 1.0 <= t and t - self.lapse_lag <= cur.start]
                 if not ok and fence:
-                    if any(fence):
+                    if "fault" in fence:  # (logged up to lapse_lag after an earlier fault of the node)
+                        by_fault_fence += 1
+                    elif "store" in fence:
                         by_store_fence += 1
                     else:
                         by_fence += 1
@@ -1346,7 +1357,8 @@ class Checker:
                     bad.append(f"{uid}: re-run without a fault of {prev.node}:\n      {prev.show()}\n      {cur.show()}"
                                f"\n      faults nearby: {', '.join(near) or 'none'}; the row's last error: "
                                f"{row.error_msg if row is not None else None!r}")
-        notes = ([f"{by_store_fence} after a self-fence during a Cassandra fault"] if by_store_fence else []) + \
+        notes = ([f"{by_fault_fence} after a self-fence a fault of the node explains"] if by_fault_fence else []) + \
+            ([f"{by_store_fence} after a self-fence during a Cassandra fault"] if by_store_fence else []) + \
             ([f"{by_fence} after a self-fence with no fault injected"] if by_fence else []) + \
             ([f"{by_stall} after a store stall"] if by_stall else [])
         self.add("4. every re-run of a one-time job follows a fault of its node", reruns, bad, "; ".join(notes))
@@ -1706,7 +1718,8 @@ def main() -> int:
         checker = Checker(plans=plans, accepted=submitter.accepted, final_rows=final_rows, by_uid=by_uid,
                           faults=cluster.faults, takeovers=takeovers, t_stop_recurring=t_stop_recurring,
                           creation=creation, listed=listed, lapse_lag=backend.lapse_lag,
-                          self_fences=sorted([(t, n, True) for t, n in by_store] + [(t, n, False) for t, n in unprovoked]),
+                          self_fences=sorted([(t, n, "fault") for t, n in provoked] + [(t, n, "store") for t, n in by_store]
+                                             + [(t, n, "") for t, n in unprovoked]),
                           pre_stop=(pre_stop, pre_listed, t_stop_recurring), stalls=stalls,
                           refused_writes=sum(1 for _ in _log_matches(cluster.node_logs(), FENCED_WRITE)))
         ok = checker.run()
