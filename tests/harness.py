@@ -16,6 +16,7 @@ from datetime import datetime
 import signal
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -83,6 +84,20 @@ class Cluster(Rig):
         node = self.spawn(name, config=config, args=args + (extra_args or []), env=extra_env)
         if wait:
             self.wait_started(node)
+        return node
+
+    def start_helper_node(self, name: str, helper: str) -> NodeProcess:
+        """Node ``name`` run by ``tests/helpers/HELPER`` (``fabricjobs node`` with one fault
+        injected) rather than ``python -m fabricjobs``; watched, and killed at the end, like the
+        others. Returns once it has started."""
+        self._seq += 1
+        log_path = self.tmp / f"node-{name}-{self._seq}.log"
+        with open(log_path, "wb") as f:
+            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / helper), "--config", str(self.config_path),
+                                     "node", "--name", name],
+                                    stdout=f, stderr=subprocess.STDOUT, cwd=self.tmp, start_new_session=True)
+        node = self.adopt(NodeProcess(name, proc, log_path))
+        self.wait_started(node)
         return node
 
     def pause(self, node: NodeProcess, *, group: bool = False, timeout: float = 10.0) -> float:

@@ -21,7 +21,7 @@ import pytest
 
 from fabricjobs.config import load_config
 from fabricjobs.model import Status
-from harness import (LOG_TIME, TESTS, Cluster, NodeProcess, RunWatch, assert_no_overlap, fence_times, fill_up,
+from harness import (LOG_TIME, Cluster, NodeProcess, RunWatch, assert_no_overlap, fence_times, fill_up,
                      merge_runs, process_alive, read_records, unexplained_reruns, wait_for)
 
 pytestmark = pytest.mark.slow
@@ -37,16 +37,10 @@ def cluster(tmp_path, request):
 @pytest.mark.liveness
 def test_a_node_paused_between_claim_and_dispatch_never_starts_the_stale_run(cluster, tmp_path):
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
-    log_path = tmp_path / "node-a.log"
-    with open(log_path, "wb") as f:
-        proc = subprocess.Popen(
-            [sys.executable, str(TESTS / "helpers" / "pausing_node.py"), "--config", str(cluster.config_path),
-             "node", "--name", "a"], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-    a = cluster.adopt(NodeProcess("a", proc, log_path))  # killed with the others at the end
-    cluster.wait_started(a)
+    a = cluster.start_helper_node("a", "pausing_node.py")
     args = json.dumps({"log": str(log), "seconds": 2.0, "starts": str(starts)})
     cluster.fetch(f"startjob user_job name='Probe.record' uid='j' args='{args}';")
-    wait_for(lambda: open(f"/proc/{proc.pid}/stat").read().split(")")[1].split()[0] == "T", 10,
+    wait_for(lambda: open(f"/proc/{a.pid}/stat").read().split(")")[1].split()[0] == "T", 10,
              "node a to stop itself right after its claim")
     cluster.start_node("b")
     wait_for(lambda: [r["node"] for r in read_records(starts)] == ["b"], 10, "b to take the job over")

@@ -511,18 +511,12 @@ def test_an_outcome_whose_commit_fails_once_is_written_later_and_the_job_runs_on
     """The tmpfs test above without root: the node (tests/helpers/failing_commit_node.py) fails
     the first COMMIT that holds a final outcome, as the full disk did, and rolls it back: the
     outcome counts as written only once a write of it committed."""
-    from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+    from harness import Cluster, read_records, wait_for
 
     cluster = Cluster(tmp_path)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
-    node_log = tmp_path / "node-a.log"
     try:
-        with open(node_log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "failing_commit_node.py"), "--config",
-                                     str(cluster.config_path), "node", "--name", "a"],
-                                    stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-        node = cluster.adopt(NodeProcess("a", proc, node_log))  # killed with the others at the end
-        cluster.wait_started(node)
+        node = cluster.start_helper_node("a", "failing_commit_node.py")
         args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 0.5})
         cluster.fetch(f"startjob user_job name='Probe.record' uid='once' args='{args}';")
         wait_for(lambda: "injected: COMMIT failed" in node.log(), 20, "the outcome's COMMIT to fail")
@@ -539,7 +533,7 @@ def test_a_node_whose_whole_read_of_the_nodes_keeps_failing_still_takes_a_dead_n
     whole, as on Cassandra while a replica is cut off and not yet known to be down (a range
     read waits it out). It reads the rows of the nodes it knows one at a time instead, so a
     SIGKILLed node is still judged dead and its job runs again on the observer."""
-    from harness import TESTS, Cluster, NodeProcess, read_records, wait_for
+    from harness import Cluster, read_records, wait_for
 
     cluster = Cluster(tmp_path)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
@@ -548,13 +542,7 @@ def test_a_node_whose_whole_read_of_the_nodes_keeps_failing_still_takes_a_dead_n
         args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 30})
         cluster.fetch(f"startjob user_job name='Probe.record' uid='orphan' args='{args}';")
         wait_for(lambda: [r["node"] for r in read_records(starts)] == ["a"], 20, "a to start the job")
-        node_log = tmp_path / "node-b.log"
-        with open(node_log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "range_read_failing_node.py"), "--config",
-                                     str(cluster.config_path), "node", "--name", "b"],
-                                    stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
-        b = cluster.adopt(NodeProcess("b", proc, node_log))
-        cluster.wait_started(b)
+        b = cluster.start_helper_node("b", "range_read_failing_node.py")
         wait_for(lambda: "judging the 1 known nodes by their rows" in b.log(), 20, "b to read the nodes row by row")
         a.signal_group(signal.SIGKILL)
         wait_for(lambda: [r["node"] for r in read_records(starts)] == ["a", "b"], 30,
