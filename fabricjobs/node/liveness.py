@@ -94,12 +94,13 @@ class Liveness:
         if name is None or name == self.me:
             return False
         seen = self._seen.get(name)
+        sent, returned = self._read(name)
         if seen is None:
-            first, threshold = self._unknown.setdefault(name, (self._read(name)[1], self.default_threshold))
-            return self._read(name)[0] - first > threshold
+            first, threshold = self._unknown.setdefault(name, (returned, self.default_threshold))
+            return sent - first > threshold
         if seen.stopped:
             return True
-        return self._read(name)[0] - seen.changed_at > seen.threshold
+        return sent - seen.changed_at > seen.threshold
 
     def _read(self, name: str) -> tuple[float, float]:
         """(sent, returned) of the last read that covered ``name``."""
