@@ -359,7 +359,10 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
 
     from fabricjobs.store.cassandra.schema import SCHEMA_V1 as SCHEMA
 
-    cluster = Cluster([server.host], port=server.port, protocol_version=4)
+    # The store's own timeouts (the driver's 2 s control connection timeout is too short for a
+    # test server sharing a loaded machine: a fresh run saw it time out reading the schema tables).
+    cluster = Cluster([server.host], port=server.port, protocol_version=4, connect_timeout=10,
+                      control_connection_timeout=10)
     s = cluster.connect()
     s.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}")
     s.set_keyspace(keyspace)
@@ -395,7 +398,10 @@ def test_the_printed_schema_cql_makes_a_store_that_works_without_create_schema(s
 
     from fabricjobs.store.cassandra import schema_cql
 
-    cluster = Cluster([server.host], port=server.port, protocol_version=4)
+    # The store's own timeouts (the driver's 2 s control connection timeout is too short for a
+    # test server sharing a loaded machine: a fresh run saw it time out reading the schema tables).
+    cluster = Cluster([server.host], port=server.port, protocol_version=4, connect_timeout=10,
+                      control_connection_timeout=10)
     session = cluster.connect()
     for statement in schema_cql(keyspace, "SimpleStrategy:1").split("\n"):
         session.execute(statement.rstrip(";"))
