@@ -32,16 +32,15 @@ def echo(value=None):
 
 
 def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "", talk: float = 0.0,
-           taken_over_seconds: float | None = None):
+           seconds_on: dict[str, float] | None = None):
     """Runs ``seconds`` while watching is_aborted(); appends one record when it ends, marked
     aborted if it ended early or its node can no longer vouch for it (so tests can check that
     runs of one key never overlap). With ``starts``, also appends a record when it starts.
-    With ``talk``, logs a line every ``talk`` seconds (its live log). A run under a later epoch
-    than the first (another node took the job over) runs ``taken_over_seconds`` if given: a
-    test can make the first runs outlast any fault while the takeovers end soon."""
+    With ``talk``, logs a line every ``talk`` seconds (its live log). ``seconds_on`` maps node
+    names to how long runs take there instead: a test can make one node's runs outlast any
+    fault while the runs of the node that takes them over end soon."""
     job = current_job()
-    if taken_over_seconds is not None and job.epoch > 1:
-        seconds = taken_over_seconds
+    seconds = (seconds_on or {}).get(job.node, seconds)
     start = said = time.time()
     if starts:
         _append(starts, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=start, pid=os.getpid()))
