@@ -86,13 +86,12 @@ FAST_START_FLAGS = [
     "-Dcassandra.memtable_row_overhead_computation_step=100",
 ]
 
-# For a cluster that lives for one test run (./scripts/test passes it, and the partition tests'
-# cluster): JIT-compile with C1 only. C2's compiles cost each node 45-70 s of CPU in its first
-# minutes, on a machine whose two cores the tests need; measured on 2026-11-27 (2 cores), a
-# three-node cluster then used 8 s of CPU a node to start instead of 16, made a keyspace of the
-# fabricjobs schema in 16 s instead of 20-31, and the store contract and node tests of the real
-# tier ran in 118 s instead of 137 with the JVM using 102 s of CPU instead of 176. Not for
-# benchmarks: C2's code is the faster one once it is compiled.
+# For a short-lived cluster that spends its life on start-up and schema changes (the partition
+# tests' three nodes): JIT-compile with C1 only. C2's compiles cost each node 45-70 s of CPU in
+# its first minutes; measured on 2026-11-27 (2 cores), a three-node cluster then used 8 s of
+# CPU a node to start instead of 16 and made a keyspace of the fabricjobs schema in 16 s
+# instead of 20-31. Not for a node under steady load: the real tier's single node with it made
+# that tier's last phase 453 s instead of 313-340 (C1's code is the slower one).
 TEST_RUN_JIT_FLAG = "-XX:TieredStopAtLevel=1"
 
 # Opt-in only (CassandraCluster(unsafe_system=True)): no blocking flush of the schema and system
