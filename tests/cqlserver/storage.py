@@ -40,7 +40,7 @@ class Table:
     clustering: list
     options: dict = field(default_factory=dict)
     id: uuid.UUID = field(default_factory=uuid.uuid4)
-    provider: Optional[Callable] = None  # system tables: () -> list of row dicts
+    provider: Optional[Callable] = None  # system tables: (keyspace names or None) -> row dicts
     data: dict = field(default_factory=dict)  # partition key tuple -> Partition
 
     @property

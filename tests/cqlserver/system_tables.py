@@ -109,13 +109,16 @@ def _m(d: dict) -> tuple:
 def build_system_keyspaces(engine) -> dict:
     """engine provides: keyspaces (dict), host, port, cluster_name, release_version, host_id,
     schema_version, tokens."""
+    # A provider is given the keyspaces a read names (None: all); system_schema's tables are
+    # partitioned by keyspace_name, and a read of one keyspace's rows must not cost all of them.
     providers = {
-        ("system", "local"): lambda: [_local_row(engine)],
-        ("system_schema", "keyspaces"): lambda: [
+        ("system", "local"): lambda names=None: [_local_row(engine)],
+        ("system_schema", "keyspaces"): lambda names=None: [
             {"keyspace_name": ks.name, "durable_writes": ks.durable_writes, "replication": _m(ks.replication)}
-            for ks in engine.keyspaces.values()],
-        ("system_schema", "tables"): lambda: [_table_row(t) for t in _all_tables(engine)],
-        ("system_schema", "columns"): lambda: [r for t in _all_tables(engine) for r in _column_rows(t)],
+            for ks in _keyspaces(engine, names)],
+        ("system_schema", "tables"): lambda names=None: [_table_row(t) for t in _all_tables(engine, names)],
+        ("system_schema", "columns"): lambda names=None: [r for t in _all_tables(engine, names)
+                                                          for r in _column_rows(t)],
     }
     out = {}
     for ks_name, tables in _DEFS.items():
@@ -123,14 +126,20 @@ def build_system_keyspaces(engine) -> dict:
         ks = Keyspace(ks_name, repl, True, system=True)
         for tname, (spec, pk, ck) in tables.items():
             t = make_table(ks_name, tname, _parse_columns(spec), pk, ck)
-            t.provider = providers.get((ks_name, tname), list)
+            t.provider = providers.get((ks_name, tname), lambda names=None: [])
             ks.tables[tname] = t
         out[ks_name] = ks
     return out
 
 
-def _all_tables(engine):
-    for ks in engine.keyspaces.values():
+def _keyspaces(engine, names=None):
+    if names is None:
+        return list(engine.keyspaces.values())
+    return [engine.keyspaces[n] for n in names if n in engine.keyspaces]
+
+
+def _all_tables(engine, names=None):
+    for ks in _keyspaces(engine, names):
         if ks.name != "system_virtual_schema":
             yield from ks.tables.values()
 
