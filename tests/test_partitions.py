@@ -21,7 +21,7 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from realcassandra import TEST_RUN_JIT_FLAG, CassandraCluster, available
+from realcassandra import C1_ONLY_JIT_FLAG, CassandraCluster, available
 
 from fabricjobs.client import Client
 from fabricjobs.errors import StoreError
@@ -109,7 +109,7 @@ def three(tmp_path_factory):
         # changes; the JVMs' C2 compiles competing with them), and the nodes' 0.25 s beats then
         # timed out often enough for n2 to self-fence again and again. No test here restarts a
         # Cassandra node, which is when unsafe_system would lose schema.
-        cassandra = CassandraCluster(tmp / "cassandra", 3, heap="512m", jvm_options=[TEST_RUN_JIT_FLAG],
+        cassandra = CassandraCluster(tmp / "cassandra", 3, heap="512m", jvm_options=[C1_ONLY_JIT_FLAG],
                                      unsafe_system=True, namespaces=[(h.namespace, h.address) for h in dbs])
         cassandra.start()
         try:

@@ -1064,9 +1064,9 @@ class Engine:
 
     # reads
     def _materialize(self, t: Table, keys: list | None = None) -> Table:
-        """A system table's rows, made now; only the partitions ``keys`` names when given (every
-        keyspace's schema rows cost a read of one keyspace's O(all keyspaces) otherwise, which
-        made a test run that creates hundreds of keyspaces on one server quadratic)."""
+        """A system table's rows, made now; with ``keys``, only those partitions. Otherwise a read
+        of one keyspace's schema rows made every keyspace's, and a test run that creates
+        hundreds of keyspaces on one server grew quadratic."""
         copy = dataclasses.replace(t, data={})
         wanted = set(keys) if keys is not None else None
         by_keyspace = wanted is not None and [c.name for c in t.partition_key] == ["keyspace_name"]

@@ -14,11 +14,11 @@ is the Maven artifact org.apache.cassandra:cassandra-all, fetched once into a ca
 command line for the same thing.
 """
 
-from ._config import CLUSTER_NAME, DATACENTER, TEST_RUN_JIT_FLAG
+from ._config import CLUSTER_NAME, DATACENTER, C1_ONLY_JIT_FLAG
 from ._toolchain import DEFAULT_VERSION, CassandraError, available, cache_root, resolve
 from .cluster import STATE_FILE, CassandraCluster
 
 __all__ = [
-    "CLUSTER_NAME", "DATACENTER", "DEFAULT_VERSION", "STATE_FILE", "TEST_RUN_JIT_FLAG",
+    "CLUSTER_NAME", "DATACENTER", "DEFAULT_VERSION", "STATE_FILE", "C1_ONLY_JIT_FLAG",
     "CassandraCluster", "CassandraError", "available", "cache_root", "resolve",
 ]

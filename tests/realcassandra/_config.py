@@ -92,7 +92,7 @@ FAST_START_FLAGS = [
 # CPU a node to start instead of 16 and made a keyspace of the fabricjobs schema in 16 s
 # instead of 20-31. Not for a node under steady load: the real tier's single node with it made
 # that tier's last phase 453 s instead of 313-340 (C1's code is the slower one).
-TEST_RUN_JIT_FLAG = "-XX:TieredStopAtLevel=1"
+C1_ONLY_JIT_FLAG = "-XX:TieredStopAtLevel=1"
 
 # Opt-in only (CassandraCluster(unsafe_system=True)): no blocking flush of the schema and system
 # tables after each change, so DDL is faster (~0.1 s a statement here). Not the default because

@@ -37,6 +37,16 @@ def open_store(server, keyspace, **kw):
                           request_timeout=kw.pop("request_timeout", 5.0), **kw)
 
 
+def driver_cluster(server):
+    """A bare driver Cluster on the test server, for tests that run CQL of their own. With the
+    store's 10 s timeouts: the driver's 2 s control connection timeout is too short for a test
+    server sharing a loaded machine (a fresh run saw it time out reading the schema tables)."""
+    from cassandra.cluster import Cluster
+
+    return Cluster([server.host], port=server.port, protocol_version=4, connect_timeout=10,
+                   control_connection_timeout=10)
+
+
 @pytest.fixture
 def keyspace():
     return "fj_" + uuid.uuid4().hex[:12]
@@ -355,14 +365,9 @@ def test_schema_is_created_on_first_use_and_versioned(server, keyspace):
 
 
 def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
-    from cassandra.cluster import Cluster
-
     from fabricjobs.store.cassandra.schema import SCHEMA_V1 as SCHEMA
 
-    # The store's own timeouts (the driver's 2 s control connection timeout is too short for a
-    # test server sharing a loaded machine: a fresh run saw it time out reading the schema tables).
-    cluster = Cluster([server.host], port=server.port, protocol_version=4, connect_timeout=10,
-                      control_connection_timeout=10)
+    cluster = driver_cluster(server)
     s = cluster.connect()
     s.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}")
     s.set_keyspace(keyspace)
@@ -394,14 +399,9 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
 
 
 def test_the_printed_schema_cql_makes_a_store_that_works_without_create_schema(server, keyspace):
-    from cassandra.cluster import Cluster
-
     from fabricjobs.store.cassandra import schema_cql
 
-    # The store's own timeouts (the driver's 2 s control connection timeout is too short for a
-    # test server sharing a loaded machine: a fresh run saw it time out reading the schema tables).
-    cluster = Cluster([server.host], port=server.port, protocol_version=4, connect_timeout=10,
-                      control_connection_timeout=10)
+    cluster = driver_cluster(server)
     session = cluster.connect()
     for statement in schema_cql(keyspace, "SimpleStrategy:1").split("\n"):
         session.execute(statement.rstrip(";"))
