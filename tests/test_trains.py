@@ -148,6 +148,22 @@ def test_a_job_is_new_until_a_few_quick_runs_are_seen_and_not_after_a_long_one()
     assert not jobs.is_new(quick) and not jobs.is_short(quick)
 
 
+def test_a_run_taken_over_from_a_lost_node_makes_a_new_job_known_but_not_a_short_one_long():
+    """A takeover's runs go to workers of their own at once (no probe train and its 0.2 s
+    patience: stop 30 saw a 20-run takeover 0.2 s late so); one lost run does not outweigh a
+    short job's record."""
+    jobs = ShortJobs()
+    new = row("n", "Taken.over")
+    assert jobs.is_new(new)
+    jobs.lost(new)
+    assert not jobs.is_new(new) and not jobs.is_short(new)
+    quick = row("q")
+    for _ in range(5):
+        jobs.observe(quick, SHORT_RUN / 5)
+    jobs.lost(quick)
+    assert jobs.is_short(quick)
+
+
 def test_a_slot_passes_to_a_train_mate_waiting_without_one_then_back_to_the_pool():
     table = RunTable()
     holder, rider = run("h", task=1), run("p", passenger=True, task=2)

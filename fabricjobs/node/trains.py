@@ -59,6 +59,14 @@ class ShortJobs:
         short runs."""
         self.learn((row.type, row.name), [SHORT_RUN * 10] * _SHORT_WINDOW)
 
+    def lost(self, row: Job) -> None:
+        """A run of this job was lost with its node and is taken over here: it was still going
+        when that node was last heard of, so it counts as one run that was not short (whatever
+        the clocks say). A job this node has not seen is then no longer new: its taken-over
+        runs go to workers of their own at once, not in probe trains, where a train-mate would
+        hold them up for the train's patience."""
+        self.learn((row.key.type, row.key.name), [SHORT_RUN])
+
     def learn(self, key: tuple[str, str], elapsed: list[float]) -> None:
         last = self.durations.get(key)
         if last is None:
