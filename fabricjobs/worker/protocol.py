@@ -14,7 +14,7 @@ side worker/pool.py, node/collector.py and node/executor.py. Everything here is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 from ..model import Job, JobKey
@@ -64,6 +64,9 @@ class RunSpec:
     task_index: int | None = None  # a task of a parallel job (PARALLELISM=n): its index, 0..n-1
     task_count: int = 0  # and n (0: not a task)
 
+    def __reduce__(self):  # by value: the node's loop pickles one per run it sends (a third of the default's cost)
+        return RunSpec, tuple(getattr(self, name) for name in _RUNSPEC_FIELDS)
+
 
 NOT_BEGUN = "ended before it started"  # a run stopped while it waited (a train, a prepared fire)
 
@@ -80,3 +83,21 @@ class Outcome:
 
     def with_log(self, log: str) -> "Outcome":
         return Outcome(self.kind, self.output, self.error, self.mode, self.exit_code, log, self.elapsed)
+
+    def __reduce__(self):
+        # One per run, unpickled by the node's collector thread, which shares the GIL with its
+        # loop: by value, with the enums as their strings (pickle rebuilds an enum by calling
+        # its class), it loads in 2 us instead of 11.
+        return _outcome, (self.kind.value, self.output, self.error, self.mode.value, self.exit_code, self.log,
+                          self.elapsed)
+
+
+_KINDS = {kind.value: kind for kind in OutcomeKind}
+_MODES = {mode.value: mode for mode in FailMode}
+_RUNSPEC_FIELDS = tuple(f.name for f in fields(RunSpec))
+
+
+def _outcome(kind: str, output: str | None, error: str, mode: str, exit_code: int | None, log: str,
+             elapsed: float) -> Outcome:
+    """An Outcome from its pickled form (Outcome.__reduce__)."""
+    return Outcome(_KINDS[kind], output, error, _MODES[mode], exit_code, log, elapsed)
