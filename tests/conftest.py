@@ -22,22 +22,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 from backends import BACKENDS, NODE_BACKENDS, make_backend_config  # noqa: E402
 
 
-# Modules whose tests start no node process: the store, the grammar, the CQL test server and the
-# service, all in the test's own process (marker "in_process"). Pure CPU, no lease to lapse:
-# ./scripts/test runs them beside the real tier, whose JVM leaves a third of the machine idle.
-IN_PROCESS = ("commands/", "cqlserver/", "store/", "test_service.py", "web/test_service_for_web.py",
-              "test_model.py", "test_schedule.py", "test_calendar.py", "test_config.py", "test_completer.py")
-
-
 def pytest_collection_modifyitems(items):
     """Mark every test that runs on Apache Cassandra itself ("real_cassandra"), so that
-    ./scripts/test can give that tier a phase of its own, and the tests of IN_PROCESS."""
+    ./scripts/test can give that tier a phase of its own."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "cassandra-real" in params.values():
             item.add_marker(pytest.mark.real_cassandra)
-        if Path(item.path).relative_to(TESTS).as_posix().startswith(IN_PROCESS):
-            item.add_marker(pytest.mark.in_process)
 
 
 @pytest.fixture(scope="module")
