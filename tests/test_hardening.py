@@ -571,6 +571,7 @@ def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_docu
         done = lambda j: j.archived  # noqa: E731
 
         env = cluster.wait_job("PROCESS", "env.sh", "env", done, 20)
+        assert env.status is Status.PROCESSED, env.error_msg  # (a failed run has no output to read)
         seen = dict(line.split("=", 1) for line in json.loads(env.output).splitlines() if "=" in line)
         assert seen["KEEP_ME"] == "kept" and seen["FABRICJOBS_JOB_UID"] == "env" and "PATH" in seen
         assert "NODE_SECRET" not in seen and "FABRICJOBS_CASSANDRA_PASSWORD" not in seen

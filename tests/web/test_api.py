@@ -129,7 +129,11 @@ def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     assert updated.json()["notes"].startswith("UPDATEJOB by token 'operator-1'")
     assert api.get(job).json()["priority"] == 7
     restarted = api.post(job + "/restart")
-    assert restarted.json()["status"] in ("RESTART", "WAITING") and "RESTARTJOB by token" in restarted.json()["notes"]
+    # RESTART as the command wrote it, or, when the store had to settle an unknown outcome (a
+    # timeout on a loaded CQL test server) by reading the row back, what the node had made of
+    # it meanwhile: WAITING, or already the new run (the new task is checked below).
+    assert restarted.json()["status"] in ("RESTART", "WAITING", "IN_PROCESS"), restarted.text
+    assert "RESTARTJOB by token" in restarted.json()["notes"], restarted.text
 
     task = wait_for(lambda: [t for t in tasks(api) if t["task"] not in seen], 20, "the restarted run's task")
     killed = api.post(f"/nodes/w1/tasks/{task[0]['task']}/kill")
