@@ -171,12 +171,16 @@ class Executor:
 
     # -- starting runs -------------------------------------------------------------------------------
 
-    def start(self, row: Job, pool: str, exceptional: bool, generation: int, passenger: bool = False) -> Run:
+    def start(self, row: Job, pool: str, exceptional: bool, generation: int, passenger: bool = False,
+              taken_over: bool = False) -> Run:
         """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)
         under lease ``generation``. Inside :meth:`holding_starts` the run counts against its
         pool at once but reaches a worker with the rest of its batch of claims. A ``passenger``
         (a known-short run claimed beyond the free slots) must be started in the same held
-        batch as slot-holding short runs of its pool: it rides on one of their trains."""
+        batch as slot-holding short runs of its pool: it rides on one of their trains. A run
+        ``taken_over`` from a lost node is never probed (ShortJobs.lost)."""
+        if taken_over:
+            self.short_jobs.lost(row)
         run = Run(
             task=self.table.next_task(),
             row=row,

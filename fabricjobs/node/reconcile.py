@@ -280,8 +280,7 @@ class Reconciler(UsesParts):
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
             if res.row.status is Status.IN_PROCESS:
-                self.executor.short_jobs.lost(row)
-                self.executor.start(res.row, pool[0].name, pool[1], generation)
+                self.executor.start(res.row, pool[0].name, pool[1], generation, taken_over=True)
             else:
                 log.info("job %s status was updated to %s.", row.key, res.row.status.value)
 

@@ -64,7 +64,7 @@ class RunSpec:
     task_index: int | None = None  # a task of a parallel job (PARALLELISM=n): its index, 0..n-1
     task_count: int = 0  # and n (0: not a task)
 
-    def __reduce__(self):  # by value: the node's loop pickles one per run it sends (a third of the default's cost)
+    def __reduce__(self):  # by value: the node's loop pickles one per run it sends (3.5 us a run, not 4.6)
         return RunSpec, tuple(getattr(self, name) for name in _RUNSPEC_FIELDS)
 
 
@@ -87,7 +87,7 @@ class Outcome:
     def __reduce__(self):
         # One per run, unpickled by the node's collector thread, which shares the GIL with its
         # loop: by value, with the enums as their strings (pickle rebuilds an enum by calling
-        # its class), it loads in 2 us instead of 11.
+        # its class), a (DONE, task, Outcome) message loads in about 3.5 us instead of 11.
         return _outcome, (self.kind.value, self.output, self.error, self.mode.value, self.exit_code, self.log,
                           self.elapsed)
 
