@@ -257,6 +257,49 @@ def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
     store.close()
 
 
+def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(tmp_path):
+    """On Cassandra each fire of a batch is its own LWT: a claim pass during the write saw
+    eleven PRIORITY 0 fires and not the PRIORITY 9 one due the same second, and started them
+    first. While a batch is written, claims wait (``writing``); its end wakes the loop, also
+    when no row of it became ready; a write that takes longer than FIRE_WRITE_WAIT stops
+    holding them."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_WRITE_WAIT, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    during: list[bool] = []
+    woken: list[int] = []
+
+    class Writing:  # a claim pass asking at the instant the batch is written
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def cas_many(self, pairs, runs=None):
+            during.append(scheduler.writing())
+            clock.advance(FIRE_WRITE_WAIT + 0.1)
+            during.append(scheduler.writing())  # a write this long no longer holds claims
+            return store.cas_many(pairs, runs)
+
+    scheduler = Scheduler(Writing(), clock, "n1", on_ready=lambda: woken.append(1))
+    assert not scheduler.writing()
+    due = clock.now() + timedelta(milliseconds=30)
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "a"), Status.SCHEDULED, clock.now(),
+              execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)
+    store.insert(row)
+    stale = store.get(row.key)
+    store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node: nothing becomes ready
+    scheduler._fire([stale])
+    assert during == [True, False]
+    assert woken == [1]  # the pass that waited is woken
+    assert not scheduler.writing()
+    store.close()
+
+
 def test_a_pass_starts_each_batch_of_claims_at_once(tmp_path):
     """A pass commits each claim by itself: what one of its steps claimed (a due fire) starts
     then, not after the pass's slower steps (chaos on Cassandra saw fires start 0.6 s late

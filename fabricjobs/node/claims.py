@@ -57,7 +57,7 @@ class Claims(UsesParts):
         for _ in range(4):
             free = self.s.pool_size - self.executor.slots_used()
             generation = self.claimable()
-            if free <= 0 or generation is None:
+            if free <= 0 or generation is None or self.scheduler.writing():
                 return
             began = time.perf_counter()
             chosen = None if full else self._choose_in_lane(free, now)

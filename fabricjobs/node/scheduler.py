@@ -40,6 +40,7 @@ log = logging.getLogger("fabricjobs.node.scheduler")
 
 FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared, at least (see above)
 FIRE_LEAD_MAX = 1.0  # ... and at most
+FIRE_WRITE_WAIT = 0.5  # seconds claims wait at most for a batch of fires being written (writing)
 _LEARN_FROM = 8  # fires measured before the lead moves from its minimum
 _RATE_WINDOW = 2.0  # seconds of fires the firing rate is measured over
 
@@ -84,6 +85,8 @@ class Scheduler:
         self._retry_at = 0.0  # after a store error: fire nothing before this (monotonic)
         self._thread: threading.Thread | None = None
         self.paused = False  # while fenced: fire nothing
+        self._writing_since: float | None = None  # monotonic: a batch of fires is being written
+        self._claims_waited = False  # a claim pass waited for that batch (see writing)
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -115,6 +118,25 @@ class Scheduler:
         """This scheduler marked ``row`` ready ahead of its due time (its claim waits for it)."""
         entry = self._prepared.get(row.key)
         return entry is not None and entry[0] == row.next_run
+
+    def writing(self) -> bool:
+        """A batch of fires is being written WAITING, and a claim pass should wait for it: on
+        Cassandra each row is its own LWT, so a pass now would see part of the batch and take
+        its rows out of priority order (a PRIORITY 9 fire started after the others due that
+        second, seen on Apache Cassandra) and without their train-mates. The batch's end wakes
+        the loop. At most FIRE_WRITE_WAIT: a long write of a big batch does not stop claims."""
+        with self._cond:
+            since = self._writing_since
+            if since is None or self.clock.monotonic() - since > FIRE_WRITE_WAIT:
+                return False
+            self._claims_waited = True
+            return True
+
+    def _written(self) -> bool:
+        """The batch is written: whether a claim pass waited for it (then the loop is woken)."""
+        with self._cond:
+            waited, self._claims_waited, self._writing_since = self._claims_waited, False, None
+            return waited
 
     def dispatched(self, key: JobKey, due: datetime | None) -> None:
         """A run of ``key`` for ``due`` reached a worker. If this scheduler prepared that fire,
@@ -240,6 +262,8 @@ class Scheduler:
         # is written (the other rows of a batch are still being written), and a claim that does
         # not know the fire was prepared ahead starts it at once, before its due time.
         self._prepared.update(ahead)
+        with self._cond:
+            self._writing_since = taken
         try:
             results = self.store.cas_many(pairs)
         except Exception:
@@ -247,14 +271,17 @@ class Scheduler:
                 self._prepared.pop(key, None)
             log.exception("could not mark %d due jobs ready; retrying in 1 s", len(rows))
             self._retry_later(rows)
+            if self._written():
+                self.on_ready()
             return
+        waited = self._written()
         if skipped:
             try:
                 self.store.add_runs(skipped)
             except Exception:
                 log.exception("could not record %d skipped fires", len(skipped))
             self._start_handlers(rows, results)
-        if self._settle(rows, results):
+        if self._settle(rows, results) or waited:
             self.on_ready()
 
     def _transitions(self, rows: list[Job], now: datetime) -> tuple[list[tuple[Job, Job]], list[RunRecord]]:
