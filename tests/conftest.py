@@ -22,6 +22,23 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.g
 from backends import BACKENDS, NODE_BACKENDS, make_backend_config  # noqa: E402
 
 
+def pytest_configure(config):
+    """An xdist worker started at a low CPU priority (./scripts/test runs most tests at nice 15,
+    beside the tests that assert latency bounds) moves to a session of its own at that priority.
+    With the kernel's autogroup scheduling the CPU is shared between sessions first: in the
+    session of ./scripts/test the four workers (the in-process CQL test server, hypothesis: 41 %
+    of phase 1's CPU) weighed as much, together, as a "timing" test's node, whatever their nice
+    value. Their own processes that start no session of their own go with them."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.getpriority(os.PRIO_PROCESS, 0) > 0:
+        from fabricjobs.testing.rig import same_cpu_priority
+
+        try:
+            os.setsid()
+        except OSError:  # already a session or group leader: it stays where it is
+            return
+        same_cpu_priority(os.getpid())
+
+
 def pytest_collection_modifyitems(items):
     """Mark every test that runs on Apache Cassandra itself ("real_cassandra"), so that
     ./scripts/test can give that tier a phase of its own."""

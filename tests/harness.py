@@ -24,7 +24,7 @@ from typing import Callable
 
 from backends import make_backend_config
 from fabricjobs.testing.rig import (  # noqa: F401  (re-exported: the tests import them from here)
-    NodeProcess, Rig, free_port, process_alive, process_state, scrape_metrics, wait_for,
+    NodeProcess, Rig, free_port, process_alive, process_state, same_cpu_priority, scrape_metrics, wait_for,
 )
 
 TESTS = Path(__file__).resolve().parent
@@ -96,6 +96,7 @@ class Cluster(Rig):
             proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / helper), "--config", str(self.config_path),
                                      "node", "--name", name],
                                     stdout=f, stderr=subprocess.STDOUT, cwd=self.tmp, start_new_session=True)
+        same_cpu_priority(proc.pid)
         node = self.adopt(NodeProcess(name, proc, log_path))
         self.wait_started(node)
         return node

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fabricjobs.model import JobKey, Status
-from harness import ROOT, Cluster, read_records, wait_for
+from harness import ROOT, Cluster, read_records, same_cpu_priority, wait_for
 
 LEARN_RUNS = 24  # quick runs that make the node take Probe.record for a short job (trains)
 
@@ -483,6 +483,7 @@ def test_sigterm_stops_cleanly_and_an_interrupted_run_waits_again_without_a_try(
 def _run_script(where: Path, *args: str, input: str) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([str(where / "scripts" / "run"), *args], cwd=where, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    same_cpu_priority(proc.pid)  # the script and the nodes it starts
     try:
         out, err = proc.communicate(input, timeout=90)
     except subprocess.TimeoutExpired:
