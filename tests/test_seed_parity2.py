@@ -37,13 +37,15 @@ def _start_recurring(cluster, tmp_path, uid, seconds):
 
 def test_finishjob_lets_the_run_complete_and_fires_no_more(cluster, tmp_path):
     """SMILA: finish lets the active work complete, then the job run ends SUCCEEDED (here
-    PROCESSED); every second it would otherwise fire again right after its 3 s run."""
-    log, starts = _start_recurring(cluster, tmp_path, "fin", 3)
-    r = cluster.shell("-e", "finishjob user_job name='Probe.record' uid='fin';")
+    PROCESSED); every second it would otherwise fire again right after its 6 s run."""
+    log, starts = _start_recurring(cluster, tmp_path, "fin", 6)
+    # One shell for both statements: the JOBSTATUS must see the run still going, and on a
+    # loaded machine two shells' start-ups took longer than a 3 s run (the job was PROCESSED,
+    # and so archived, by the time the second one asked).
+    r = cluster.shell("-e", "finishjob user_job name='Probe.record' uid='fin'; jobstatus user_job 'Probe.record';")
     assert r.returncode == 0, r.stderr
     assert row("USER_JOB", "Probe.record", "fin", "IN_PROCESS", "finishing: this run completes, then no more fires").search(r.stdout)
-    status = cluster.shell("-e", "jobstatus user_job 'Probe.record';")
-    assert "None: finishing (FINISHJOB)" in status.stdout, status.stdout
+    assert "None: finishing (FINISHJOB)" in r.stdout, r.stdout
 
     r = cluster.shell("-e", "waitjob user_job 'Probe.record' with uid='fin' timeout 20;")
     assert r.returncode == 0 and row("USER_JOB", "Probe.record", "fin", "PROCESSED").search(r.stdout), r.stdout + r.stderr
