@@ -16,7 +16,6 @@ from datetime import datetime
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -92,12 +91,8 @@ class Cluster(Rig):
         others. Returns once it has started."""
         self._seq += 1
         log_path = self.tmp / f"node-{name}-{self._seq}.log"
-        with open(log_path, "wb") as f:
-            proc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / helper), "--config", str(self.config_path),
-                                     "node", "--name", name],
-                                    stdout=f, stderr=subprocess.STDOUT, cwd=self.tmp, start_new_session=True)
-        same_cpu_priority(proc.pid)
-        node = self.adopt(NodeProcess(name, proc, log_path))
+        node = self.adopt(NodeProcess.spawn(name, self.config_path, log_path, cwd=self.tmp,
+                                            main=[str(TESTS / "helpers" / helper)]))
         self.wait_started(node)
         return node
 

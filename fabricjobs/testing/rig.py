@@ -206,10 +206,11 @@ class NodeProcess:
     @classmethod
     def spawn(cls, name: str, config: Path, log_path: Path, *, cwd: Path, args: Iterable[str] = (),
               env: Mapping[str, str] | None = None, log_level: str | None = None,
-              prefix: Sequence[str] = ()) -> "NodeProcess":
+              prefix: Sequence[str] = (), main: Sequence[str] = ("-m", "fabricjobs")) -> "NodeProcess":
         """Start ``fabricjobs --config CONFIG node --name NAME ARGS...``, output to ``log_path``;
-        ``prefix``: what runs it, e.g. a test host's ``ip netns exec NS`` (netns.Host.command)."""
-        command = [*prefix, sys.executable, "-m", "fabricjobs", "--config", str(config), "node", "--name", name]
+        ``prefix``: what runs it, e.g. a test host's ``ip netns exec NS`` (netns.Host.command);
+        ``main``: what Python runs instead of ``-m fabricjobs`` (a script with a fault injected)."""
+        command = [*prefix, sys.executable, *main, "--config", str(config), "node", "--name", name]
         if log_level is not None:
             command += ["--log-level", log_level]
         command += list(args)
