@@ -259,7 +259,7 @@ def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
 
 def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(tmp_path):
     """On Cassandra each fire of a batch is its own LWT: a claim pass during the write saw
-    eleven PRIORITY 0 fires and not the PRIORITY 9 one due the same second, and started them
+    eleven PRIORITY 4 fires and not the PRIORITY 9 one due the same second, and started them
     first. While a batch is written, claims wait (``writing``); its end wakes the loop, also
     when no row of it became ready; a write that takes longer than FIRE_WRITE_WAIT stops
     holding them."""
@@ -298,6 +298,56 @@ def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(t
     assert woken == [1]  # the pass that waited is woken
     assert not scheduler.writing()
     store.close()
+
+
+def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):
+    """The third cause of the burst failure on Apache Cassandra: a claim pass began before the
+    batch (``writing`` said no), its read of the PRIORITY 9 bucket came before the batch's LWT
+    and its read of the default bucket after, so it started the PRIORITY 4 fires first. A pass
+    during whose reads a batch began reads again: the PRIORITY 9 fire is claimed first."""
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.config import load_config
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.node import Node
+    from fabricjobs.store.sqlite import SqliteStore
+    from fabricjobs.testing.rig import write_config
+
+    config = write_config(tmp_path / "c.ini", {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "j.db")},
+                                               "jobs": {"K2JOBS_POOL_SIZE": 1}})
+    store = SqliteStore(tmp_path / "j.db")
+    clock = ManualClock()
+    node = Node(load_config(config), name="a", clock=clock, store=store)
+    try:
+        now = clock.now()
+        store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "b"), Status.WAITING, now, next_run=now, worker_id="a"))
+        urgent = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "urgent"), Status.SCHEDULED, now,
+                                  next_run=now, worker_id="a", epoch=1, priority=9, execution_interval="00:01:00")).row
+        reads: list[int] = []
+
+        class FireDuringRead:  # the batch's LWT lands right after the pass's read by priority
+            def __getattr__(self, name):
+                return getattr(store, name)
+
+            def waiting_by_priority(self, *args, **kwargs):
+                top = store.waiting_by_priority(*args, **kwargs)
+                reads.append(len(top))
+                if len(reads) == 1:
+                    node.scheduler._fire([urgent])
+                return top
+
+        claims = node.reconciler.claims
+        claims.store = FireDuringRead()
+        node.board.set_lease(clock.monotonic() + 60, clock.monotonic())
+        node.executor._launch = lambda *runs: None
+        claims.claim(clock.now())
+        assert store.get(urgent.key).status is Status.IN_PROCESS  # the one free slot: PRIORITY 9
+        assert reads[0] == 1 and len(reads) > 1  # read again, after the batch
+        assert store.get(JobKey("USER_JOB", "Customer.userJob1", "b")).status is Status.WAITING
+    finally:
+        node.board.close(unlink=True)
+        store.close()
 
 
 def test_a_pass_starts_each_batch_of_claims_at_once(tmp_path):

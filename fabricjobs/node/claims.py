@@ -60,9 +60,12 @@ class Claims(UsesParts):
             if free <= 0 or generation is None or self.scheduler.writing():
                 return
             began = time.perf_counter()
+            batches = self.scheduler.batches_begun()
             chosen = None if full else self._choose_in_lane(free, now)
             if chosen is None:
                 chosen = self._choose_paged(free, now)
+            if self.scheduler.batches_begun() != batches:
+                continue  # a batch of fires began during the reads: read it whole (writing waits for it)
             if not chosen:
                 return
             pairs = []
