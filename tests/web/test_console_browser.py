@@ -52,8 +52,8 @@ def shoot(driver, name: str) -> None:
 def test_an_operator_sees_a_shell_job_opens_it_stops_it_and_sees_nodes_and_plots(site, browser, tmp_path):
     url = site.web.url
     log_in(browser, url, site.tokens["operator"])  # (1)
-    assert until(lambda: browser.find_elements("id", "empty"), "the empty state of a new cluster")
-    assert "No jobs on this cluster yet" in browser.find_element("id", "empty").text
+    assert "No jobs on this cluster yet" in until(lambda: browser.find_element("id", "empty").text,
+                                                  "the empty state of a new cluster")
 
     # Some company for the job: a recurring one (fire lag), one that fails, one blocked by it.
     shell(site, "startjob user_job name='Probe.noop' uid='tick' exec_interval='00:00:01';"
@@ -85,15 +85,16 @@ def test_an_operator_sees_a_shell_job_opens_it_stops_it_and_sees_nodes_and_plots
     assert site.cluster.fetch("jobstatus user_job 'Probe.record' with uid='from-the-shell';").rows[0][3] == "TERMINATED"
 
     browser.get(url + "/#/nodes")  # (6)
-    node = until(lambda: browser.find_elements("css selector", ".node[data-node='w1']"), "node w1's card")[0]
-    assert "alive" in node.text and "ANY:" in node.text and "Last beat" in node.text
+    # The page redraws every 0.3 s: a card's text is read in the same step that finds it.
+    card = until(lambda: browser.find_element("css selector", ".node[data-node='w1']").text, "node w1's card")
+    assert "alive" in card and "ANY:" in card and "Last beat" in card
     until(lambda: "Probe.noop" in browser.find_element("css selector", ".node[data-node='w1']").text
           or "No task running" in browser.find_element("css selector", ".node[data-node='w1']").text, "the tasks")
     shoot(browser, "console-nodes.png")
     browser.get(url + "/#/plots")
-    bars = until(lambda: [p for p in browser.find_elements("css selector", ".plot[data-kind='bars']")
-                          if int(p.get_attribute("data-marks") or 0) > 0], "runs per minute drawn from real runs")
-    assert bars[0].find_elements("css selector", "svg rect.mark")
+    until(lambda: [p for p in browser.find_elements("css selector", ".plot[data-kind='bars']")
+                   if int(p.get_attribute("data-marks") or 0) > 0 and p.find_elements("css selector", "svg rect.mark")],
+          "runs per minute drawn from real runs")
     until(lambda: int(browser.find_elements("css selector", ".plot[data-kind='lines']")[1].get_attribute("data-marks")) > 0,
           "the recurring job's fire lag")
     shoot(browser, "console-plots.png")
