@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -300,16 +301,12 @@ def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(t
     store.close()
 
 
-def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):
-    """The third cause of the burst failure on Apache Cassandra: a claim pass began before the
-    batch (``writing`` said no), its read of the PRIORITY 9 bucket came before the batch's LWT
-    and its read of the default bucket after, so it started the PRIORITY 4 fires first. A pass
-    during whose reads a batch began reads again: the PRIORITY 9 fire is claimed first."""
-    from datetime import timedelta
-
+@contextlib.contextmanager
+def one_slot_node(tmp_path):
+    """An in-process node "a" with one slot on SQLite, its lease held, launching nothing: its
+    claim step (node.reconciler.claims) runs in the test's thread. Yields (node, store, clock)."""
     from fabricjobs.clock import ManualClock
     from fabricjobs.config import load_config
-    from fabricjobs.model import Job, JobKey, Status
     from fabricjobs.node.node import Node
     from fabricjobs.store.sqlite import SqliteStore
     from fabricjobs.testing.rig import write_config
@@ -320,33 +317,129 @@ def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(t
     clock = ManualClock()
     node = Node(load_config(config), name="a", clock=clock, store=store)
     try:
+        node.board.set_lease(clock.monotonic() + 60, clock.monotonic())
+        node.executor._launch = lambda *runs: None
+        yield node, store, clock
+    finally:
+        node.board.close(unlink=True)
+        store.close()
+
+
+class StoreWith:
+    """``store`` with some of its methods replaced (keyword arguments: name=function)."""
+
+    def __init__(self, store, **methods) -> None:
+        self._store, self.__dict__["_methods"] = store, methods
+
+    def __getattr__(self, name):
+        return self._methods.get(name) or getattr(self._store, name)
+
+
+def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):
+    """The third cause of the burst failure on Apache Cassandra: a claim pass began before the
+    batch (``writing`` said no), its read of the PRIORITY 9 bucket came before the batch's LWT
+    and its read of the default bucket after, so it started the PRIORITY 4 fires first. A pass
+    during whose reads a batch began reads again: the PRIORITY 9 fire is claimed first."""
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
         now = clock.now()
         store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "b"), Status.WAITING, now, next_run=now, worker_id="a"))
         urgent = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "urgent"), Status.SCHEDULED, now,
                                   next_run=now, worker_id="a", epoch=1, priority=9, execution_interval="00:01:00")).row
         reads: list[int] = []
 
-        class FireDuringRead:  # the batch's LWT lands right after the pass's read by priority
-            def __getattr__(self, name):
-                return getattr(store, name)
-
-            def waiting_by_priority(self, *args, **kwargs):
-                top = store.waiting_by_priority(*args, **kwargs)
-                reads.append(len(top))
-                if len(reads) == 1:
-                    node.scheduler._fire([urgent])
-                return top
+        def waiting_by_priority(*args, **kwargs):  # the batch's LWT lands right after this read
+            top = store.waiting_by_priority(*args, **kwargs)
+            reads.append(len(top))
+            if len(reads) == 1:
+                node.scheduler._fire([urgent])
+            return top
 
         claims = node.reconciler.claims
-        claims.store = FireDuringRead()
-        node.board.set_lease(clock.monotonic() + 60, clock.monotonic())
-        node.executor._launch = lambda *runs: None
+        claims.store = StoreWith(store, waiting_by_priority=waiting_by_priority)
         claims.claim(clock.now())
         assert store.get(urgent.key).status is Status.IN_PROCESS  # the one free slot: PRIORITY 9
         assert reads[0] == 1 and len(reads) > 1  # read again, after the batch
         assert store.get(JobKey("USER_JOB", "Customer.userJob1", "b")).status is Status.WAITING
+
+
+def test_a_claim_pass_reads_again_only_once_under_a_steady_stream_of_fires(tmp_path):
+    """On Cassandra a node with many recurring jobs writes batch after batch of fires: a pass
+    that read again whenever a batch began during its reads would never claim. It waits for
+    that batch and reads again once, then claims what it read."""
+    from datetime import timedelta
+
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        now = clock.now()
+        first = JobKey("USER_JOB", "Customer.userJob1", "first")
+        store.insert(Job(first, Status.WAITING, now - timedelta(seconds=1), next_run=now - timedelta(seconds=1)))
+        reads: list[int] = []
+
+        def waiting(*args, **kwargs):  # each read of the queue overlaps a new batch of fires
+            page = store.waiting(*args, **kwargs)
+            reads.append(len(page))
+            row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", f"tick{len(reads)}"), Status.SCHEDULED,
+                                   now, next_run=now, worker_id="a", epoch=1, execution_interval="00:00:01")).row
+            node.scheduler._fire([row])
+            return page
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, waiting=waiting)
+        claims.claim(clock.now())
+        assert store.get(first).status is Status.IN_PROCESS  # claimed, not starved by the fires
+        assert len(reads) == 2  # read once more, not once per batch
+
+
+def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait(tmp_path):
+    """A pass that read while a batch began waits for that batch: until its write returns, and
+    never longer than FIRE_WRITE_WAIT after it began (a slow store must not stop claims)."""
+    import threading
+    from datetime import timedelta
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_WRITE_WAIT, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    release, entered = threading.Event(), threading.Event()
+
+    class SlowWrite:
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def cas_many(self, pairs, runs=None):
+            entered.set()
+            release.wait(30)
+            return store.cas_many(pairs, runs)
+
+    clock = ManualClock()
+    scheduler = Scheduler(SlowWrite(), clock, "n1", on_ready=lambda: None)
+    try:
+        for uid in ("written", "slow"):
+            release.clear()
+            entered.clear()
+            row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                                   execution_interval="00:00:01", next_run=clock.now() + timedelta(seconds=1),
+                                   worker_id="n1", epoch=1)).row
+            firing = threading.Thread(target=scheduler._fire, args=([row],))
+            firing.start()
+            assert entered.wait(10)
+            if uid == "written":
+                threading.Timer(0.1, release.set).start()  # the write returns; no time passes for the bound
+                scheduler.wait_written()
+                assert release.is_set() and not scheduler.writing()
+            else:
+                threading.Timer(0.1, clock.advance, args=(FIRE_WRITE_WAIT + 0.1,)).start()  # the write goes on
+                scheduler.wait_written()
+                assert not release.is_set()  # returned on the bound, the batch still being written
+                release.set()
+            firing.join(10)
     finally:
-        node.board.close(unlink=True)
+        release.set()
         store.close()
 
 

@@ -54,18 +54,23 @@ class Claims(UsesParts):
     def claim(self, now: datetime, full: bool = True) -> None:
         """Claim rows for the free slots. A claim pass (``full`` False: woken by ended runs)
         reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane."""
+        reread = False
         for _ in range(4):
             free = self.s.pool_size - self.executor.slots_used()
             generation = self.claimable()
-            if free <= 0 or generation is None or self.scheduler.writing():
+            if free <= 0 or generation is None or (not reread and self.scheduler.writing()):
                 return
             began = time.perf_counter()
             batches = self.scheduler.batches_begun()
             chosen = None if full else self._choose_in_lane(free, now)
             if chosen is None:
                 chosen = self._choose_paged(free, now)
-            if self.scheduler.batches_begun() != batches:
-                continue  # a batch of fires began during the reads: read it whole (writing waits for it)
+            if not reread and self.scheduler.batches_begun() != batches:
+                # A batch of fires began during the reads: they may hold part of it. Once per
+                # call: wait for it to be written, then read it whole (Scheduler.batches_begun).
+                self.scheduler.wait_written()
+                reread = True
+                continue
             if not chosen:
                 return
             pairs = []
