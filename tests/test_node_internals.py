@@ -395,7 +395,9 @@ def test_a_claim_pass_reads_again_only_once_under_a_steady_stream_of_fires(tmp_p
 
 def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait(tmp_path):
     """A pass that read while a batch began waits for that batch: until its write returns, and
-    never longer than FIRE_WRITE_WAIT after it began (a slow store must not stop claims)."""
+    never longer than FIRE_WRITE_WAIT after it began (a slow store must not stop claims). So
+    does a pass that finds a batch being written right after one held it (``writing``): under
+    a steady stream of fires claims are held once, then wait, and go on."""
     import threading
     from datetime import timedelta
 
@@ -429,8 +431,9 @@ def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait
             firing.start()
             assert entered.wait(10)
             if uid == "written":
+                assert scheduler.writing()  # a pass is held for the batch (its end wakes the loop) ...
                 threading.Timer(0.1, release.set).start()  # the write returns; no time passes for the bound
-                scheduler.wait_written()
+                assert not scheduler.writing()  # ... but the next pass is not: it waits for the batch
                 assert release.is_set() and not scheduler.writing()
             else:
                 threading.Timer(0.1, clock.advance, args=(FIRE_WRITE_WAIT + 0.1,)).start()  # the write goes on

@@ -88,6 +88,7 @@ class Scheduler:
         self._writing_since: float | None = None  # monotonic: a batch of fires is being written
         self._claims_waited = False  # a claim pass waited for that batch (see writing)
         self._batches = 0  # batches of fires begun (see batches_begun)
+        self._claims_held = False  # writing() held the last claim pass (see writing)
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -125,13 +126,22 @@ class Scheduler:
         Cassandra each row is its own LWT, so a pass now would see part of the batch and take
         its rows out of priority order (a PRIORITY 9 fire started after the others due that
         second, seen on Apache Cassandra) and without their train-mates. The batch's end wakes
-        the loop. At most FIRE_WRITE_WAIT: a long write of a big batch does not stop claims."""
+        the loop. At most FIRE_WRITE_WAIT: a long write of a big batch does not stop claims.
+
+        Never twice in a row: a node with many recurring jobs on Cassandra writes batch after
+        batch, and a pass woken by one batch's end found the next one begun. A pass held for
+        the batch before waits for this one instead (``wait_written``) and goes on (False)."""
         with self._cond:
             since = self._writing_since
             if since is None or self.clock.monotonic() - since > FIRE_WRITE_WAIT:
+                self._claims_held = False
                 return False
-            self._claims_waited = True
-            return True
+            if not self._claims_held:
+                self._claims_held = self._claims_waited = True
+                return True
+            self._claims_held = False
+        self.wait_written()
+        return False
 
     def batches_begun(self) -> int:
         """How many batches of fires this scheduler has begun to write. A claim pass compares it
