@@ -758,11 +758,12 @@ def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
                  "fabricjobs": [], "huey": []}
     procs: list = []
     tmp = Path(tempfile.mkdtemp(prefix="fabricjobs-bench-preload-"))
+    with_huey = backend.name == "sqlite" and not args.no_huey and ensure_huey(args.install_huey)
     try:
         for round_no in range(1, args.rounds + 1):
             rdir = tmp / f"round{round_no}"  # huey's queue files: fresh each round
             rdir.mkdir()
-            if backend.name == "sqlite" and not args.no_huey and ensure_huey(args.install_huey):
+            if with_huey:
                 for results in (False, True):
                     progress(f"throughput --preload, round {round_no}: huey, results "
                              f"{'stored' if results else 'not stored (default)'} ...")

@@ -409,17 +409,13 @@ def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait
     store = SqliteStore(tmp_path / "jobs.db")
     release, entered = threading.Event(), threading.Event()
 
-    class SlowWrite:
-        def __getattr__(self, name):
-            return getattr(store, name)
-
-        def cas_many(self, pairs, runs=None):
-            entered.set()
-            release.wait(30)
-            return store.cas_many(pairs, runs)
+    def slow_cas_many(pairs, runs=None):
+        entered.set()
+        release.wait(30)
+        return store.cas_many(pairs, runs)
 
     clock = ManualClock()
-    scheduler = Scheduler(SlowWrite(), clock, "n1", on_ready=lambda: None)
+    scheduler = Scheduler(StoreWith(store, cas_many=slow_cas_many), clock, "n1", on_ready=lambda: None)
     try:
         for uid in ("written", "slow"):
             release.clear()
