@@ -14,7 +14,6 @@ import selectors
 import socket
 import threading
 import time
-from multiprocessing.connection import Connection
 from typing import Callable
 
 from ..errors import FabricJobsError
@@ -70,7 +69,7 @@ class Collector:
             self._thread.join(timeout=10)
 
     def wake(self) -> None:
-        """Look at the workers' pipes again now (one was just given work)."""
+        """Look at the workers' pipes again now (a worker it does not watch yet was just given work)."""
         try:
             self._wake_w.send(b"x")
         except (BlockingIOError, OSError):
@@ -102,6 +101,7 @@ class Collector:
             if conn not in watched:
                 try:
                     self._selector.register(conn, selectors.EVENT_READ, conns[conn])
+                    conns[conn].watched = True
                 except (OSError, ValueError):  # closed meanwhile by the loop: gone from the pool next time
                     pass
         return self._selector
@@ -111,11 +111,10 @@ class Collector:
             if key.fileobj is self._wake_r:
                 self._drain_wake()
                 continue
-            pipe: Connection = key.fileobj  # type: ignore[assignment]  # only the wake socket and worker pipes are registered
             worker: Worker = key.data
             try:
-                while pipe.poll():
-                    self.on_message(worker, pipe.recv())
+                for message in worker.reader.read():
+                    self.on_message(worker, message)
             except (EOFError, OSError):
                 self.on_worker_death(worker)
             except Exception:  # a garbled message from one worker: drop that worker only

@@ -267,7 +267,8 @@ class Executor:
                 if self.metrics is not None and run.facts.due is not None:
                     self.metrics.fire_lag(max((now - run.facts.due).total_seconds(), 0.0))
                 self.on_dispatch(run.key, run.facts.due)
-            self.collector.wake()
+            if not worker.watched:  # a new worker: the collector must watch its pipe from now on
+                self.collector.wake()
             return
 
     def _spec(self, run: Run, worker: Worker, now: datetime) -> RunSpec:

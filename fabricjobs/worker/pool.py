@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 
 from .reaper import kill_orphans, kill_tree, parent_of
 from .board import Board
-from .protocol import RunSpec
+from .protocol import MessageReader, RunSpec, encode
 
 log = logging.getLogger("fabricjobs.node.workers")
 
@@ -42,6 +42,11 @@ class Worker:
     killed_for: int | None = None  # the run the node killed this worker to end
     idle_since: float = field(default_factory=time.monotonic)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
+    reader: MessageReader = field(init=False)  # what it says, read by the collector thread only
+    watched: bool = False  # the collector waits on its pipe (set by the collector, once)
+
+    def __post_init__(self) -> None:
+        self.reader = MessageReader(self.conn.fileno())
 
     @property
     def pid(self) -> int | None:
@@ -118,8 +123,9 @@ class WorkerPool:
         worker.train = list(worker.tasks)
         worker.child_pid = None
         self.board.clear_abort(worker.slot)
+        data = encode(specs[0] if len(specs) == 1 else specs)
         with worker.send_lock:
-            worker.conn.send(specs[0] if len(specs) == 1 else specs)
+            worker.conn.send_bytes(data)
 
     def release(self, worker: Worker, task: int) -> None:
         """Run ``task`` of this worker was reported; the worker is idle once all of its are."""

@@ -48,7 +48,7 @@ from .board import Board
 from .spool import spool_path
 from .node_link import NodeLink
 from .reaper import kill_descendants
-from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec
+from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec, encode
 from .runner import run_job
 
 _WATCH_PERIOD = 0.02
@@ -117,8 +117,9 @@ class WorkerProcess:
         self._send_lock = threading.Lock()
 
     def send(self, msg) -> None:
+        data = encode(msg)
         with self._send_lock:
-            self.conn.send(msg)
+            self.conn.send_bytes(data)
 
     def report(self, task: int, outcome: Outcome) -> bool:
         """Tell the node how run ``task`` ended; False if the node can no longer be told."""
