@@ -331,14 +331,3 @@ def wait_until(wall: float, aborted) -> bool:
         if left <= 0 or time.monotonic() >= cap:
             return True
         time.sleep(min(left, 0.005))
-
-
-def _inherit() -> None:
-    """The fork server imports this module once; what every worker would otherwise load on
-    its first run (the entry-point table) is loaded there and inherited by each fork."""
-    from ..jobs.registry import _entry_points
-
-    _entry_points()
-
-
-_inherit()
