@@ -238,9 +238,9 @@ def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
         def __getattr__(self, name):
             return getattr(store, name)
 
-        def cas_many(self, pairs, runs=None):
+        def cas_many(self, pairs, runs=None, **kw):
             known_at_write.extend(scheduler.prepared(new) for _, new in pairs)
-            return store.cas_many(pairs, runs)
+            return store.cas_many(pairs, runs, **kw)
 
     scheduler = Scheduler(LoopsView(), clock, "n1", on_ready=lambda: None)
     due = clock.now() + timedelta(milliseconds=30)  # within the fire lead
@@ -281,11 +281,11 @@ def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(t
         def __getattr__(self, name):
             return getattr(store, name)
 
-        def cas_many(self, pairs, runs=None):
+        def cas_many(self, pairs, runs=None, **kw):
             during.append(scheduler.writing())
             clock.advance(FIRE_WRITE_WAIT + 0.1)
             during.append(scheduler.writing())  # a write this long no longer holds claims
-            return store.cas_many(pairs, runs)
+            return store.cas_many(pairs, runs, **kw)
 
     scheduler = Scheduler(Writing(), clock, "n1", on_ready=lambda: woken.append(1))
     assert not scheduler.writing()

@@ -166,7 +166,8 @@ class OutcomeWriter:
             pairs.append((row, decision))
             order.append((run, outcome))
             records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
-        results: list = self.store.cas_each(pairs, records, self._write_failed)
+        # Whole rows: a run's row as its claim returned it, or read again below.
+        results: list = self.store.cas_each(pairs, records, self._write_failed, whole=True)
         if self.failing_since is not None and any(res is not None for res in results):
             log.warning("the store takes outcomes again after %.1f s of failed writes",
                         self.clock.monotonic() - self.failing_since)

@@ -240,9 +240,16 @@ class JobStore(ABC):
 
     @abstractmethod
     def cas_many(
-        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None
+        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *, whole: bool = False,
     ) -> list[CasResult]:
         """Several independent CAS writes; one result per pair, in order.
+
+        ``whole``: each expected row is a row as a read of the job returned it, not a claim
+        candidate of :meth:`waiting` (whose arguments and output are left out): then an
+        applied write's row is ``new`` at the next revision, which the store returns without
+        reading or decoding it back (the revision in the condition proves nothing else
+        changed). The node's outcome writes are such (profiled: decoding the rows returned
+        was a seventh of one node's loop).
 
         Each is decided on its own (one failing does not undo the others). Backends make this
         cheaper than a loop: SQLite commits them in one transaction, Cassandra sends the LWTs
@@ -255,7 +262,7 @@ class JobStore(ABC):
 
     def cas_each(
         self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
-        on_error: Callable[[Job], None] = lambda expected: None,
+        on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False,
     ) -> list[CasResult | None]:
         """``cas_many``, falling back to one pair at a time when the batch raises, so that one
         bad write does not hide the results of the others (on Cassandra they have applied,
@@ -265,7 +272,7 @@ class JobStore(ABC):
             return []
         records = list(runs) if runs is not None else [None] * len(pairs)
         try:
-            return list(self.cas_many(pairs, records))
+            return list(self.cas_many(pairs, records, whole=whole))
         except Exception:
             if len(pairs) == 1:
                 on_error(pairs[0][0])
@@ -273,7 +280,7 @@ class JobStore(ABC):
         out: list[CasResult | None] = []
         for pair, record in zip(pairs, records):
             try:
-                out.append(self.cas_many([pair], [record])[0])
+                out.append(self.cas_many([pair], [record], whole=whole)[0])
             except Exception:
                 on_error(pair[0])
                 out.append(None)

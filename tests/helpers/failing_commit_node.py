@@ -13,10 +13,10 @@ if __name__ == "__main__":
     state = {"outcome_in_transaction": False, "failed": False}
     original_cas_many, original_end = store.SqliteStore.cas_many, connection.Connections._end
 
-    def cas_many(self, pairs, runs=None):
+    def cas_many(self, pairs, runs=None, **kw):
         if any(new.archived for _old, new in pairs):
             state["outcome_in_transaction"] = True
-        return original_cas_many(self, pairs, runs)
+        return original_cas_many(self, pairs, runs, **kw)
 
     def end(self, conn, commit):
         if commit and state["outcome_in_transaction"] and not state["failed"]:

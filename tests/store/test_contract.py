@@ -184,6 +184,33 @@ def test_cas_many_of_a_large_mixed_batch_answers_each_pair_in_order(store):
     assert store.get(rows[10].key).priority == rows[10].priority  # the first write of r010 stands
 
 
+def test_writes_of_whole_rows_return_the_rows_as_stored(store):
+    """cas_many(whole=True), as the node writes outcomes (its rows read whole, never claim
+    candidates): the store may skip reading and decoding the written rows back, but what it
+    returns must be what a read finds: times to the microsecond, cleared values, flags, an
+    archived row; a stale pair still loses with the current version."""
+    at = T0 + timedelta(microseconds=654321)
+    rows = [store.cas(r, claim(r, "n1", at)).row
+            for r in (store.insert(job(uid=f"w{i}", arguments=f'{{"i": {i}}}', error_msg="old", priority=i)).row
+                      for i in range(4))]
+    ended = at + timedelta(seconds=1, microseconds=1)
+    changes = [
+        rows[0].replace(status=Status.PROCESSED, archived=True, end_time=ended, worker_id=None, output='{"r": 1}',
+                        runs=1, successes=1),
+        rows[1].replace(status=Status.SCHEDULED, next_run=ended + timedelta(hours=1), error_msg="", tries=0),
+        rows[2].replace(status=Status.WAITING, worker_id=None, tries=1, error_msg="boom", next_run=ended),
+    ]
+    store.cas(rows[3], rows[3].replace(priority=9))  # rows[3] changes behind the writer's back
+    pairs = list(zip(rows[:3], changes)) + [(rows[3], rows[3].replace(status=Status.PROCESSED))]
+    results = store.cas_many(pairs, whole=True)
+    assert [r.applied for r in results] == [True, True, True, False]
+    assert results[3].current.revision == rows[3].revision + 1
+    for row, res in zip(rows, results[:3]):
+        stored = store.get(row.key) if not res.row.archived else store.archived_since(T0)[0]
+        assert res.row == stored and res.row.revision == row.revision + 1
+        assert (res.row.end_time, res.row.next_run, res.row.error_msg) == (stored.end_time, stored.next_run, stored.error_msg)
+
+
 def test_writes_grouped_in_a_transaction_are_all_there_when_it_ends(store, store_config):
     """A script's STARTJOBs share one transaction: readable by their writer inside it (a later
     statement may depend on an earlier one), by everyone once it ends, nested blocks included."""
@@ -229,10 +256,10 @@ def test_cas_each_keeps_the_other_results_when_one_write_fails(store):
     rows = [store.insert(job(uid)).row for uid in ("a", "b", "c")]
     real = store.cas_many
 
-    def flaky(pairs, runs=None):
+    def flaky(pairs, runs=None, **kw):
         if len(pairs) > 1 or pairs[0][0].key.uid == "b":
             raise RuntimeError("the store hiccupped")
-        return real(pairs, runs)
+        return real(pairs, runs, **kw)
 
     store.cas_many = flaky
     failed = []

@@ -49,7 +49,7 @@ from typing import Callable
 from ...errors import StoreError
 from ...model import Job, JobKey, Status
 from ..base import Version
-from .rows import _EPOCH0, Rows
+from .rows import _EPOCH0, Rows, _stored_ms
 from .session import _bound, _Write
 from .sweep import Sweeper
 
@@ -80,11 +80,6 @@ def _slot(row: Job) -> tuple[str | None, datetime]:
     """Where a row's index entry is (bucket, due time), as stored: Cassandra keeps timestamps
     in whole milliseconds, so a Job built here (microseconds) and one read back compare equal."""
     return _job_bucket(row), _stored_ms(row.next_run or _EPOCH0)
-
-
-def _stored_ms(when: datetime) -> datetime:
-    """``when`` as Cassandra stores a timestamp: in whole milliseconds."""
-    return when.replace(microsecond=when.microsecond // 1000 * 1000)
 
 
 def _shard(key: JobKey) -> int:

@@ -37,6 +37,21 @@ _JOB_COLUMNS = tuple(
 )  # status, creation_time, archived, affinity, arguments, ..., the counters
 
 
+def _stored_ms(when: datetime) -> datetime:
+    """``when`` as Cassandra stores a timestamp: in whole milliseconds."""
+    return when.replace(microsecond=when.microsecond // 1000 * 1000)
+
+
+_TIME_FIELDS = ("creation_time", "start_time", "end_time", "next_run", "hold_until", "resume_at")
+
+
+def as_stored(job: Job) -> Job:
+    """``job`` as a read of its row returns it: its times in whole milliseconds (a write's
+    result built from what it wrote, not read back, must compare equal to a read)."""
+    changes = {name: _stored_ms(when) for name in _TIME_FIELDS
+               if (when := getattr(job, name)) is not None and when.microsecond % 1000}
+    return job.replace(**changes) if changes else job
+
 def _when(value: datetime) -> datetime:
     """A time column that always has a value (a key, or written with every row), in UTC."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

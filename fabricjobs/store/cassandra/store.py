@@ -27,7 +27,7 @@ from .index import _bucket, _job_bucket, _slot
 from .livelog import LiveLog
 from .nodes import Nodes
 from .queue import Queue
-from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when
+from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
 from .hosts import Unanswered
 from .session import _bound, credentials, execution_profiles, log, new_cluster
@@ -44,6 +44,7 @@ class _Change:
     params: tuple
     new_bucket: str | None
     record: RunRecord | None
+    whole: bool = False  # expected is a whole row: an applied write's row is the target, not read back
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
 
@@ -222,7 +223,8 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
     def cas(self, expected: Job, new: Job) -> CasResult:
         return self.cas_many([(expected, new)])[0]
 
-    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *,
+                 whole: bool = False) -> list[CasResult]:
         """Each change in three rounds, each round for all changes at once: the writes that
         must precede the LWTs (index intents, archive entries, history lines) in batches; the
         LWTs, concurrently; the writes that follow them (superseded entries deleted, a fenced
@@ -236,6 +238,8 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
             if isinstance(prepared, CasResult):
                 results[i] = prepared
             else:
+                # An index candidate (no creation time) is never whole, whatever the caller says.
+                prepared.whole = whole and expected.creation_time != _EPOCH0
                 changes.append((i, prepared))
         before = [w for _, c in changes for w in c.before]
         self._send(before, bounded=True)
@@ -316,7 +320,7 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
                 self._seen.pop((c.new_bucket, key, revision), None)
             row = settled if c.full is False and settled is not None else None
             if row is None:
-                row = target if c.full else self._select_job(key)
+                row = as_stored(target) if c.full or c.whole else self._select_job(key)
             return CasResult(True, row=row)
         if c.record is not None:
             c.after += self._unrun_writes(c.record)

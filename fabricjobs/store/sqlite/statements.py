@@ -15,6 +15,7 @@ from ...model import Job
 from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params, column_value
 
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35, 4) else ""  # RETURNING fixes in 3.35.4
+_RETURNING_KEYS = " RETURNING type, name, uid" if _RETURNING else ""  # cas_many(whole=True): which applied
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
 # STARTJOB: a new key, or a key whose row is archived (the job is started again).
 _UPSERT = (
@@ -42,7 +43,7 @@ def _insert_params(job: Job) -> tuple:
 # What a CAS may write (not the key, and revision is written by the CAS itself), and its
 # UPDATE statement per set of changed columns (a handful of shapes: claim, outcome, ...).
 _CAS_COLUMNS = tuple(i for i, c in enumerate(_JOB_COLUMNS) if i >= 3 and c != "revision")
-_CAS_SQL: dict[tuple[tuple[int, ...], int], str] = {}
+_CAS_SQL: dict[tuple[tuple[int, ...], int, bool], str] = {}
 # UPDATE ... FROM (VALUES ...) RETURNING: SQLite 3.35.4 (before it, one row per statement).
 _BATCHED = bool(_RETURNING)
 _BATCH_SIZES = (64, 16, 4, 1) if _BATCHED else (1,)
@@ -65,10 +66,11 @@ def _changes(expected: Job, new: Job) -> tuple[list, tuple[int, ...]]:
     return values, tuple(i for _, i, _ in differ)
 
 
-def cas_statements(pairs: Sequence[tuple[Job, Job]]) -> list[tuple[str, list, list[tuple[int, Job]]]]:
+def cas_statements(pairs: Sequence[tuple[Job, Job]], returning_rows: bool = True) -> list[tuple[str, list, list[tuple[int, Job]]]]:
     """The CAS statements that write ``pairs``, in the order to run them, each as (SQL,
     parameters, [(index of the pair, expected row)]): pairs that write the same columns in
-    batches of 64, 16, 4 and 1; a key given a second time after the rest, alone."""
+    batches of 64, 16, 4 and 1; a key given a second time after the rest, alone. Each returns
+    the rows it wrote, or only their keys (``returning_rows`` False)."""
     shapes: dict[tuple[int, ...], list[tuple[int, list, Job]]] = {}
     later: list[tuple[tuple[int, ...], list[tuple[int, list, Job]]]] = []
     keys: set = set()
@@ -84,25 +86,26 @@ def cas_statements(pairs: Sequence[tuple[Job, Job]]) -> list[tuple[str, list, li
         at = 0
         for size in _BATCH_SIZES:
             while len(items) - at >= size:
-                statements.append(_cas_statement(changed, items[at:at + size]))
+                statements.append(_cas_statement(changed, items[at:at + size], returning_rows))
                 at += size
-    statements.extend(_cas_statement(changed, items) for changed, items in later)
+    statements.extend(_cas_statement(changed, items, returning_rows) for changed, items in later)
     return statements
 
 
-def _cas_statement(changed: tuple[int, ...], items: list[tuple[int, list, Job]]) -> tuple[str, list, list[tuple[int, Job]]]:
+def _cas_statement(changed: tuple[int, ...], items: list[tuple[int, list, Job]],
+                  returning_rows: bool) -> tuple[str, list, list[tuple[int, Job]]]:
     params: list = []
     for _, values, expected in items:
         params.extend(values)
         params.extend((expected.revision + 1, expected.key.type, expected.key.name, expected.key.uid,
                        expected.status.value, expected.epoch, expected.worker_id, expected.revision))
-    return _cas_sql(changed, len(items)), params, [(i, expected) for i, _, expected in items]
+    return _cas_sql(changed, len(items), returning_rows), params, [(i, expected) for i, _, expected in items]
 
 
-def _cas_sql(changed: tuple[int, ...], rows: int) -> str:
+def _cas_sql(changed: tuple[int, ...], rows: int, returning_rows: bool = True) -> str:
     """The CAS UPDATE of ``rows`` rows that write the columns ``changed`` (and revision): the
     values and the conditions of each row come from one row of a VALUES list."""
-    sql = _CAS_SQL.get((changed, rows))
+    sql = _CAS_SQL.get((changed, rows, returning_rows))
     if sql is not None:
         return sql
     if not _BATCHED:
@@ -115,9 +118,10 @@ def _cas_sql(changed: tuple[int, ...], rows: int) -> str:
         sql = (f"UPDATE k2_jobs SET {sets}revision = v.column{n + 1} FROM (VALUES {', '.join([row] * rows)}) AS v "
                f"WHERE k2_jobs.type = v.column{n + 2} AND k2_jobs.name = v.column{n + 3} AND k2_jobs.uid = v.column{n + 4} "
                f"AND k2_jobs.status = v.column{n + 5} AND k2_jobs.epoch = v.column{n + 6} "
-               f"AND k2_jobs.worker_id IS v.column{n + 7} AND k2_jobs.revision = v.column{n + 8}{_RETURNING}")
+               f"AND k2_jobs.worker_id IS v.column{n + 7} AND k2_jobs.revision = v.column{n + 8}"
+               f"{_RETURNING if returning_rows else _RETURNING_KEYS}")
     if len(_CAS_SQL) < 512:
-        _CAS_SQL[(changed, rows)] = sql
+        _CAS_SQL[(changed, rows, returning_rows)] = sql
     return sql
 
 

@@ -85,7 +85,8 @@ class SqliteStore(Connections, JobStore):
     def cas(self, expected: Job, new: Job) -> CasResult:
         return self.cas_many([(expected, new)])[0]
 
-    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None) -> list[CasResult]:
+    def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *,
+                 whole: bool = False) -> list[CasResult]:
         """Pairs that write the same columns go together in one UPDATE ... FROM (VALUES ...)
         statement of up to 64 rows, each row still conditioned on its own expected (status,
         epoch, worker_id, revision): a third of the cost of one statement per row, most of
@@ -101,7 +102,7 @@ class SqliteStore(Connections, JobStore):
         for expected, new in pairs:
             if new.key != expected.key:
                 raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
-        statements = cas_statements(pairs)
+        statements = cas_statements(pairs, returning_rows=not whole)
         records = [None if record is None else _run_params(record) for record in runs] if runs is not None \
             else [None] * len(pairs)
         results: list[CasResult | None] = [None] * len(pairs)
@@ -124,7 +125,8 @@ class SqliteStore(Connections, JobStore):
                 conn.executemany(_INSERT_RUN_SQL, recorded)
         for i, row in applied.items():
             if row is not None:
-                results[i] = CasResult(True, row=_row_to_job(row))
+                expected, new = pairs[i]
+                results[i] = CasResult(True, row=new.replace(revision=expected.revision + 1) if whole else _row_to_job(row))
         return results  # type: ignore[return-value]
 
     @staticmethod
