@@ -9,7 +9,6 @@ import signal
 
 import pytest
 
-from fabricjobs.testing.rig import process_alive
 from fabricjobs.worker.board import Board
 from fabricjobs.worker.pool import WorkerPool
 from harness import wait_for
@@ -764,17 +763,6 @@ class _TrainsPool:
     def release(worker, task):
         pass
 
-    def __init__(self) -> None:
-        self.grown: list[int] = []  # what grow() was asked for, in order
-        self.spawn_error: BaseException | None = None
-
-    def grow(self, waiting: int) -> None:
-        self.grown.append(waiting)
-
-    def take_spawn_error(self) -> BaseException | None:
-        error, self.spawn_error = self.spawn_error, None
-        return error
-
 
 def _train_executor(tmp_path):
     """An executor on a SQLite store and a manual clock that knows Customer.userJob1 for a
@@ -790,7 +778,7 @@ def _train_executor(tmp_path):
                         on_tasks_changed=lambda: None)
     executor._learn(("USER_JOB", "Customer.userJob1"), [0.0002] * 3)
     trains: list[list] = []
-    executor._dispatch = lambda train: trains.append(train) or True  # sent (a worker was idle)
+    executor._dispatch = lambda train: trains.append(train)
     return executor, clock, store, trains
 
 
@@ -1023,64 +1011,3 @@ def test_a_failing_store_logs_one_traceback_per_outage_not_one_per_retry(store, 
     assert [r.getMessage() for r in ours if r.levelno == logging.WARNING] == [
         "the store takes outcomes again after 1.2 s of failed writes"]  # from the first failure (1.25 s)
     assert timedelta(0) <= store.get(row.key).end_time - row.start_time
-
-
-def test_runs_no_worker_is_idle_for_wait_while_the_pool_starts_workers_and_leave_first(tmp_path):
-    """A cold node given a burst of claims: its loop does not fork a worker per train (8-10
-    ms each on a busy machine). Trains with no idle worker wait while the pool starts workers
-    on its spawner thread, and leave before runs claimed after them, on whichever worker is
-    idle first. A run stopped while it waits ends without starting; when the pool cannot
-    start a worker, the runs waiting for one fail as a fork that failed on the loop did."""
-    from fabricjobs.node.executor import EndReason
-    from fabricjobs.worker.protocol import ERROR, INTERRUPTED
-
-    executor, clock, store, trains = _train_executor(tmp_path)
-    executor._learn(("USER_JOB", "Customer.userJob1"), [2.0] * 3)  # a long job: a worker per run
-    idle = {"workers": 1}
-
-    def dispatch(train):
-        if not idle["workers"]:
-            return False
-        idle["workers"] -= 1
-        trains.append(train)
-        return True
-
-    executor._dispatch = dispatch
-    with executor.holding_starts():
-        a, b, c = (executor.start(_claimed(clock, uid), "ANY", False, 1) for uid in "abc")
-    assert [[r.key.uid for r in t] for t in trains] == [["a"]]
-    assert executor.pool.grown == [2] and executor.running() == 3 and executor.slots_used() == 3
-
-    executor.abort(b, EndReason.STOP, 5.0, "stopped by STOPJOB")  # while it waits: no worker to tell
-    idle["workers"] = 1  # the pool started one
-    d = executor.start(_claimed(clock, "d"), "ANY", False, 1)  # claimed after them
-    assert [[r.key.uid for r in t] for t in trains] == [["a"], ["c"]]  # c first, on the one idle worker
-    assert b.outcome is not None and b.outcome.kind is INTERRUPTED and d.outcome is None
-    assert executor.pool.grown == [2, 1]
-
-    executor.pool.spawn_error = OSError("Resource temporarily unavailable")
-    executor.flush()  # the next pass: still no idle worker, and the pool failed to start one
-    assert d.outcome is not None and d.outcome.kind is ERROR
-    assert d.outcome.error == "could not start a worker: Resource temporarily unavailable"
-    assert [[r.key.uid for r in t] for t in trains] == [["a"], ["c"]]
-
-
-def test_the_pool_starts_workers_ahead_on_its_spawner_thread(pool):
-    """grow(n): n workers for free slots, started on a thread of the pool's, each announced by
-    on_ready; never more than there are free slots; none left running after shutdown."""
-    ready = []
-    pool.on_ready = lambda: ready.append(1)
-    first = pool.idle()  # the worker prewarm() started
-    assert first is not None
-    first.tasks = [1]  # busy now
-    assert pool.idle() is None
-    pool.grow(5)  # 5 trains wait; the pool has 2 slots, 1 of them free
-    wait_for(lambda: ready, 10, "the spawner to start a worker")
-    second = pool.idle()
-    assert second is not None and second is not first and second.process.is_alive()
-    second.tasks = [2]
-    pool.grow(4)  # no free slot left: nothing is started, nothing fails
-    assert pool.idle() is None and pool.take_spawn_error() is None and len(ready) == 1
-    pids = pool.pids()
-    pool.shutdown(kill=True)
-    wait_for(lambda: not any(process_alive(pid) for pid in pids), 10, "the workers to end")

@@ -13,9 +13,8 @@ with one job each:
 * writeback.py: the node's loop writes all outcomes that are ready in one ``cas_each``, before
   the claims that refill the freed slots.
 
-What is left here is starting runs: held until their claim is committed, then handed to idle
-workers, short ones in trains; runs no worker is idle for wait for one the pool starts on its
-spawner thread (worker/pool.py), or for one that ends its runs first.
+What is left here is starting runs: held until their claim is committed, then handed to
+workers, short ones in trains.
 
 A passenger sent back by its worker (the run ahead of it is taking long) has no slot to run
 in, so it is given back to the store (WAITING, no try counted); runs that hold slots are sent
@@ -103,7 +102,6 @@ class Executor:
         )
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held
-        self._unsent: list[Run] = []  # claimed runs no idle worker was there for (pool.grow): the loop's
         self.metrics = metrics
 
     # -- what the node sets and reads ----------------------------------------------------------------
@@ -223,13 +221,8 @@ class Executor:
             self._launch(*held)
 
     def _launch(self, *runs: Run) -> None:
-        """Hand claimed runs to idle workers (short ones in trains), those that waited for one
-        first. If the lease lapsed since the claim, a run never starts: another node may
-        already have the job. Trains no worker is idle for wait for the next pass, and the
-        pool starts workers for them on its spawner thread: a cold node given a burst of runs
-        forked its workers here, one at a time, while outcomes and claims waited."""
-        runs = (*self._unsent, *runs)
-        self._unsent = []
+        """Hand claimed runs to workers (short ones in trains). If the lease lapsed since the
+        claim, a run never starts: another node may already have the job."""
         ready = []
         for run in runs:
             if not self.pool.board.lease_valid(None, run.generation):
@@ -243,40 +236,20 @@ class Executor:
         trains, no_room = plan_trains(ready, self.short_jobs.is_short, self.short_jobs.is_new)
         for run in no_room:
             self._finish_later(run, Outcome(RELEASED, error=_NO_ROOM))
-        for at, train in enumerate(trains):
+        for train in trains:
             try:
-                if not self._dispatch(train):
-                    self._wait_for_workers(trains[at:])
-                    break
+                self._dispatch(train)
             except Exception as exc:  # cannot start a worker: the runs fail like any other
                 log.exception("could not start %s on a worker", train[0].key)
-                self._cannot_start(train, exc)
+                for run in train:
+                    if run.outcome is None:  # (one its worker reported before dying is done)
+                        self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
         if runs:
             self.on_tasks_changed()
 
-    def _wait_for_workers(self, trains: list[list[Run]]) -> None:
-        """No idle worker for ``trains``: they wait (planned again with the next runs) while
-        the pool starts workers, unless it just failed to: then they fail, as a fork that
-        fails on this thread failed them."""
-        error = self.pool.take_spawn_error()
-        if error is not None:
-            for train in trains:
-                self._cannot_start(train, error)
-            return
-        self._unsent = [run for train in trains for run in train]
-        self.pool.grow(len(trains))
-
-    def _cannot_start(self, train: list[Run], exc: BaseException) -> None:
-        for run in train:
-            if run.outcome is None:  # (one its worker reported before dying is done)
-                self._finish_later(run, Outcome(ERROR, error=f"could not start a worker: {exc}"))
-
-    def _dispatch(self, train: list[Run]) -> bool:
-        """Send ``train`` to an idle worker; False if there is none."""
+    def _dispatch(self, train: list[Run]) -> None:
         for attempt in range(3):
-            worker = self.pool.idle()
-            if worker is None:
-                return False
+            worker = self.pool.acquire()
             now = self.clock.now()
             self.table.assign(train, worker)
             try:
@@ -284,7 +257,7 @@ class Executor:
             except BaseException as exc:
                 train = self.table.recall(train, worker)  # the rest it already ended
                 if not train:
-                    return True
+                    return
                 if isinstance(exc, (OSError, ValueError)):
                     self.pool.forget(worker)  # it died while idle; take another
                     if attempt < 2:
@@ -296,8 +269,7 @@ class Executor:
                 self.on_dispatch(run.key, run.facts.due)
             if not worker.watched:  # a new worker: the collector must watch its pipe from now on
                 self.collector.wake()
-            return True
-        return False  # (not reached: the third failure raises)
+            return
 
     def _spec(self, run: Run, worker: Worker, now: datetime) -> RunSpec:
         listener = run.row.type == JobType.INTERFACE_LISTENER
@@ -344,8 +316,6 @@ class Executor:
     def flush(self) -> None:
         """Write every pending outcome (writeback.py) and launch again the runs trains sent back.
         Called by the node's loop only (one writer of outcomes)."""
-        if self._unsent:  # a worker may be idle for them now (one ended its runs, or was started)
-            self._launch()
         if not self.writer.due():
             return
         pending, bounced = self.table.take_queued()

@@ -124,7 +124,6 @@ class Node:
         self.pool = WorkerPool(
             self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
             log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format,
-            on_ready=self.signals.wake,
         )
         table = RunTable()
         self.metrics = Metrics(

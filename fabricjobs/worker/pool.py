@@ -3,9 +3,7 @@
 Workers are forked from a fork server that imported fabricjobs once, so starting one costs
 a fork, not an interpreter start; and they are reused across runs, so most runs cost two
 pipe messages. Each worker owns a fixed slot on the board (its abort flag). A worker may be
-given a *train* of short runs in one message (see trains.py); it runs them in order. The
-node's loop takes idle workers only (``idle``); the pool's spawner thread starts new ones
-while runs wait for one (``grow``), so the loop never waits for a fork.
+given a *train* of short runs in one message (see trains.py); it runs them in order.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
 from multiprocessing.connection import Connection
 
 from .reaper import kill_orphans, kill_tree, parent_of
@@ -57,8 +54,7 @@ class Worker:
 
 
 class WorkerPool:
-    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int, log_format: str = "text",
-                 on_ready: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int, log_format: str = "text") -> None:
         self.board = board
         self.size = size
         self.node = node
@@ -73,17 +69,6 @@ class WorkerPool:
         self._ctx.set_forkserver_preload(["fabricjobs.worker.server_init", "fabricjobs.worker.process", "fabricjobs.cli"])
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
-        # Workers started ahead (grow): the fork server answers one fork at a time, 8-10 ms of
-        # waiting each on a busy machine, which the node's loop then spent forking 24 workers
-        # for a burst of claims. The spawner thread forks them instead; the loop hands its
-        # runs to whichever worker is idle first (a short job's worker is soon idle again).
-        self.on_ready = on_ready  # a worker started ahead is idle now (wakes the node's loop)
-        self._demand = 0  # workers still to start ahead
-        self._reserved: set[int] = set()  # slots the spawner is starting a worker in
-        self._spawn_error: BaseException | None = None  # why the spawner could not start one
-        self._spawner: threading.Thread | None = None
-        self._wanted = threading.Condition(self._lock)
-        self._closed = False
 
     def prewarm(self) -> None:
         """Start the fork server and one worker now, so the first run (or a takeover) waits
@@ -118,90 +103,20 @@ class WorkerPool:
         """An idle worker (warm if possible); the caller must have a free slot. (Only the
         node's loop starts runs, so nothing takes it between here and :meth:`start`.)"""
         with self._lock:
-            idle = self._idle()
-            if idle is not None:
-                return idle
-            slot = self._free_slot()
-            if slot is None:
-                raise RuntimeError("no free worker slot")
-            fresh = self._workers[slot] = self._spawn(slot)
-            return fresh
-
-    def idle(self) -> Worker | None:
-        """An idle live worker, or None (see :meth:`grow`). Called by the node's loop only."""
-        with self._lock:
-            return self._idle()
-
-    def _idle(self) -> Worker | None:
-        for w in self._workers.values():
-            if not w.tasks and w.process.is_alive():
-                return w
-        return None
-
-    def _free_slot(self) -> int | None:
-        """A slot with no worker (or a dead idle one, discarded here) that the spawner is not
-        starting one in; a worker that died holding a run stays until the collector saw it."""
-        for slot in range(self.size):
-            if slot in self._reserved:
-                continue
-            found = self._workers.get(slot)
-            if found is not None and (found.tasks or found.process.is_alive()):
-                continue
-            if found is not None:
-                del self._workers[slot]
-                self._discard(found)
-            return slot
-        return None
-
-    def grow(self, waiting: int) -> None:
-        """``waiting`` trains have no idle worker: have the spawner thread start one (if it is
-        not starting one already and a slot is free), and call :attr:`on_ready` when it is
-        ready; the node's loop asks again while trains wait. One at a time: the fork server
-        forks one at a time anyway, and a short job's worker is often idle again before a
-        second fork would be done (starting one per waiting train forked all 25 workers of a
-        drain of 5,000 no-op jobs where 13 did)."""
-        with self._lock:
-            self._demand = 1 if waiting and not self._reserved else 0
-            if self._demand and self._spawner is None and not self._closed:
-                self._spawner = threading.Thread(target=self._spawn_ahead, name="worker-spawner", daemon=True)
-                self._spawner.start()
-            self._wanted.notify()
-
-    def take_spawn_error(self) -> BaseException | None:
-        """Why the spawner last failed to start a worker (once), if it did."""
-        with self._lock:
-            error, self._spawn_error = self._spawn_error, None
-            return error
-
-    def _spawn_ahead(self) -> None:
-        while True:
-            with self._lock:
-                slot = None
-                while not self._closed and (not self._demand or (slot := self._free_slot()) is None):
-                    self._wanted.wait()
-                if self._closed:
-                    return
-                assert slot is not None
-                self._demand -= 1
-                self._reserved.add(slot)
-            try:
-                worker: Worker | None = self._spawn(slot)  # outside the lock: the loop hands runs to idle workers meanwhile
-            except Exception as exc:
-                log.exception("could not start a worker")
-                worker = None
-                with self._lock:
-                    self._spawn_error, self._demand = exc, 0
-            with self._lock:
-                self._reserved.discard(slot)
-                closed = self._closed
-                if worker is not None and not closed:
-                    self._workers[slot] = worker
-            if closed:  # shut down meanwhile: nobody will give it work
-                if worker is not None:
-                    self.kill(worker)
-                    self._discard(worker)
-                return
-            self.on_ready()
+            for w in self._workers.values():
+                if not w.tasks and w.process.is_alive():
+                    return w
+            for slot in range(self.size):
+                found = self._workers.get(slot)
+                if found is not None and found.tasks:
+                    continue  # busy, or died holding a run: the collector must see that death first
+                if found is None or not found.process.is_alive():
+                    if found is not None:
+                        self._discard(found)
+                    fresh = self._spawn(slot)
+                    self._workers[slot] = fresh
+                    return fresh
+        raise RuntimeError("no free worker slot")
 
     def start(self, worker: Worker, specs: list[RunSpec]) -> None:
         worker.tasks = [s.task for s in specs]
@@ -284,8 +199,6 @@ class WorkerPool:
 
     def shutdown(self, kill: bool = False) -> None:
         with self._lock:
-            self._closed = True
-            self._wanted.notify()
             workers = list(self._workers.values())
             self._workers.clear()
         for w in workers:
