@@ -132,8 +132,8 @@ class Scheduler:
         batch, and a pass woken by one batch's end found the next one begun. A pass held for
         the batch before waits for this one instead (``wait_written``) and goes on (False)."""
         with self._cond:
-            since = self._writing_since
-            if since is None or self.clock.monotonic() - since > FIRE_WRITE_WAIT:
+            left = self._hold_left()
+            if left is None or left < 0:
                 self._claims_held = False
                 return False
             if not self._claims_held:
@@ -157,11 +157,14 @@ class Scheduler:
         """Block until the batch being written is (at most FIRE_WRITE_WAIT after it began): a
         claim pass that read while a batch began waits for it once, then reads again."""
         with self._cond:
-            while self._writing_since is not None:
-                left = FIRE_WRITE_WAIT - (self.clock.monotonic() - self._writing_since)
-                if left <= 0:
-                    return
+            while (left := self._hold_left()) is not None and left > 0:
                 self._cond.wait(left)
+
+    def _hold_left(self) -> float | None:
+        """Seconds the batch being written may still hold claims (FIRE_WRITE_WAIT after it
+        began; negative once past), None if none is (under the lock)."""
+        since = self._writing_since
+        return None if since is None else FIRE_WRITE_WAIT - (self.clock.monotonic() - since)
 
     def _written(self) -> bool:
         """The batch is written: whether a claim pass waited for it (then the loop is woken)."""

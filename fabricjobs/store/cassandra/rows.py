@@ -52,6 +52,7 @@ def as_stored(job: Job) -> Job:
                if (when := getattr(job, name)) is not None and when.microsecond % 1000}
     return job.replace(**changes) if changes else job
 
+
 def _when(value: datetime) -> datetime:
     """A time column that always has a value (a key, or written with every row), in UTC."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

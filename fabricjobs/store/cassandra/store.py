@@ -234,12 +234,10 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
         results: list[CasResult | None] = [None] * len(pairs)
         changes: list[tuple[int, _Change]] = []
         for i, ((expected, new), record) in enumerate(zip(pairs, records)):
-            prepared = self._prepare(expected, new, record)
+            prepared = self._prepare(expected, new, record, whole)
             if isinstance(prepared, CasResult):
                 results[i] = prepared
             else:
-                # An index candidate (no creation time) is never whole, whatever the caller says.
-                prepared.whole = whole and expected.creation_time != _EPOCH0
                 changes.append((i, prepared))
         before = [w for _, c in changes for w in c.before]
         self._send(before, bounded=True)
@@ -255,7 +253,7 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
         self._send_quietly([w for _, c in changes for w in c.after])
         return results  # type: ignore[return-value]
 
-    def _prepare(self, expected: Job, new: Job, record: RunRecord | None) -> "_Change | CasResult":
+    def _prepare(self, expected: Job, new: Job, record: RunRecord | None, whole: bool = False) -> "_Change | CasResult":
         if new.key != expected.key:
             raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
         key = expected.key
@@ -291,7 +289,9 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
         params = tuple(v.value if isinstance(v, Status) else v for v in values)
         params = (ttl,) + params + (key.type, key.name, key.uid, expected.status.value, expected.epoch,
                                     expected.worker_id, expected.revision)
-        change = _Change(expected, target, revision, full, stmt, params, _job_bucket(target), record)
+        change = _Change(expected, target, revision, full, stmt, params, _job_bucket(target), record,
+                         # An index candidate (no creation time) is never whole, whatever the caller says.
+                         whole=whole and expected.creation_time != _EPOCH0)
         # Before the LWT: the intent; the archive entry, so that the moment the row is archived
         # JOBSTATUS n DAYS AGO can find it (readers check the row, so an entry whose LWT fails
         # is inert); the history line, so that whoever sees the outcome (WAITJOB, then JOBLOG)

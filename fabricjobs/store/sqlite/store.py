@@ -114,9 +114,9 @@ class SqliteStore(Connections, JobStore):
                     by_key = {(r[0], r[1], r[2]): r for r in written.fetchall()}  # all: the statement ends here
                     for i, expected in items:
                         applied[i] = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
-                else:  # SQLite before 3.35.4: one row per statement, read back
+                else:  # SQLite before 3.35.4: one row per statement, read back (unless whole: not used)
                     i, expected = items[0]
-                    applied[i] = self._row(conn, expected.key) if written.rowcount == 1 else None
+                    applied[i] = None if written.rowcount != 1 else () if whole else self._row(conn, expected.key)
                 for i, expected in items:
                     if applied[i] is None:  # read in the transaction: what the statement met
                         results[i] = self._refused(conn, expected.key)
