@@ -107,9 +107,13 @@ def cmd_node(args: argparse.Namespace) -> int:
     from .clock import SystemClock
     from .config import load_node_id
     from .node.node import Node
+    from .worker.pool import start_fork_server
 
     from .logs import setup_logging
 
+    # Workers are forked from it: before any thread, and before the config (credentials
+    # included) is read, so that no worker holds it. See worker/zygote.py.
+    start_fork_server()
     cfg = load(args)
     log_format = args.log_format or cfg.get("node", "LOG_FORMAT").lower()
     setup_logging(args.log_level.upper(), log_format, args.name or cfg.node_name)

@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection
 from .reaper import kill_orphans, kill_tree, parent_of
 from .board import Board
 from .protocol import MessageReader, RunSpec, encode
+from .zygote import run_forking
 
 log = logging.getLogger("fabricjobs.node.workers")
 
@@ -28,6 +29,21 @@ log = logging.getLogger("fabricjobs.node.workers")
 # orphan. _FORKS is held while a worker is started, so none is missing from the set.
 _FORKS = threading.Lock()
 _FORKED: set[int] = set()
+# What the fork server imports once for every fork. fabricjobs.cli: a node started by the
+# console script (a path, not ``-m``) has each worker run that script again as __mp_main__,
+# which imports the CLI. server_init: the fork server becomes the reaper of what a dead worker
+# leaves.
+_PRELOAD = ["fabricjobs.worker.server_init", "fabricjobs.worker.process", "fabricjobs.cli"]
+
+
+def start_fork_server() -> bool:
+    """Start the fork server now, as a fork of this process (zygote.py): for a node process,
+    early, while it has one thread. False where it could not (other threads already run): the
+    first worker then starts it the usual way."""
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
+    return run_forking(forkserver.ensure_running)
 
 
 @dataclass(eq=False)
@@ -62,11 +78,7 @@ class WorkerPool:
         self.log_level = log_level
         self.log_format = log_format
         self._ctx = multiprocessing.get_context("forkserver")
-        # fabricjobs.cli: a node started by the console script (a path, not ``-m``) has each
-        # worker run that script again as __mp_main__, which imports the CLI; the fork server
-        # imports it once, so a fork does not.
-        # server_init: the fork server becomes the reaper of what a dead worker leaves.
-        self._ctx.set_forkserver_preload(["fabricjobs.worker.server_init", "fabricjobs.worker.process", "fabricjobs.cli"])
+        self._ctx.set_forkserver_preload(_PRELOAD)
         self._lock = threading.Lock()
         self._workers: dict[int, Worker] = {}  # slot -> worker
 

@@ -1,0 +1,79 @@
+"""multiprocessing's helper processes as forks of the node, not fresh interpreters.
+
+The fork server that workers are forked from (worker/pool.py) and its resource tracker are
+each started by multiprocessing as a new Python that imports again what the node has already
+imported: about 0.25 s of CPU per node start (0.2 s the fork server, 0.05 s the tracker), and
+the node's first worker waits for it. On a host whose nodes start together (four nodes on two
+cores) that was a fifth of the CPU the start-up took. Forked from the node while it still has
+one thread, each helper begins with the node's modules in memory and runs the very command
+multiprocessing would have given the new interpreter; the rest (the preload, the listener,
+how workers are forked and reaped) is multiprocessing's own.
+
+The seam is ``multiprocessing.util.spawnv_passfds``, which both helpers are started through
+(Python 3.11 to 3.13) with ``-c COMMAND`` last. Anything else passed through it is spawned as
+multiprocessing would; tests/test_node_internals.py fails if a Python upgrade moves the seam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import traceback
+from multiprocessing import util
+from typing import Callable, Iterator, NoReturn
+
+
+def run_forking(start: Callable[[], object]) -> bool:
+    """Call ``start`` (e.g. ``forkserver.ensure_running``) with the helpers it starts forked
+    from this process. False (nothing called) where this process already runs other threads:
+    a fork would copy locks they may hold."""
+    if threading.active_count() > 1:
+        return False
+    with _forking():
+        start()
+    return True
+
+
+@contextlib.contextmanager
+def _forking() -> Iterator[None]:
+    spawn = util.spawnv_passfds
+
+    def fork_instead(path, args, passfds):
+        if len(args) < 2 or args[-2] != "-c":
+            return spawn(path, args, passfds)
+        pid = os.fork()
+        if pid == 0:
+            _become(args[-1], passfds)
+        return pid
+
+    util.spawnv_passfds = fork_instead
+    try:
+        yield
+    finally:
+        util.spawnv_passfds = spawn
+
+
+def _become(command: str, passfds) -> NoReturn:
+    """In the child: keep only the descriptors a spawned helper would have, run its command,
+    and exit as its interpreter would (never returning into the node's stack)."""
+    code = 1
+    try:
+        keep = sorted({0, 1, 2, *passfds})
+        low = 0
+        for fd in [*keep, os.sysconf("SC_OPEN_MAX")]:
+            if fd > low:  # never an empty range: closerange(0, 0) closes every descriptor
+                os.closerange(low, fd)
+            low = fd + 1
+        exec(command, {"__name__": "__main__"})  # noqa: S102 - multiprocessing's own command
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
