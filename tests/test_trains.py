@@ -3,6 +3,8 @@ table's slot bookkeeping (fabricjobs/node/runs.py): no store, no workers, no clo
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -177,6 +179,26 @@ def test_a_slot_passes_to_a_train_mate_waiting_without_one_then_back_to_the_pool
     assert table.slots_used() == 0 and table.per_pool() == {} and table.running() == 0
     table.forget(rider)  # twice: nothing more happens
     assert table.slots_used() == 0
+
+
+def test_a_trains_runs_are_freed_by_reference_counting_once_forgotten():
+    """A train's runs all hold its list: a reference cycle that left every run of a drain
+    (row, outcome and all) to the cyclic garbage collector, 0.1 s of a node's CPU per 5,000
+    runs. Forgetting a run drops its hold on the list."""
+    table = RunTable()
+    train = [run(f"t{i}", task=10 + i, passenger=i > 0) for i in range(3)]
+    for r in train:
+        table.add(r)
+    table.assign(train, worker=None)  # type: ignore[arg-type]
+    gone = [weakref.ref(r) for r in train]
+    gc.disable()
+    try:
+        for r in list(train):
+            table.forget(r)
+        del train, r
+        assert [w() for w in gone] == [None, None, None]
+    finally:
+        gc.enable()
 
 
 def test_only_give_up_fields_are_changed_from_outside():

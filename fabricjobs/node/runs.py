@@ -135,6 +135,9 @@ class RunTable:
                 else:
                     run.holds_slot = False
                     self._slots[run.pool] -= 1
+            # A train's runs all hold its list, itself included: a reference cycle per train,
+            # which only the cyclic GC would free (its runs, rows and outcomes with it).
+            run.train = None
 
     def update(self, run: Run, **changes) -> None:
         """Change fields of a run from outside the executor (reconcile.py's give-up: when to
