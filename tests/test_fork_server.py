@@ -52,3 +52,41 @@ def test_the_fork_server_is_a_fork_of_the_node_runs_its_jobs_and_ends_with_it(cl
     os.kill(node.pid, signal.SIGKILL)  # the node alone: its helpers and workers must see it go
     wait_for(lambda: not any(_cmdline(p) for p in everything), 15,
              lambda: f"the node's helpers and workers to exit: {[p for p in everything if _cmdline(p)]} still run")
+
+
+_PROBE = r"""
+import json, os, sys
+from multiprocessing import util
+from fabricjobs.worker.zygote import run_forking
+
+r, w = os.pipe()
+stray = os.open(os.devnull, os.O_RDONLY)  # a descriptor of the parent's the helper must not keep
+command = ("import json, os, sys; "
+           "os.write(%d, json.dumps([sys.argv, os.getppid(), sorted(int(f) for f in os.listdir('/proc/self/fd'))]).encode()); "
+           "sys.exit(3)" % w)
+pids = []
+assert run_forking(lambda: pids.append(util.spawnv_passfds(sys.executable, [sys.executable, "-c", command, "a", "b"], [w])))
+os.close(w)
+seen = json.loads(os.read(r, 65536))
+_, status = os.waitpid(pids[0], 0)
+print(json.dumps({"argv": seen[0], "parent": seen[1], "me": os.getpid(), "fds": seen[2], "w": w, "stray": stray,
+                  "code": os.waitstatus_to_exitcode(status)}))
+"""
+
+
+def test_a_helper_forked_at_the_seam_gets_the_command_its_argv_and_only_its_descriptors():
+    """worker/zygote.py's seam on its own, in a fresh one-thread process: the command after
+    ``-c`` runs in a fork (its parent is the caller), with the arguments after it as its argv
+    (Python 3.14 appends the parent's argv there), descriptors 0-2 and those passed only, and
+    its exit code is the command's."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["argv"] == ["-c", "a", "b"] and seen["parent"] == seen["me"] and seen["code"] == 3
+    # /proc/self/fd lists the descriptor listdir itself opened as well: one more than kept.
+    kept = [fd for fd in seen["fds"] if fd in (0, 1, 2, seen["w"])]
+    assert kept == sorted({0, 1, 2, seen["w"]}) and seen["stray"] not in seen["fds"] and len(seen["fds"]) == 5, seen

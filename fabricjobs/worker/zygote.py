@@ -10,8 +10,10 @@ multiprocessing would have given the new interpreter; the rest (the preload, the
 how workers are forked and reaped) is multiprocessing's own.
 
 The seam is ``multiprocessing.util.spawnv_passfds``, which both helpers are started through
-(Python 3.11 to 3.13) with ``-c COMMAND`` last. Anything else passed through it is spawned as
-multiprocessing would; tests/test_node_internals.py fails if a Python upgrade moves the seam.
+with ``-c COMMAND`` among the arguments (CPython 3.8 to 3.14; 3.14 appends the parent's argv
+after the command, which becomes the child's ``sys.argv`` here as it would there). Anything
+else passed through it is spawned as multiprocessing would; tests/test_fork_server.py fails if
+a Python upgrade moves the seam.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ def _forking() -> Iterator[None]:
     spawn = util.spawnv_passfds
 
     def fork_instead(path, args, passfds):
-        if len(args) < 2 or args[-2] != "-c":
+        at = args.index("-c") if "-c" in args[:-1] else None
+        if at is None:
             return spawn(path, args, passfds)
         pid = os.fork()
         if pid == 0:
-            _become(args[-1], passfds)
+            _become(args[at + 1], args[at + 2:], passfds)
         return pid
 
     util.spawnv_passfds = fork_instead
@@ -55,11 +58,12 @@ def _forking() -> Iterator[None]:
         util.spawnv_passfds = spawn
 
 
-def _become(command: str, passfds) -> NoReturn:
-    """In the child: keep only the descriptors a spawned helper would have, run its command,
-    and exit as its interpreter would (never returning into the node's stack)."""
+def _become(command: str, argv: list[str], passfds) -> NoReturn:
+    """In the child: keep only the descriptors a spawned helper would have, run its command
+    with its argv, and exit as its interpreter would (never returning into the node's stack)."""
     code = 1
     try:
+        sys.argv = ["-c", *argv]
         keep = sorted({0, 1, 2, *passfds})
         low = 0
         for fd in [*keep, os.sysconf("SC_OPEN_MAX")]:
