@@ -90,3 +90,42 @@ def test_a_helper_forked_at_the_seam_gets_the_command_its_argv_and_only_its_desc
     # /proc/self/fd lists the descriptor listdir itself opened as well: one more than kept.
     kept = [fd for fd in seen["fds"] if fd in (0, 1, 2, seen["w"])]
     assert kept == sorted({0, 1, 2, seen["w"]}) and seen["stray"] not in seen["fds"] and len(seen["fds"]) == 5, seen
+
+
+_NESTED = r"""
+import multiprocessing, sys
+from multiprocessing import forkserver
+from fabricjobs.worker.zygote import run_forking
+
+
+def job():
+    # What a user job may do in its worker: start a process the forkserver way.
+    child = multiprocessing.get_context("forkserver").Process(target=print, args=("nested",))
+    child.start()
+    child.join(20)
+    sys.exit(child.exitcode)
+
+
+if __name__ == "__main__":
+    assert run_forking(forkserver.ensure_running)
+    worker = multiprocessing.get_context("forkserver").Process(target=job)
+    worker.start()
+    worker.join(30)
+    print("worker exit", worker.exitcode)
+    if worker.exitcode is None:
+        worker.kill()
+"""
+
+
+def test_a_worker_of_a_forked_fork_server_can_start_a_forkserver_process_itself(tmp_path):
+    """The fork server is forked while multiprocessing holds its start lock: a worker that
+    inherited it held would wait on it for ever as soon as its job started a process the
+    forkserver way (a ProcessPoolExecutor with that context, say)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "nested.py"
+    script.write_text(_NESTED)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0 and "worker exit 0" in out.stdout, (out.stdout, out.stderr[-2000:])
+    assert "nested" in out.stdout

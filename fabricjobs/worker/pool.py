@@ -29,10 +29,10 @@ log = logging.getLogger("fabricjobs.node.workers")
 # orphan. _FORKS is held while a worker is started, so none is missing from the set.
 _FORKS = threading.Lock()
 _FORKED: set[int] = set()
-# What the fork server imports once for every fork. fabricjobs.cli: a node started by the
-# console script (a path, not ``-m``) has each worker run that script again as __mp_main__,
-# which imports the CLI. server_init: the fork server becomes the reaper of what a dead worker
-# leaves.
+# What the fork server imports once for every fork. server_init: the fork server becomes the
+# reaper of what a dead worker leaves. fabricjobs.cli: where the fork server is started the
+# usual way (start_fork_server could not fork it), a node started by the console script (a
+# path, not ``-m``) has each worker run that script again as __mp_main__, which imports the CLI.
 _PRELOAD = ["fabricjobs.worker.server_init", "fabricjobs.worker.process", "fabricjobs.cli"]
 
 
@@ -43,7 +43,10 @@ def start_fork_server() -> bool:
     from multiprocessing import forkserver
 
     multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
-    return run_forking(forkserver.ensure_running)
+    if run_forking(forkserver.ensure_running):
+        return True
+    log.debug("fork server not forked (threads already run): the first worker starts it afresh")
+    return False
 
 
 @dataclass(eq=False)

@@ -14,6 +14,13 @@ with ``-c COMMAND`` among the arguments (CPython 3.8 to 3.14; 3.14 appends the p
 after the command, which becomes the child's ``sys.argv`` here as it would there). Anything
 else passed through it is spawned as multiprocessing would; tests/test_fork_server.py fails if
 a Python upgrade moves the seam.
+
+What a fork keeps that a fresh interpreter would not have is put back as it would be there:
+multiprocessing's own state about these helpers (the fork server's start lock, held by the
+``ensure_running`` that forks it, and the tracker's descriptor and pid), or every worker's job
+that starts a process the forkserver way would wait on that lock for ever. Descriptors other
+than the ones passed are closed. ``__main__`` stays the node's, which is why this is for the
+node's start only: what workers are given is pickled by module path.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import sys
 import threading
 import traceback
 from multiprocessing import util
-from typing import Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 
 def run_forking(start: Callable[[], object]) -> bool:
@@ -33,6 +40,8 @@ def run_forking(start: Callable[[], object]) -> bool:
     a fork would copy locks they may hold."""
     if threading.active_count() > 1:
         return False
+    for stream in (sys.stdout, sys.stderr):  # or a helper that closes it writes the rest again
+        stream.flush()
     with _forking():
         start()
     return True
@@ -63,6 +72,7 @@ def _become(command: str, argv: list[str], passfds) -> NoReturn:
     with its argv, and exit as its interpreter would (never returning into the node's stack)."""
     code = 1
     try:
+        _as_if_fresh()
         sys.argv = ["-c", *argv]
         keep = sorted({0, 1, 2, *passfds})
         low = 0
@@ -81,3 +91,16 @@ def _become(command: str, argv: list[str], passfds) -> NoReturn:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _as_if_fresh() -> None:
+    """multiprocessing's state about its helpers, as a new interpreter has it: the start lock
+    of the fork server unheld (the parent forked this child while holding it), no resource
+    tracker known (the tracker's pipe end was the parent's, and is closed here)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server: Any = forkserver._forkserver  # private, and not in the type stubs
+    tracker: Any = resource_tracker._resource_tracker
+    server._lock = threading.Lock()
+    tracker._lock = type(tracker._lock)()
+    tracker._fd = tracker._pid = None
