@@ -3,14 +3,17 @@ fresh interpreters that import fabricjobs again, and they go when the node dies.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from fabricjobs.model import Status
-from fabricjobs.worker.reaper import descendants
+from fabricjobs.worker.reaper import descendants, parent_of
 from harness import wait_for
 
 pytestmark = pytest.mark.slow
@@ -24,14 +27,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def _children(pid: int) -> list[int]:
-    return [p for p in descendants(pid) if _ppid(p) == pid]
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    return [p for p in descendants(pid) if parent_of(p) == pid]
 
 
 def test_the_fork_server_is_a_fork_of_the_node_runs_its_jobs_and_ends_with_it(cluster):
@@ -79,10 +75,6 @@ def test_a_helper_forked_at_the_seam_gets_the_command_its_argv_and_only_its_desc
     ``-c`` runs in a fork (its parent is the caller), with the arguments after it as its argv
     (Python 3.14 appends the parent's argv there), descriptors 0-2 and those passed only, and
     its exit code is the command's."""
-    import json
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
@@ -121,9 +113,6 @@ def test_a_worker_of_a_forked_fork_server_can_start_a_forkserver_process_itself(
     """The fork server is forked while multiprocessing holds its start lock: a worker that
     inherited it held would wait on it for ever as soon as its job started a process the
     forkserver way (a ProcessPoolExecutor with that context, say)."""
-    import subprocess
-    import sys
-
     script = tmp_path / "nested.py"
     script.write_text(_NESTED)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
