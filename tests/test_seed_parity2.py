@@ -172,8 +172,15 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
         c.start_node("local-1")
         for uid in ("skip", "run", "handled"):
             _records(tmp_path / uid, 1)
-        history = {uid: list(c.fetch(f"jobhistory user_job 'Probe.stamp' with uid='{uid}' limit 100;")) for uid in due}
-        first = {uid: [h for h in history[uid] if h["Due"] == due[uid]] for uid in due}
+
+        def first_fires():
+            """Each job's history lines for its first (late) fire, once every job has one: a
+            run's line is written with its outcome, a moment after the run wrote its record."""
+            history = {uid: list(c.fetch(f"jobhistory user_job 'Probe.stamp' with uid='{uid}' limit 100;")) for uid in due}
+            first = {uid: [h for h in history[uid] if h["Due"] == due[uid]] for uid in due}
+            return first if all(first.values()) else None
+
+        first = wait_for(first_fires, 20, "a history line for each job's first (late) fire", interval=0.1)
         assert [h["Result"] for h in first["skip"]] == ["SKIPPED"]
         assert [h["Result"] for h in first["run"]] == ["OK"]  # ran although late
         assert [h["Result"] for h in first["handled"]] == ["SKIPPED"]
