@@ -105,6 +105,11 @@ def test_two_nodes_woken_by_the_same_bursts_claim_different_rows_not_the_same_on
     metrics = [scrape_metrics(port) for port in (LANES_PORT, port_b)]
     attempts = sum(m["fabricjobs_claim_attempts_total"] for m in metrics)
     lost = sum(m.get("fabricjobs_claim_conflicts_total", 0) for m in metrics)
+    # Not lanes' business: claims of rows whose insert was not written yet (on Cassandra an
+    # insert's index entry precedes its row; index.py offers such an entry again only once a
+    # read shows its row, tests/store/test_cassandra_index.py). Counted apart since stop 35:
+    # before, each was tried pass after pass and counted here (22.4 % in a fresh clone).
+    unwritten = sum(m.get("fabricjobs_claim_unwritten_total", 0) for m in metrics)
     assert attempts >= 400, attempts
     # The share of lost claims tells lanes from no lanes only on Cassandra. On SQLite the write
     # lock already lets one node claim a whole burst first: 6-8 % lost without lanes, and up to
@@ -117,7 +122,7 @@ def test_two_nodes_woken_by_the_same_bursts_claim_different_rows_not_the_same_on
     # fresh-clone run (stop 27; 0-5 % usually, 25-50 % without lanes): 20 % on both still tells
     # lanes from no lanes.
     if cluster.backend != "sqlite":
-        assert lost <= 0.2 * attempts, (attempts, lost)
+        assert lost <= 0.2 * attempts, (attempts, lost, unwritten)
     per_node = defaultdict(int)
     for u in uids:
         per_node[cluster.job("USER_JOB", "Probe.noop", u).worker_id] += 1

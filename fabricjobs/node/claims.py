@@ -79,7 +79,7 @@ class Claims(UsesParts):
                 pairs.append((row, advance(row, event, new)))
             results = self.store.cas_each(pairs, on_error=write_failed)
             self.lanes.claimed(time.perf_counter() - began)
-            lost = 0
+            lost = unwritten = 0
             for (row, pool, rides), res in zip(chosen, results):
                 if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
@@ -87,7 +87,9 @@ class Claims(UsesParts):
                     self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides)
                 else:
                     lost += 1
-            self.metrics.claims(len(pairs), lost)
+                    if res is not None and res.current is None:  # an insert's index entry, ahead of its row
+                        unwritten += 1
+            self.metrics.claims(len(pairs), lost - unwritten, unwritten)
             self.executor.launch_held()
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass

@@ -6,6 +6,7 @@ The seed's JMX stats and more:
     fabricjobs_executions_total{type, result}            counter  ended runs by result (systemJobsExecution)
     fabricjobs_claim_attempts_total                      counter  claim CAS attempts
     fabricjobs_claim_conflicts_total                     counter  claims another node won
+    fabricjobs_claim_unwritten_total                     counter  claims of rows not written yet (Cassandra)
     fabricjobs_reconcile_pass_seconds                    histogram
     fabricjobs_fire_lag_seconds                          histogram  due time -> run start
     fabricjobs_peer_heartbeat_age_seconds{node}          gauge    since each peer's beat last changed (this node's clock)
@@ -73,6 +74,8 @@ class Metrics:
                                    ["type", "result"], registry=self.registry)
         self._claims = Counter("fabricjobs_claim_attempts", "Claim CAS attempts", registry=self.registry)
         self._conflicts = Counter("fabricjobs_claim_conflicts", "Claims another node won", registry=self.registry)
+        self._unwritten = Counter("fabricjobs_claim_unwritten", "Claims of rows whose insert was not written yet",
+                                  registry=self.registry)
         self._pass = Histogram("fabricjobs_reconcile_pass_seconds", "Duration of a reconcile pass",
                                buckets=_PASS_BUCKETS, registry=self.registry)
         self._lag = Histogram("fabricjobs_fire_lag_seconds", "Delay from a run's due time to its start",
@@ -111,11 +114,15 @@ class Metrics:
         if self.enabled:
             self._executions.labels(job_type, result).inc()
 
-    def claims(self, attempts: int, conflicts: int) -> None:
+    def claims(self, attempts: int, conflicts: int, unwritten: int = 0) -> None:
+        """``unwritten``: lost claims that found no row (on Cassandra an insert's index entry
+        is written before its row); counted apart, since no other node won them."""
         if self.enabled:
             self._claims.inc(attempts)
             if conflicts:
                 self._conflicts.inc(conflicts)
+            if unwritten:
+                self._unwritten.inc(unwritten)
 
     def reconcile_pass(self, seconds: float) -> None:
         if self.enabled:

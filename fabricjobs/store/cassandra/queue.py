@@ -127,14 +127,23 @@ class Queue(Index):
         A key with one entry returns it without a read (the hot path: a wrong candidate only
         costs a failed CAS, which :meth:`_repair` settles). A key with several entries is
         decided by its row's revision (see the module docstring), since the newest entry
-        may be an intent whose LWT never happened and the older one the row's true entry."""
+        may be an intent whose LWT never happened and the older one the row's true entry;
+        so is one whose entry a CAS found ahead of its row (index.py): it is a candidate
+        again once its row has caught up."""
         by_key: dict[JobKey, dict[tuple, _Entry]] = {}
         for e in entries:  # the same entry twice (a bucket scanned twice) is one entry
             by_key.setdefault(e.key, {})[(e.bucket, e.next_run, e.revision)] = e
-        chosen = [next(iter(es.values())) for es in by_key.values() if len(es) == 1]
-        several = [k for k, es in by_key.items() if len(es) > 1]
+        chosen, several = [], []
+        for key, es in by_key.items():
+            if len(es) > 1 or (self._ahead and any((e.bucket, key, e.revision) in self._ahead for e in es.values())):
+                several.append(key)
+            else:
+                chosen.append(next(iter(es.values())))
         if several:
             for key, row in zip(several, self.get_many(several)):
+                for e in by_key[key].values():
+                    if row is not None and row.revision >= e.revision:
+                        self._ahead.discard((e.bucket, key, e.revision))  # its row caught up
                 settled = self._settle(list(by_key[key].values()), row)
                 if settled is not None:
                     chosen.append(settled)
