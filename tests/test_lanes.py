@@ -144,3 +144,20 @@ def test_alone_or_with_lanes_off_every_claimable_row_is_taken_in_order():
     off = Lanes("a", 0.0)
     assert off.claimable(rows, 5, ALIVE, now=0.0)[0] == rows
     assert all(off.is_own(r, ALIVE) for r in rows)
+
+
+def test_a_dead_nodes_runs_are_taken_over_in_lanes_the_others_after_the_wait():
+    """Survivors judge a crash at about the same moment: each takes its own lane's runs of the
+    dead node at once, another survivor's lane's only once that one has had the wait to take
+    them (it is slow or gone too), with a wake-up for then."""
+    a = Lanes("a", 0.2)
+    mine, theirs = rows_in(0, 3), rows_in(1, 3)
+    dead = [r.replace(status=Status.IN_PROCESS, worker_id="gone") for r in mine + theirs]
+    assert a.takeover(dead, ALIVE, now=50.0) == dead[:3]
+    assert a.takeover_wake == 50.2
+    assert a.takeover(dead[3:], ALIVE, now=50.1) == [] and a.takeover_wake == 50.2  # first seen at 50.0
+    assert a.takeover(dead[3:], ALIVE, now=50.2) == dead[3:] and a.takeover_wake is None
+    b = Lanes("b", 0.2)
+    assert b.takeover(dead, ALIVE, now=50.0) == dead[3:]  # the other survivor: the other half
+    assert Lanes("a", 0.2).takeover(dead, ["a"], now=50.0) == dead  # the only survivor: all
+    assert Lanes("a", 0).takeover(dead, ALIVE, now=50.0) == dead  # lanes off: all

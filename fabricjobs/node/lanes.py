@@ -47,6 +47,8 @@ class Lanes:
         self._since: dict[JobKey, float] = {}  # other lanes' rows: first seen claimable (monotonic)
         self._round = 0.0  # a claim round here (read and compare-and-sets): seconds, slowest lately
         self.next_wake: float | None = None  # when the first row left to a peer is due here
+        self._dead_since: dict[JobKey, float] = {}  # dead nodes' runs in other lanes: first seen (monotonic)
+        self.takeover_wake: float | None = None  # when the first of those is due here
 
     def claimed(self, seconds: float) -> None:
         """A claim round here took ``seconds``. A peer's rounds take about as long (same store,
@@ -142,3 +144,31 @@ class Lanes:
         if every_lane:
             self._since = since
         return out, preferred
+
+    def takeover(self, rows: list[Job], alive: Sequence[str], now: float) -> list[Job]:
+        """Of a dead node's runs (``rows``, best first), those this node takes over now: its own
+        lane's at once, another lane's once it has been left to that lane's node for
+        :attr:`wait` (that node is slow, or gone too). Every survivor judges a crash at about
+        the same moment: without lanes each tried every row, all but one lost every LWT
+        (contending with the winner's: a takeover of 20 runs on Apache Cassandra took 0.23 s
+        instead of 0.12), and the winner started every run alone. :attr:`takeover_wake` is
+        when the first row left to a peer is due here."""
+        names = self._names(alive)
+        self.takeover_wake = None
+        if len(names) == 1 or self.patience <= 0:
+            self._dead_since = {}
+            return rows
+        mine, wait = names.index(self.me), self.wait
+        since: dict[JobKey, float] = {}
+        out = []
+        for row in rows:
+            if _lane(row, names) == mine:
+                out.append(row)
+                continue
+            since[row.key] = seen = self._dead_since.get(row.key, now)
+            if now - seen >= wait:
+                out.append(row)
+            elif self.takeover_wake is None or seen + wait < self.takeover_wake:
+                self.takeover_wake = seen + wait
+        self._dead_since = since
+        return out

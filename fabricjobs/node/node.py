@@ -286,6 +286,9 @@ class Node:
             if mono >= next_purge:
                 next_purge = mono + self._purge_archive()
             next_full = next_full_pass(next_full, self.liveness.next_verdict(), self.clock.monotonic())
+            takeover = self.reconciler.next_takeover
+            if takeover is not None and takeover > self.clock.monotonic():  # (a past one: its pass ran)
+                next_full = min(next_full, takeover)
             deadline = self.executor.enforce_deadlines()
             timeout = next_full - self.clock.monotonic()
             if deadline is not None:

@@ -63,6 +63,12 @@ class Reconciler(UsesParts):
         """When an owner-precedence or lane window that kept a row from a claim ends."""
         return self.claims.next_wake
 
+    @property
+    def next_takeover(self) -> float | None:
+        """When (monotonic) a dead node's run left to a peer's lane is due here: a full pass
+        then takes it if the peer did not (lanes.py)."""
+        return self.claims.lanes.takeover_wake
+
     def ring_peers(self) -> None:
         """Wake the other nodes on this host (jobs became claimable)."""
         if self.doorbell.enabled:
@@ -248,6 +254,8 @@ class Reconciler(UsesParts):
         # Runs first (their jobs are down until taken), in batches: one round of concurrent
         # writes per batch, not one per job. Then the dead node's schedules.
         running = [r for r in rows if r.status is not Status.SCHEDULED]
+        running = [r for r in running if r.worker_id == self.me] + self.claims.lanes.takeover(
+            [r for r in running if r.worker_id != self.me], self.liveness.alive(), self.clock.monotonic())
         for i in range(0, len(running), _TAKEOVER_BATCH):
             if i and time.perf_counter() > budget:
                 # A big takeover on a slow store must not hold up this node's own due jobs and
