@@ -88,7 +88,12 @@ def log_in(driver, url: str, token: str) -> None:
 
 
 def texts(driver, selector: str) -> list[str]:
-    return [e.text for e in driver.find_elements("css selector", selector)]
+    """The text of every element ``selector`` finds, read in one script run. Read element by
+    element (a WebDriver round trip each), a table that redraws every 0.3 s had replaced a row
+    before the last was read, again on every try: a fresh clone beside the suite's other
+    workers waited 20 s on stale elements for a row that was there all along."""
+    return driver.execute_script("return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText);",
+                                 selector)
 
 
 def fetch_status(driver, path: str, csrf: str | None) -> int:

@@ -245,19 +245,23 @@ def test_the_jobs_data_filters_by_node_and_text(site):
                        "stopjob user_job name='Probe.noop' uid='filtered-waiting';")
 
 
+_PROGRESS = """
+for (const box of document.querySelectorAll(arguments[0])) {
+  if (arguments[2] && !box.innerText.includes(arguments[1])) continue;
+  const bar = box.querySelector("[role='progressbar']");
+  const pct = bar && bar.parentElement.querySelector(".pct");
+  if (pct) return [bar.getAttribute("aria-valuenow"), pct.innerText,
+                   bar.firstChild.getBoundingClientRect().width / bar.getBoundingClientRect().width];
+}
+return null;"""
+
+
 def _progress_of(driver, selector: str, uid: str, by_text: bool = True) -> tuple[str, str, float] | None:
     """In the element ``selector`` finds (holding ``uid``, if ``by_text``): the bar's
-    aria-valuenow, the percentage shown beside it and how full the bar is drawn."""
-    for box in driver.find_elements("css selector", selector):
-        if by_text and uid not in box.text:
-            continue
-        bars = box.find_elements("css selector", "[role='progressbar']")
-        if bars:
-            drawn = driver.execute_script("var b = arguments[0]; return b.firstChild.getBoundingClientRect().width"
-                                          " / b.getBoundingClientRect().width;", bars[0])
-            shown = bars[0].find_element("xpath", "..").find_element("css selector", ".pct").text
-            return bars[0].get_attribute("aria-valuenow"), shown, round(drawn, 2)
-    return None
+    aria-valuenow, the percentage shown beside it and how full the bar is drawn. One script
+    run (see browser.texts: the table redraws every 0.3 s)."""
+    found = driver.execute_script(_PROGRESS, selector, uid, by_text)
+    return None if found is None else (found[0], found[1], round(found[2], 2))
 
 
 def test_a_phone_width_window_shows_the_jobs_as_cards(site, browser):
