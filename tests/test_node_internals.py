@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import signal
+from datetime import timedelta
 
 import pytest
 
@@ -333,6 +334,35 @@ class StoreWith:
 
     def __getattr__(self, name):
         return self._methods.get(name) or getattr(self._store, name)
+
+
+def test_a_passenger_takes_the_slot_of_a_slot_holder_whose_claim_another_node_won(tmp_path):
+    """Four nodes draining one queue: a pass's slot holders are its oldest rows, the ones other
+    nodes go for too. When another node wins a holder's claim, a passenger claimed with it
+    holds that slot instead; left a passenger, it had no train to ride and was given back
+    unstarted (up to 600 in one pass)."""
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        now = clock.now()
+        keys = [JobKey("USER_JOB", "Customer.userJob1", f"u{i}") for i in range(4)]
+        for i, key in enumerate(keys):
+            store.insert(Job(key, Status.WAITING, now, next_run=now + timedelta(milliseconds=i)))
+        node.executor.short_jobs.learn(("USER_JOB", "Customer.userJob1"), [0.0001] * 3)  # known short
+
+        def cas_each(pairs, *args, **kwargs):  # node b claims the oldest row first
+            assert pairs[0][0].key == keys[0]
+            oldest = store.get(keys[0])
+            assert store.cas(oldest, oldest.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1)).applied
+            return store.cas_each(pairs, *args, **kwargs)
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each=cas_each)
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+            runs = {run.key.uid: run.holds_slot for run in node.executor.runs()}
+        assert runs == {"u1": True, "u2": False, "u3": False}  # u1 holds the slot u0's claim was for
+        assert node.executor.slots_used() == 1
 
 
 def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):

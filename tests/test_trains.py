@@ -14,7 +14,8 @@ from fabricjobs.worker.board import TRAIN_RUNS
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.node.decisions import RunFacts
 from fabricjobs.node.runs import Run, RunTable
-from fabricjobs.node.trains import PROBE_RUNS, SHORT_RUN, ShortJobs, chunks, passenger_room, plan_trains, seat_passengers
+from fabricjobs.node.trains import (PROBE_RUNS, SHORT_RUN, ShortJobs, chunks, passenger_room, plan_trains, riding,
+                                   seat_passengers)
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -115,6 +116,21 @@ def test_passengers_take_the_first_of_their_pools_with_room_until_the_room_is_fu
     assert [(r.key.uid, lim.name, exceptional, rides) for r, (lim, exceptional), rides in seated] == \
         [("x", "A", False, True), ("y", "B", False, True)]  # w: no room left in A, and none left at all
     assert room == {"A": 1, "B": 1}  # the caller's room is not used up
+
+
+def test_a_passenger_whose_pools_slot_holder_lost_its_claim_takes_that_slot():
+    """Without this, passengers whose slot holders all lost their claims (the oldest rows,
+    which other nodes go for too) reached the executor with no train to ride (plan_trains'
+    no_room) and were given back unstarted."""
+    a, b = AffinityLimit("A", 2, 2), AffinityLimit("B", 2, 4)
+    chosen = [(row("h1"), (a, False), False), (row("h2"), (a, False), False), (row("h3"), (b, True), False),
+              (row("p1"), (a, False), True), (row("p2"), (a, False), True), (row("p3"), (a, False), True),
+              (row("p4"), (b, False), True)]
+    won = [False, True, False, False, True, True, True]  # h1 lost (A), h3 lost (B, exceptional), p1 lost
+    assert riding(chosen, won) == [False, False, False, True, False, True, True]  # p2 holds h1's slot
+    assert riding(chosen, [True] * 7) == [c[2] for c in chosen]  # nothing lost: nothing changes
+    trains, no_room = plan_trains([run("p2", passenger=False), run("p3", passenger=True)], short_names("Customer.short"))
+    assert no_room == [] and [[r.key.uid for r in t] for t in trains] == [["p2", "p3"]]
 
 
 def test_a_job_is_short_after_a_few_quick_runs_and_long_again_after_one_held_up_a_train():

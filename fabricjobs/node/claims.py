@@ -21,7 +21,7 @@ from ..model import Job, advance
 from .decisions import claim
 from .lanes import Lanes
 from .parts import ReconcileParts, UsesParts
-from .trains import passenger_room, seat_passengers
+from .trains import passenger_room, riding, seat_passengers
 
 if TYPE_CHECKING:
     from .settings import NodeSettings
@@ -80,7 +80,8 @@ class Claims(UsesParts):
             results = self.store.cas_each(pairs, on_error=write_failed)
             self.lanes.claimed(time.perf_counter() - began)
             lost = unwritten = 0
-            for (row, pool, rides), res in zip(chosen, results):
+            rides_now = riding(chosen, [res is not None and res.applied for res in results])
+            for (row, pool, _), res, rides in zip(chosen, results, rides_now):
                 if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
