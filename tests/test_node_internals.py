@@ -365,6 +365,51 @@ def test_a_passenger_takes_the_slot_of_a_slot_holder_whose_claim_another_node_wo
         assert node.executor.slots_used() == 1
 
 
+def test_claims_another_node_won_ask_for_a_full_pass_that_reads_the_nodes_again(tmp_path):
+    """A claim pass reads no nodes: lanes go by the live nodes of the last full pass. Lost
+    claims are the sign that a node started since: the next pass is a full one, once per lane
+    wait at most. Its first full pass, a node rings the nodes it sees, so that they count it in
+    their lanes at once."""
+    import json
+
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.store.base import NodeRow
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        rung: list[list[str]] = []
+
+        class Doorbell:
+            enabled = True
+
+            def ring(self, names):
+                rung.append(list(names))
+
+        node.reconciler.doorbell = Doorbell()
+        store.write_node(NodeRow(name="b", incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(),
+                                 version="x", beat=1, info=json.dumps({"heartbeat_ms": 500, "miss": 8})))
+        node.signals.full.clear()
+        with node.executor.holding_starts():
+            node.reconciler.run_pass(full=True)
+            node.reconciler.run_pass(full=True)
+        assert rung == [["b"]]  # once, at its first read of the nodes
+
+        now = clock.now()
+        key = JobKey("USER_JOB", "Customer.userJob1", "x")
+        store.insert(Job(key, Status.WAITING, now, next_run=now))
+
+        def cas_each(pairs, *args, **kwargs):  # node b wins the row first
+            row = store.get(key)
+            assert store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1)).applied
+            return store.cas_each(pairs, *args, **kwargs)
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each=cas_each)
+        node.signals.full.clear()
+        with node.executor.holding_starts():
+            claims.claim(clock.now(), full=False)
+        assert node.signals.full.is_set()  # the next pass reads the nodes
+
+
 def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):
     """The third cause of the burst failure on Apache Cassandra: a claim pass began before the
     batch (``writing`` said no), its read of the PRIORITY 9 bucket came before the batch's LWT

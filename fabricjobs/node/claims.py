@@ -42,6 +42,7 @@ class Claims(UsesParts):
         self.lanes = Lanes(self.me, patience=self.s.lane_patience_ms / 1000)
         self._preferred: set = set()  # keys the last _choose preferred (lanes.py): passengers' pool
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
+        self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""
@@ -91,9 +92,22 @@ class Claims(UsesParts):
                     if res is not None and res.current is None:  # an insert's index entry, ahead of its row
                         unwritten += 1
             self.metrics.claims(len(pairs), lost - unwritten, unwritten)
+            if lost > unwritten and not full:
+                self._look_at_peers()
             self.executor.launch_held()
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
+
+    def _look_at_peers(self) -> None:
+        """Another node won claims this claim pass (which reads no nodes) made: the live nodes
+        this node's lanes go by may be out of date, a node started since its last full pass,
+        say: read them again in a full pass, now (once per lane wait at most). Four nodes
+        launched together: the first one up went on with two lanes for a second, until its
+        next full pass, and lost 317 of 608 claims in one pass."""
+        mono = self.clock.monotonic()
+        if mono - self._peers_refreshed >= self.lanes.wait:
+            self._peers_refreshed = mono
+            self.signals.wake_full()
 
     def _choose_in_lane(self, free: int, now: datetime) -> list | None:
         """Claim candidates from this node's own lane and the owned rows only, when lanes are on

@@ -55,6 +55,7 @@ class Reconciler(UsesParts):
         self.peers: list = []  # the nodes rows read by the last full pass
         self._whole_read_failing: float | None = None  # since when the nodes table is read row by row (_observe)
         self._next_dependency_check = 0.0
+        self._announced = False  # whether this node has rung the nodes it first saw (run_pass)
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
         self.claims = Claims(me, settings, parts)
 
@@ -92,6 +93,12 @@ class Reconciler(UsesParts):
         try:
             if full:
                 step("nodes", self._observe)
+                if not self._announced and self.peers:
+                    # This node's first read of the nodes: ring them, so that they count it in
+                    # their claim lanes now rather than at their next full pass (of four nodes
+                    # launched together, the first up claimed with two lanes for a second).
+                    self._announced = True
+                    self.ring_peers()
                 step("kills", self._kill_requests)
                 step("stop/restart", self._control, now)
             if self.signals.fenced or self.signals.stopping:
