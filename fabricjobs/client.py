@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from .clock import Clock, SystemClock
+from .clock import Clock, following
 from .commands import parse_script, statements
 from .config import Config, find_config, load_config
 from .result import Result
@@ -27,7 +27,7 @@ class Client:
     def __init__(self, store: JobStore, config: Config, clock: Clock | None = None, *, owns_store: bool = False) -> None:
         self.config = config
         self.store = store
-        self.clock = clock or SystemClock()
+        self.clock = following(clock, store.wall_time())  # the store's time on Cassandra
         self.session = Session()
         self.service = CommandService(store, config, self.clock)
         self._owns_store = owns_store

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
+from typing import Callable, Protocol
 
 UTC = timezone.utc
 
@@ -39,19 +39,30 @@ def to_millis(value: datetime) -> datetime:
 
 
 class SystemClock:
-    """The real clock. ``offset`` shifts wall time only (to simulate a node whose clock is off)."""
+    """The real clock. ``offset`` shifts wall time only (to simulate a node whose clock is off).
+    ``wall``: where wall time comes from, the host's clock unless a store has one of its own."""
 
-    def __init__(self, offset: float = 0.0) -> None:
+    def __init__(self, offset: float = 0.0, wall: Callable[[], float] = time.time) -> None:
         self.offset = offset
+        self.wall = wall
 
     def now(self) -> datetime:
-        return to_millis(datetime.fromtimestamp(time.time() + self.offset, UTC))
+        return to_millis(datetime.fromtimestamp(self.wall() + self.offset, UTC))
 
     def monotonic(self) -> float:
         return time.monotonic()
 
     def __repr__(self) -> str:
         return f"SystemClock(offset={self.offset})" if self.offset else "SystemClock()"
+
+
+def following(clock: Clock | None, wall: Callable[[], float] | None) -> Clock:
+    """``clock`` (None: the system's) reading wall time from ``wall``, a store's own clock
+    (JobStore.wall_time), when there is one; a clock a test moves by hand stays as it is."""
+    clock = clock or SystemClock()
+    if wall is not None and isinstance(clock, SystemClock):
+        return SystemClock(clock.offset, wall)
+    return clock
 
 
 class ManualClock:

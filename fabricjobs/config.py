@@ -242,6 +242,7 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "SPECULATIVE_DELAY_MS", _int(0), 300, "A read or plain write unanswered after this long is sent to a second host as well (0: never). LWTs are never sent twice."),
     Key("cassandra", "TOKEN_AWARE", _bool, True, "Send each statement to a replica of its partition (reads the token ring and schema metadata at connect)."),
     Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),
+    Key("cassandra", "MAX_CLOCK_SKEW_SEC", _float(1.0), 60.0, "Bound on this host's clock against Cassandra's: beyond it nothing is written (the store measures the difference; within it, writes and due times follow Cassandra's clock, not the host's)."),
     Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
     # [metrics]
     Key("metrics", "PORT", _int(0), 0, "Serve Prometheus metrics on this port (0: off). Several nodes on one host need different ports."),

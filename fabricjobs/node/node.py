@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..calendar import CalendarCache
 from ..affinity import NodeAffinity
-from ..clock import Clock, SystemClock
+from ..clock import Clock, following
 from ..config import Config, NodeId, load_node_id
 from ..errors import FabricJobsError, StoreError
 from ..worker.board import Board
@@ -104,12 +104,12 @@ class Node:
         self.name = name or config.node_name
         self.dc = config.get("node", "DC")
         self.zone = resolve_zone(config.get("node", "TIME_ZONE") or None)
-        self.clock = clock or SystemClock()
         self.node_id = node_id if node_id is not None else load_node_id(config.get("node", "NODE_ID_FILE"))
         self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, s.pool_size, config.node_addresses)
         self.catalog = JobCatalog.from_config(config)
         self.catalog.check_directories()  # before anything is opened: a refusal leaves nothing behind
         self.store = store or open_store(config)
+        self.clock = following(clock, self.store.wall_time())  # the store's time on Cassandra
         self.doorbell = Doorbell.for_store(self.store)
         self.signals = Signals()
         self._started = False

@@ -197,6 +197,17 @@ class JobStore(ABC):
         """
         raise NotImplementedError
 
+    def wall_time(self) -> Callable[[], float] | None:
+        """The store's own clock (seconds since the epoch), if it has one that every host must
+        follow (Cassandra: its coordinators' time, measured by this process); None: this host's
+        clock is the store's (SQLite). Nodes and shells on the store read "now" from it, so that
+        due times and history mean the same on every host (docs/explanation/cassandra-queue.md)."""
+        return None
+
+    def clock_skew(self) -> float:
+        """This host's wall clock minus the store's, as last measured (0: the same clock)."""
+        return 0.0
+
     def transaction(self) -> ContextManager[None]:
         """Group this thread's writes: a backend with multi-row transactions commits them
         together when the block ends (one fsync for a whole script of STARTJOBs) and keeps none

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 from fastapi import FastAPI, Request
 
 from .. import __version__
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, following
 from ..config import Config
 from ..jobs.registry import JobCatalog
 from ..service import CommandService, Session
@@ -42,6 +42,7 @@ class Api:
     _local: threading.local = field(default_factory=threading.local)
 
     def __post_init__(self) -> None:
+        self.clock = following(self.clock, self.store.wall_time())  # the store's time on Cassandra
         self._catalog = JobCatalog.from_config(self.config)
         self._doorbell = Doorbell.for_store(self.store)
 

@@ -65,7 +65,7 @@ class History(Recent):
         # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
         out = [_Write(stmt, values + (r.epoch // RUN_BUCKET, self.archive_ttl), what=what, big=size > _BIG_VALUES)]
         out += self._recent_writes(r, big=len(r.error) + len(r.note) > _BIG_VALUES)
-        day = _day(datetime.now(UTC))  # the day the line is written: its TTL runs from then
+        day = _day(self.store_time())  # the day the line is written: its TTL runs from then
         noted = (r.key, day, r.epoch // RUN_BUCKET)
         if noted not in self._run_keys_noted:
             if len(self._run_keys_noted) > 100_000:
@@ -98,7 +98,7 @@ class History(Recent):
         (newest run first, ``limit`` each). Plus the version-3 tables until their TTL has
         emptied them: one partition per job key, and k2_job_run_uids for the uids."""
         cols = ", ".join(_RUN_COLUMNS)
-        today = datetime.now(UTC).date()
+        today = self.store_time().date()
         days = [_day(today - timedelta(days=d)) for d in range(-1, self.archive_ttl // 86400 + 2)]
         keys_stmt = self._stmt(("runkeys", uid is not None),
                                "SELECT uid, bucket FROM k2_job_run_keys WHERE type = ? AND name = ? AND day IN ?"
@@ -178,7 +178,7 @@ class History(Recent):
 
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
         day = since.astimezone(UTC).date()
-        today = datetime.now(UTC).date() + timedelta(days=1)
+        today = self.store_time().date() + timedelta(days=1)
         if (today - day).days > self.archive_ttl // 86400 + 2:
             found = self._archive_scan(since)  # a window beyond the retention: what is kept, not each day
         else:

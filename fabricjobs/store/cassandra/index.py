@@ -102,16 +102,16 @@ class Index(Rows):
     _monotonic: Callable[[], float]
     _sweeper: Sweeper
 
-    def _init_index(self) -> None:
+    def _init_index(self, wall: Callable[[], float] = time.time) -> None:
         """This process's memory of the index: what it registered, when it first saw each
-        possible intent, and what its sweeps may cover."""
+        possible intent, and what its sweeps may cover (dated by ``wall``: Cassandra's time)."""
         self._owners_known = set()
         # When this process first saw each possible intent (its written_at as seen), on its own
         # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
         self._seen = {}
         self._ahead = set()  # (bucket, key, revision) of entries a CAS found ahead of their row
         self._monotonic = time.monotonic
-        self._sweeper = Sweeper()
+        self._sweeper = Sweeper(wall)
 
     def _entry_write(self, job: Job, revision: int) -> _Write | None:
         """The index entry of ``job`` at ``revision`` (None: a row in no bucket). Registers a new

@@ -75,7 +75,7 @@ class Recent(Rows):
         cols = ", ".join(_RECENT_COLUMNS)
         lines_stmt = self._stmt(("recentsel",), f"SELECT {cols} FROM k2_job_runs_recent WHERE hour = ? AND shard = ? LIMIT ?")
         found: list[RunRecord] = []
-        today = datetime.now(UTC).date()
+        today = self.store_time().date()
         for back in range(-1, self.archive_ttl // 86400 + 2):  # tomorrow too: a node's clock ahead of ours
             day = (today - timedelta(days=back)).strftime("%Y-%m-%d")
             for hour in sorted((r["hour"] for r in self._run(hours_stmt, (day,))), reverse=True):

@@ -18,10 +18,13 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Callable, Sequence
 
+from ...clock import utc_from_timestamp
 from ...errors import StoreError
 from ..base import StoreStats
+from .clock import ClusterClock
 from .hosts import Unanswered, policy_avoiding
 from .schema import qualify
 from .sweep import ENTRY_WRITE_BOUND
@@ -104,8 +107,9 @@ def credentials(*, username: str, password: str, tls: bool, tls_ca_file: str, tl
 
 
 def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, connect_timeout: float,
-                token_aware: bool, profiles: dict, **options):
-    """The driver's Cluster, not yet connected."""
+                token_aware: bool, profiles: dict, timestamps: Callable[[], int] | None = None, **options):
+    """The driver's Cluster, not yet connected. ``timestamps``: what stamps every write (in
+    microseconds); the store passes Cassandra's time (clock.py), not the host's."""
     from cassandra.cluster import Cluster
 
     return Cluster(
@@ -121,6 +125,7 @@ def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, conne
         # node's main thread, for each statement first used after the cut: a takeover that
         # needed three new statements came 30 s late (tests/test_partitions.py).
         prepare_on_all_hosts=False,
+        **({"timestamp_generator": timestamps} if timestamps is not None else {}),
         **options,
     )
 
@@ -148,11 +153,13 @@ class _CountingSession:
     """The driver's session, counting what is sent by kind (StoreStats): the figures of
     scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
 
-    def __init__(self, session, stats: StoreStats, unanswered: Unanswered | None = None) -> None:
+    def __init__(self, session, stats: StoreStats, unanswered: Unanswered | None = None,
+                 clock: ClusterClock | None = None) -> None:
         from cassandra import DriverException
         from cassandra.query import BatchStatement
 
         self._s = session
+        self._clock = clock
         self._unanswered = unanswered
         self._unfinished = DriverException
         self.stats = stats
@@ -160,19 +167,29 @@ class _CountingSession:
         self._last_warned: dict[str, float] = {}
 
     def _count(self, stmt, profile) -> None:
+        """Count a request by kind; a write (an LWT, a batch, any statement but a SELECT) is
+        refused first while this host's clock is beyond the bound (clock.py)."""
         if profile == "lwt":
+            self._may_write()
             self.stats.lwt_attempts += 1
             return
         if isinstance(stmt, self._batch_type):  # one request, however many statements
+            self._may_write()
             self.stats.writes += 1
             return
-        text = getattr(stmt, "query_string", None) or getattr(getattr(stmt, "prepared_statement", None), "query_string", "") or ""
+        text = stmt if isinstance(stmt, str) else (getattr(stmt, "query_string", None) or getattr(
+            getattr(stmt, "prepared_statement", None), "query_string", "") or "")
         if text.lstrip()[:6].upper() == "SELECT":
             self.stats.reads += 1
             if profile == "serial":
                 self.stats.serial_reads += 1
         elif text:
+            self._may_write()
             self.stats.writes += 1
+
+    def _may_write(self) -> None:
+        if self._clock is not None:
+            self._clock.check_write()
 
     def execute(self, stmt, params=None, execution_profile=_NO_PROFILE, **kw):
         return self.execute_async(stmt, params, execution_profile, **kw).result()
@@ -291,9 +308,16 @@ class Session:
     _prepared: dict[tuple, Any]
     _prep_lock: threading.Lock
     _latency_clock: Callable[[], float]
+    _clock: ClusterClock
 
-    def _connect(self, cluster, where: str, unanswered: Unanswered | None = None) -> None:
-        """Connect ``cluster`` (shut down again if that fails); counters and statements start empty."""
+    def store_time(self) -> datetime:
+        """Now, by Cassandra's clock as this process measures it (clock.py): no round trip."""
+        return utc_from_timestamp(self._clock.now())
+
+    def _connect(self, cluster, where: str, unanswered: Unanswered | None = None,
+                 clock: ClusterClock | None = None) -> None:
+        """Connect ``cluster`` (shut down again if that fails); counters and statements start
+        empty. ``clock``: the one the cluster stamps writes by, which also vets each write."""
         self._cluster = cluster
         self.stats = StoreStats()
         try:
@@ -303,7 +327,7 @@ class Session:
             # that long on a host cut off by a partition, for each statement first used after
             # the cut. Other requests already wait the profiles' request timeout.
             session._default_timeout = getattr(self, "request_timeout", session.default_timeout)
-            self._session = _CountingSession(session, self.stats, unanswered)
+            self._session = _CountingSession(session, self.stats, unanswered, clock)
         except Exception as exc:
             cluster.shutdown()
             raise StoreError(f"cannot connect to Cassandra at {where}: {exc}") from None
@@ -389,8 +413,9 @@ class Session:
 
     def _send_quietly(self, writes: Sequence[_Write]) -> None:
         """Tidying writes (index deletes, a fenced run's line): a lost one is met as stale by a
-        later reader, so a failure is logged, not raised."""
-        if not writes:
+        later reader, so a failure is logged, not raised; while this host may not write (its
+        clock, clock.py) they are left to others."""
+        if not writes or self._clock.refuses:
             return
         try:
             self._send(writes, bounded=False)

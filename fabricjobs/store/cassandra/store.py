@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Sequence
 
 from ...config import Config
 from ...model import Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
 from .calendars import Calendars
+from .clock import ClusterClock
 from .history import History
 from .index import _bucket, _job_bucket, _slot
 from .livelog import LiveLog
@@ -83,6 +83,7 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
         protocol_version: int = 4,
         archive_ttl_seconds: int = 720 * 3600,
         token_aware: bool = True,
+        max_clock_skew: float = 60.0,
     ) -> None:
         """Connect, then create or check the schema (``create_schema``); what was opened is closed
         again if either fails."""
@@ -97,14 +98,18 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
                                       speculative_delay=speculative_delay, unanswered=unanswered)
         options = credentials(username=username, password=password, tls=tls, tls_ca_file=tls_ca_file,
                               tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, tls_verify=tls_verify)
+        self._clock = ClusterClock(max_skew=max_clock_skew)
         cluster = new_cluster(hosts, port, protocol_version=protocol_version, connect_timeout=connect_timeout,
-                              token_aware=token_aware, profiles=profiles, **options)
-        self._connect(cluster, f"{', '.join(hosts)}:{port}", unanswered)
+                              token_aware=token_aware, profiles=profiles, timestamps=self._clock, **options)
+        self._connect(cluster, f"{', '.join(hosts)}:{port}", unanswered, self._clock)
+        self._local_dc = local_dc
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
-        self._init_index()
+        self._init_index(self._clock.now)
         self._init_history()
         self._closed = False
         try:
+            self._sync_clock()  # before anything is written: every write is stamped by it
+            self._clock.keep_in_sync(self._sync_clock)
             self._setup_schema(create_schema, replication)
         except Exception:
             self.close()
@@ -122,7 +127,7 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
             speculative_delay=c["SPECULATIVE_DELAY_MS"] / 1000.0,
             create_schema=c["CREATE_SCHEMA"], protocol_version=c["PROTOCOL_VERSION"],
             archive_ttl_seconds=int(config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR") * 3600),
-            token_aware=c["TOKEN_AWARE"],
+            token_aware=c["TOKEN_AWARE"], max_clock_skew=c["MAX_CLOCK_SKEW_SEC"],
         )
 
     # -- schema ----------------------------------------------------------------------------------
@@ -138,12 +143,29 @@ class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
         if self._closed:
             return
         self._closed = True
+        self._clock.close()
         self._pool.shutdown(wait=True)
         self._cluster.shutdown()
 
-    def store_time(self) -> datetime:
-        row = self._run(self._stmt(("now",), "SELECT toTimestamp(now()) AS now FROM system.local")).one()
-        return _when(row["now"])
+    # -- time ------------------------------------------------------------------------------------
+
+    def _sync_clock(self) -> None:
+        """Measure Cassandra's time on the up hosts of this DC (clock.py)."""
+        hosts = [h for h in self._cluster.metadata.all_hosts()
+                 if h.is_up is not False and (not self._local_dc or h.datacenter == self._local_dc)]
+
+        def ask(host) -> float:
+            row = self._session.execute("SELECT toTimestamp(now()) AS now FROM system.local", host=host,
+                                        timeout=min(self.request_timeout, 2.0)).one()
+            return _when(row["now"]).timestamp()
+
+        self._clock.take(self._clock.measure(ask, hosts or [None]))
+
+    def wall_time(self):
+        return self._clock.now
+
+    def clock_skew(self) -> float:
+        return self._clock.skew
 
     # -- jobs: writes ----------------------------------------------------------------------------
 
