@@ -242,6 +242,8 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "SPECULATIVE_DELAY_MS", _int(0), 300, "A read or plain write unanswered after this long is sent to a second host as well (0: never). LWTs are never sent twice."),
     Key("cassandra", "TOKEN_AWARE", _bool, True, "Send each statement to a replica of its partition (reads the token ring and schema metadata at connect)."),
     Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),
+    Key("cassandra", "INDEX_REPAIR_ROWS_PER_SEC", _float(0.0), 500.0, "Pace of the index repair pass, which reads every row (each node its share) and gives a live row that lost its k2_jobs_index entry a new one (0: no repair pass)."),
+    Key("cassandra", "INDEX_REPAIR_PAUSE_SEC", _float(0.0), 300.0, "Rest between two index repair passes of a node."),
     Key("cassandra", "MAX_CLOCK_SKEW_SEC", _float(1.0), 60.0, "Bound on this host's clock against Cassandra's: beyond it nothing is written (the store measures the difference; within it, writes and due times follow Cassandra's clock, not the host's)."),
     Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
     # [metrics]

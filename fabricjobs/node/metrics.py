@@ -18,6 +18,9 @@ The seed's JMX stats and more:
     fabricjobs_store_index_sweeps_total                  counter  range deletes over index tombstones
     fabricjobs_store_slow_entry_writes_total             counter  index entries written again (acknowledged late)
     fabricjobs_store_server_warnings_total               counter  warnings Cassandra sent (tombstones met, big batches)
+    fabricjobs_store_index_restored_total                counter  live rows given back their lost index entry (repair pass)
+    fabricjobs_store_repair_rows_total                   counter  rows the index repair pass read
+    fabricjobs_store_clock_skew_seconds                  gauge    this host's clock minus the store's (Cassandra)
 
 prometheus_client is imported only when the port is set; a disabled Metrics is free.
 """
@@ -47,6 +50,9 @@ _STORE_COUNTERS = (
      "Index entries written again because their write was acknowledged too late to be safe"),
     ("fabricjobs_store_server_warnings", "server_warnings",
      "Warnings Cassandra sent with its answers (tombstones met by a read, batches too large)"),
+    ("fabricjobs_store_index_restored", "index_restored",
+     "Live rows the index repair pass found without their index entry and gave one"),
+    ("fabricjobs_store_repair_rows", "repair_rows", "Rows the index repair pass read"),
 )
 
 
@@ -60,6 +66,7 @@ class Metrics:
         peer_ages: Callable[[], dict[str, float]],
         lease_remaining: Callable[[], float],
         store_stats: Callable[[], object] = lambda: None,
+        clock_skew: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.enabled = port > 0
         self.port = port
@@ -95,6 +102,9 @@ class Metrics:
                 yield ages
                 yield GaugeMetricFamily("fabricjobs_lease_remaining_seconds", "This node's lease left",
                                         value=lease_remaining())
+                yield GaugeMetricFamily("fabricjobs_store_clock_skew_seconds",
+                                        "This host's clock minus the store's (Cassandra: as last measured)",
+                                        value=clock_skew())
                 stats = store_stats()
                 for name, field, text in _STORE_COUNTERS:
                     yield CounterMetricFamily(name, text, value=getattr(stats, field, 0) if stats is not None else 0)

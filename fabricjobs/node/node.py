@@ -50,6 +50,7 @@ from .parts import ReconcileParts
 from .reconcile import Reconciler
 from .runs import RunTable
 from .scheduler import Scheduler
+from .repair import IndexRepairer
 from .settings import NodeSettings
 from .signals import Signals
 from ..worker.pool import WorkerPool
@@ -130,7 +131,7 @@ class Node:
             self.config.get("metrics", "PORT"), self.config.get("metrics", "ADDRESS"),
             running=lambda: running_by_type(table.all()), peer_ages=self.liveness.ages,
             lease_remaining=lambda: max(0.0, self.board.lease_until() - self.clock.monotonic()),
-            store_stats=lambda: self.store.stats,
+            store_stats=lambda: self.store.stats, clock_skew=self.store.clock_skew,
         )
         self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.signals.wake, zone=self.zone,
                                    max_ahead=max(1, s.pool_size // 2),
@@ -153,6 +154,8 @@ class Node:
         self.live_log = LiveLogFlusher(
             self.store, spool_dir(self.board.path), lambda: {r.task: (r.row.key, r.row.epoch) for r in table.all()},
             self.clock, interval=s.live_log_flush, max_bytes=s.live_log_max)
+        self.repairer = IndexRepairer(self.store, self.clock, self._repair_share,
+                                      rows_per_sec=s.repair_rows_per_sec, pause=s.repair_pause)
         self.reconciler = Reconciler(self.name, s, ReconcileParts(
             store=self.store, executor=self.executor, scheduler=self.scheduler, liveness=self.liveness,
             affinity=self.affinity, board=self.board, clock=self.clock, metrics=self.metrics,
@@ -168,6 +171,12 @@ class Node:
         if ticks is not None:
             info["pid_start"] = ticks  # with pid, names this process: a pid alone may be reused
         return info
+
+    def _repair_share(self) -> tuple[int, int]:
+        """This node's share of the rows for the index repair pass: its place among the live
+        nodes' names, as for claim lanes (repair.py)."""
+        names = sorted(set(self.liveness.alive()) | {self.name})
+        return len(names), names.index(self.name)
 
     def _answer_listener(self, listener, op: str, args: tuple):
         """A listener run's store request, answered here (its worker holds no store)."""
@@ -243,6 +252,7 @@ class Node:
         self.heartbeat.start()
         self.pool.prewarm()
         self.live_log.start()
+        self.repairer.start()
         self.executor.start_collector()
         try:
             self.scheduler.refresh()
@@ -386,6 +396,7 @@ class Node:
         self.executor.stop_collector()
         self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
         self.live_log.stop()
+        self.repairer.stop()
         self.heartbeat.stop()
         self.heartbeat.beat_once(state=NodeState.STOPPED)
         self.board.close(unlink=True)

@@ -31,6 +31,8 @@ class NodeSettings:
     worker_idle: float
     priority_aging_sec: float
     dependency_check_sec: float
+    repair_rows_per_sec: float  # the index repair pass's pace (0: no repair pass), repair.py
+    repair_pause: float  # seconds between two repair passes
 
     @classmethod
     def from_config(cls, c: Config) -> "NodeSettings":
@@ -57,6 +59,8 @@ class NodeSettings:
             priority_aging_sec=g("jobs", "PRIORITY_AGING_SEC"),
             dependency_check_sec=g("jobs", "DEPENDENCY_CHECK_SEC"),
             worker_idle=g("jobs", "WORKER_IDLE_SEC"),
+            repair_rows_per_sec=g("cassandra", "INDEX_REPAIR_ROWS_PER_SEC"),
+            repair_pause=g("cassandra", "INDEX_REPAIR_PAUSE_SEC"),
         )
 
     @property

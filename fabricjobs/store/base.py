@@ -149,6 +149,18 @@ class StoreStats:
     index_sweeps: int = 0  # range deletes sent over the tombstones of an index partition
     slow_entry_writes: int = 0  # index entries written again: acknowledged too late to be safe
     server_warnings: int = 0  # warnings the store sent with its answers (tombstones met, big batches)
+    index_restored: int = 0  # live rows found without their index entry and given one (the repair pass)
+    repair_rows: int = 0  # rows the repair pass read
+
+
+@dataclass(frozen=True, slots=True)
+class RepairPage:
+    """One page of the index repair pass (:meth:`JobStore.repair_index`): where the next page
+    starts (None: the share is done), how many rows were read, how many given their entry."""
+
+    cursor: object | None
+    read: int
+    restored: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +194,9 @@ class JobStore(ABC):
     identity: str = ""
     #: True if :meth:`delete_archived` deletes rows (SQLite); False if they expire by TTL.
     deletes_archived: bool = True
+    #: True if the store keeps an index of live rows of its own, beside the rows, which
+    #: :meth:`repair_index` checks (Cassandra); False if the database keeps its indexes (SQLite).
+    keeps_index: bool = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -338,6 +353,13 @@ class JobStore(ABC):
 
         Returns how many were deleted. (Cassandra expires them by TTL instead and returns 0.)
         """
+
+    def repair_index(self, share: tuple[int, int], cursor: object | None, limit: int) -> RepairPage:
+        """One page of the repair pass over share ``share`` = (shares, index) of all rows:
+        up to ``limit`` rows read from ``cursor`` (None: the start), and every live row whose
+        index entry is missing given one. A store whose reads need no index of its own
+        (SQLite: its indexes are the database's) has nothing to repair: done at once."""
+        return RepairPage(cursor=None, read=0, restored=0)
 
     # -- jobs: reads -----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from .index import _bucket, _job_bucket, _slot
 from .livelog import LiveLog
 from .nodes import Nodes
 from .queue import Queue
+from .repair import Repair
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
 from .hosts import Unanswered
@@ -53,11 +54,12 @@ class _Change:
         return self.expected.key
 
 
-class CassandraStore(Queue, History, Nodes, Calendars, LiveLog, JobStore):
+class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore):
     """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
 
     backend = "cassandra"
     deletes_archived = False  # archived rows expire by TTL
+    keeps_index = True  # k2_jobs_index (index.py), checked by the repair pass (repair.py)
 
     def __init__(
         self,
