@@ -1,13 +1,12 @@
 """The Cassandra schema: its tables, their storage options, and how a cluster of nodes creates
 or upgrades it safely.
 
-Creating tables from several nodes at once is unsafe on Cassandra 5.0: two coordinators that
-both run ``CREATE TABLE IF NOT EXISTS`` can each make the table with a different id, and the
-replicas disagree about which one holds the data. So one node at a time holds a lock (an LWT on
-a row of ``fabricjobs_schema``, with a TTL so a crashed holder frees it), makes the changes, and
-waits for every replica to agree on the schema before the next statement; the others wait for
-the version row to say the schema is current. Only the tiny ``fabricjobs_schema`` table itself
-is ever created concurrently (nothing but that row lives in it).
+Creating tables from several nodes at once is unsafe on Cassandra 5.0 as such: two coordinators
+that both run ``CREATE TABLE IF NOT EXISTS`` can each make the table with a different id, and
+the replicas disagree about which one holds the data. Here every table has a fixed id (derived
+from its keyspace and name), every schema statement is followed by a wait for schema agreement,
+and a schema that is still settling is waited out (SchemaManager): any number of nodes may
+start at once on an empty keyspace.
 
 Storage options, per table (the README's "Cassandra data model" says the same):
 
@@ -59,8 +58,7 @@ CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (issue #22), w
 CLEANUP = {"delete_on_success": "text"}  # version 13: RJM's rjm_delete (issue #22)
 PARALLEL = {"parallelism": "int", "task_of": "text"}  # version 14: DolphinDB's tasks of a job (issue #22)
 SMILA_COUNTERS = {"failed_after_retry": "int", "failed_without_retry": "int", "canceled": "int"}  # version 15 (issue #22)
-LOCK_TTL = 120  # seconds a crashed schema writer can hold the lock
-SCHEMA_WAIT = 180.0  # seconds a node waits for another node's schema change
+SCHEMA_WAIT = 180.0  # seconds a node waits for the schema to settle
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
 
 _LEVELED = "compaction = {'class': 'LeveledCompactionStrategy'}"
@@ -243,6 +241,7 @@ def _settling(exc: Exception) -> bool:
     concurrent node created a moment ago): worth waiting for agreement and trying again."""
     text = str(exc).lower()
     return any(s in text for s in ("does not exist", "unknown cf", "unconfigured table", "unknown table",
+                                   "unknown keyspace", "incompatible_schema", "incompatible schema",
                                    "timed out", "timeout"))
 
 
@@ -272,13 +271,23 @@ def schema_cql(keyspace: str, replication: str) -> str:
     an administrator runs it once, e.g. ``fabricjobs cassandra-schema | cqlsh``)."""
     check_keyspace_name(keyspace)
     lines = [f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {_replication_cql(replication)};"]
-    lines += [qualify(" ".join(ddl.split()), keyspace) + ";" for ddl in SCHEMA]
+    lines += [with_table_id(qualify(" ".join(ddl.split()), keyspace), keyspace) + ";" for ddl in SCHEMA]
     lines.append(f"INSERT INTO {keyspace}.fabricjobs_schema (id, version) VALUES ('k2_jobs', {SCHEMA_VERSION});")
     return "\n".join(lines)
 
 
 class SchemaManager:
-    """Creates or upgrades the schema of one keyspace through a connected driver session."""
+    """Creates or upgrades the schema of one keyspace through a connected driver session.
+
+    Any number of nodes may do it at the same instant (docs/explanation/cassandra-queue.md,
+    "Starting together"): every table is created with a fixed id (``table_id``), so two
+    coordinators that both create it make the same table; every statement (a no-op ``IF NOT
+    EXISTS`` included) is followed by a wait until the live replicas agree on the schema, so
+    the next one never reaches a replica that lacks what the last one made; and the errors of
+    a schema still settling (an unknown keyspace or table, INCOMPATIBLE_SCHEMA) are waited out
+    and the whole step tried again, until ``wait`` seconds have passed. No lock: there is
+    nothing left for one to protect, and a lock whose holder stalled held up every other node.
+    """
 
     def __init__(self, session, keyspace: str, *, lwt_profile: str = "lwt", serial_profile: str = "serial",
                  wait: float = SCHEMA_WAIT) -> None:
@@ -290,6 +299,21 @@ class SchemaManager:
 
     def ensure(self, create: bool, replication: str) -> int:
         """Make the keyspace's schema current (``create``) or check that it is; the version."""
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                return self._ensure_once(create, replication)
+            except Exception as exc:
+                if not _settling(exc) or time.monotonic() > deadline:
+                    if isinstance(exc, StoreError):
+                        raise
+                    raise StoreError(f"cannot set up the fabricjobs schema of keyspace {self.keyspace!r}: {exc}") from None
+                log.info("the schema of keyspace %s is still settling (%s); trying again", self.keyspace, exc)
+                self._agree()
+                time.sleep(0.2 + random.random() * 0.3)
+
+    def _ensure_once(self, create: bool, replication: str) -> int:
+        self._agree()  # what another node made a moment ago is known here before anything is read
         if not self._keyspace_exists():
             if not create:
                 raise StoreError(f"keyspace {self.keyspace!r} does not exist; create it or set [cassandra] CREATE_SCHEMA = true")
@@ -307,35 +331,15 @@ class SchemaManager:
                 raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema; set [cassandra] CREATE_SCHEMA = true")
             raise StoreError(
                 f"Cassandra keyspace {self.keyspace!r} has schema version {version}; this fabricjobs needs "
-                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the README)"
+                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the docs)"
             )
-        # The lock's own table, the only one ever made by several nodes at once: with an id of
-        # its own name's making, two concurrent CREATEs make the same table (two ids would
-        # split the lock row between them, and two nodes could each hold the lock).
-        table_id = uuid.uuid5(_TABLE_IDS, f"{self.keyspace}.fabricjobs_schema")
-        self._ddl(f"{SCHEMA[0]} WITH id = '{table_id}'")
-        deadline = time.monotonic() + self.wait
-        while True:
-            try:
-                token = random.getrandbits(31)
-                if self._lock(token):
-                    try:
-                        return self._upgrade()
-                    finally:
-                        self._unlock(token)
-                version = self.version()  # another node holds the lock: wait for its work
-            except Exception as exc:  # the table another node just made is not known here yet
-                if not _settling(exc) or time.monotonic() > deadline:
-                    raise StoreError(f"cannot set up the fabricjobs schema of keyspace {self.keyspace!r}: {exc}") from None
-                self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=5)
-                version = None
-            if version == SCHEMA_VERSION:
-                return version
-            if time.monotonic() > deadline:
-                raise StoreError(f"the fabricjobs schema of keyspace {self.keyspace!r} is locked by another node "
-                                 f"for over {self.wait:.0f} s (row id='lock' of fabricjobs_schema; it expires "
-                                 f"by itself {LOCK_TTL} s after its holder died)")
-            time.sleep(0.2 + random.random() * 0.3)
+        return self._upgrade(version)
+
+    def _agree(self) -> None:
+        """Wait (up to ``wait``) until every live replica has the same schema version."""
+        if not self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=self.wait):
+            raise StoreError(f"Cassandra replicas did not agree on the schema of {self.keyspace!r} within "
+                             f"{self.wait:.0f} s; check that every node is up")
 
     def _q(self, cql: str) -> str:
         return qualify(cql, self.keyspace)
@@ -344,24 +348,21 @@ class SchemaManager:
         """The schema version, or None for a keyspace without fabricjobs tables. A read left
         unanswered is tried again (twice): a node starting just after a partition healed met a
         replica that had not yet caught up, and exited on its first read (the host that timed
-        out is tried last next, see session.py). So is one that meets a table still settling:
-        a node started beside another that had just made the schema was told 'Unknown CF' by a
-        coordinator that did not know the new table yet (Apache Cassandra 5.0)."""
+        out is tried last next, see session.py). One that meets a table still settling raises
+        it for :meth:`ensure` to wait out ('Unknown CF' from a coordinator that did not know a
+        table another node had just made, Apache Cassandra 5.0)."""
         for attempt in range(3):
             try:
                 row = self.s.execute(self._q("SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs'"),
                                      execution_profile=self.serial).one()
                 return None if row is None else row["version"]
             except Exception as exc:
-                if _unanswered(exc) or "unknown cf" in str(exc).lower():
-                    if attempt < 2:
-                        if not _unanswered(exc):
-                            self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=5)
-                        continue
-                elif "unconfigured table" in str(exc).lower() or "fabricjobs_schema" in str(exc):
-                    return None
-                raise StoreError(f"cannot read the fabricjobs schema version of keyspace {self.keyspace!r}: "
-                                 f"{exc}") from None
+                if _unanswered(exc) and attempt < 2:
+                    continue
+                text = str(exc).lower()
+                if "fabricjobs_schema" in text and ("unconfigured table" in text or "does not exist" in text):
+                    return None  # a keyspace without fabricjobs tables (agreed on: see _ensure_once)
+                raise
         raise AssertionError("unreachable")
 
     # -- steps -----------------------------------------------------------------------------------
@@ -383,37 +384,20 @@ class SchemaManager:
             raise
 
     def _ddl(self, cql: str) -> None:
-        """One schema statement, then wait until every live replica has the same schema."""
+        """One schema statement (a table with its fixed id), then wait until every live replica
+        has the same schema: also after a no-op, which answers at once, before the change that
+        another node made has reached every replica."""
         try:
-            rs = self.s.execute(self._q(cql), timeout=DDL_TIMEOUT)
+            self.s.execute(with_table_id(self._q(cql), self.keyspace), timeout=DDL_TIMEOUT)
         except Exception as exc:
+            if _settling(exc):
+                raise
             raise StoreError(f"Cassandra refused a schema change ({' '.join(cql.split())[:80]}...): {exc}") from None
-        future = getattr(rs, "response_future", None)
-        if future is not None and not future.is_schema_agreed:
-            if not self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=self.wait):
-                raise StoreError(f"Cassandra replicas did not agree on the schema of {self.keyspace!r} within "
-                                 f"{self.wait:.0f} s; check that every node is up")
+        self._agree()
 
-    def _lock(self, token: int) -> bool:
-        row = self.s.execute(self._q("INSERT INTO fabricjobs_schema (id, version) VALUES ('lock', %s) IF NOT EXISTS USING TTL %s"),
-                             (token, LOCK_TTL), execution_profile=self.lwt).one()
-        if row["[applied]"]:
-            return True
-        return row.get("version") == token  # our own earlier attempt (a retried request)
-
-    def _unlock(self, token: int) -> None:
-        try:
-            self.s.execute(self._q("DELETE FROM fabricjobs_schema WHERE id = 'lock' IF version = %s"), (token,),
-                           execution_profile=self.lwt)
-        except Exception as exc:  # it expires by itself
-            log.warning("could not release the schema lock (%s); it expires within %d s", exc, LOCK_TTL)
-
-    def _upgrade(self) -> int:
-        version = self.version()  # again, under the lock: another node may have done it
-        if version == SCHEMA_VERSION:
-            return version
+    def _upgrade(self, version: int | None) -> int:
         if version is None:
-            for ddl in SCHEMA[1:]:
+            for ddl in SCHEMA:
                 self._ddl(ddl)
             self.s.execute(self._q("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', %s) IF NOT EXISTS"),
                            (SCHEMA_VERSION,), execution_profile=self.lwt)
@@ -423,13 +407,33 @@ class SchemaManager:
             for ddl in MIGRATIONS[target]:
                 try:
                     self._ddl(ddl)
-                except StoreError as exc:  # made by an earlier, interrupted upgrade
+                except StoreError as exc:  # made by another node, or an earlier, interrupted upgrade
                     if "conflicts with an existing column" not in str(exc) and "already exist" not in str(exc):
                         raise
+            # Several nodes may upgrade at once: each statement is idempotent, and one of them
+            # moves the version on (the others' conditions fail, which is the same outcome).
             self.s.execute(self._q("UPDATE fabricjobs_schema SET version = %s WHERE id = 'k2_jobs' IF version = %s"),
                            (target, target - 1), execution_profile=self.lwt)
             log.info("upgraded the fabricjobs schema of keyspace %s to version %d", self.keyspace, target)
         return SCHEMA_VERSION
+
+
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\w+)\.(\w+)", re.IGNORECASE)
+
+
+def table_id(keyspace: str, table: str) -> uuid.UUID:
+    """The id every fabricjobs process gives ``keyspace.table``: two coordinators creating
+    the table at once then make one table, not two that the replicas disagree on."""
+    return uuid.uuid5(_TABLE_IDS, f"{keyspace}.{table}")
+
+
+def with_table_id(cql: str, keyspace: str) -> str:
+    """A qualified ``CREATE TABLE`` with its fixed id option added (other statements as given)."""
+    m = _CREATE_TABLE.match(cql)
+    if m is None or re.search(r"\bid\s*=", cql, re.IGNORECASE):
+        return cql
+    option = f"id = '{table_id(m.group(1), m.group(2))}'"
+    return cql + (f" AND {option}" if re.search(r"\)\s*WITH\b", cql, re.IGNORECASE) else f" WITH {option}")
 
 
 def _unanswered(exc: BaseException) -> bool:
