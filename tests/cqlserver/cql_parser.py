@@ -69,6 +69,14 @@ class MultiRelation:
 
 
 @dataclass
+class TokenRelation:
+    """``token(k1, ..., kn) op term``: a restriction on the partition key's token."""
+    columns: list
+    op: str  # = < <= > >= !=
+    value: Any
+
+
+@dataclass
 class Selector:
     kind: str  # column / count / ttl / writetime / func
     column: Optional[str] = None
@@ -172,6 +180,19 @@ class Use:
 
 
 MODIFICATIONS = (Insert, Update, Delete)
+
+
+def term_text(t) -> str:
+    """A term as Cassandra writes it back in messages and result column names."""
+    if isinstance(t, Const):
+        return {"STRING": f"'{t.text}'", "NULL": "NULL"}.get(t.kind, t.text)
+    if isinstance(t, Marker):
+        return f":{t.name}" if t.name else "?"
+    if isinstance(t, ColRef):
+        return t.name
+    if isinstance(t, Func):
+        return f"{t.name}({', '.join(term_text(a) for a in t.args)})"
+    return "<collection>" if isinstance(t, Coll) else str(t)
 
 # ---- tokenizer ---------------------------------------------------------------------------
 
@@ -351,7 +372,9 @@ class Parser:
 
     def selector(self) -> Selector:
         t = self.tok
-        if t.kind == "id" and self.peek().kind == "op" and self.peek().value == "(":
+        if self.is_kw("system") and self.peek().value == "." and self.peek(3).value == "(":
+            sel = Selector("func", func=self.function())  # system.token(k)
+        elif t.kind == "id" and self.peek().kind == "op" and self.peek().value == "(":
             name = t.value.lower()
             if name == "count":
                 self.i += 2
@@ -383,8 +406,10 @@ class Parser:
         return rels
 
     def relation(self, condition=False) -> Relation:
-        if self.is_kw("token") and self.peek().value == "(":
-            raise unsupported("token() restrictions")
+        if self.is_kw("token") and self.peek().kind == "op" and self.peek().value == "(":
+            if condition:
+                raise SyntaxError_(f"line 1:{self.tok.pos} no viable alternative at input '{self.tok.value}'")
+            return self.token_relation()
         if self.tok.kind == "op" and self.tok.value == "(":
             if condition:
                 raise unsupported("Multi-column conditions")
@@ -409,6 +434,17 @@ class Parser:
         if op is None:
             self.error("an operator")
         return Relation(col, "!=" if op == "<>" else op, self.term())
+
+    def token_relation(self) -> TokenRelation:
+        self.i += 2
+        cols = [self.ident()]
+        while self.accept_op(","):
+            cols.append(self.ident())
+        self.expect_op(")")
+        op = self.accept_op("=", "<", "<=", ">", ">=", "!=", "<>")
+        if op is None:
+            raise SyntaxError_(f"line 1:{self.tok.pos} no viable alternative at input '{self.tok.value}'")
+        return TokenRelation(cols, "!=" if op == "<>" else op, self.term())
 
     def multi_relation(self) -> MultiRelation:
         self.expect_op("(")

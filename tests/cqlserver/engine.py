@@ -22,7 +22,8 @@ from cassandra.marshal import int32_pack, int32_unpack, int64_pack, int64_unpack
 from cassandra.util import uuid_from_time
 
 from . import cql_parser as P
-from . import ddl
+from .cql_parser import term_text
+from . import ddl, tokens
 from .ddl import MAX_TTL
 from .errors import InvalidRequest, ProtocolError, Unprepared, unsupported
 from .storage import (Bounds, Table, delete_partition, delete_range, delete_row, get_partition, live_view,
@@ -178,16 +179,6 @@ def _slice_bounds(t: Table, r: dict, ctx: "Ctx"):
             key = (sort_key(first.type, ctx.ev(term, first.type, first.name)),)
             ends.append(Bounds.point(key, low=low, inclusive=op in (">=", "<=")))
     return Bounds(*ends)
-
-
-def term_text(t) -> str:
-    if isinstance(t, P.Const):
-        return f"'{t.text}'" if t.kind == "STRING" else t.text
-    if isinstance(t, P.Marker):
-        return f":{t.name}" if t.name else "?"
-    if isinstance(t, P.Func):
-        return f"{t.name}({', '.join(term_text(a) for a in t.args)})"
-    return "<collection>" if isinstance(t, P.Coll) else str(t)
 
 
 # ---- evaluation of terms ------------------------------------------------------------------
@@ -444,6 +435,7 @@ class Plan:
     statement: Any = None
     table: Optional[Table] = None
     session_keyspace: Optional[str] = None  # the keyspace in use when the statement was prepared
+    token: Optional[tokens.TokenRestr] = None  # WHERE token(...) restrictions
 
     @property
     def is_system(self) -> bool:
@@ -626,9 +618,11 @@ class Engine:
         t = self.table(st.table, ks)
         plan = SelectPlan("read", keyspace=t.keyspace, tables={(t.keyspace, t.name)}, table=t,
                           distinct=st.distinct)
-        plan.items = self._selection(t, st)
+        plan.items = self._selection(t, st, binder)
         plan.aggregate = any(i.is_count for i in plan.items)
-        plan.restr = r = build_restrictions(t, st.where, binder)
+        token_rels, where = tokens.split(st.where)
+        plan.token = tokens.analyze(t, token_rels, binder)
+        plan.restr = r = build_restrictions(t, where, binder)
         pk_r = [r.get(c.name) for c in t.partition_key]
         plan.lookup = all(x is not None and x.eq_or_in for x in pk_r)
         key_range = not plan.lookup
@@ -679,21 +673,19 @@ class Engine:
         pk_in = any(plan.restr[c.name].inn is not None for c in t.partition_key)
         plan.post_order = pk_in
 
-    def _selection(self, t: Table, st: P.Select) -> list:
+    def _selection(self, t: Table, st: P.Select, binder: Binder) -> list:
         if st.selectors is None:
             cols = t.partition_key if st.distinct else t.select_order()
             return [SelectItem(c.name, c.type, _getter(c.name)) for c in cols]
-        items = []
+        items, refs = [], []  # refs: the columns the selectors read
         for s in st.selectors:
+            refs += [s.column] if s.column else [a.name for a in getattr(s.func, "args", ()) if isinstance(a, P.ColRef)]
             c = None
             if s.column is not None:
                 c = t.columns.get(s.column)
                 if c is None:
                     raise InvalidRequest(f"Undefined column name {s.column} in table {t.qualified}")
             if s.kind == "column":
-                if st.distinct and c.kind != "partition_key":
-                    raise InvalidRequest(f"SELECT DISTINCT queries must only request partition key columns and/or "
-                                         f"static columns (not {c.name})")
                 items.append(SelectItem(s.alias or c.name, c.type, _getter(c.name)))
             elif s.kind == "count":
                 items.append(SelectItem(s.alias or ("count" if c is None else f"system.count({c.name})"), BIGINT,
@@ -706,6 +698,8 @@ class Engine:
                     raise unsupported(f"{s.kind}() on non-frozen collections")
                 items.append(SelectItem(s.alias or f"{s.kind}({c.name})", INT if s.kind == "ttl" else BIGINT,
                                         _ttl_getter(c.name) if s.kind == "ttl" else _wt_getter(c.name)))
+            elif s.func.name == "token":
+                items.append(SelectItem(s.alias or _func_name(s.func), BIGINT, tokens.selector(t, s.func, binder)))
             else:
                 rtype, _ = function_type(s.func)
                 for a in s.func.args:
@@ -714,7 +708,11 @@ class Engine:
                 name = s.alias or _func_name(s.func)
                 items.append(SelectItem(name, rtype, _func_getter(s.func)))
         if st.distinct:
-            missing = [c.name for c in t.partition_key if c.name not in [i.name for i in items]]
+            for name in refs:
+                if t.columns[name].kind != "partition_key":
+                    raise InvalidRequest(f"SELECT DISTINCT queries must only request partition key columns and/or "
+                                         f"static columns (not {name})")
+            missing = [c.name for c in t.partition_key if c.name not in refs]
             if missing:
                 raise InvalidRequest(f"SELECT DISTINCT queries must request all the partition key columns "
                                      f"(missing {', '.join(missing)})")
@@ -766,10 +764,12 @@ class Engine:
                     if c.kind != "regular":
                         raise InvalidRequest(f"Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)")
                     plan.delete_cols.append(c)
-            multis = [w for w in st.where if isinstance(w, P.MultiRelation)]
+            token_rels, where = tokens.split(st.where)
+            plan.token = tokens.analyze(t, token_rels, binder)
+            multis = [w for w in where if isinstance(w, P.MultiRelation)]
             if multis and stype != "DELETE":
                 raise unsupported(f"Multi-column relations in {stype}")
-            plan.restr = build_restrictions(t, [w for w in st.where if not isinstance(w, P.MultiRelation)], binder)
+            plan.restr = build_restrictions(t, [w for w in where if not isinstance(w, P.MultiRelation)], binder)
             plan.multi = analyze_multi(t, multis, binder)
             if plan.multi is not None and any(c.name in plan.restr for c in t.clustering):
                 c = next(c for c in t.clustering if c.name in plan.restr)
@@ -809,6 +809,8 @@ class Engine:
 
     def _validate_mod_where(self, plan: ModPlan, t: Table):
         r, stype = plan.restr, plan.stype
+        if plan.token is not None and not tokens.full_key(t, r):
+            raise InvalidRequest(f"The token function cannot be used in WHERE clauses for {stype} statements")
         non_pk = [x.col.name for x in r.values() if x.col.kind == "regular"]
         if non_pk:
             raise InvalidRequest(f"Non PRIMARY KEY columns found in where clause: {', '.join(non_pk)} ")
@@ -915,6 +917,8 @@ class Engine:
     def _mutations(self, plan: ModPlan, ctx: Ctx) -> list:
         t, r = plan.table, plan.restr
         keys = list(itertools.product(*[r[c.name].values(ctx) for c in t.partition_key]))
+        if plan.token is not None:
+            keys = plan.token.keep_keys(ctx, keys, plan.is_lwt)
         for k in keys:
             if len(k) == 1 and to_bytes(t.partition_key[0].type, k[0]) == b"":
                 raise InvalidRequest("Key may not be empty")
@@ -1101,6 +1105,9 @@ class Engine:
             if serial:
                 raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
             parts = sorted_partitions(data)
+        if plan.token is not None:
+            keep = plan.token.scan(ctx) if keys is None else plan.token.filter(ctx)
+            parts = [p for p in parts if keep(p.token)]
         pk_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.partition_key)
                     if plan.pk_filter and c.name in plan.restr]
         ck_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.clustering) if c.name in plan.restr]
@@ -1200,8 +1207,7 @@ def _wt_getter(name):
 
 
 def _func_name(f: P.Func) -> str:
-    args = ", ".join(a.name if isinstance(a, P.ColRef) else
-                     (_func_name(a) if isinstance(a, P.Func) else term_text(a)) for a in f.args)
+    args = ", ".join(_func_name(a) if isinstance(a, P.Func) else term_text(a) for a in f.args)
     return f"system.{f.name}({args})"
 
 

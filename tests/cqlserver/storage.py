@@ -16,6 +16,7 @@ from cassandra.metadata import Murmur3Token
 from .values import CqlType, Desc, sort_key, to_bytes
 
 NEVER = None  # expiry of a non-expiring cell
+MIN_TOKEN = -(1 << 63)  # Murmur3Partitioner's minimum token: the ring's start and end, no partition's
 
 
 @dataclass
@@ -107,11 +108,18 @@ def partition_key_bytes(table: Table, key: tuple) -> bytes:
     return b"".join(uint16_pack(len(p)) + p + b"\x00" for p in parts)
 
 
+def key_token(key_bytes: bytes) -> int:
+    """Murmur3Partitioner's token of a serialized partition key (the driver's murmur3, which
+    maps Long.MIN_VALUE, the ring's minimum token, to Long.MAX_VALUE as Cassandra does); an
+    empty key has the minimum token, as in Murmur3Partitioner.getToken."""
+    return Murmur3Token.hash_fn(key_bytes) if key_bytes else MIN_TOKEN
+
+
 def get_partition(table: Table, key: tuple, create=False) -> Optional[Partition]:
     p = table.data.get(key)
     if p is None and create:
         kb = partition_key_bytes(table, key)
-        p = table.data[key] = Partition(key, Murmur3Token.hash_fn(kb), kb)
+        p = table.data[key] = Partition(key, key_token(kb), kb)
     return p
 
 
