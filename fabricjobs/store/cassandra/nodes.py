@@ -7,20 +7,37 @@ registry (k2_jobs_owners), which is why this part sits on the index.
 
 from __future__ import annotations
 
+from ...model import NodeState
 from ..base import KillRequest, NodeRow
 from .index import Index
+from .topology import LIVE_WITHIN_SEC, Peer, Placement
 from .rows import _aware, _when
 
 
 class Nodes(Index):
     """Node rows and the KILL requests addressed to them."""
 
+    _placement: Placement
+
     def write_node(self, node: NodeRow, timeout: float | None = None) -> None:
+        """(With where this process writes from: its DC and levels, for topology.py's rules.)"""
         stmt = self._stmt(("node",),
             "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
-            " info, tasks) VALUES (?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()), ?, ?, ?, ?)")
+            " info, tasks, store_dc, store_serial, store_consistency)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()), ?, ?, ?, ?, ?, ?, ?)")
+        p = self._placement
         self._run(stmt, (node.name, node.incarnation, node.dc, node.host, node.pid, node.started,
-                         node.version, node.beat, node.state, node.running, node.info, node.tasks), timeout)
+                         node.version, node.beat, node.state, node.running, node.info, node.tasks,
+                         p.dc, p.serial, p.consistency), timeout)
+
+    def _peers(self) -> list[Peer]:
+        """The live nodes (beaten within LIVE_WITHIN_SEC, not stopped) and where they write from."""
+        rows = self._run(self._stmt(("peers",), "SELECT name, state, beat_time, store_dc, store_serial,"
+                                                " store_consistency FROM nodes"))
+        now = self.store_time()
+        return [Peer(r["name"], Placement(r["store_dc"] or "", r["store_consistency"] or "", r["store_serial"] or ""))
+                for r in rows if r["state"] != NodeState.STOPPED and r["beat_time"] is not None
+                and (now - _when(r["beat_time"])).total_seconds() < LIVE_WITHIN_SEC]
 
     _NODE_COLUMNS = ("SELECT name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
                      " info, tasks, WRITETIME(beat) AS stamp FROM nodes")

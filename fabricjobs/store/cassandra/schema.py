@@ -36,13 +36,13 @@ import random
 import re
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -58,6 +58,7 @@ CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (issue #22), w
 CLEANUP = {"delete_on_success": "text"}  # version 13: RJM's rjm_delete (issue #22)
 PARALLEL = {"parallelism": "int", "task_of": "text"}  # version 14: DolphinDB's tasks of a job (issue #22)
 SMILA_COUNTERS = {"failed_after_retry": "int", "failed_without_retry": "int", "canceled": "int"}  # version 15 (issue #22)
+PLACEMENT = {"store_dc": "text", "store_serial": "text", "store_consistency": "text"}  # version 16: topology.py
 SCHEMA_WAIT = 180.0  # seconds a node waits for the schema to settle
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
 
@@ -153,6 +154,10 @@ _LIVE_LOG = """k2_live_log (
         PRIMARY KEY ((type, name, uid, epoch), seq))"""
 
 
+#: Version 16: where each node writes from (its Cassandra DC and levels), for topology.py's rules.
+_NODES_NOW = _NODES.replace(" tasks text)", " tasks text," + ",".join(f" {c} {t}" for c, t in PLACEMENT.items()) + ")")
+
+
 def _create(body: str, options: str = "") -> str:
     return f"CREATE TABLE IF NOT EXISTS {body}" + (f" WITH {options}" if options else "")
 
@@ -172,7 +177,7 @@ _EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
             + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
-    for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES, _KILLS, _RUNS, _RUN_UIDS,
+    for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES_NOW, _KILLS, _RUNS, _RUN_UIDS,
                  _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS, _LIVE_LOG)
 )
 
@@ -207,6 +212,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     13: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CLEANUP.items()),
     14: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in PARALLEL.items()),
     15: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in SMILA_COUNTERS.items()),
+    16: tuple(f"ALTER TABLE nodes ADD {c} {t}" for c, t in PLACEMENT.items()),
 }
 
 
@@ -297,27 +303,28 @@ class SchemaManager:
         self.serial = serial_profile
         self.wait = wait
 
-    def ensure(self, create: bool, replication: str) -> int:
-        """Make the keyspace's schema current (``create``) or check that it is; the version."""
+    def ensure(self, create: bool, replication: str | Callable[[], str]) -> int:
+        """Make the keyspace's schema current (``create``) or check that it is; the version.
+        ``replication``: of a keyspace this creates (a function: asked only then)."""
         deadline = time.monotonic() + self.wait
         while True:
             try:
                 return self._ensure_once(create, replication)
+            except StoreError:
+                raise  # said by a step, and final (a settling schema reaches here as the driver's error)
             except Exception as exc:
                 if not _settling(exc) or time.monotonic() > deadline:
-                    if isinstance(exc, StoreError):
-                        raise
                     raise StoreError(f"cannot set up the fabricjobs schema of keyspace {self.keyspace!r}: {exc}") from None
                 log.info("the schema of keyspace %s is still settling (%s); trying again", self.keyspace, exc)
                 self._agree()
                 time.sleep(0.2 + random.random() * 0.3)
 
-    def _ensure_once(self, create: bool, replication: str) -> int:
+    def _ensure_once(self, create: bool, replication: str | Callable[[], str]) -> int:
         self._agree()  # what another node made a moment ago is known here before anything is read
         if not self._keyspace_exists():
             if not create:
                 raise StoreError(f"keyspace {self.keyspace!r} does not exist; create it or set [cassandra] CREATE_SCHEMA = true")
-            self._create_keyspace(replication)
+            self._create_keyspace(replication if isinstance(replication, str) else replication())
         version = self.version()
         if version == SCHEMA_VERSION:
             return version  # the usual start: nothing to change, no DDL sent

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ...config import Config
 from ...model import Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
+from . import topology
 from .calendars import Calendars
 from .clock import ClusterClock
 from .history import History
@@ -31,6 +32,7 @@ from .repair import Repair
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
 from .hosts import Unanswered
+from .topology import Placement
 from .session import _bound, credentials, execution_profiles, log, new_cluster
 
 
@@ -67,7 +69,7 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         hosts: Sequence[str],
         port: int = 9042,
         keyspace: str = "k2system",
-        replication: str = "SimpleStrategy:1",
+        replication: str = "",
         local_dc: str = "",
         consistency: str = "LOCAL_QUORUM",
         serial_consistency: str = "SERIAL",
@@ -104,15 +106,19 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         cluster = new_cluster(hosts, port, protocol_version=protocol_version, connect_timeout=connect_timeout,
                               token_aware=token_aware, profiles=profiles, timestamps=self._clock, **options)
         self._connect(cluster, f"{', '.join(hosts)}:{port}", unanswered, self._clock)
-        self._local_dc = local_dc
+        self._placement = Placement(local_dc, consistency, serial_consistency)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
         self._init_index(self._clock.now)
         self._init_history()
         self._closed = False
         try:
+            known = self._cluster.metadata.all_hosts()
+            self._placement = Placement(topology.local_dc(local_dc, (h.datacenter for h in known)),
+                                        consistency, serial_consistency)
             self._sync_clock()  # before anything is written: every write is stamped by it
             self._clock.keep_in_sync(self._sync_clock)
-            self._setup_schema(create_schema, replication)
+            self._setup_schema(create_schema, lambda: topology.replication_for(replication, len(known)))
+            topology.check_placement(self._placement, self._peers())
         except Exception:
             self.close()
             raise
@@ -134,7 +140,7 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
 
     # -- schema ----------------------------------------------------------------------------------
 
-    def _setup_schema(self, create: bool, replication: str) -> None:
+    def _setup_schema(self, create: bool, replication: Callable[[], str]) -> None:
         self._schema = SchemaManager(self._session, self.keyspace)
         self._schema.ensure(create, replication)
 
@@ -153,8 +159,8 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
 
     def _sync_clock(self) -> None:
         """Measure Cassandra's time on the up hosts of this DC (clock.py)."""
-        hosts = [h for h in self._cluster.metadata.all_hosts()
-                 if h.is_up is not False and (not self._local_dc or h.datacenter == self._local_dc)]
+        dc = self._placement.dc
+        hosts = [h for h in self._cluster.metadata.all_hosts() if h.is_up is not False and (not dc or h.datacenter == dc)]
 
         def ask(host) -> float:
             row = self._session.execute("SELECT toTimestamp(now()) AS now FROM system.local", host=host,

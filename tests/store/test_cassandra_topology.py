@@ -1,0 +1,42 @@
+"""Which Cassandra settings are refused on which topology (fabricjobs/store/cassandra/topology.py):
+the rules themselves here; on a real cluster of several nodes and DCs in tests/test_cassandra_cluster.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from fabricjobs.errors import StoreError
+from fabricjobs.store.cassandra.topology import Peer, Placement, check_placement, local_dc, replication_for
+
+
+def test_local_dc_must_name_a_dc_of_the_cluster_and_is_required_when_there_are_several():
+    assert local_dc("", ["dc1", "dc1"]) == "dc1"
+    assert local_dc("dc2", ["dc1", "dc2"]) == "dc2"
+    with pytest.raises(StoreError, match=r"LOCAL_DC is required: this Cassandra cluster has data centres dc1, dc2"):
+        local_dc("", ["dc2", "dc1"])
+    with pytest.raises(StoreError, match=r"LOCAL_DC = dc3: not a data centre of this Cassandra cluster \(it has dc1, dc2\)"):
+        local_dc("dc3", ["dc1", "dc2"])
+
+
+def test_the_default_replication_is_one_replica_on_one_cassandra_node_only():
+    assert replication_for("", 1) == "SimpleStrategy:1"
+    assert replication_for("NetworkTopologyStrategy:dc1=3", 3) == "NetworkTopologyStrategy:dc1=3"
+    assert replication_for("SimpleStrategy:1", 3) == "SimpleStrategy:1"  # said out loud: the operator's choice
+    with pytest.raises(StoreError, match=r"REPLICATION is required to create the keyspace on a cluster of 3 Cassandra nodes"):
+        replication_for("", 3)
+
+
+@pytest.mark.parametrize("me, peers, refused", [
+    (Placement("dc1", "QUORUM", "SERIAL"), [Peer("b", Placement("dc2", "QUORUM", "SERIAL"))], None),
+    (Placement("dc1", "LOCAL_QUORUM", "LOCAL_SERIAL"), [Peer("b", Placement("dc1", "LOCAL_QUORUM", "LOCAL_SERIAL"))], None),
+    (Placement("dc1", "QUORUM", "LOCAL_SERIAL"), [Peer("b", Placement("dc2", "QUORUM", "SERIAL"))], "local to data centre dc1"),
+    (Placement("dc1", "LOCAL_QUORUM", "SERIAL"), [Peer("b", Placement("dc2", "QUORUM", "SERIAL"))], "local to data centre dc1"),
+    (Placement("dc2", "QUORUM", "SERIAL"), [Peer("a", Placement("dc1", "QUORUM", "LOCAL_SERIAL"))], "nodes in data centre dc1 \\(a\\)"),
+    (Placement("dc1", "LOCAL_QUORUM", "LOCAL_SERIAL"), [Peer("old", Placement("", "", ""))], None),  # a node of before version 16
+])
+def test_local_levels_are_refused_beside_a_node_of_another_dc_in_either_direction(me, peers, refused):
+    if refused is None:
+        check_placement(me, peers)
+    else:
+        with pytest.raises(StoreError, match=refused):
+            check_placement(me, peers)
