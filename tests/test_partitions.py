@@ -97,13 +97,13 @@ def _runs_by_key(records: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-THREE_NODE_TESTS = 5  # the tests below that use `three`, each with a keyspace of its own
+THREE_NODE_TESTS = 5  # the tests below that use `three` with a keyspace made for them (one each)
 
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
-    """Test hosts c1-c3 (a three-node Cassandra, every keyspace RF 3, QUORUM / SERIAL) and n1,
-    n2 (fabricjobs nodes), shared by the tests below; each heals what it cut. With them, the
+    """Test hosts c1-c3 (a three-node Cassandra, every keyspace RF 3, QUORUM / SERIAL) and n1-n3
+    (fabricjobs nodes), shared by the tests below; each heals what it cut. With them, the
     keyspaces of those tests, one each, made before any of them runs.
 
     Each test has a keyspace of its own. Sharing one was tried to save its schema changes and
@@ -113,7 +113,7 @@ def three(tmp_path_factory):
     longest pause grew from 1.0-1.8 s to 1.6-5.9 s. Made one after another, the keyspaces cost
     15-20 s each (a dozen schema changes, each waiting for the three replicas to agree); made
     side by side, on a healthy network, their waits overlap."""
-    with netns.Network(["c1", "c2", "c3", "n1", "n2"]) as net:
+    with netns.Network(["c1", "c2", "c3", "n1", "n2", "n3"]) as net:
         dbs = [net.host(f"c{i}") for i in (1, 2, 3)]
         tmp = tmp_path_factory.mktemp("cassandra3")
         # C1 only and no flush of the schema tables after each change: on a 2-core VM of
@@ -152,6 +152,49 @@ def _make_keyspaces(tmp, dbs: list[netns.Host], count: int) -> list[str]:
     if errors:
         raise errors[0]
     return names
+
+
+def test_three_nodes_started_at_the_same_instant_on_an_empty_keyspace_all_come_up_with_one_schema(three, tmp_path):
+    """Any number of nodes may start at once on an empty keyspace (docs/explanation/cassandra-queue.md,
+    "Starting together"): n1-n3 launched together against a keyspace that does not exist yet,
+    on the three-node Cassandra, all come up; every Cassandra node has the same schema, each
+    table with its one fixed id; and jobs run once each. (scripts/chaos.py --start-together
+    runs such rounds back to back.)"""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    from fabricjobs.store.cassandra.schema import table_id
+
+    net, dbs, _ = three
+    keyspace = "fj_" + uuid.uuid4().hex[:12]
+    config = _config(tmp_path, dbs, heartbeat=(500, 8), keyspace=keyspace, request_timeout=10)
+    rig = Rig(tmp_path, config)
+    log = tmp_path / "runs.jsonl"
+    try:
+        _start_nodes(rig, net, ["n1", "n2", "n3"])  # launched together, then each waited for
+        seen = {}
+        for db in dbs:
+            profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([db.address]))
+            with Cluster([db.address], port=9042, protocol_version=5, schema_metadata_enabled=False,
+                         token_metadata_enabled=False, execution_profiles={EXEC_PROFILE_DEFAULT: profile}) as c:
+                session = c.connect()
+                version = session.execute("SELECT schema_version FROM system.local").one().schema_version
+                ids = {r.table_name: r.id for r in session.execute(
+                    "SELECT table_name, id FROM system_schema.tables WHERE keyspace_name = %s", (keyspace,))}
+                seen[db.name] = (version, ids)
+        versions = {v for v, _ in seen.values()}
+        assert len(versions) == 1, f"the Cassandra nodes disagree on the schema: {seen}"
+        ids = next(iter(seen.values()))[1]
+        assert all(i == ids for _, i in seen.values())
+        assert "k2_jobs" in ids and all(ids[t] == table_id(keyspace, t) for t in ids), ids
+        with Client.from_config(config) as client:
+            args = json.dumps({"log": str(log)})
+            keys = [JobKey("USER_JOB", "Probe.record", f"t{i:02d}") for i in range(30)]
+            client.fetch("".join(f"startjob user_job name='Probe.record' uid='{k.uid}' args='{args}';" for k in keys))
+            wait_for(lambda: _all_processed(client, keys), 60, "every job to be PROCESSED", check=rig.check_nodes)
+        assert sorted(r["key"] for r in read_records(log)) == sorted(str(k) for k in keys)
+    finally:
+        rig.kill_all()
 
 
 def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_them_over(three, tmp_path):
