@@ -158,8 +158,8 @@ def test_three_nodes_started_at_the_same_instant_on_an_empty_keyspace_all_come_u
     """Any number of nodes may start at once on an empty keyspace (docs/explanation/cassandra-queue.md,
     "Starting together"): n1-n3 launched together against a keyspace that does not exist yet,
     on the three-node Cassandra, all come up; every Cassandra node has the same schema, each
-    table with its one fixed id; and jobs run once each. (scripts/chaos.py --start-together
-    runs such rounds back to back.)"""
+    table with its one fixed id; and jobs run once each. (scripts/start_together.py runs
+    such rounds back to back.)"""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.policies import WhiteListRoundRobinPolicy
 

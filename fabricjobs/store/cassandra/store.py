@@ -342,6 +342,14 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         applied, lwt_row, settled = self._execute_lwt(
             c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
             before_retry=lambda: self._index_upsert(target, revision))
+        current = _current(settled, lwt_row)
+        if not applied and current is not None and \
+                (current.revision, current.status, current.worker_id, current.epoch) == \
+                (revision, target.status, target.worker_id, target.epoch):
+            # The row is what this change makes it: an earlier send of this very change
+            # applied (its answer was lost, and the caller sent it again). It is ours, and so
+            # is the history line written before it, which must not be taken back.
+            applied, settled = True, None
         if applied:
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
             if expected.archived != target.archived and key.type == JobType.INTERFACE_LISTENER.value:
@@ -354,12 +362,6 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
             return CasResult(True, row=row)
         if c.record is not None:
             c.after += self._unrun_writes(c.record)
-        if settled is not None:
-            current = Version.of(settled)
-        elif lwt_row is not None and lwt_row.get("status") is not None:
-            current = Version(_STATUS[lwt_row["status"]], lwt_row["epoch"], lwt_row["worker_id"], lwt_row["revision"])
-        else:
-            current = None
         # Our intent stays only if the row now is exactly what it describes (someone made the
         # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
         # grace: the entry is ours (its bucket carries our target's owner, due time and
@@ -371,3 +373,13 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
             self._tidy(c.new_bucket, key, target.next_run, revision, repair=False, later=c.after)
         self._repair(expected, current, later=c.after)
         return CasResult(False, current=current)
+
+
+def _current(settled: Job | None, lwt_row: dict | None) -> Version | None:
+    """The row's version after an LWT: from the SERIAL read that settled it, or from the
+    columns a refused LWT returned (None: no row, or not known)."""
+    if settled is not None:
+        return Version.of(settled)
+    if lwt_row is not None and lwt_row.get("status") is not None:
+        return Version(_STATUS[lwt_row["status"]], lwt_row["epoch"], lwt_row["worker_id"], lwt_row["revision"])
+    return None
