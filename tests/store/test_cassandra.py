@@ -79,8 +79,10 @@ UNKNOWN = [
     ("write_failure", dict(write_type="CAS")),
     ("disconnect", {}),  # the connection is lost with the LWT in flight
     ("delay", dict(delay=2.0)),  # longer than the client's 1 s request timeout: OperationTimedOut
+    ("unavailable", {}),  # Cassandra also raises it at the commit of an accepted proposal
 ]
-UNKNOWN_IDS = ["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "WriteFailure", "connection-lost", "OperationTimedOut"]
+UNKNOWN_IDS = ["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "WriteFailure", "connection-lost", "OperationTimedOut",
+               "Unavailable"]
 
 
 @pytest.mark.parametrize("kind, kw", UNKNOWN, ids=UNKNOWN_IDS)

@@ -6,8 +6,9 @@ worker_id = ? AND revision = ?``), never a plain write; the inserts and CAS that
 in store.py, since each also writes the index and history around its LWT.
 
 Unknown outcomes: a ``WriteTimeout`` of type CAS or SIMPLE, the protocol-v5 error 0x1700
-(CAS_WRITE_UNKNOWN, which the Python driver surfaces as a bare ``ErrorMessage``) and a
-client-side ``OperationTimedOut`` are settled by a SERIAL read of the row: if it shows our
+(CAS_WRITE_UNKNOWN, which the Python driver surfaces as a bare ``ErrorMessage``), an
+``Unavailable`` (it may come from the commit of an accepted proposal) and a client-side
+``OperationTimedOut`` are settled by a SERIAL read of the row: if it shows our
 write (the revision we wrote with our status, owner and epoch), the CAS applied; if the row
 is unchanged, the timeout was contention and the LWT is retried with jittered backoff
 (bounded); otherwise it did not apply. LWT statements use a retry policy that never resends.
@@ -67,7 +68,7 @@ def _unknown_outcome(exc: Exception) -> str:
     read); a StoreError for an error that proves it did not: a write timeout or failure (the
     proposal may have reached some replicas), the protocol-v5 CAS_WRITE_UNKNOWN, the client's
     own timeout, and a connection lost after the request may have been sent."""
-    from cassandra import OperationTimedOut, WriteFailure, WriteTimeout
+    from cassandra import OperationTimedOut, Unavailable, WriteFailure, WriteTimeout
     from cassandra.cluster import NoHostAvailable
     from cassandra.connection import ConnectionException
     from cassandra.policies import WriteType
@@ -79,6 +80,10 @@ def _unknown_outcome(exc: Exception) -> str:
         return f"WriteTimeout({WriteType.value_to_name.get(exc.write_type, exc.write_type)})"
     if isinstance(exc, WriteFailure):
         return f"WriteFailure({exc})"
+    if isinstance(exc, Unavailable):
+        # Also raised at the commit of a proposal that was already accepted: settled like
+        # the others, not taken for "not applied".
+        return "Unavailable"
     if isinstance(exc, OperationTimedOut):
         return "client timeout"
     if isinstance(exc, (ConnectionException, NoHostAvailable)):
