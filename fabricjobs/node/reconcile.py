@@ -58,6 +58,7 @@ class Reconciler(UsesParts):
         self._announced = False  # whether this node has rung the nodes it first saw (run_pass)
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
         self.claims = Claims(me, settings, parts)
+        self._born = self.clock.now()  # KILL requests from before are an earlier life's (_kill_requests)
 
     @property
     def next_wake(self) -> datetime | None:
@@ -191,7 +192,10 @@ class Reconciler(UsesParts):
 
     def _kill_requests(self) -> None:
         for req in self.store.kill_requests(self.me):
-            run = next((r for r in self.executor.runs() if r.task == req.task), None)
+            # A request older than this node is for an earlier life of its name, whose task
+            # numbers this one may reuse (one a lagging replica brought back after its delete).
+            run = None if req.requested_at < self._born else \
+                next((r for r in self.executor.runs() if r.task == req.task), None)
             if run is not None:
                 log.warning("KILL of task %s ('%s') requested by %s", req.task, run.key, req.requested_by)
                 self.executor.kill(run, EndReason.KILL, f"killed by KILL from {req.requested_by}")

@@ -39,6 +39,9 @@ def _archive_shard(key: JobKey) -> int:
     return zlib.crc32(f"{key.uid}\0{key.name}\0{key.type}".encode()) % ARCHIVE_SHARDS
 
 
+_MARKS_PER_BATCH = 100  # file marks per conditional batch (Cassandra warns of batches over 5 KiB)
+
+
 class History(Recent):
     """Run history, the archive by day, and listener file marks."""
 
@@ -224,16 +227,18 @@ class History(Recent):
 
     def mark_file(self, listener: JobKey, file: str, note: str) -> bool:
         token = f"{note} #{random.getrandbits(64):016x}"  # tells our write from a rival's
-        stmt = self._stmt(("mark",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
-                                    "VALUES (?, ?, ?, ?, ?, toTimestamp(now())) IF NOT EXISTS")
-        params = (listener.type, listener.name, listener.uid, file, token)
+        # An UPDATE, not an INSERT: an INSERT's row marker is not covered by the TTL that
+        # _marks_follow gives the mark's cells later (the k2_jobs insert does the same).
+        stmt = self._stmt(("mark",), "UPDATE k2_listener_files SET note = ?, marked_at = toTimestamp(now()) "
+                                    "WHERE type = ? AND name = ? AND uid = ? AND file = ? IF note = null")
+        params = (token, listener.type, listener.name, listener.uid, file)
         try:
             return bool(self._session.execute(stmt, params, execution_profile="lwt").one()["[applied]"])
         except Exception as exc:
             _unknown_outcome(exc)  # raises unless the LWT may have applied
             self.stats.unknown_outcomes += 1
         read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
-        row = self._session.execute(read, params[:4], execution_profile="serial").one()
+        row = self._session.execute(read, params[1:], execution_profile="serial").one()
         return row is not None and row["note"] == token
 
     def _marks_follow(self, listener: JobKey, ttl: int) -> None:
@@ -249,12 +254,26 @@ class History(Recent):
         except StoreError as exc:  # the row's change applied: report that, not this
             log.warning("could not carry the file marks of %s along with its row (%s)", listener, exc)
             return
-        stmt = self._stmt(("markttl",), "INSERT INTO k2_listener_files (type, name, uid, file, note, marked_at) "
-                                        "VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
-        self._send_quietly([_Write(stmt, (listener.type, listener.name, listener.uid, r["file"], r["note"],
-                                          r["marked_at"], ttl), what=f"a file mark of {listener}") for r in rows])
+        # Conditional, like the marks' own writes (mark_file): a plain write beside LWTs on the
+        # same rows is ordered by its timestamp only, not by Paxos. One partition, so a batch
+        # of them is one Paxos round.
+        from cassandra.query import BatchStatement
+
+        stmt = self._stmt(("markttl",), "UPDATE k2_listener_files USING TTL ? SET note = ?, marked_at = ? WHERE "
+                                        "type = ? AND name = ? AND uid = ? AND file = ? IF note = ?")
+        rows = [r for r in rows if r["note"] is not None]
+        for i in range(0, len(rows), _MARKS_PER_BATCH):
+            batch = BatchStatement()
+            for r in rows[i:i + _MARKS_PER_BATCH]:
+                batch.add(stmt, (ttl, r["note"], r["marked_at"], listener.type, listener.name, listener.uid, r["file"],
+                                 r["note"]))
+            try:
+                self._session.execute(batch, execution_profile="lwt")
+            except Exception as exc:  # as a lost one: the marks outlive the row, or expire early
+                log.warning("could not carry the file marks of %s along with its row (%s)", listener, exc)
+                return
 
     def marked_files(self, listener: JobKey) -> set[str]:
-        rows = self._run(self._stmt(("marked",), "SELECT file FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ?"),
-                         (listener.type, listener.name, listener.uid))
-        return {r["file"] for r in rows}
+        rows = self._run(self._stmt(("marked",), "SELECT file, note FROM k2_listener_files WHERE type = ? AND name = ? "
+                                                 "AND uid = ?"), (listener.type, listener.name, listener.uid))
+        return {r["file"] for r in rows if r["note"] is not None}  # (a marker whose cells expired is no mark)

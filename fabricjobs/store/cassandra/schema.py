@@ -23,10 +23,12 @@ Storage options, per table (the README's "Cassandra data model" says the same):
                      so whole SSTables expire and are dropped without compaction, and a
                      gc_grace_seconds of 3 hours (the hint window): expired cells are the same
                      on every replica, nothing can come back.
-``nodes``, ``kill_requests``, ``k2_jobs_owners``, ``k2_listener_files``
+``nodes``, ``k2_jobs_owners``, ``k2_listener_files``
                      small; gc_grace_seconds 1 day: a resurrected node row is judged dead and
-                     deleted again, a resurrected kill request names a task its node no longer
-                     has.
+                     deleted again.
+``kill_requests``    gc_grace_seconds 10 minutes: every node reads its partition each pass, and
+                     each KILL leaves a tombstone there; a request a lagging replica brings
+                     back is older than the node's start, which ignores it (reconcile.py).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_job_runs_recent": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_job_runs_hours": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "nodes": "gc_grace_seconds = 86400",
-    "kill_requests": "gc_grace_seconds = 86400",
+    "kill_requests": "gc_grace_seconds = 600",
     "k2_job_runs": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_job_run_uids": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_listener_files": "gc_grace_seconds = 86400",
@@ -212,7 +214,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     13: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in CLEANUP.items()),
     14: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in PARALLEL.items()),
     15: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in SMILA_COUNTERS.items()),
-    16: tuple(f"ALTER TABLE nodes ADD {c} {t}" for c, t in PLACEMENT.items()),
+    16: (*(f"ALTER TABLE nodes ADD {c} {t}" for c, t in PLACEMENT.items()),
+         f"ALTER TABLE kill_requests WITH {TABLE_OPTIONS['kill_requests']}"),
 }
 
 
