@@ -43,6 +43,7 @@ log = logging.getLogger("fabricjobs.node.reconcile")
 _CONTROL = (Status.STOPPING, Status.RESTART)
 _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
+_CONTROL_BATCH = 5000  # STOPPING/RESTART rows (and own runs lost in a restart) read per pass, at most
 _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
 _TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
@@ -204,7 +205,7 @@ class Reconciler(UsesParts):
     # -- 2. STOPPING / RESTART ------------------------------------------------------------------------
 
     def _control(self, now: datetime) -> None:
-        rows = self.store.by_status(_CONTROL)
+        rows = self.store.by_status(_CONTROL, limit=_CONTROL_BATCH)
         if any(r.worker_id != self.me and self.liveness.is_dead(r.worker_id) for r in rows):
             rows = [r for r in rows if r.worker_id == self.me] + self._still_dead(
                 [r for r in rows if r.worker_id != self.me])
@@ -255,7 +256,8 @@ class Reconciler(UsesParts):
 
     def _take_over(self, now: datetime) -> None:
         dead = self.liveness.dead()
-        rows = [r for r in self.store.by_owner([self.me], [Status.IN_PROCESS]) if self.executor.run_for(r.key) is None]
+        rows = [r for r in self.store.by_owner([self.me], [Status.IN_PROCESS], limit=_CONTROL_BATCH)
+                if self.executor.run_for(r.key) is None]
         if dead:
             rows += self._still_dead(self.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH))
         generation = self.claims.claimable()

@@ -196,8 +196,12 @@ class Queue(Index):
                 out.append(s.value)
         return out
 
-    def _candidates(self, buckets: list[str], owners: set | None = None, statuses: Collection[Status] | None = None) -> list[Job]:
-        jobs = [e.job for e in self._latest(self._scan(buckets))] if buckets else []
+    def _candidates(self, buckets: list[str], owners: set | None = None, statuses: Collection[Status] | None = None,
+                    limit: int | None = None) -> list[Job]:
+        """The candidates of ``buckets``; with ``limit``, the read of each partition stops at
+        that many entries (soonest due first): a read bounded by the caller's need, not by
+        how big the bucket has grown (a dead node's thousands of schedules, a mass STOPJOB)."""
+        jobs = [e.job for e in self._latest(self._scan(buckets, limit=limit))] if buckets else []
         if owners is not None:
             jobs = [j for j in jobs if j.worker_id in owners]
         if statuses is not None:  # the BLOCKED bucket holds WAITING and SCHEDULED rows
@@ -274,7 +278,7 @@ class Queue(Index):
         return [e.job for e in self._latest(entries)][:limit]
 
     def by_status(self, statuses: Collection[Status], limit: int | None = None) -> list[Job]:
-        jobs = self._candidates(self._buckets(statuses, None), statuses=set(statuses))
+        jobs = self._candidates(self._buckets(statuses, None), statuses=set(statuses), limit=limit)
         return jobs if limit is None else jobs[:limit]
 
     def by_owner(self, worker_ids: Collection[str | None], statuses: Collection[Status], limit: int | None = None) -> list[Job]:
@@ -283,8 +287,9 @@ class Queue(Index):
             return []
         owned = [s for s in statuses if s in (Status.IN_PROCESS, Status.SCHEDULED)]
         shared = [s for s in statuses if s not in owned]
-        jobs = self._candidates(self._buckets(owned, owners), owners, set(owned)) if owned else []
+        jobs = self._candidates(self._buckets(owned, owners), owners, set(owned), limit) if owned else []
         if shared:
             seen = {j.key for j in jobs}
-            jobs += [j for j in self._candidates(self._buckets(shared, None), owners, set(shared)) if j.key not in seen]
+            jobs += [j for j in self._candidates(self._buckets(shared, None), owners, set(shared), limit)
+                     if j.key not in seen]
         return jobs if limit is None else jobs[:limit]

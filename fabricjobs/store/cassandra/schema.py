@@ -18,6 +18,9 @@ Storage options, per table (the README's "Cassandra data model" says the same):
 ``k2_jobs_index``    leveled; gc_grace_seconds 1 hour. The index is a hint, every entry is
                      checked against its row: a deleted entry that a lagging replica brings
                      back is met as stale and deleted again, so its tombstones need not wait.
+``k2_jobs_live``     leveled; gc_grace_seconds 10 minutes: a hint like the index (every entry is
+                     checked against its row), so a deleted entry brought back is harmless; its
+                     tombstones are those of jobs archived lately, spread over the key space.
 ``k2_jobs_archive``, ``k2_jobs_archived``, ``k2_job_runs``, ``k2_job_run_uids``, ``k2_job_run_history``, ``k2_job_run_keys``
                      written with a TTL only (the retention): time-window compaction by day,
                      so whole SSTables expire and are dropped without compaction, and a
@@ -85,6 +88,7 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_listener_files": "gc_grace_seconds = 86400",
     "k2_calendars": "gc_grace_seconds = 86400",
     # Lines only ever expire (TTL, livelog.py): no tombstones to keep, hour windows to drop whole.
+    "k2_jobs_live": f"{_LEVELED} AND gc_grace_seconds = 600",
     "k2_live_log": "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS',"
                    " 'compaction_window_size': 1} AND gc_grace_seconds = 3600",
 }
@@ -150,6 +154,8 @@ _LISTENER = """k2_listener_files (
 _RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
 #: Version 11: the calendars (a few, each read by name by the nodes that fire its jobs).
 _CALENDARS = "k2_calendars (name text PRIMARY KEY, rules text, updated timestamp)"
+#: Version 16: the live keys in key order, for listings a page at a time (listing.py).
+_LIVE = """k2_jobs_live (shard int, type text, name text, uid text, PRIMARY KEY ((shard), type, name, uid))"""
 #: Version 12: a running run's log lines as they come (JOBLOG ... FOLLOW, livelog.py).
 _LIVE_LOG = """k2_live_log (
         type text, name text, uid text, epoch bigint, seq bigint, line text,
@@ -180,11 +186,11 @@ SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
             + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES_NOW, _KILLS, _RUNS, _RUN_UIDS,
-                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS, _LIVE_LOG)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS, _LIVE_LOG, _LIVE)
 )
 
 _LATER_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours",
-                 "k2_calendars", "k2_live_log")
+                 "k2_calendars", "k2_live_log", "k2_jobs_live")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -215,7 +221,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     14: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in PARALLEL.items()),
     15: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in SMILA_COUNTERS.items()),
     16: (*(f"ALTER TABLE nodes ADD {c} {t}" for c, t in PLACEMENT.items()),
-         f"ALTER TABLE kill_requests WITH {TABLE_OPTIONS['kill_requests']}"),
+         f"ALTER TABLE kill_requests WITH {TABLE_OPTIONS['kill_requests']}",
+         _create(_LIVE, TABLE_OPTIONS["k2_jobs_live"])),
 }
 
 
