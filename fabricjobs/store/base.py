@@ -140,8 +140,9 @@ class StoreStats:
     and troubles of a distributed store that no job row shows (SQLite leaves them at 0)."""
 
     lwt_attempts: int = 0  # conditional writes sent (a retried one counts again)
-    writes: int = 0  # plain (unconditional) writes and deletes sent
+    writes: int = 0  # plain (unconditional) writes and deletes sent (each statement of a batch)
     reads: int = 0  # reads sent (serial_reads among them)
+    rows_read: int = 0  # rows those reads returned (every page of them)
     serial_reads: int = 0  # reads at SERIAL: settling an unknown outcome, schema version
     contention_retries: int = 0  # LWTs sent again after an unknown outcome on an unchanged row
     unknown_outcomes: int = 0  # LWTs whose outcome had to be settled by a SERIAL read

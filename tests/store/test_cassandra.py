@@ -161,10 +161,12 @@ def test_the_intent_is_written_again_before_each_retry(server, pair):
     assert writes == [(Status.IN_PROCESS, 2)] * 3  # the intent, then once more before each of the two retries
 
 
-def test_an_unknown_insert_outcome_is_settled_too(server, pair):
+@pytest.mark.parametrize("micros", [0, 123_456])  # a creation time in microseconds is kept in whole ms
+def test_an_unknown_insert_outcome_is_settled_too(server, pair, micros):
     a, b = pair
     server.faults.add("write_timeout", r"UPDATE \w+\.k2_jobs SET .* IF revision = null", applied=True, times=1, write_type="CAS")
-    res = a.insert(waiting_job("i1"))
+    job = waiting_job("i1")
+    res = a.insert(job.replace(creation_time=job.creation_time.replace(microsecond=micros)))
     assert res.applied and res.row.revision == 1
     again = b.insert(waiting_job("i1"))
     assert not again.applied and again.row.arguments == '{"x": 1}'

@@ -208,37 +208,6 @@ class Queue(Index):
             jobs = [j for j in jobs if j.status in statuses]
         return jobs
 
-    def live_jobs(self, type: str | None = None, name: str | None = None, uid: str | None = None, *,
-                  after: JobKey | None = None, limit: int | None = None) -> list[Job]:
-        """The index gives the live keys (not their rows); only the rows of the page are read.
-        A key whose row turns out archived (an index entry not swept yet) is skipped, and the
-        next keys read in its place.
-
-        Every entry's key counts, not only each key's true entry (``_latest``): a job that
-        moved on while it was read has only superseded entries in what the scan saw, and would
-        be left out. And the buckets are scanned twice: a scan reads its partitions one after
-        another, not at one instant, so a job that moved from a bucket not read yet to one
-        already read while the scan ran is in neither (a listing right after 100 recurring
-        jobs were started on Apache Cassandra showed 82 of them). To be missed by both scans
-        it must make that move during each."""
-        if type is not None and name is not None and uid is not None:
-            job = self._select_job(JobKey(type, name, uid))
-            if job is None or job.archived or (after is not None and not job.key > after) or limit == 0:
-                return []
-            return [job]
-        buckets = self._buckets(tuple(s for s in Status if not s.is_final), None)
-        entries = [e for _ in range(2) for e in self._scan(buckets)]
-        self._latest(entries)  # only for its tidying: entries the rows prove false go (index.py)
-        keys = sorted({e.key for e in entries
-                       if (type is None or e.key.type == type) and (name is None or e.key.name == name)
-                       and (uid is None or e.key.uid == uid) and (after is None or e.key > after)})
-        jobs: list[Job] = []
-        while keys and (limit is None or len(jobs) < limit):
-            ask = len(keys) if limit is None else limit - len(jobs)
-            jobs += [j for j in self.get_many(keys[:ask]) if j is not None and not j.archived]
-            del keys[:ask]
-        return jobs
-
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
                 priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:
         """(The index has no lane to read by: a lane's rows are the others' pages, filtered.)"""

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from ...model import Job, JobKey
 from ..base import RepairPage
-from .index import Index, _shard, _slot
+from .index import _shard, _slot
+from .listing import Listing
 from .rows import _EPOCH0, _STATUS, _aware
 from .session import _result, log
 
@@ -45,8 +46,22 @@ def _candidate(r: dict) -> Job:
                priority=r["priority"] if r["priority"] is not None else 4, blocked=bool(r["blocked"]))
 
 
-class Repair(Index):
-    """Finding live rows without their index entry, and giving them one."""
+class Repair(Listing):
+    """Finding live rows without their index entry (or listing entry), and giving them one."""
+
+    def _relist(self, rows: list[Job]) -> int:
+        """Give each of ``rows`` (live when read) that is not listed its listing entry again
+        (listing.py), if a second read shows it still live; how many were."""
+        unlisted = [row.key for row, listed in zip(rows, self._is_listed([r.key for r in rows])) if not listed]
+        if not unlisted:
+            return 0
+        again = [now.key for now in self.get_many(unlisted) if now is not None and not now.archived]
+        self._send([self._listed_write(k) for k in again], bounded=False)
+        self.stats.index_restored += len(again)
+        if again:
+            log.warning("index repair: %d live jobs were missing from the listing (%s%s); they are listed again",
+                        len(again), ", ".join(map(str, again[:5])), ", ..." if len(again) > 5 else "")
+        return len(again)
 
     def repair_index(self, share: tuple[int, int], cursor: object | None, limit: int) -> RepairPage:
         lanes, index = share
@@ -77,9 +92,9 @@ class Repair(Index):
             futures.append((row, self._session.execute_async(look, (bucket, _shard(k), due, k.type, k.name, k.uid,
                                                                    row.revision))))
         missing = [row for row, f in futures if _result(f).one() is None]
+        restored = self._relist(rows)
         if not missing:
-            return 0
-        restored = 0
+            return restored
         for row, now in zip(missing, self.get_many([r.key for r in missing])):
             if now is None or now.revision != row.revision or _slot(now) != _slot(row):
                 continue  # it moved on: its new entry was written before it did

@@ -173,9 +173,9 @@ class _CountingSession:
             self._may_write()
             self.stats.lwt_attempts += 1
             return
-        if isinstance(stmt, self._batch_type):  # one request, however many statements
+        if isinstance(stmt, self._batch_type):  # each statement of a batch is a write (one request)
             self._may_write()
-            self.stats.writes += 1
+            self.stats.writes += len(stmt)
             return
         text = stmt if isinstance(stmt, str) else (getattr(stmt, "query_string", None) or getattr(
             getattr(stmt, "prepared_statement", None), "query_string", "") or "")
@@ -200,10 +200,12 @@ class _CountingSession:
             future = self._s.execute_async(stmt, params, **kw)
         else:
             future = self._s.execute_async(stmt, params, execution_profile=execution_profile, **kw)
-        future.add_callbacks(lambda _rows: self._answered(future), self._failed)
+        future.add_callbacks(lambda rows: self._answered(future, rows), self._failed)
         return future
 
-    def _answered(self, future) -> None:
+    def _answered(self, future, rows) -> None:
+        if isinstance(rows, list):  # a page of a read (called again for each page fetched)
+            self.stats.rows_read += len(rows)
         self._warned(future)
         # Answered by a speculative copy (another host) while the first host said nothing for
         # the whole delay: tried after the answering hosts for a while, it costs no further

@@ -214,7 +214,8 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
 
     def insert(self, job: Job) -> CasResult:
         new = job.replace(revision=1)
-        self._index_upsert(new, 1)
+        # Its index intent and its listing entry (listing.py), before the LWT, in one request.
+        self._send([w for w in (self._entry_write(new, 1), self._listed_write(new.key)) if w is not None], bounded=True)
         # An UPDATE, not an INSERT: an INSERT writes a row marker that no later UPDATE ... USING
         # TTL covers, so an archived row would leave its key behind when its cells expire. The
         # condition "revision = null" holds exactly when no row (or only expired cells) is
@@ -227,8 +228,9 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         def ours(row: Job) -> bool:
             """Our write, whatever came after it: a node may claim (or even run) the job before
             the settling read, so the revision says nothing; creation time and arguments (with
-            the session's scope) are what another writer's row of this key would not share."""
-            return row.creation_time == new.creation_time and row.arguments == new.arguments
+            the session's scope) are what another writer's row of this key would not share
+            (the creation time as stored: in whole milliseconds)."""
+            return row.creation_time == as_stored(new).creation_time and row.arguments == new.arguments
 
         applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None,
                                                       before_retry=lambda: self._index_upsert(new, 1))
@@ -328,6 +330,8 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         # finds its run (a writer whose LWT loses takes it back: a fenced run records nothing).
         change.before = [w for w in (self._entry_write(target, revision),
                                      self._archive_write(target) if target.archived else None) if w is not None]
+        if expected.archived and not target.archived:
+            change.before.append(self._listed_write(key))  # live again: listed before it is (listing.py)
         if record is not None:
             change.before += self._run_writes(record)
         return change
@@ -352,6 +356,8 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
             applied, settled = True, None
         if applied:
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
+            if target.archived and not expected.archived:
+                c.after.append(self._unlisted_write(key))
             if expected.archived != target.archived and key.type == JobType.INTERFACE_LISTENER.value:
                 self._marks_follow(key, self.archive_ttl if target.archived else 0)
             if c.new_bucket is not None:
