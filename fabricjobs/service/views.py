@@ -149,7 +149,8 @@ class JobViews(ServiceCore):
 
     def find_run(self, cmd: statements.JobLog) -> RunRecord:
         """The run JOBLOG shows: run ``cmd.run`` (default: the last) of the jobs named."""
-        runs = self.store.runs(cmd.type, cmd.name, cmd.uid)
+        # The last run: one line (a name's whole history is not read for it).
+        runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=1 if cmd.run is None else None)
         if cmd.run is not None:
             runs = [r for r in runs if r.epoch == cmd.run]
             if len({r.key.uid for r in runs}) > 1:

@@ -2,8 +2,10 @@
 keys by day, and a directory listener's file marks.
 
 ``k2_job_run_history`` holds a partition per job and RUN_BUCKET runs, so that a job that runs
-every second does not grow one partition for its whole retention; ``k2_job_run_keys`` says
-which (uid, bucket) have runs, by job name and day (JOBHISTORY, JOBLOG). ``k2_jobs_archived``
+every second does not grow one partition for its whole retention; ``k2_job_run_keys`` points,
+by job name and day, at a job's partitions past its first (only a job run more than RUN_BUCKET
+times has any); ``k2_job_runs_by_name`` at a name's run lines, newest first (byname.py: the
+history of a name, however many uids it has). ``k2_jobs_archived``
 holds archived keys by day (ARCHIVE_SHARDS shards a day) and end time (JOBSTATUS n DAYS AGO).
 The version-3 tables (``k2_job_runs``, ``k2_job_run_uids``, ``k2_jobs_archive``) are only read,
 until the TTL has emptied them after an upgrade. Retention is the TTL: ``delete_runs`` and
@@ -20,6 +22,7 @@ from typing import Sequence
 from ...errors import StoreError
 from ...model import Job, JobKey
 from ..base import RunRecord
+from .byname import ByName
 from .recent import Recent
 from .rows import UTC, _aware, _unknown_outcome, _when
 from .schema import ARCHIVE_SHARDS, RUN_BUCKET
@@ -40,9 +43,11 @@ def _archive_shard(key: JobKey) -> int:
 
 
 _MARKS_PER_BATCH = 100  # file marks per conditional batch (Cassandra warns of batches over 5 KiB)
+NAME_RUNS = 10_000  # lines of a whole name read at most when no limit is given
+LEGACY_UIDS = 200  # uids of a name per day read from the tables before version 16
 
 
-class History(Recent):
+class History(ByName, Recent):
     """Run history, the archive by day, and listener file marks."""
 
     _run_keys_noted: set[tuple]  # (key, day, bucket) this process noted in k2_job_run_keys
@@ -68,9 +73,12 @@ class History(Recent):
         # Cassandra warns of a batch over 5 KiB: a line with a long output goes alone.
         out = [_Write(stmt, values + (r.epoch // RUN_BUCKET, self.archive_ttl), what=what, big=size > _BIG_VALUES)]
         out += self._recent_writes(r, big=len(r.error) + len(r.note) > _BIG_VALUES)
+        out.append(self._by_name_write(r))
         day = _day(self.store_time())  # the day the line is written: its TTL runs from then
         noted = (r.key, day, r.epoch // RUN_BUCKET)
-        if noted not in self._run_keys_noted:
+        # A pointer to a partition past the job's first (bucket 0, which every read of a uid
+        # reads anyway): only a job run more than RUN_BUCKET times has one, once a day.
+        if noted[2] > 0 and noted not in self._run_keys_noted:
             if len(self._run_keys_noted) > 100_000:
                 self._run_keys_noted.clear()
             keys = self._stmt(("runkey",), "INSERT INTO k2_job_run_keys (type, name, day, uid, bucket) "
@@ -96,31 +104,63 @@ class History(Recent):
         )
 
     def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:
-        """k2_job_run_keys says which (uid, bucket) partitions of k2_job_run_history have runs,
-        one partition per day of the retention (read at once, unpaged); then those partitions
-        (newest run first, ``limit`` each). Plus the version-3 tables until their TTL has
-        emptied them: one partition per job key, and k2_job_run_uids for the uids."""
+        """One uid: its partitions of k2_job_run_history (bucket 0, and those k2_job_run_keys
+        points at), ``limit`` lines each, newest first. A whole name: the newest ``limit``
+        lines that k2_job_runs_by_name points at (byname.py), at most NAME_RUNS without a
+        limit. Plus what the tables of earlier versions hold, until their TTL has emptied
+        them (bounded: see _legacy_parts)."""
+        if uid is None:
+            return self._runs_of_name(type, name, limit)
         cols = ", ".join(_RUN_COLUMNS)
-        today = self.store_time().date()
-        days = [_day(today - timedelta(days=d)) for d in range(-1, self.archive_ttl // 86400 + 2)]
-        keys_stmt = self._stmt(("runkeys", uid is not None),
-                               "SELECT uid, bucket FROM k2_job_run_keys WHERE type = ? AND name = ? AND day IN ?"
-                               + (" AND uid = ?" if uid is not None else ""))
-        keys = self._unpaged(keys_stmt, (type, name, days) + ((uid,) if uid is not None else ()))
-        legacy = None if uid is not None else self._session.execute_async(
-            self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? AND name = ?"), (type, name))
-        parts = sorted({(r["uid"], r["bucket"]) for r in _result(keys)})
-        legacy_uids = [uid] if legacy is None else [r["uid"] for r in _result(legacy)]
-        lim = " LIMIT ?" if limit is not None else ""
-        more = (limit,) if limit is not None else ()
+        parts = {(uid, 0)} | set(self._pointed(type, name, uid))
+        lim, more = (" LIMIT ?", (limit,)) if limit is not None else ("", ())
         new = self._stmt(("runsh", limit is not None),
                          f"SELECT {cols} FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? AND bucket = ?{lim}")
         old = self._stmt(("runsu", limit is not None),
                          f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?{lim}")
-        futures = [self._session.execute_async(new, (type, name, u, b) + more) for u, b in parts]
-        futures += [self._session.execute_async(old, (type, name, u) + more) for u in legacy_uids]
+        futures = [self._session.execute_async(new, (type, name, u, b) + more) for u, b in sorted(parts)]
+        futures.append(self._session.execute_async(old, (type, name, uid) + more))
         out = sorted((self._to_run(r) for f in futures for r in _result(f)), key=lambda r: (r.end, r.epoch), reverse=True)
         return out if limit is None else out[:limit]
+
+    def _pointed(self, type: str, name: str, uid: str | None, per_day: int | None = None) -> list[tuple[str, int]]:
+        """(uid, bucket) that k2_job_run_keys points at over the retention's days (one uid: a
+        slice of each day's partition; every uid: at most ``per_day`` of each)."""
+        today = self.store_time().date()
+        days = [_day(today - timedelta(days=d)) for d in range(-1, self.archive_ttl // 86400 + 2)]
+        stmt = self._stmt(("runkeys", uid is not None, per_day is not None),
+                          "SELECT uid, bucket FROM k2_job_run_keys WHERE type = ? AND name = ? AND day IN ?"
+                          + (" AND uid = ?" if uid is not None else "")
+                          + (" PER PARTITION LIMIT ?" if per_day is not None else ""))
+        params = (type, name, days) + ((uid,) if uid is not None else ()) + ((per_day,) if per_day is not None else ())
+        return [(r["uid"], r["bucket"]) for r in _result(self._unpaged(stmt, params))]
+
+    def _runs_of_name(self, type: str, name: str, limit: int | None) -> list[RunRecord]:
+        want = NAME_RUNS if limit is None else limit
+        cols = ", ".join(_RUN_COLUMNS)
+        line = self._stmt(("runline",), f"SELECT {cols} FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? "
+                                        "AND bucket = ? AND epoch = ?")
+        futures = [self._session.execute_async(line, (k.type, k.name, k.uid, epoch // RUN_BUCKET, epoch))
+                   for k, epoch in self._name_runs(type, name, want)]
+        out = [self._to_run(r) for f in futures for r in _result(f)]
+        out += self._legacy_runs(type, name, want)
+        unique = {(r.key, r.epoch, r.end): r for r in out}
+        return sorted(unique.values(), key=lambda r: (r.end, r.epoch), reverse=True)[:want]
+
+    def _legacy_runs(self, type: str, name: str, limit: int) -> list[RunRecord]:
+        """Lines of a name recorded before schema version 16 (no pointer by name): through
+        k2_job_run_keys, at most LEGACY_UIDS of its uids a day, and the version-3 tables,
+        LEGACY_UIDS uids; ``limit`` lines each. Gone once the retention has passed."""
+        cols = ", ".join(_RUN_COLUMNS)
+        parts = sorted(set(self._pointed(type, name, None, per_day=LEGACY_UIDS)))
+        uids = self._session.execute_async(self._stmt(("runuids",), "SELECT uid FROM k2_job_run_uids WHERE type = ? "
+                                                                     "AND name = ? LIMIT ?"), (type, name, LEGACY_UIDS))
+        new = self._stmt(("runsh", True),
+                         f"SELECT {cols} FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? AND bucket = ? LIMIT ?")
+        old = self._stmt(("runsu", True), f"SELECT {cols} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? LIMIT ?")
+        futures = [self._session.execute_async(new, (type, name, u, b, limit)) for u, b in parts]
+        futures += [self._session.execute_async(old, (type, name, r["uid"], limit)) for r in _result(uids)]
+        return [self._to_run(r) for f in futures for r in _result(f)]
 
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
         cols = ", ".join(_RUN_COLUMNS)
@@ -160,7 +200,9 @@ class History(Recent):
                                               "AND bucket = ?")
         writes = [_Write(history, params + (bucket,), what=what)
                   for bucket in sorted({r.epoch // RUN_BUCKET for r in runs})]
-        writes += [self._unrecent_write(r) for r in runs]  # a row delete each: the hour partitions hold other jobs' lines
+        # A row delete each: the hour partitions hold other jobs' lines. (The name's pointers
+        # to them point at nothing now, and are passed over: byname.py.)
+        writes += [self._unrecent_write(r) for r in runs]
         writes.append(_Write(self._stmt(("rundelv3",), "DELETE FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ?"),
                              params, what=what))
         writes.append(_Write(self._stmt(("runuiddel",), "DELETE FROM k2_job_run_uids WHERE type = ? AND name = ? "

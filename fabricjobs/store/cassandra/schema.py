@@ -51,6 +51,7 @@ SCHEMA_VERSION = 16
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
+BY_NAME_SHARDS = 8  # k2_job_runs_by_name partitions per job name and day (byname.py)
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
@@ -89,6 +90,7 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_calendars": "gc_grace_seconds = 86400",
     # Lines only ever expire (TTL, livelog.py): no tombstones to keep, hour windows to drop whole.
     "k2_jobs_live": f"{_LEVELED} AND gc_grace_seconds = 600",
+    "k2_job_runs_by_name": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_live_log": "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS',"
                    " 'compaction_window_size': 1} AND gc_grace_seconds = 3600",
 }
@@ -156,6 +158,11 @@ _RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
 _CALENDARS = "k2_calendars (name text PRIMARY KEY, rules text, updated timestamp)"
 #: Version 16: the live keys in key order, for listings a page at a time (listing.py).
 _LIVE = """k2_jobs_live (shard int, type text, name text, uid text, PRIMARY KEY ((shard), type, name, uid))"""
+#: Version 16: pointers to run lines by job name and day, newest first (byname.py).
+_BY_NAME = """k2_job_runs_by_name (
+        type text, name text, day text, shard int, end_time timestamp, uid text, epoch bigint,
+        PRIMARY KEY ((type, name, day, shard), end_time, uid, epoch))"""
+_BY_NAME_ORDER = "CLUSTERING ORDER BY (end_time DESC, uid ASC, epoch ASC)"
 #: Version 12: a running run's log lines as they come (JOBLOG ... FOLLOW, livelog.py).
 _LIVE_LOG = """k2_live_log (
         type text, name text, uid text, epoch bigint, seq bigint, line text,
@@ -184,13 +191,13 @@ _EXTRA = "".join(f"\n        {c} int," for c in COUNTERS) + "".join(f"\n        
 #: The current schema, made in one go in a new keyspace (fabricjobs_schema first: it holds the lock).
 SCHEMA: tuple[str, ...] = (_create(_SCHEMA),) + tuple(
     _create(body, TABLE_OPTIONS[_name(body)] + (f" AND {_RUNS_ORDER}" if body in (_RUNS, _RUN_HISTORY) else "")
-            + (f" AND {_RECENT_ORDER}" if body == _RECENT else ""))
+            + (f" AND {_RECENT_ORDER}" if body == _RECENT else "") + (f" AND {_BY_NAME_ORDER}" if body == _BY_NAME else ""))
     for body in (_JOBS_V1.format(extra=_EXTRA), _INDEX, _OWNERS, _ARCHIVE, _ARCHIVED, _NODES_NOW, _KILLS, _RUNS, _RUN_UIDS,
-                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS, _LIVE_LOG, _LIVE)
+                 _RUN_HISTORY, _RUN_KEYS, _LISTENER, _RECENT, _RECENT_HOURS, _CALENDARS, _LIVE_LOG, _LIVE, _BY_NAME)
 )
 
 _LATER_TABLES = ("k2_jobs_archived", "k2_job_run_history", "k2_job_run_keys", "k2_job_runs_recent", "k2_job_runs_hours",
-                 "k2_calendars", "k2_live_log", "k2_jobs_live")
+                 "k2_calendars", "k2_live_log", "k2_jobs_live", "k2_job_runs_by_name")
 
 #: Changes from the version before, applied in order under the lock (each is idempotent: a
 #: statement that finds its change already made is skipped).
@@ -222,7 +229,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     15: tuple(f"ALTER TABLE k2_jobs ADD {c} {t}" for c, t in SMILA_COUNTERS.items()),
     16: (*(f"ALTER TABLE nodes ADD {c} {t}" for c, t in PLACEMENT.items()),
          f"ALTER TABLE kill_requests WITH {TABLE_OPTIONS['kill_requests']}",
-         _create(_LIVE, TABLE_OPTIONS["k2_jobs_live"])),
+         _create(_LIVE, TABLE_OPTIONS["k2_jobs_live"]),
+         _create(_BY_NAME, f"{TABLE_OPTIONS['k2_job_runs_by_name']} AND {_BY_NAME_ORDER}")),
 }
 
 
