@@ -43,6 +43,7 @@ from ..schedule import resolve_zone
 from ..store import JobStore, open_store
 from ..wakeup import Doorbell
 from .executor import EndReason, Executor
+from ..sdnotify import notify
 from .heartbeat import Heartbeat
 from .liveness import Liveness
 from .metrics import Metrics, running_by_type
@@ -368,6 +369,7 @@ class Node:
     def _shutdown(self) -> None:
         s = self.settings
         self.signals.stopping = True
+        notify("STOPPING=1", f"STATUS=node {self.name} stopping")
         log.info("node %s stopping: no new claims; %d running jobs get %.0f s to end",
                  self.name, self.executor.running(), s.shutdown_grace)
         if self._stop_doorbell is not None:
