@@ -12,6 +12,7 @@
                                                                      the HTTP API's tokens
     fabricjobs [--config PATH] config                                show the effective configuration
     fabricjobs [--config PATH] cassandra-schema                      the CQL of the Cassandra schema
+    fabricjobs [--config PATH] export-jobs                           the job definitions as statements
     fabricjobs init DIR                                              a new node directory
     fabricjobs [--config PATH] --version                             release, Python, store and schema
 """
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     kill = sub.add_parser("kill", help="end a task on a node (it counts as a failed try)")
     kill.add_argument("node", help="the node's name (NODES, PS ALL)")
     kill.add_argument("task", type=int, help="the task's number on that node (PS)")
+    sub.add_parser("export-jobs", help="print the calendars and live jobs as statements that make them again "
+                                       "(a backup of the job definitions: fabricjobs shell -f restores it)")
     sub.add_parser("cassandra-schema", help="print the CQL that creates the Cassandra schema (for CREATE_SCHEMA = false)")
     nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
     nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
@@ -266,6 +269,18 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_jobs(args: argparse.Namespace) -> int:
+    from .export import export_script
+    from .store import open_store
+
+    store = open_store(load(args))
+    try:
+        sys.stdout.write(export_script(store))
+    finally:
+        store.close()
+    return 0
+
+
 def cmd_cassandra_schema(args: argparse.Namespace) -> int:
     from .store.cassandra import schema_cql
 
@@ -275,7 +290,7 @@ def cmd_cassandra_schema(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "cassandra-schema": cmd_cassandra_schema,
+    "cassandra-schema": cmd_cassandra_schema, "export-jobs": cmd_export_jobs,
     "config": cmd_config, "init": cmd_init, "node": cmd_node, "shell": cmd_shell, "ps": cmd_ps, "kill": cmd_kill, "nodes": cmd_nodes,
     "web": cmd_web, "token": cmd_token,
 }
