@@ -96,6 +96,7 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
+RESULTS_DIR = ROOT / "bench" / "results"
 sys.path.insert(0, str(SCRIPTS))
 sys.path.insert(0, str(ROOT))
 
@@ -1573,7 +1574,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "cassandra-real = a real Apache Cassandra started by this run)")
     common.add_argument("--cassandra-nodes", type=int, default=1, metavar="N",
                         help="nodes of the real Cassandra cluster (cassandra-real; 1)")
-    common.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    common.add_argument("--json", metavar="FILE", nargs="?", const=RESULTS_DIR,
+                        help="also keep the figures as JSON: without FILE, one result file per benchmark under "
+                             "bench/results/ (date, commit, machine, Python), which docs/benchmarks.md is made from "
+                             "(scripts/gen_docs.py); with FILE, all of them in FILE")
     common.add_argument("--keep", action="store_true", help="keep the temporary directories (stores, node logs)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
@@ -1716,10 +1720,41 @@ def main() -> int:
     print(facts_line(facts))
     print_log_findings(findings)
     result["node_log_findings"] = [f"[{n}] {l}" for n, l in findings]
-    if args.json:
+    if args.json == RESULTS_DIR:
+        for name in names:
+            if name in result and name not in failed:
+                path = write_result(name, args.backend, result[name], facts)
+                print(f"figures written to {path.relative_to(ROOT)}")
+    elif args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"figures written to {args.json}")
     return 1 if failed else 0
+
+
+def write_result(name: str, backend: str, figures: dict, facts: dict) -> Path:
+    """One benchmark's figures as a result file under bench/results/: what docs/benchmarks.md
+    shows (the latest file of each benchmark and backend), and the history of the others."""
+    now = datetime.now(timezone.utc)
+    commit = (facts.get("commit") or "uncommitted").split("+")[0]
+    benchmark = name + (" --preload" if figures.get("preload") else "")
+    record = {
+        "benchmark": benchmark,
+        "backend": backend,
+        "date": now.strftime("%Y-%m-%d"),
+        "time": now.isoformat(timespec="seconds"),
+        "commit": facts.get("commit"),
+        "python": facts.get("python"),
+        "machine": {k: v for k, v in facts.items() if k not in ("python", "commit")},
+        "command": "scripts/bench.py " + " ".join(sys.argv[1:]),
+        "goals": [{"goal": goal, "measured": g["measured"], "met": g["met"]}
+                  for goal, g in (figures.get("goals") or {}).items()],
+        "figures": {k: v for k, v in figures.items() if k != "goals"},
+    }
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{benchmark} {backend}".lower()).strip("-")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{record['date']}-{commit}-{slug}.json"
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path
 
 
 if __name__ == "__main__":
