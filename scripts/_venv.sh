@@ -1,9 +1,11 @@
 # Shared by scripts/run and scripts/test: make sure .venv exists and holds this checkout
 # installed (editable) with the given extras. Re-installs only when pyproject.toml changed.
 # usage: . scripts/_venv.sh EXTRAS   (EXTRAS e.g. "test" or "")
+# FABRICJOBS_VENV names another venv directory (./scripts/test --quick: one per Python), made
+# with $PYTHON (default python3).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
+VENV="${FABRICJOBS_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 extras="${1:-}"
 if [ ! -x "$VENV/bin/python" ]; then

@@ -21,6 +21,10 @@ from fabricjobs.testing.rig import config_text, write_config
 BACKENDS = ["sqlite", "cassandra"]
 if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):
     BACKENDS.append("cassandra-real")
+# FABRICJOBS_BACKENDS=sqlite (./scripts/test --quick): these backends only, for every kind below.
+_ONLY = [b.strip() for b in os.environ.get("FABRICJOBS_BACKENDS", "").split(",") if b.strip()]
+if _ONLY:
+    BACKENDS = [b for b in BACKENDS if b in _ONLY]
 # End-to-end node tests (the node_backend fixture): node processes on SQLite and on Cassandra.
 # With Apache Cassandra at hand they run on it alone, not on the CQL test server as well: the
 # test server is a stand-in, kept for what only it can do (exact fault injection, a clock that
@@ -33,7 +37,9 @@ NODE_BACKENDS = ["sqlite", "cassandra-real" if "cassandra-real" in BACKENDS else
 # has room. What they add to the store is proven on Apache Cassandra by the store contract
 # suite (tests/store/test_contract.py), which runs on every backend; on the real tier these
 # modules cost a minute the suite's 15-minute budget does not have.
-SEED_BACKENDS = ["sqlite", "cassandra"]
+SEED_BACKENDS = [b for b in ("sqlite", "cassandra") if not _ONLY or b in _ONLY]
+if _ONLY:
+    NODE_BACKENDS = [b for b in NODE_BACKENDS if b in _ONLY]
 
 
 def add_sections(path: Path, sections: dict[str, dict[str, object]]) -> Path:
