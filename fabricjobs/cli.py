@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
     nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
-    web = sub.add_parser("web", help="serve the HTTP API (README, HTTP API); loopback unless --bind says otherwise")
+    web = sub.add_parser("web", help="serve the HTTP API and the web console (docs/guides/http-api.md); loopback unless --bind says otherwise")
     web.add_argument("--bind", metavar="HOST:PORT", help="default: [web] BIND (127.0.0.1:9470)")
     web.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (default: [web] TLS_CERT_FILE)")
     web.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (default: [web] TLS_KEY_FILE)")

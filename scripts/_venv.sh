@@ -28,7 +28,7 @@ fi
 # some machines, every command would otherwise compile fabricjobs from source at each start
 # (~50 ms of the shell's cold start), which an installed package never does.
 "$VENV/bin/python" -m compileall -q -j 0 "$ROOT/fabricjobs" >/dev/null 2>&1 || true
-# A node refuses job directories, and job files, other users may write to (README, Trust
-# boundaries). A clone made under a umask of 002 makes the project's own ones group-writable:
+# A node refuses job directories, and job files, other users may write to
+# (docs/guides/security.md). A clone made under a umask of 002 makes the project's own ones group-writable:
 # take that back.
 chmod -R go-w "$ROOT/examples/jobs" "$ROOT/examples/process_jobs" "$ROOT/tests/jobs" "$ROOT/tests/process" 2>/dev/null || true

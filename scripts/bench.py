@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fabricjobs benchmarks (issue #7): each sub-command prints a table, the goal it is measured
+"""fabricjobs benchmarks (docs/benchmarks.md): each sub-command prints a table, the goal it is measured
 against, and with --json FILE writes its figures as JSON.
 
   throughput [--jobs 5000] [--pool 25]
@@ -752,7 +752,7 @@ def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict
 
 
 def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
-    """throughput --preload (issue #19): the queue is full before anything consumes it.
+    """throughput --preload (docs/benchmarks.md): the queue is full before anything consumes it.
 
     ``--rounds`` N measures every system N times, interleaved (huey, huey with results, then
     each node count, then again), and reports each system's median round: on a shared 2-core
@@ -792,7 +792,7 @@ def _median_round(results: list[dict]) -> dict | None:
 
 
 def _preload_goals(fabricjobs: list[dict], default: dict | None) -> list[tuple[str, float, float]]:
-    """(goal, measured, bound) of issue #19 for one set of figures: every node count against
+    """(goal, measured, bound) of docs/benchmarks.md for one set of figures: every node count against
     one node, and against huey's default."""
     one = next((r for r in fabricjobs if r["nodes"] == 1), None)
     goals = []

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One node: throughput of no-op one-time jobs, and fire delay of interval jobs (issue #4).
+"""One node: throughput of no-op one-time jobs, and fire delay of interval jobs (docs/benchmarks.md).
 
 Part A  one `fabricjobs node` process (K2JOBS_POOL_SIZE = --pool, SQLite synchronous=FULL, the
         default) on a fresh store. After the node is ready and has run one warm-up no-op per

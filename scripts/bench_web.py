@@ -1,4 +1,4 @@
-"""``bench.py web``: what the HTTP API's job list costs as history grows (issue #21).
+"""``bench.py web``: what the HTTP API's job list costs as history grows (docs/guides/http-api.md).
 
 Three SQLite stores, bulk-loaded as ``bench.py scale`` loads them: empty; 1,000 live jobs;
 1,000 live jobs and 100,000 archived ones (each with its run in the history). A real

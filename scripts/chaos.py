@@ -30,7 +30,7 @@ Run
   fault is due still depends on timing):
     kill     SIGKILL of the node's process group (node, fork server, workers), restarted with
              the same name after 0-1.5 s;
-    stop     SIGSTOP of the node process alone (its workers keep running, as SPEC 5.1 demands)
+    stop     SIGSTOP of the node process alone (its workers keep running, as docs/explanation/guarantees.md demands)
              for the dead threshold + 0.3-1.5 s, then SIGCONT;
     restart  SIGTERM (graceful shutdown) and a start with the same name.
   Each fault is recorded: kind, node, start, end (restart spawned / SIGCONT), ready (the node
@@ -42,7 +42,7 @@ Run
     cassandra-kill  SIGKILL of it, down 1-5 s, then restarted on its data (ready: it answers CQL
                     and the other nodes see it again).
   They are recorded like the others (node "cassandra@<address>").
-  --partitions (issue #20; scripts/chaos_partitions.py, default --duration 300): the three
+  --partitions (docs/explanation/guarantees.md; scripts/chaos_partitions.py, default --duration 300): the three
   Cassandra nodes and the fabricjobs nodes each run on a test host of their own (a network
   namespace, fabricjobs/testing/netns.py), and instead of the Cassandra process faults a
   network fault comes every 5-15 s, one at a time (each kind once first): a node's host cut
@@ -84,7 +84,7 @@ Checker (a failure prints the seed and the offending records, and exits 1)
      records it as its due time (current_job().due) and started at most LATE_LIMIT (5 s)
      after it. A fire with no run of its own is fine when it came due while a run of an
      earlier fire had not yet started (that run was late) or was still going: it collapsed
-     into that run, as SPEC 4 says missed fires do. Any other unserved due time is explained
+     into that run, as missed fires do (docs/guides/schedules.md). Any other unserved due time is explained
      by a fault whose window [start - 1 s, ready + dead threshold + 2 s] contains it, of a
      node that held the job then: one that ran it in the 10 s before or first after, or that
      a node log names as the dead owner the job was taken over from; before the job's first
@@ -1399,7 +1399,7 @@ class Checker:
                 else:
                     missed += 1
                     # A fire that came due while a run of an earlier fire had not started yet (a
-                    # late run) or was still going collapses into that run (SPEC 4).
+                    # late run) or was still going collapses into that run (docs/guides/schedules.md).
                     if any(fire_of(r.due, first) < k and (r.start >= due or r.bound > due)
                            and r.start - r.due <= LATE_LIMIT for r in lst):
                         coalesced += 1

@@ -1,4 +1,4 @@
-"""The network faults of ``scripts/chaos.py --partitions`` (issue #20).
+"""The network faults of ``scripts/chaos.py --partitions`` (docs/explanation/guarantees.md).
 
 Each fabricjobs node and each of the three Cassandra nodes runs on a test host of its own (a
 network namespace on a private bridge, fabricjobs/testing/netns.py), and besides the process

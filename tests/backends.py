@@ -32,7 +32,7 @@ if _ONLY:
 # same node tests on both cost phase 1 of ./scripts/test a third of its time and proved nothing
 # the real tier does not.
 NODE_BACKENDS = ["sqlite", "cassandra-real" if "cassandra-real" in BACKENDS else "cassandra"]
-# The other seeds' features (issue #22: HOLD, calendars, owners, JOBLOG FOLLOW, DELETE_ON_SUCCESS)
+# The other seeds' features (docs/explanation/design-choices.md: HOLD, calendars, owners, JOBLOG FOLLOW, DELETE_ON_SUCCESS)
 # end to end: on SQLite and the CQL test server, in phase 1 of ./scripts/test, whose xdist half
 # has room. What they add to the store is proven on Apache Cassandra by the store contract
 # suite (tests/store/test_contract.py), which runs on every backend; on the real tier these

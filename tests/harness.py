@@ -99,8 +99,8 @@ class Cluster(Rig):
     def pause(self, node: NodeProcess, *, group: bool = False, timeout: float = 10.0) -> float:
         """SIGSTOP ``node`` (``group``: with its fork server and workers) between two of its
         store transactions. On SQLite a process frozen *inside* a write transaction keeps the
-        file's one write lock and stalls every writer (README, SQLite: a known limit of the
-        embedded store), so the other nodes could not take over at all; these tests are about
+        file's one write lock and stalls every writer (docs/explanation/stores.md: a known limit of
+        the embedded store), so the other nodes could not take over at all; these tests are about
         a node paused between transactions. Re-tried until the lock is seen free; returns the
         wall time of the pause that held."""
         send = node.signal_group if group else node.signal

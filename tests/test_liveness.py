@@ -140,7 +140,7 @@ def test_a_row_missing_from_a_stalled_read_counts_as_missing_from_when_the_read_
 
 def test_the_next_verdict_is_when_a_silent_node_may_first_be_judged_dead():
     """The node's loop reads the nodes again at that moment instead of at its next periodic
-    pass, so a crash is noticed one read after the threshold (SPEC 8.1), not a period later."""
+    pass, so a crash is noticed one read after the threshold (docs/explanation/nodes.md), not a period later."""
     import json
 
     from fabricjobs.clock import ManualClock

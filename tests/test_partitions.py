@@ -1,7 +1,7 @@
-"""Network partitions between real hosts (issue #20): fabricjobs nodes and Apache Cassandra
+"""Network partitions between real hosts (docs/explanation/guarantees.md): fabricjobs nodes and Apache Cassandra
 each in a network namespace of their own (fabricjobs/testing/netns.py), the faults cut between
 them, slowed or lossy (delay and loss: the user-space link, fabricjobs/testing/tunlink.py) while
-jobs run, and the guarantees of SPEC 5 checked on what the jobs themselves recorded: never two
+jobs run, and the guarantees (docs/explanation/guarantees.md) checked on what the jobs themselves recorded: never two
 runs of a key at once, no job lost, every re-run explained by a self-fence, and no write of a
 fenced run accepted.
 

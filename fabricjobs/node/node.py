@@ -8,7 +8,7 @@ ones before it; what flows back goes through signals.Signals):
     heartbeat             -> the nodes row and the lease (fences the node when it cannot write)
     reconcile             -> claims, takeovers, stop/restart/kill (the main thread's loop)
 
-Start-up refuses a name that a live node uses. Shutdown (SIGTERM, Ctrl-C; SPEC 7.8) stops
+Start-up refuses a name that a live node uses. Shutdown (SIGTERM, Ctrl-C; docs/guides/cluster.md) stops
 claiming, aborts running jobs, waits SHUTDOWN_GRACE_SEC, kills what is left, and marks the
 node 'stopped' so that other nodes take its work over at once; rows of interrupted runs are
 left as they are, to be re-run.

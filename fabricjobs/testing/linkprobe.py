@@ -123,7 +123,7 @@ def _summary(rtts: list[float | None]) -> dict:
 
 
 def measure(rounds: int = 40, delay_ms: float = 50.0, flood_seconds: float = 3.0) -> dict:
-    """The figures the README quotes, on two fresh test hosts: the round trip bridged and
+    """The figures docs/benchmarks.md shows, on two fresh test hosts: the round trip bridged and
     through the relay (no fault; ``delay_ms`` each way; 200 ms +- 100 ms and 5 % loss each way,
     five times as many pings), how late the relay itself released packets, and its capacity:
     64-byte UDP datagrams sent as fast as one sender can for ``flood_seconds``, counted at the

@@ -1,5 +1,5 @@
 """Test hosts on one machine: each a Linux network namespace with its own address on a private
-bridge, and the network faults between them as functions (issue #20's partition tests).
+bridge, and the network faults between them as functions (the partition tests of docs/explanation/guarantees.md).
 
 A :class:`Network` creates a bridge and, per host, a namespace joined to it by a veth pair,
 all named ``fjt<id>-...`` and addressed in 10.213.<id>.0/24, a private subnet that exists only

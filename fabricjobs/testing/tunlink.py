@@ -1,5 +1,5 @@
 """A user-space network link for the test hosts of netns.py: delay, jitter and loss on chosen
-paths between hosts, without the kernel's ``netem`` (issue #20).
+paths between hosts, without the kernel's ``netem`` (docs/explanation/guarantees.md).
 
 The kernels these tests run on have no ``netem`` qdisc and no ``tc`` classifiers, and neither
 nftables nor iptables is installed, so a packet cannot be held back or dropped by the kernel.
