@@ -48,10 +48,10 @@ against, and with --json FILE writes its figures as JSON.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
-cassandra runs the nodes against the CQL test server (tests/cqlserver, a test double, not
+cassandra runs the nodes against the CQL test server (testkit/cqlserver, a test double, not
 Cassandra: its figures say nothing about a real cluster) started in this process, a fresh
 keyspace per store. huey and the engine limit are SQLite figures and are skipped there.
-cassandra-real starts a real Apache Cassandra 5.0 (tests/realcassandra; --cassandra-nodes N, 1 by
+cassandra-real starts a real Apache Cassandra 5.0 (testkit/realcassandra; --cassandra-nodes N, 1 by
 default; plain JVMs on 127.0.0.1..N in a temporary directory, stopped at the end, also on Ctrl-C
 or error), keyspaces NetworkTopologyStrategy datacenter1 = min(3, N), QUORUM / SERIAL, protocol v5,
 Paxos v2. Its throughput (--jobs 1000 by default) is set against the cluster's own limit: for
@@ -106,7 +106,7 @@ from bench_node import (  # noqa: E402
     BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
-from fabricjobs.testing.rig import (  # noqa: E402
+from testkit.rig import (  # noqa: E402
     RigError, free_port, group_cpu_seconds, process_cpu_seconds, pythonpath_with, scrape_metrics, signal_group, write_config,
 )
 from fabricjobs.errors import FabricJobsError  # noqa: E402
@@ -200,8 +200,7 @@ class CqlTestServerBackend(Backend):
 
     def settings(self) -> dict:
         if self.server is None:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from cqlserver import CqlTestServer
+            from testkit.cqlserver import CqlTestServer
 
             self.server = CqlTestServer().start()
         return {
@@ -221,7 +220,7 @@ class CqlTestServerBackend(Backend):
 
 
 class RealCassandraBackend(Backend):
-    """A real Apache Cassandra (tests/realcassandra: plain JVMs on 127.0.0.1..N, DC datacenter1),
+    """A real Apache Cassandra (testkit/realcassandra: plain JVMs on 127.0.0.1..N, DC datacenter1),
     started by the first ``settings()`` in a temporary directory and stopped by ``close()``; a
     fresh keyspace per store, RF = min(3, nodes), QUORUM / SERIAL, protocol v5, Paxos v2."""
 
@@ -240,8 +239,7 @@ class RealCassandraBackend(Backend):
 
     def start(self):
         if self.cluster is None:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from realcassandra import CassandraCluster, available
+            from testkit.realcassandra import CassandraCluster, available
 
             why = available()
             if why is not None:

@@ -2,7 +2,7 @@
 
 sqlite            always.
 cassandra         the Cassandra backend through the real cassandra-driver, against the CQL
-                  test server (tests/cqlserver; a test double, not Cassandra), in every run.
+                  test server (testkit/cqlserver; a test double, not Cassandra), in every run.
 cassandra-real    the same against Apache Cassandra itself, when FABRICJOBS_CASSANDRA_HOSTS=host[:port][,host...]
                   is set: ./scripts/test starts a single-node Cassandra 5.0 for the whole run and
                   sets it (or --cassandra host:port names a cluster of yours). Each test uses a
@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from fabricjobs.testing.rig import config_text, write_config
+from testkit.rig import config_text, write_config
 
 BACKENDS = ["sqlite", "cassandra"]
 if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from backends import make_backend_config
-from fabricjobs.testing.rig import (  # noqa: F401  (re-exported: the tests import them from here)
+from testkit.rig import (  # noqa: F401  (re-exported: the tests import them from here)
     NodeProcess, Rig, free_port, process_alive, process_state, same_cpu_priority, scrape_metrics, wait_for,
 )
 
@@ -53,7 +53,7 @@ FAST_HEARTBEAT = {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 
 
 
 class Cluster(Rig):
-    """The rig (fabricjobs/testing/rig.py) with a test's store and short timings, a client on
+    """The rig (testkit/rig.py) with a test's store and short timings, a client on
     the same store, and the waits the tests share."""
 
     def __init__(self, tmp_path: Path, backend: str = "sqlite", settings: dict | None = None, request=None) -> None:

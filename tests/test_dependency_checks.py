@@ -56,7 +56,7 @@ def test_retention_goes_by_the_stores_clock_and_keeps_parents_that_blocked_child
     from fabricjobs.model import Job, JobKey, Status
     from fabricjobs.node.node import Node
     from fabricjobs.store.sqlite import SqliteStore
-    from fabricjobs.testing.rig import write_config
+    from testkit.rig import write_config
 
     config = write_config(tmp_path / "c.ini", {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "j.db")},
                                                "jobs": {"K2JOB_ARCHIVING_TIME_HOUR": 24}})

@@ -17,7 +17,7 @@ import pytest
 from fabricjobs.node.metrics import METRICS
 from fabricjobs.store import open_store
 from fabricjobs.config import load_config
-from fabricjobs.testing.rig import Rig, write_config
+from testkit.rig import Rig, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = sorted((ROOT / "deploy" / "systemd").glob("*.service"))

@@ -11,7 +11,7 @@ import sys
 from fabricjobs.client import Client
 from fabricjobs.config import load_config
 from fabricjobs.export import export_script
-from fabricjobs.testing.rig import write_config
+from testkit.rig import write_config
 from harness import TESTS
 
 DEFINITION = ("affinity", "execution_interval", "depends_on", "time_zone", "late_threshold", "overlap", "late_action",

@@ -7,7 +7,7 @@ import re
 import urllib.request
 
 from fabricjobs.node.metrics import METRICS, Metrics
-from fabricjobs.testing.rig import free_port
+from testkit.rig import free_port
 
 
 def test_a_scrape_shows_every_declared_metric_with_its_help_and_no_other():

@@ -12,7 +12,7 @@ import sys
 from fabricjobs import __version__
 from fabricjobs.config import KEYS, load_config
 from fabricjobs.store.sqlite.schema import SCHEMA_VERSION
-from fabricjobs.testing.rig import Rig, wait_for
+from testkit.rig import Rig, wait_for
 
 
 def fabricjobs(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:

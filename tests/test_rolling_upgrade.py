@@ -22,7 +22,7 @@ import pytest
 
 from fabricjobs.store.sqlite.schema import SCHEMA_VERSION
 from harness import ROOT, TESTS, read_records
-from fabricjobs.testing.rig import Rig, wait_for, write_config
+from testkit.rig import Rig, wait_for, write_config
 
 #: The commit that brought SQLite schema version 12; its parent is the release before it.
 SCHEMA_12 = "2410f77"

@@ -32,7 +32,7 @@ def one_slot_node(tmp_path):
     from fabricjobs.config import load_config
     from fabricjobs.node.node import Node
     from fabricjobs.store.sqlite import SqliteStore
-    from fabricjobs.testing.rig import write_config
+    from testkit.rig import write_config
 
     config = write_config(tmp_path / "c.ini", {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "j.db")},
                                                "jobs": {"K2JOBS_POOL_SIZE": 1}})

@@ -1,7 +1,7 @@
 """Probes of the test hosts' network (netns.py) and of the user-space link (tunlink.py): ICMP
 round trips between two hosts, a UDP sink and flood, and ``measure``, which builds two fresh
 hosts and prints the link's round trips, delay accuracy and capacity
-(``python -m fabricjobs.testing.linkprobe measure``). Each probe runs as a process of its own
+(``python -m testkit.linkprobe measure``). Each probe runs as a process of its own
 inside a host's namespace."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def ping(prefix: Sequence[str], address: str, count: int = 20, interval: float =
          wait: float = 2.0) -> list[float | None]:
     """Ping ``address`` from the namespace ``prefix`` runs in (``Host.command([])``; [] for this
     one), in a process of its own: each round trip in ms, None where no answer came."""
-    argv = [*prefix, sys.executable, "-m", "fabricjobs.testing.linkprobe", "ping", address,
+    argv = [*prefix, sys.executable, "-m", "testkit.linkprobe", "ping", address,
             "--count", str(count), "--interval", str(interval), "--wait", str(wait)]
     done = _run(argv)
     return json.loads(done.stdout)
@@ -150,12 +150,12 @@ def measure(rounds: int = 40, delay_ms: float = 50.0, flood_seconds: float = 3.0
         for ms in (0.0, delay_ms):
             net.delay(ms)
             port = 7078
-            sink = subprocess.Popen(b.command([sys.executable, "-m", "fabricjobs.testing.linkprobe", "sink", b.address,
+            sink = subprocess.Popen(b.command([sys.executable, "-m", "testkit.linkprobe", "sink", b.address,
                                                "--port", str(port)]), stdout=subprocess.PIPE, text=True)
             try:
                 assert sink.stdout is not None and json.loads(sink.stdout.readline()).get("listening")
                 link.stats(reset=True)
-                flood = json.loads(_run(a.command([sys.executable, "-m", "fabricjobs.testing.linkprobe", "flood",
+                flood = json.loads(_run(a.command([sys.executable, "-m", "testkit.linkprobe", "flood",
                                                    b.address, "--port", str(port), "--seconds",
                                                    str(flood_seconds)])).stdout)
                 got = json.loads(sink.communicate(timeout=60)[0])
@@ -175,7 +175,7 @@ def measure(rounds: int = 40, delay_ms: float = 50.0, flood_seconds: float = 3.0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m fabricjobs.testing.linkprobe",
+    parser = argparse.ArgumentParser(prog="python -m testkit.linkprobe",
                                      description="Probes of the test hosts' network and of the user-space link.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ping", help="ICMP round trips as JSON (ms, null for a lost one)")

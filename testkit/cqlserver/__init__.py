@@ -13,7 +13,7 @@ It is one in-memory "node": no replication, no compaction, no durability, no sec
 indexes, views, UDTs, counters, static columns or user functions. A passing test against it
 says nothing about performance and is no substitute for a run against real Cassandra.
 
-    from cqlserver import CqlTestServer
+    from testkit.cqlserver import CqlTestServer
     with CqlTestServer() as server:                         # 127.0.0.1, free port
         cluster = Cluster([server.host], port=server.port, protocol_version=4)
         server.faults.write_timeout("UPDATE jobs", write_type="CAS", applied=True)

@@ -55,7 +55,7 @@ class CassandraCluster:
                  cluster_name: str = CLUSTER_NAME, jvm_options: Sequence[str] = (),
                  unsafe_system: bool = False, namespaces: Sequence[tuple[str, str]] = ()) -> None:
         """``namespaces``: (network namespace, its address) per node, to run each node on a
-        test host of its own (fabricjobs/testing/netns.py) instead of on loopback; each
+        test host of its own (testkit/netns.py) instead of on loopback; each
         namespace has its own ports, so the default ones are used."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")

@@ -16,7 +16,7 @@ from cassandra.policies import FallthroughRetryPolicy, WhiteListRoundRobinPolicy
 from cassandra.protocol import ErrorMessage, OverloadedErrorMessage, SyntaxException
 from cassandra.query import BatchStatement, BatchType, SimpleStatement, dict_factory, named_tuple_factory
 
-from cqlserver import ControlClient, CqlTestServer
+from testkit.cqlserver import ControlClient, CqlTestServer
 
 KS = "cqltest"
 _names = itertools.count()

@@ -10,7 +10,7 @@ Instead the packets of a faulty path are routed through a process of ours:
   own namespace is left as it is), and a policy rule sends every packet that arrives from the
   bridge into a TUN device (``ip rule add iif <its cable> lookup 100``, table 100 holding only
   ``default dev <tun>``).
-- The **relay** (``python -m fabricjobs.testing.tunlink relay``, a process of its own inside the
+- The **relay** (``python -m testkit.tunlink relay``, a process of its own inside the
   router namespace, not a thread of the test) reads each packet from the TUN, drops it with
   the path's loss probability, holds it for the path's delay plus a random jitter, and writes
   it back to the TUN. A packet written to the TUN arrives *from* the TUN, so the policy rule
@@ -31,7 +31,7 @@ Choices, compared with ``netem``:
 - Loss is independent per packet (no correlation, no bursts).
 - The relay runs in the real-time scheduling class (SCHED_RR 1: it needs little CPU but needs
   it at the moment a packet is due; see ``_raise_priority``) and reports how late it released
-  packets (``Link.stats``). ``python -m fabricjobs.testing.linkprobe measure`` prints its
+  packets (``Link.stats``). ``python -m testkit.linkprobe measure`` prints its
   round trips, lateness and capacity on two fresh hosts.
 
 Only packets between the network's own hosts ever reach the relay.
@@ -94,7 +94,7 @@ def _run(argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess
 @dataclass
 class Link:
     """The router namespace and its relay for one test network (see the module docstring).
-    Made by :class:`~fabricjobs.testing.netns.Network` the first time a path gets a delay or a
+    Made by :class:`~testkit.netns.Network` the first time a path gets a delay or a
     loss; removed by its close()."""
 
     tag: str  # the network's fjt<id>
@@ -125,7 +125,7 @@ class Link:
             _run(["ip", "-n", ns, "addr", "add", f"{self.address}/24", "dev", self._inner])
             _run(["ip", "-n", ns, "link", "set", self._inner, "up"])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
-            argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "fabricjobs.testing.tunlink", "relay",
+            argv = ["ip", "netns", "exec", ns, sys.executable, "-m", "testkit.tunlink", "relay",
                     "--tun", self.tun]
             # stdin is the relay's control channel; its end (this process gone) ends the relay.
             self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -355,7 +355,7 @@ def relay(tun: str, seed: int | None, control: IO[str], out: IO[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m fabricjobs.testing.tunlink",
+    parser = argparse.ArgumentParser(prog="python -m testkit.tunlink",
                                      description="The test hosts' user-space link: its relay (probes: linkprobe).")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("relay", help="relay the packets of a TUN device (run by Link, in the router namespace)")

@@ -2,7 +2,7 @@
 127.0.0.1, 127.0.0.2, ... (one DC, "datacenter1"), as plain JVM processes. No Docker: the server
 is the Maven artifact org.apache.cassandra:cassandra-all, fetched once into a cache.
 
-    from realcassandra import CassandraCluster, available
+    from testkit.realcassandra import CassandraCluster, available
 
     if (why := available()) is not None:
         pytest.skip(why)

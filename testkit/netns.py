@@ -16,7 +16,7 @@ Faults (iproute2 only, what these machines' kernels support: no netem, no nftabl
 - :meth:`Network.delay` and :meth:`Network.loss`: packets between hosts held back (with
   jitter) or dropped, on every path or on the paths of some hosts only, one direction or
   both. The kernel cannot do that here, so those paths are routed through a relay process of
-  ours (:mod:`fabricjobs.testing.tunlink`: a router namespace and a TUN device).
+  ours (:mod:`testkit.tunlink`: a router namespace and a TUN device).
 - :meth:`Network.heal`: every fault removed.
 
 Everything a Network creates is removed by :meth:`Network.close` (a context manager's exit),
