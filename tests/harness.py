@@ -385,3 +385,34 @@ def start_inbox_listener(cluster, log: Path) -> None:
     store = cluster.client().store  # a second store in this process: it lost the first one's locks (private.py)
     wait_for(lambda: any(m.startswith("/present at") for m in store.marked_files(key)), 30,
              "the listener's first scan (its baseline mark)")
+
+
+def module_two_nodes(prefix: str):
+    """A module's ``cluster`` fixture: two_nodes on SQLite (local-1, local-2), started once for
+    the module's tests, which are about commands and run one after another on it."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory):
+        c = two_nodes(tmp_path_factory.mktemp(prefix))
+        yield c
+        c.stop_all()
+
+    return cluster
+
+
+def wait_records(path: Path, count: int, timeout: float = 20.0) -> list[dict]:
+    """Until the side log at ``path`` holds ``count`` records; those records."""
+    return wait_for(lambda: (lambda r: r if len(r) >= count else None)(read_records(path)), timeout,
+                    f"{count} record(s) in {path}")
+
+
+def start_recurring_probe(cluster, tmp_path: Path, uid: str, seconds: float) -> tuple[Path, Path]:
+    """Probe.record every second under ``uid``, each run ``seconds`` long; its (runs, starts)
+    logs, once its first run started."""
+    log, starts = tmp_path / "ran.log", tmp_path / "starts.log"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='{uid}' exec_interval='00:00:01' "
+                            f"args='{{\"log\": \"{log}\", \"seconds\": {seconds}, \"starts\": \"{starts}\"}}';")
+    assert r.returncode == 0, r.stderr
+    wait_records(starts, 1)
+    return log, starts

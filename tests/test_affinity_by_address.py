@@ -6,15 +6,9 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-from harness import two_nodes
+from harness import module_two_nodes
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity"))
-    yield c
-    c.stop_all()
+cluster = module_two_nodes("affinitybyad")
 
 
 def test_affinity_names_a_node_by_ip_address(cluster, tmp_path):

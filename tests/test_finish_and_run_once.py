@@ -3,36 +3,16 @@
 
 from __future__ import annotations
 
-import pytest
-from harness import read_records, two_nodes, wait_for
+from harness import module_two_nodes, read_records, start_recurring_probe, wait_records
 from harness import table_row as row
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity2"))
-    yield c
-    c.stop_all()
-
-
-def _records(path, count, timeout=20.0):
-    return wait_for(lambda: (lambda r: r if len(r) >= count else None)(read_records(path)), timeout, f"{count} record(s) in {path}")
-
-
-def _start_recurring(cluster, tmp_path, uid, seconds):
-    """Probe.record every second, each run ``seconds`` long; returns once its first run started."""
-    log, starts = tmp_path / "ran.log", tmp_path / "starts.log"
-    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='{uid}' exec_interval='00:00:01' "
-                            f"args='{{\"log\": \"{log}\", \"seconds\": {seconds}, \"starts\": \"{starts}\"}}';")
-    assert r.returncode == 0, r.stderr
-    _records(starts, 1)
-    return log, starts
+cluster = module_two_nodes("finishandrun")
 
 
 def test_finishjob_lets_the_run_complete_and_fires_no_more(cluster, tmp_path):
     """SMILA: finish lets the active work complete, then the job run ends SUCCEEDED (here
     PROCESSED); every second it would otherwise fire again right after its 6 s run."""
-    log, starts = _start_recurring(cluster, tmp_path, "fin", 6)
+    log, starts = start_recurring_probe(cluster, tmp_path, "fin", 6)
     # One shell for both statements: the JOBSTATUS must see the run still going, and on a
     # loaded machine two shells' start-ups took longer than a 3 s run (the job was PROCESSED,
     # and so archived, by the time the second one asked).
@@ -51,7 +31,7 @@ def test_finishjob_lets_the_run_complete_and_fires_no_more(cluster, tmp_path):
 
 
 def test_stopjob_stays_the_cancel(cluster, tmp_path):
-    log, _starts = _start_recurring(cluster, tmp_path, "cancel", 30)
+    log, _starts = start_recurring_probe(cluster, tmp_path, "cancel", 30)
     r = cluster.shell("-e", "stopjob user_job name='Probe.record' uid='cancel' wait timeout 20;")
     assert r.returncode == 0 and row("USER_JOB", "Probe.record", "cancel", "TERMINATED").search(r.stdout), r.stderr
     assert [e["aborted"] for e in read_records(log)] == [True]
@@ -71,7 +51,7 @@ def test_finishjob_refuses_a_one_time_job_and_changes_nothing(cluster, tmp_path)
     log = tmp_path / "started.log"
     r = cluster.shell("-e", f"startjob user_job name='Probe.started' uid='once' args='{{\"log\": \"{log}\"}}';")
     assert r.returncode == 0, r.stderr
-    _records(log, 1)
+    wait_records(log, 1)
     r = cluster.shell("-e", "finishjob user_job name='Probe.started' uid='once';")
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.strip() == ("[type: USER_JOB, name: Probe.started, uid: once] is not a recurring job: FINISHJOB ends a "
@@ -93,14 +73,14 @@ def test_runjob_runs_a_fixed_rate_job_once_now_and_keeps_its_rhythm(cluster, tmp
     log = tmp_path / "ran.log"
     r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='rate' exec_interval='00:00:30' args='{{\"log\": \"{log}\"}}';")
     assert r.returncode == 0, r.stderr
-    _records(log, 1)
+    wait_records(log, 1)
     before = cluster.wait_job("USER_JOB", "Probe.record", "rate", lambda j: j.status.name == "SCHEDULED" and j.runs == 1)
     shown = _next_run_cell(cluster, "Probe.record")
 
     r = cluster.shell("-e", "runjob user_job name='Probe.record' uid='rate';")
     assert r.returncode == 0, r.stderr
     assert row("USER_JOB", "Probe.record", "rate", "WAITING", f"runs once now; its schedule goes on at {shown}").search(r.stdout), r.stdout
-    _records(log, 2)
+    wait_records(log, 2)
     after = cluster.wait_job("USER_JOB", "Probe.record", "rate", lambda j: j.status.name == "SCHEDULED" and j.runs == 2)
     assert after.next_run == before.next_run and after.resume_at is None  # the rhythm is the one it had
     assert _next_run_cell(cluster, "Probe.record") == shown
@@ -116,7 +96,7 @@ def test_runjob_runs_a_cron_job_before_its_first_fire(cluster, tmp_path):
     assert r.returncode == 0, r.stderr
     assert row("USER_JOB", "Probe.record", "yearly", "SCHEDULED").search(r.stdout)
     assert row("USER_JOB", "Probe.record", "yearly", "WAITING", "runs once now; its schedule goes on at").search(r.stdout)
-    _records(log, 1)
+    wait_records(log, 1)
     job = cluster.wait_job("USER_JOB", "Probe.record", "yearly", lambda j: j.status.name == "SCHEDULED" and j.runs == 1)
     assert (job.next_run.month, job.next_run.day) in ((1, 1), (12, 31))  # Jan 1st, local midnight, as before
     assert len(read_records(log)) == 1
@@ -127,7 +107,7 @@ def test_runjob_refuses_a_job_whose_run_is_going_on(cluster, tmp_path):
     log = tmp_path / "started.log"
     r = cluster.shell("-e", f"startjob user_job name='Probe.started' uid='busy' args='{{\"log\": \"{log}\"}}';")
     assert r.returncode == 0, r.stderr
-    _records(log, 1)
+    wait_records(log, 1)
     cluster.wait_job("USER_JOB", "Probe.started", "busy", lambda j: j.status.name == "IN_PROCESS")
     r = cluster.shell("-e", "runjob user_job name='Probe.started' uid='busy';")
     assert r.returncode == 1 and r.stdout == ""

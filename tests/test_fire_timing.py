@@ -4,10 +4,10 @@ before; claims and batches of fires being written; a retry keeps its due time
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 
 import pytest
+from node_parts import StoreWith, one_slot_node
 
 
 def test_a_fire_prepared_ahead_never_starts_before_its_due_time(monkeypatch):
@@ -119,40 +119,6 @@ def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(t
     assert woken == [1]  # the pass that waited is woken
     assert not scheduler.writing()
     store.close()
-
-
-@contextlib.contextmanager
-def one_slot_node(tmp_path):
-    """An in-process node "a" with one slot on SQLite, its lease held, launching nothing: its
-    claim step (node.reconciler.claims) runs in the test's thread. Yields (node, store, clock)."""
-    from fabricjobs.clock import ManualClock
-    from fabricjobs.config import load_config
-    from fabricjobs.node.node import Node
-    from fabricjobs.store.sqlite import SqliteStore
-    from testkit.rig import write_config
-
-    config = write_config(tmp_path / "c.ini", {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "j.db")},
-                                               "jobs": {"K2JOBS_POOL_SIZE": 1}})
-    store = SqliteStore(tmp_path / "j.db")
-    clock = ManualClock()
-    node = Node(load_config(config), name="a", clock=clock, store=store)
-    try:
-        node.board.set_lease(clock.monotonic() + 60, clock.monotonic())
-        node.executor._launch = lambda *runs: None
-        yield node, store, clock
-    finally:
-        node.board.close(unlink=True)
-        store.close()
-
-
-class StoreWith:
-    """``store`` with some of its methods replaced (keyword arguments: name=function)."""
-
-    def __init__(self, store, **methods) -> None:
-        self._store, self.__dict__["_methods"] = store, methods
-
-    def __getattr__(self, name):
-        return self._methods.get(name) or getattr(self._store, name)
 
 
 def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):

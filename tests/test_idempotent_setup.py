@@ -3,16 +3,10 @@ EXISTS answers an existing job as it is, so a set-up script may run again."""
 
 from __future__ import annotations
 
-import pytest
+from harness import module_two_nodes
 from harness import table_row as row
-from harness import two_nodes
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity"))
-    yield c
-    c.stop_all()
+cluster = module_two_nodes("idempotentse")
 
 
 SETUP = ("startjob user_job name='Probe.started' uid='parent' args='{{\"log\": \"{log}\"}}' if not exists;\n"

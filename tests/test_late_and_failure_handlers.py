@@ -8,19 +8,10 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from harness import Cluster, read_records, two_nodes, wait_for
+from harness import Cluster, module_two_nodes, wait_for, wait_records
 from harness import table_row as row
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity2"))
-    yield c
-    c.stop_all()
-
-
-def _records(path, count, timeout=20.0):
-    return wait_for(lambda: (lambda r: r if len(r) >= count else None)(read_records(path)), timeout, f"{count} record(s) in {path}")
+cluster = module_two_nodes("lateandfailu")
 
 
 def _echoed(cluster, uid):
@@ -47,7 +38,7 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
         wait_for(lambda: time.time() > max(due.values()).timestamp() + 1.5, 5, "the first fires to be late")
         c.start_node("local-1")
         for uid in ("skip", "run", "handled"):
-            _records(tmp_path / uid, 1)
+            wait_records(tmp_path / uid, 1)
 
         def first_fires():
             """Each job's history lines for its first (late) fire, once every job has one: a

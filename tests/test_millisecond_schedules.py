@@ -5,16 +5,10 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-import pytest
+from harness import module_two_nodes
 from harness import table_row as row
-from harness import two_nodes
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity"))
-    yield c
-    c.stop_all()
+cluster = module_two_nodes("milliseconds")
 
 
 def test_a_one_time_schedule_to_the_millisecond(cluster):

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import re
 
-import pytest
-from harness import two_nodes
+from harness import module_two_nodes
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity"))
-    yield c
-    c.stop_all()
+cluster = module_two_nodes("recentruns")
 
 
 def test_jobhistory_recent_lists_the_clusters_last_runs_newest_first(cluster):

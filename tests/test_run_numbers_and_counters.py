@@ -6,35 +6,15 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
-from harness import read_records, two_nodes, wait_for
+from harness import module_two_nodes, read_records, start_recurring_probe, wait_for, wait_records
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = two_nodes(tmp_path_factory.mktemp("parity2"))
-    yield c
-    c.stop_all()
-
-
-def _records(path, count, timeout=20.0):
-    return wait_for(lambda: (lambda r: r if len(r) >= count else None)(read_records(path)), timeout, f"{count} record(s) in {path}")
-
-
-def _start_recurring(cluster, tmp_path, uid, seconds):
-    """Probe.record every second, each run ``seconds`` long; returns once its first run started."""
-    log, starts = tmp_path / "ran.log", tmp_path / "starts.log"
-    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='{uid}' exec_interval='00:00:01' "
-                            f"args='{{\"log\": \"{log}\", \"seconds\": {seconds}, \"starts\": \"{starts}\"}}';")
-    assert r.returncode == 0, r.stderr
-    _records(starts, 1)
-    return log, starts
+cluster = module_two_nodes("runnumbersan")
 
 
 def test_waitjob_run_n_waits_for_that_run_and_answers_its_history_row(cluster, tmp_path):
     """SMILA's job run ids: run n (the epoch, JOBHISTORY's Run) is what WAITJOB ... RUN n waits
     for; a run that never will be is a clear error, at once for an archived job."""
-    log, starts = _start_recurring(cluster, tmp_path, "runs", 0.5)
+    log, starts = start_recurring_probe(cluster, tmp_path, "runs", 0.5)
     began = time.monotonic()
     r = cluster.shell("-e", "waitjob user_job 'Probe.record' with uid='runs' run 3 timeout 30;")
     assert r.returncode == 0, r.stderr
@@ -70,7 +50,7 @@ def test_smilas_run_counters_count_failures_for_good_with_and_without_retry_and_
     assert r.returncode == 0, r.stderr
     for name in ("Probe.always_fails", "Probe.fails_no_retry"):
         wait_for(lambda: cluster.job("USER_JOB", name, "cnt").status.name == "FAILED", 30, f"{name} to fail for good")
-    _records(tmp_path / "s.log", 1)
+    wait_records(tmp_path / "s.log", 1)
     r = cluster.shell("-e", "stopjob user_job name='Probe.started' uid='cnt' wait timeout 20;")
     assert r.returncode == 0, r.stderr
     retried = counters("Probe.always_fails", "cnt")
