@@ -1,4 +1,4 @@
-"""Where a job may run (SPEC 8.4): a job's AFFINITY against a node's names and limits.
+"""Where a job may run (docs/reference/node-id.md): a job's AFFINITY against a node's names and limits.
 
 A job's AFFINITY text is one of
 

@@ -12,7 +12,9 @@
                                                                      the HTTP API's tokens
     fabricjobs [--config PATH] config                                show the effective configuration
     fabricjobs [--config PATH] cassandra-schema                      the CQL of the Cassandra schema
-    fabricjobs --version
+    fabricjobs [--config PATH] export-jobs                           the job definitions as statements
+    fabricjobs init DIR                                              a new node directory
+    fabricjobs [--config PATH] --version                             release, Python, store and schema
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 
-from . import __version__
 from .config import KEYS, Config, find_config, load_config
 from .errors import CommandError, FabricJobsError, message_of
 
@@ -30,9 +32,13 @@ from .errors import CommandError, FabricJobsError, message_of
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fabricjobs", description="Cluster job scheduler with a SQL-like command shell.")
     p.add_argument("--config", metavar="PATH", help="config.ini (default: $FABRICJOBS_CONFIG, else ./config.ini, else built-in defaults)")
-    p.add_argument("--version", action="version", version=f"fabricjobs {__version__}")
+    p.add_argument("--version", action="store_true",
+                   help="print the release, the Python, the configured store and its schema version, and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("config", help="print the effective configuration and exit")
+    init = sub.add_parser("init", help="write a new node directory: a commented config.ini, node.id, a jobs folder "
+                                       "with an example job")
+    init.add_argument("directory", metavar="DIR", help="made if missing; files already there are never overwritten")
 
     shell = sub.add_parser("shell", help="the command shell (interactive on a terminal; else runs -e/-f/stdin)")
     src = shell.add_mutually_exclusive_group()
@@ -50,13 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--node", help="this node (default: the one node running on this host, else all)")
     ps.add_argument("--format", choices=["table", "json", "csv"], default="table")
     kill = sub.add_parser("kill", help="end a task on a node (it counts as a failed try)")
-    kill.add_argument("node")
-    kill.add_argument("task", type=int)
+    kill.add_argument("node", help="the node's name (NODES, PS ALL)")
+    kill.add_argument("task", type=int, help="the task's number on that node (PS)")
+    sub.add_parser("export-jobs", help="print the calendars and live jobs as statements that make them again "
+                                       "(a backup of the job definitions: fabricjobs shell -f restores it)")
     sub.add_parser("cassandra-schema", help="print the CQL that creates the Cassandra schema (for CREATE_SCHEMA = false)")
     nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
     nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
-    web = sub.add_parser("web", help="serve the HTTP API (README, HTTP API); loopback unless --bind says otherwise")
+    web = sub.add_parser("web", help="serve the HTTP API and the web console (docs/guides/http-api.md); loopback unless --bind says otherwise")
     web.add_argument("--bind", metavar="HOST:PORT", help="default: [web] BIND (127.0.0.1:9470)")
     web.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (default: [web] TLS_CERT_FILE)")
     web.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (default: [web] TLS_KEY_FILE)")
@@ -103,6 +111,18 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    from .scaffold import init_directory
+
+    written = init_directory(args.directory)
+    config = written[0]
+    print(f"fabricjobs: wrote {', '.join(str(p) for p in written)}")
+    print("next:")
+    print(f"  fabricjobs --config {config} node")
+    print(f"  fabricjobs --config {config} shell -e \"startjob user_job name='Hello.hello' args='{{\\\"who\\\": \\\"you\\\"}}';\"")
+    return 0
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     from .clock import SystemClock
     from .config import load_node_id
@@ -110,6 +130,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     from .worker.pool import start_fork_server
 
     from .logs import setup_logging
+    from .sdnotify import notify
 
     # Workers are forked from it: before any thread, and before the config (credentials
     # included) is read, so that no worker holds it. See worker/zygote.py.
@@ -121,6 +142,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     node = Node(cfg, name=args.name, node_id=node_id, clock=SystemClock(offset=args.clock_offset),
                 log_format=log_format)
     node.install_signal_handlers()
+    node.start()  # its first heartbeat is written when this returns
+    notify("READY=1", f"STATUS=node {node.name} running ({cfg.store_backend} store)", f"MAINPID={os.getpid()}")
     _tune_gc()
     node.run()
     return 0
@@ -246,6 +269,18 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export_jobs(args: argparse.Namespace) -> int:
+    from .export import export_script
+    from .store import open_store
+
+    store = open_store(load(args))
+    try:
+        sys.stdout.write(export_script(store))
+    finally:
+        store.close()
+    return 0
+
+
 def cmd_cassandra_schema(args: argparse.Namespace) -> int:
     from .store.cassandra import schema_cql
 
@@ -255,8 +290,8 @@ def cmd_cassandra_schema(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "cassandra-schema": cmd_cassandra_schema,
-    "config": cmd_config, "node": cmd_node, "shell": cmd_shell, "ps": cmd_ps, "kill": cmd_kill, "nodes": cmd_nodes,
+    "cassandra-schema": cmd_cassandra_schema, "export-jobs": cmd_export_jobs,
+    "config": cmd_config, "init": cmd_init, "node": cmd_node, "shell": cmd_shell, "ps": cmd_ps, "kill": cmd_kill, "nodes": cmd_nodes,
     "web": cmd_web, "token": cmd_token,
 }
 
@@ -264,11 +299,16 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.command:
+    if not args.command and not args.version:
         parser.print_help()
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
+        if args.version:
+            from .about import version_text
+
+            print(version_text(load(args)))
+            return 0
         return COMMANDS[args.command](args)
     except FabricJobsError as exc:
         print(f"fabricjobs: {message_of(exc)}", file=sys.stderr)

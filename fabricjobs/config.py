@@ -29,6 +29,17 @@ CONFIG_ENV = "FABRICJOBS_CONFIG"
 
 
 # -- value parsers ---------------------------------------------------------------------------
+# Each says what it takes in ``kind`` (docs/reference/configuration.md is made from KEYS).
+
+def _kind(kind: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    parse.kind = kind  # type: ignore[attr-defined]
+    return parse
+
+
+def kind_of(key: "Key") -> str:
+    """What a key's value may be, in words ("" where its parser does not say)."""
+    return getattr(key.parse, "kind", "")
+
 
 def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
@@ -42,7 +53,9 @@ def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[st
             raise ValueError(f"must be at most {maximum}, got {value}")
         return value
 
-    return parse
+    if minimum is not None and maximum is not None:
+        return _kind(f"integer from {minimum} to {maximum:,}", parse)
+    return _kind(f"integer, {minimum} or more" if minimum is not None else "integer", parse)
 
 
 def _float(minimum: float = 0.0) -> Callable[[str], float]:
@@ -55,7 +68,7 @@ def _float(minimum: float = 0.0) -> Callable[[str], float]:
             raise ValueError(f"must be at least {minimum}, got {value}")
         return value
 
-    return parse
+    return _kind(f"number, {minimum:g} or more", parse)
 
 
 def _bool(text: str) -> bool:
@@ -71,6 +84,10 @@ def _str(text: str) -> str:
     return text.strip()
 
 
+_bool.kind = "true or false"  # type: ignore[attr-defined]
+_str.kind = "text"  # type: ignore[attr-defined]
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         t = text.strip().upper()
@@ -78,7 +95,7 @@ def _choice(*choices: str) -> Callable[[str], str]:
             raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
         return t
 
-    return parse
+    return _kind("one of " + ", ".join(choices), parse)
 
 
 def _consistency(text: str) -> str:
@@ -93,11 +110,14 @@ def _consistency(text: str) -> str:
 
 def _lower_choice(*choices: str) -> Callable[[str], str]:
     upper = _choice(*(c.upper() for c in choices))
-    return lambda text: upper(text).lower()
+    return _kind("one of " + ", ".join(choices), lambda text: upper(text).lower())
 
 
 def _list(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in re.split(r"[,\s]+", text) if p.strip())
+
+
+_list.kind = "list, comma separated"  # type: ignore[attr-defined]
 
 
 def _addresses(text: str) -> tuple[str, ...]:
@@ -156,6 +176,14 @@ def parse_bind(text: str) -> tuple[str, int]:
 def _bind(text: str) -> str:
     parse_bind(text)
     return text.strip()
+
+
+_consistency.kind = "LOCAL_QUORUM, QUORUM, EACH_QUORUM or ALL"  # type: ignore[attr-defined]
+_addresses.kind = "IP addresses, comma separated"  # type: ignore[attr-defined]
+_ceilings.kind = "user=0..9, comma separated"  # type: ignore[attr-defined]
+_zone.kind = "IANA time zone name"  # type: ignore[attr-defined]
+_name.kind = "name: letters, digits, _ . : @ -"  # type: ignore[attr-defined]
+_bind.kind = "HOST:PORT"  # type: ignore[attr-defined]
 
 
 # -- the key table ----------------------------------------------------------------------------

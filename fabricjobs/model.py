@@ -2,7 +2,7 @@
 
 These values are shared by every layer: the store persists :class:`Job`, the service and the
 node change it only through :func:`advance`, which refuses a transition that is not in
-:data:`TRANSITIONS` (SPEC section 3). Tests read the same table.
+:data:`TRANSITIONS` (docs/explanation/architecture.md). Tests read the same table.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def claim_lane(type: str, name: str, uid: str, lanes: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One row of k2_jobs (SPEC section 2).
+    """One row of k2_jobs (docs/explanation/architecture.md).
 
     ``epoch`` is the fencing counter: +1 whenever the owner changes (every claim).
     ``revision`` is +1 on every change of the row, so a compare-and-set conditioned on it sees
@@ -121,7 +121,7 @@ class Job:
     retries_error: int = 0  # failures that were retried
     retries_lost: int = 0  # runs taken over from a lost node
     kills: int = 0  # runs ended by KILL
-    # Scheduling beyond Fabric (issue #9).
+    # Scheduling beyond Fabric (docs/guides/schedules.md).
     depends_on: str = ""  # parent keys, "TYPE.NAME.UID,TYPE.NAME.UID"
     blocked: bool = False  # a parent has not reached PROCESSED: never claimed
     time_zone: str = ""  # IANA zone of cron / timestamp schedules ('' : the node's)
@@ -269,7 +269,8 @@ def _t(event: Event, sources: Iterable[Status | None], targets: Iterable[Status]
 _NEW = (None, *FINAL_STATUSES)
 _IDLE = (Status.WAITING, Status.SCHEDULED)
 
-#: SPEC section 3, as data. The service and the node write rows only through these.
+#: The status transitions (docs/explanation/architecture.md), as data. The service and the node
+#: write rows only through these.
 TRANSITIONS: dict[Event, Transition] = {
     t.event: t
     for t in (
@@ -307,7 +308,7 @@ TRANSITIONS: dict[Event, Transition] = {
 
 
 class TransitionError(RuntimeError):
-    """A code path tried a transition that SPEC section 3 does not allow (a bug)."""
+    """A code path tried a transition that docs/explanation/architecture.md does not allow (a bug)."""
 
 
 def check_transition(event: Event, source: Status | None, target: Status) -> None:

@@ -1,4 +1,4 @@
-"""DolphinDB's tasks of a job (STARTJOB USER_JOB ... PARALLELISM=n, issue #22).
+"""DolphinDB's tasks of a job (STARTJOB USER_JOB ... PARALLELISM=n).
 
 The job the user names (the *parent*, parallelism n, task_of '') never runs user code. Its n
 tasks are ordinary rows, written with it in one store transaction: UID '<uid>/<i>' for i in

@@ -1,6 +1,6 @@
 """EXEC_INTERVAL: parse the text once into a value that answers when a job is due.
 
-Forms (SPEC section 4):
+Forms (docs/guides/schedules.md):
 
 * ``''``                      run once, now
 * ``yyyy-MM-dd HH:mm:ss[.SSS]`` run once at that local time (to the millisecond: IPF's
@@ -103,7 +103,7 @@ class Schedule:
         after ``due``) collapse into the run that just happened. A fire that came due while
         the run was still going is, by ``overlap``:
 
-        * QUEUE (the default for HH:MM:SS intervals, as SPEC 4 says): the next run starts
+        * QUEUE (the default for HH:MM:SS intervals, as docs/guides/schedules.md says): the next run starts
           right when this one ended; no burst of catch-up runs, never two runs at once;
         * SKIP (the default for cron): such fires are skipped (and counted); the next run is
           the first fire after the run ended.

@@ -1,9 +1,11 @@
 # Shared by scripts/run and scripts/test: make sure .venv exists and holds this checkout
 # installed (editable) with the given extras. Re-installs only when pyproject.toml changed.
 # usage: . scripts/_venv.sh EXTRAS   (EXTRAS e.g. "test" or "")
+# FABRICJOBS_VENV names another venv directory (./scripts/test --quick: one per Python), made
+# with $PYTHON (default python3).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
+VENV="${FABRICJOBS_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 extras="${1:-}"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -26,7 +28,7 @@ fi
 # some machines, every command would otherwise compile fabricjobs from source at each start
 # (~50 ms of the shell's cold start), which an installed package never does.
 "$VENV/bin/python" -m compileall -q -j 0 "$ROOT/fabricjobs" >/dev/null 2>&1 || true
-# A node refuses job directories, and job files, other users may write to (README, Trust
-# boundaries). A clone made under a umask of 002 makes the project's own ones group-writable:
+# A node refuses job directories, and job files, other users may write to
+# (docs/guides/security.md). A clone made under a umask of 002 makes the project's own ones group-writable:
 # take that back.
 chmod -R go-w "$ROOT/examples/jobs" "$ROOT/examples/process_jobs" "$ROOT/tests/jobs" "$ROOT/tests/process" 2>/dev/null || true

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""fabricjobs benchmarks (issue #7): each sub-command prints a table, the goal it is measured
+"""fabricjobs benchmarks (docs/benchmarks.md): each sub-command prints a table, the goal it is measured
 against, and with --json FILE writes its figures as JSON.
 
   throughput [--jobs 5000] [--pool 25]
@@ -48,10 +48,10 @@ against, and with --json FILE writes its figures as JSON.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
-cassandra runs the nodes against the CQL test server (tests/cqlserver, a test double, not
+cassandra runs the nodes against the CQL test server (testkit/cqlserver, a test double, not
 Cassandra: its figures say nothing about a real cluster) started in this process, a fresh
 keyspace per store. huey and the engine limit are SQLite figures and are skipped there.
-cassandra-real starts a real Apache Cassandra 5.0 (tests/realcassandra; --cassandra-nodes N, 1 by
+cassandra-real starts a real Apache Cassandra 5.0 (testkit/realcassandra; --cassandra-nodes N, 1 by
 default; plain JVMs on 127.0.0.1..N in a temporary directory, stopped at the end, also on Ctrl-C
 or error), keyspaces NetworkTopologyStrategy datacenter1 = min(3, N), QUORUM / SERIAL, protocol v5,
 Paxos v2. Its throughput (--jobs 1000 by default) is set against the cluster's own limit: for
@@ -96,6 +96,7 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
+RESULTS_DIR = ROOT / "bench" / "results"
 sys.path.insert(0, str(SCRIPTS))
 sys.path.insert(0, str(ROOT))
 
@@ -105,7 +106,7 @@ from bench_node import (  # noqa: E402
     BenchError, Rig, facts_line, group_stats, install_signal_handlers, machine_facts, percentile,
     print_log_findings, utc, wait_for,
 )
-from fabricjobs.testing.rig import (  # noqa: E402
+from testkit.rig import (  # noqa: E402
     RigError, free_port, group_cpu_seconds, process_cpu_seconds, pythonpath_with, scrape_metrics, signal_group, write_config,
 )
 from fabricjobs.errors import FabricJobsError  # noqa: E402
@@ -199,8 +200,7 @@ class CqlTestServerBackend(Backend):
 
     def settings(self) -> dict:
         if self.server is None:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from cqlserver import CqlTestServer
+            from testkit.cqlserver import CqlTestServer
 
             self.server = CqlTestServer().start()
         return {
@@ -220,7 +220,7 @@ class CqlTestServerBackend(Backend):
 
 
 class RealCassandraBackend(Backend):
-    """A real Apache Cassandra (tests/realcassandra: plain JVMs on 127.0.0.1..N, DC datacenter1),
+    """A real Apache Cassandra (testkit/realcassandra: plain JVMs on 127.0.0.1..N, DC datacenter1),
     started by the first ``settings()`` in a temporary directory and stopped by ``close()``; a
     fresh keyspace per store, RF = min(3, nodes), QUORUM / SERIAL, protocol v5, Paxos v2."""
 
@@ -239,8 +239,7 @@ class RealCassandraBackend(Backend):
 
     def start(self):
         if self.cluster is None:
-            sys.path.insert(0, str(ROOT / "tests"))
-            from realcassandra import CassandraCluster, available
+            from testkit.realcassandra import CassandraCluster, available
 
             why = available()
             if why is not None:
@@ -751,7 +750,7 @@ def fabricjobs_preload_throughput(rig: Rig, jobs: int, names: list[str]) -> dict
 
 
 def cmd_preload(args, backend: Backend, jobs: int, pool: int) -> dict:
-    """throughput --preload (issue #19): the queue is full before anything consumes it.
+    """throughput --preload (docs/benchmarks.md): the queue is full before anything consumes it.
 
     ``--rounds`` N measures every system N times, interleaved (huey, huey with results, then
     each node count, then again), and reports each system's median round: on a shared 2-core
@@ -791,7 +790,7 @@ def _median_round(results: list[dict]) -> dict | None:
 
 
 def _preload_goals(fabricjobs: list[dict], default: dict | None) -> list[tuple[str, float, float]]:
-    """(goal, measured, bound) of issue #19 for one set of figures: every node count against
+    """(goal, measured, bound) of docs/benchmarks.md for one set of figures: every node count against
     one node, and against huey's default."""
     one = next((r for r in fabricjobs if r["nodes"] == 1), None)
     goals = []
@@ -1573,7 +1572,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "cassandra-real = a real Apache Cassandra started by this run)")
     common.add_argument("--cassandra-nodes", type=int, default=1, metavar="N",
                         help="nodes of the real Cassandra cluster (cassandra-real; 1)")
-    common.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE")
+    common.add_argument("--json", metavar="FILE", nargs="?", const=RESULTS_DIR,
+                        help="also keep the figures as JSON: without FILE, one result file per benchmark under "
+                             "bench/results/ (date, commit, machine, Python), which docs/benchmarks.md is made from "
+                             "(scripts/gen_docs.py); with FILE, all of them in FILE")
     common.add_argument("--keep", action="store_true", help="keep the temporary directories (stores, node logs)")
     sub = ap.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
@@ -1716,10 +1718,41 @@ def main() -> int:
     print(facts_line(facts))
     print_log_findings(findings)
     result["node_log_findings"] = [f"[{n}] {l}" for n, l in findings]
-    if args.json:
+    if args.json == RESULTS_DIR:
+        for name in names:
+            if name in result and name not in failed:
+                path = write_result(name, args.backend, result[name], facts)
+                print(f"figures written to {path.relative_to(ROOT)}")
+    elif args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(f"figures written to {args.json}")
     return 1 if failed else 0
+
+
+def write_result(name: str, backend: str, figures: dict, facts: dict) -> Path:
+    """One benchmark's figures as a result file under bench/results/: what docs/benchmarks.md
+    shows (the latest file of each benchmark and backend), and the history of the others."""
+    now = datetime.now(timezone.utc)
+    commit = (facts.get("commit") or "uncommitted").split("+")[0]
+    benchmark = name + (" --preload" if figures.get("preload") else "")
+    record = {
+        "benchmark": benchmark,
+        "backend": backend,
+        "date": now.strftime("%Y-%m-%d"),
+        "time": now.isoformat(timespec="seconds"),
+        "commit": facts.get("commit"),
+        "python": facts.get("python"),
+        "machine": {k: v for k, v in facts.items() if k not in ("python", "commit")},
+        "command": "scripts/bench.py " + " ".join(sys.argv[1:]),
+        "goals": [{"goal": goal, "measured": g["measured"], "met": g["met"]}
+                  for goal, g in (figures.get("goals") or {}).items()],
+        "figures": {k: v for k, v in figures.items() if k != "goals"},
+    }
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{benchmark} {backend}".lower()).strip("-")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{record['date']}-{commit}-{slug}.json"
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Statements per job life cycle on the Cassandra backend, and claims/s through the CQL test server.
 
-Everything runs against an in-process CQL test server (tests/cqlserver: a TEST DOUBLE, not
+Everything runs against an in-process CQL test server (testkit/cqlserver: a TEST DOUBLE, not
 Cassandra; its speed says nothing about a real cluster). Statements are counted on the server,
 per statement text, and attributed to the process that sent them.
 
@@ -25,7 +25,7 @@ The net figure is the cost the jobs add; the statements that belong to one job's
 (LWTs, reads of k2_jobs, index and archive writes) are the same in both up to rounding.
 
 --real: phases 1-3 on a real Apache Cassandra 5.0 instead (a 1-node cluster this run starts
-                  in a temporary directory and stops; tests/realcassandra), counted client side
+                  in a temporary directory and stops; testkit/realcassandra), counted client side
                   by the stores themselves: the StoreStats of the node process's CassandraStore
                   and of this process's (the STARTJOB client). The node runs as this script with
                   --run-node: fabricjobs.cli.main(["node", ...]) unchanged, plus a thread that
@@ -59,12 +59,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (str(ROOT / "tests"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if str(ROOT) not in sys.path:  # the test kit (testkit/) and fabricjobs of this checkout
+    sys.path.insert(0, str(ROOT))
 
 from fabricjobs.model import Job, JobKey, Status  # noqa: E402
-from fabricjobs.testing import rig  # noqa: E402
+from testkit import rig  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 KINDS = ("lwt", "write", "read", "serial_read", "system", "other")
@@ -114,8 +113,8 @@ class Recorder:
         self._c: Counter = Counter()
 
     def install(self) -> None:
-        from cqlserver.engine import BatchPlan, SERIAL_CLS
-        from cqlserver.server import _Connection
+        from testkit.cqlserver.engine import BatchPlan, SERIAL_CLS
+        from testkit.cqlserver.server import _Connection
 
         original = _Connection.run_statement
         rec = self
@@ -209,7 +208,7 @@ class TestServerTarget(Target):
 
     def peek(self, keyspace: str, cql: str) -> list:
         """Direct, uncounted reads of the server's data (not through CQL)."""
-        from cqlserver.engine import QueryOptions
+        from testkit.cqlserver.engine import QueryOptions
 
         e = self.server.engine
         return e.execute(e.plan(cql, keyspace), QueryOptions()).rows
@@ -301,7 +300,7 @@ def run_node(cfg: str, name: str, port_file: str) -> int:
 
 
 class RealTarget(Target):
-    """A real Apache Cassandra started by this run (1 node, tests/realcassandra); the counts are
+    """A real Apache Cassandra started by this run (1 node, testkit/realcassandra); the counts are
     the stores' own: the node's (its tally port, and its Prometheus metrics for a cross-check)
     and this process's client."""
 
@@ -398,7 +397,7 @@ def start_node(target: Target, cfg: Path, tmp: Path, name: str) -> subprocess.Po
 
 
 def wait_for(pred, timeout: float, what: str, node: subprocess.Popen | None = None, log: Path | None = None) -> None:
-    """The rig's wait (fabricjobs/testing/rig.py), ending the benchmark if the node exits."""
+    """The rig's wait (testkit/rig.py), ending the benchmark if the node exits."""
     def node_alive() -> None:
         if node is not None and node.poll() is not None:
             raise SystemExit(f"the node exited ({node.returncode}) while waiting for {what}:\n"
@@ -628,7 +627,7 @@ NOTE_REAL = ("Counted on a real Apache Cassandra {version} (1 node on this host,
 def real_phases(args) -> tuple[dict, dict, list[str], str]:
     """node_phases on a 1-node real Cassandra started (and stopped) here. Also returns the store
     counters per window and the WARN / ERROR lines Cassandra logged after its start-up."""
-    from realcassandra import CassandraCluster, available
+    from testkit.realcassandra import CassandraCluster, available
 
     why = available()
     if why is not None:
@@ -740,7 +739,7 @@ def main() -> None:
         claims = []
         note = NOTE_REAL.format(version=version)
     else:
-        from cqlserver import CqlTestServer
+        from testkit.cqlserver import CqlTestServer
 
         server = CqlTestServer().start()
         rec = Recorder(server)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cluster benchmark of issue #5, kept under its old name: it is `bench.py throughput` for
+"""The cluster benchmark of docs/benchmarks.md, kept under its old name: it is `bench.py throughput` for
 1, 2 and 4 node processes on one SQLite store (5,000 no-op jobs, without the huey comparison)
 followed by `bench.py failover` with 20 long jobs. See scripts/bench.py for what each measures.
 

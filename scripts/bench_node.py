@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One node: throughput of no-op one-time jobs, and fire delay of interval jobs (issue #4).
+"""One node: throughput of no-op one-time jobs, and fire delay of interval jobs (docs/benchmarks.md).
 
 Part A  one `fabricjobs node` process (K2JOBS_POOL_SIZE = --pool, SQLite synchronous=FULL, the
         default) on a fresh store. After the node is ready and has run one warm-up no-op per
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from tabulate import tabulate  # noqa: E402
 
 from fabricjobs.client import Client  # noqa: E402
-from fabricjobs.testing.rig import (  # noqa: E402, F401  (group_stats, wait_for: bench.py imports them from here)
+from testkit.rig import (  # noqa: E402, F401  (group_stats, wait_for: bench.py imports them from here)
     NodeProcess, Rig as NodeRig, RigError, group_cpu_seconds, group_stats, process_cpu_seconds, pythonpath_with, wait_for,
     write_config,
 )
@@ -169,7 +169,7 @@ def facts_line(f: dict) -> str:
 
 
 class Rig(NodeRig):
-    """The cluster rig (fabricjobs/testing/rig.py) in a temporary directory with a config.ini,
+    """The cluster rig (testkit/rig.py) in a temporary directory with a config.ini,
     a SQLite store (or the backend ``settings`` name) and the Bench jobs module. ``close()``
     kills every process group it started and removes the directory."""
 

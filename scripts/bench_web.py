@@ -1,4 +1,4 @@
-"""``bench.py web``: what the HTTP API's job list costs as history grows (issue #21).
+"""``bench.py web``: what the HTTP API's job list costs as history grows (docs/guides/http-api.md).
 
 Three SQLite stores, bulk-loaded as ``bench.py scale`` loads them: empty; 1,000 live jobs;
 1,000 live jobs and 100,000 archived ones (each with its run in the history). A real
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from fabricjobs.testing.rig import free_port, wait_for
+from testkit.rig import free_port, wait_for
 
 LIST = "/api/v1/jobs?limit=100"
 
@@ -143,8 +143,7 @@ def _poller(url: str, token: str, interval: float, stop: threading.Event, polls:
 def live_cost(args, progress) -> dict:
     """Store requests per second of the console's live view with 1 and 10 browsers watching."""
     root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "tests"))
-    from cqlserver import CqlTestServer
+    from testkit.cqlserver import CqlTestServer
 
     from fabricjobs.client import Client
 

@@ -4,9 +4,9 @@ proves that no job was lost, none ran twice at once, and every re-run has a faul
 
 Run
   --nodes (4) `fabricjobs node` processes share one store: a SQLite file, or (--backend
-  cassandra) a CQL test server (tests/cqlserver, a test double, not Cassandra) run as a
+  cassandra) a CQL test server (testkit/cqlserver, a test double, not Cassandra) run as a
   separate process through scripts/cql-test-server, so that killing a node never takes the
-  store down, or (--backend cassandra-real) Apache Cassandra 5.0: 3 nodes (tests/realcassandra,
+  store down, or (--backend cassandra-real) Apache Cassandra 5.0: 3 nodes (testkit/realcassandra,
   started in the working directory and stopped at the end, on error and on Ctrl-C too; or
   --cassandra-hosts for a running cluster), keyspace RF 3, QUORUM / SERIAL, request timeout
   10 s, and 3 fabricjobs nodes by default. Settings: heartbeat 200 ms x 5 (dead after 1 s; a
@@ -30,7 +30,7 @@ Run
   fault is due still depends on timing):
     kill     SIGKILL of the node's process group (node, fork server, workers), restarted with
              the same name after 0-1.5 s;
-    stop     SIGSTOP of the node process alone (its workers keep running, as SPEC 5.1 demands)
+    stop     SIGSTOP of the node process alone (its workers keep running, as docs/explanation/guarantees.md demands)
              for the dead threshold + 0.3-1.5 s, then SIGCONT;
     restart  SIGTERM (graceful shutdown) and a start with the same name.
   Each fault is recorded: kind, node, start, end (restart spawned / SIGCONT), ready (the node
@@ -42,9 +42,9 @@ Run
     cassandra-kill  SIGKILL of it, down 1-5 s, then restarted on its data (ready: it answers CQL
                     and the other nodes see it again).
   They are recorded like the others (node "cassandra@<address>").
-  --partitions (issue #20; scripts/chaos_partitions.py, default --duration 300): the three
+  --partitions (docs/explanation/guarantees.md; scripts/chaos_partitions.py, default --duration 300): the three
   Cassandra nodes and the fabricjobs nodes each run on a test host of their own (a network
-  namespace, fabricjobs/testing/netns.py), and instead of the Cassandra process faults a
+  namespace, testkit/netns.py), and instead of the Cassandra process faults a
   network fault comes every 5-15 s, one at a time (each kind once first): a node's host cut
   off (net-isolate), a node with one replica of three (net-minority), a replica cut off
   (net-replica), 200 +- 100 ms delay or 5 % loss on every path (net-delay, net-loss), 400-900
@@ -84,7 +84,7 @@ Checker (a failure prints the seed and the offending records, and exits 1)
      records it as its due time (current_job().due) and started at most LATE_LIMIT (5 s)
      after it. A fire with no run of its own is fine when it came due while a run of an
      earlier fire had not yet started (that run was late) or was still going: it collapsed
-     into that run, as SPEC 4 says missed fires do. Any other unserved due time is explained
+     into that run, as missed fires do (docs/guides/schedules.md). Any other unserved due time is explained
      by a fault whose window [start - 1 s, ready + dead threshold + 2 s] contains it, of a
      node that held the job then: one that ran it in the 10 s before or first after, or that
      a node log names as the dead owner the job was taken over from; before the job's first
@@ -158,8 +158,7 @@ from pathlib import Path
 from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the test servers: tests/cqlserver, tests/realcassandra
+sys.path.insert(0, str(ROOT))  # fabricjobs and the test kit (testkit/: the rig, the test servers)
 
 from tabulate import tabulate  # noqa: E402
 
@@ -167,7 +166,7 @@ from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.commands import parse_script  # noqa: E402
 from fabricjobs.errors import StoreError  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
-from fabricjobs.testing.rig import (  # noqa: E402
+from testkit.rig import (  # noqa: E402
     NodeProcess, Rig, RigTimeout, process_cpu_seconds, pythonpath_with, signal_group, stat_fields, wait_for,
     write_config,
 )
@@ -240,7 +239,7 @@ def log_line(msg: str, always: bool = True) -> None:
 
 class Node:
     """One node name; ``current`` is its latest process (a new one after each restart), started
-    by the cluster rig (fabricjobs/testing/rig.py)."""
+    by the cluster rig (testkit/rig.py)."""
 
     def __init__(self, name: str, cluster: "Cluster") -> None:
         self.name = name
@@ -667,7 +666,7 @@ REAL_TIMEOUT = 10.0  # REQUEST_TIMEOUT_SEC on real Cassandra: the longest one st
 
 class RealCassandraBackend(Backend):
     """Apache Cassandra: a 3-node cluster (RF 3, QUORUM / SERIAL) this script starts in its
-    working directory (tests/realcassandra), or --cassandra-hosts (then no Cassandra faults:
+    working directory (testkit/realcassandra), or --cassandra-hosts (then no Cassandra faults:
     its processes are not ours). Cassandra faults, one Cassandra node at a time:
       cassandra-stop  SIGSTOP of the node's JVM for 3-8 s, then SIGCONT (requests it
                       coordinates hang until SIGCONT or the request timeout);
@@ -712,7 +711,7 @@ class RealCassandraBackend(Backend):
                 hosts.append(host)
                 port = int(p) if p else port
         else:
-            from realcassandra import CassandraCluster, available
+            from testkit.realcassandra import CassandraCluster, available
 
             why = available()
             if why is not None:
@@ -1399,7 +1398,7 @@ class Checker:
                 else:
                     missed += 1
                     # A fire that came due while a run of an earlier fire had not started yet (a
-                    # late run) or was still going collapses into that run (SPEC 4).
+                    # late run) or was still going collapses into that run (docs/guides/schedules.md).
                     if any(fire_of(r.due, first) < k and (r.start >= due or r.bound > due)
                            and r.start - r.due <= LATE_LIMIT for r in lst):
                         coalesced += 1

@@ -1,7 +1,7 @@
-"""The network faults of ``scripts/chaos.py --partitions`` (issue #20).
+"""The network faults of ``scripts/chaos.py --partitions`` (docs/explanation/guarantees.md).
 
 Each fabricjobs node and each of the three Cassandra nodes runs on a test host of its own (a
-network namespace on a private bridge, fabricjobs/testing/netns.py), and besides the process
+network namespace on a private bridge, testkit/netns.py), and besides the process
 faults of every chaos run (kill, stop, restart of a fabricjobs node) one network fault at a
 time comes every 5-15 s (the seed fixes the kinds, hosts and lengths):
 
@@ -15,7 +15,7 @@ time comes every 5-15 s (the seed fixes the kinds, hosts and lengths):
   net-slow-heartbeat  400-900 ms on what one fabricjobs host sends, for 4-8 s: its heartbeat
                       path is slower than its lease margin allows (scenario 5).
 
-Delay and loss go through the user-space link (fabricjobs/testing/tunlink.py): this kernel has
+Delay and loss go through the user-space link (testkit/tunlink.py): this kernel has
 no netem. A fault of a fabricjobs host (isolate, minority, slow heartbeat) is a fault of that
 node for the checker; the others are faults of the store (chaos.STORE_FAULTS), which explain
 a re-run or a missed fire only through a lease lapse of the node that held the job.
@@ -49,8 +49,8 @@ class PartitionBackend(RealCassandraBackend):
         self.net = None
 
     def start(self, tmp: Path) -> dict[str, dict]:
-        from fabricjobs.testing import netns
-        from realcassandra import CassandraCluster, available
+        from testkit import netns
+        from testkit.realcassandra import CassandraCluster, available
 
         why = netns.unavailable() or available()
         if why is not None:

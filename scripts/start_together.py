@@ -4,7 +4,7 @@ Apache Cassandra (docs/explanation/cassandra-queue.md, "Starting together").
 
     .venv/bin/python scripts/start_together.py [--rounds 10] [--nodes 3] [--cassandra-nodes 3]
 
-Starts a Cassandra of --cassandra-nodes nodes on loopback (tests/realcassandra; or
+Starts a Cassandra of --cassandra-nodes nodes on loopback (testkit/realcassandra; or
 --cassandra-hosts for a running one), then for each round: a new keyspace name, --nodes
 `fabricjobs node` processes launched together against it (RF = the Cassandra nodes, QUORUM /
 SERIAL), and checks that every node came up, that every Cassandra node has the same schema
@@ -24,13 +24,12 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # tests/realcassandra
+sys.path.insert(0, str(ROOT))  # fabricjobs and the test kit (testkit/)
 
 from fabricjobs.client import Client  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
 from fabricjobs.store.cassandra.schema import table_id  # noqa: E402
-from fabricjobs.testing.rig import Rig, RigError, wait_for, write_config  # noqa: E402
+from testkit.rig import Rig, RigError, wait_for, write_config  # noqa: E402
 
 JOBS = 20
 
@@ -110,7 +109,7 @@ def main() -> int:
         hosts = [h.split(":")[0] for h in args.cassandra_hosts.split(",")]
         port = int(args.cassandra_hosts.split(",")[0].partition(":")[2] or 9042)
     else:
-        from realcassandra import CassandraCluster, available
+        from testkit.realcassandra import CassandraCluster, available
 
         if (why := available()) is not None:
             print(f"no Apache Cassandra here: {why}")

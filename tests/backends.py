@@ -2,7 +2,7 @@
 
 sqlite            always.
 cassandra         the Cassandra backend through the real cassandra-driver, against the CQL
-                  test server (tests/cqlserver; a test double, not Cassandra), in every run.
+                  test server (testkit/cqlserver; a test double, not Cassandra), in every run.
 cassandra-real    the same against Apache Cassandra itself, when FABRICJOBS_CASSANDRA_HOSTS=host[:port][,host...]
                   is set: ./scripts/test starts a single-node Cassandra 5.0 for the whole run and
                   sets it (or --cassandra host:port names a cluster of yours). Each test uses a
@@ -16,11 +16,15 @@ import time
 import uuid
 from pathlib import Path
 
-from fabricjobs.testing.rig import config_text, write_config
+from testkit.rig import config_text, write_config
 
 BACKENDS = ["sqlite", "cassandra"]
 if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):
     BACKENDS.append("cassandra-real")
+# FABRICJOBS_BACKENDS=sqlite (./scripts/test --quick): these backends only, for every kind below.
+_ONLY = [b.strip() for b in os.environ.get("FABRICJOBS_BACKENDS", "").split(",") if b.strip()]
+if _ONLY:
+    BACKENDS = [b for b in BACKENDS if b in _ONLY]
 # End-to-end node tests (the node_backend fixture): node processes on SQLite and on Cassandra.
 # With Apache Cassandra at hand they run on it alone, not on the CQL test server as well: the
 # test server is a stand-in, kept for what only it can do (exact fault injection, a clock that
@@ -28,12 +32,14 @@ if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS"):
 # same node tests on both cost phase 1 of ./scripts/test a third of its time and proved nothing
 # the real tier does not.
 NODE_BACKENDS = ["sqlite", "cassandra-real" if "cassandra-real" in BACKENDS else "cassandra"]
-# The other seeds' features (issue #22: HOLD, calendars, owners, JOBLOG FOLLOW, DELETE_ON_SUCCESS)
+# The other seeds' features (docs/explanation/design-choices.md: HOLD, calendars, owners, JOBLOG FOLLOW, DELETE_ON_SUCCESS)
 # end to end: on SQLite and the CQL test server, in phase 1 of ./scripts/test, whose xdist half
 # has room. What they add to the store is proven on Apache Cassandra by the store contract
 # suite (tests/store/test_contract.py), which runs on every backend; on the real tier these
 # modules cost a minute the suite's 15-minute budget does not have.
-SEED_BACKENDS = ["sqlite", "cassandra"]
+SEED_BACKENDS = [b for b in ("sqlite", "cassandra") if not _ONLY or b in _ONLY]
+if _ONLY:
+    NODE_BACKENDS = [b for b in NODE_BACKENDS if b in _ONLY]
 
 
 def add_sections(path: Path, sections: dict[str, dict[str, object]]) -> Path:

@@ -30,7 +30,7 @@ def pytest_configure(config):
     of phase 1's CPU) weighed as much, together, as a "timing" test's node, whatever their nice
     value. Their own processes that start no session of their own go with them."""
     if os.environ.get("PYTEST_XDIST_WORKER") and os.getpriority(os.PRIO_PROCESS, 0) > 0:
-        from fabricjobs.testing.rig import same_cpu_priority
+        from testkit.rig import same_cpu_priority
 
         try:
             os.setsid()
@@ -54,7 +54,7 @@ def cql_server():
     keyspaces are never dropped, and a connecting driver reads every keyspace's schema, so on
     one server for a whole xdist worker a store took 13 s to open by its 80th keyspace (the
     first took 0.4 s), and the in-process tests of phase 1 took 444 s run alone."""
-    from cqlserver import CqlTestServer
+    from testkit.cqlserver import CqlTestServer
 
     server = CqlTestServer().start()
     yield server

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from backends import make_backend_config
-from fabricjobs.testing.rig import (  # noqa: F401  (re-exported: the tests import them from here)
+from testkit.rig import (  # noqa: F401  (re-exported: the tests import them from here)
     NodeProcess, Rig, free_port, process_alive, process_state, same_cpu_priority, scrape_metrics, wait_for,
 )
 
@@ -53,7 +53,7 @@ FAST_HEARTBEAT = {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 
 
 
 class Cluster(Rig):
-    """The rig (fabricjobs/testing/rig.py) with a test's store and short timings, a client on
+    """The rig (testkit/rig.py) with a test's store and short timings, a client on
     the same store, and the waits the tests share."""
 
     def __init__(self, tmp_path: Path, backend: str = "sqlite", settings: dict | None = None, request=None) -> None:
@@ -99,8 +99,8 @@ class Cluster(Rig):
     def pause(self, node: NodeProcess, *, group: bool = False, timeout: float = 10.0) -> float:
         """SIGSTOP ``node`` (``group``: with its fork server and workers) between two of its
         store transactions. On SQLite a process frozen *inside* a write transaction keeps the
-        file's one write lock and stalls every writer (README, SQLite: a known limit of the
-        embedded store), so the other nodes could not take over at all; these tests are about
+        file's one write lock and stalls every writer (docs/explanation/stores.md: a known limit of
+        the embedded store), so the other nodes could not take over at all; these tests are about
         a node paused between transactions. Re-tried until the lock is seen free; returns the
         wall time of the pause that held."""
         send = node.signal_group if group else node.signal
@@ -385,3 +385,34 @@ def start_inbox_listener(cluster, log: Path) -> None:
     store = cluster.client().store  # a second store in this process: it lost the first one's locks (private.py)
     wait_for(lambda: any(m.startswith("/present at") for m in store.marked_files(key)), 30,
              "the listener's first scan (its baseline mark)")
+
+
+def module_two_nodes(prefix: str):
+    """A module's ``cluster`` fixture: two_nodes on SQLite (local-1, local-2), started once for
+    the module's tests, which are about commands and run one after another on it."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def cluster(tmp_path_factory):
+        c = two_nodes(tmp_path_factory.mktemp(prefix))
+        yield c
+        c.stop_all()
+
+    return cluster
+
+
+def wait_records(path: Path, count: int, timeout: float = 20.0) -> list[dict]:
+    """Until the side log at ``path`` holds ``count`` records; those records."""
+    return wait_for(lambda: (lambda r: r if len(r) >= count else None)(read_records(path)), timeout,
+                    f"{count} record(s) in {path}")
+
+
+def start_recurring_probe(cluster, tmp_path: Path, uid: str, seconds: float) -> tuple[Path, Path]:
+    """Probe.record every second under ``uid``, each run ``seconds`` long; its (runs, starts)
+    logs, once its first run started."""
+    log, starts = tmp_path / "ran.log", tmp_path / "starts.log"
+    r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='{uid}' exec_interval='00:00:01' "
+                            f"args='{{\"log\": \"{log}\", \"seconds\": {seconds}, \"starts\": \"{starts}\"}}';")
+    assert r.returncode == 0, r.stderr
+    wait_records(starts, 1)
+    return log, starts

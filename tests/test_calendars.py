@@ -1,4 +1,4 @@
-"""IPF's job calendars (issue #22), through ``fabricjobs shell`` on two real node processes, on
+"""IPF's job calendars (docs/explanation/design-choices.md), through ``fabricjobs shell`` on two real node processes, on
 SQLite and on the Cassandra backend: CREATECALENDAR, CALENDAR= on a recurring job, a fire on an
 excluded day skipped and recorded with the rule, a replaced calendar taking effect on the
 nodes, CALENDARS, and DROPCALENDAR refused while a job names the calendar."""

@@ -1,4 +1,4 @@
-"""RJM's rjm_delete (issue #22): DELETE_ON_SUCCESS='<file>,...' through ``fabricjobs shell`` on
+"""RJM's rjm_delete (docs/explanation/design-choices.md): DELETE_ON_SUCCESS='<file>,...' through ``fabricjobs shell`` on
 two real node processes, on SQLite and on the Cassandra backend. The files go after a
 successful run, stay after a failed one, a file already gone is no error, and nothing outside
 [jobs] CLEANUP_ROOT may be named."""

@@ -1,4 +1,4 @@
-"""The cluster (issue #5): several node processes sharing one store, killed and paused for real.
+"""The cluster (docs/explanation/guarantees.md): several node processes sharing one store, killed and paused for real.
 
 Timings (tests/harness.py): reconcile passes every 200 ms. Tests marked ``liveness`` get a
 heartbeat of 200 ms x 5 misses, so a node is dead 1.0 s after its last visible beat and its
@@ -231,7 +231,7 @@ def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(clust
     try:
         # A run ends itself once the lease is gone: it sees is_aborted() and writes its end
         # record, or, on a machine too busy to let it look within 0.1 s, its worker ends it
-        # by exiting (the worker's dead-man; SPEC 8.2). Either way before the dead threshold.
+        # by exiting (the worker's dead-man; docs/explanation/nodes.md). Either way before the dead threshold.
         def all_ended():
             recorded = {r["key"] for r in read_records(log)}
             return all(key in recorded or not process_alive(pid) for key, pid in workers.items())
@@ -431,7 +431,7 @@ def test_exceptional_claims_beyond_recommended_and_giving_them_back(cluster, tmp
 
 @pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 1, "OWNER_PRECEDENCE_MS": 2500}}], indirect=True)
 def test_a_due_job_is_left_to_its_live_owner_for_the_precedence_window(cluster, tmp_path):
-    """SPEC 8.3: a's scheduler fires its job at the due time, but a's one slot is busy; b, idle,
+    """docs/explanation/nodes.md: a's scheduler fires its job at the due time, but a's one slot is busy; b, idle,
     may take the job only once OWNER_PRECEDENCE_MS has passed since the due time."""
     from datetime import timezone
 

@@ -1,4 +1,4 @@
-"""config.ini and node.id parsing (SPEC section 11)."""
+"""config.ini and node.id parsing (docs/reference/configuration.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Guarantee 1 of SPEC 5 at the worst moments: a job key never runs on two nodes at once.
+"""Guarantee 1 (docs/explanation/guarantees.md) at the worst moments: a job key never runs on two nodes at once.
 
 Each test is one of the interleavings a review found; real node processes on a real store.
 The tests about paused and dead nodes are marked ``liveness``: dead after 1.0 s, a run's
@@ -128,7 +128,7 @@ def _takeovers(runs: list[dict]) -> list[dict]:
     return out
 
 
-# The SQLite counterpart of a slow or cut network (issue #20; README, Network partitions): the
+# The SQLite counterpart of a slow or cut network (docs/explanation/guarantees.md): the
 # nodes share one file on one host, so what stalls is the file. Another process holds its write
 # lock (BEGIN IMMEDIATE): every write waits, beats included.
 LOCK_HOLDER = """
@@ -277,7 +277,7 @@ def test_a_name_alive_on_another_host_is_refused_and_a_dead_one_is_taken_after_i
         node.run()
 
 
-# The other SQLite counterpart (issue #20): the disk under the store fills up. Every write
+# The other SQLite counterpart (docs/explanation/guarantees.md): the disk under the store fills up. Every write
 # fails (SQLITE_FULL), beats included, while reads go on. The fast heartbeat (liveness):
 LEASE, DEAD = 0.6, 1.0  # a run's lease lapses 0.6 s after its node's last beat; dead after 1 s
 FULL_FOR = 2.5  # longer than the dead threshold, twice over

@@ -1,4 +1,4 @@
-"""JOBLOG ... FOLLOW (issue #22): a running job's log lines as they come, through
+"""JOBLOG ... FOLLOW (docs/explanation/design-choices.md): a running job's log lines as they come, through
 ``fabricjobs shell`` on a real node process, on SQLite and on Cassandra (node_backend).
 
 The job logs a line, then waits for a file the test makes, then logs another: the first line

@@ -299,7 +299,7 @@ def test_rings_from_another_user_are_ignored():
         bell.close()
 
 
-# -- what a run starts ends with it (item 6, SPEC 7.10) -----------------------------------------
+# -- what a run starts ends with it (docs/guides/writing-jobs.md) -----------------------------------------
 
 def _gone(pid: int) -> bool:
     """Dead: no such process, or a zombie (killed, not yet reaped by its new parent)."""
@@ -404,7 +404,7 @@ def test_a_listener_skips_symlinks_and_unfit_names_lives_on_and_takes_a_name_dro
         cluster.stop_all()
 
 
-# -- deployment (item 11, SPEC 7.9): a run uses the code on disk when it starts -----------------
+# -- deployment (docs/guides/writing-jobs.md): a run uses the code on disk when it starts -----------------
 
 DEPLOY_V1 = '''\
 import json
@@ -599,7 +599,7 @@ def test_process_runs_keep_to_their_time_and_memory_limits_and_see_only_the_docu
         cluster.stop_all()
 
 
-# -- a listener's store needs go through its node (issue #19: workers hold no store) ----------
+# -- a listener's store needs go through its node (workers hold no store: docs/guides/security.md) ----------
 
 def test_a_listeners_requests_are_answered_for_its_own_marks_and_jobs_only(store_config, tmp_path):
     from fabricjobs.clock import SystemClock

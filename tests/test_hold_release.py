@@ -1,4 +1,4 @@
-"""RJM's unreleased jobs and priority-limited nodes (issue #22), through ``fabricjobs shell`` on
+"""RJM's unreleased jobs and priority-limited nodes (docs/explanation/design-choices.md), through ``fabricjobs shell`` on
 real node processes, on SQLite and on the Cassandra backend: STARTJOB ... HOLD=true, RELEASEJOB
 (which releases held children too, the "dummy parent" of RJM's graphs included), UPDATEJOB ...
 HOLD=true; and node.id's PRIORITIES:low-high (rjmproc -p), which keeps a node off other jobs."""

@@ -1,4 +1,4 @@
-"""Which code a job NAME may run (issue #18, items 1-4): a job is a public function defined in
+"""Which code a job NAME may run (docs/guides/security.md): a job is a public function defined in
 its own module, checked at STARTJOB without importing anything and again by the node on its own
 configuration; the demo's PROCESS directory holds only the demo's script; a node refuses job
 directories that other users may write to."""

@@ -1,5 +1,5 @@
-"""Item 6 of issue #18 on the lease path: what a USER_JOB started ends with the run when its
-node stops renewing the lease, before another node may take the job over (SPEC 7.10)."""
+"""What a run starts ends with it (docs/guides/security.md), on the lease path: what a USER_JOB started ends with the run when its
+node stops renewing the lease, before another node may take the job over (docs/guides/writing-jobs.md)."""
 
 from __future__ import annotations
 

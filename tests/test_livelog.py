@@ -1,4 +1,4 @@
-"""The live log path in pieces (JOBLOG ... FOLLOW, issue #22): a worker's spool file of a run,
+"""The live log path in pieces (JOBLOG ... FOLLOW): a worker's spool file of a run,
 and the node part that passes its new complete lines to the store. End to end through real
 nodes and the shell: tests/test_follow.py."""
 

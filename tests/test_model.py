@@ -1,4 +1,4 @@
-"""The status table of SPEC section 3, as the code holds it."""
+"""The status table (docs/explanation/architecture.md), as the code holds it."""
 
 from __future__ import annotations
 

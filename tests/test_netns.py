@@ -1,6 +1,6 @@
-"""The test hosts of the partition tests (fabricjobs/testing/netns.py): each host reaches the
+"""The test hosts of the partition tests (testkit/netns.py): each host reaches the
 others until a fault says otherwise, faults are exactly as wide as asked, delay and loss (the
-user-space link, fabricjobs/testing/tunlink.py) are about what was asked, and nothing a
+user-space link, testkit/tunlink.py) are about what was asked, and nothing a
 network created outlives it, even when its process is killed."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from fabricjobs.testing import netns
-from fabricjobs.testing.rig import process_alive, wait_for
+from testkit import netns
+from testkit.rig import process_alive, wait_for
 
 pytestmark = pytest.mark.skipif(netns.unavailable() is not None, reason=f"test hosts: {netns.unavailable()}")
 
@@ -116,7 +116,7 @@ def test_closing_a_network_removes_every_namespace_and_link():
 
 
 def test_a_network_whose_process_was_killed_is_removed_before_the_next_one_is_made():
-    code = ("import sys, time; from fabricjobs.testing import netns\n"
+    code = ("import sys, time; from testkit import netns\n"
             "n = netns.Network(['p', 'q']); n.delay(10); print(n.tag, flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -165,7 +165,7 @@ def test_a_delay_on_every_path_adds_it_each_way_and_heal_removes_it(net):
         rtts = _rtts(net, src, dst)
         assert min(rtts) >= 2 * DELAY and statistics.median(rtts) < 2 * DELAY + 25, (src, dst, rtts)
     # The test process reaches the hosts over the bridge, never through the link.
-    assert _bridged(json.loads(subprocess.run([sys.executable, "-m", "fabricjobs.testing.linkprobe", "ping",
+    assert _bridged(json.loads(subprocess.run([sys.executable, "-m", "testkit.linkprobe", "ping",
                                                net.host("b").address, "--count", "10", "--interval", "0.02"],
                                               capture_output=True, text=True, check=True).stdout))
     assert _reaches(net.host("a"), net.host("b"))  # TCP too

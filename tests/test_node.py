@@ -1,4 +1,4 @@
-"""The node end to end (issue #4): real node processes on a real SQLite store."""
+"""The node end to end (docs/guides/writing-jobs.md): real node processes on a real SQLite store."""
 
 from __future__ import annotations
 
@@ -453,7 +453,7 @@ def test_a_dead_node_that_still_owns_a_job_is_not_forgotten(cluster, tmp_path):
 
 
 def test_sigterm_stops_cleanly_and_an_interrupted_run_waits_again_without_a_try(cluster, tmp_path):
-    """SPEC 7.8: a clean shutdown is not a crash. Its interrupted run goes back to WAITING with
+    """docs/guides/cluster.md: a clean shutdown is not a crash. Its interrupted run goes back to WAITING with
     a note and no try counted (planned restarts must never drive a job to FAILED)."""
     log = tmp_path / "runs.jsonl"
     node = cluster.start_node("node-a")
@@ -494,7 +494,7 @@ def _run_script(where: Path, *args: str, input: str) -> subprocess.CompletedProc
 
 
 def test_scripts_run_starts_a_local_cluster_and_runs_piped_commands(tmp_path):
-    """The README's first command, not at a terminal: the seed's echoArg.sh job runs on the
+    """The quick start's first command (docs/get-started/quick-start.md), not at a terminal: the seed's echoArg.sh job runs on the
     local cluster and its final row is shown. Run in a copy of the scripts and examples (its
     database and logs go to .run/ beside them) with this checkout's venv."""
     venv = ROOT / ".venv"

@@ -1,4 +1,4 @@
-"""What happened to a job, where and why (issue #8): run history, job logs, WAITJOB,
+"""What happened to a job, where and why (docs/guides/watching-jobs.md): run history, job logs, WAITJOB,
 STOPJOB WAIT, NODES DETAILS, metrics, JSON logs. Real node processes on both backends."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_waitjob_returns_on_processed_and_times_out_cleanly(cluster, tmp_path):
     assert cluster.job("USER_JOB", "Probe.record", "w3").status is Status.TERMINATED
 
 
-# DELETEHISTORY (issue #22, SMILA's "delete job run data"): a job's runs and their logs go, the
+# DELETEHISTORY (SMILA's "delete job run data"): a job's runs and their logs go, the
 # job's row stays, and nothing is deleted while a run of it is going.
 
 def test_deletehistory_removes_a_jobs_three_runs_and_their_logs_and_leaves_the_job(cluster, tmp_path):

@@ -1,4 +1,4 @@
-"""Who a job is for (issue #22): its owner (DolphinDB's userID: the OS user of a shell, script or
+"""Who a job is for (docs/explanation/design-choices.md): its owner (DolphinDB's userID: the OS user of a shell, script or
 program, an HTTP API token's name), the priority ceiling of that user (DolphinDB's
 setMaxJobPriority, refused instead of capped) and its requestor (IPF's jobRequestor); JOBSTATUS
 ... BY and REQUESTOR. The service on every store backend, then ``fabricjobs shell`` against two

@@ -1,4 +1,4 @@
-"""DolphinDB's tasks of a job (issue #22): STARTJOB USER_JOB ... PARALLELISM=n through
+"""DolphinDB's tasks of a job (docs/explanation/design-choices.md): STARTJOB USER_JOB ... PARALLELISM=n through
 ``fabricjobs shell`` on two real node processes, on SQLite and on the Cassandra backend. Each
 task runs once with its own index; the job is PROCESSED only after all of them, its output their
 outputs in index order; a task failing for good fails the job; JOBSTATUS shows the progress;

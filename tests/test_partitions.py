@@ -1,7 +1,7 @@
-"""Network partitions between real hosts (issue #20): fabricjobs nodes and Apache Cassandra
-each in a network namespace of their own (fabricjobs/testing/netns.py), the faults cut between
-them, slowed or lossy (delay and loss: the user-space link, fabricjobs/testing/tunlink.py) while
-jobs run, and the guarantees of SPEC 5 checked on what the jobs themselves recorded: never two
+"""Network partitions between real hosts (docs/explanation/guarantees.md): fabricjobs nodes and Apache Cassandra
+each in a network namespace of their own (testkit/netns.py), the faults cut between
+them, slowed or lossy (delay and loss: the user-space link, testkit/tunlink.py) while
+jobs run, and the guarantees (docs/explanation/guarantees.md) checked on what the jobs themselves recorded: never two
 runs of a key at once, no job lost, every re-run explained by a self-fence, and no write of a
 fenced run accepted.
 
@@ -21,13 +21,13 @@ import uuid
 from collections import defaultdict
 
 import pytest
-from realcassandra import C1_ONLY_JIT_FLAG, CassandraCluster, available
+from testkit.realcassandra import C1_ONLY_JIT_FLAG, CassandraCluster, available
 
 from fabricjobs.client import Client
 from fabricjobs.errors import StoreError
 from fabricjobs.model import JobKey, Status
-from fabricjobs.testing import netns
-from fabricjobs.testing.rig import Rig, wait_for, write_config
+from testkit import netns
+from testkit.rig import Rig, wait_for, write_config
 from harness import (FAST, LOG_TIME, RunWatch, assert_finished_by_newest_runs, assert_no_overlap, fence_times,
                      log_time, merge_runs, read_records, unexplained_reruns)
 
@@ -382,7 +382,7 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
         rig.kill_all()
 
 
-# -- delay and loss (the user-space link, fabricjobs/testing/tunlink.py) ----------------------------
+# -- delay and loss (the user-space link, testkit/tunlink.py) ----------------------------
 
 def _submit(client: Client, prefix: str, count: int, args: str) -> list[JobKey]:
     keys = [JobKey("USER_JOB", "Probe.record", f"{prefix}{i}") for i in range(count)]

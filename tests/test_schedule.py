@@ -1,4 +1,4 @@
-"""EXEC_INTERVAL forms, fixed-rate arithmetic and DST behaviour (SPEC section 4)."""
+"""EXEC_INTERVAL forms, fixed-rate arithmetic and DST behaviour (docs/guides/schedules.md)."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_interval_overlap_policy_skip_keeps_the_grid():
     s = parse_schedule("00:00:10", "UTC")
     due = datetime(2026, 1, 1, tzinfo=UTC)
     assert s.after_run(due, due, due + timedelta(seconds=35), "SKIP") == (due + timedelta(seconds=40), 3)
-    assert s.after_run(due, due, due + timedelta(seconds=35)) == (due + timedelta(seconds=35), 0)  # QUEUE: SPEC 4
+    assert s.after_run(due, due, due + timedelta(seconds=35)) == (due + timedelta(seconds=35), 0)  # QUEUE: docs/guides/schedules.md
 
 
 def test_next_due_after_a_late_fire():

@@ -1,4 +1,4 @@
-"""Scheduling power beyond Fabric (issue #9): dependencies, priorities, time zones and misfire
+"""Scheduling power beyond Fabric (docs/guides/schedules.md): dependencies, priorities, time zones and misfire
 policy, directory listener jobs."""
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def test_late_threshold_skips_a_fire_after_a_3_hour_outage_and_records_it():
 
 
 def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_args():
-    """LATE_ACTION (IPF's lateExecute, issue #22): RUN runs a late fire as if it were on time;
+    """LATE_ACTION (IPF's lateExecute): RUN runs a late fire as if it were on time;
     TYPE.NAME skips it as SKIP does and names the handler job to start, once per fire."""
     from fabricjobs.node.decisions import late_handler
 
@@ -264,7 +264,7 @@ def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_a
 
 
 def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error():
-    """ON_FAILURE (IPF's failure command, issue #22): one job per failed run, nothing before."""
+    """ON_FAILURE (IPF's failure command): one job per failed run, nothing before."""
     from fabricjobs.node.decisions import failure_job
 
     t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -397,7 +397,7 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
 
 @pytest.mark.slow
 def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request, node_backend):
-    """SPEC 7.8: a listener only ends when asked to. A SIGTERM of its node hands it back
+    """docs/guides/cluster.md: a listener only ends when asked to. A SIGTERM of its node hands it back
     (WAITING, no try), and files dropped after the restart are handled."""
     inbox = tmp_path / "root" / "inbox"
     inbox.mkdir(parents=True)
@@ -423,7 +423,7 @@ def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request,
 
 
 def test_after_runjobs_extra_run_the_schedule_goes_on_with_its_kept_fire():
-    """RUNJOB (issue #22): the fire kept aside is next; one that came due during the extra run
+    """RUNJOB (docs/explanation/design-choices.md): the fire kept aside is next; one that came due during the extra run
     is queued (run right away) or skipped, by OVERLAP, as during a scheduled run."""
     from fabricjobs.node.decisions import resumed_due
     from fabricjobs.schedule import parse_schedule

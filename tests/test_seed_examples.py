@@ -1,5 +1,5 @@
 """Every command line printed in seed 001, the Fabric Jobs course, replayed in the course's
-order through the shell's script runner against two real node processes on SQLite (issue #22).
+order through the shell's script runner against two real node processes on SQLite (docs/explanation/design-choices.md).
 
 The seed is not read here (the tests never read /work/shared): its lines are copied below as
 data, each with the seed line it is printed on and what it must give:
@@ -174,11 +174,11 @@ COURSE = [
     # -- JOBSTATUS ----------------------------------------------------------------------------
     Seed(339, "JOBSTATUS [x days ago]", run="JOBSTATUS 1 days ago", template=True,
          shows=(rows("PROCESS", "echoArg.sh", "processJobtest", "PROCESSED"),)),
-    Seed(339, "JOBSTATUS [x days ago] (one day: the singular, issue #22)", run="jobstatus 1 day ago;",
+    Seed(339, "JOBSTATUS [x days ago] (one day: the singular)", run="jobstatus 1 day ago;",
          shows=(rows("PROCESS", "echoArg.sh", "processJobtest", "PROCESSED"),)),
     Seed(342, "JOBSTATUS <JOBTYP>", run="JOBSTATUS USER_JOB", template=True,
          shows=(rows("USER_JOB", "Customer.userJob6", "every5min"),), hides=("| params ", "| processJobtest "),
-         deliberate="the live jobs of the type, as JOBSTATUS alone (README, Choices); the course's "
+         deliberate="the live jobs of the type, as JOBSTATUS alone (docs/explanation/design-choices.md); the course's "
                     "'all jobs matching the type' is the next line's form"),
     Seed(342, "JOBSTATUS <JOBTYP> (all jobs of the type: with n DAYS AGO)", run="JOBSTATUS USER_JOB 1 days ago", template=True,
          shows=(rows("USER_JOB", "Customer.params", "params", "PROCESSED"), rows("USER_JOB", "Customer.userJob6", "every5min")),

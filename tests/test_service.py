@@ -1,4 +1,4 @@
-"""Command semantics (SPEC 6) through the client API, on a real store, without nodes."""
+"""Command semantics (docs/reference/statements.md) through the client API, on a real store, without nodes."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_the_seeds_two_startjob_transcript(client):
 
 
 def test_the_readmes_application_code_example(store_config):
-    """The README's "From application code", as an application writes it."""
+    """docs/guides/scripts-and-code.md's "From application code", as an application writes it."""
     from fabricjobs import Client as PublicClient
     from fabricjobs.errors import CommandSyntaxError, FabricJobsError
 
@@ -375,7 +375,7 @@ def test_updatejob_changes_affinity_args_and_schedule(client):
 
 
 def test_updatejob_changes_the_scheduling_parameters_and_jobstatus_details_shows_them(client):
-    """The scheduling parameters of issue #9 go through UPDATEJOB as through STARTJOB: a new TZ
+    """The scheduling parameters (docs/guides/schedules.md) go through UPDATEJOB as through STARTJOB: a new TZ
     recomputes a cron job's next due time in that zone (09:00 in Paris is 08:00 UTC in March),
     and JOBSTATUS ... DETAILS shows every one of them."""
     client.fetch("startjob user_job name='Customer.userJob1' uid='z' exec_interval='0 9 * * *';")
@@ -482,7 +482,7 @@ def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(c
     assert all(row(client, uid=u).status is Status.WAITING for u in ("woken", "in-a-script", "woken2"))
 
 
-# -- issue #22 on every backend -----------------------------------------------------------------
+# -- the other seeds' features on every backend -----------------------------------------------------------------
 
 def test_startjob_if_not_exists_answers_the_existing_row_live_or_archived(client):
     cmd = "startjob user_job name='Customer.userJob1' uid='setup' args='{\"loopsIterationCount\": 3}' if not exists;"
@@ -511,7 +511,7 @@ def test_jobstatus_of_a_type_n_days_ago_adds_that_types_archived_jobs(client):
     assert uids("jobstatus 1 day ago;") == ["a", "b", "live", "p"]
 
 
-# -- HOLD and RELEASEJOB (issue #22, RJM) ---------------------------------------------------------
+# -- HOLD and RELEASEJOB (RJM) ---------------------------------------------------------
 
 def _statuses(client, *uids):
     return tuple(row(client, uid=u).status.value for u in uids)

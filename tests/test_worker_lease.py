@@ -1,4 +1,4 @@
-"""A worker process ends its run when its node's lease runs out (SPEC 5, guarantee 1), at the
+"""A worker process ends its run when its node's lease runs out (docs/explanation/guarantees.md, guarantee 1), at the
 worst moments a review found: a PROCESS job that ignores SIGTERM, and a worker paused right
 after it checked the lease. Real worker processes, a real board, no node: the lease is set
 once and never renewed, as if the node had been paused."""

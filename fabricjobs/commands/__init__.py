@@ -1,4 +1,4 @@
-"""The command language (SPEC section 6): text in, typed command objects out.
+"""The command language (docs/reference/statements.md): text in, typed command objects out.
 
 ``parse_script`` / ``parse_one`` for running commands, ``expected_at`` / ``lex`` for the
 shell's completion and highlighting. All four are driven by ``grammar/fabricjobs.lark``.

@@ -3,7 +3,7 @@
 Every problem leaves the parser as a :class:`CommandSyntaxError` or :class:`ValidationError`
 positioned on the script text (line, column, what may come there); no Lark exception gets
 out. The wording is kept apart from the parsing so that it can be read, and changed, as one
-piece: the README quotes these messages.
+piece: the docs quote these messages.
 """
 
 from __future__ import annotations

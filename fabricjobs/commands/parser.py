@@ -1,4 +1,4 @@
-"""Command text -> typed command objects (SPEC section 6): the entry points.
+"""Command text -> typed command objects (docs/reference/statements.md): the entry points.
 
 The grammar (:mod:`.grammar`) decides what parses, :mod:`.transform` turns each statement into
 its :mod:`.statements` object and checks its values, :mod:`.messages` says what is wrong in

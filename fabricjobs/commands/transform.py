@@ -46,9 +46,10 @@ _STRING_ESCAPE = re.compile(r"''|\\([\s\S])")
 
 
 def unescape(body: str) -> str:
-    """Decode a string body. The escapes are SPEC 6's two ways to write a quote, ``''`` and
-    ``\\'``; every other backslash is kept as written, so JSON escapes inside ARGS (``\\n``,
-    ``\\"``, ``\\\\``) reach the JSON decoder exactly as the user typed them."""
+    """Decode a string body. The escapes are the language's two ways to write a quote, ``''``
+    and ``\\'`` (docs/guides/commands.md); every other backslash is kept as written, so JSON
+    escapes inside ARGS (``\\n``, ``\\"``, ``\\\\``) reach the JSON decoder exactly as the user
+    typed them."""
 
     def repl(m: re.Match[str]) -> str:
         return "'" if m.group(0) == "''" or m.group(1) == "'" else m.group(0)

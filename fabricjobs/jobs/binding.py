@@ -1,4 +1,4 @@
-"""ARGS to a user function's parameters (SPEC 7.4).
+"""ARGS to a user function's parameters (docs/guides/writing-jobs.md).
 
 Keys bind by name and are converted to the annotated type, so the seed's
 ``userJob1(int loopsIterationCount)`` receives ``'{"loopsIterationCount":"2000"}'`` as 2000.

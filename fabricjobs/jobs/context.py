@@ -1,4 +1,4 @@
-"""What a running job sees of fabricjobs (SPEC 7.4): its context and the three failure modes.
+"""What a running job sees of fabricjobs (docs/guides/writing-jobs.md): its context and the three failure modes.
 
     from fabricjobs.jobs.context import current_job, fail_job_always_retry
 

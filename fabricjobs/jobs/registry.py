@@ -1,4 +1,4 @@
-"""Which code a job NAME may run (SPEC 7.3): only what the operator put there.
+"""Which code a job NAME may run (docs/guides/writing-jobs.md): only what the operator put there.
 
 USER_JOB names resolve, in this order, to
 
@@ -261,7 +261,7 @@ class JobCatalog:
 
     def load_user_job(self, name: str) -> Callable:
         """The job's function, resolved once per worker process and version of its module's
-        file (SPEC 7.9): a run uses the code on disk when it starts. A module whose file
+        file (docs/guides/writing-jobs.md): a run uses the code on disk when it starts. A module whose file
         changed since it was imported is imported afresh, also for a name not loaded before (a
         function the deploy added); modules it imports in turn are not: a worker that is
         recycled, or a node restarted, picks those up."""

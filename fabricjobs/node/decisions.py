@@ -1,8 +1,9 @@
 """What a node writes after a run, and when it takes over a job: pure functions of rows.
 
-Kept apart from threads and processes so each rule of SPEC 3 and 8 is one small, tested
-function. Every function returns ``(event, new_row)`` for :func:`fabricjobs.model.advance`,
-or ``None`` when this node must not write (it lost the row: fencing, SPEC 9).
+Kept apart from threads and processes so each rule (docs/explanation/architecture.md,
+docs/explanation/nodes.md) is one small, tested function. Every function returns
+``(event, new_row)`` for :func:`fabricjobs.model.advance`, or ``None`` when this node must not
+write (it lost the row: fencing, docs/explanation/guarantees.md).
 """
 
 from __future__ import annotations

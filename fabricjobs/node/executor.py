@@ -323,7 +323,7 @@ class Executor:
             self._launch(*bounced)
         self.writer.write(pending)
 
-    # -- the parts' internals, by their old names (tests/test_node_internals.py) -----------------------
+    # -- the parts' internals, by their old names (tests/test_train_planning.py, test_fire_timing.py) ---
 
     @property
     def _durations(self):

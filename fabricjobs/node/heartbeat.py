@@ -1,4 +1,4 @@
-"""The heartbeat: this node's row in ``nodes``, and the lease its runs live on (SPEC 8.1, 8.2).
+"""The heartbeat: this node's row in ``nodes``, and the lease its runs live on (docs/explanation/nodes.md).
 
 Every ``interval`` the node writes its row with a bigger beat counter. Each successful write
 renews the lease on the board to ``t0 + interval x miss - margin`` (margin: two intervals, at
@@ -175,8 +175,8 @@ class Heartbeat:
         once (at most 100 ms after the last write), so PS shows a job that just started; while
         the tasks keep changing, at most one write a second. Each write takes the store's write
         lock: on one SQLite file, four busy nodes publishing every 100 ms made 40 % of all write
-        transactions, and each node's claims and outcomes queued behind its own (README,
-        Benchmarks)."""
+        transactions, and each node's claims and outcomes queued behind its own
+        (docs/benchmarks.md)."""
         churning = now - self._last_publish < _CHURN_SPACING
         return self._last_write + (_CHURN_SPACING if churning else _QUIET_SPACING)
 

@@ -1,4 +1,4 @@
-"""Who is dead, judged without comparing clocks of different nodes (SPEC 8.1).
+"""Who is dead, judged without comparing clocks of different nodes (docs/explanation/nodes.md).
 
 Each node bumps a beat counter in its ``nodes`` row. An observer notes, on its *own*
 monotonic clock, when it last saw each node's (incarnation, beat) change; a node whose beat

@@ -8,7 +8,7 @@ ones before it; what flows back goes through signals.Signals):
     heartbeat             -> the nodes row and the lease (fences the node when it cannot write)
     reconcile             -> claims, takeovers, stop/restart/kill (the main thread's loop)
 
-Start-up refuses a name that a live node uses. Shutdown (SIGTERM, Ctrl-C; SPEC 7.8) stops
+Start-up refuses a name that a live node uses. Shutdown (SIGTERM, Ctrl-C; docs/guides/cluster.md) stops
 claiming, aborts running jobs, waits SHUTDOWN_GRACE_SEC, kills what is left, and marks the
 node 'stopped' so that other nodes take its work over at once; rows of interrupted runs are
 left as they are, to be re-run.
@@ -43,6 +43,7 @@ from ..schedule import resolve_zone
 from ..store import JobStore, open_store
 from ..wakeup import Doorbell
 from .executor import EndReason, Executor
+from ..sdnotify import notify
 from .heartbeat import Heartbeat
 from .liveness import Liveness
 from .metrics import Metrics, running_by_type
@@ -378,6 +379,7 @@ class Node:
     def _shutdown(self) -> None:
         s = self.settings
         self.signals.stopping = True
+        notify("STOPPING=1", f"STATUS=node {self.name} stopping")
         log.info("node %s stopping: no new claims; %d running jobs get %.0f s to end",
                  self.name, self.executor.running(), s.shutdown_grace)
         if self._stop_doorbell is not None:

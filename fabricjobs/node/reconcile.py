@@ -1,4 +1,4 @@
-"""The reconcile loop (SPEC 7.1, the seed's JobReconcile): one pass reads the rows this node
+"""The reconcile loop (docs/explanation/nodes.md, the seed's JobReconcile): one pass reads the rows this node
 may act on, and acts.
 
 A *full* pass (every RECONCILE_INTERVAL_MS, or at once when a shell rings the doorbell):

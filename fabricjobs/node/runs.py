@@ -258,7 +258,7 @@ def explain(run: Run, outcome: Outcome, me: str) -> Outcome:
     if reason == EndReason.RELEASE and outcome.kind != OK:
         return Outcome(RELEASED, error=run.end_note)
     if reason == EndReason.SHUTDOWN and (outcome.kind != OK or run.key.type == JobType.INTERFACE_LISTENER):
-        # SPEC 7.8: a clean shutdown is not a failed try. The run goes back to WAITING for
+        # docs/guides/cluster.md: a clean shutdown is not a failed try. The run goes back to WAITING for
         # the same due time (RELEASED: no try counted) and runs again here or elsewhere; a
         # listener, which only ends when asked to, resumes after the restart.
         return Outcome(RELEASED, error=f"node {me} shut down during the run; it runs again (no try counted)")

@@ -1,4 +1,4 @@
-"""The scheduler thread (SPEC 7.2, the seed's JobScheduler).
+"""The scheduler thread (docs/explanation/nodes.md, the seed's JobScheduler).
 
 A time-ordered heap of the SCHEDULED jobs this node owns that come due within a horizon; at
 the due time it moves them to WAITING by CAS ("marked as ready") and wakes the reconcile loop,

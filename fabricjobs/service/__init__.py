@@ -1,4 +1,4 @@
-"""What each command means, carried out on a store (SPEC section 6).
+"""What each command means, carried out on a store (docs/reference/statements.md).
 
 The only place command semantics live: the shell, scripts and application code all reach
 them through :class:`fabricjobs.client.Client`, the HTTP API (fabricjobs/web) directly.

@@ -1,4 +1,4 @@
-"""JOBLOG ... FOLLOW: a run's log lines as they come (issue #22).
+"""JOBLOG ... FOLLOW: a run's log lines as they come (docs/explanation/design-choices.md).
 
 The lines are those the run's node passes to the store while the run goes on
 (node/livelog.py, about once a second). Following is a generator, read by whoever prints the

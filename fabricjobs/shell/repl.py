@@ -26,7 +26,7 @@ HELP = f"""Statements end with ';' and may span lines. Tab completes keywords, j
 and the names of existing jobs and nodes. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
 
 {statement_table.usage()}
-See the README's Commands section for each statement's output."""
+See docs/guides/commands.md and docs/reference/statements.md for each statement."""
 
 
 def history_path() -> Path:

@@ -14,7 +14,7 @@ Compare-and-set
     another read (Cassandra returns exactly these columns from a failed LWT).
     Because ``revision`` changes on every write, a CAS also fails if the row changed in a way
     that left status and epoch alone (UPDATEJOB); ``epoch`` and ``worker_id`` are in the
-    condition because they are the fencing token of SPEC section 9.
+    condition because they are the fencing token (docs/explanation/guarantees.md).
 
 Reads for the reconcile loop
     :meth:`waiting`, :meth:`due_scheduled`, :meth:`by_status` and :meth:`by_owner` return only live (non-archived)

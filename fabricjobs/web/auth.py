@@ -37,7 +37,7 @@ STATEMENT_NEEDS: dict[type, Need] = {
     st.StartJob: Need.OPERATE, st.StopJob: Need.OPERATE, st.FinishJob: Need.OPERATE, st.RunJob: Need.OPERATE, st.ReleaseJob: Need.OPERATE,
     st.RestartJob: Need.OPERATE,
     st.ResumeJob: Need.OPERATE, st.UpdateJob: Need.OPERATE, st.Kill: Need.OPERATE, st.WaitJob: Need.OPERATE,
-    st.DeleteHistory: Need.ADMIN,  # run-data deletion (issue #21's admin role)
+    st.DeleteHistory: Need.ADMIN,  # run-data deletion (the admin role of docs/guides/http-api.md)
     st.Calendars: Need.READ,
     st.CreateCalendar: Need.ADMIN, st.DropCalendar: Need.ADMIN,  # a calendar changes every job that names it
 }

@@ -111,7 +111,7 @@ class _Body(BaseModel):
 
 
 class StartBody(_Body):
-    """STARTJOB's parameters (README, STARTJOB). ``args`` is the job's JSON object."""
+    """STARTJOB's parameters (docs/guides/commands.md#startjob). ``args`` is the job's JSON object."""
 
     type: str = Field(description="USER_JOB, PROCESS or INTERFACE_LISTENER", examples=["USER_JOB"])
     name: str = Field(min_length=1, examples=["Customer.userJob1"])
@@ -140,7 +140,7 @@ class StartBody(_Body):
 
 
 class UpdateBody(_Body):
-    """UPDATEJOB's parameters: the ones given replace the job's values (README, UPDATEJOB)."""
+    """UPDATEJOB's parameters: the ones given replace the job's values (docs/guides/commands.md#updatejob)."""
 
     affinity: str | None = None
     args: dict[str, Any] | None = None
@@ -161,7 +161,7 @@ class UpdateBody(_Body):
 
 
 class CalendarBody(_Body):
-    """CREATECALENDAR's EXCLUDE rules (README, Calendars)."""
+    """CREATECALENDAR's EXCLUDE rules (docs/guides/schedules.md#calendars)."""
 
     exclude: list[str] = Field(description="each a date (YYYY-MM-DD), a range (YYYY-MM-DD..YYYY-MM-DD), dates "
                                "separated by commas, or a five-field cron expression",

@@ -5,7 +5,7 @@ The node writes, its worker processes read, with no message passing, so that
 * a run can ask ``is_aborted()`` as often as it likes for the price of a memory read;
 * a worker keeps seeing the lease even while the node process is paused or dead: when the
   node stops renewing it, every run of that node ends itself before any other node may
-  declare the node dead (SPEC 5, guarantee 1).
+  declare the node dead (docs/explanation/guarantees.md, guarantee 1).
 
 The lease has a *generation*. It goes up whenever the lease is renewed after it had run
 out: the node may have been judged dead meanwhile and its jobs taken over, so a run started

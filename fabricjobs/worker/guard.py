@@ -1,5 +1,5 @@
 """The leader of a PROCESS job's process group: runs the job as its child and ends the whole
-group when the node's lease runs out (SPEC 5, guarantee 1).
+group when the node's lease runs out (docs/explanation/guarantees.md, guarantee 1).
 
 A PROCESS job gets its own session so that STOPJOB and KILL can end everything it started.
 That also puts it out of reach of whatever happens to the node's process group: a SIGSTOP of

@@ -4,7 +4,7 @@ Jobs run here rather than in the node's threads so that STOPJOB (after a grace p
 KILL can really end them: the node kills the worker (and a PROCESS job's process group),
 whatever the job is blocked in.
 
-This is also the other half of SPEC 5's guarantee 1: a run lives on its node's lease
+This is also the other half of guarantee 1 of docs/explanation/guarantees.md: a run lives on its node's lease
 (:mod:`.board`) and ends itself when the lease runs out or changes generation, well before
 any other node may declare its node dead. Two mechanisms, so that neither a paused node nor a
 job that holds the GIL can defeat it:
@@ -218,7 +218,7 @@ class WorkerProcess:
 
         outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress, spool_path(self.board_path, spec.task))
         elapsed = time.monotonic() - began
-        # What the run started ends with it (SPEC 7.10). Starting a process takes longer than
+        # What the run started ends with it (docs/guides/writing-jobs.md). Starting a process takes longer than
         # _SPAWN_MIN (a fork alone ~0.5 ms here), and the /proc scan ~0.1 ms: a run that short
         # started none, and the hot path of short jobs skips the scan.
         if elapsed >= _SPAWN_MIN:

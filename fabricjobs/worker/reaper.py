@@ -1,4 +1,4 @@
-"""Everything a run starts belongs to the run (SPEC 7.10): what a job leaves running when its
+"""Everything a run starts belongs to the run (docs/guides/writing-jobs.md): what a job leaves running when its
 run ends, is stopped, killed or loses its lease is ended with it, so a retry never runs beside
 a leftover of the previous attempt.
 

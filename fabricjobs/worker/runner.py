@@ -276,7 +276,7 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
     out = _Capture(proc.stdout, spec.output_max, run_log.spool.lines("stdout: "))
     err = _Capture(proc.stderr, spec.output_max, run_log.spool.lines("stderr: "))
     code, signalled, timed_out = _wait_for_process(proc, is_aborted, limits.time_limit_sec)
-    # The job's process has ended: so does everything it left in its group (SPEC 7.10; a
+    # The job's process has ended: so does everything it left in its group (docs/guides/writing-jobs.md; a
     # 'sleep 40 &' held the output pipes open, and the capture waited on it, then ran on).
     _signal_group(proc.pid, signal.SIGKILL)
     stdout, stderr = out.text(), err.text()

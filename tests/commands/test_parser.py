@@ -1,4 +1,4 @@
-"""The command language (SPEC section 6): text -> command objects, and every way to get it wrong."""
+"""The command language (docs/reference/statements.md): text -> command objects, and every way to get it wrong."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ SEED_PROCESS = (
         ("jobstatus user_job 30 days ago", JobStatus(type="USER_JOB", days_ago=30)),
         ("JOBSTATUS USER_JOB 'X' 1 DAY AGO DETAILS", JobStatus(type="USER_JOB", name="X", days_ago=1, details=True)),
         ("JOBSTATUS 2 Day AGO DETAILS", JobStatus(days_ago=2, details=True)),
-        # The course's "set EXEC_INTERVAL=\"\"" (issue #22): "" is the empty string.
+        # The course's "set EXEC_INTERVAL=\"\"" (docs/explanation/design-choices.md): "" is the empty string.
         (
             "updatejob user_job name='T.tick' uid='cr' EXEC_INTERVAL=\"\"",
             UpdateJob("USER_JOB", "T.tick", "cr", exec_interval=""),
@@ -175,7 +175,7 @@ def test_seed_commands(text, command):
     ("updatejob user_job name='X' REQUESTOR = ''", UpdateJob("USER_JOB", "X", requestor="")),
 ])
 def test_owner_and_requestor_forms(text, command):
-    """DolphinDB's userID (BY) and IPF's jobRequestor (REQUESTOR), issue #22."""
+    """DolphinDB's userID (BY) and IPF's jobRequestor (REQUESTOR)."""
     assert one(text) == command
 
 
@@ -224,7 +224,7 @@ def test_any_parameter_order():
     [
         ("'it''s'", "it's"),
         (r"'it\'s'", "it's"),
-        (r"'say \"hi\"'", r'say \"hi\"'),  # only '' and \' are escapes (SPEC 6)
+        (r"'say \"hi\"'", r'say \"hi\"'),  # only '' and \' are escapes (docs/reference/statements.md)
         (r"'back\\slash'", r"back\\slash"),
         (r"'keep \n and \u00e9'", r"keep \n and \u00e9"),
         ("''''", "'"),
@@ -445,7 +445,7 @@ def test_reset_end_time_must_be_a_boolean():
 
 
 def test_hold_and_releasejob():
-    """RJM's set-up before rjmgo (issue #22): HOLD=true on STARTJOB and UPDATEJOB, RELEASEJOB."""
+    """RJM's set-up before rjmgo (docs/explanation/design-choices.md): HOLD=true on STARTJOB and UPDATEJOB, RELEASEJOB."""
     assert one("startjob user_job name='n' uid='u' hold=true").hold is True
     assert one("startjob user_job name='n' HOLD='false'").hold is False
     assert one("startjob user_job name='n'").hold is None

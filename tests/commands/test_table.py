@@ -44,3 +44,15 @@ def test_each_usage_line_starts_with_its_keyword_and_parses_in_its_simplest_form
     for s in table.STATEMENTS:
         assert s.usage[0].startswith(s.keyword + " ") or s.usage[0] == s.keyword
         assert isinstance(parse_one(simplest[s.keyword]), s.command)
+
+
+def test_every_parameter_of_the_grammar_is_in_the_parameter_table_and_no_other():
+    text = GRAMMAR.read_text()
+    assert {p.name for p in table.PARAMETERS} == set(re.findall(r"^P_([A-Z_]+)\.\d+:", text, re.M))
+
+
+def test_every_statement_and_parameter_says_what_it_does_and_where_the_docs_explain_it():
+    docs = GRAMMAR.parent.parent / "docs"
+    for item in (*table.STATEMENTS, *table.PARAMETERS):
+        assert item.summary and item.doc, item
+        assert (docs / item.doc.partition("#")[0]).is_file(), f"{item} names a missing page"

@@ -1,6 +1,6 @@
 """What only the Cassandra backend has: unknown LWT outcomes, the index, TTL, its schema.
 
-Through the real cassandra-driver against the CQL test server (tests/cqlserver), which
+Through the real cassandra-driver against the CQL test server (testkit/cqlserver), which
 injects the failures a real cluster produces.
 """
 
@@ -433,8 +433,8 @@ def test_an_unreachable_cluster_is_a_clear_error():
 def test_username_and_password_from_config_ini_log_in(tmp_path):
     """[cassandra] USERNAME / PASSWORD reach the driver (PasswordAuthenticator on the server);
     a wrong password is one clear error."""
-    from fabricjobs.testing.rig import write_config
-    from cqlserver import CqlTestServer
+    from testkit.rig import write_config
+    from testkit.cqlserver import CqlTestServer
 
     from fabricjobs.config import load_config
     from fabricjobs.store import open_store as open_configured

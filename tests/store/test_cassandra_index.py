@@ -5,7 +5,7 @@ for a stale entry just because the row is behind it (or does not exist yet), and
 the row's true entry for a stale one just because an intent of the same key is newer. Each race
 is replayed deterministically: a writer is held between its intent and its LWT (by wrapping
 ``_execute_lwt``), or dies there (its intent is written with ``_index_upsert`` and nothing
-else). Through the real cassandra-driver against the CQL test server (tests/cqlserver).
+else). Through the real cassandra-driver against the CQL test server (testkit/cqlserver).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ their own IN_PROCESS bucket now and then, while the test submits and keeps a bac
 warnings Cassandra sends back) and the server's own histogram of tombstones per read of the
 index stays under the warning threshold. The claim rate at the start and at the end is printed,
 as a figure, not asserted. 10,000 claims are 10x the failure threshold and 100x the warning
-one; FABRICJOBS_TOMBSTONE_JOBS=20000 runs the README's longer measurement.
+one; FABRICJOBS_TOMBSTONE_JOBS=20000 runs the longer measurement of docs/explanation/cassandra-data-model.md.
 """
 
 from __future__ import annotations

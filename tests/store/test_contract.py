@@ -509,7 +509,7 @@ def test_run_records_go_after_their_retention(store, request):
         assert store.runs("USER_JOB", "Customer.userJob1") == []
 
 
-# -- live log lines (JOBLOG ... FOLLOW, issue #22) ------------------------------------------------
+# -- live log lines (JOBLOG ... FOLLOW) ------------------------------------------------
 
 def test_live_log_lines_are_read_in_order_from_a_number_on_per_run(store):
     key, other = JobKey("USER_JOB", "Customer.userJob1", "live"), JobKey("USER_JOB", "Customer.userJob1", "other")
@@ -560,7 +560,7 @@ def test_counters_are_columns_of_the_row(store):
 
 
 def test_the_finishing_flag_is_kept_through_insert_cas_and_archive(store):
-    """FINISHJOB's flag (issue #22): set on a running row, kept while it runs, read back."""
+    """FINISHJOB's flag (docs/explanation/design-choices.md): set on a running row, kept while it runs, read back."""
     row = store.insert(job(uid="fin", execution_interval="00:00:01")).row
     assert row.finishing is False
     running = store.cas(row, claim(row, "n1")).row
@@ -585,7 +585,7 @@ def test_late_action_is_stored_and_changed(store):
 
 
 def test_owner_and_requestor_are_stored_and_kept(store):
-    """A job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor), issue #22: written
+    """A job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor): written
     with the row, read back live and archived, changed by a CAS, kept by one that leaves them."""
     row = store.insert(job(uid="own", owner="alice", requestor="payments")).row
     assert (row.owner, row.requestor) == ("alice", "payments")
@@ -603,7 +603,7 @@ def test_owner_and_requestor_are_stored_and_kept(store):
 
 
 def test_the_kept_fire_of_runjob_is_set_and_cleared(store):
-    """RUNJOB's resume_at (issue #22): the fire a schedule goes on with after an extra run."""
+    """RUNJOB's resume_at (docs/explanation/design-choices.md): the fire a schedule goes on with after an extra run."""
     row = store.insert(job(uid="once", status=Status.SCHEDULED, execution_interval="00:00:30",
                            next_run=T0 + timedelta(seconds=30))).row
     assert row.resume_at is None
@@ -840,7 +840,7 @@ def test_eight_processes_claim_500_rows_each_exactly_once(store, store_config, t
 
 
 def test_a_held_row_is_live_but_never_a_claim_or_schedule_candidate(store):
-    """HELD (issue #22, RJM's unreleased job): a live row of its own status, found by status
+    """HELD (RJM's unreleased job): a live row of its own status, found by status
     and in the live list, never among the rows nodes claim or fire; released by compare-and-set."""
     held = store.insert(job(uid="held", status=Status.HELD, next_run=None, priority=9)).row
     store.insert(job(uid="w"))
@@ -854,7 +854,7 @@ def test_a_held_row_is_live_but_never_a_claim_or_schedule_candidate(store):
 
 
 def test_waiting_reads_only_the_priorities_asked_for(store):
-    """node.id's PRIORITIES (issue #22, RJM's rjmproc -p): a node's claim reads skip the rows it
+    """node.id's PRIORITIES (RJM's rjmproc -p): a node's claim reads skip the rows it
     may not claim, so a backlog of those never fills its pages."""
     for p in (1, 4, 6, 9):
         store.insert(job(uid=f"p{p}", priority=p, next_run=T0 + timedelta(seconds=p)))
@@ -869,7 +869,7 @@ def test_waiting_reads_only_the_priorities_asked_for(store):
 
 
 def test_calendars_are_created_replaced_listed_and_deleted(store):
-    """IPF's job calendars (issue #22) live in the store so that every node agrees on them; a
+    """IPF's job calendars (docs/explanation/design-choices.md) live in the store so that every node agrees on them; a
     job names one by its CALENDAR column."""
     from fabricjobs.calendar import make_calendar
 
@@ -889,7 +889,7 @@ def test_calendars_are_created_replaced_listed_and_deleted(store):
 
 
 def test_a_parallel_job_and_its_tasks_are_written_together_and_read_back(store):
-    """PARALLELISM=n (DolphinDB's tasks of a job, issue #22): the job (parallelism n, blocked on
+    """PARALLELISM=n (DolphinDB's tasks of a job): the job (parallelism n, blocked on
     its tasks) and its n tasks (parallelism n, task_of the job's key, UID '<uid>/<i>'), inserted
     in one transaction; each column reads back, and the blocked job is among the blocked rows."""
     tasks = [job(uid=f"p/{i}", parallelism=3, task_of="USER_JOB.Customer.userJob1.p") for i in range(3)]

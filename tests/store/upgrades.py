@@ -1,5 +1,5 @@
 """What the store upgrade tests of both backends check on a row written before the later
-schema steps (issue #22's columns): they read empty, and each is written and read back."""
+schema steps (the columns of docs/explanation/design-choices.md): they read empty, and each is written and read back."""
 
 from __future__ import annotations
 

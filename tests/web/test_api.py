@@ -316,7 +316,7 @@ def test_the_openapi_document_lists_every_route_and_the_bearer_scheme(site):
 
 
 def test_a_job_started_through_the_api_is_owned_by_the_tokens_name_and_listed_by_owner_and_requestor(site):
-    """DolphinDB's userID and IPF's jobRequestor (issue #22): the owner is the token's name, the
+    """DolphinDB's userID and IPF's jobRequestor (docs/explanation/design-choices.md): the owner is the token's name, the
     requestor what the body says; both are in the job's JSON and filter the list."""
     later = "2099-01-01 00:00:00"  # a one-time schedule far off: the jobs stay live (SCHEDULED)
     api, admin = site.client("operator"), site.client("admin")

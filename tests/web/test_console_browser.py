@@ -5,7 +5,7 @@ running job, kill a running job's task and resume a failed and a stopped job wit
 as a viewer, find no action buttons and get 403 on a forged POST, with and without the CSRF token.
 
 With FABRICJOBS_SCREENSHOTS=DIR the pages are also saved there (``scripts/screenshots`` keeps
-the README's in docs/).
+the docs' in docs/).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def shell(site: Site, text: str) -> None:
 
 
 def shoot(driver, name: str) -> None:
-    """The whole page (up to 2,000 pixels down), as the README shows it."""
+    """The whole page (up to 2,000 pixels down), as the docs show it."""
     if not SHOTS:
         return
     Path(SHOTS).mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""``GET /jobs/{type}/{name}/{uid}/log?follow=true`` (JOBLOG ... FOLLOW, issue #22) against a
+"""``GET /jobs/{type}/{name}/{uid}/log?follow=true`` (JOBLOG ... FOLLOW) against a
 real ``fabricjobs web`` process and a real node: the running run's lines as NDJSON as they
 come, the first one while the run still goes on."""
 

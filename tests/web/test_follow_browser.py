@@ -1,4 +1,4 @@
-"""The console's live log panel (JOBLOG ... FOLLOW, issue #22) in a real headless Chromium,
+"""The console's live log panel (JOBLOG ... FOLLOW) in a real headless Chromium,
 against a real ``fabricjobs web`` process and a real node: a running job's page shows its
 first line while the run goes on, then the next one, and says when the run has ended."""
 

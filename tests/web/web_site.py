@@ -14,7 +14,7 @@ from typing import Iterator
 import httpx
 import pytest
 from backends import BACKENDS
-from fabricjobs.testing.rig import same_cpu_priority
+from testkit.rig import same_cpu_priority
 from harness import Cluster, free_port, wait_for
 
 ROLES = ("viewer", "operator", "admin")

@@ -263,7 +263,7 @@ class History(ByName, Recent):
         return keys
 
     def delete_archived(self, before: datetime, limit: int = 10_000, keep: frozenset = frozenset()) -> int:
-        return 0  # archived rows expire by TTL (``keep`` cannot hold one back: see README, Retention)
+        return 0  # archived rows expire by TTL (``keep`` cannot hold one back: see docs/guides/cluster.md#retention)
 
     # -- a listener's file marks -------------------------------------------------------------------
 

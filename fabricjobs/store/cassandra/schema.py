@@ -8,7 +8,7 @@ from its keyspace and name), every schema statement is followed by a wait for sc
 and a schema that is still settling is waited out (SchemaManager): any number of nodes may
 start at once on an empty keyspace.
 
-Storage options, per table (the README's "Cassandra data model" says the same):
+Storage options, per table (docs/explanation/cassandra-data-model.md says the same):
 
 ``k2_jobs``          leveled compaction: rows are updated in place many times, and every read
                      is a single-row read that should touch one SSTable per level.
@@ -55,15 +55,15 @@ BY_NAME_SHARDS = 8  # k2_job_runs_by_name partitions per job name and day (bynam
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
-RUN_MODES = {"finishing": "boolean"}  # version 6: FINISHJOB (issue #22, SMILA's finish)
-RUN_ONCE = {"resume_at": "timestamp"}  # version 7: RUNJOB (issue #22, SMILA's runOnce)
-LATE = {"late_action": "text"}  # version 8: LATE_ACTION (issue #22, IPF's lateExecute)
-ON_FAILURE = {"on_failure": "text"}  # version 9: ON_FAILURE (issue #22, IPF's failureCommand)
-OWNERS = {"owner": "text", "requestor": "text"}  # version 10: DolphinDB's userID, IPF's jobRequestor (issue #22)
-CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (issue #22), with k2_calendars
-CLEANUP = {"delete_on_success": "text"}  # version 13: RJM's rjm_delete (issue #22)
-PARALLEL = {"parallelism": "int", "task_of": "text"}  # version 14: DolphinDB's tasks of a job (issue #22)
-SMILA_COUNTERS = {"failed_after_retry": "int", "failed_without_retry": "int", "canceled": "int"}  # version 15 (issue #22)
+RUN_MODES = {"finishing": "boolean"}  # version 6: FINISHJOB (SMILA's finish)
+RUN_ONCE = {"resume_at": "timestamp"}  # version 7: RUNJOB (SMILA's runOnce)
+LATE = {"late_action": "text"}  # version 8: LATE_ACTION (IPF's lateExecute)
+ON_FAILURE = {"on_failure": "text"}  # version 9: ON_FAILURE (IPF's failureCommand)
+OWNERS = {"owner": "text", "requestor": "text"}  # version 10: DolphinDB's userID, IPF's jobRequestor (docs/explanation/design-choices.md)
+CALENDAR = {"calendar": "text"}  # version 11: IPF's job calendar (docs/explanation/design-choices.md), with k2_calendars
+CLEANUP = {"delete_on_success": "text"}  # version 13: RJM's rjm_delete (docs/explanation/design-choices.md)
+PARALLEL = {"parallelism": "int", "task_of": "text"}  # version 14: DolphinDB's tasks of a job (docs/explanation/design-choices.md)
+SMILA_COUNTERS = {"failed_after_retry": "int", "failed_without_retry": "int", "canceled": "int"}  # version 15 (docs/explanation/design-choices.md)
 PLACEMENT = {"store_dc": "text", "store_serial": "text", "store_consistency": "text"}  # version 16: topology.py
 SCHEMA_WAIT = 180.0  # seconds a node waits for the schema to settle
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
@@ -356,7 +356,7 @@ class SchemaManager:
                 raise StoreError(f"keyspace {self.keyspace!r} has no fabricjobs schema; set [cassandra] CREATE_SCHEMA = true")
             raise StoreError(
                 f"Cassandra keyspace {self.keyspace!r} has schema version {version}; this fabricjobs needs "
-                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in the docs)"
+                f"{SCHEMA_VERSION}: upgrade it once with [cassandra] CREATE_SCHEMA = true (or the CQL in docs/guides/operations/upgrade.md)"
             )
         return self._upgrade(version)
 

@@ -119,20 +119,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         'CREATE INDEX k2_job_runs_end ON k2_job_runs ("end")',
     ),
-    # 3: FINISHJOB's flag (a run that completes, and no fire after it: issue #22, SMILA).
+    # 3: FINISHJOB's flag (a run that completes, and no fire after it: SMILA).
     3: ("ALTER TABLE k2_jobs ADD COLUMN finishing INTEGER NOT NULL DEFAULT 0",),
-    # 4: RUNJOB's kept fire (a run once now, the schedule unchanged: issue #22, SMILA's runOnce).
+    # 4: RUNJOB's kept fire (a run once now, the schedule unchanged: SMILA's runOnce).
     4: ("ALTER TABLE k2_jobs ADD COLUMN resume_at REAL",),
-    # 5: LATE_ACTION (IPF's late execution handler, issue #22).
+    # 5: LATE_ACTION (IPF's late execution handler).
     5: ("ALTER TABLE k2_jobs ADD COLUMN late_action TEXT NOT NULL DEFAULT ''",),
-    # 6: ON_FAILURE (IPF's failure command, issue #22).
+    # 6: ON_FAILURE (IPF's failure command).
     6: ("ALTER TABLE k2_jobs ADD COLUMN on_failure TEXT NOT NULL DEFAULT ''",),
-    # 7: a job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor), issue #22.
+    # 7: a job's owner (DolphinDB's userID) and requestor (IPF's jobRequestor).
     7: tuple(f"ALTER TABLE k2_jobs ADD COLUMN {c} TEXT NOT NULL DEFAULT ''" for c in ("owner", "requestor")),
-    # 8: calendars (IPF's job calendar, issue #22): the job's CALENDAR and the stored calendars.
+    # 8: calendars (IPF's job calendar): the job's CALENDAR and the stored calendars.
     8: ("ALTER TABLE k2_jobs ADD COLUMN calendar TEXT NOT NULL DEFAULT ''",
         "CREATE TABLE IF NOT EXISTS k2_calendars (name TEXT PRIMARY KEY, rules TEXT NOT NULL, updated TEXT NOT NULL)"),
-    # 9: a running run's log lines as they come (JOBLOG ... FOLLOW, issue #22); gone with the
+    # 9: a running run's log lines as they come (JOBLOG ... FOLLOW); gone with the
     # run records' retention clean-up (by written_at).
     9: (
         """
@@ -144,12 +144,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """,
         "CREATE INDEX k2_live_log_written ON k2_live_log (written_at)",
     ),
-    # 10: DELETE_ON_SUCCESS (RJM's rjm_delete, issue #22).
+    # 10: DELETE_ON_SUCCESS (RJM's rjm_delete).
     10: ("ALTER TABLE k2_jobs ADD COLUMN delete_on_success TEXT NOT NULL DEFAULT ''",),
-    # 11: PARALLELISM (DolphinDB's tasks of a job, issue #22).
+    # 11: PARALLELISM (DolphinDB's tasks of a job).
     11: ("ALTER TABLE k2_jobs ADD COLUMN parallelism INTEGER NOT NULL DEFAULT 0",
          "ALTER TABLE k2_jobs ADD COLUMN task_of TEXT NOT NULL DEFAULT ''"),
-    # 12: SMILA's counters of failed and cancelled runs (issue #22).
+    # 12: SMILA's counters of failed and cancelled runs (docs/explanation/design-choices.md).
     12: tuple(f"ALTER TABLE k2_jobs ADD COLUMN {c} INTEGER NOT NULL DEFAULT 0" for c in ("failed_after_retry", "failed_without_retry", "canceled")),
 }
 

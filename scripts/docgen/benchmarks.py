@@ -1,0 +1,113 @@
+"""docs/benchmarks.md from the result files under bench/results/.
+
+``scripts/bench.py ... --json`` writes one file per benchmark run (its date, commit, machine,
+Python, command, goals and figures); this page shows the latest file of each benchmark and
+backend, and names the older ones, which stay in bench/results/ as the history.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .reference import cell, header
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results"
+
+#: What each benchmark measures, in a sentence or two (scripts/bench.py's docstring says it all).
+ABOUT = {
+    "all": "Every sub-command of `scripts/bench.py` with its defaults: no-op jobs per second against huey and "
+           "the engine's own limit (throughput), due time to start of 200 recurring jobs (firelag), re-runs "
+           "after a SIGKILL (failover), a shell's cold start and an idle node's memory.",
+    "throughput --preload": "5,000 no-op jobs written before any node starts; the drain timed from the first "
+                            "run's start to the last run's end, for 1, 2 and 4 nodes on one SQLite file, against "
+                            "huey's consumer draining the same queue. Each system is measured in interleaved "
+                            "rounds and its median round is checked.",
+    "throughput": "No-op jobs per second on a real Apache Cassandra 5.0, set against the cluster's own raw rate "
+                  "of uncontended lightweight transactions from as many clients as nodes.",
+    "firelag and failover": "Due time to start of recurring jobs, and re-runs after a SIGKILL, on a real "
+                            "Apache Cassandra 5.0.",
+    "scale": "A reconcile pass and `jobstatus;` with a million archived rows (and their runs) against an empty "
+             "store: history must not make a node slower.",
+    "store CAS (bench_store.py)": "Compare-and-set claims through the SQLite store, alone and batched, next to "
+                                  "the same conditional UPDATE through bare sqlite3.",
+    "cost per job (bench_cassandra.py --real)": "Statements a job costs on Apache Cassandra, counted by the "
+                                                "store's own counters.",
+    "shell": "Cold start to first result of `fabricjobs shell -e 'jobstatus;'` on an empty SQLite store.",
+    "web": "The HTTP API's job list with a big history, and what the console's live view costs the store per "
+           "watching browser.",
+    "chaos soak": "`scripts/chaos.py`: node processes under random SIGKILLs, SIGSTOPs and restarts while they run "
+                  "recurring and one-time jobs; its checker proves from the runs' own records that nothing was "
+                  "lost, run twice at once, or written by a fenced run.",
+    "chaos soak --partitions": "The chaos soak with network faults between test hosts (network namespaces): "
+                               "nodes and replicas cut off, minorities, delay, loss, a slow heartbeat path.",
+    "user-space link (linkprobe)": "The relay behind the partition tests' delay and loss: round trips and its "
+                                   "own lateness on two fresh test hosts.",
+}
+
+
+def load_results() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(RESULTS.glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["_file"] = path.name
+        out.append(record)
+    return out
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    return ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers),
+            *("| " + " | ".join(cell(c) for c in row) + " |" for row in rows), ""]
+
+
+def _section(latest: dict[str, Any], older: list[dict[str, Any]]) -> list[str]:
+    title = f"{latest['benchmark']} ({latest['backend']})"
+    machine = latest.get("machine") or {}
+    where = ", ".join(f"{k} {v}" for k, v in machine.items() if k in ("nproc", "platform", "sqlite"))
+    out = [f"## {title}", ""]
+    if latest["benchmark"] in ABOUT:
+        out += [ABOUT[latest["benchmark"]], ""]
+    out += [f"{latest['date']}, commit {latest.get('commit') or 'not recorded'}, Python {latest.get('python', '?')}, "
+            f"{where}: `{latest.get('command', '')}`", ""]
+    if latest.get("goals"):
+        out += _table(["goal", "measured", ""],
+                      [[g["goal"], g["measured"], "met" if g["met"] else "**not met**"] for g in latest["goals"]])
+    for table in latest.get("tables", []):
+        out += [f"*{table['title']}*", "", *_table(table["headers"], table["rows"])]
+    if latest.get("notes"):
+        out += [latest["notes"], ""]
+    out.append(f"Result file: `bench/results/{latest['_file']}`.")
+    if older:
+        out.append(" Earlier: " + ", ".join(f"`{r['_file']}`" for r in older) + ".")
+    return [*out, ""]
+
+
+def benchmarks_page() -> str:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in load_results():
+        groups.setdefault((record["benchmark"], record["backend"]), []).append(record)
+    out = header("Benchmarks", "bench/results/*.json")
+    out += [
+        "Speed goals are shown by benchmarks that print figures, never by timed tests. Each run of",
+        "`scripts/bench.py SUBCOMMAND --json` (and of the other benchmark scripts, converted by hand) is a",
+        "result file under `bench/results/` with its date, commit, machine and Python; this page shows the",
+        "latest one of each benchmark and backend, and names the earlier ones.",
+        "",
+        "```sh",
+        ".venv/bin/python scripts/bench.py all --install-huey --json          # about 150 s; huey only for the comparison",
+        ".venv/bin/python scripts/bench.py throughput --preload --rounds 5 --json",
+        ".venv/bin/python scripts/bench.py throughput --backend cassandra-real --cassandra-nodes 3 --json",
+        ".venv/bin/python scripts/gen_docs.py                                 # this page, from the result files",
+        "```",
+        "",
+        "The figures come from a shared 2-core VM whose speed moves by a fifth from one minute to the next:",
+        "ratios measured within one run say more than absolute figures, and a goal is checked on the",
+        "median of interleaved rounds where the benchmark has them.",
+        "",
+    ]
+    for key in sorted(groups, key=lambda k: (k[1] != "sqlite", k[0])):
+        records = sorted(groups[key], key=lambda r: (r["date"], r["_file"]))
+        out += _section(records[-1], records[:-1])
+    return "\n".join(out).rstrip() + "\n"

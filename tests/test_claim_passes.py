@@ -1,0 +1,122 @@
+"""Claim passes: lost claims ask for a full pass, each batch of claims starts at once, and a
+run counts as ended only once it left the running gauge."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from node_parts import StoreWith, one_slot_node
+
+
+def test_claims_another_node_won_ask_for_a_full_pass_that_reads_the_nodes_again(tmp_path):
+    """A claim pass reads no nodes: lanes go by the live nodes of the last full pass. Lost
+    claims are the sign that a node started since: the next pass is a full one, once per lane
+    wait at most. Its first full pass, a node rings the nodes it sees, so that they count it in
+    their lanes at once."""
+    import json
+
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.store.base import NodeRow
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        rung: list[list[str]] = []
+
+        class Doorbell:
+            enabled = True
+
+            def ring(self, names):
+                rung.append(list(names))
+
+        node.reconciler.doorbell = Doorbell()
+        store.write_node(NodeRow(name="b", incarnation="i1", dc="DC1", host="h", pid=1, started=clock.now(),
+                                 version="x", beat=1, info=json.dumps({"heartbeat_ms": 500, "miss": 8})))
+        node.signals.full.clear()
+        with node.executor.holding_starts():
+            node.reconciler.run_pass(full=True)
+            node.reconciler.run_pass(full=True)
+        assert rung == [["b"]]  # once, at its first read of the nodes
+
+        now = clock.now()
+        key = JobKey("USER_JOB", "Customer.userJob1", "x")
+        store.insert(Job(key, Status.WAITING, now, next_run=now))
+
+        def cas_each(pairs, *args, **kwargs):  # node b wins the row first
+            row = store.get(key)
+            assert store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1)).applied
+            return store.cas_each(pairs, *args, **kwargs)
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each=cas_each)
+        node.signals.full.clear()
+        with node.executor.holding_starts():
+            claims.claim(clock.now(), full=False)
+        assert node.signals.full.is_set()  # the next pass reads the nodes
+
+
+def test_a_pass_starts_each_batch_of_claims_at_once(tmp_path):
+    """A pass commits each claim by itself: what one of its steps claimed (a due fire) starts
+    then, not after the pass's slower steps (chaos on Cassandra saw fires start 0.6 s late
+    behind them), and a batch's runs leave together, so that short ones share trains."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.executor import Executor
+    from fabricjobs.store.sqlite import SqliteStore
+
+    clock = ManualClock()
+    store = SqliteStore(tmp_path / "jobs.db")
+    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None)
+    launched: list = []
+    executor._launch = lambda *runs: launched.extend(run.key.uid for run in runs)
+
+    def claimed(uid: str) -> Job:
+        return Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
+                   epoch=1, start_time=clock.now(), next_run=clock.now() + timedelta(milliseconds=10))
+
+    with executor.holding_starts():  # a pass
+        executor.start(claimed("fire"), "ANY", False, 1)
+        executor.launch_held()  # the end of its claim batch
+        assert launched == ["fire"]
+        executor.start(claimed("later"), "ANY", False, 1)
+        assert launched == ["fire"]  # trains still form within a batch
+    assert launched == ["fire", "later"]
+    with pytest.raises(RuntimeError), executor.holding_starts():  # a step failed after a claim:
+        executor.start(claimed("claimed"), "ANY", False, 1)
+        raise RuntimeError("the pass's next step failed")
+    assert launched == ["fire", "later", "claimed"]  # ... its claim is committed, so it runs
+    store.close()
+
+
+def test_a_run_is_counted_as_ended_only_once_it_left_the_running_gauge(tmp_path):
+    """A scrape reads fabricjobs_executions_total before fabricjobs_running_jobs: counting a
+    run while it is still among the executor's runs let one scrape show it ended and running."""
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.executor import Executor
+    from fabricjobs.store.sqlite import SqliteStore
+    from fabricjobs.worker.runner import OK, Outcome
+
+    clock = ManualClock()
+    store = SqliteStore(tmp_path / "jobs.db")
+    running_when_counted: list[int] = []
+
+    class Metrics:
+        def execution(self, job_type: str, result: str) -> None:
+            running_when_counted.append(executor.running())
+
+    executor = Executor(store, clock, None, None, me="n1", max_tries=10, retry_delay=1.0, output_max=1000,
+                        log_max=1000, zone=None, on_scheduled=lambda row: None, on_freed=lambda: None,
+                        on_tasks_changed=lambda: None, metrics=Metrics())  # type: ignore[arg-type]
+    executor._launch = lambda *runs: None
+    for uid in ("a", "b"):
+        row = Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.IN_PROCESS, clock.now(), worker_id="n1",
+                  epoch=1, start_time=clock.now())
+        store.insert(row)
+        executor._finish_later(executor.start(row, "ANY", False, 1), Outcome(OK, output="{}"))
+    executor.flush()
+    assert running_when_counted == [1, 0]
+    assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", uid)).archived for uid in ("a", "b"))
+    store.close()

@@ -1,0 +1,87 @@
+"""What deploy/ ships: systemd units that systemd itself accepts, a node that tells its
+service manager when it is ready (sd_notify), and Prometheus alert rules that name only
+metrics a node serves (docs/guides/deployment.md, docs/guides/operations/monitoring.md)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.node.metrics import METRICS
+from fabricjobs.store import open_store
+from fabricjobs.config import load_config
+from testkit.rig import Rig, write_config
+
+ROOT = Path(__file__).resolve().parent.parent
+UNITS = sorted((ROOT / "deploy" / "systemd").glob("*.service"))
+
+
+def test_the_systemd_units_verify_clean(tmp_path):
+    """systemd-analyze verify checks every directive and that the binaries the units run exist:
+    the copies here run this environment's fabricjobs instead of /opt/fabricjobs's."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian: apt-get install systemd)")
+    exe = Path(sys.executable).with_name("fabricjobs")
+    assert exe.exists(), exe
+    assert [u.name for u in UNITS] == ["fabricjobs-node@.service", "fabricjobs-web.service"]
+    copies = []
+    for unit in UNITS:
+        text = unit.read_text()
+        assert "/opt/fabricjobs/bin/fabricjobs " in text
+        copy = tmp_path / unit.name
+        copy.write_text(text.replace("/opt/fabricjobs/bin/fabricjobs", str(exe)))
+        copies.append(str(copy))
+    r = subprocess.run([analyze, "verify", *copies], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+    node = UNITS[0].read_text()
+    for line in ("Type=notify", "Delegate=yes", "Restart=on-failure", "RestartPreventExitStatus=2", "KillMode=mixed"):
+        assert line in node.splitlines(), line
+
+
+def test_a_node_tells_its_service_manager_ready_after_its_first_heartbeat_and_stopping_at_sigterm(tmp_path):
+    """Type=notify: READY=1 comes once the node's row is in the store (the cluster sees it),
+    STOPPING=1 when SIGTERM begins its clean shutdown, and the node then exits 0."""
+    address = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(address)
+    listener.settimeout(60)
+    config = write_config(tmp_path / "config.ini", {"store": {"SQLITE_PATH": str(tmp_path / "jobs.db")},
+                                                      "heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500}})
+    rig = Rig(tmp_path, config)
+    store = None
+    try:
+        node = rig.spawn("n1", env={"NOTIFY_SOCKET": address})
+        ready = listener.recv(4096).decode()
+        store = open_store(load_config(config))
+        row = store.node("n1")  # read right when READY=1 arrived
+        assert "READY=1" in ready.splitlines() and f"MAINPID={node.pid}" in ready, ready
+        assert row is not None and row.pid == node.pid
+        node.signal(signal.SIGTERM)
+        stopping = listener.recv(4096).decode()
+        assert "STOPPING=1" in stopping.splitlines(), stopping
+        assert node.proc.wait(timeout=30) == 0
+    finally:
+        listener.close()
+        if store is not None:
+            store.close()
+        rig.kill_all()
+
+
+def test_the_example_alert_rules_parse_and_name_only_metrics_a_node_serves():
+    yaml = pytest.importorskip("yaml")
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "fabricjobs-alerts.yml").read_text())
+    served = {m.exposed for m in METRICS}
+    alerts = [r for group in rules["groups"] for r in group["rules"]]
+    assert len(alerts) >= 8
+    for rule in alerts:
+        assert rule["alert"].startswith("Fabricjobs") and rule["annotations"]["summary"]
+        for name in re.findall(r"\b(fabricjobs_\w+)", rule["expr"]):
+            assert re.sub(r"_(bucket|sum|count)$", "", name) in served, (rule["alert"], name)

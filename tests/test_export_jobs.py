@@ -1,0 +1,74 @@
+"""``fabricjobs export-jobs``: a store's calendars and live jobs as a script that makes them
+again on another store, whatever their parameters, and that may run twice
+(docs/guides/operations/backup.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from fabricjobs.client import Client
+from fabricjobs.config import load_config
+from fabricjobs.export import export_script
+from testkit.rig import write_config
+from harness import TESTS
+
+DEFINITION = ("affinity", "execution_interval", "depends_on", "time_zone", "late_threshold", "overlap", "late_action",
+              "on_failure", "requestor", "calendar", "delete_on_success", "priority", "parallelism")
+
+SETUP = """
+createcalendar 'holidays' exclude '2026-12-25' exclude '* * * * sat,sun';
+startjob user_job name='Probe.noop' uid='nightly' exec_interval='0 30 2 * * *' tz='Europe/Paris'
+    late_threshold='00:10:00' late_action='RUN' overlap='QUEUE' requestor='payments' calendar='holidays'
+    priority=7 affinity='DC1' on_failure='USER_JOB.Probe.noop';
+startjob user_job name='Probe.echo' uid='parent' hold=true args='{"value": "it''s here", "n": 3}';
+startjob user_job name='Probe.echo' uid='child' depends_on='USER_JOB.Probe.echo.parent' hold=true
+    delete_on_success='out/a.tmp,out/b.tmp';
+startjob process name='alloc.sh' uid='argv' args='{"0": "a b", "1": "--x=\\"y\\""}' exec_interval='01:00:00';
+startjob user_job name='Probe.part' uid='bill' parallelism=3 args='{"log": "/dev/null"}';
+"""
+
+
+def _config(tmp_path, name):
+    root = tmp_path / "cleanup"
+    root.mkdir(exist_ok=True)
+    return write_config(tmp_path / f"{name}.ini", {
+        "store": {"SQLITE_PATH": str(tmp_path / f"{name}.db")},
+        "jobs": {"USER_JOBS_DIR": str(TESTS / "jobs"),
+                 "PROCESS_JOBS_DIR": str(TESTS / "process"), "CLEANUP_ROOT": str(root)},
+    })
+
+
+def _definitions(client):
+    jobs = {str(j.key): j for j in client.store.live_jobs() if not j.parallelism}
+    out = {}
+    for key, j in jobs.items():
+        args = json.loads(j.arguments)
+        args.pop("session_scope", None)
+        out[key] = ({f: getattr(j, f) for f in DEFINITION}, args, j.status.name == "HELD")
+    return out
+
+
+def test_an_exported_script_makes_the_same_definitions_on_another_store_and_may_run_twice(tmp_path):
+    a_cfg, b_cfg = _config(tmp_path, "a"), _config(tmp_path, "b")
+    with Client.from_config(str(a_cfg)) as a:
+        a.run_script(SETUP)
+        script = export_script(a.store)
+        want = _definitions(a)
+        calendars = [(c.name, c.text) for c in a.store.calendars()]
+    assert len(want) == 4
+    assert "-- left out: USER_JOB.Probe.part.bill, a parallel job (PARALLELISM=3)" in script
+    assert script.index("UID='parent'") < script.index("UID='child'")  # parents first
+    with Client.from_config(str(b_cfg)) as b:
+        b.run_script(script)
+        assert _definitions(b) == want
+        assert [(c.name, c.text) for c in b.store.calendars()] == calendars
+        b.run_script(script)  # again: IF NOT EXISTS answers what is there, changes nothing
+        assert _definitions(b) == want
+        assert not [j for j in b.store.live_jobs() if j.parallelism]
+
+    printed = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(a_cfg), "export-jobs"],
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0 and printed.stdout == script, printed.stderr
+    assert load_config(a_cfg)  # the config is untouched and still valid

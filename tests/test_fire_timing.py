@@ -1,0 +1,320 @@
+"""Scheduled fires: prepared ahead by the fire lead and started at their due time, never
+before; claims and batches of fires being written; a retry keeps its due time
+(docs/explanation/nodes.md)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from node_parts import StoreWith, one_slot_node
+
+
+def test_a_fire_prepared_ahead_never_starts_before_its_due_time(monkeypatch):
+    """The worker waits for a prepared fire's due time on the clock the job sees; a pause
+    between two clock readings (a busy host) must not make it start early."""
+    from fabricjobs.worker import process as worker_module
+
+    class Clocks:  # monotonic and wall advance together; the first wall reading is paused 5 ms
+        def __init__(self):
+            self.mono, self.offset, self.paused = 100.0, 1_700_000_000.0, False
+
+        def monotonic(self):
+            return self.mono
+
+        def time(self):
+            if not self.paused:
+                self.paused = True
+                self.mono += 0.005
+            return self.mono + self.offset
+
+        def sleep(self, seconds):
+            self.mono += max(seconds, 0.0001)
+
+    clocks = Clocks()
+    monkeypatch.setattr(worker_module, "time", clocks)
+    due = clocks.mono + clocks.offset + 0.05
+    assert worker_module.wait_until(due, lambda: False)
+    assert clocks.time() >= due
+    assert not worker_module.wait_until(due + 0.5, lambda: True)  # aborted while waiting: no start
+
+
+def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
+    """The node's loop may claim a row the moment the scheduler writes it WAITING, while the
+    rest of the batch is still being written (LWT by LWT on Cassandra). A claim that does not
+    know the fire was prepared ahead starts it at once, before its due time (chaos on
+    Cassandra saw runs start 2 ms early): the scheduler marks it before the write."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    known_at_write: list[bool] = []
+
+    class LoopsView:  # what the node's loop would see at the instant each row is written
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def cas_many(self, pairs, runs=None, **kw):
+            known_at_write.extend(scheduler.prepared(new) for _, new in pairs)
+            return store.cas_many(pairs, runs, **kw)
+
+    scheduler = Scheduler(LoopsView(), clock, "n1", on_ready=lambda: None)
+    due = clock.now() + timedelta(milliseconds=30)  # within the fire lead
+    rows = [Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1) for uid in ("a", "b")]
+    for row in rows:
+        store.insert(row)
+    stale = store.get(rows[1].key)
+    store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node meanwhile
+    scheduler._fire([store.get(rows[0].key), stale])
+
+    assert known_at_write == [True, True]
+    fired, lost = store.get(rows[0].key), store.get(rows[1].key)
+    assert fired.status is Status.WAITING and scheduler.prepared(fired)
+    assert lost.status is Status.SCHEDULED and not scheduler.prepared(lost.replace(status=Status.WAITING))
+    store.close()
+
+
+def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(tmp_path):
+    """On Cassandra each fire of a batch is its own LWT: a claim pass during the write saw
+    eleven PRIORITY 4 fires and not the PRIORITY 9 one due the same second, and started them
+    first. While a batch is written, claims wait (``writing``); its end wakes the loop, also
+    when no row of it became ready; a write that takes longer than FIRE_WRITE_WAIT stops
+    holding them."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_WRITE_WAIT, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    during: list[bool] = []
+    woken: list[int] = []
+
+    class Writing:  # a claim pass asking at the instant the batch is written
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def cas_many(self, pairs, runs=None, **kw):
+            during.append(scheduler.writing())
+            clock.advance(FIRE_WRITE_WAIT + 0.1)
+            during.append(scheduler.writing())  # a write this long no longer holds claims
+            return store.cas_many(pairs, runs, **kw)
+
+    scheduler = Scheduler(Writing(), clock, "n1", on_ready=lambda: woken.append(1))
+    assert not scheduler.writing()
+    due = clock.now() + timedelta(milliseconds=30)
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "a"), Status.SCHEDULED, clock.now(),
+              execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)
+    store.insert(row)
+    stale = store.get(row.key)
+    store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node: nothing becomes ready
+    scheduler._fire([stale])
+    assert during == [True, False]
+    assert woken == [1]  # the pass that waited is woken
+    assert not scheduler.writing()
+    store.close()
+
+
+def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(tmp_path):
+    """The third cause of the burst failure on Apache Cassandra: a claim pass began before the
+    batch (``writing`` said no), its read of the PRIORITY 9 bucket came before the batch's LWT
+    and its read of the default bucket after, so it started the PRIORITY 4 fires first. A pass
+    during whose reads a batch began reads again: the PRIORITY 9 fire is claimed first."""
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        now = clock.now()
+        store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "b"), Status.WAITING, now, next_run=now, worker_id="a"))
+        urgent = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "urgent"), Status.SCHEDULED, now,
+                                  next_run=now, worker_id="a", epoch=1, priority=9, execution_interval="00:01:00")).row
+        reads: list[int] = []
+
+        def waiting_by_priority(*args, **kwargs):  # the batch's LWT lands right after this read
+            top = store.waiting_by_priority(*args, **kwargs)
+            reads.append(len(top))
+            if len(reads) == 1:
+                node.scheduler._fire([urgent])
+            return top
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, waiting_by_priority=waiting_by_priority)
+        claims.claim(clock.now())
+        assert store.get(urgent.key).status is Status.IN_PROCESS  # the one free slot: PRIORITY 9
+        assert reads[0] == 1 and len(reads) > 1  # read again, after the batch
+        assert store.get(JobKey("USER_JOB", "Customer.userJob1", "b")).status is Status.WAITING
+
+
+def test_a_claim_pass_reads_again_only_once_under_a_steady_stream_of_fires(tmp_path):
+    """On Cassandra a node with many recurring jobs writes batch after batch of fires: a pass
+    that read again whenever a batch began during its reads would never claim. It waits for
+    that batch and reads again once, then claims what it read."""
+
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        now = clock.now()
+        first = JobKey("USER_JOB", "Customer.userJob1", "first")
+        store.insert(Job(first, Status.WAITING, now - timedelta(seconds=1), next_run=now - timedelta(seconds=1)))
+        reads: list[int] = []
+
+        def waiting(*args, **kwargs):  # each read of the queue overlaps a new batch of fires
+            page = store.waiting(*args, **kwargs)
+            reads.append(len(page))
+            row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", f"tick{len(reads)}"), Status.SCHEDULED,
+                                   now, next_run=now, worker_id="a", epoch=1, execution_interval="00:00:01")).row
+            node.scheduler._fire([row])
+            return page
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, waiting=waiting)
+        claims.claim(clock.now())
+        assert store.get(first).status is Status.IN_PROCESS  # claimed, not starved by the fires
+        assert len(reads) == 2  # read once more, not once per batch
+
+
+def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait(tmp_path):
+    """A pass that read while a batch began waits for that batch: until its write returns, and
+    never longer than FIRE_WRITE_WAIT after it began (a slow store must not stop claims). So
+    does a pass that finds a batch being written right after one held it (``writing``): under
+    a steady stream of fires claims are held once, then wait, and go on."""
+    import threading
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_WRITE_WAIT, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    release, entered = threading.Event(), threading.Event()
+
+    def slow_cas_many(pairs, runs=None):
+        entered.set()
+        release.wait(30)
+        return store.cas_many(pairs, runs)
+
+    clock = ManualClock()
+    scheduler = Scheduler(StoreWith(store, cas_many=slow_cas_many), clock, "n1", on_ready=lambda: None)
+    try:
+        for uid in ("written", "slow"):
+            release.clear()
+            entered.clear()
+            row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                                   execution_interval="00:00:01", next_run=clock.now() + timedelta(seconds=1),
+                                   worker_id="n1", epoch=1)).row
+            firing = threading.Thread(target=scheduler._fire, args=([row],))
+            firing.start()
+            assert entered.wait(10)
+            if uid == "written":
+                assert scheduler.writing()  # a pass is held for the batch (its end wakes the loop) ...
+                threading.Timer(0.1, release.set).start()  # the write returns; no time passes for the bound
+                assert not scheduler.writing()  # ... but the next pass is not: it waits for the batch
+                assert release.is_set() and not scheduler.writing()
+            else:
+                threading.Timer(0.1, clock.advance, args=(FIRE_WRITE_WAIT + 0.1,)).start()  # the write goes on
+                scheduler.wait_written()
+                assert not release.is_set()  # returned on the bound, the batch still being written
+                release.set()
+            firing.join(10)
+    finally:
+        release.set()
+        store.close()
+
+
+def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_path):
+    """A fire is prepared ahead by as long as the node's recent fires took to reach a worker
+    (1.5 x their 90th percentile), never less than FIRE_LEAD nor more than FIRE_LEAD_MAX, so
+    that on a slow store (Cassandra: several LWT rounds per burst) jobs still start on time."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    scheduler = Scheduler(store, clock, "n1", on_ready=lambda: None)
+    assert scheduler.lead == FIRE_LEAD
+
+    def fire_and_dispatch(uid: str, took: float) -> None:
+        due = clock.now() + timedelta(seconds=0.02)
+        row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                               execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)).row
+        scheduler._fire([row])
+        clock.advance(took)  # claimed and handed to a worker this long after it was taken
+        scheduler.dispatched(row.key, due)
+
+    for i in range(7):
+        fire_and_dispatch(f"a{i}", 0.2)
+    assert scheduler.lead == FIRE_LEAD  # not from a handful of fires
+    fire_and_dispatch("a7", 0.2)
+    assert scheduler.lead == pytest.approx(0.3)  # 1.5 x 0.2 s
+    scheduler.dispatched(JobKey("USER_JOB", "Customer.userJob1", "other"), clock.now())  # not prepared here
+    assert scheduler.lead == pytest.approx(0.3)
+    for i in range(64):
+        fire_and_dispatch(f"b{i}", 2.0)
+    assert scheduler.lead == FIRE_LEAD_MAX
+    for i in range(64):
+        fire_and_dispatch(f"c{i}", 0.001)
+    assert scheduler.lead == FIRE_LEAD  # fast again: back to the least lead
+
+    # A prepared fire holds a pool slot until its due time: at 20 fires/s, a lead of 0.5 s
+    # would hold 10 slots; with max_ahead 4 the lead is cut to 0.2 s (never under FIRE_LEAD).
+    busy = Scheduler(store, clock, "n1", on_ready=lambda: None, max_ahead=4)
+    busy.lead = 0.5
+    due = clock.now() + timedelta(seconds=5)
+    rows = [store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", f"d{i}"), Status.SCHEDULED, clock.now(),
+                             execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)).row
+            for i in range(40)]
+    busy._fire(rows)  # 40 fires within the last 2 s: 20 per second
+    with busy._cond:
+        assert busy._lead() == pytest.approx(0.2)
+    clock.advance(2.5)  # the rate is measured over the last 2 s: nothing fired since
+    with busy._cond:
+        assert busy._lead() == pytest.approx(0.5)
+    store.close()
+
+
+def test_a_prepared_fire_starts_at_its_due_time_however_old_the_passes_now_is():
+    """Found in review: a claim step reads ``now`` when its (possibly long) pass began, while
+    the scheduler may prepare a fire up to the whole lead (1 s) after that. Bounding the wait
+    by that ``now`` made such a fire start at once, before its due time."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.decisions import claim
+
+    clock = ManualClock()
+    pass_began = clock.now()
+    due = pass_began + timedelta(seconds=1.6)  # prepared 1 s ahead, 0.6 s into a slow pass
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "u"), Status.WAITING, pass_began, next_run=due,
+              worker_id="n1", epoch=3)
+    _, mine = claim(row, "n1", pass_began, prepared=True)
+    assert mine.start_time == due and mine.epoch == 4
+    _, other = claim(row, "n2", pass_began, prepared=False)  # not prepared here: starts now
+    assert other.start_time == pass_began
+
+
+def test_a_retry_stands_for_the_same_due_time():
+    """A failed run goes back to WAITING with its due time kept: a recurring job's fixed rate
+    stays anchored on its fire, and the retry's current_job().due says which fire it is. This
+    node waits the retry delay; others may take it at once."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.jobs.context import FailMode
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.decisions import failed
+
+    clock = ManualClock()
+    due = clock.now()
+    clock.advance(2.5)
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "u"), Status.IN_PROCESS, due, next_run=due,
+              worker_id="n1", epoch=2, execution_interval="00:00:01")
+    _, retry = failed(row, "boom", FailMode.RETRY_UNTIL_MAX, clock.now(), max_tries=3, retry_delay=timedelta(seconds=1))
+    assert retry.status is Status.WAITING and retry.next_run == due and retry.tries == 1
+    assert retry.hold_until == clock.now() + timedelta(seconds=1)

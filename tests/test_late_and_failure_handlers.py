@@ -1,0 +1,96 @@
+"""IPF's late execution handler (LATE_ACTION) and failure command (ON_FAILURE), through
+``fabricjobs shell`` on real nodes."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+
+import pytest
+from harness import Cluster, module_two_nodes, wait_for, wait_records
+from harness import table_row as row
+
+cluster = module_two_nodes("lateandfailu")
+
+
+def _echoed(cluster, uid):
+    """The row (JSON) of the Probe.echo job ``uid`` once final, and the ARGS it was given."""
+    done = cluster.shell("-e", f"waitjob user_job 'Probe.echo' with uid='{uid}' timeout 20;", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (handler,) = json.loads(done.stdout)
+    return handler, json.loads(handler["Output"])["args"]
+
+
+def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
+    """Jobs due every second with a 1 s LATE_THRESHOLD, and no node up until their first fire
+    is more than a second late: SKIP (the default) skips it, RUN runs it, USER_JOB.Probe.echo
+    skips it and starts Probe.echo with the late job's key and due time in its ARGS."""
+    c = Cluster(tmp_path)
+    try:
+        script = "".join(
+            f"startjob user_job name='Probe.stamp' uid='{uid}' exec_interval='*/1 * * * * *' late_threshold='00:00:01' "
+            f"{action} args='{{\"log\": \"{tmp_path / uid}\"}}';" for uid, action in
+            (("skip", ""), ("run", "late_action='RUN'"), ("handled", "late_action='user_job.Probe.echo'")))
+        r = c.shell("-e", script)
+        assert r.returncode == 0, r.stderr
+        due = {uid: c.job("USER_JOB", "Probe.stamp", uid).next_run for uid in ("skip", "run", "handled")}
+        wait_for(lambda: time.time() > max(due.values()).timestamp() + 1.5, 5, "the first fires to be late")
+        c.start_node("local-1")
+        for uid in ("skip", "run", "handled"):
+            wait_records(tmp_path / uid, 1)
+
+        def first_fires():
+            """Each job's history lines for its first (late) fire, once every job has one: a
+            run's line is written with its outcome, a moment after the run wrote its record."""
+            history = {uid: list(c.fetch(f"jobhistory user_job 'Probe.stamp' with uid='{uid}' limit 100;")) for uid in due}
+            first = {uid: [h for h in history[uid] if h["Due"] == due[uid]] for uid in due}
+            return first if all(first.values()) else None
+
+        first = wait_for(first_fires, 20, "a history line for each job's first (late) fire", interval=0.1)
+        assert [h["Result"] for h in first["skip"]] == ["SKIPPED"]
+        assert [h["Result"] for h in first["run"]] == ["OK"]  # ran although late
+        assert [h["Result"] for h in first["handled"]] == ["SKIPPED"]
+        assert first["handled"][0]["Note"].endswith("(LATE_THRESHOLD 00:00:01); started USER_JOB.Probe.echo")
+
+        handler_uid = f"handled.late.{due['handled'].astimezone(timezone.utc):%Y%m%dT%H%M%S.%f}"[:-3]
+        handler, args = _echoed(c, handler_uid)
+        assert handler["Status"] == "PROCESSED"
+        assert args["late_job"] == "USER_JOB.Probe.stamp.handled" and args["uid"] == "handled"
+        assert datetime.fromisoformat(args["due"]) == due["handled"] and args["late_seconds"] > 1
+        for uid in due:
+            c.shell("-e", f"stopjob user_job name='Probe.stamp' uid='{uid}';")
+    finally:
+        c.stop_all()
+
+
+@pytest.mark.parametrize("param, bad, says", [
+    ("late_action", "LATER", "LATE_ACTION must be SKIP, RUN or <TYPE>.<NAME> of a late-handler job, got 'LATER'"),
+    ("late_action", "USER_JOB.os:system", "refused"),
+    ("on_failure", "RUN", "ON_FAILURE must be <TYPE>.<NAME> of a job, got 'RUN'"),
+    ("on_failure", "USER_JOB.Probe.nothing_here", "nothing_here"),
+])
+def test_the_job_a_setting_names_is_checked_before_anything_is_written(cluster, param, bad, says):
+    r = cluster.shell("-e", f"startjob user_job name='Probe.noop' uid='bad' {param}='{bad}';")
+    assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr
+    assert cluster.job("USER_JOB", "Probe.noop", "bad") is None
+
+
+def test_on_failure_starts_its_job_once_when_a_run_fails_for_good(cluster):
+    """Probe.fails_no_retry fails at once; Probe.always_fails after MAX_TRIES (3) tries: each
+    starts Probe.echo once, with its key, run (epoch) and error in the ARGS."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.fails_no_retry' uid='nr' on_failure='user_job.Probe.echo';"
+                            "startjob user_job name='Probe.always_fails' uid='af' on_failure='USER_JOB.Probe.echo';"
+                            "waitjob user_job 'Probe.fails_no_retry' with uid='nr' timeout 20;"
+                            "waitjob user_job 'Probe.always_fails' with uid='af' timeout 30;")
+    assert r.returncode == 0, r.stderr
+    assert row("USER_JOB", "Probe.fails_no_retry", "nr", "FAILED").search(r.stdout)
+    assert row("USER_JOB", "Probe.always_fails", "af", "FAILED").search(r.stdout)
+    for failed, uid in (("Probe.fails_no_retry", "nr"), ("Probe.always_fails", "af")):
+        job = cluster.job("USER_JOB", failed, uid)
+        handler, args = _echoed(cluster, f"{uid}.failed.{job.epoch}")
+        assert handler["Status"] == "PROCESSED" and args["failed_job"] == f"USER_JOB.{failed}.{uid}"
+        assert args["run"] == job.epoch and args["error"] == job.error_msg and job.error_msg
+    echoes = cluster.shell("-e", "jobstatus user_job 'Probe.echo' 1 day ago;", "--format", "json")
+    uids = sorted(e["UID"] for e in json.loads(echoes.stdout) if ".failed." in e["UID"])
+    assert [u.split(".failed.")[0] for u in uids] == ["af", "nr"]  # one each: a retried try starts none

@@ -1,0 +1,84 @@
+"""``fabricjobs init DIR`` on a fresh host, and ``fabricjobs --version``: what an operator
+meets before anything runs (docs/get-started/install.md)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+
+from fabricjobs import __version__
+from fabricjobs.config import KEYS, load_config
+from fabricjobs.store.sqlite.schema import SCHEMA_VERSION
+from testkit.rig import Rig, wait_for
+
+
+def fabricjobs(*args: str, cwd=None, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fabricjobs", *args], capture_output=True, text=True, timeout=60,
+                          cwd=cwd, env=env)
+
+
+def test_init_writes_a_node_directory_a_node_runs_on_as_it_is(tmp_path):
+    home = tmp_path / "srv" / "fj"
+    made = fabricjobs("init", str(home))
+    assert made.returncode == 0, made.stderr
+    assert f"--config {home / 'config.ini'} node" in made.stdout
+    config = home / "config.ini"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600  # it will hold the store's password
+    for d in ("jobs", "process_jobs"):  # a node refuses job directories others may write to
+        assert not stat.S_IMODE((home / d).stat().st_mode) & 0o022
+    text = config.read_text()
+    for key in KEYS:  # every key, documented
+        assert f"{key.name} =" in text, key.name
+    cfg = load_config(config)
+    assert cfg.warnings == ()
+    assert cfg.get("store", "SQLITE_PATH") == str(home / "fabricjobs.db")
+    assert cfg.get("jobs", "USER_JOBS_DIR") == str(home / "jobs")
+
+    rig = Rig(tmp_path, config)
+    try:
+        node = rig.spawn("n1")
+        rig.wait_started(node)
+        started = rig.cli("shell", "-e", "startjob user_job name='Hello.hello' uid='h1' args='{\"who\": \"you\", \"times\": 2}';")
+        assert started.returncode == 0, started.stderr
+        wait_for(lambda: "PROCESSED" in rig.cli("shell", "-e", "jobstatus user_job 'Hello.hello' with uid='h1';").stdout,
+                 30, "Hello.hello to run")
+        log = rig.cli("shell", "-e", "joblog user_job 'Hello.hello' with uid='h1';").stdout
+        assert "hello, you (2 of 2)" in log
+    finally:
+        rig.kill_all()
+
+
+def test_init_never_overwrites_and_changes_nothing_when_a_file_is_there(tmp_path):
+    home = tmp_path / "fj"
+    home.mkdir()
+    (home / "node.id").write_text("ANY:3\n")
+    refused = fabricjobs("init", str(home))
+    assert refused.returncode == 2
+    assert "already holds node.id" in refused.stderr and "Traceback" not in refused.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["node.id"]
+    assert (home / "node.id").read_text() == "ANY:3\n"
+
+
+def test_version_names_the_release_python_store_and_schema_versions(tmp_path):
+    cfg = tmp_path / "config.ini"
+    db = tmp_path / "jobs.db"
+    cfg.write_text(f"[store]\nSQLITE_PATH = {db}\n")
+    before = fabricjobs("--config", str(cfg), "--version")
+    assert before.returncode == 0, before.stderr
+    lines = before.stdout.splitlines()
+    assert lines[0] == f"fabricjobs {__version__}"
+    assert lines[1].startswith(f"Python {sys.version_info.major}.{sys.version_info.minor}.")
+    assert f"store: sqlite, schema version {SCHEMA_VERSION}" in lines[2] and "not created yet" in lines[2]
+    assert not db.exists()  # a version query creates no store
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION - 1}")
+    conn.close()
+    after = fabricjobs("--config", str(cfg), "--version")
+    assert f"{db}: schema version {SCHEMA_VERSION - 1}" in after.stdout
+    cassandra = tmp_path / "c.ini"
+    cassandra.write_text("[store]\nBACKEND = cassandra\n[cassandra]\nHOSTS = c1, c2\nKEYSPACE = jobs\n")
+    named = fabricjobs("--config", str(cassandra), "--version", env={**os.environ})
+    assert "store: cassandra, schema version" in named.stdout and "keyspace jobs on c1, c2" in named.stdout
