@@ -95,8 +95,11 @@ class ClusterClock:
 
     def timestamp(self) -> int:
         """A write timestamp (microseconds), each larger than the one before: the driver's
-        timestamp generator, so every plain write is stamped by Cassandra's time."""
-        now = int(self.now() * 1_000_000)
+        timestamp generator, so every plain write is stamped by Cassandra's time. While the
+        measurement is less sure than MAX_ERROR_SEC (a slow round trip at start-up), stamped
+        that much later: a write stamped late cannot fall under another process's sweep."""
+        late = self._error if MAX_ERROR_SEC < self._error < float("inf") else 0.0
+        now = int((self.now() + late) * 1_000_000)
         with self._lock:
             self._last_us = now = max(now, self._last_us + 1)
         return now
@@ -112,6 +115,12 @@ class ClusterClock:
     def error(self) -> float:
         """How far :meth:`now` may be from Cassandra's own clock (inf before any measurement)."""
         return self._error
+
+    @property
+    def sure(self) -> bool:
+        """Whether Cassandra's time is known within MAX_ERROR_SEC: only then may this process
+        sweep (sweep.py), a range delete dated by this clock."""
+        return self._error <= MAX_ERROR_SEC
 
     @property
     def refuses(self) -> bool:

@@ -91,8 +91,8 @@ class Queue(Index):
                     job = job.replace(blocked=True)
                 entries.append(_Entry(r["bucket"], r["shard"], next_run, key, r["revision"], _aware(r["written_at"]), job))
         for partition, live in seen.items():
-            if self._clock.refuses:
-                break  # tidying is left to hosts that may write (clock.py)
+            if self._clock.refuses or not self._clock.sure:
+                break  # tidying is left to hosts that may write, by a clock they know (clock.py)
             plan = self._sweeper.plan(partition, live, read_at=read_at, since=since, before=before,
                                       complete=limit is None or len(live) < limit)
             if plan is not None:
