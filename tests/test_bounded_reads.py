@@ -78,6 +78,7 @@ def test_a_page_of_the_job_list_reads_one_page_of_rows_whatever_the_number_of_li
     assert answer.status_code == 200, answer.text
     first = [j["uid"] for j in answer.json()["jobs"]]
     assert first == [f"u{i:05d}" for i in range(PAGE)]
+    print(f"\na page of {PAGE} among {LIVE} live jobs: {read} rows read")
     assert read <= one_page, f"{read} rows read for a page of {PAGE} among {LIVE} live jobs"
     cursor = answer.json()["next_cursor"]
     answer, read = _rows_read(store, lambda: client.get(f"/api/v1/jobs?limit={PAGE}&cursor={cursor}", headers=auth))
