@@ -13,6 +13,7 @@ from typing import Callable, Optional
 from cassandra.marshal import uint16_pack
 from cassandra.metadata import Murmur3Token
 
+from .errors import InvalidRequest
 from .values import CqlType, Desc, sort_key, to_bytes
 
 NEVER = None  # expiry of a non-expiring cell
@@ -60,6 +61,13 @@ class Table:
     @property
     def qualified(self) -> str:
         return f"{self.keyspace}.{self.name}"
+
+    def existing_column(self, name: str) -> Column:
+        """The column, or Cassandra's error for a name the table does not have."""
+        c = self.columns.get(name)
+        if c is None:
+            raise InvalidRequest(f"Undefined column name {name} in table {self.qualified}")
+        return c
 
     def ck_sort_key(self, ck: tuple):
         return tuple(Desc(sort_key(c.type, v)) if c.desc else sort_key(c.type, v)
