@@ -29,7 +29,7 @@ from .errors import InvalidRequest, ProtocolError, Unprepared, unsupported
 from .restrictions import (MULTI_FILTER_MSG, build_restrictions, check_clustering_prefix, clustering_predicate,
                            compare, filters_multi, range_bounds)
 from .storage import (Table, delete_partition, delete_range, delete_row, get_partition, live_view,
-                      sorted_partitions, sorted_rows, write_row)
+                      partition_key_bytes, sorted_rows, write_row)
 from .system_tables import build_system_keyspaces
 from .values import (BIGINT, BOOLEAN, INT, TIMESTAMP, TIMEUUID, UNSET, UUID_T, CqlType, Desc,
                      canonical_collection, from_bytes, from_constant, make_type, sort_key, to_bytes)
@@ -855,51 +855,23 @@ class Engine:
         limit = ctx.positive(plan.limit, "[limit]", "LIMIT")
         ppl = ctx.positive(plan.ppl, "[per_partition_limit]", "PER PARTITION LIMIT")
         page_size = opts.page_size if opts.page_size and opts.page_size > 0 else None
-        if plan.post_order and page_size and not plan.aggregate and (limit is None or limit > page_size):
+        if plan.post_order and page_size and not plan.aggregate:  # LIMIT or not: the rows are sorted after the read
             raise InvalidRequest("Cannot page queries with both ORDER BY and a IN restriction on the partition key; "
                                  "you must either remove the ORDER BY or the IN and sort client side, or disable "
                                  "paging for this query")
-        serial = opts.consistency in SERIAL_CLS
-        if keys is not None:
-            if serial and len(keys) != 1:
-                raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
-            parts = sorted_partitions(data, keys)
-        else:
-            if serial:
-                raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
-            parts = sorted_partitions(data)
-        if plan.token is not None:
-            keep = plan.token.scan(ctx) if keys is None else plan.token.filter(ctx)
-            parts = [p for p in parts if keep(p.token)]
-        pk_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.partition_key)
-                    if plan.pk_filter and c.name in plan.restr]
-        if plan.filters_multi:
-            raise InvalidRequest(MULTI_FILTER_MSG)
-        ck_pred = clustering_predicate(t, plan.restr, plan.multis, ctx)
-        reg_preds = [(x.col.name, x.predicate(ctx)) for x in plan.restr.values() if x.col.kind == "regular"]
-        found = []  # (position, partition, values, cells)
-        for p in parts:
-            if not all(pred(p.key[i]) for i, pred in pk_preds):
-                continue
-            for ck, row in sorted_rows(data, p, plan.reverse):
-                if not ck_pred(ck):
-                    continue
-                view = live_view(data, p, ck, row, now_s)
-                if view is None or not all(pred(view[0].get(n)) for n, pred in reg_preds):
-                    continue
-                if plan.distinct:
-                    ck = ()
-                ckey = t.ck_sort_key(ck)
-                found.append(((p.token, p.key_bytes, Desc(ckey) if plan.reverse else ckey), p, view[0], view[1], ck))
-                if plan.distinct:
-                    break
+        if opts.consistency in SERIAL_CLS and (keys is None or len(keys) != 1):
+            raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
+        rank = _partition_rank(t, keys)
+        found = self._found(plan, ctx, data, keys, rank, now_s)
         if plan.post_order:
-            found.sort(key=lambda f: f[0][2])
+            found.sort(key=lambda f: f[0][-1])
         returned, in_part, last_kb = 0, 0, None
         if opts.paging_state and not plan.aggregate:
-            last_pos, returned, in_part = self._decode_paging(t, opts.paging_state, plan.reverse)
-            last_kb = last_pos[1]
-            found = [f for f in found if f[0] > last_pos]
+            token, last_kb, ckey, returned, in_part = self._decode_paging(t, opts.paging_state, plan.reverse)
+            last_rank = rank(token, last_kb)
+            if last_rank is None:  # not a partition of this read
+                raise ProtocolError("Invalid value for the paging state")
+            found = [f for f in found if f[0] > last_rank + (ckey,)]
         if ppl is not None:
             counts, kept = {}, []
             for f in found:
@@ -926,10 +898,46 @@ class Engine:
         rows = [[i.get(ctx, f[2], f[3], now_s) for i in plan.items] for f in found]
         return Rows(plan.result_specs, rows, state, opts.skip_metadata)
 
+    def _found(self, plan: SelectPlan, ctx: Ctx, data: Table, keys: Optional[list], rank, now_s: int) -> list:
+        """The rows the restrictions select, in the order a read returns them: each
+        (position, partition, values, cells, clustering), position ordering them."""
+        t = plan.table
+        if keys is None:
+            parts = sorted(data.data.values(), key=lambda p: (p.token, p.key_bytes))
+        else:
+            parts = [p for p in (data.data.get(k) for k in keys) if p is not None]
+        if plan.token is not None:
+            keep = plan.token.scan(ctx) if keys is None else plan.token.filter(ctx)
+            parts = [p for p in parts if keep(p.token)]
+        pk_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.partition_key)
+                    if plan.pk_filter and c.name in plan.restr]
+        if plan.filters_multi:
+            raise InvalidRequest(MULTI_FILTER_MSG)
+        ck_pred = clustering_predicate(t, plan.restr, plan.multis, ctx)
+        reg_preds = [(x.col.name, x.predicate(ctx)) for x in plan.restr.values() if x.col.kind == "regular"]
+        found = []
+        for p in parts:
+            if not all(pred(p.key[i]) for i, pred in pk_preds):
+                continue
+            for ck, row in sorted_rows(data, p, plan.reverse):
+                if not ck_pred(ck):
+                    continue
+                view = live_view(data, p, ck, row, now_s)
+                if view is None or not all(pred(view[0].get(n)) for n, pred in reg_preds):
+                    continue
+                if plan.distinct:
+                    ck = ()
+                ckey = t.ck_sort_key(ck)
+                found.append((rank(p.token, p.key_bytes) + (Desc(ckey) if plan.reverse else ckey,),
+                              p, view[0], view[1], ck))
+                if plan.distinct:
+                    break
+        return found
+
     def _encode_paging(self, t: Table, last, returned: int, in_part: int) -> bytes:
-        (token, kb, _), _, _, _, ck = last
+        _, p, _, _, ck = last
         b = io.BytesIO()
-        b.write(b"\x01" + int64_pack(token) + int32_pack(len(kb)) + kb + uint16_pack(len(ck)))
+        b.write(b"\x01" + int64_pack(p.token) + int32_pack(len(p.key_bytes)) + p.key_bytes + uint16_pack(len(ck)))
         for c, v in zip(t.clustering, ck):
             vb = to_bytes(c.type, v)
             b.write(int32_pack(len(vb)) + vb)
@@ -937,6 +945,7 @@ class Engine:
         return b.getvalue()
 
     def _decode_paging(self, t: Table, state: bytes, reverse: bool):
+        """(token, key bytes, clustering sort key, rows returned, rows of the last partition)."""
         try:
             f = io.BytesIO(state)
             assert f.read(1) == b"\x01"
@@ -948,7 +957,7 @@ class Engine:
         except Exception:
             raise ProtocolError("Invalid value for the paging state") from None
         ckey = t.ck_sort_key(ck)
-        return (token, kb, Desc(ckey) if reverse else ckey), returned, in_part
+        return token, kb, Desc(ckey) if reverse else ckey, returned, in_part
 
 
 # ---- helpers --------------------------------------------------------------------------
@@ -978,6 +987,16 @@ def _func_name(f: P.Func) -> str:
 
 def _func_getter(f: P.Func):
     return lambda ctx, values, cells, now_s: ctx.call(f, values)
+
+
+def _partition_rank(t: Table, keys: Optional[list]):
+    """rank(token, key bytes) -> the partition's place in a read, None if it is not read: a scan
+    goes in token order; a read of named keys (EQ/IN) in the order of the key values, as
+    Cassandra sorts the IN values of a partition key (by its type), not by token."""
+    if keys is None:
+        return lambda token, kb: (token, kb)
+    order = {partition_key_bytes(t, k): i for i, k in enumerate(keys)}
+    return lambda token, kb: None if kb not in order else (order[kb],)
 
 
 def _pk_indexes(t: Table, r: dict) -> list:

@@ -249,14 +249,5 @@ def delete_range(table: Table, key: tuple, predicate, ts: int, bounds: Optional[
     p.ranges.append((predicate, ts, bounds))
 
 
-def sorted_partitions(table: Table, keys=None) -> list:
-    """Partitions in token order (as a real cluster returns them), optionally only the given keys."""
-    if keys is None:
-        parts = list(table.data.values())
-    else:
-        parts = [p for p in (table.data.get(k) for k in keys) if p is not None]
-    return sorted(parts, key=lambda p: (p.token, p.key_bytes))
-
-
 def sorted_rows(table: Table, p: Partition, reverse=False) -> list:
     return sorted(p.rows.items(), key=lambda kv: table.ck_sort_key(kv[0]), reverse=reverse)
