@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from testkit.rig import config_text, write_config
@@ -40,6 +41,9 @@ NODE_BACKENDS = ["sqlite", "cassandra-real" if "cassandra-real" in BACKENDS else
 SEED_BACKENDS = [b for b in ("sqlite", "cassandra") if not _ONLY or b in _ONLY]
 if _ONLY:
     NODE_BACKENDS = [b for b in NODE_BACKENDS if b in _ONLY]
+# Tests of the CQL test server's dialect through the driver (testkit/cqlserver): on the server, and
+# with the same assertions on Apache Cassandra when one is at hand (what keeps the double honest).
+CQL_TARGETS = ["double"] + (["real"] if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS") else [])
 
 
 def add_sections(path: Path, sections: dict[str, dict[str, object]]) -> Path:
@@ -163,3 +167,37 @@ def empty_keyspace(keyspace: str, keep: bool = True) -> bool:
     except Exception:
         drop_keyspace(keyspace)
         return False
+
+
+@contextmanager
+def cql_session(target: str, keyspace_prefix: str):
+    """A driver session in a new keyspace of ``target`` (a CQL_TARGETS name): a CQL test server
+    of its own, or the real cluster (protocol FABRICJOBS_CASSANDRA_PROTOCOL, 5 by default),
+    where the keyspace is dropped at the end."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+    from testkit.cqlserver import CqlTestServer
+
+    server = None
+    if target == "double":
+        server = CqlTestServer().__enter__()
+        hosts, port, protocol = [server.host], server.port, 4
+    else:
+        names, port = real_cluster()
+        hosts, protocol = names.split(","), int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "5"))
+    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy(hosts), request_timeout=30)
+    cluster = Cluster(hosts, port=port, protocol_version=protocol, schema_metadata_enabled=False,
+                      token_metadata_enabled=False, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+    keyspace = keyspace_prefix + uuid.uuid4().hex[:10]
+    try:
+        session = cluster.connect()
+        session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', "
+                        "'replication_factor': 1}")
+        session.set_keyspace(keyspace)
+        yield session
+    finally:
+        cluster.shutdown()
+        if server is not None:
+            server.__exit__(None, None, None)
+        else:
+            drop_keyspace(keyspace)

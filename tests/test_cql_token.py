@@ -8,71 +8,42 @@ The store walks k2_jobs page by page in token order (a repair pass):
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 
 import pytest
 from cassandra import InvalidRequest
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
 from cassandra.metadata import Murmur3Token
-from cassandra.policies import WhiteListRoundRobinPolicy
 from cassandra.protocol import SyntaxException
 from cassandra.query import SimpleStatement
 
-from backends import drop_keyspace, real_cluster
-from testkit.cqlserver import CqlTestServer
+from backends import CQL_TARGETS, cql_session
 
 MIN, MAX = -(1 << 63), (1 << 63) - 1
 PARTITIONS = 200
 TOKEN = "token(type, name, uid)"
 FILTER_MSG = "Cannot execute this query as it might involve data filtering"
-TARGETS = ["double"] + (["real"] if os.environ.get("FABRICJOBS_CASSANDRA_HOSTS") else [])
 
 
-def _connect(hosts: list, port: int, protocol: int):
-    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy(hosts), request_timeout=30)
-    cluster = Cluster(hosts, port=port, protocol_version=protocol, schema_metadata_enabled=False,
-                      token_metadata_enabled=False, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
-    return cluster, cluster.connect()
-
-
-@pytest.fixture(scope="module", params=TARGETS)
+@pytest.fixture(scope="module", params=CQL_TARGETS)
 def db(request):
     """A session in a fresh keyspace holding ``jobs`` (k2_jobs' key: PRIMARY KEY ((type, name,
     uid))) with PARTITIONS rows, and ``kc`` (one int partition key, a clustering column).
     Yields (session, {(type, name, uid): token the driver computes from the routing key})."""
-    server = None
-    if request.param == "double":
-        server = CqlTestServer().__enter__()
-        cluster, session = _connect([server.host], server.port, 4)
-    else:
-        hosts, port = real_cluster()
-        cluster, session = _connect(hosts.split(","), port, int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "5")))
-    keyspace = "tok_" + uuid.uuid4().hex[:10]
-    session.execute(f"CREATE KEYSPACE {keyspace} WITH replication = {{'class': 'SimpleStrategy', "
-                    "'replication_factor': 1}")
-    session.set_keyspace(keyspace)
-    session.execute("CREATE TABLE jobs (type text, name text, uid uuid, status text, PRIMARY KEY ((type, name, uid)))")
-    session.execute("CREATE TABLE kc (k int, c int, v int, PRIMARY KEY (k, c))")
-    insert = session.prepare("INSERT INTO jobs (type, name, uid, status) VALUES (?, ?, ?, ?)")
-    tokens = {}
-    for i in range(PARTITIONS):
-        key = (f"type{i % 3}", f"job{i}", uuid.UUID(int=i * 7919))
-        bound = insert.bind(key + ("queued",))
-        assert bound.routing_key is not None  # the driver's own serialization of the composite key
-        tokens[key] = Murmur3Token.from_key(bound.routing_key).value
-        session.execute(bound)
-    for k in range(1, 6):
-        session.execute("INSERT INTO kc (k, c, v) VALUES (%s, 1, %s)", (k, k))
-    try:
+    with cql_session(request.param, "tok_") as session:
+        session.execute("CREATE TABLE jobs (type text, name text, uid uuid, status text, PRIMARY KEY ((type, name, uid)))")
+        session.execute("CREATE TABLE kc (k int, c int, v int, PRIMARY KEY (k, c))")
+        insert = session.prepare("INSERT INTO jobs (type, name, uid, status) VALUES (?, ?, ?, ?)")
+        tokens = {}
+        for i in range(PARTITIONS):
+            key = (f"type{i % 3}", f"job{i}", uuid.UUID(int=i * 7919))
+            bound = insert.bind(key + ("queued",))
+            assert bound.routing_key is not None  # the driver's own serialization of the composite key
+            tokens[key] = Murmur3Token.from_key(bound.routing_key).value
+            session.execute(bound)
+        for k in range(1, 6):
+            session.execute("INSERT INTO kc (k, c, v) VALUES (%s, 1, %s)", (k, k))
         yield session, tokens
-    finally:
-        cluster.shutdown()
-        if server is not None:
-            server.__exit__(None, None, None)
-        else:
-            drop_keyspace(keyspace)
 
 
 def rejected(session, cql, message, params=None, exc=InvalidRequest):

@@ -21,9 +21,10 @@ says nothing about performance and is no substitute for a run against real Cassa
         print(server.stats.snapshot())
 
 Modules: ``server`` (sockets, dispatch, fault application), ``protocol`` (frames and message
-bodies), ``cql_parser`` (tokenizer and parser), ``engine`` (analysis, restrictions, execution),
-``storage`` (schema objects, cells/tombstones), ``tokens`` (token(): selectors, WHERE token
-restrictions over the ring), ``values`` (types and codecs),
+bodies), ``cql_parser`` (tokenizer and parser), ``engine`` (analysis, execution),
+``restrictions`` (WHERE restrictions on columns, one or several: merged and checked as
+Cassandra does), ``storage`` (schema objects, cells/tombstones), ``tokens`` (token():
+selectors, WHERE token restrictions over the ring), ``values`` (types and codecs),
 ``system_tables``, ``faults`` (fault rules, counters), ``control`` (side channel for a server in
 another process), ``errors``.
 """

@@ -452,16 +452,21 @@ class Parser:
         while self.accept_op(","):
             cols.append(self.ident())
         self.expect_op(")")
-        op = self.accept_op("<", "<=", ">", ">=")
+        op = self.accept_op("<", "<=", ">", ">=", "!=", "<>")
         if op is None:
             raise unsupported("Multi-column relations other than slices (<, <=, >, >=)")
+        if self.tok.kind == "op" and self.tok.value in ("?", ":"):
+            raise unsupported("A bind marker for a whole tuple in multi-column relations")
         self.expect_op("(")
         vals = [self.term()]
         while self.accept_op(","):
             vals.append(self.term())
         self.expect_op(")")
+        shown = f"({', '.join(term_text(v) for v in vals)})"
+        if op in ("!=", "<>"):
+            raise InvalidRequest(f'Unsupported "!=" relation: ({", ".join(cols)}) != {shown}')
         if len(vals) != len(cols):
-            raise InvalidRequest(f"Expected {len(cols)} elements in value tuple, but got {len(vals)}")
+            raise InvalidRequest(f"Expected {len(cols)} elements in value tuple, but got {len(vals)}: {shown}")
         return MultiRelation(cols, op, vals)
 
     def using(self, allow_ttl=True):

@@ -26,8 +26,10 @@ from .cql_parser import term_text
 from . import ddl, tokens
 from .ddl import MAX_TTL
 from .errors import InvalidRequest, ProtocolError, Unprepared, unsupported
-from .storage import (Bounds, Table, delete_partition, delete_range, delete_row, get_partition, live_view,
-                      sorted_partitions, sorted_rows, write_row)
+from .restrictions import (MULTI_FILTER_MSG, build_restrictions, check_clustering_prefix, clustering_predicate,
+                           compare, filters_multi, range_bounds)
+from .storage import (Table, delete_partition, delete_range, delete_row, get_partition, live_view,
+                      partition_key_bytes, sorted_rows, write_row)
 from .system_tables import build_system_keyspaces
 from .values import (BIGINT, BOOLEAN, INT, TIMESTAMP, TIMEUUID, UNSET, UUID_T, CqlType, Desc,
                      canonical_collection, from_bytes, from_constant, make_type, sort_key, to_bytes)
@@ -83,74 +85,6 @@ class SchemaChange:
 
 
 @dataclass
-class MultiSlice:
-    """Multi-column slices of a DELETE: ``(c1, ..., ck) > (...)`` and/or ``< (...)`` on a
-    prefix of the clustering columns, compared as tuples (like Cassandra)."""
-    columns: list  # Column, the longest of the two bounds' prefixes
-    lo: Any = None  # (op, [Column], [term])
-    hi: Any = None
-
-    def resolve(self, ctx: "Ctx"):
-        """(predicate(ck) -> bool, storage.Bounds or None) for bound values."""
-        ends = []
-        for bound in (self.lo, self.hi):
-            if bound is None:
-                ends.append(None)
-                continue
-            op, cols, terms = bound
-            key = []
-            for c, term in zip(cols, terms):
-                v = ctx.ev(term, c.type, c.name)
-                if v is None or v is UNSET:
-                    raise InvalidRequest(f"Invalid {'null' if v is None else 'unset'} value in condition for column {c.name}")
-                key.append(sort_key(c.type, v))
-            ends.append((op, tuple(key)))
-
-        def pred(ck):
-            for end in ends:
-                if end is None:
-                    continue
-                op, key = end
-                prefix = tuple(sort_key(c.type, v) for c, v in zip(self.columns, ck[:len(key)]))
-                if not _cmp(op, prefix, key):
-                    return False
-            return True
-        if any(c.desc for c in self.columns):
-            return pred, None
-        lo = None if ends[0] is None else Bounds.point(ends[0][1], low=True, inclusive=ends[0][0] == ">=")
-        hi = None if ends[1] is None else Bounds.point(ends[1][1], low=False, inclusive=ends[1][0] == "<=")
-        return pred, Bounds(lo, hi)
-
-
-def analyze_multi(table: Table, rels: list, binder: Binder) -> Optional[MultiSlice]:
-    if not rels:
-        return None
-    out = MultiSlice([])
-    for rel in rels:
-        cols = []
-        for name in rel.columns:
-            c = table.columns.get(name)
-            if c is None:
-                raise InvalidRequest(f"Undefined column name {name} in table {table.qualified}")
-            if c.kind != "clustering":
-                raise InvalidRequest(f"Multi-column relations can only be applied to clustering columns but was applied to: {name}")
-            cols.append(c)
-        if cols != table.clustering[:len(cols)]:
-            raise InvalidRequest("Clustering columns must appear in the PRIMARY KEY order in multi-column relations: "
-                                 f"({', '.join(rel.columns)}) {rel.op} (...)")
-        slot = "lo" if rel.op in (">", ">=") else "hi"
-        if getattr(out, slot) is not None:
-            raise InvalidRequest(f"More than one restriction was found for the {'start' if slot == 'lo' else 'end'} bound "
-                                 f"on {', '.join(rel.columns)}")
-        for c, term in zip(cols, rel.values):
-            binder.bind(term, table, c.name, c.type)
-        setattr(out, slot, (rel.op, cols, rel.values))
-        if len(cols) > len(out.columns):
-            out.columns = cols
-    return out
-
-
-@dataclass
 class Mutation:
     table: Table
     op: str  # write / delete_row / delete_range / delete_partition
@@ -162,23 +96,6 @@ class Mutation:
     pred: Any = None
     ts: Optional[int] = None  # USING TIMESTAMP
     bounds: Any = None  # a range deletion on the first clustering column only: storage.Bounds
-
-
-def _slice_bounds(t: Table, r: dict, ctx: "Ctx"):
-    """The bounds of a range deletion that restricts only the first clustering column by a
-    slice (what lets storage drop the range tombstones a newer, wider one covers); else None."""
-    first = t.clustering[0]
-    if any(c.name in r for c in t.clustering[1:]) or first.name not in r or r[first.name].eq_or_in or first.desc:
-        return None
-    ends = []
-    for low, bound in ((True, r[first.name].lo), (False, r[first.name].hi)):
-        if bound is None:
-            ends.append(None)
-        else:
-            op, term = bound
-            key = (sort_key(first.type, ctx.ev(term, first.type, first.name)),)
-            ends.append(Bounds.point(key, low=low, inclusive=op in (">=", "<=")))
-    return Bounds(*ends)
 
 
 # ---- evaluation of terms ------------------------------------------------------------------
@@ -264,71 +181,7 @@ def function_type(f: P.Func):
     return rtype, argtype
 
 
-# ---- restrictions ---------------------------------------------------------------------
-
-@dataclass
-class ColRestr:
-    col: Any
-    eq: Any = None
-    inn: Any = None  # list of terms, or a Marker bound to a list
-    lo: Any = None  # (op, term)
-    hi: Any = None
-
-    @property
-    def eq_or_in(self):
-        return self.eq is not None or self.inn is not None
-
-    def values(self, ctx: Ctx) -> list:
-        """EQ/IN values, validated non-null; IN values sorted and de-duplicated like Cassandra."""
-        c = self.col
-        if self.eq is not None:
-            raw = [self.eq]
-        elif isinstance(self.inn, P.Marker):
-            lst = ctx.ev(self.inn, make_type("list", (c.type,)), f"in({c.name})")
-            if lst is None or lst is UNSET:
-                raise InvalidRequest(f"Invalid {'null' if lst is None else 'unset'} value for IN restriction")
-            return sorted(set(lst), key=lambda v: sort_key(c.type, v))
-        else:
-            raw = self.inn
-        vals = []
-        for term in raw:
-            v = ctx.ev(term, c.type, c.name)
-            if v is None:
-                raise InvalidRequest(f"Invalid null value in condition for column {c.name}")
-            if v is UNSET:
-                raise InvalidRequest(f"Invalid unset value for column {c.name}")
-            vals.append(v)
-        if self.inn is not None:
-            uniq = {sort_key(c.type, v): v for v in vals}
-            vals = [uniq[k] for k in sorted(uniq)]
-        return vals
-
-    def predicate(self, ctx: Ctx):
-        c = self.col
-        if self.eq_or_in:
-            keys = {sort_key(c.type, v) for v in self.values(ctx)}
-            return lambda v: v is not None and sort_key(c.type, v) in keys
-        tests = []
-        for bound in (self.lo, self.hi):
-            if bound is None:
-                continue
-            op, term = bound
-            b = ctx.ev(term, c.type, c.name)
-            if b is None or b is UNSET:
-                raise InvalidRequest(f"Invalid {'null' if b is None else 'unset'} value in condition for column {c.name}")
-            tests.append((op, sort_key(c.type, b)))
-
-        def pred(v):
-            if v is None:
-                return False
-            k = sort_key(c.type, v)
-            return all(_cmp(op, k, b) for op, b in tests)
-        return pred
-
-
-def _cmp(op, a, b) -> bool:
-    return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "=": a == b, "!=": a != b}[op]
-
+# ---- bind markers ---------------------------------------------------------------------
 
 class Binder:
     """Assigns a column specification to every bind marker during analysis."""
@@ -357,69 +210,6 @@ class Binder:
             if s is None:
                 raise InvalidRequest(f"Bind marker {i} is used in a position the CQL test server cannot type")
         return self.specs
-
-
-def build_restrictions(table: Table, where: list, binder: Binder) -> dict:
-    out: dict = {}
-    for rel in where:
-        if isinstance(rel, P.MultiRelation):
-            raise unsupported("Multi-column relations outside DELETE")
-        c = table.columns.get(rel.column)
-        if c is None:
-            raise InvalidRequest(f"Undefined column name {rel.column} in table {table.qualified}")
-        if rel.op == "!=":
-            raise InvalidRequest(f'Unsupported "!=" relation: {c.name} != {term_text(rel.value)}')
-        if c.is_complex:
-            raise InvalidRequest(f"Collection column '{c.name}' ({c.type.cql()}) cannot be restricted by a "
-                                 f"'{rel.op if rel.op != 'IN' else 'IN'}' relation")
-        r = out.setdefault(c.name, ColRestr(c))
-        if r.eq is not None or (rel.op == "=" and (r.inn or r.lo or r.hi)):
-            raise InvalidRequest(f"{c.name} cannot be restricted by more than one relation if it includes an Equal")
-        if r.inn is not None or (rel.op == "IN" and (r.lo or r.hi)):
-            raise InvalidRequest(f"{c.name} cannot be restricted by more than one relation if it includes a IN")
-        if rel.op == "=":
-            r.eq = rel.value
-            binder.bind(rel.value, table, c.name, c.type)
-        elif rel.op == "IN":
-            r.inn = rel.value
-            if isinstance(rel.value, P.Marker):
-                binder.bind(rel.value, table, f"in({c.name})", make_type("list", (c.type,)))
-            else:
-                for term in rel.value:
-                    binder.bind(term, table, c.name, c.type)
-        else:
-            slot = "lo" if rel.op in (">", ">=") else "hi"
-            if getattr(r, slot) is not None:
-                which = "start" if slot == "lo" else "end"
-                raise InvalidRequest(f"More than one restriction was found for the {which} bound on {c.name}")
-            setattr(r, slot, (rel.op, rel.value))
-            binder.bind(rel.value, table, c.name, c.type)
-    return out
-
-
-def clustering_prefix_check(table: Table, restr: dict, allow_filtering: bool) -> bool:
-    """Checks the clustering restrictions form a prefix (EQ/IN ... then at most one slice).
-    Returns True if they do not (the query then needs filtering)."""
-    missing = prev_slice = None
-    needs = False
-    for c in table.clustering:
-        r = restr.get(c.name)
-        if r is None:
-            missing = missing or c
-            continue
-        if missing is not None:
-            needs = True
-            if not allow_filtering:
-                raise InvalidRequest(f'PRIMARY KEY column "{c.name}" cannot be restricted as preceding column '
-                                     f'"{missing.name}" is not restricted')
-        elif prev_slice is not None:
-            needs = True
-            if not allow_filtering:
-                raise InvalidRequest(f'Clustering column "{c.name}" cannot be restricted (preceding column '
-                                     f'"{prev_slice.name}" is restricted by a non-EQ relation)')
-        if not r.eq_or_in:
-            prev_slice = prev_slice or c
-    return needs
 
 
 # ---- plans --------------------------------------------------------------------------------
@@ -454,6 +244,8 @@ class SelectItem:
 class SelectPlan(Plan):
     items: list = field(default_factory=list)
     restr: dict = field(default_factory=dict)
+    multis: list = field(default_factory=list)  # restrictions.MultiSlice: (c1, c2) > (?, ?)
+    filters_multi: bool = False  # a multi-column slice would be a filter: refused at execution
     lookup: bool = False
     pk_filter: bool = False
     reverse: bool = False
@@ -475,7 +267,7 @@ class ModPlan(Plan):
     if_not_exists: bool = False
     ttl: Any = None
     ts: Any = None
-    multi: Optional[MultiSlice] = None  # DELETE ... WHERE (c1, c2) > (?, ?): a range deletion
+    multis: list = field(default_factory=list)  # DELETE ... WHERE (c1, c2) > (?, ?): a range deletion
 
     @property
     def is_lwt(self) -> bool:
@@ -622,7 +414,7 @@ class Engine:
         plan.aggregate = any(i.is_count for i in plan.items)
         token_rels, where = tokens.split(st.where)
         plan.token = tokens.analyze(t, token_rels, binder)
-        plan.restr = r = build_restrictions(t, where, binder)
+        plan.restr, plan.multis = r, multis = build_restrictions(t, where, binder, st.allow_filtering)
         pk_r = [r.get(c.name) for c in t.partition_key]
         plan.lookup = all(x is not None and x.eq_or_in for x in pk_r)
         key_range = not plan.lookup
@@ -632,8 +424,9 @@ class Engine:
             if any(x is not None and x.inn is not None for x in pk_r):
                 raise InvalidRequest("IN restrictions are not supported when the query involves filtering")
             plan.pk_filter = True
-        ck_restricted = any(c.name in r for c in t.clustering)
-        clustering_prefix_check(t, r, st.allow_filtering)
+        ck_restricted = bool(multis) or any(c.name in r for c in t.clustering)
+        check_clustering_prefix(t, r, multis, st.allow_filtering)
+        plan.filters_multi = filters_multi(t, r, multis)
         if key_range and ck_restricted and not st.allow_filtering:
             raise InvalidRequest(FILTER_MSG)
         if any(c.kind == "regular" for c in (x.col for x in r.values())) and not st.allow_filtering:
@@ -657,9 +450,7 @@ class Engine:
             raise InvalidRequest("ORDER BY is only supported when the partition key is restricted by an EQ or an IN.")
         flags = set()
         for i, (name, direction) in enumerate(st.order_by):
-            c = t.columns.get(name)
-            if c is None:
-                raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+            c = t.existing_column(name)
             if c.kind != "clustering":
                 raise InvalidRequest(f"Order by is currently only supported on the clustered columns of the "
                                      f"PRIMARY KEY, got {name}")
@@ -682,9 +473,7 @@ class Engine:
             refs += [s.column] if s.column else [a.name for a in getattr(s.func, "args", ()) if isinstance(a, P.ColRef)]
             c = None
             if s.column is not None:
-                c = t.columns.get(s.column)
-                if c is None:
-                    raise InvalidRequest(f"Undefined column name {s.column} in table {t.qualified}")
+                c = t.existing_column(s.column)
             if s.kind == "column":
                 items.append(SelectItem(s.alias or c.name, c.type, _getter(c.name)))
             elif s.kind == "count":
@@ -703,8 +492,8 @@ class Engine:
             else:
                 rtype, _ = function_type(s.func)
                 for a in s.func.args:
-                    if isinstance(a, P.ColRef) and a.name not in t.columns:
-                        raise InvalidRequest(f"Undefined column name {a.name} in table {t.qualified}")
+                    if isinstance(a, P.ColRef):
+                        t.existing_column(a.name)
                 name = s.alias or _func_name(s.func)
                 items.append(SelectItem(name, rtype, _func_getter(s.func)))
         if st.distinct:
@@ -732,23 +521,19 @@ class Engine:
                 raise InvalidRequest("The column names contains duplicates")
             where = []
             for name, term in zip(st.columns, st.values):
-                c = t.columns.get(name)
-                if c is None:
-                    raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+                c = t.existing_column(name)
                 if c.kind == "regular":
                     plan.sets.append((c, term))
                     binder.bind(term, t, c.name, c.type)
                 else:
                     where.append(P.Relation(name, "=", term))
-            plan.restr = build_restrictions(t, where, binder)
+            plan.restr, _ = build_restrictions(t, where, binder)
             plan.if_not_exists = st.if_not_exists
         else:
             if isinstance(st, P.Update):
                 seen = set()
                 for name, term in st.assignments:
-                    c = t.columns.get(name)
-                    if c is None:
-                        raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+                    c = t.existing_column(name)
                     if c.kind != "regular":
                         raise InvalidRequest(f"PRIMARY KEY part {name} found in SET part")
                     if name in seen:
@@ -758,27 +543,16 @@ class Engine:
                     binder.bind(term, t, c.name, c.type)
             else:
                 for name in st.columns:
-                    c = t.columns.get(name)
-                    if c is None:
-                        raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+                    c = t.existing_column(name)
                     if c.kind != "regular":
                         raise InvalidRequest(f"Invalid identifier {name} for deletion (should not be a PRIMARY KEY part)")
                     plan.delete_cols.append(c)
             token_rels, where = tokens.split(st.where)
             plan.token = tokens.analyze(t, token_rels, binder)
-            multis = [w for w in where if isinstance(w, P.MultiRelation)]
-            if multis and stype != "DELETE":
-                raise unsupported(f"Multi-column relations in {stype}")
-            plan.restr = build_restrictions(t, [w for w in where if not isinstance(w, P.MultiRelation)], binder)
-            plan.multi = analyze_multi(t, multis, binder)
-            if plan.multi is not None and any(c.name in plan.restr for c in t.clustering):
-                c = next(c for c in t.clustering if c.name in plan.restr)
-                raise InvalidRequest(f"{c.name} cannot be restricted by more than one relation if it includes an Equal")
+            plan.restr, plan.multis = build_restrictions(t, where, binder)
             plan.if_exists = st.if_exists
             for rel in st.conditions:
-                c = t.columns.get(rel.column)
-                if c is None:
-                    raise InvalidRequest(f"Undefined column name {rel.column} in table {t.qualified}")
+                c = t.existing_column(rel.column)
                 if c.kind != "regular":
                     raise InvalidRequest(f"PRIMARY KEY column '{c.name}' cannot have IF conditions")
                 if c.is_complex and rel.op not in ("=", "!=", "IN"):
@@ -821,27 +595,19 @@ class Engine:
             raise InvalidRequest("Only EQ and IN relation are supported on the partition key (unless you use the "
                                  f"token() function) for {stype} statements")
         if stype != "DELETE":
-            if any(not r[c.name].eq_or_in for c in t.clustering if c.name in r):
+            if plan.multis or any(not r[c.name].eq_or_in for c in t.clustering if c.name in r):
                 raise InvalidRequest(f"Slice restrictions are not supported on the clustering columns in {stype} statements")
             missing = [c.name for c in t.clustering if c.name not in r]
             if missing:
                 raise InvalidRequest(f"Some clustering keys are missing: {', '.join(missing)}")
             return
-        clustering_prefix_check(t, r, allow_filtering=False)
-        if plan.multi is not None:
-            if plan.delete_cols:
-                raise InvalidRequest("Range deletions are not supported for specific columns")
-            if plan.is_lwt:
-                raise InvalidRequest("DELETE statements must restrict all PRIMARY KEY columns with equality relations "
-                                     "in order to use IF conditions")
-            return
-        full = all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
+        check_clustering_prefix(t, r, plan.multis, allow_filtering=False)
+        full = not plan.multis and all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
+        if not full and plan.is_lwt:  # every DELETE applies to regular columns here: no static columns
+            raise InvalidRequest("DELETE statements must restrict all PRIMARY KEY columns with equality relations "
+                                 "in order to delete non static columns")
         if not full and plan.delete_cols:
             raise InvalidRequest("Range deletions are not supported for specific columns")
-        if not full and plan.is_lwt:
-            c = next(c for c in t.clustering if c.name not in r or not r[c.name].eq_or_in)
-            raise InvalidRequest("DELETE statements must restrict all PRIMARY KEY columns with equality relations "
-                                 f"in order to use IF conditions, but column '{c.name}' is not restricted")
 
     def _validate_batch(self, plan: BatchPlan):
         if plan.ttl is not None:
@@ -922,7 +688,7 @@ class Engine:
         for k in keys:
             if len(k) == 1 and to_bytes(t.partition_key[0].type, k[0]) == b"":
                 raise InvalidRequest("Key may not be empty")
-        full = all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
+        full = not plan.multis and all(c.name in r and r[c.name].eq_or_in for c in t.clustering)
         ts = None
         if plan.ts is not None:
             ts = ctx.ev(plan.ts, BIGINT, "[timestamp]")
@@ -930,9 +696,6 @@ class Engine:
                 raise InvalidRequest("Invalid null value of timestamp")
             ts = None if ts is UNSET else ts
         out = []
-        if plan.multi is not None:
-            pred, bounds = plan.multi.resolve(ctx)
-            return [Mutation(t, "delete_range", k, pred=pred, ts=ts, bounds=bounds) for k in keys]
         if plan.stype in ("INSERT", "UPDATE"):
             ttl = ctx.ttl_value(plan.ttl, t)
             values = {}
@@ -954,11 +717,11 @@ class Engine:
                     else:
                         out.append(Mutation(t, "delete_row", k, ck, ts=ts))
             return out
-        if not any(c.name in r for c in t.clustering):
+        if not plan.multis and not any(c.name in r for c in t.clustering):
             return [Mutation(t, "delete_partition", k, ts=ts) for k in keys]
-        preds = [(i, r[c.name].predicate(ctx)) for i, c in enumerate(t.clustering) if c.name in r]
-        pred = lambda ck, preds=preds: all(p(ck[i]) for i, p in preds)  # noqa: E731
-        return [Mutation(t, "delete_range", k, pred=pred, ts=ts, bounds=_slice_bounds(t, r, ctx)) for k in keys]
+        pred = clustering_predicate(t, r, plan.multis, ctx)
+        bounds = range_bounds(t, r, plan.multis, ctx)
+        return [Mutation(t, "delete_range", k, pred=pred, ts=ts, bounds=bounds) for k in keys]
 
     def _apply(self, muts: list, default_ts: int, force_ts: bool = False):
         now_s = self.now_s()
@@ -1003,7 +766,7 @@ class Engine:
             return equal if op == "=" else not equal
         if v is None:
             raise InvalidRequest(f'Invalid comparison with null for operator "{op}"')
-        return actual is not None and _cmp(op, sort_key(col.type, actual), sort_key(col.type, v))
+        return actual is not None and compare(op, sort_key(col.type, actual), sort_key(col.type, v))
 
     def _cas(self, items: list, opts: QueryOptions, batch: bool) -> Rows:
         key, all_muts, conds, wildcard, cond_cols = None, [], {}, False, []
@@ -1092,49 +855,23 @@ class Engine:
         limit = ctx.positive(plan.limit, "[limit]", "LIMIT")
         ppl = ctx.positive(plan.ppl, "[per_partition_limit]", "PER PARTITION LIMIT")
         page_size = opts.page_size if opts.page_size and opts.page_size > 0 else None
-        if plan.post_order and page_size and not plan.aggregate and (limit is None or limit > page_size):
+        if plan.post_order and page_size and not plan.aggregate:  # LIMIT or not: the rows are sorted after the read
             raise InvalidRequest("Cannot page queries with both ORDER BY and a IN restriction on the partition key; "
                                  "you must either remove the ORDER BY or the IN and sort client side, or disable "
                                  "paging for this query")
-        serial = opts.consistency in SERIAL_CLS
-        if keys is not None:
-            if serial and len(keys) != 1:
-                raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
-            parts = sorted_partitions(data, keys)
-        else:
-            if serial:
-                raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
-            parts = sorted_partitions(data)
-        if plan.token is not None:
-            keep = plan.token.scan(ctx) if keys is None else plan.token.filter(ctx)
-            parts = [p for p in parts if keep(p.token)]
-        pk_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.partition_key)
-                    if plan.pk_filter and c.name in plan.restr]
-        ck_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.clustering) if c.name in plan.restr]
-        reg_preds = [(x.col.name, x.predicate(ctx)) for x in plan.restr.values() if x.col.kind == "regular"]
-        found = []  # (position, partition, values, cells)
-        for p in parts:
-            if not all(pred(p.key[i]) for i, pred in pk_preds):
-                continue
-            for ck, row in sorted_rows(data, p, plan.reverse):
-                if not all(pred(ck[i]) for i, pred in ck_preds):
-                    continue
-                view = live_view(data, p, ck, row, now_s)
-                if view is None or not all(pred(view[0].get(n)) for n, pred in reg_preds):
-                    continue
-                if plan.distinct:
-                    ck = ()
-                ckey = t.ck_sort_key(ck)
-                found.append(((p.token, p.key_bytes, Desc(ckey) if plan.reverse else ckey), p, view[0], view[1], ck))
-                if plan.distinct:
-                    break
+        if opts.consistency in SERIAL_CLS and (keys is None or len(keys) != 1):
+            raise InvalidRequest("SERIAL/LOCAL_SERIAL consistency may only be requested for one partition at a time")
+        rank = _partition_rank(t, keys)
+        found = self._found(plan, ctx, data, keys, rank, now_s)
         if plan.post_order:
-            found.sort(key=lambda f: f[0][2])
+            found.sort(key=lambda f: f[0][-1])
         returned, in_part, last_kb = 0, 0, None
         if opts.paging_state and not plan.aggregate:
-            last_pos, returned, in_part = self._decode_paging(t, opts.paging_state, plan.reverse)
-            last_kb = last_pos[1]
-            found = [f for f in found if f[0] > last_pos]
+            token, last_kb, ckey, returned, in_part = self._decode_paging(t, opts.paging_state, plan.reverse)
+            last_rank = rank(token, last_kb)
+            if last_rank is None:  # not a partition of this read
+                raise ProtocolError("Invalid value for the paging state")
+            found = [f for f in found if f[0] > last_rank + (ckey,)]
         if ppl is not None:
             counts, kept = {}, []
             for f in found:
@@ -1161,10 +898,46 @@ class Engine:
         rows = [[i.get(ctx, f[2], f[3], now_s) for i in plan.items] for f in found]
         return Rows(plan.result_specs, rows, state, opts.skip_metadata)
 
+    def _found(self, plan: SelectPlan, ctx: Ctx, data: Table, keys: Optional[list], rank, now_s: int) -> list:
+        """The rows the restrictions select, in the order a read returns them: each
+        (position, partition, values, cells, clustering), position ordering them."""
+        t = plan.table
+        if keys is None:
+            parts = sorted(data.data.values(), key=lambda p: (p.token, p.key_bytes))
+        else:
+            parts = [p for p in (data.data.get(k) for k in keys) if p is not None]
+        if plan.token is not None:
+            keep = plan.token.scan(ctx) if keys is None else plan.token.filter(ctx)
+            parts = [p for p in parts if keep(p.token)]
+        pk_preds = [(i, plan.restr[c.name].predicate(ctx)) for i, c in enumerate(t.partition_key)
+                    if plan.pk_filter and c.name in plan.restr]
+        if plan.filters_multi:
+            raise InvalidRequest(MULTI_FILTER_MSG)
+        ck_pred = clustering_predicate(t, plan.restr, plan.multis, ctx)
+        reg_preds = [(x.col.name, x.predicate(ctx)) for x in plan.restr.values() if x.col.kind == "regular"]
+        found = []
+        for p in parts:
+            if not all(pred(p.key[i]) for i, pred in pk_preds):
+                continue
+            for ck, row in sorted_rows(data, p, plan.reverse):
+                if not ck_pred(ck):
+                    continue
+                view = live_view(data, p, ck, row, now_s)
+                if view is None or not all(pred(view[0].get(n)) for n, pred in reg_preds):
+                    continue
+                if plan.distinct:
+                    ck = ()
+                ckey = t.ck_sort_key(ck)
+                found.append((rank(p.token, p.key_bytes) + (Desc(ckey) if plan.reverse else ckey,),
+                              p, view[0], view[1], ck))
+                if plan.distinct:
+                    break
+        return found
+
     def _encode_paging(self, t: Table, last, returned: int, in_part: int) -> bytes:
-        (token, kb, _), _, _, _, ck = last
+        _, p, _, _, ck = last
         b = io.BytesIO()
-        b.write(b"\x01" + int64_pack(token) + int32_pack(len(kb)) + kb + uint16_pack(len(ck)))
+        b.write(b"\x01" + int64_pack(p.token) + int32_pack(len(p.key_bytes)) + p.key_bytes + uint16_pack(len(ck)))
         for c, v in zip(t.clustering, ck):
             vb = to_bytes(c.type, v)
             b.write(int32_pack(len(vb)) + vb)
@@ -1172,6 +945,7 @@ class Engine:
         return b.getvalue()
 
     def _decode_paging(self, t: Table, state: bytes, reverse: bool):
+        """(token, key bytes, clustering sort key, rows returned, rows of the last partition)."""
         try:
             f = io.BytesIO(state)
             assert f.read(1) == b"\x01"
@@ -1183,7 +957,7 @@ class Engine:
         except Exception:
             raise ProtocolError("Invalid value for the paging state") from None
         ckey = t.ck_sort_key(ck)
-        return (token, kb, Desc(ckey) if reverse else ckey), returned, in_part
+        return token, kb, Desc(ckey) if reverse else ckey, returned, in_part
 
 
 # ---- helpers --------------------------------------------------------------------------
@@ -1213,6 +987,16 @@ def _func_name(f: P.Func) -> str:
 
 def _func_getter(f: P.Func):
     return lambda ctx, values, cells, now_s: ctx.call(f, values)
+
+
+def _partition_rank(t: Table, keys: Optional[list]):
+    """rank(token, key bytes) -> the partition's place in a read, None if it is not read: a scan
+    goes in token order; a read of named keys (EQ/IN) in the order of the key values, as
+    Cassandra sorts the IN values of a partition key (by its type), not by token."""
+    if keys is None:
+        return lambda token, kb: (token, kb)
+    order = {partition_key_bytes(t, k): i for i, k in enumerate(keys)}
+    return lambda token, kb: None if kb not in order else (order[kb],)
 
 
 def _pk_indexes(t: Table, r: dict) -> list:

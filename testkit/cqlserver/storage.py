@@ -13,6 +13,7 @@ from typing import Callable, Optional
 from cassandra.marshal import uint16_pack
 from cassandra.metadata import Murmur3Token
 
+from .errors import InvalidRequest
 from .values import CqlType, Desc, sort_key, to_bytes
 
 NEVER = None  # expiry of a non-expiring cell
@@ -60,6 +61,13 @@ class Table:
     @property
     def qualified(self) -> str:
         return f"{self.keyspace}.{self.name}"
+
+    def existing_column(self, name: str) -> Column:
+        """The column, or Cassandra's error for a name the table does not have."""
+        c = self.columns.get(name)
+        if c is None:
+            raise InvalidRequest(f"Undefined column name {name} in table {self.qualified}")
+        return c
 
     def ck_sort_key(self, ck: tuple):
         return tuple(Desc(sort_key(c.type, v)) if c.desc else sort_key(c.type, v)
@@ -239,15 +247,6 @@ def delete_range(table: Table, key: tuple, predicate, ts: int, bounds: Optional[
     if bounds is not None:
         p.ranges = [r for r in p.ranges if not (r[2] is not None and r[1] <= ts and r[2].within(bounds))]
     p.ranges.append((predicate, ts, bounds))
-
-
-def sorted_partitions(table: Table, keys=None) -> list:
-    """Partitions in token order (as a real cluster returns them), optionally only the given keys."""
-    if keys is None:
-        parts = list(table.data.values())
-    else:
-        parts = [p for p in (table.data.get(k) for k in keys) if p is not None]
-    return sorted(parts, key=lambda p: (p.token, p.key_bytes))
 
 
 def sorted_rows(table: Table, p: Partition, reverse=False) -> list:

@@ -43,9 +43,7 @@ def check_call(t: Table, f: P.Func, binder, marker_name: Callable[[int], str]) -
     for i, (arg, c) in enumerate(zip(f.args, pk)):
         ok = True
         if isinstance(arg, P.ColRef):
-            col = t.columns.get(arg.name)
-            if col is None:
-                raise InvalidRequest(f"Undefined column name {arg.name} in table {t.qualified}")
+            col = t.existing_column(arg.name)
             ok = col.type == c.type
         elif isinstance(arg, P.Const) and arg.kind != "NULL":
             try:
@@ -80,8 +78,7 @@ def selector(t: Table, f: P.Func, binder):
 
 def _check_columns(t: Table, names: list) -> None:
     for name in names:
-        if name not in t.columns:
-            raise InvalidRequest(f"Undefined column name {name} in table {t.qualified}")
+        t.existing_column(name)
     pk = [c.name for c in t.partition_key]
     if names == pk:
         return
