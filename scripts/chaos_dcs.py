@@ -108,13 +108,18 @@ class DcBackend(RealCassandraBackend):
         t = time.monotonic()
         node = NodeProcess.spawn(name, config, log, cwd=cluster.tmp, log_level="warning",
                                  env={"PYTHONPATH": pythonpath_with(ROOT)})
+        code: int | None = None
         try:
             code = node.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
-            node.end()
+            pass
+        finally:  # also on Ctrl-C: it runs in a session of its own
+            if node.alive():
+                node.end()
+        if code is None:
             raise ChaosError(f"a node at SERIAL_CONSISTENCY = LOCAL_SERIAL in {dc} beside nodes of other DCs "
                              f"({', '.join(elsewhere)}) was still running after 120 s; it should refuse to start:\n"
-                             + node.log()[-1500:]) from None
+                             + node.log()[-1500:])
         took = time.monotonic() - t
         text = node.log()
         said = [line for line in text.splitlines() if line.startswith("fabricjobs:")]
