@@ -1662,7 +1662,10 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     signal.signal(signal.SIGTERM, _on_sigterm)
     rng = random.Random(seed)
-    again = " --partitions" if args.partitions else f" --dcs {args.dcs}" if args.dcs != 1 else ""
+    again = " --partitions" if args.partitions else "".join(  # what a rerun needs besides --seed
+        (f" --backend {args.backend}" if args.backend != "sqlite" else "",
+         f" --dcs {args.dcs}" if args.dcs != 1 else "",
+         f" --cassandra-nodes {args.cassandra_nodes}" if args.cassandra_nodes is not None else ""))
     print(f"chaos: seed {seed} (rerun with --seed {seed}{again}); backend "
           f"{args.backend}{', network partitions' if args.partitions else ''}"
           f"{f', {args.dcs} data centres' if args.dcs != 1 else ''}; {args.nodes} nodes "
@@ -1871,8 +1874,7 @@ def main() -> int:
                         print("    " + item)
                         printed += 1
             print(f"fault timeline: on stderr{' and in ' + args.json if args.json else ''}; "
-                  f"rerun with --seed {seed}{'' if args.backend == 'sqlite' else ' --backend ' + args.backend}"
-                  f"{f' --dcs {args.dcs}' if args.dcs != 1 else ''}")
+                  f"rerun with --seed {seed}{again}")
             print("fault timeline (kind, node, start, end, ready):", file=sys.stderr)
             for f in cluster.faults:
                 print(f"  {f.kind:8s} {f.node:8s} {fmt_t(f.start)} end {fmt_t(f.end)} ready {fmt_t(f.ready)} {f.note}",
