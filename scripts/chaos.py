@@ -51,6 +51,16 @@ Run
   ms on what one node sends (net-slow-heartbeat). A fault of a node's host is a fault of that
   node; a replica cut off, delay and loss are faults of the store (node "cassandra@<address>"
   or "network").
+  --dcs 2 (with --backend cassandra-real; scripts/chaos_dcs.py): --cassandra-nodes (2) Cassandra
+  nodes in two data centres (node i in dc<i % 2 + 1>), keyspace NetworkTopologyStrategy with
+  one replica per DC per node of it up to 3 (dc1=1, dc2=1), QUORUM / SERIAL; the fabricjobs
+  nodes (4) dealt between the DCs the same way, each with LOCAL_DC (and [node] DC) of its own.
+  Before the faults, a node with SERIAL_CONSISTENCY = LOCAL_SERIAL in dc2 must refuse to start
+  beside them (the report prints its message). Instead of the Cassandra faults above, one DC's
+  Cassandra node is SIGSTOPped for 10 s (cassandra-stop), the first after 4-8 s, the next 20-30 s
+  after the previous one ended, alternating DCs, each only if it ends before the quiet tail
+  (the first one always). With one replica per DC, QUORUM is every replica: each pause stops
+  every store request for its 10 s, and the fabricjobs nodes self-fence and recover.
   Before the faults start, each node runs one 0.3 s job per pool slot (pinned to it by
   AFFINITY, not checked), so that the soak does not begin with a burst of worker forks.
   No fault begins in the last 3 s, so the last ones end near the end of --duration. Then the
@@ -131,6 +141,7 @@ Checker (a failure prints the seed and the offending records, and exits 1)
 
 usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000] [--partitions]
                                          [--recurring N] [--backend sqlite|cassandra|cassandra-real]
+                                         [--dcs 2] [--cassandra-nodes N]
                                          [--cassandra-hosts HOST[:PORT],...] [--reconcile-ms MS]
                                          [--json FILE] [--keep] [--verbose]
 Progress goes to stderr, the result to stdout; exit status 0 only when every check passed.
@@ -167,7 +178,7 @@ from fabricjobs.commands import parse_script  # noqa: E402
 from fabricjobs.errors import StoreError  # noqa: E402
 from fabricjobs.model import JobKey, Status  # noqa: E402
 from testkit.rig import (  # noqa: E402
-    NodeProcess, Rig, RigTimeout, process_cpu_seconds, pythonpath_with, signal_group, stat_fields, wait_for,
+    NodeProcess, Rig, RigTimeout, merged, process_cpu_seconds, pythonpath_with, signal_group, stat_fields, wait_for,
     write_config,
 )
 
@@ -269,7 +280,8 @@ class Node:
             if self.cluster.closing:
                 raise ChaosError(f"node {self.name} not started: the run is ending")
             self.current = self.cluster.rig.spawn(self.name, log_level="warning", env={"PYTHONPATH": pythonpath_with(ROOT)},
-                                                  prefix=self.cluster.backend.node_prefix(self.name))
+                                                  prefix=self.cluster.backend.node_prefix(self.name),
+                                                  config=self.cluster.node_config(self.name))
         self.logs.append(self.current.log_path)
         return time.time()
 
@@ -579,6 +591,13 @@ class Backend:
         """What a node's command runs under (--partitions: its test host's ``ip netns exec``)."""
         return []
 
+    def node_sections(self, name: str) -> dict[str, dict]:
+        """Config keys of node ``name`` over the shared ones (--dcs: its data centre)."""
+        return {}
+
+    def before_faults(self, cluster: "Cluster") -> None:
+        """Once the nodes are up and warm, before the faults begin (--dcs: the refusal check)."""
+
     def mark(self) -> None:
         """The faults begin (for the report's figures)."""
 
@@ -692,6 +711,7 @@ class RealCassandraBackend(Backend):
     # displacement read and its row write, one after the other, and the tick between beats
     lapse_lag = 2 * REAL_TIMEOUT + 1.0
     probe_what = "store read (one row every 100 ms, QUORUM): latency"
+    fault_thread = "cassandra-faults"  # the thread of _fault_loop, which a subclass may replace
 
     def __init__(self, args) -> None:
         super().__init__(args)
@@ -745,7 +765,7 @@ class RealCassandraBackend(Backend):
             return
         mine = random.Random(rng.randrange(2**31))  # a stream of its own: the seed fixes it
         t = self._faults = threading.Thread(target=self._fault_loop, args=(cluster, mine, t_last),
-                                            name="cassandra-faults", daemon=True)
+                                            name=self.fault_thread, daemon=True)
         cluster.fault_threads.append(t)
         t.start()
 
@@ -760,38 +780,45 @@ class RealCassandraBackend(Backend):
             kind = first.pop(0) if first else rng.choice(["cassandra-stop", "cassandra-kill"])
             i = rng.randrange(len(self.cc.hosts))
             pause, down = rng.uniform(3, 8), rng.uniform(1, 5)
-            fault = Fault(kind, f"cassandra@{self.cc.hosts[i]}", time.time())
-            with cluster.lock:
-                cluster.faults.append(fault)
-            with self._lock:
-                self._busy = i
-            log_line(f"fault: {kind} {self.cc.hosts[i]}", always=False)
-            try:
-                if kind == "cassandra-stop":
-                    self.cc.kill_node(i, signal.SIGSTOP)
-                    time.sleep(pause)
-                    self.cc.kill_node(i, signal.SIGCONT)
-                    fault.end = fault.ready = time.time()
-                    fault.note += f"paused {pause:.2f} s; "
-                else:
-                    self.cc.kill_node(i, signal.SIGKILL)
-                    time.sleep(down)
-                    fault.end = time.time()
-                    if self._closed:
-                        return
-                    self.cc.start_node(i)
-                    fault.ready = time.time()
-                    fault.note += f"down {down:.2f} s, restarted in {fault.ready - fault.end:.1f} s; "
-            except Exception as exc:
+            if not self._inject(cluster, kind, i, pause if kind == "cassandra-stop" else down):
+                return
+            next_at = time.time() + rng.uniform(5, 12)
+
+    def _inject(self, cluster: "Cluster", kind: str, i: int, seconds: float, note: str = "") -> bool:
+        """One fault of Cassandra node i, recorded: SIGSTOP for ``seconds`` then SIGCONT
+        (cassandra-stop), or SIGKILL, down ``seconds``, restarted (cassandra-kill). False when
+        it failed (recorded in fault_errors) or the run is ending: no more faults then."""
+        fault = Fault(kind, f"cassandra@{self.cc.hosts[i]}", time.time(), note=note)
+        with cluster.lock:
+            cluster.faults.append(fault)
+        with self._lock:
+            self._busy = i
+        log_line(f"fault: {kind} {self.cc.hosts[i]} {note}".rstrip(), always=False)
+        try:
+            if kind == "cassandra-stop":
+                self.cc.kill_node(i, signal.SIGSTOP)
+                time.sleep(seconds)
+                self.cc.kill_node(i, signal.SIGCONT)
+                fault.end = fault.ready = time.time()
+                fault.note += f"paused {seconds:.2f} s; "
+            else:
+                self.cc.kill_node(i, signal.SIGKILL)
+                time.sleep(seconds)
+                fault.end = time.time()
                 if self._closed:
-                    return
+                    return False
+                self.cc.start_node(i)
+                fault.ready = time.time()
+                fault.note += f"down {seconds:.2f} s, restarted in {fault.ready - fault.end:.1f} s; "
+        except Exception as exc:
+            if not self._closed:
                 cluster.fault_errors.append(f"{kind} of {self.cc.hosts[i]}: {exc}")
                 fault.note += f"error: {exc}; "
-                return
-            finally:
-                with self._lock:
-                    self._busy = None
-            next_at = time.time() + rng.uniform(5, 12)
+            return False
+        finally:
+            with self._lock:
+                self._busy = None
+        return not self._closed
 
     def close(self) -> None:
         self._closed = True
@@ -855,9 +882,19 @@ class Cluster:
         sections.update(self.backend.start(self.tmp))
         self.settings = sections
         write_config(self.config_path, sections)
+        self._node_configs: dict[str, Path | None] = {}
         self.submit_client = Client.from_config(self.config_path)
         self.monitor_client = Client.from_config(self.config_path)
         self.monitor_store = self.monitor_client.store
+
+    def node_config(self, name: str) -> Path | None:
+        """Node ``name``'s own config.ini when the backend sets keys of its own, else None (the
+        shared one); written once, so a restart comes back with the same settings."""
+        if name not in self._node_configs:
+            extra = self.backend.node_sections(name)
+            self._node_configs[name] = write_config(self.tmp / f"config-{name}.ini", merged(self.settings, extra)) \
+                if extra else None
+        return self._node_configs[name]
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -1563,6 +1600,12 @@ def main() -> int:
                          "network namespace), and a network fault every 5-15 s besides the process faults: a node "
                          "cut off, a node with one replica of three, a replica cut off, delay, loss, a slow "
                          "heartbeat path (scripts/chaos_partitions.py; implies --backend cassandra-real)")
+    ap.add_argument("--dcs", type=int, default=1,
+                    help="cassandra-real: Cassandra nodes in this many data centres (e.g. 2), fabricjobs nodes dealt "
+                         "between them, and one DC's Cassandra node SIGSTOPped for 10 s at a time instead of the "
+                         "Cassandra faults (scripts/chaos_dcs.py)")
+    ap.add_argument("--cassandra-nodes", type=int, default=None,
+                    help="with --dcs: how many Cassandra nodes (default: one per DC)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: a random one, printed)")
     ap.add_argument("--nodes", type=int, default=None, help="node processes (4; 3 on cassandra-real)")
     ap.add_argument("--jobs", type=int, default=None, help="jobs in all (2000; 300 on cassandra-real)")
@@ -1595,6 +1638,14 @@ def main() -> int:
         from chaos_partitions import PartitionBackend
 
         backend: Backend = PartitionBackend(args)
+    elif args.dcs != 1 or args.cassandra_nodes is not None:
+        if args.backend != "cassandra-real" or args.cassandra_hosts or args.dcs < 2:
+            ap.error("--dcs N (2 or more) and --cassandra-nodes go with --backend cassandra-real, without "
+                     "--cassandra-hosts or --partitions: the run starts (and pauses) Cassandra nodes of its own")
+        sys.modules.setdefault("chaos", sys.modules[__name__])  # chaos_dcs builds on this module
+        from chaos_dcs import DcBackend
+
+        backend = DcBackend(args)
     else:
         backend = BACKENDS[args.backend](args)
     if args.duration is None:
@@ -1610,8 +1661,13 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(1, 2**31)
     signal.signal(signal.SIGTERM, _on_sigterm)
     rng = random.Random(seed)
-    print(f"chaos: seed {seed} (rerun with --seed {seed}{' --partitions' if args.partitions else ''}); backend "
-          f"{args.backend}{', network partitions' if args.partitions else ''}; {args.nodes} nodes "
+    again = " --partitions" if args.partitions else "".join(  # what a rerun needs besides --seed
+        (f" --backend {args.backend}" if args.backend != "sqlite" else "",
+         f" --dcs {args.dcs}" if args.dcs != 1 else "",
+         f" --cassandra-nodes {args.cassandra_nodes}" if args.cassandra_nodes is not None else ""))
+    print(f"chaos: seed {seed} (rerun with --seed {seed}{again}); backend "
+          f"{args.backend}{', network partitions' if args.partitions else ''}"
+          f"{f', {args.dcs} data centres' if args.dcs != 1 else ''}; {args.nodes} nodes "
           f"(heartbeat {HEARTBEAT_MS} ms x {HEARTBEAT_MISS}, reconcile {args.reconcile_ms} ms, pool {POOL}); "
           f"{args.jobs} jobs ({args.jobs - recurring} one-time, {recurring // 2} interval, "
           f"{recurring - recurring // 2} cron); {args.duration:g} s of faults", flush=True)
@@ -1634,6 +1690,7 @@ def main() -> int:
                  "soak is not a burst of worker forks)")
         warm_up(cluster)
         log_line("warm")
+        backend.before_faults(cluster)
         backend.mark()
         watcher.start()
         probe = backend.probe(cluster.config_path, JobKey("USER_JOB", JOB_NAME, f"w-{next(iter(cluster.nodes))}-000"))
@@ -1816,7 +1873,7 @@ def main() -> int:
                         print("    " + item)
                         printed += 1
             print(f"fault timeline: on stderr{' and in ' + args.json if args.json else ''}; "
-                  f"rerun with --seed {seed}{'' if args.backend == 'sqlite' else ' --backend ' + args.backend}")
+                  f"rerun with --seed {seed}{again}")
             print("fault timeline (kind, node, start, end, ready):", file=sys.stderr)
             for f in cluster.faults:
                 print(f"  {f.kind:8s} {f.node:8s} {fmt_t(f.start)} end {fmt_t(f.end)} ready {fmt_t(f.ready)} {f.note}",

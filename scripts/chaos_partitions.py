@@ -24,7 +24,6 @@ a re-run or a missed fire only through a lease lapse of the node that held the j
 from __future__ import annotations
 
 import random
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -41,6 +40,7 @@ class PartitionBackend(RealCassandraBackend):
     network; network faults instead of the Cassandra process faults of cassandra-real."""
 
     name = "cassandra-real"
+    fault_thread = "network-faults"
 
     def __init__(self, args) -> None:
         super().__init__(args)
@@ -76,14 +76,7 @@ class PartitionBackend(RealCassandraBackend):
     def node_prefix(self, name: str) -> list[str]:
         return self.net.host(name).command([]) if self.net is not None else []
 
-    def start_faults(self, cluster, rng: random.Random, t_last: float) -> None:
-        mine = random.Random(rng.randrange(2**31))  # a stream of its own: the seed fixes it
-        t = self._faults = threading.Thread(target=self._loop, args=(cluster, mine, t_last),
-                                            name="network-faults", daemon=True)
-        cluster.fault_threads.append(t)
-        t.start()
-
-    def _loop(self, cluster, rng: random.Random, t_last: float) -> None:
+    def _fault_loop(self, cluster, rng: random.Random, t_last: float) -> None:
         kinds = list(KINDS)
         rng.shuffle(kinds)  # every kind once first, in an order the seed draws; then any
         next_at = time.time() + rng.uniform(5, 15)

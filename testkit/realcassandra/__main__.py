@@ -1,14 +1,21 @@
 """Command line of the real-Cassandra runner (scripts/cassandra runs it with the project's venv).
 
-    start [--nodes N] [--dir DIR] ...   start a fresh cluster; when ready, the last line on stdout
+    start [--nodes N] [--dcs D] [--dir DIR] ...
+                                        start a fresh cluster; when ready, the last line on stdout
                                         is HOSTS=<ip>[,<ip>...] PORT=<port>
     stop [--dir DIR] [--wipe]           stop what start started (by pid, from DIR/cluster.json)
-    status [--dir DIR]                  one line per node (state, pid, RSS), then HOSTS=... PORT=...
+    status [--dir DIR]                  one line per node (DC, state, pid, RSS), then HOSTS=... PORT=...
     start-node I | stop-node I | restart-node I | kill-node I [--signal KILL|STOP|CONT]
     nodetool [--dir DIR] I ARGS...      nodetool against node I (options before I)
     resolve [--version V]               fetch the jars with Maven (once); print their directory
 
 I is a node's 0-based index in HOSTS, or its address. Progress goes to stderr.
+
+Data centres: one, "datacenter1" (what a stock node calls its DC), unless --dcs D: then node i
+is in DC "dc<i % D + 1>" (--nodes 3 --dcs 2: dc1 = nodes 0 and 2, dc2 = node 1), each node's
+cassandra-rackdc.properties says so (GossipingPropertyFileSnitch), the first node of each DC is
+a seed, and start prints one DC=<dc>:<ip>[,<ip>...] line per DC before the HOSTS= line. A
+keyspace on it: NetworkTopologyStrategy with a factor per DC, e.g. dc1=1, dc2=1.
 """
 
 from __future__ import annotations
@@ -68,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"the cluster's directory (default {DEFAULT_DIR})")
     p = sub.add_parser("start", parents=[common], help="start a fresh cluster")
     p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--dcs", type=int, default=1,
+                   help="data centres, nodes dealt round-robin: node i in dc<i %% D + 1> "
+                        "(default 1: every node in datacenter1)")
     p.add_argument("--version", default=DEFAULT_VERSION)
     p.add_argument("--port", type=int, help="CQL port (default: a free one)")
     p.add_argument("--storage-port", type=int, help="inter-node port (default: a free one)")
@@ -100,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("resolve")
     p.add_argument("--version", default=DEFAULT_VERSION)
     args = ap.parse_args(argv)
+    if args.cmd == "start" and not 1 <= args.dcs <= args.nodes:
+        ap.error(f"--dcs {args.dcs}: from 1 to --nodes ({args.nodes}), each DC needs a node")
     logging.basicConfig(level=logging.ERROR)  # the driver's reconnection chatter is expected
 
     try:
@@ -112,13 +124,17 @@ def main(argv: list[str] | None = None) -> int:
                 storage_port=args.storage_port, tombstone_warn=args.tombstone_warn,
                 tombstone_failure=args.tombstone_failure, authenticator=args.auth,
                 paxos_variant=args.paxos, heap=args.heap, version=args.version,
-                jvm_options=args.jvm_opt, unsafe_system=args.unsafe_system)
+                jvm_options=args.jvm_opt, unsafe_system=args.unsafe_system, dcs=args.dcs)
             _say(f"resolving Cassandra {args.version} with Maven ...")
             resolve(args.version)
-            _say(f"starting {args.nodes} node(s) in {c.dir} ...")
+            _say(f"starting {args.nodes} node(s) in {c.dir}"
+                 + (f", data centres {', '.join(c.datacenters())}" if args.dcs > 1 else "") + " ...")
             t0 = time.monotonic()
             c.start(timeout=args.timeout)
             _say(f"ready after {time.monotonic() - t0:.1f} s; logs: {c.dir}/node*/logs/system.log")
+            if args.dcs > 1:
+                for dc in c.datacenters():
+                    print(f"DC={dc}:{','.join(c.dc_hosts(dc))}")
             print(_ready_line(c), flush=True)
             return 0
         c = CassandraCluster.attach(args.dir)
@@ -127,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"stopped the cluster in {args.dir}" + (" and deleted it" if args.wipe else ""))
         elif args.cmd == "status":
             for i, host in enumerate(c.hosts):
-                print(f"node {i} {host} {c.state(i)} pid={c.pid(i) or '-'} rss={_mb(c.rss(i))}")
+                print(f"node {i} {host} {c.datacenter(i)} {c.state(i)} pid={c.pid(i) or '-'} "
+                      f"rss={_mb(c.rss(i))}")
             print(_ready_line(c))
             return 0 if all(c.state(i) == "running" for i in range(len(c.hosts))) else 3
         elif args.cmd == "start-node":

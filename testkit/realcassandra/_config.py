@@ -15,7 +15,8 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 # The GossipingPropertyFileSnitch reads the node's DC and rack from cassandra-rackdc.properties;
-# "datacenter1"/"rack1" are the names a stock node (and the SimpleSnitch) uses.
+# "datacenter1"/"rack1" are the names a stock node (and the SimpleSnitch) uses: a one-DC cluster
+# keeps them, so a keyspace made for a stock node (NetworkTopologyStrategy datacenter1=N) fits.
 DATACENTER = "datacenter1"
 RACK = "rack1"
 CLUSTER_NAME = "fabricjobs-test"
@@ -123,6 +124,7 @@ class NodeSpec:
     extra_yaml: dict[str, Any] | None
     jvm_options: tuple[str, ...] = ()
     cluster_name: str = CLUSTER_NAME
+    datacenter: str = DATACENTER
 
     @property
     def conf_dir(self) -> Path:
@@ -135,6 +137,16 @@ class NodeSpec:
     @property
     def yaml_path(self) -> Path:
         return self.conf_dir / "cassandra.yaml"
+
+
+def datacenter_of(index: int, dcs: int) -> str:
+    """Node ``index``'s DC: ``DATACENTER`` in a one-DC cluster, else ``dc1`` ... ``dc<dcs>`` dealt
+    round-robin (node i in ``dc{i % dcs + 1}``: 3 nodes in 2 DCs are dc1 = 0 and 2, dc2 = 1).
+    Dealt rather than in blocks so that the evenly spaced tokens alternate between the DCs, as
+    NetworkTopologyStrategy places replicas best, and the first ``dcs`` nodes are one per DC."""
+    if dcs < 1:
+        raise ValueError("a cluster needs at least one data centre")
+    return DATACENTER if dcs == 1 else f"dc{index % dcs + 1}"
 
 
 def initial_token(index: int, nodes: int) -> int:
@@ -224,8 +236,9 @@ def logback_xml(spec: NodeSpec) -> str:
 """
 
 
-def rackdc_properties() -> str:
-    return f"dc={DATACENTER}\nrack={RACK}\n"
+def rackdc_properties(datacenter: str = DATACENTER) -> str:
+    """What GossipingPropertyFileSnitch reads: the node's DC (and its rack, one per DC)."""
+    return f"dc={datacenter}\nrack={RACK}\n"
 
 
 def jvm_command(java: str, lib: Path, jamm: Path, spec: NodeSpec) -> list[str]:
@@ -263,7 +276,7 @@ def write_node_files(spec: NodeSpec) -> None:
         (spec.dir / sub).mkdir(parents=True, exist_ok=True)
     spec.yaml_path.write_text(to_yaml(cassandra_yaml(spec)))
     (spec.conf_dir / "logback.xml").write_text(logback_xml(spec))
-    (spec.conf_dir / "cassandra-rackdc.properties").write_text(rackdc_properties())
+    (spec.conf_dir / "cassandra-rackdc.properties").write_text(rackdc_properties(spec.datacenter))
 
 
 def _without_mlock() -> Sequence[str]:

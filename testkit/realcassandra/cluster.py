@@ -1,5 +1,6 @@
 """A real Apache Cassandra cluster on loopback (node i listens on first_address + i), started as
-plain JVM processes from the Maven jars, for tests that must run against the real thing."""
+plain JVM processes from the Maven jars, for tests that must run against the real thing; in one
+data centre, or in several (GossipingPropertyFileSnitch, a cassandra-rackdc.properties per node)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._config import (CLUSTER_NAME, DATACENTER, JAVA17_MODULE_FLAGS, UNSAFE_SYSTEM_FLAG,
-                      NodeSpec, initial_token, jvm_command, write_node_files)
+                      NodeSpec, datacenter_of, initial_token, jvm_command, write_node_files)
 from ._toolchain import (DEFAULT_VERSION, CassandraError, jamm_agent, java_executable,
                          java_problem, resolve)
 
@@ -39,8 +40,10 @@ class _PortClash(CassandraError):
 
 
 class CassandraCluster:
-    """N Cassandra nodes on 127.0.0.1, 127.0.0.2, ... (one DC, ``DATACENTER``), each a JVM in its
-    own session with its own directory under ``dir``.
+    """N Cassandra nodes on 127.0.0.1, 127.0.0.2, ... each a JVM in its own session with its own
+    directory under ``dir``. One DC, ``DATACENTER``, by default; with ``dcs=D`` node i is in DC
+    ``dc{i % D + 1}`` (3 nodes in 2 DCs: dc1 = nodes 0 and 2, dc2 = node 1), and the first node
+    of each DC (nodes 0 .. D-1) is a seed (node i lists those up to i: they start in order).
 
     The pids, addresses and ports are kept in ``dir/cluster.json`` so that another process can
     take over with :meth:`attach` (``scripts/cassandra stop`` stops what ``start`` started).
@@ -53,12 +56,16 @@ class CassandraCluster:
                  authenticator: bool = False, paxos_variant: str = "v2", heap: str = "768m",
                  extra_yaml: dict[str, Any] | None = None, version: str = DEFAULT_VERSION,
                  cluster_name: str = CLUSTER_NAME, jvm_options: Sequence[str] = (),
-                 unsafe_system: bool = False, namespaces: Sequence[tuple[str, str]] = ()) -> None:
+                 unsafe_system: bool = False, namespaces: Sequence[tuple[str, str]] = (),
+                 dcs: int = 1) -> None:
         """``namespaces``: (network namespace, its address) per node, to run each node on a
         test host of its own (testkit/netns.py) instead of on loopback; each
-        namespace has its own ports, so the default ones are used."""
+        namespace has its own ports, so the default ones are used. ``dcs``: how many data
+        centres the nodes are dealt into (see the class docstring)."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
+        if not 1 <= dcs <= nodes:
+            raise ValueError(f"{dcs} data centres need 1 to {nodes} of them (one node at least each)")
         if paxos_variant not in ("v1", "v2"):
             raise ValueError(f"paxos_variant is v1 or v2, not {paxos_variant!r}")
         self.dir = Path(dir).resolve()
@@ -72,6 +79,7 @@ class CassandraCluster:
         }
         first = ipaddress.IPv4Address(first_address)
         self._addresses = [str(first + i) for i in range(nodes)]
+        self._datacenters = [datacenter_of(i, dcs) for i in range(nodes)]
         self._namespaces = [ns for ns, _ in namespaces]
         if namespaces:
             if len(namespaces) != nodes:
@@ -99,10 +107,13 @@ class CassandraCluster:
             raise CassandraError(f"no Cassandra cluster in {path.parent} "
                                  f"(no {STATE_FILE})") from None
         nodes = state["nodes"]
+        # (a cluster.json written before several DCs existed names one DC for all)
+        dcs = [n.get("datacenter", state.get("datacenter", DATACENTER)) for n in nodes]
         c = cls(path.parent, len(nodes), first_address=nodes[0]["address"],
                 authenticator=state["authenticator"], version=state["version"],
                 cluster_name=state["cluster_name"], **state["settings"])
         c._addresses = [n["address"] for n in nodes]
+        c._datacenters = dcs
         c._native_port, c._storage_port = state["native_port"], state["storage_port"]
         c._jmx_ports = [n["jmx_port"] for n in nodes]
         c._commands = [n["command"] for n in nodes]
@@ -114,14 +125,14 @@ class CassandraCluster:
         """Write cluster.json atomically (a reader never sees half of it)."""
         state = {
             "version": self.version, "cluster_name": self.cluster_name,
-            "datacenter": DATACENTER, "lib": str(self._lib),
+            "datacenters": self.datacenters(), "lib": str(self._lib),
             "native_port": self._native_port, "storage_port": self._storage_port,
             "authenticator": self.authenticator, "settings": self._settings,
-            "nodes": [{"address": a, "jmx_port": j, "pid": p, "dir": str(self.node_dir(i)),
-                       "command": cmd}
-                      for i, (a, j, p, cmd) in enumerate(zip(
-                          self._addresses, self._jmx_ports, self._pids, self._commands,
-                          strict=True))],
+            "nodes": [{"address": a, "datacenter": dc, "jmx_port": j, "pid": p,
+                       "dir": str(self.node_dir(i)), "command": cmd}
+                      for i, (a, dc, j, p, cmd) in enumerate(zip(
+                          self._addresses, self._datacenters, self._jmx_ports, self._pids,
+                          self._commands, strict=True))],
         }
         tmp = self.dir / f".{STATE_FILE}.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(state, indent=1) + "\n")
@@ -147,9 +158,17 @@ class CassandraCluster:
             raise CassandraError("the cluster has not been started: no storage port yet")
         return self._storage_port
 
-    @property
-    def datacenter(self) -> str:
-        return DATACENTER
+    def datacenter(self, i: int) -> str:
+        """Node i's data centre (as its cassandra-rackdc.properties names it)."""
+        return self._datacenters[i]
+
+    def datacenters(self) -> list[str]:
+        """The data centres, in the order of their first node (dc1, dc2, ...; or DATACENTER)."""
+        return list(dict.fromkeys(self._datacenters))
+
+    def dc_hosts(self, dc: str) -> list[str]:
+        """The addresses of the nodes in data centre ``dc``."""
+        return [a for a, d in zip(self._addresses, self._datacenters, strict=True) if d == dc]
 
     def jmx_port(self, i: int) -> int:
         return self._jmx_ports[i]
@@ -271,15 +290,21 @@ class CassandraCluster:
         self._native_port = pick(self._want_native, self._addresses, "native transport")
         self._storage_port = pick(self._want_storage, self._addresses, "storage")
         self._jmx_ports = [pick(None, ["127.0.0.1"], "JMX") for _ in self._addresses]
-        seeds = f"{self._addresses[0]}:{self._storage_port}"
+        # The seeds: the first node of each DC (gossip between the DCs does not rest on one
+        # node), as far as they start before this node or are it. A seed listed before it runs
+        # would cost the first node a shadow round of ring_delay_ms (5 s) waiting for it.
+        firsts = [self._datacenters.index(dc) for dc in self.datacenters()]
         self._commands = []
         for i, address in enumerate(self._addresses):
             shutil.rmtree(self.node_dir(i), ignore_errors=True)
             spec = NodeSpec(
-                index=i, address=address, seeds=seeds, dir=self.node_dir(i),
+                index=i, address=address, dir=self.node_dir(i),
+                seeds=",".join(f"{self._addresses[s]}:{self._storage_port}"
+                               for s in firsts if s <= i),
                 native_port=self._native_port, storage_port=self._storage_port,
                 jmx_port=self._jmx_ports[i],
                 initial_token=initial_token(i, len(self._addresses)),
+                datacenter=self._datacenters[i],
                 authenticator=self.authenticator, cluster_name=self.cluster_name,
                 paxos_variant=self._settings["paxos_variant"],
                 tombstone_warn=self._settings["tombstone_warn"],
@@ -399,9 +424,10 @@ class CassandraCluster:
             time.sleep(0.5)
 
     def _wait_converged(self, deadline: float) -> None:
-        """Until every running node lists every other running node as a peer, NORMAL in gossip
-        at the generation that node itself has (so a restart has been seen), all on one schema
-        version; then until the driver, connected to all of them, has every one UP."""
+        """Until every running node lists every other running node as a peer, in its DC, NORMAL
+        in gossip at the generation that node itself has (so a restart has been seen), all on
+        one schema version; then until the driver, connected to all of them (every DC), has
+        every one UP."""
         running = [i for i in range(len(self._addresses)) if self.state(i) == "running"]
         if len(running) > 1:
             problem: str | None = "not checked yet"
@@ -434,7 +460,7 @@ class CassandraCluster:
                 with self._session([address]) as s:
                     local = s.execute("SELECT schema_version FROM system.local").one()
                     peers = list(s.execute(
-                        "SELECT peer, host_id, schema_version FROM system.peers"))
+                        "SELECT peer, host_id, schema_version, data_center FROM system.peers"))
                     gossip = list(s.execute("SELECT * FROM system_views.gossip_info"))
             except Exception as e:
                 return f"node {i} ({address}): {type(e).__name__}: {e}"
@@ -457,6 +483,9 @@ class CassandraCluster:
                     return f"node {i} ({me}) does not list {other} in system.peers yet"
                 if peer.schema_version != views[i]["schema"]:
                     return f"node {i} ({me}) and {other} disagree on the schema"
+                if peer.data_center != self._datacenters[j]:
+                    return (f"node {i} ({me}) has {other} in DC {peer.data_center}, "
+                            f"not {self._datacenters[j]}")
                 seen = views[i]["gossip"].get(other)
                 if seen is None or "NORMAL" not in str(_status(seen)):
                     return f"node {i} ({me}) sees {other} as {_status(seen)!s}"
@@ -466,15 +495,16 @@ class CassandraCluster:
         return None
 
     def _replicate_auth(self) -> None:
-        """With several nodes, give system_auth a replica on (up to 3) nodes, so that killing one
-        node does not lock everyone out, and copy the roles there (a read at ALL repairs them)."""
+        """With several nodes, give system_auth a replica on (up to 3) nodes of each DC, so that
+        killing one node does not lock everyone out, and copy the roles there (a read at ALL
+        repairs them)."""
         from cassandra import ConsistencyLevel
         from cassandra.query import SimpleStatement
 
-        rf = min(3, len(self._addresses))
+        rf = ", ".join(f"'{dc}': {min(3, len(self.dc_hosts(dc)))}" for dc in self.datacenters())
         with self._session(self.hosts, whitelist=False) as s:
             s.execute("ALTER KEYSPACE system_auth WITH replication = "
-                      f"{{'class': 'NetworkTopologyStrategy', '{DATACENTER}': {rf}}}")
+                      f"{{'class': 'NetworkTopologyStrategy', {rf}}}")
             s.cluster.control_connection.wait_for_schema_agreement()
             tables = [r.table_name for r in s.execute(
                 "SELECT table_name FROM system_schema.tables WHERE keyspace_name = 'system_auth'")]
@@ -508,7 +538,9 @@ class CassandraCluster:
 
     def connect(self, **kwargs: Any) -> Cluster:
         """A cassandra-driver Cluster for this cluster: every node as contact point, its port, the
-        superuser's credentials when auth is on. Keyword arguments go to Cluster()."""
+        superuser's credentials when auth is on. Keyword arguments go to Cluster(). Unless they
+        name a policy, requests go token-aware to the first DC's nodes, and to the other DCs'
+        when none of those is up (a client of a multi-DC cluster sees every node)."""
         from cassandra.auth import PlainTextAuthProvider
         from cassandra.cluster import Cluster
 
@@ -518,20 +550,19 @@ class CassandraCluster:
             kwargs.setdefault("auth_provider", PlainTextAuthProvider(*SUPERUSER))
         if "execution_profiles" not in kwargs and "load_balancing_policy" not in kwargs:
             from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
-            from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+            from cassandra.policies import TokenAwarePolicy
             kwargs["execution_profiles"] = {EXEC_PROFILE_DEFAULT: ExecutionProfile(
-                load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(DATACENTER)))}
+                load_balancing_policy=TokenAwarePolicy(self._dc_aware()))}
         return Cluster(**kwargs)
 
     @contextmanager
     def _session(self, addresses: list[str], *, whitelist: bool = True) -> Iterator[Session]:
         """A short-lived driver session; with ``whitelist`` it talks to ``addresses`` only (a
-        probe of one node must not be answered by another)."""
+        probe of one node must not be answered by another), else to every node of every DC."""
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
-        from cassandra.policies import DCAwareRoundRobinPolicy, WhiteListRoundRobinPolicy
+        from cassandra.policies import WhiteListRoundRobinPolicy
 
-        policy = (WhiteListRoundRobinPolicy(addresses) if whitelist
-                  else DCAwareRoundRobinPolicy(DATACENTER))
+        policy = WhiteListRoundRobinPolicy(addresses) if whitelist else self._dc_aware()
         cluster = self.connect(
             contact_points=addresses, connect_timeout=5, control_connection_timeout=5,
             schema_metadata_enabled=not whitelist, token_metadata_enabled=False,
@@ -541,6 +572,14 @@ class CassandraCluster:
             yield cluster.connect()
         finally:
             cluster.shutdown()
+
+    def _dc_aware(self) -> Any:
+        """The first DC's nodes first, then (if none is up) those of the other DCs: a plain
+        DCAwareRoundRobinPolicy would never send a request to another DC, nor see its nodes up."""
+        from cassandra.policies import DCAwareRoundRobinPolicy
+
+        return DCAwareRoundRobinPolicy(self.datacenters()[0],
+                                       used_hosts_per_remote_dc=len(self._addresses))
 
     # ----------------------------------------------------------------------------- nodetool
 
