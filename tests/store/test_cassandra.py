@@ -17,7 +17,7 @@ from fabricjobs.errors import SchemaVersionError, StoreError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
-from fabricjobs.store.cassandra import history as cassandra_history, session as cassandra_session
+from fabricjobs.store.cassandra import history as cassandra_history, index as cassandra_index, session as cassandra_session
 from fabricjobs.store.cassandra.schema import SCHEMA_VERSION
 from upgrades import assert_issue_22_columns_round_trip
 
@@ -380,12 +380,16 @@ def test_a_version_1_keyspace_is_upgraded_in_place(server, keyspace):
     s.execute("INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs', 1)")
     s.execute("INSERT INTO k2_jobs (type, name, uid, status, archived, creation_time, revision, epoch, tries) "
               "VALUES ('USER_JOB', 'A.b', 'old', 'WAITING', false, '2026-01-01T00:00:00Z', 1, 0, 0)")
+    s.execute("INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, status, epoch, tries) "
+              "VALUES ('WAITING|4', %s, 0, 'USER_JOB', 'A.b', 'old', 1, 'WAITING', 0, 0)",
+              (cassandra_index._shard(JobKey("USER_JOB", "A.b", "old")),))
     cluster.shutdown()
     with pytest.raises(StoreError, match=f"schema version 1; this fabricjobs needs {SCHEMA_VERSION}"):
         open_store(server, keyspace, create_schema=False)
     store = open_store(server, keyspace)
     try:
         assert store.schema_version() == SCHEMA_VERSION
+        assert [j.uid for j in store.live_jobs()] == ["old"]  # listed at the upgrade to version 16 (listing.py)
         old = store.get(JobKey("USER_JOB", "A.b", "old"))
         assert old.runs == 0 and old.status is Status.WAITING and old.finishing is False
         assert old.resume_at is None

@@ -27,6 +27,7 @@ from .index import Index
 from .session import _result, _Write
 
 LIVE_SHARDS = 8
+LISTING_SINCE = 16  # the schema version that made k2_jobs_live
 _ALL = list(range(LIVE_SHARDS))
 _PAGE = 500  # keys read at a time when a caller wants every live job
 _LIVE = "LIVE"  # the "bucket" under which index.py's grace clock watches listing entries

@@ -31,6 +31,7 @@ from .queue import Queue
 from .repair import Repair
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
+from .listing import LISTING_SINCE
 from .hosts import Unanswered
 from .topology import Placement
 from .session import _bound, credentials, execution_profiles, log, new_cluster
@@ -143,6 +144,18 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
     def _setup_schema(self, create: bool, replication: Callable[[], str]) -> None:
         self._schema = SchemaManager(self._session, self.keyspace)
         self._schema.ensure(create, replication)
+        if self._schema.upgraded_from is not None and self._schema.upgraded_from < LISTING_SINCE:
+            listed = self._list_indexed()
+            log.info("listed the %d live jobs of keyspace %s in k2_jobs_live (schema version %d)", listed,
+                     self.keyspace, LISTING_SINCE)
+
+    def _list_indexed(self) -> int:
+        """List every key the index has an entry for (an upgrade from before k2_jobs_live,
+        listing.py: the index holds every live row, and reading it costs the live jobs, not the
+        history). An entry of a row that is no longer live is met by readers as stale, and goes."""
+        keys = sorted({e.key for e in self._scan(self._buckets(tuple(s for s in Status if not s.is_final), None))})
+        self._send([self._listed_write(k) for k in keys], bounded=False)
+        return len(keys)
 
     def schema_version(self) -> int:
         return self._schema.version() or 0
