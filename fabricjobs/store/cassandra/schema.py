@@ -320,7 +320,6 @@ class SchemaManager:
         self.lwt = lwt_profile
         self.serial = serial_profile
         self.wait = wait
-        self.upgraded_from: int | None = None  # the version this process upgraded the keyspace from
 
     def ensure(self, create: bool, replication: str | Callable[[], str]) -> int:
         """Make the keyspace's schema current (``create``) or check that it is; the version.
@@ -429,7 +428,6 @@ class SchemaManager:
                            (SCHEMA_VERSION,), execution_profile=self.lwt)
             log.info("created the fabricjobs schema (version %d) in keyspace %s", SCHEMA_VERSION, self.keyspace)
             return SCHEMA_VERSION
-        self.upgraded_from = version
         for target in range(version + 1, SCHEMA_VERSION + 1):
             for ddl in MIGRATIONS[target]:
                 try:

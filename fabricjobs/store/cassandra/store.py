@@ -144,9 +144,20 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
     def _setup_schema(self, create: bool, replication: Callable[[], str]) -> None:
         self._schema = SchemaManager(self._session, self.keyspace)
         self._schema.ensure(create, replication)
-        if self._schema.upgraded_from is not None and self._schema.upgraded_from < LISTING_SINCE:
-            listed = self._list_indexed()
-            log.info("listed the %d live jobs of keyspace %s in k2_jobs_live (schema version %d)", listed,
+        self._list_once()
+
+    def _list_once(self) -> None:
+        """Fill k2_jobs_live from the index once per keyspace (an upgrade from before it, by a
+        node or by an administrator's CQL): marked done by the row id = 'k2_jobs_live' of
+        fabricjobs_schema, so a start after that costs one read."""
+        mark = self._stmt(("listedmark",), "SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs_live'")
+        if self._clock.refuses or self._run(mark).one() is not None:
+            return  # (a host that may not write leaves it to the others)
+        listed = self._list_indexed()
+        self._run(self._stmt(("listedput",), "INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs_live', ?)"),
+                  (LISTING_SINCE,))
+        if listed:
+            log.info("listed the %d live jobs of keyspace %s in k2_jobs_live (new in schema version %d)", listed,
                      self.keyspace, LISTING_SINCE)
 
     def _list_indexed(self) -> int:
