@@ -22,7 +22,8 @@ from fabricjobs.store.cassandra.listing import LIVE_SHARDS
 from fabricjobs.web.app import Api, KeepSegments, create_app
 from fabricjobs.web.tokens import Role, TokenFile
 
-pytestmark = pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="a read's cost on Apache Cassandra (real tier)")
+pytestmark = [pytest.mark.real_cassandra,
+              pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="a read's cost on Apache Cassandra (real tier)")]
 
 LIVE = 20_000
 OTHER = 10  # jobs of another name among them

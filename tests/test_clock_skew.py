@@ -28,6 +28,7 @@ LIBFAKETIME = next((p for p in ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.
                                 "/usr/lib/faketime/libfaketime.so.1") if os.path.exists(p)), None)
 
 pytestmark = [
+    pytest.mark.real_cassandra,  # (its tests run in ./scripts/test's real tier, beside that tier's)
     pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="clock skew is about Apache Cassandra (the real tier)"),
     pytest.mark.skipif(LIBFAKETIME is None, reason="libfaketime is not installed (Debian: apt-get install faketime)"),
 ]

@@ -14,7 +14,8 @@ from harness import free_port, read_records, scrape_metrics, wait_for
 from fabricjobs.config import load_config
 from fabricjobs.model import JobKey, Status
 
-pytestmark = pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="the index is Apache Cassandra's (real tier)")
+pytestmark = [pytest.mark.real_cassandra,
+              pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="the index is Apache Cassandra's (real tier)")]
 
 PORT = free_port()
 
