@@ -55,7 +55,7 @@ def load(store, rows: int, live: int) -> list[JobKey]:
                              k.type, k.name, k.uid)))
         if alive:
             keys.append(k)
-            writes += [(w.stmt, w.params) for w in (store._entry_write(job, 1), store._listed_write(k))]
+            writes += [(w.stmt, w.params) for w in (store._entry_write(job, 1), store._listed_write(job))]
     for ok, result in execute_concurrent(store._session._s, writes, concurrency=256, raise_on_first_error=True):
         assert ok, result
     return keys

@@ -42,7 +42,7 @@ def _bulk_load(store, jobs: list[Job]) -> None:
         k = job.key
         writes.append((row, (job.status.value, job.creation_time, False, job.next_run, 1, 0, job.priority,
                              job.arguments, k.type, k.name, k.uid)))
-        for w in (store._entry_write(job, 1), store._listed_write(k)):
+        for w in (store._entry_write(job, 1), store._listed_write(job)):
             writes.append((w.stmt, w.params))
     for ok, result in execute_concurrent(store._session._s, writes, concurrency=256, raise_on_first_error=True):
         assert ok, result

@@ -273,7 +273,7 @@ def test_a_page_of_live_jobs_reads_only_its_rows_and_reads_on_past_an_archived_o
     writer, reader = stores
     rows = {uid: writer.insert(waiting_job(uid)).row for uid in ("a", "b", "c", "d", "e")}
     writer.cas(rows["b"], rows["b"].replace(status=Status.TERMINATED, archived=True, end_time=T0))
-    writer._send([writer._listed_write(rows["b"].key)], bounded=False)
+    writer._send([writer._listed_write(rows["b"].replace(creation_time=T0 + timedelta(days=1)))], bounded=False)
     asked: list[list[str]] = []
     get_many = reader.get_many
     monkeypatch.setattr(reader, "get_many", lambda keys: asked.append([k.uid for k in keys]) or get_many(keys))

@@ -25,7 +25,7 @@ from .session import _result, log
 _MIN_TOKEN = -(2 ** 63)
 _MAX_TOKEN = 2 ** 63 - 1
 _COLUMNS = ("status", "archived", "worker_id", "next_run", "hold_until", "affinity", "priority", "epoch", "tries",
-            "revision", "blocked")
+            "revision", "blocked", "creation_time")
 
 
 def share_range(lanes: int, index: int) -> tuple[int, int]:
@@ -39,7 +39,8 @@ def share_range(lanes: int, index: int) -> tuple[int, int]:
 def _candidate(r: dict) -> Job:
     """A row as the repair pass reads it: the columns its index entry carries."""
     next_run = _aware(r["next_run"])
-    return Job(key=JobKey(r["type"], r["name"], r["uid"]), status=_STATUS[r["status"]], creation_time=_EPOCH0,
+    return Job(key=JobKey(r["type"], r["name"], r["uid"]), status=_STATUS[r["status"]],
+               creation_time=_aware(r["creation_time"]) or _EPOCH0,
                archived=bool(r["archived"]), affinity=r["affinity"] or "", next_run=next_run,
                hold_until=_aware(r["hold_until"]), tries=r["tries"] or 0, worker_id=r["worker_id"],
                epoch=r["epoch"] or 0, revision=r["revision"] or 0,
@@ -52,15 +53,15 @@ class Repair(Listing):
     def _relist(self, rows: list[Job]) -> int:
         """Give each of ``rows`` (live when read) that is not listed its listing entry again
         (listing.py), if a second read shows it still live; how many were."""
-        unlisted = [row.key for row, listed in zip(rows, self._is_listed([r.key for r in rows])) if not listed]
+        unlisted = [row for row, listed in zip(rows, self._is_listed(rows)) if not listed]
         if not unlisted:
             return 0
-        again = [now.key for now in self.get_many(unlisted) if now is not None and not now.archived]
-        self._send([self._listed_write(k) for k in again], bounded=False)
+        again = [now for now in self.get_many([r.key for r in unlisted]) if now is not None and not now.archived]
+        self._send([self._listed_write(r) for r in again], bounded=False)
         self.stats.index_restored += len(again)
         if again:
             log.warning("index repair: %d live jobs were missing from the listing (%s%s); they are listed again",
-                        len(again), ", ".join(map(str, again[:5])), ", ..." if len(again) > 5 else "")
+                        len(again), ", ".join(str(r.key) for r in again[:5]), ", ..." if len(again) > 5 else "")
         return len(again)
 
     def repair_index(self, share: tuple[int, int], cursor: object | None, limit: int) -> RepairPage:

@@ -157,7 +157,8 @@ _RUNS_ORDER = "CLUSTERING ORDER BY (epoch DESC, end_time DESC)"
 #: Version 11: the calendars (a few, each read by name by the nodes that fire its jobs).
 _CALENDARS = "k2_calendars (name text PRIMARY KEY, rules text, updated timestamp)"
 #: Version 16: the live keys in key order, for listings a page at a time (listing.py).
-_LIVE = """k2_jobs_live (shard int, type text, name text, uid text, PRIMARY KEY ((shard), type, name, uid))"""
+_LIVE = """k2_jobs_live (shard int, type text, name text, uid text, created timestamp, written_at timestamp,
+        PRIMARY KEY ((shard), type, name, uid, created))"""
 #: Version 16: pointers to run lines by job name and day, newest first (byname.py).
 _BY_NAME = """k2_job_runs_by_name (
         type text, name text, day text, shard int, end_time timestamp, uid text, epoch bigint,

@@ -31,7 +31,7 @@ from .queue import Queue
 from .repair import Repair
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
-from .listing import LISTING_SINCE
+from .listing import LISTING_SINCE, life_of
 from .hosts import Unanswered
 from .topology import Placement
 from .session import _bound, credentials, execution_profiles, log, new_cluster
@@ -165,8 +165,9 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         listing.py: the index holds every live row, and reading it costs the live jobs, not the
         history). An entry of a row that is no longer live is met by readers as stale, and goes."""
         keys = sorted({e.key for e in self._scan(self._buckets(tuple(s for s in Status if not s.is_final), None))})
-        self._send([self._listed_write(k) for k in keys], bounded=False)
-        return len(keys)
+        rows = [r for r in self.get_many(keys) if r is not None and not r.archived]
+        self._send([self._listed_write(r) for r in rows], bounded=False)
+        return len(rows)
 
     def schema_version(self) -> int:
         return self._schema.version() or 0
@@ -239,7 +240,7 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
     def insert(self, job: Job) -> CasResult:
         new = job.replace(revision=1)
         # Its index intent and its listing entry (listing.py), before the LWT, in one request.
-        self._send([w for w in (self._entry_write(new, 1), self._listed_write(new.key)) if w is not None], bounded=True)
+        self._send([w for w in (self._entry_write(new, 1), self._listed_write(new)) if w is not None], bounded=True)
         # An UPDATE, not an INSERT: an INSERT writes a row marker that no later UPDATE ... USING
         # TTL covers, so an archived row would leave its key behind when its cells expire. The
         # condition "revision = null" holds exactly when no row (or only expired cells) is
@@ -355,7 +356,7 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         change.before = [w for w in (self._entry_write(target, revision),
                                      self._archive_write(target) if target.archived else None) if w is not None]
         if expected.archived and not target.archived:
-            change.before.append(self._listed_write(key))  # live again: listed before it is (listing.py)
+            change.before.append(self._listed_write(target))  # a new life: listed before it is (listing.py)
         if record is not None:
             change.before += self._run_writes(record)
         return change
@@ -381,7 +382,7 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         if applied:
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
             if target.archived and not expected.archived:
-                c.after.append(self._unlisted_write(key))
+                c.after.append(self._unlisted_write(key, life_of(target)))
             if expected.archived != target.archived and key.type == JobType.INTERFACE_LISTENER.value:
                 self._marks_follow(key, self.archive_ttl if target.archived else 0)
             if c.new_bucket is not None:
