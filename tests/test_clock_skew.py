@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -53,6 +54,14 @@ def script_of(uids: list[str], log: Path) -> str:
 @pytest.fixture
 def node_backend():
     return "cassandra-real"
+
+
+def test_faketime_moves_the_clock_of_the_processes_it_is_given_to():
+    """(Else the tests below would pass whatever the product did.)"""
+    for offset in (-30, +3):
+        out = subprocess.run([sys.executable, "-c", "import time; print(time.time())"], capture_output=True, text=True,
+                             env=dict(os.environ, **skewed(offset)), check=True).stdout
+        assert abs(float(out) - time.time() - offset) < 2.0, (offset, out)
 
 
 @pytest.mark.parametrize("skew", [3, 30])

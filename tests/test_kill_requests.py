@@ -23,6 +23,10 @@ def test_a_kill_request_from_before_the_node_started_is_dropped_and_a_new_one_is
     old = store.store_time() - timedelta(hours=1)
     store.add_kill_request(KillRequest("k1", task, old, "a shell of long ago"))
     wait_for(lambda: store.kill_requests("k1") == [], 10, "the old request to be dropped")
+    # A pass later (a request for no task, consumed in turn), the run still goes, never killed.
+    store.add_kill_request(KillRequest("k1", 1, store.store_time(), "a marker"))
+    wait_for(lambda: store.kill_requests("k1") == [], 10, "the marker request to be consumed")
+    assert "requested by a shell of long ago" not in cluster.nodes["k1"].log()
     job = cluster.job("USER_JOB", "Probe.record", "long")
     assert job.status is Status.IN_PROCESS and job.tries == 0, job  # its first run, still going
     cluster.fetch(f"kill 'k1' {task};")

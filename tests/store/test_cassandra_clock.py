@@ -80,3 +80,13 @@ def test_an_unsure_first_measurement_stamps_writes_late_and_forbids_sweeps_until
     late = clock.timestamp()
     c.advance(1.0)  # stamps never go back: they follow Cassandra's time again once it passed the late ones
     assert late < clock.timestamp() and abs(clock.timestamp() / 1e6 - c.cassandra) < 0.01
+
+
+def test_stamps_taken_before_the_first_measurement_do_not_hold_later_ones_at_the_hosts_time():
+    """The driver stamps every request, the measurement's own too, before the clock is known:
+    on a host 30 s ahead those stamps must not keep later writes 30 s in the future."""
+    c = Clocks(skew=+30.0)
+    clock = ClusterClock(max_skew=60, monotonic=c.monotonic, wall=c.wall)
+    assert clock.timestamp() / 1e6 > c.cassandra + 29  # the host's clock: nothing measured yet
+    clock.take(clock.measure(c.ask(0.002), ["h1"]))
+    assert abs(clock.timestamp() / 1e6 - c.cassandra) < 0.01

@@ -169,6 +169,8 @@ class ClusterClock:
         first, refused_before = self._anchor is None, self.refuses
         with self._lock:
             self._anchor, self._error, self._skew = anchor, min(s.error for s in use) + spread / 2, skew
+            if first:  # the stamps of the requests before (the measurement's own) were the host's: forget them
+                self._last_us = 0
         if self.refuses and not refused_before and not first:  # (a first refusal is told by the write)
             log.error("%s", self.refusal())
         elif refused_before and not self.refuses:

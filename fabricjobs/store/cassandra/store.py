@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ...config import Config
+from ...errors import StoreError
 from ...model import Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
 from . import topology
@@ -110,6 +111,7 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         self._placement = Placement(local_dc, consistency, serial_consistency)
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
         self._init_index(self._clock.now)
+        self._unsettled: set[tuple] = set()  # outcome changes whose send raised: a later send is a re-send
         self._init_history()
         self._closed = False
         try:
@@ -368,16 +370,21 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
         def ours(row: Job) -> bool:
             return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
 
-        applied, lwt_row, settled = self._execute_lwt(
-            c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
-            before_retry=lambda: self._index_upsert(target, revision))
+        sent = (key, revision, c.record.epoch if c.record is not None else None)
+        try:
+            applied, lwt_row, settled = self._execute_lwt(
+                c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
+                before_retry=lambda: self._index_upsert(target, revision))
+        except StoreError:
+            if c.whole and c.record is not None:  # an outcome the caller keeps and sends again
+                self._unsettled.add(sent)
+            raise
+        resent = sent in self._unsettled
+        self._unsettled.discard(sent)
         current = _current(settled, lwt_row)
-        if not applied and current is not None and \
-                (current.revision, current.status, current.worker_id, current.epoch) == \
-                (revision, target.status, target.worker_id, target.epoch):
-            # The row is what this change makes it: an earlier send of this very change
-            # applied (its answer was lost, and the caller sent it again). It is ours, and so
-            # is the history line written before it, which must not be taken back.
+        if not applied and resent and current is not None and ours_whole(self._select_job(key, serial=True), target):
+            # This very change, sent before without an answer, applied then: the row holds
+            # every value it wrote. Ours, and so is the history line written before it.
             applied, settled = True, None
         if applied:
             self._tidy(_job_bucket(expected), key, expected.next_run, expected.revision, repair=False, later=c.after)
@@ -391,7 +398,9 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
             if row is None:
                 row = as_stored(target) if c.full or c.whole else self._select_job(key)
             return CasResult(True, row=row)
-        if c.record is not None:
+        if c.record is not None and not resent:
+            # (A re-sent one keeps its line: its first send may have applied before the row
+            # moved on, and the line is then the run's own; a fenced run's line is the lesser wrong.)
             c.after += self._unrun_writes(c.record)
         # Our intent stays only if the row now is exactly what it describes (someone made the
         # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
@@ -414,3 +423,8 @@ def _current(settled: Job | None, lwt_row: dict | None) -> Version | None:
     if lwt_row is not None and lwt_row.get("status") is not None:
         return Version(_STATUS[lwt_row["status"]], lwt_row["epoch"], lwt_row["worker_id"], lwt_row["revision"])
     return None
+
+
+def ours_whole(row: Job | None, target: Job) -> bool:
+    """Whether ``row`` holds every value of the whole row ``target`` wrote (as stored)."""
+    return row is not None and all(getattr(row, c) == getattr(as_stored(target), c) for c in _JOB_COLUMNS)
