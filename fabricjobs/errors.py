@@ -27,6 +27,11 @@ class SchemaVersionError(StoreError):
     """The store holds a schema newer than this code understands."""
 
 
+class PlacementError(StoreError):
+    """Writing from here beside the other live nodes could let two places claim one job (on
+    Cassandra: local consistency levels with nodes in several data centres)."""
+
+
 class CommandError(FabricJobsError):
     """A command was understood but cannot be carried out."""
 

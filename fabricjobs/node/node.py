@@ -31,7 +31,7 @@ from ..calendar import CalendarCache
 from ..affinity import NodeAffinity
 from ..clock import Clock, following
 from ..config import Config, NodeId, load_node_id
-from ..errors import FabricJobsError, StoreError
+from ..errors import FabricJobsError, PlacementError, StoreError
 from ..worker.board import Board
 from ..worker.spool import spool_dir
 from .livelog import LiveLogFlusher
@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 #: run in hand must not wait 5 ms for the reconcile loop to let go.
 _SWITCH_INTERVAL = 0.0005
 CALENDAR_TTL_SEC = 5.0  # a changed calendar applies to every node's fires within this
+_PLACEMENT_EVERY = 30.0  # seconds between checks of this node's store settings beside the others
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
 
@@ -203,6 +204,19 @@ class Node:
         self._fence("run ended: another instance took this node's name")
         self.stop()
 
+    def _check_placement(self) -> None:
+        """Two nodes started together in two data centres at local levels both passed the
+        store's check at open: the younger one learns of the older here, and stops
+        (docs/explanation/cassandra-queue.md, "Settings per topology")."""
+        try:
+            self.store.check_placement(self.name, self.heartbeat.started)
+        except PlacementError as exc:
+            log.error("%s: node %s stops", exc, self.name)
+            self._fence("run ended: this node's store settings are unsafe beside an older node")
+            self.stop()
+        except StoreError as exc:  # the store is away: judged at the next check
+            log.debug("could not check this node's placement: %s", exc)
+
     def _on_recovered(self) -> None:
         self.signals.fenced = False
         self.scheduler.paused = False
@@ -279,6 +293,7 @@ class Node:
         s = self.settings
         next_full = 0.0
         next_purge = self.clock.monotonic() + random.uniform(1, 5)
+        next_placement = self.clock.monotonic() + _PLACEMENT_EVERY
         sig = self.signals
         while not sig.stop.is_set():
             mono = self.clock.monotonic()
@@ -296,6 +311,9 @@ class Node:
                 next_full = mono + min(s.reconcile_interval, 1.0)
             if mono >= next_purge:
                 next_purge = mono + self._purge_archive()
+            if mono >= next_placement:
+                next_placement = mono + _PLACEMENT_EVERY
+                self._check_placement()
             next_full = next_full_pass(next_full, self.liveness.next_verdict(), self.clock.monotonic())
             takeover = self.reconciler.next_takeover
             if takeover is not None and takeover > self.clock.monotonic():  # (a past one: its pass ran)

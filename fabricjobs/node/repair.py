@@ -22,7 +22,7 @@ from ..store.base import JobStore
 
 log = logging.getLogger(__name__)
 
-PAGE = 200  # rows per page
+PAGE = 100  # rows per page (expired archived rows are tombstones a page steps over until gc_grace)
 
 
 class IndexRepairer:
@@ -34,6 +34,7 @@ class IndexRepairer:
         self.rows_per_sec = rows_per_sec
         self.pause = pause
         self.passes = 0
+        self._resume: tuple[tuple[int, int], object] | None = None  # (share, cursor) a failed pass stopped at
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -60,13 +61,20 @@ class IndexRepairer:
                 return
 
     def run_pass(self) -> int:
-        """One pass over this node's share; how many entries it restored."""
+        """One pass over this node's share; how many entries it restored. A pass that the
+        store stopped (a timeout, an outage) is taken up again where it stopped, not from the
+        top: on a big share the start would never reach the end."""
         share = self.share()
-        cursor: object | None = None
+        cursor: object | None = self._resume[1] if self._resume is not None and self._resume[0] == share else None
         restored = read = 0
         began = self.clock.monotonic()
         while not self._stop.is_set():
-            page = self.store.repair_index(share, cursor, PAGE)
+            try:
+                page = self.store.repair_index(share, cursor, PAGE)
+            except StoreError:
+                self._resume = (share, cursor)
+                raise
+            self._resume = None
             restored += page.restored
             read += page.read
             if page.cursor is None:

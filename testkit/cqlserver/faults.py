@@ -13,7 +13,8 @@ Kinds and what the client sees:
   cas_write_unknown  error 0x1700 (protocol v5 CAS_WRITE_UNKNOWN) sent bare; the driver raises
                      a plain cassandra.protocol.ErrorMessage with .code == 0x1700
   read_timeout       error 0x1200 ReadTimeout
-  unavailable        error 0x1000 Unavailable
+  unavailable        error 0x1000 Unavailable (at the statement's consistency, or with
+                     at_serial=True the serial one: Paxos itself lacked replicas)
   overloaded         error 0x1001 Overloaded
   delay              the response is held back ``delay`` seconds (provokes the client-side
                      OperationTimedOut). With applied=False the statement is never executed and
@@ -46,6 +47,7 @@ class FaultRule:
     applied: bool = False
     delay: float = 0.0
     write_type: str = "CAS"
+    at_serial: bool = False  # unavailable: at the Paxos round's serial level, not the commit's
     statements: str = "any"  # any / lwt / write / read / prepare (prepare: only when named)
     regex: bool = True
     id: int = 0

@@ -155,7 +155,7 @@ def _fault_error(rule: FaultRule, opts: QueryOptions) -> CqlError:
     if rule.kind == "read_timeout":
         return ReadTimeout(opts.consistency)
     if rule.kind == "unavailable":
-        return Unavailable(opts.consistency)
+        return Unavailable(serial if rule.at_serial else opts.consistency)
     if rule.kind == "unknown_table":  # as Apache Cassandra 5.0 said it (tests/test_hold_release.py, two nodes at once)
         return CqlError("java.lang.IllegalArgumentException: Unknown CF f4e7c593-aaca-5850-aecc-b5f9d2122fc9", SERVER_ERROR)
     return Overloaded()

@@ -112,6 +112,18 @@ def test_unknown_outcome_when_someone_else_owns_the_row(server, pair, kind, kw):
     assert (stored.worker_id, stored.epoch, stored.revision) == ("node-b", 1, 2)
 
 
+def test_an_unavailable_paxos_round_is_a_refusal_not_an_unknown_outcome(server, pair):
+    """Too few replicas for the Paxos round itself (Unavailable at the serial level): nothing
+    was proposed, so nothing is settled (an outage would make each claim wait for its reads)."""
+    a, _ = pair
+    row = a.insert(waiting_job()).row
+    server.faults.add("unavailable", CLAIM_LWT, times=1, at_serial=True)
+    before = server.stats["serial_reads"]
+    with pytest.raises(StoreError, match="too few replicas for a lightweight transaction"):
+        a.cas(row, claim(row, "node-a"))
+    assert server.stats["serial_reads"] == before and a.get(row.key).status is Status.WAITING
+
+
 @pytest.mark.parametrize("kind, kw", UNKNOWN[:5], ids=UNKNOWN_IDS[:5])
 def test_an_unknown_outcome_that_did_not_apply_on_an_unchanged_row_is_contention_and_is_retried(server, pair, kind, kw):
     a, _ = pair

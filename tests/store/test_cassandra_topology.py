@@ -1,5 +1,6 @@
 """Which Cassandra settings are refused on which topology (fabricjobs/store/cassandra/topology.py):
-the rules themselves here; on a real cluster of several nodes and DCs in tests/test_cassandra_cluster.py."""
+the rules themselves, and the check a running node makes; on a real cluster of two DCs,
+scripts/chaos.py --backend cassandra-real --dcs 2 (a node at LOCAL_SERIAL in the second DC refuses to start)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,29 @@ def test_local_levels_are_refused_beside_a_node_of_another_dc_in_either_directio
     else:
         with pytest.raises(StoreError, match=refused):
             check_placement(me, peers)
+
+
+def test_a_store_at_local_levels_refuses_beside_an_older_node_of_another_dc(request, tmp_path):
+    """The check as a running node makes it (Node._check_placement every 30 s): on the CQL test
+    server (one DC, datacenter1), a node row of another DC written as a node of that DC would;
+    the younger of the two is refused, the older not."""
+    from datetime import timedelta
+
+    from backends import make_backend_config
+    from fabricjobs.config import load_config
+    from fabricjobs.errors import PlacementError
+    from fabricjobs.store import open_store
+
+    path = make_backend_config(request, "cassandra", tmp_path, {"cassandra": {"SERIAL_CONSISTENCY": "LOCAL_SERIAL"}})
+    store = open_store(load_config(path))
+    try:
+        now = store.store_time()
+        store._session.execute(
+            f"INSERT INTO {store.keyspace}.nodes (name, beat, beat_time, state, started, store_dc, store_serial,"
+            " store_consistency) VALUES ('far', 1, toTimestamp(now()), 'RUNNING', %s, 'dc2', 'SERIAL', 'QUORUM')",
+            (now - timedelta(minutes=5),))
+        with pytest.raises(PlacementError, match="local to data centre datacenter1, but fabricjobs nodes run in dc2"):
+            store.check_placement("near", now)
+        store.check_placement("near", now - timedelta(minutes=10))  # older than 'far': far is the one to stop
+    finally:
+        store.close()

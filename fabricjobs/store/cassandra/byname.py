@@ -5,7 +5,7 @@ A name run with a new uid per job (an order id per run) has as many history part
 runs, one per uid; which uids had runs was a row per uid and day in one partition per name and
 day (8.6 million rows a day at 100 jobs/s), read whole for every JOBHISTORY of the name. Here
 each run line leaves a pointer (uid, epoch) in its name's partition of the day it is written
-(its TTL runs from then), in BY_NAME_SHARDS shards, newest end first: the newest n runs are the
+(its TTL runs from then), in BY_NAME_SHARDS (32) shards, newest end first: the newest n runs are the
 first n of each shard of the last days, read day by day from today backwards until n are found.
 The lines themselves are then read from their jobs' partitions. A pointer whose line was
 deleted (DELETEHISTORY) points at nothing and is passed over; it goes with its TTL.

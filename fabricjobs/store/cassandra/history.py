@@ -42,7 +42,7 @@ def _archive_shard(key: JobKey) -> int:
     return zlib.crc32(f"{key.uid}\0{key.name}\0{key.type}".encode()) % ARCHIVE_SHARDS
 
 
-_MARKS_PER_BATCH = 100  # file marks per conditional batch (Cassandra warns of batches over 5 KiB)
+_MARKS_PER_BATCH = 20  # file marks per conditional batch (paths of up to 1 KiB: within Cassandra's batch size limits)
 NAME_RUNS = 10_000  # lines of a whole name read at most when no limit is given
 LEGACY_UIDS = 200  # uids of a name per day read from the tables before version 16
 
@@ -136,14 +136,24 @@ class History(ByName, Recent):
         return [(r["uid"], r["bucket"]) for r in _result(self._unpaged(stmt, params))]
 
     def _runs_of_name(self, type: str, name: str, limit: int | None) -> list[RunRecord]:
+        """The newest lines the name's pointers lead to; a pointer whose line is gone (a
+        fenced run's, a DELETEHISTORY) leads nowhere, so more pointers are read until ``want``
+        lines are found or there are no more."""
         want = NAME_RUNS if limit is None else limit
         cols = ", ".join(_RUN_COLUMNS)
         line = self._stmt(("runline",), f"SELECT {cols} FROM k2_job_run_history WHERE type = ? AND name = ? AND uid = ? "
                                         "AND bucket = ? AND epoch = ?")
-        futures = [self._session.execute_async(line, (k.type, k.name, k.uid, epoch // RUN_BUCKET, epoch))
-                   for k, epoch in self._name_runs(type, name, want)]
-        out = [self._to_run(r) for f in futures for r in _result(f)]
-        out += self._legacy_runs(type, name, want)
+        asked = want
+        while True:
+            pointers = self._name_runs(type, name, asked)
+            futures = [self._session.execute_async(line, (k.type, k.name, k.uid, epoch // RUN_BUCKET, epoch))
+                       for k, epoch in pointers]
+            out = [self._to_run(r) for f in futures for r in _result(f)]
+            if len(out) >= want or len(pointers) < asked or asked >= 4 * NAME_RUNS:
+                break
+            asked = min(4 * NAME_RUNS, 2 * asked + (want - len(out)))
+        if len(out) < want:  # lines from before schema version 16, while the retention keeps them
+            out += self._legacy_runs(type, name, want)
         unique = {(r.key, r.epoch, r.end): r for r in out}
         return sorted(unique.values(), key=lambda r: (r.end, r.epoch), reverse=True)[:want]
 
@@ -304,13 +314,21 @@ class History(ByName, Recent):
         stmt = self._stmt(("markttl",), "UPDATE k2_listener_files USING TTL ? SET note = ?, marked_at = ? WHERE "
                                         "type = ? AND name = ? AND uid = ? AND file = ? IF note = ?")
         rows = [r for r in rows if r["note"] is not None]
+
+        def params(r) -> tuple:
+            return (ttl, r["note"], r["marked_at"], listener.type, listener.name, listener.uid, r["file"], r["note"])
+
         for i in range(0, len(rows), _MARKS_PER_BATCH):
+            chunk = rows[i:i + _MARKS_PER_BATCH]
             batch = BatchStatement()
-            for r in rows[i:i + _MARKS_PER_BATCH]:
-                batch.add(stmt, (ttl, r["note"], r["marked_at"], listener.type, listener.name, listener.uid, r["file"],
-                                 r["note"]))
+            for r in chunk:
+                batch.add(stmt, params(r))
             try:
-                self._session.execute(batch, execution_profile="lwt")
+                if self._session.execute(batch, execution_profile="lwt").one()["[applied]"]:
+                    continue
+                # One mark changed or expired meanwhile fails the whole batch: each on its own.
+                for r in chunk:
+                    self._session.execute(stmt, params(r), execution_profile="lwt")
             except Exception as exc:  # as a lost one: the marks outlive the row, or expire early
                 log.warning("could not carry the file marks of %s along with its row (%s)", listener, exc)
                 return

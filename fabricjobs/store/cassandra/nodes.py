@@ -7,10 +7,12 @@ registry (k2_jobs_owners), which is why this part sits on the index.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from ...model import NodeState
 from ..base import KillRequest, NodeRow
 from .index import Index
-from .topology import LIVE_WITHIN_SEC, Peer, Placement
+from .topology import LIVE_WITHIN_SEC, Peer, Placement, check_placement
 from .rows import _aware, _when
 
 
@@ -30,12 +32,21 @@ class Nodes(Index):
                          node.version, node.beat, node.state, node.running, node.info, node.tasks,
                          p.dc, p.serial, p.consistency), timeout)
 
+    def check_placement(self, me: str, started: datetime) -> None:
+        """PlacementError if this node, started at ``started``, writes beside an older live
+        node in a way topology.py refuses (two nodes started together both passed the check
+        at open: the younger stops)."""
+        older = [p for p in self._peers() if p.name != me and p.started is not None
+                 and (p.started, p.name) < (started, me)]
+        check_placement(self._placement, older)
+
     def _peers(self) -> list[Peer]:
         """The live nodes (beaten within LIVE_WITHIN_SEC, not stopped) and where they write from."""
-        rows = self._run(self._stmt(("peers",), "SELECT name, state, beat_time, store_dc, store_serial,"
+        rows = self._run(self._stmt(("peers",), "SELECT name, state, beat_time, started, store_dc, store_serial,"
                                                 " store_consistency FROM nodes"))
         now = self.store_time()
-        return [Peer(r["name"], Placement(r["store_dc"] or "", r["store_consistency"] or "", r["store_serial"] or ""))
+        return [Peer(r["name"], Placement(r["store_dc"] or "", r["store_consistency"] or "", r["store_serial"] or ""),
+                     _aware(r["started"]))
                 for r in rows if r["state"] != NodeState.STOPPED and r["beat_time"] is not None
                 and (now - _when(r["beat_time"])).total_seconds() < LIVE_WITHIN_SEC]
 

@@ -29,6 +29,7 @@ from .sweep import SweepPlan
 _ALL_SHARDS = list(range(SHARDS))
 _SCAN_BUCKETS = 8  # buckets per index read: an IN over at most 8 x SHARDS partitions
 _CLUSTERING = ("next_run", "type", "name", "uid", "revision")  # of k2_jobs_index, in order
+_SHARED_CAP = 10_000  # entries per partition by_owner reads of a bucket every owner shares
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
 
 
@@ -258,7 +259,10 @@ class Queue(Index):
         shared = [s for s in statuses if s not in owned]
         jobs = self._candidates(self._buckets(owned, owners), owners, set(owned), limit) if owned else []
         if shared:
+            # Buckets every owner shares (STOPPING, RESTART, WAITING): the owners' rows may be
+            # anywhere in them, so the read stops at a cap, not at the caller's limit.
             seen = {j.key for j in jobs}
-            jobs += [j for j in self._candidates(self._buckets(shared, None), owners, set(shared), limit)
+            cap = None if limit is None else max(limit, _SHARED_CAP)
+            jobs += [j for j in self._candidates(self._buckets(shared, None), owners, set(shared), cap)
                      if j.key not in seen]
         return jobs if limit is None else jobs[:limit]

@@ -81,8 +81,13 @@ def _unknown_outcome(exc: Exception) -> str:
     if isinstance(exc, WriteFailure):
         return f"WriteFailure({exc})"
     if isinstance(exc, Unavailable):
-        # Also raised at the commit of a proposal that was already accepted: settled like
-        # the others, not taken for "not applied".
+        from cassandra import ConsistencyLevel
+
+        if exc.consistency in (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL):
+            # Too few replicas for the Paxos round itself: nothing was proposed.
+            raise StoreError(f"Cassandra: too few replicas for a lightweight transaction ({exc})") from None
+        # At the commit's level it may come after a quorum accepted the proposal: settled
+        # like the others, not taken for "not applied".
         return "Unavailable"
     if isinstance(exc, OperationTimedOut):
         return "client timeout"

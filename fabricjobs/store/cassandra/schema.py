@@ -51,7 +51,7 @@ SCHEMA_VERSION = 16
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
-BY_NAME_SHARDS = 8  # k2_job_runs_by_name partitions per job name and day (byname.py)
+BY_NAME_SHARDS = 32  # k2_job_runs_by_name partitions per job name and day (byname.py): 270,000 rows at 100 runs/s of one name
 KEYSPACE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills")
 SCHEDULING = {"depends_on": "text", "blocked": "boolean", "time_zone": "text", "late_threshold": "text", "overlap": "text"}
@@ -66,6 +66,7 @@ PARALLEL = {"parallelism": "int", "task_of": "text"}  # version 14: DolphinDB's 
 SMILA_COUNTERS = {"failed_after_retry": "int", "failed_without_retry": "int", "canceled": "int"}  # version 15 (docs/explanation/design-choices.md)
 PLACEMENT = {"store_dc": "text", "store_serial": "text", "store_consistency": "text"}  # version 16: topology.py
 SCHEMA_WAIT = 180.0  # seconds a node waits for the schema to settle
+FIRST_AGREEMENT = 10.0  # seconds a start waits for agreement before it reads (best effort)
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
 
 _LEVELED = "compaction = {'class': 'LeveledCompactionStrategy'}"
@@ -339,7 +340,10 @@ class SchemaManager:
                 time.sleep(0.2 + random.random() * 0.3)
 
     def _ensure_once(self, create: bool, replication: str | Callable[[], str]) -> int:
-        self._agree()  # what another node made a moment ago is known here before anything is read
+        # What another node made a moment ago is known here before anything is read; but only
+        # a change needs agreement: a cluster that disagrees for long (a rolling upgrade of
+        # Cassandra itself) must not keep a node with nothing to change from starting.
+        self._agree(wait=FIRST_AGREEMENT, required=False)
         if not self._keyspace_exists():
             if not create:
                 raise StoreError(f"keyspace {self.keyspace!r} does not exist; create it or set [cassandra] CREATE_SCHEMA = true")
@@ -361,11 +365,16 @@ class SchemaManager:
             )
         return self._upgrade(version)
 
-    def _agree(self) -> None:
-        """Wait (up to ``wait``) until every live replica has the same schema version."""
-        if not self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=self.wait):
+    def _agree(self, wait: float | None = None, required: bool = True) -> None:
+        """Wait (up to ``wait``, default the manager's) until every live replica has the same
+        schema version; ``required``: a StoreError if they do not, else a warning."""
+        wait = self.wait if wait is None else wait
+        if self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=wait):
+            return
+        if required:
             raise StoreError(f"Cassandra replicas did not agree on the schema of {self.keyspace!r} within "
-                             f"{self.wait:.0f} s; check that every node is up")
+                             f"{wait:.0f} s; check that every node is up")
+        log.warning("the Cassandra replicas do not agree on the schema yet (after %.0f s); going on", wait)
 
     def _q(self, cql: str) -> str:
         return qualify(cql, self.keyspace)

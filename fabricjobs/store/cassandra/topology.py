@@ -18,9 +18,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Iterable, Sequence
 
-from ...errors import StoreError
+from ...errors import PlacementError, StoreError
 
 #: A node row beaten within this long counts as a live node for these rules (a crashed node's
 #: row stays until its peers forget it; it must not block others for longer than this).
@@ -46,6 +47,7 @@ class Peer:
 
     name: str
     at: Placement
+    started: datetime | None = None
 
 
 def local_dc(configured: str, datacenters: Iterable[str]) -> str:
@@ -82,7 +84,7 @@ def check_placement(me: Placement, peers: Sequence[Peer]) -> None:
     if not others:
         return
     if me.local:
-        raise StoreError(
+        raise PlacementError(
             f"[cassandra] SERIAL_CONSISTENCY = {me.serial}, CONSISTENCY = {me.consistency} are local to data centre "
             f"{me.dc}, but fabricjobs nodes run in {', '.join(sorted({p.at.dc for p in others}))} too "
             f"({', '.join(p.name for p in others[:5])}): two DCs could each claim the same job. Use SERIAL and "
@@ -90,7 +92,7 @@ def check_placement(me: Placement, peers: Sequence[Peer]) -> None:
     local = [p for p in others if p.at.local]
     if local:
         at = local[0].at
-        raise StoreError(
+        raise PlacementError(
             f"fabricjobs nodes in data centre {at.dc} ({', '.join(p.name for p in local[:5])}) write at "
             f"{at.serial}/{at.consistency}, which is local to their DC: a node in {me.dc} beside them "
             "could claim the same job. Set SERIAL and QUORUM on every node first")
