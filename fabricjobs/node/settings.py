@@ -31,6 +31,10 @@ class NodeSettings:
     worker_idle: float
     priority_aging_sec: float
     dependency_check_sec: float
+    run_cgroups: bool = True  # [jobs] RUN_CGROUPS (worker/cgroups.py)
+    run_memory_mb: int = 0
+    run_pids_max: int = 0
+    max_output: int = 4 * 1024 * 1024  # [jobs] MAX_OUTPUT_BYTES: what a run prints, passed on live
 
     @classmethod
     def from_config(cls, c: Config) -> "NodeSettings":
@@ -57,6 +61,10 @@ class NodeSettings:
             priority_aging_sec=g("jobs", "PRIORITY_AGING_SEC"),
             dependency_check_sec=g("jobs", "DEPENDENCY_CHECK_SEC"),
             worker_idle=g("jobs", "WORKER_IDLE_SEC"),
+            run_cgroups=g("jobs", "RUN_CGROUPS") == "AUTO",
+            run_memory_mb=g("jobs", "RUN_MEMORY_MB"),
+            run_pids_max=g("jobs", "RUN_PIDS_MAX"),
+            max_output=g("jobs", "MAX_OUTPUT_BYTES"),
         )
 
     @property
