@@ -35,8 +35,9 @@ def escape(pidfile: str, cooperative: bool = True):
         time.sleep(0.02)
 
 
-def chatter(lines: int, width: int = 1):
-    """Prints ``lines`` short lines to stdout and a few to stderr (output a node must cap)."""
+def chatter(lines: int, width: int = 1, linger: float = 0.0):
+    """Prints ``lines`` short lines to stdout and one to stderr (output a node must cap), then
+    waits ``linger`` seconds (its node passes the lines on meanwhile)."""
     line = ("y" * width + "\n").encode()
     block = line * max(1, 65536 // len(line))
     left = lines
@@ -47,4 +48,5 @@ def chatter(lines: int, width: int = 1):
         left -= n
     out.flush()
     print("chatter done", file=sys.stderr, flush=True)
+    time.sleep(linger)
     return {"lines": lines}
