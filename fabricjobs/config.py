@@ -217,6 +217,10 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "PRIORITY_AGING_SEC", _float(0.01), 60.0, "A waiting job gains one priority level per this many seconds it waits (no starvation)."),
     Key("jobs", "DEPENDENCY_CHECK_SEC", _float(0.05), 5.0, "How often a node re-checks blocked jobs' parents (they are also checked as soon as a parent ends)."),
     Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),
+    Key("jobs", "MAX_ARGS_BYTES", _int(1024), 1024 * 1024, "Longest ARGS a job may have (STARTJOB, UPDATEJOB), in bytes: a longer one is "
+        "refused before it is parsed. Big data goes in a file whose name is in ARGS."),
+    Key("jobs", "MAX_COMMAND_BYTES", _int(1024), 8 * 1024 * 1024, "Longest command text (one statement in the shell; a script given to "
+        "Client.fetch or POST /api/v1/commands), in bytes: a longer one is refused before it is parsed."),
     Key("jobs", "MAX_OUTPUT_BYTES", _int(1024), 4 * 1024 * 1024, "What a run prints (a USER_JOB's or a PROCESS job's stdout and stderr, "
         "and its log lines): bytes of it passed on as they come (JOBLOG ... FOLLOW) per run; the rest is counted and dropped, and the "
         "run's log ends with a line saying how much ('... 1,017 MB more not kept'). Its record keeps the head and tail (RUN_LOG_MAX_BYTES)."),
@@ -265,6 +269,12 @@ KEYS: tuple[Key, ...] = (
     Key("web", "SESSION_KEY_FILE", _str, "session.key", "The key that signs the web console's session cookies (created 0600 on first use). Web processes behind one load balancer share it. Default: beside this config file.", path=True),
     Key("web", "SESSION_HOURS", _float(0.01), 8.0, "A console login lasts this long (revoking its token ends it at once)."),
     Key("web", "SECURE_COOKIE", _bool, False, "Mark the console's cookie Secure over plain HTTP too: set it behind a TLS-terminating proxy (with --tls-cert it always is)."),
+    Key("web", "MAX_BODY_BYTES", _int(1024), 16 * 1024 * 1024, "Largest HTTP request body, in bytes: a longer one is answered 413 before "
+        "it is read (and a request without a token 401 before any of its body is read)."),
+    Key("web", "MAX_WAITS_PER_TOKEN", _int(1), 8, "Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) one token may have open at once; "
+        "one more is answered 429."),
+    Key("web", "MAX_WAITS", _int(1), 64, "Long requests all tokens together may have open at once (each holds one of the web process's 100 "
+        "server threads while it waits); one more is answered 429, so that short requests always find a thread."),
     Key("web", "CONSOLE_INTERVAL_SEC", _float(0.1), 2.0, "How often the console's shared view reads the store (the jobs, nodes and queue depth all browsers see)."),
 )
 

@@ -90,7 +90,7 @@ def run_text(
     failed = False
     for piece in split_statements(text):
         try:
-            for statement in parse_script(piece.text):
+            for statement in parse_script(piece.text, client.max_command_bytes):
                 result = client.execute(statement.command)
                 print_result(result, fmt, out, zone=zone)
                 if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
