@@ -23,7 +23,10 @@ NO_CGROUPS = pytest.param("OFF", id="no-cgroups")
 
 
 def _can_make_cgroups() -> bool:
-    from fabricjobs.worker import cgroups
+    try:
+        from fabricjobs.worker import cgroups
+    except ImportError:  # a build without run cgroups: what the tests assert fails there
+        return True
 
     made = cgroups.RunCgroups.make(cgroups.Limits())
     if isinstance(made, str):
@@ -59,7 +62,6 @@ def _isolated_by(cluster, node) -> str:
 
 def test_stopjob_ends_a_run_and_the_daemon_it_left(cluster, tmp_path):
     node = cluster.start_node("a")
-    _isolated_by(cluster, node)
     pidfile = tmp_path / "daemon.pid"
     cluster.fetch(f"startjob user_job name='Isolation.escape' uid='s' args='{json.dumps({'pidfile': str(pidfile)})}';")
     daemon = _daemon(pidfile)
@@ -67,6 +69,7 @@ def test_stopjob_ends_a_run_and_the_daemon_it_left(cluster, tmp_path):
     job = cluster.wait_job("USER_JOB", "Isolation.escape", "s", lambda j: j.archived, 15, "the stopped run to end")
     assert job.status is Status.TERMINATED
     wait_for(lambda: not process_alive(daemon), 5, "the daemon the run left to be ended with it")
+    _isolated_by(cluster, node)  # and the node said how
 
 
 def test_kill_ends_a_run_at_once_whatever_its_daemon_holds(cluster, tmp_path):

@@ -20,7 +20,6 @@ import httpx
 import pytest
 
 from fabricjobs.config import load_config
-from fabricjobs.web.server import clear_text_warning
 from fabricjobs.web.tokens import Role, TokenFile
 from harness import wait_for
 from web_site import running_site
@@ -165,6 +164,8 @@ def test_the_login_link_fills_the_form_in_but_never_logs_in_by_itself(site):
 
 
 def test_plain_http_on_an_address_that_is_not_loopback_is_warned_about():
+    from fabricjobs.web.server import clear_text_warning
+
     assert clear_text_warning("127.0.0.1", False) is None and clear_text_warning("::1", False) is None
     assert clear_text_warning("localhost", False) is None and clear_text_warning("0.0.0.0", True) is None
     warning = clear_text_warning("0.0.0.0", False)
