@@ -124,3 +124,27 @@ def _cgroup_root() -> str:
     root = cgroups.here()
     assert root is not None
     return root
+
+
+# -- where the cgroup v2 hierarchy is, as /proc says (no processes) ------------------------------
+
+HYBRID = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+PURE_V2 = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+V1_ONLY = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+
+
+@pytest.mark.parametrize("mountinfo, mine, expected", [
+    (HYBRID, "4:memory:/x\n0::/\n", "/sys/fs/cgroup/unified"),
+    (PURE_V2, "0::/system.slice/fabricjobs.service\n", "/sys/fs/cgroup/system.slice/fabricjobs.service"),
+    (PURE_V2.replace(" / /sys/fs/cgroup ", " /system.slice /mnt/cg "), "0::/system.slice/a.service\n", "/mnt/cg/a.service"),
+    (V1_ONLY, "4:memory:/x\n", None),
+    ("", "", None),
+], ids=["hybrid", "pure-v2-systemd-unit", "bind-mounted-subtree", "v1-only", "none"])
+def test_the_nodes_cgroup_is_found_from_mountinfo_on_every_kind_of_host(mountinfo, mine, expected):
+    from fabricjobs.worker.cgroups import locate
+
+    assert locate(mountinfo, mine) == expected
