@@ -68,7 +68,10 @@ def _flood(cluster, key: JobKey, args: dict, tail: str) -> None:
     log = cluster.shell_ok(f"joblog {key.type.lower()} '{key.name}' with uid='{key.uid}';")
     lines = log.rstrip("\n").split("\n")
     assert lines[1] == "stdout: y", lines[:3]  # the head of what it printed, in its run's log
-    assert lines[-2] == tail and re.fullmatch(r"\.\.\. 1,0\d\d MB more not kept", lines[-1]), lines[-3:]
+    assert re.fullmatch(r"\.\.\. 1,0\d\d MB more not kept", lines[-1]), lines[-3:]
+    middle = next(i for i, line in enumerate(lines) if re.fullmatch(r"\.\.\. \[\d+ lines dropped\] \.\.\.", line))
+    kept_tail = lines[middle + 1:-1]  # the tail: the last lines of stdout, and stderr's one line beside them
+    assert tail in kept_tail and "stdout: y" in kept_tail, lines[-5:]
 
     assert node.log_path.stat().st_size - log_before < 16384, "the job's output went to the node's log"
     live, record = _printed(cluster, key)

@@ -9,7 +9,7 @@ so a run that prints a gigabyte costs its worker no more than one that prints a 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 
 from .spool import LINE_MAX, Spool
 
@@ -21,7 +21,9 @@ class RunLog(logging.Handler):
     keeps one and resets it for each run (one run at a time).
 
     The tail holds lines and, for what was printed, raw blocks of complete lines with their
-    stream's prefix, split into lines only when the text is asked for."""
+    stream's prefix, split into lines only when the text is asked for. When it is over its
+    half of ``limit``, the stream with the most in it gives up its oldest lines first: a
+    flood on stdout does not push out the last lines of stderr or of the job's logger."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
@@ -34,6 +36,7 @@ class RunLog(logging.Handler):
         self.head: list[str] = []
         self.tail: deque[tuple[bytes | None, str | bytes]] = deque()  # (None, line) or (prefix, block)
         self.head_bytes = self.tail_bytes = self.dropped = 0
+        self.stream_bytes: Counter[bytes | None] = Counter()  # what each stream has in the tail
         return self
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -61,13 +64,11 @@ class RunLog(logging.Handler):
             data = self._to_head(data, prefix)
         if not data:
             return
-        if len(data) > half:  # only its end can stay in the tail: the rest goes, and the tail as it is
+        if len(data) > half:  # only its end can stay in the tail: the rest is counted
             cut = data.rfind(b"\n", 0, len(data) - half) + 1
             self.dropped += data.count(b"\n", 0, cut)
             data = data[cut:]
-            while self.tail:
-                self._evict()
-        self._to_tail(prefix, data, len(data))
+        self._to_tail(prefix, data, _shown(prefix, data))
 
     def _to_head(self, data: bytes, prefix: bytes) -> bytes:
         """Lines of ``data`` into the head while it has room; the rest of ``data``."""
@@ -82,22 +83,45 @@ class RunLog(logging.Handler):
             pos += len(raw) + 1
         return data[pos:]
 
-    def _to_tail(self, prefix: bytes | None, item: str | bytes, size: int) -> None:
-        self.tail.append((prefix, item))
+    def _to_tail(self, stream: bytes | None, item: str | bytes, size: int) -> None:
+        self.tail.append((stream, item))
         self.tail_bytes += size
-        while len(self.tail) > 1 and self.tail_bytes > self.limit // 2:
-            self._evict()
+        self.stream_bytes[stream] += size
+        half = self.limit // 2
+        while self.tail_bytes > half:
+            biggest = max(self.stream_bytes, key=lambda s: self.stream_bytes[s])
+            at = next(i for i, (s, _) in enumerate(self.tail) if s == biggest)
+            if not self._shrink(at, self.tail_bytes - half):
+                break
 
-    def _evict(self) -> None:
-        prefix, item = self.tail.popleft()
-        if prefix is None:
-            assert isinstance(item, str)
-            self.tail_bytes -= len(item.encode("utf-8", "replace")) + 1
-            self.dropped += 1
+    def _shrink(self, at: int, excess: int) -> bool:
+        """Give up the first lines of tail entry ``at`` (``excess`` bytes' worth, or all of it);
+        False if it is the only entry and cannot be cut."""
+        stream, item = self.tail[at]
+        if isinstance(item, bytes):
+            assert stream is not None
+            raw = -(-excess * len(item) // _shown(stream, item))  # as many bytes before their prefixes
+            cut = item.find(b"\n", max(raw, 1) - 1) + 1
+            if 0 < cut < len(item):
+                self.tail[at] = (stream, item[cut:])
+                self._gone(stream, _shown(stream, item[:cut]), item.count(b"\n", 0, cut))
+                return True
+        if len(self.tail) == 1:
+            return False
+        del self.tail[at]
+        if isinstance(item, bytes):
+            assert stream is not None
+            self._gone(stream, _shown(stream, item), item.count(b"\n"))
         else:
-            assert isinstance(item, bytes)
-            self.tail_bytes -= len(item)
-            self.dropped += item.count(b"\n")
+            self._gone(stream, len(item.encode("utf-8", "replace")) + 1, 1)
+        return True
+
+    def _gone(self, stream: bytes | None, size: int, lines: int) -> None:
+        self.tail_bytes -= size
+        self.stream_bytes[stream] -= size
+        if self.stream_bytes[stream] <= 0:
+            del self.stream_bytes[stream]
+        self.dropped += lines
 
     def _tail_lines(self) -> tuple[list[str], int]:
         lines: list[str] = []
@@ -122,6 +146,11 @@ class RunLog(logging.Handler):
         if self.dropped + skipped:
             lines.append(f"... [{self.dropped + skipped} lines dropped] ...")
         return clean_text("\n".join(lines + tail), self.limit + 200)
+
+
+def _shown(prefix: bytes, block: bytes) -> int:
+    """Bytes of a block of lines once each has its prefix."""
+    return len(block) + block.count(b"\n") * len(prefix)
 
 
 def _decode(data: bytes) -> str:
