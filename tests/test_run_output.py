@@ -60,10 +60,9 @@ def _flood(cluster, key: JobKey, args: dict, tail: str) -> None:
     node = cluster.nodes["a"]
     log_before, store_before = node.log_path.stat().st_size, _store_bytes(cluster)
     cluster.fetch(f"startjob {key.type.lower()} name='{key.name}' uid='{key.uid}' args='{json.dumps(args)}';")
+    # (a deadline, not a speed goal: scripts/bench.py isolation measures it; one write() a line took minutes)
     job = cluster.wait_job(key.type, key.name, key.uid, lambda j: j.archived, 60, "a gigabyte of output to be read")
     assert job.status is Status.PROCESSED, job.error_msg
-    took = (job.end_time - job.start_time).total_seconds()
-    assert took < 20, f"a gigabyte of short lines took {took:.1f} s"  # (cat: about 1 s here; one write() a line: minutes)
 
     log = cluster.shell_ok(f"joblog {key.type.lower()} '{key.name}' with uid='{key.uid}';")
     lines = log.rstrip("\n").split("\n")

@@ -189,7 +189,7 @@ class StdCapture:
                 pass
         with self._lock:
             for fd in self._fds:
-                self._drain(fd)
+                self._drain(fd, most=2 * READ_SIZE)  # what the pipe held: a leftover that writes on is not waited for
             self._output = None
             self._between = 0
 
@@ -202,15 +202,18 @@ class StdCapture:
                 with self._lock:
                     self._drain(fd, once=True)
 
-    def _drain(self, fd: int, once: bool = False) -> None:
-        """Read what is in pipe ``fd`` now (``once``: one block) and pass it on."""
-        while True:
+    def _drain(self, fd: int, once: bool = False, most: int = 0) -> None:
+        """Read what is in pipe ``fd`` now (``once``: one block; ``most``: at most that many
+        bytes) and pass it on."""
+        taken = 0
+        while not most or taken < most:
             try:
                 data = os.read(fd, READ_SIZE)
             except BlockingIOError:
                 return
             if not data:
                 return
+            taken += len(data)
             if self._output is not None:
                 self._output.feed(self._fds[fd], data)
             elif self._between < _BETWEEN_RUNS_MAX:

@@ -100,6 +100,7 @@ def _extra_tokens(site, n: int) -> list[str]:
     return [tokens.create(f"follower-{i}", Role.VIEWER) for i in range(n)]
 
 
+@pytest.mark.timing  # /healthz within a second: one at a time, at normal CPU priority (scripts/test)
 def test_150_follows_at_once_leave_health_and_short_requests_answered(site, tmp_path):
     """Each follow would hold a server thread for a minute: one token gets 8 of them, all
     tokens together 64, the rest a 429 that says why; /healthz, /readyz and a short request
