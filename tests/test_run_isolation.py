@@ -57,6 +57,9 @@ def _isolated_by(cluster, node) -> str:
                     "the node's start-up line")
     want = "cgroup v2 at" if cluster.mode == "AUTO" else "process groups ([jobs] RUN_CGROUPS = OFF)"
     assert want in line, line
+    shown = cluster.fetch("nodes details;")  # and NODES DETAILS says it for every node
+    column = shown.columns.index("isolation")
+    assert [row[column] for row in shown.rows if row[0] == node.name][0] in line
     return line
 
 
