@@ -124,6 +124,9 @@ def test_150_follows_at_once_leave_health_and_short_requests_answered(site, tmp_
     try:
         for t in threads:
             t.start()
+        # Every request is answered (a stream, or 429), none left waiting for a thread...
+        wait_for(lambda: len(answers) == len(tokens), 30, lambda: f"every follow to be answered ({len(answers)} so far)")
+        # ... and while the admitted ones hold their threads, the rest of the API answers at once.
         for _ in range(10):
             for path in ("/healthz", "/readyz", "/api/v1/jobs?limit=1"):
                 began = time.monotonic()
@@ -131,7 +134,6 @@ def test_150_follows_at_once_leave_health_and_short_requests_answered(site, tmp_
                 assert got.status_code == 200 and time.monotonic() - began < 1.0, (path, got.status_code,
                                                                                   time.monotonic() - began)
             time.sleep(0.05)
-        wait_for(lambda: len(answers) == len(tokens), 60, lambda: f"every follow to be answered ({len(answers)} so far)")
     finally:
         release.set()
     following = [a for a in answers if a[0] == 200]
