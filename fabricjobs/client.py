@@ -45,12 +45,16 @@ class Client:
 
     def run_script(self, text: str) -> list[Result]:
         """Run every statement in ``text`` in order; the first error stops the script."""
-        return self.service.run_script([s.command for s in parse_script(text)], self.session)
+        return self.service.run_script([s.command for s in parse_script(text, self.max_command_bytes)], self.session)
+
+    @property
+    def max_command_bytes(self) -> int:
+        return self.config.get("jobs", "MAX_COMMAND_BYTES")
 
     def iter_script(self, text: str) -> Iterator[tuple[statements.Statement, Result]]:
         """Parse all of ``text`` first (a syntax error anywhere runs nothing), then run each
         statement, yielding it with its result as it completes."""
-        for statement in parse_script(text):
+        for statement in parse_script(text, self.max_command_bytes):
             yield statement, self.execute(statement.command)
 
     def execute(self, command: statements.Command) -> Result:

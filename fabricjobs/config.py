@@ -228,6 +228,13 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "PROCESS_JOBS_DIR", _str, "", "Directory of executables for PROCESS jobs; nothing outside it may run.", path=True),
     Key("jobs", "PROCESS_TIME_LIMIT_SEC", _float(0.0), 0.0, "Longest a PROCESS run may take (wall clock) before its process group is ended and the run fails (0: no limit); a job's ARGS time_limit_sec may lower it."),
     Key("jobs", "PROCESS_MEMORY_MB", _int(0, 1 << 30), 0, "Address space (RLIMIT_AS) of each process of a PROCESS run, in MiB (0: no limit); a job's ARGS memory_mb may lower it."),
+    Key("jobs", "RUN_CGROUPS", _choice("AUTO", "OFF"), "AUTO", "AUTO: each worker slot's runs go in a cgroup v2 of their own, so that a run's end ends every "
+        "process it started (needs root, or a systemd unit with Delegate=yes; without, the node says why and ends runs by process "
+        "group and descendants). OFF: never. See docs/guides/run-isolation.md."),
+    Key("jobs", "RUN_MEMORY_MB", _int(0, 1 << 30), 0, "memory.max of each worker slot's cgroup in MiB, counting the worker itself (0: no limit); "
+        "applied where the memory controller can be enabled."),
+    Key("jobs", "RUN_PIDS_MAX", _int(0), 4096, "pids.max of each worker slot's cgroup: processes and threads a run may have at once, "
+        "its worker's included (0: no limit); applied where the pids controller can be enabled."),
     Key("jobs", "PROCESS_ENV", _list, (), "Node environment variables PROCESS jobs see besides PATH, HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM."),
     Key("jobs", "LISTENER_ROOT", _str, "", "Directory under which INTERFACE_LISTENER jobs may watch (empty: none).", path=True),
     Key("jobs", "CLEANUP_ROOT", _str, "", "Directory under which a job's DELETE_ON_SUCCESS files may be (RJM's rjm_delete; empty: none may be given).", path=True),
@@ -238,6 +245,13 @@ KEYS: tuple[Key, ...] = (
     Key("jobs", "PRIORITY_AGING_SEC", _float(0.01), 60.0, "A waiting job gains one priority level per this many seconds it waits (no starvation)."),
     Key("jobs", "DEPENDENCY_CHECK_SEC", _float(0.05), 5.0, "How often a node re-checks blocked jobs' parents (they are also checked as soon as a parent ends)."),
     Key("jobs", "OUTPUT_MAX_BYTES", _int(1024), 65536, "Cap on a run's stored output and on captured PROCESS stdout/stderr."),
+    Key("jobs", "MAX_ARGS_BYTES", _int(1024), 1024 * 1024, "Longest ARGS a job may have (STARTJOB, UPDATEJOB), in bytes: a longer one is "
+        "refused before it is parsed. Big data goes in a file whose name is in ARGS."),
+    Key("jobs", "MAX_COMMAND_BYTES", _int(1024), 8 * 1024 * 1024, "Longest command text (one statement in the shell; a script given to "
+        "Client.fetch or POST /api/v1/commands), in bytes: a longer one is refused before it is parsed."),
+    Key("jobs", "MAX_OUTPUT_BYTES", _int(1024), 4 * 1024 * 1024, "What a run prints (a USER_JOB's or a PROCESS job's stdout and stderr, "
+        "and its log lines): bytes of it passed on as they come (JOBLOG ... FOLLOW) per run; the rest is counted and dropped, and the "
+        "run's log ends with a line saying how much ('... 1,017 MB more not kept'). Its record keeps the head and tail (RUN_LOG_MAX_BYTES)."),
     Key("jobs", "RUN_LOG_MAX_BYTES", _int(1024), 65536, "Log lines kept per run for JOBLOG (the job's logger, a PROCESS job's stdout/stderr): head and tail."),
     Key("jobs", "LIVE_LOG_FLUSH_MS", _int(0), 1000, "A node passes its running runs' new log lines to the store this often, for JOBLOG ... FOLLOW (0: never; JOBLOG then shows a run's log once it has ended)."),
     Key("jobs", "LIVE_LOG_MAX_BYTES", _int(16384), 65536, "Log bytes per run a node passes on per flush for JOBLOG ... FOLLOW; lines beyond are counted and shown as '[n lines skipped]'."),
@@ -286,6 +300,12 @@ KEYS: tuple[Key, ...] = (
     Key("web", "SESSION_KEY_FILE", _str, "session.key", "The key that signs the web console's session cookies (created 0600 on first use). Web processes behind one load balancer share it. Default: beside this config file.", path=True),
     Key("web", "SESSION_HOURS", _float(0.01), 8.0, "A console login lasts this long (revoking its token ends it at once)."),
     Key("web", "SECURE_COOKIE", _bool, False, "Mark the console's cookie Secure over plain HTTP too: set it behind a TLS-terminating proxy (with --tls-cert it always is)."),
+    Key("web", "MAX_BODY_BYTES", _int(1024), 16 * 1024 * 1024, "Largest HTTP request body, in bytes: a longer one is answered 413 before "
+        "it is read (and a request without a token 401 before any of its body is read)."),
+    Key("web", "MAX_WAITS_PER_TOKEN", _int(1), 8, "Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) one token may have open at once; "
+        "one more is answered 429."),
+    Key("web", "MAX_WAITS", _int(1), 64, "Long requests all tokens together may have open at once (each holds one of the web process's 100 "
+        "server threads while it waits); one more is answered 429, so that short requests always find a thread."),
     Key("web", "CONSOLE_INTERVAL_SEC", _float(0.1), 2.0, "How often the console's shared view reads the store (the jobs, nodes and queue depth all browsers see)."),
 )
 

@@ -63,12 +63,14 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def setup_logging(level: str | int, fmt: str = "text", node: str = "", thread_name: str | None = None) -> None:
-    """Configure the root logger of this process (a node or one of its workers)."""
+def setup_logging(level: str | int, fmt: str = "text", node: str = "", thread_name: str | None = None,
+                  stream=None) -> None:
+    """Configure the root logger of this process (a node or one of its workers); ``stream``:
+    where its lines go (default: stderr)."""
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter(node))
     else:

@@ -14,10 +14,25 @@ UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029"
                     + "".join(f"{chr(first)}-{chr(last)}" for first, last in INVISIBLE) + "]")
 SURROGATE = re.compile("[\ud800-\udfff]")
 FIELDS = (("name", "NAME"), ("uid", "UID"), ("affinity", "AFFINITY"))
+#: Characters a NAME may have; a UID (a listener's child job holds a file name and its
+#: version in its UID) and the other names may have MAX_CHARS (docs/guides/run-isolation.md).
+MAX_NAME_CHARS = 256
+MAX_CHARS = 1024
+
+
+def too_long(what: str, value: str) -> str | None:
+    """Why ``value`` is too long to be ``what``, or None."""
+    limit = MAX_NAME_CHARS if what == "NAME" else MAX_CHARS
+    if len(value) <= limit:
+        return None
+    return f"{what} is {len(value):,} characters long; at most {limit:,} are allowed"
 
 
 def complaint(what: str, value: str) -> str | None:
     """Why ``value`` may not be ``what`` (NAME, UID, AFFINITY), or None."""
+    long = too_long(what, value)
+    if long is not None:
+        return long
     bad = UNSAFE.search(value)
     if bad is None:
         return None

@@ -45,6 +45,13 @@ against, and with --json FILE writes its figures as JSON.
         (scripts/bench_web.py). Goal: p99 with the archive <= 1.2x without it. Then the
         console's live view on the CQL test server, watched by 1 and 10 polling browsers
         (--watch 30 s each): store requests/s. Goal: 10 browsers cost <= 1.2x what 1 does.
+  isolation   (SQLite only)
+        one node, with run cgroups and without ([jobs] RUN_CGROUPS = OFF): seconds from KILL, and
+        from STOPJOB, until a run that left 50 daemons (double fork, setsid) has ended and the last
+        daemon is gone; then 1 GiB of short lines from a USER_JOB and from a PROCESS job: MB/s
+        beside `yes | head -c 1G | cat`, the node's peak RSS, store and node log growth
+        (scripts/bench_isolation.py). Goals: ended within 2 s of KILL; within 3x cat; node peak
+        RSS < 150 MB; store growth < MAX_OUTPUT_BYTES + 1 MB; node log growth < 64 KB.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
@@ -1552,6 +1559,14 @@ def cmd_web_bench(args, backend: Backend, facts: dict, findings: list) -> dict:
     return cmd_web(args, _load_rows, print_goals, verdict, progress)
 
 
+def cmd_isolation_bench(args, backend: Backend, facts: dict, findings: list) -> dict:
+    if backend.name != "sqlite":
+        raise BenchError("isolation runs on SQLite only (what it measures is the node's, not the store's)")
+    from bench_isolation import cmd_isolation
+
+    return cmd_isolation(args, backend, print_goals, verdict, progress)
+
+
 COMMANDS = {
     "throughput": cmd_throughput,
     "firelag": cmd_firelag,
@@ -1560,6 +1575,7 @@ COMMANDS = {
     "shell": cmd_shell,
     "memory": cmd_memory,
     "web": cmd_web_bench,
+    "isolation": cmd_isolation_bench,
 }
 BACKEND_AWARE = {"throughput", "firelag", "failover", "memory"}
 
@@ -1623,6 +1639,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--live", type=int, default=1_000, help="live jobs (1,000)")
     p.add_argument("--requests", type=int, default=1000, help="list requests timed per store (1000)")
     p.add_argument("--watch", type=float, default=30.0, help="seconds the live view is watched per browser count (30)")
+    sub.add_parser("isolation", parents=[common], help="ending a run with 50 daemons; 1 GiB of printed output")
     p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
     p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
     return ap

@@ -10,6 +10,8 @@ from fabricjobs.clock import ManualClock
 from fabricjobs.model import JobKey
 from fabricjobs.node.livelog import LiveLogFlusher
 from fabricjobs.store.sqlite import SqliteStore
+from fabricjobs.worker.output import RunOutput
+from fabricjobs.worker.runlog import RunLog
 from fabricjobs.worker.spool import LINE_MAX, Spool, spool_path
 
 KEY = JobKey("USER_JOB", "Customer.live", "u1")
@@ -36,12 +38,12 @@ def test_complete_lines_are_passed_on_once_in_order_and_the_file_goes_with_the_r
     spool = Spool(spool_path(str(tmp_path / "board"), 7))
     spool.write("first")
     spool.write("two\nlines")  # a message over lines: a line each
-    out = spool.lines("stdout: ")
-    out.feed(b"half a li")
+    out = RunOutput(spool, RunLog(65536))  # a job's stdout, as its worker reads it
+    out.feed(b"stdout: ", b"half a li")
     assert flusher.flush_once() == 3
     assert store.live_log(KEY, 3) == [(0, "first"), (1, "two"), (2, "lines")]
-    out.feed(b"ne\nnext")
-    out.end()
+    out.feed(b"stdout: ", b"ne\nnext")
+    out.finish()
     assert flusher.flush_once() == 2 and flusher.flush_once() == 0
     assert [line for _, line in store.live_log(KEY, 3, after_seq=2)] == ["stdout: half a line", "stdout: next"]
     spool.close()

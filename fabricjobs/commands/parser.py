@@ -24,17 +24,24 @@ from .transform import ToCommand
 __all__ = [
     "_PREPARED_LIMIT", "_PREPARED_SHAPE_LIMIT", "_cache_dir", "_cache_file", "_lexing_patterns", "_parse",
     "_parse_lark", "_parse_prepared", "_prepared", "get_parser", "grammar_path", "parse_lark", "parse_one",
-    "parse_script",
+    "parse_script", "check_length", "MAX_COMMAND_BYTES",
 ]
 
 
-def parse_script(text: str) -> list[Statement]:
-    """Parse a script of ``;``-separated statements; all or nothing."""
+#: The longest command text parsed when no config says otherwise ([jobs] MAX_COMMAND_BYTES).
+MAX_COMMAND_BYTES = 8 * 1024 * 1024
+
+
+def parse_script(text: str, max_bytes: int = MAX_COMMAND_BYTES) -> list[Statement]:
+    """Parse a script of ``;``-separated statements; all or nothing. A text longer than
+    ``max_bytes`` is refused before it is read."""
+    check_length(text, max_bytes)
     return [statement for statement, _ in _parse(text)]
 
 
-def parse_one(text: str) -> Command:
+def parse_one(text: str, max_bytes: int = MAX_COMMAND_BYTES) -> Command:
     """Parse text that must hold exactly one statement."""
+    check_length(text, max_bytes)
     parsed = _parse(text)
     if not parsed:
         raise ValidationError("expected a command, got none", text=text)
@@ -43,6 +50,16 @@ def parse_one(text: str) -> Command:
         line, column = line_col(text, start)
         raise ValidationError(f"expected one command, got {len(parsed)}", text=text, line=line, column=column)
     return parsed[0][0].command
+
+
+def check_length(text: str, max_bytes: int) -> None:
+    """ValidationError if ``text`` is longer than ``max_bytes`` (UTF-8)."""
+    if len(text) * 4 <= max_bytes:
+        return
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ValidationError(f"the command text is {size:,} bytes long; at most {max_bytes:,} are allowed "
+                              "([jobs] MAX_COMMAND_BYTES): pass big data in a file and its name in ARGS")
 
 
 def _parse(text: str) -> list[tuple[Statement, int]]:

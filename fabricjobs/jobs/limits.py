@@ -1,4 +1,5 @@
-"""What a PROCESS run may use: its wall-clock time, its memory, and the environment it sees.
+"""What a PROCESS run may use: its wall-clock time, its memory, the environment it sees, and its
+arguments (ARGS as argv, each within what exec can pass).
 
 The node's operator sets the ceilings in config.ini (``[jobs] PROCESS_TIME_LIMIT_SEC``,
 ``PROCESS_MEMORY_MB``); a job may ask for less in its ARGS (``"time_limit_sec": 30``,
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..errors import ValidationError
+from .source import JobResolutionError
 
 TERM_GRACE_SEC = 5.0  # after SIGTERM at the time limit, before SIGKILL
 MAX_TIME_LIMIT_SEC = 366 * 86400.0
@@ -87,3 +89,28 @@ def _tighter(node: float, job: float) -> float:
     if not node:
         return job
     return min(node, job) if job else node
+
+
+#: Longest argument Linux takes (MAX_ARG_STRLEN, 32 pages): a longer one fails exec with E2BIG.
+ARG_MAX_BYTES = 131072
+
+
+def process_argv(path: str, arguments: dict) -> list[str]:
+    """ARGS ``{"0": "...", "1": "..."}`` as argv, in numeric key order. Keys that are not
+    digits (session_scope) are not arguments; a key of other digits ("²", "٣"), a NUL byte or
+    an argument longer than ARG_MAX_BYTES is refused (JobResolutionError): exec cannot pass it."""
+    numbered = []
+    for k, v in arguments.items():
+        if not k.isdigit():
+            continue
+        if not k.isascii():
+            raise JobResolutionError(f"PROCESS ARGS key {k!r}: argument positions are written in ASCII digits (0, 1, ...)")
+        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        if "\x00" in text:
+            raise JobResolutionError(f"PROCESS argument {k} holds a NUL byte, which no program can receive")
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size >= ARG_MAX_BYTES:
+            raise JobResolutionError(f"PROCESS argument {k} is {size:,} bytes; "
+                                     f"an argument must be under {ARG_MAX_BYTES:,} (pass big data in a file)")
+        numbered.append((int(k), text))
+    return [path] + [text for _, text in sorted(numbered)]

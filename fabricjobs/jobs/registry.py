@@ -18,7 +18,6 @@ calls it at STARTJOB); :meth:`JobCatalog.load_user_job` imports (only in a worke
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
 import importlib
@@ -32,13 +31,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..config import Config
-from ..errors import ValidationError
 from ..model import JobType
 from .context import JOB_MARK
-from .limits import ProcessLimits, check_arguments as check_limit_arguments
+from .limits import ARG_MAX_BYTES, ProcessLimits, check_arguments as check_limit_arguments, process_argv  # noqa: F401 (re-exported)
+from .source import (JobResolutionError, declares_job, defines_function as _defines_function, import_fresh,
+                     module_source as _module_source, parameters)
 
 ENTRY_POINT_GROUP = "fabricjobs.jobs"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -47,10 +47,6 @@ _loaded: dict[tuple, tuple] = {}  # (jobs dir, allowlist, name) -> (function, so
 _imported: dict[str, tuple[int, int] | None] = {}  # job module -> its file's version when imported here
 _CHECK_TRUST_SEC = 1.0
 _checked: dict[tuple, float] = {}  # (catalog, type, name) -> trusted until (monotonic)
-
-
-class JobResolutionError(ValidationError):
-    """A job NAME does not name code this cluster may run."""
 
 
 @dataclass(frozen=True)
@@ -204,8 +200,49 @@ class JobCatalog:
         return "dir", self._jobs_dir_target(name, verify)
 
     def _check_declared(self, name: str, source: Path, func: str) -> None:
-        if self.require_decorator and func not in _declared_functions(str(source), source.stat().st_mtime_ns):
+        if self.require_decorator and not declares_job(source, func):
             raise JobResolutionError(_UNDECLARED.format(name=name, func=func))
+
+    def check_user_arguments(self, name: str, args_text: str | None, given: Iterable[str] = ()) -> None:
+        """Refuse ARGS keys that no parameter of USER_JOB ``name``'s function takes, where its
+        source says what it takes (no ``**kwargs``, no ``current_job()`` reading its ARGS
+        itself): a mistyped key would run the job with the parameter's default. ``given``:
+        keys the caller adds, which a function need not take (a listener's, to its files'
+        jobs). Nothing is imported."""
+        try:
+            args = json.loads(args_text or "{}")
+        except (ValueError, RecursionError):
+            return  # the parser refused it already
+        keys = set(args) - {"session_scope", *given} if isinstance(args, dict) else set()
+        if not keys:
+            return
+        try:
+            where = self._function_source(name)
+        except JobResolutionError:
+            return  # (UPDATEJOB of a job whose code is gone: its run says so)
+        takes = parameters(*where) if where is not None else None
+        unknown = sorted(keys - set(takes.names)) if takes is not None and not takes.any_key else []
+        if unknown:
+            assert takes is not None and where is not None
+            listed = ", ".join(takes.names) or "none"
+            raise JobResolutionError(
+                f"USER_JOB {name!r}: ARGS key {unknown[0]!r} is not a parameter of {where[1]}() (its parameters: "
+                f"{listed})" + (f"; nor are {', '.join(map(repr, unknown[1:]))}" if unknown[1:] else "")
+                + "; a function that takes other keys declares **kwargs")
+
+    def _function_source(self, name: str) -> tuple[Path, str] | None:
+        """The source file that defines USER_JOB ``name``'s function, and the function's name."""
+        origin, target = self._user_job_origin(name, verify=False)
+        if origin == "entry_point":
+            module, _, func = target.value.partition(":")
+            source = _module_source(module.strip()) if func.strip().isidentifier() else None
+            return (source, func.strip()) if source is not None else None
+        if origin == "module":
+            source = _module_source(target[0])
+            return (source, target[1]) if source is not None else None
+        root, module, func = target
+        found = _dir_module_file(root, module)
+        return (found, func) if found is not None else None
 
     def _allowed_module(self, module: str) -> bool:
         return any(module == m or module.startswith(m + ".") for m in self.user_job_modules)
@@ -227,17 +264,16 @@ class JobCatalog:
         root = Path(self.user_jobs_dir)
         *mod_parts, func = parts
         _refuse_private(name, func)
-        base = root.joinpath(*mod_parts)
-        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-            if candidate.is_file():
-                _refuse_shared(f"USER_JOB {name!r}", candidate)
-                if verify:
-                    if not _defines_function(candidate, func):
-                        raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level "
-                                                 f"function {func!r} (a name it imports is not a job)")
-                    self._check_declared(name, candidate, func)
-                return root, ".".join(mod_parts), func
-        raise JobResolutionError(f"unknown USER_JOB {name!r}: no {'/'.join(mod_parts)}.py in USER_JOBS_DIR ({root})")
+        candidate = _dir_module_file(root, ".".join(mod_parts))
+        if candidate is None:
+            raise JobResolutionError(f"unknown USER_JOB {name!r}: no {'/'.join(mod_parts)}.py in USER_JOBS_DIR ({root})")
+        _refuse_shared(f"USER_JOB {name!r}", candidate)
+        if verify:
+            if not _defines_function(candidate, func):
+                raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level "
+                                         f"function {func!r} (a name it imports is not a job)")
+            self._check_declared(name, candidate, func)
+        return root, ".".join(mod_parts), func
 
     def process_path(self, name: str) -> Path:
         if not self.process_jobs_dir:
@@ -280,7 +316,7 @@ class JobCatalog:
                 module, func = target
                 try:
                     _drop_if_changed(module)
-                    loaded = _note_imported(importlib.import_module(module))
+                    loaded = _note_imported(_import_installed(module))
                 except Exception as exc:
                     raise JobResolutionError(f"USER_JOB {name!r}: cannot import {module}: "
                                              f"{type(exc).__name__}: {exc}") from None
@@ -304,29 +340,15 @@ class JobCatalog:
 #: A listener's times in seconds, (lowest, highest): a poll_sec of 0 spun a core.
 LISTENER_TIMES = {"settle_sec": (0.0, 3600.0), "poll_sec": (0.05, 3600.0)}
 
-#: Longest argument Linux takes (MAX_ARG_STRLEN, 32 pages): a longer one fails exec with E2BIG.
-ARG_MAX_BYTES = 131072
-
-
-def process_argv(path: str, arguments: dict) -> list[str]:
-    """ARGS ``{"0": "...", "1": "..."}`` as argv, in numeric key order. Keys that are not
-    digits (session_scope) are not arguments; a key of other digits ("²", "٣"), a NUL byte or
-    an argument longer than ARG_MAX_BYTES is refused (JobResolutionError): exec cannot pass it."""
-    numbered = []
-    for k, v in arguments.items():
-        if not k.isdigit():
-            continue
-        if not k.isascii():
-            raise JobResolutionError(f"PROCESS ARGS key {k!r}: argument positions are written in ASCII digits (0, 1, ...)")
-        text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-        if "\x00" in text:
-            raise JobResolutionError(f"PROCESS argument {k} holds a NUL byte, which no program can receive")
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size >= ARG_MAX_BYTES:
-            raise JobResolutionError(f"PROCESS argument {k} is {size:,} bytes; "
-                                     f"an argument must be under {ARG_MAX_BYTES:,} (pass big data in a file)")
-        numbered.append((int(k), text))
-    return [path] + [text for _, text in sorted(numbered)]
+def _import_installed(module: str):
+    """An allowlisted module: its packages imported as usual, itself from its source."""
+    if module in sys.modules:
+        return sys.modules[module]
+    parent = module.rpartition(".")[0]
+    if parent:
+        importlib.import_module(parent)
+    source = _module_source(module)
+    return import_fresh(module, source) if source is not None else importlib.import_module(module)
 
 
 def _version(path: str) -> tuple[int, int] | None:
@@ -408,61 +430,6 @@ _UNDECLARED = ("USER_JOB {name!r} refused: {func!r} is not declared a job (REQUI
                "decorate it with @job from fabricjobs.jobs.context)")
 
 
-def _module_source(module: str) -> Path | None:
-    """The source file of an installed module, found the way the import system would find it
-    but without running anything: no package's ``__init__`` is imported (find_spec of
-    ``pkg.mod`` imports ``pkg``)."""
-    from importlib.machinery import PathFinder
-
-    path = None
-    spec = None
-    for part in module.split("."):
-        spec = PathFinder.find_spec(part, path)
-        if spec is None:
-            return None
-        path = spec.submodule_search_locations
-        if path is None and part != module.split(".")[-1]:
-            return None  # a plain module has no submodules
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return Path(spec.origin)
-
-
-def _defines_function(path: Path, func: str) -> bool:
-    try:
-        mtime = path.stat().st_mtime_ns
-    except OSError as exc:
-        raise JobResolutionError(f"cannot read {path}: {exc}") from None
-    return func in _top_level_functions(str(path), mtime)
-
-
-@functools.lru_cache(maxsize=256)
-def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
-    """Names of a module's top-level functions, parsed once per file version."""
-    return frozenset(n.name for n in _function_defs(path))
-
-
-def _function_defs(path: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    """A module's top-level function definitions, from its source (nothing is run)."""
-    try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise JobResolutionError(f"cannot read {path}: {exc}") from None
-    return [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-
-
-@functools.lru_cache(maxsize=256)
-def _declared_functions(path: str, mtime_ns: int) -> frozenset[str]:
-    """Top-level functions decorated ``@job`` (or ``@<module>.job``), read from the source
-    without running it; the worker checks the mark the decorator really set."""
-    return frozenset(n.name for n in _function_defs(path) if any(_names_job(d) for d in n.decorator_list))
-
-
-def _names_job(decorator: ast.expr) -> bool:
-    return (isinstance(decorator, ast.Name) and decorator.id == "job") or \
-        (isinstance(decorator, ast.Attribute) and decorator.attr == "job")
-
-
 def _import_from_dir(root: Path, module: str):
     """Import ``module`` from the jobs directory under a private name prefix, so a job module
     called ``json`` or ``os`` can never shadow the standard library. One prefix per directory:
@@ -481,7 +448,20 @@ def _import_from_dir(root: Path, module: str):
         pkg = importlib.util.module_from_spec(spec)
         pkg.__path__ = [str(root)]
         sys.modules[base] = pkg
-    return _note_imported(importlib.import_module(qualified))
+    *parents, leaf = module.split(".")
+    if parents:  # a package in the directory: imported as usual; the job's own module from its source
+        importlib.import_module(f"{base}.{'.'.join(parents)}")
+    found = _dir_module_file(root, module)
+    if found is None:
+        raise ModuleNotFoundError(f"no {'/'.join(module.split('.'))}.py in {root}")
+    return _note_imported(import_fresh(qualified, found))
+
+
+def _dir_module_file(root: Path, module: str) -> Path | None:
+    """The source of ``Module`` (or ``pkg.Module``) in a jobs directory: its .py file, or its
+    package's __init__.py."""
+    base = root.joinpath(*module.split("."))
+    return next((c for c in (base.with_suffix(".py"), base / "__init__.py") if c.is_file()), None)
 
 
 _first_root: dict[str, str] = {}  # the jobs directory a process loads first keeps the plain prefix

@@ -1,15 +1,21 @@
 """The collector thread: waits on every worker's pipe and acts on what the workers say.
 
 A worker reports each run as it ends (DONE), a PROCESS job's process group (SPAWNED), the
-rest of a train it will not run (BOUNCED), and a listener's store requests (REQUEST); a pipe
-that closes is a worker that died. Each becomes a change in the run table (runs.py) and, for
-a run that ended, an outcome queued for the node's loop to write (writeback.py). The
-messages themselves are listed in worker/protocol.py.
+rest of a train it will not run (BOUNCED), and a listener's store requests (REQUEST). Each
+becomes a change in the run table (runs.py) and, for a run that ended, an outcome queued for
+the node's loop to write (writeback.py). The messages themselves are listed in
+worker/protocol.py.
+
+A worker's death is seen from its exit, as the fork server reports it (the process's
+sentinel), never from its pipe closing: a process the run started inherits the pipe and may
+hold it open long after the worker is gone (docs/guides/run-isolation.md). What the worker
+wrote before it died is read first.
 """
 
 from __future__ import annotations
 
 import logging
+import select
 import selectors
 import socket
 import threading
@@ -29,6 +35,7 @@ from ..worker.pool import Worker, WorkerPool
 log = logging.getLogger("fabricjobs.node.executor")
 
 NOT_STARTED = "not started: the worker of its train ended before reaching it"
+_PIPE, _EXIT = "pipe", "exit"  # what the collector waits on for each worker
 
 
 class Collector:
@@ -84,25 +91,26 @@ class Collector:
                 time.sleep(0.05)
 
     def _watched(self) -> selectors.BaseSelector:
-        """The selector over the wake-up socket and every worker's pipe, kept from one wait to
-        the next (``multiprocessing.connection.wait`` builds one per call: a registration per
-        worker each time a run ends)."""
+        """The selector over the wake-up socket and every worker's pipe and exit, kept from one
+        wait to the next (``multiprocessing.connection.wait`` builds one per call: a
+        registration per worker each time a run ends)."""
         if self._selector is None:
             self._selector = selectors.DefaultSelector()
             self._selector.register(self._wake_r, selectors.EVENT_READ)
-        conns = self.pool.connections()
-        watched = set()
+        workers = set(self.pool.workers())
         for key in list(self._selector.get_map().values()):
-            if key.fileobj is not self._wake_r and key.fileobj not in conns:
-                self._selector.unregister(key.fd)  # a worker forgotten (its pipe is closed: by number)
-            else:
-                watched.add(key.fileobj)
-        for conn in conns:
-            if conn not in watched:
+            if key.fileobj is self._wake_r:
+                continue
+            worker, kind = key.data
+            if worker not in workers or worker.gone or (kind == _PIPE and worker.reader.closed):
+                self._selector.unregister(key.fd)  # forgotten (its pipe may be closed: by number)
+        for worker in workers:
+            if not worker.watched and not worker.gone:
                 try:
-                    self._selector.register(conn, selectors.EVENT_READ, conns[conn])
-                    conns[conn].watched = True
-                except (OSError, ValueError):  # closed meanwhile by the loop: gone from the pool next time
+                    self._selector.register(worker.conn, selectors.EVENT_READ, (worker, _PIPE))
+                    self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, _EXIT))
+                    worker.watched = True
+                except (OSError, ValueError, KeyError):  # closed meanwhile by the loop: gone from the pool next time
                     pass
         return self._selector
 
@@ -111,16 +119,29 @@ class Collector:
             if key.fileobj is self._wake_r:
                 self._drain_wake()
                 continue
-            worker: Worker = key.data
-            try:
-                for message in worker.reader.read():
-                    self.on_message(worker, message)
-            except (EOFError, OSError):
-                self.on_worker_death(worker)
-            except Exception:  # a garbled message from one worker: drop that worker only
-                log.exception("bad message from worker %s; replacing it", worker.slot)
-                self.pool.kill(worker)
-                self.on_worker_death(worker)
+            worker, kind = key.data
+            if worker.gone:
+                continue  # its death was dealt with earlier in this batch
+            if kind == _PIPE:
+                self._read(worker)
+            else:  # it exited: what it said before it died first
+                while not worker.gone and not worker.reader.closed and _readable(worker.reader.fd):
+                    self._read(worker)
+                if not worker.gone:
+                    self.on_worker_death(worker)
+
+    def _read(self, worker: Worker) -> None:
+        """The messages that have arrived from ``worker``. Its pipe's end says nothing of the
+        worker (see the module docstring): only what it wrote counts."""
+        try:
+            for message in worker.reader.read():
+                self.on_message(worker, message)
+        except (EOFError, OSError):
+            worker.reader.closed = True  # no longer waited on; its exit is
+        except Exception:  # a garbled message from one worker: drop that worker only
+            log.exception("bad message from worker %s; replacing it", worker.slot)
+            self.pool.kill(worker)
+            self.on_worker_death(worker)
 
     def _drain_wake(self) -> None:
         try:
@@ -207,3 +228,11 @@ class Collector:
                 else:
                     outcome = Outcome(RELEASED, error=NOT_STARTED)
                 self.finish(run, outcome)
+
+
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (data, or its end)."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False

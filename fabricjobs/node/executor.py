@@ -66,6 +66,7 @@ class Executor:
         retry_delay: float,
         output_max: int,
         log_max: int,
+        printed_max: int = 4 * 1024 * 1024,
         zone,
         on_scheduled: Callable[[Job], None],
         on_freed: Callable[[], None],
@@ -84,6 +85,7 @@ class Executor:
         self.me = me
         self.output_max = output_max
         self.log_max = log_max
+        self.printed_max = printed_max  # [jobs] MAX_OUTPUT_BYTES
         self.on_freed = on_freed
         self.on_tasks_changed = on_tasks_changed
         self.on_outcome = on_outcome  # an outcome is ready to be written (wakes the node loop)
@@ -281,6 +283,7 @@ class Executor:
             task_index=parallel.task_index(run.row), task_count=run.row.parallelism if run.row.task_of else 0,
             not_before=run.facts.started.timestamp() if ahead else None,
             due=run.facts.due.timestamp() if run.facts.due is not None else None,
+            printed_max=self.printed_max,
         )
 
     def _finish_later(self, run: Run, outcome: Outcome) -> None:

@@ -18,6 +18,7 @@ from ..commands.statements import StartJob
 from ..errors import FabricJobsError, JobAlreadyRunning
 from ..model import Job, JobKey, JobType
 from ..service import CommandService, Session
+from ..worker.listener import CHILD_KEYS
 
 
 class RequestRefused(FabricJobsError):
@@ -49,7 +50,7 @@ class ListenerRequests:
                            affinity=listener.affinity or None, priority=listener.priority,
                            requestor=listener.requestor or None)
             # The file's job is the listener owner's: owned by, and within the ceiling of, that user.
-            session = dataclasses.replace(self._session, owner=listener.owner or None)
+            session = dataclasses.replace(self._session, owner=listener.owner or None, given_keys=CHILD_KEYS)
             try:
                 self.service.execute(cmd, session)
             except JobAlreadyRunning:

@@ -32,10 +32,11 @@ from ..affinity import NodeAffinity
 from ..clock import Clock, following
 from ..config import Config, NodeId, load_node_id
 from ..errors import FabricJobsError, PlacementError, StoreError
+from ..worker import cgroups
 from ..worker.board import Board
 from ..worker.spool import spool_dir
 from .livelog import LiveLogFlusher
-from ..worker.reaper import stat_field
+from ..worker.reaper import pid_alive as _pid_alive, stat_field
 from .. import dependencies
 from ..jobs.registry import JobCatalog
 from ..model import NodeState, Status
@@ -124,9 +125,10 @@ class Node:
         """Each part from the ones before it: no callback into a part not yet built."""
         self.board = Board.create(s.pool_size)
         self.liveness = Liveness(self.name, self.clock, s.dead_after)
+        run_cgroups, self.isolation = cgroups.for_node(s.run_cgroups, cgroups.Limits(s.run_memory_mb, s.run_pids_max))
         self.pool = WorkerPool(
             self.board, s.pool_size, node=self.name, idle_sec=s.worker_idle,
-            log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format,
+            log_level=logging.getLogger("fabricjobs").getEffectiveLevel(), log_format=log_format, cgroups=run_cgroups,
         )
         table = RunTable()
         self.metrics = Metrics(
@@ -140,7 +142,8 @@ class Node:
                                    calendars=CalendarCache(self.store.calendar, CALENDAR_TTL_SEC, self.clock.monotonic))
         self.executor = Executor(
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
-            retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, zone=self.zone,
+            retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, printed_max=s.max_output,
+            zone=self.zone,
             on_scheduled=self.scheduler.add, on_freed=self.signals.wake, on_tasks_changed=self.signals.publish_tasks,
             on_final=self.signals.job_final, on_outcome=self.signals.wake, on_dispatch=self.scheduler.dispatched,
             answer_listener=self._answer_listener, table=table, metrics=self.metrics,
@@ -169,6 +172,7 @@ class Node:
         info = self.affinity.to_info()
         info["running"] = self.executor.per_pool()
         info["zone"] = str(self.zone)
+        info["isolation"] = self.isolation  # how its runs' processes are ended with them
         ticks = _process_start(os.getpid())
         if ticks is not None:
             info["pid_start"] = ticks  # with pid, names this process: a pid alone may be reused
@@ -278,9 +282,10 @@ class Node:
         self._started = True
         limits = ", ".join(str(lim) for lim in self.affinity.limits.values())
         log.info(
-            "node %s started (pid %d, dc %s, pool %d, affinity %s, priorities %s, heartbeat %.0f ms x %d, store %s)",
+            "node %s started (pid %d, dc %s, pool %d, affinity %s, priorities %s, heartbeat %.0f ms x %d, store %s, "
+            "runs isolated by %s)",
             self.name, os.getpid(), self.dc, self.settings.pool_size, limits, self.affinity.priorities_text,
-            self.settings.heartbeat_interval * 1000, self.settings.heartbeat_miss, self.store.backend,
+            self.settings.heartbeat_interval * 1000, self.settings.heartbeat_miss, self.store.backend, self.isolation,
         )
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -475,16 +480,3 @@ def _same_process(pid: int, info: str | None) -> bool:
         return True  # a row from before pid_start was recorded: the pid is all there is
     return _process_start(pid) == recorded
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True

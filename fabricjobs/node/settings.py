@@ -31,8 +31,12 @@ class NodeSettings:
     worker_idle: float
     priority_aging_sec: float
     dependency_check_sec: float
-    repair_rows_per_sec: float  # the index repair pass's pace (0: no repair pass), repair.py
-    repair_pause: float  # seconds between two repair passes
+    repair_rows_per_sec: float = 500.0  # the index repair pass's pace (0: no repair pass), repair.py
+    repair_pause: float = 300.0  # seconds between two repair passes
+    run_cgroups: bool = True  # [jobs] RUN_CGROUPS (worker/cgroups.py)
+    run_memory_mb: int = 0
+    run_pids_max: int = 0
+    max_output: int = 4 * 1024 * 1024  # [jobs] MAX_OUTPUT_BYTES: what a run prints, passed on live
 
     @classmethod
     def from_config(cls, c: Config) -> "NodeSettings":
@@ -61,6 +65,10 @@ class NodeSettings:
             worker_idle=g("jobs", "WORKER_IDLE_SEC"),
             repair_rows_per_sec=g("cassandra", "INDEX_REPAIR_ROWS_PER_SEC"),
             repair_pause=g("cassandra", "INDEX_REPAIR_PAUSE_SEC"),
+            run_cgroups=g("jobs", "RUN_CGROUPS") == "AUTO",
+            run_memory_mb=g("jobs", "RUN_MEMORY_MB"),
+            run_pids_max=g("jobs", "RUN_PIDS_MAX"),
+            max_output=g("jobs", "MAX_OUTPUT_BYTES"),
         )
 
     @property

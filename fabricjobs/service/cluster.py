@@ -19,7 +19,7 @@ from .session import Session, requester
 PS_COLUMNS = ("dc", "node", "task", "thread", "type", "description", "duration (ms)", "progress")
 NODES_COLUMNS = ("node", "dc", "host", "pid", "state", "last beat (s)", "running", "capacity", "version", "started")
 NODES_DETAIL_COLUMNS = NODES_COLUMNS + ("incarnation", "beat", "heartbeat", "time zone", "addresses", "priorities",
-                                        "tasks")
+                                        "tasks", "isolation")
 
 
 class ClusterCommands(ServiceCore):
@@ -83,7 +83,7 @@ class ClusterCommands(ServiceCore):
             tasks = "; ".join(f"{t.get('task')} {t.get('description', '')}" for t in n.tasks())
             addresses = ", ".join(sorted(n.affinity.addresses)) or "-"  # what a job's AFFINITY may name
             rows.append(row + (n.row.incarnation, n.row.beat, hb, n.info.get("zone", ""), addresses,
-                               n.affinity.priorities_text, tasks or "-"))
+                               n.affinity.priorities_text, tasks or "-", n.info.get("isolation") or "-"))
         return Result(NODES_DETAIL_COLUMNS, tuple(rows), vertical=True)
 
 

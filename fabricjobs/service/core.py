@@ -55,8 +55,19 @@ class ServiceCore:
         self._handlers: dict[type, Callable] = {s.command: getattr(self, s.handler) for s in STATEMENTS}
 
     def execute(self, command: statements.Command, session: Session) -> Result:
+        self.check_size(command)
         command = values.checked(command)  # parsed commands passed this already; built ones may not have
         return self._handlers[type(command)](command, session)
+
+    def check_size(self, command: statements.Command) -> None:
+        """Refuse ARGS longer than [jobs] MAX_ARGS_BYTES, before anything reads them."""
+        args = getattr(command, "args", None)
+        if isinstance(args, str):
+            limit = self.config.get("jobs", "MAX_ARGS_BYTES")
+            size = len(args) if len(args) * 4 <= limit else len(args.encode("utf-8", "surrogatepass"))
+            if size > limit:
+                raise ValidationError(f"ARGS is {size:,} bytes long; at most {limit:,} are allowed "
+                                      "([jobs] MAX_ARGS_BYTES): pass big data in a file and its name in ARGS")
 
     def _schedule(self, text: str | None, tz: str | None = None) -> Schedule:
         """The job's schedule in its own zone (TZ), else the configured one."""

@@ -23,6 +23,7 @@ from ..store.base import CasResult
 from .calendars import CalendarCommands
 from .hold import HoldCommands
 from .parallel import ParallelCommands
+from ..worker.listener import CHILD_KEYS, OWN_ARGS
 from .session import Session, keep_session_scope, owner_of, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
@@ -63,11 +64,9 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
 
     def _new_job(self, cmd: statements.StartJob, session: Session) -> Job:
         """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""
+        self.check_size(cmd)
         self.catalog.check(cmd.type, cmd.name)
-        if cmd.type == JobType.INTERFACE_LISTENER:
-            self.catalog.check_listener(cmd.args)
-        elif cmd.type == JobType.PROCESS:
-            self.catalog.check_process_arguments(cmd.args)
+        self._check_arguments(cmd.type, cmd.name, cmd.args, session)
         self._check_affinity(cmd.affinity)
         schedule = self._schedule(cmd.exec_interval, cmd.tz)
         now = self.clock.now()
@@ -103,6 +102,16 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         if cmd.hold:  # RJM: set up now, run after RELEASEJOB
             return advance(None, Event.START_HELD, self._held(job))
         return advance(None, Event.START if job.status is Status.WAITING else Event.START_SCHEDULED, job)
+
+    def _check_arguments(self, job_type: str, name: str, args: str | None, session: Session) -> None:
+        """A new job's ARGS (or an UPDATEJOB's) as its kind of job will use them."""
+        if job_type == JobType.INTERFACE_LISTENER:
+            self.catalog.check_listener(args)
+            self.catalog.check_user_arguments(name, args, (*OWN_ARGS, *CHILD_KEYS))  # its other keys go to its files' jobs
+        elif job_type == JobType.PROCESS:
+            self.catalog.check_process_arguments(args)
+        elif job_type == JobType.USER_JOB:
+            self.catalog.check_user_arguments(name, args, session.given_keys)
 
     def _start_group(self, group: Sequence[statements.Command], session: Session, results: list[Result]) -> None:
         """Consecutive STARTJOBs of a script, written in one store transaction; their results
@@ -333,6 +342,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             self._schedule(cmd.exec_interval, cmd.tz)
         if cmd.args is not None:
             json.loads(cmd.args)  # the parser validated it; a client may hand us anything
+            self._check_arguments(cmd.type, cmd.name, cmd.args, session)  # as its kind of job will use them
         if cmd.calendar:
             self._stored_calendar(cmd.calendar)  # (whether each row's schedule recurs: in decide)
         self._cleanup(cmd.delete_on_success)

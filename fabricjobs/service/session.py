@@ -21,6 +21,9 @@ class Session:
     #: Who a STARTJOB of the session makes the job's owner (DolphinDB's userID), and whose
     #: PRIORITY ceiling applies: the HTTP API's token name. None: the local OS user.
     owner: str | None = None
+    #: ARGS keys this session's STARTJOBs add that a job function need not take as parameters
+    #: (a listener's, to the jobs of its files: file, name, listener, version).
+    given_keys: tuple[str, ...] = ()
 
     def set(self, key: str, value: str) -> None:
         # The seed's rule: simple keys upper-cased, qualified keys (k2_ws.ALPINIST) as written.

@@ -17,6 +17,7 @@ from typing import TextIO
 
 from ..client import Client
 from ..commands import lex, parse_script, statements
+from ..commands.parser import MAX_COMMAND_BYTES
 from ..errors import FabricJobsError, message_of
 from ..private import private_file
 from .output import print_result
@@ -88,9 +89,10 @@ def run_text(
     ``started`` gets one JSON line (type, name, uid) per job a STARTJOB or RESUMEJOB started,
     so that a caller can wait for exactly those jobs."""
     failed = False
+    limit = getattr(client, "max_command_bytes", MAX_COMMAND_BYTES)  # (a client of the config's limits)
     for piece in split_statements(text):
         try:
-            for statement in parse_script(piece.text):
+            for statement in parse_script(piece.text, limit):
                 result = client.execute(statement.command)
                 print_result(result, fmt, out, zone=zone)
                 if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):

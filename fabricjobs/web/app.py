@@ -76,6 +76,7 @@ def create_app(api: Api) -> FastAPI:
     )
     app.state.api = api
     install_console(app, api)
+    install_limits(app, api)
     errors.install(app)
     for module in (jobs, runs, calendars, cluster, commands):
         app.include_router(module.router, prefix=API, responses=errors_documented())
@@ -101,6 +102,28 @@ def install_console(app: FastAPI, api: Api) -> None:
     app.state.job_pages = console_data.PageCache(web["CONSOLE_INTERVAL_SEC"])
     app.include_router(console.router)
     app.include_router(console_data.router)
+
+
+def install_limits(app: FastAPI, api: Api) -> None:
+    """Bounded request bodies, a token before any body is read, and long requests capped per
+    token and in all (limits.py)."""
+    from .limits import BodyGate, WaitSlots, cookie
+    from .session_auth import cookie_names
+
+    web = api.config.section("web")
+    app.state.waits = WaitSlots(web["MAX_WAITS_PER_TOKEN"], web["MAX_WAITS"])
+    sessions = app.state.sessions
+
+    def authenticated(scope: Scope, headers: dict[str, str]) -> bool:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return api.tokens.find(token.strip()) is not None
+        secure = sessions.secure_always or scope.get("scheme") == "https"
+        value = cookie(headers, cookie_names(scope, secure)[0])
+        return bool(value) and sessions.read(value, api.tokens) is not None
+
+    app.state.authenticated = authenticated  # also what error bodies may show (errors.public)
+    app.add_middleware(BodyGate, max_bytes=web["MAX_BODY_BYTES"], authenticated=authenticated)
 
 
 def errors_documented() -> dict[int | str, dict[str, Any]]:

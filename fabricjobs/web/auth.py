@@ -17,7 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..commands import statements as st
 from .errors import ApiError
-from .session_auth import COOKIE, authenticate_cookie
+from .session_auth import authenticate_cookie
 from .tokens import Role, TokenFile, TokenInfo
 
 
@@ -56,7 +56,8 @@ def authenticate(request: Request, tokens: TokenFile) -> TokenInfo:
     header, the token a console session acts for (its cookie; a change needs its CSRF token:
     session_auth.py); 401 without either."""
     sessions = getattr(request.app.state, "sessions", None)
-    if "authorization" not in request.headers and sessions is not None and COOKIE in request.cookies:
+    if "authorization" not in request.headers and sessions is not None \
+            and sessions.session_cookie(request) in request.cookies:
         return authenticate_cookie(request, sessions, tokens)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():

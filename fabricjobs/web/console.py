@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from .session_auth import (
-    COOKIE, LOGIN_COOKIE, SessionKeys, check_csrf, same_origin, session_of, token_info,
+    SessionKeys, check_csrf, same_origin, session_of, token_info,
 )
 
 router = APIRouter(include_in_schema=False)
@@ -73,8 +73,9 @@ def login_form(request: Request) -> Response:
 def _login_page(request: Request, message: str, status: int = 200) -> Response:
     nonce = secrets.token_urlsafe(16)
     response = page("login.html", status, nonce=nonce, message=message, hidden="" if message else "hidden")
-    response.set_cookie(LOGIN_COOKIE, nonce, max_age=600, path="/login", httponly=True, samesite="strict",
-                        secure=_keys(request).secure(request))
+    keys = _keys(request)
+    response.set_cookie(keys.login_cookie(request), nonce, max_age=600, path="/login", httponly=True,
+                        samesite="strict", secure=keys.secure(request))
     return response
 
 
@@ -82,7 +83,7 @@ def _login_page(request: Request, message: str, status: int = 200) -> Response:
 async def login(request: Request) -> Response:
     """A token typed into the form: a session cookie and the console, or the form again."""
     form = await _form(request)
-    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    nonce = request.cookies.get(_keys(request).login_cookie(request), "")
     if not same_origin(request) or not nonce or not secrets.compare_digest(nonce, form.get("nonce", "")):
         return _login_page(request, "The form had expired or came from another site: try again.", 403)
     who = token_info(form.get("token", ""), request.app.state.api.tokens)
@@ -91,7 +92,7 @@ async def login(request: Request) -> Response:
     value, _ = _keys(request).issue(who)
     response = RedirectResponse("/", status_code=303, headers=HEADERS)
     _keys(request).set_cookie(response, request, value)
-    response.delete_cookie(LOGIN_COOKIE, path="/login")
+    response.delete_cookie(_keys(request).login_cookie(request), path="/login", secure=_keys(request).secure(request))
     return response
 
 
@@ -102,7 +103,9 @@ async def logout(request: Request) -> Response:
     if session is not None:
         check_csrf(request, session.csrf, (await _form(request)).get("csrf", ""))
     response = RedirectResponse("/login", status_code=303, headers=HEADERS)
-    response.delete_cookie(COOKIE, path="/")
+    keys = _keys(request)
+    response.delete_cookie(keys.session_cookie(request), path="/", secure=keys.secure(request), httponly=True,
+                           samesite="strict")
     return response
 
 

@@ -10,6 +10,7 @@ agree on what went wrong. Anything else is a bug: it is logged with its tracebac
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -49,6 +50,27 @@ class ApiError(Exception):
         self.status, self.error, self.message, self.headers = status, error, message, headers
 
 
+#: A file system path in a message (two segments at least: /srv/jobs/x.py, /var/lib/fj.db).
+_PATH = re.compile(r"(?<![\w:/.])/(?:[\w.@+~-]+/)+[\w.@+~-]*")
+
+
+def public(request: Request, message: str) -> str:
+    """``message`` as a client may see it: without file paths unless the request carries a
+    valid token or console session (a path says how the host is laid out)."""
+    check = getattr(request.app.state, "authenticated", None)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    try:
+        if check is not None and check(request.scope, headers):
+            return message
+    except FabricJobsError:  # (the tokens cannot be read: no one is known)
+        pass
+    return without_paths(message)
+
+
+def without_paths(text: str) -> str:
+    return _PATH.sub("<path>", text)
+
+
 def status_of(exc: FabricJobsError) -> int:
     return next((status for cls, status in STATUSES if isinstance(exc, cls)), 500)
 
@@ -68,11 +90,14 @@ def install(app: FastAPI) -> None:
         status = status_of(exc)
         if status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse(body_of(exc), status_code=status)
+        body = body_of(exc)
+        body["message"] = public(request, body["message"])
+        return JSONResponse(body, status_code=status)
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.error, "message": exc.message}, status_code=exc.status, headers=exc.headers)
+        return JSONResponse({"error": exc.error, "message": public(request, exc.message)}, status_code=exc.status,
+                            headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -49,7 +49,7 @@ COLUMN_TYPES: dict[str, Any] = {
     "type": _TEXT, "description": _TEXT, "duration (ms)": _INT, "Progress": str, "progress": str,
     # NODES DETAILS
     "incarnation": _TEXT, "beat": _INT, "heartbeat": _TEXT, "time zone": _TEXT, "addresses": _TEXT,
-    "priorities": _TEXT, "tasks": _TEXT,
+    "priorities": _TEXT, "tasks": _TEXT, "isolation": _TEXT,
     # calendars (CALENDARS, CREATECALENDAR, DROPCALENDAR)
     "Rules": str, "Live Jobs": int,
 }

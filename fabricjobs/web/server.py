@@ -47,6 +47,26 @@ def options(config: Config, bind: str | None, tls_cert: str | None, tls_key: str
     return ServeOptions(chosen, cert, key, log_level)
 
 
+def clear_text_warning(host: str, tls: bool) -> str | None:
+    """What to say when tokens and session cookies would cross a network in clear: plain
+    HTTP on an address that is not loopback."""
+    if tls or _loopback(host):
+        return None
+    return (f"serving plain HTTP on {host}, which is not a loopback address: API tokens and console sessions "
+            "cross the network in clear; give --tls-cert and --tls-key, or bind 127.0.0.1 behind a TLS proxy")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: where it leads is not known here
+
+
 def serve(config: Config, opts: ServeOptions) -> None:
     """Open the store and serve until SIGINT or SIGTERM."""
     import anyio.to_thread
@@ -75,6 +95,10 @@ def serve(config: Config, opts: ServeOptions) -> None:
     shown = f"[{host}]" if ":" in host else host
     print(f"fabricjobs web: console {scheme}://{shown}:{port}/, API {scheme}://{shown}:{port}/api/v1 "
           f"(tokens: {api.tokens.path})", file=sys.stderr, flush=True)
+    warning = clear_text_warning(host, bool(opts.tls_cert))
+    if warning:
+        print(f"fabricjobs web: warning: {warning}", file=sys.stderr, flush=True)
+        log.warning("%s", warning)
 
     async def main() -> None:
         await more_threads()

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from .errors import ApiError
 from .tokens import TokenFile, TokenInfo
 
-COOKIE = "fj_session"
+COOKIE = "fj_session"  # the session cookie's name is this, the port and, over TLS, a prefix (cookie_names)
 LOGIN_COOKIE = "fj_login"  # the login form's nonce (double submit: a login CSRF needs it too)
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -100,16 +100,35 @@ class SessionKeys:
         return ConsoleSession(who, sid, self.csrf_of(sid), expires)
 
     def set_cookie(self, response: Response, request: Request, value: str) -> None:
-        response.set_cookie(COOKIE, value, max_age=int(self.hours * 3600), path="/", httponly=True,
-                            samesite="strict", secure=self.secure(request))
+        response.set_cookie(self.session_cookie(request), value, max_age=int(self.hours * 3600), path="/",
+                            httponly=True, samesite="strict", secure=self.secure(request))
 
     def secure(self, request: Request) -> bool:
         return self.secure_always or request.url.scheme == "https"
 
+    def session_cookie(self, request: Request) -> str:
+        return cookie_names(request.scope, self.secure(request))[0]
+
+    def login_cookie(self, request: Request) -> str:
+        return cookie_names(request.scope, self.secure(request))[1]
+
+
+def cookie_names(scope, secure: bool) -> tuple[str, str]:
+    """The session's and the login form's cookie names for a request: with this web process's
+    port in them, since a browser sends a host's cookies to every port of it (two consoles on
+    one host must not see each other's sessions); where the cookie is Secure, the session's
+    has the ``__Host-`` prefix (host-only, path /, set over TLS alone) and the login form's
+    ``__Secure-``."""
+    server = scope.get("server") or ("", 0)
+    port = server[1] if len(server) > 1 and server[1] else 0
+    if secure:
+        return f"__Host-{COOKIE}_{port}", f"__Secure-{LOGIN_COOKIE}_{port}"
+    return f"{COOKIE}_{port}", f"{LOGIN_COOKIE}_{port}"
+
 
 def session_of(request: Request, keys: SessionKeys, tokens: TokenFile) -> ConsoleSession | None:
     """The request's console session, or None (no cookie, or one no longer good)."""
-    value = request.cookies.get(COOKIE)
+    value = request.cookies.get(keys.session_cookie(request))
     return keys.read(value, tokens) if value else None
 
 

@@ -183,7 +183,9 @@ class _Inbox:
         return time.monotonic() - first[1] >= self.settle
 
 
-_OWN_ARGS = ("path", "pattern", "settle_sec", "poll_sec", "session_scope")
+OWN_ARGS = ("path", "pattern", "settle_sec", "poll_sec", "session_scope")
+#: The keys a listener gives each file's job besides its own other ARGS (the function need not take them).
+CHILD_KEYS = ("file", "name", "listener", "version")
 
 
 def _unfit(name: str) -> str | None:
@@ -210,7 +212,7 @@ def _start_child(store: NodeLink, listener: Job, name: str, version: str, again:
     if existing is not None:
         return key
     try:
-        inherited = {k: v for k, v in json.loads(listener.arguments).items() if k not in _OWN_ARGS}
+        inherited = {k: v for k, v in json.loads(listener.arguments).items() if k not in OWN_ARGS}
     except (ValueError, AttributeError):
         inherited = {}
     args = json.dumps({**inherited, "file": path, "name": name, "listener": str(listener.key), "version": version},

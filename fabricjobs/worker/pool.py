@@ -19,6 +19,7 @@ from multiprocessing.connection import Connection
 
 from .reaper import kill_orphans, kill_tree, parent_of
 from .board import Board
+from .cgroups import RunCgroups
 from .protocol import MessageReader, RunSpec, encode
 from .zygote import run_forking
 
@@ -62,7 +63,8 @@ class Worker:
     idle_since: float = field(default_factory=time.monotonic)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     reader: MessageReader = field(init=False)  # what it says, read by the collector thread only
-    watched: bool = False  # the collector waits on its pipe (set by the collector, once)
+    watched: bool = False  # the collector waits on its pipe and its exit (set by the collector, once)
+    gone: bool = False  # the collector has seen it die (its pipe is no longer read)
 
     def __post_init__(self) -> None:
         self.reader = MessageReader(self.conn.fileno())
@@ -73,8 +75,10 @@ class Worker:
 
 
 class WorkerPool:
-    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int, log_format: str = "text") -> None:
+    def __init__(self, board: Board, size: int, *, node: str, idle_sec: float, log_level: int, log_format: str = "text",
+                 cgroups: RunCgroups | None = None) -> None:
         self.board = board
+        self.cgroups = cgroups  # None: runs are ended by process group and descendants (reaper.py)
         self.size = size
         self.node = node
         self.idle_sec = idle_sec
@@ -100,10 +104,11 @@ class WorkerPool:
         from .process import worker_main
 
         parent, child = self._ctx.Pipe(duplex=True)
+        cgroup = self.cgroups.slot(slot) if self.cgroups is not None else None
         proc = self._ctx.Process(
             target=worker_main,
             args=(child, self.board.path, self.board.slots, slot, self.idle_sec, self.log_level, self.node,
-                  self.log_format),
+                  self.log_format, cgroup),
             name=f"fabricjobs-worker-{slot}",
             daemon=False,
         )
@@ -128,6 +133,7 @@ class WorkerPool:
                 if found is None or not found.process.is_alive():
                     if found is not None:
                         self._discard(found)
+                        self._end_slot(slot)  # (idle when it died: nothing should be left, but be sure)
                     fresh = self._spawn(slot)
                     self._workers[slot] = fresh
                     return fresh
@@ -167,10 +173,19 @@ class WorkerPool:
     def kill(self, worker: Worker) -> None:
         """End the run now: SIGKILL the worker, a PROCESS job's whole process group, and any
         process the run started (stopped first, so it cannot outlive the worker as an orphan
-        that a retry would run beside)."""
+        that a retry would run beside): with run cgroups, everything in its slot's."""
         self.kill_children(worker)
+        with self._lock:
+            if self._workers.get(worker.slot) in (worker, None):
+                self._end_slot(worker.slot)
         if worker.process.pid and worker.process.exitcode is None:
             kill_tree(worker.process.pid)
+
+    def _end_slot(self, slot: int) -> None:
+        """Kill everything in slot ``slot``'s cgroup. Only while the slot is the dead or
+        doomed worker's: a fresh worker of the slot would go with it."""
+        if self.cgroups is not None:
+            self.cgroups.kill(slot)
 
     def kill_orphans(self, dead: Worker) -> int:
         """End what a dead worker left running (its run's children, now the fork server's):
@@ -184,10 +199,17 @@ class WorkerPool:
         with self._lock:
             return {w.conn: w for w in self._workers.values()}
 
+    def workers(self) -> list[Worker]:
+        with self._lock:
+            return list(self._workers.values())
+
     def forget(self, worker: Worker) -> None:
-        """A worker died or was killed: drop it (its slot gets a fresh one on demand)."""
+        """A worker died or was killed: drop it, and whatever is left in its slot's cgroup
+        (the slot gets a fresh worker on demand)."""
+        worker.gone = True  # the collector no longer reads its pipe, which is closed below
         with self._lock:
             if self._workers.get(worker.slot) is worker:
+                self._end_slot(worker.slot)
                 del self._workers[worker.slot]
         self._discard(worker)
 
@@ -204,6 +226,7 @@ class WorkerPool:
         with self._lock:
             gone = [w for w in self._workers.values() if not w.tasks and not w.process.is_alive()]
             for w in gone:
+                self._end_slot(w.slot)
                 del self._workers[w.slot]
         for w in gone:
             self._discard(w)
@@ -235,3 +258,5 @@ class WorkerPool:
                 w.conn.close()
             except OSError:
                 pass
+        if self.cgroups is not None:
+            self.cgroups.close()  # nothing of its runs may be left

@@ -46,8 +46,10 @@ from ..logs import setup_logging  # at the top: the fork server imports it once 
 from ..model import JobType
 from .board import Board
 from .spool import spool_path
+from . import cgroups
 from .node_link import NodeLink
-from .reaper import kill_descendants
+from .output import StdCapture
+from .reaper import become_subreaper, kill_descendants, reap_children
 from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec, encode
 from .runner import run_job
 
@@ -79,14 +81,21 @@ _SPAWN_MIN = 0.0002  # seconds: no run this short started a process (see _execut
 
 
 def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, log_level: int, node: str,
-                log_format: str = "text") -> None:
-    """The worker process's entry point (worker/pool.py starts it from the fork server)."""
+                log_format: str = "text", cgroup: str | None = None) -> None:
+    """The worker process's entry point (worker/pool.py starts it from the fork server).
+    ``cgroup``: its slot's run cgroup (cgroups.py), None where the node has none."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved
+    # A double fork's orphan becomes this process's child, not init's: still found (and
+    # ended) among its descendants when the run ends, cgroup or not.
+    become_subreaper()
+    if cgroup is not None and not cgroups.join(cgroup):
+        cgroup = None
     threading.current_thread().name = f"worker-{slot}@{node}"
-    setup_logging(log_level, log_format, node, thread_name=f"worker-{slot}@{node}")
-    worker = WorkerProcess(conn, board_path, slots, logging.getLogger("fabricjobs.job"))
+    std = StdCapture()  # what a USER_JOB prints is its run's output, not the node's log
+    setup_logging(log_level, log_format, node, thread_name=f"worker-{slot}@{node}", stream=std.log_stream)
+    worker = WorkerProcess(conn, board_path, slots, logging.getLogger("fabricjobs.job"), cgroup, std)
     threading.Thread(target=LeaseWatchdog(worker).run, name="lease-watchdog", daemon=True).start()
     worker.serve(idle_sec)
 
@@ -104,8 +113,11 @@ class WorkerProcess:
     """The worker's main thread: takes runs (one, or a train) from the node's pipe, runs each
     in turn and reports it."""
 
-    def __init__(self, conn, board_path: str, slots: int, log: logging.Logger) -> None:
+    def __init__(self, conn, board_path: str, slots: int, log: logging.Logger, cgroup: str | None = None,
+                 std: StdCapture | None = None) -> None:
         self.conn = conn
+        self.cgroup = cgroup
+        self.std = std
         self.board_path = board_path
         self.slots = slots
         self.board = Board(board_path, slots)
@@ -216,16 +228,27 @@ class WorkerProcess:
         def progress(done: float, total: float) -> None:
             self.board.set_progress(spec.slot, spec.task, done, total)
 
-        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress, spool_path(self.board_path, spec.task))
+        outcome = run_job(spec, aborted, self._on_spawn, self.log, link, progress, spool_path(self.board_path, spec.task),
+                          std=self.std, end_leftovers=self.end_leftovers)
         elapsed = time.monotonic() - began
         # What the run started ends with it (docs/guides/writing-jobs.md). Starting a process takes longer than
         # _SPAWN_MIN (a fork alone ~0.5 ms here), and the /proc scan ~0.1 ms: a run that short
         # started none, and the hot path of short jobs skips the scan.
         if elapsed >= _SPAWN_MIN:
-            left = kill_descendants(os.getpid())
+            left = self.end_leftovers()
             if left:
                 self.log.info("run of %s left %d process(es) running; killed", spec.key, left)
         return outcome, elapsed
+
+    def end_leftovers(self, reap: bool = True) -> int:
+        """Kill whatever the run left running: everything in this worker's cgroup but itself,
+        and every descendant (all there is without a cgroup); returns how many were found.
+        ``reap``: collect them (not while the run's own thread may still wait for its child)."""
+        in_cgroup = cgroups.kill_others(self.cgroup) if self.cgroup is not None else 0
+        below = kill_descendants(os.getpid())
+        if reap:
+            reap_children()
+        return max(in_cgroup, below)
 
     def _on_spawn(self, pid: int) -> None:
         with self.current.lock:
@@ -307,7 +330,7 @@ class LeaseWatchdog:
                 os.killpg(child, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        kill_descendants(os.getpid())  # what a USER_JOB started: else it outlives the run it belongs to
+        self.worker.end_leftovers(reap=False)  # what the run started: else it outlives the run it belongs to
         self.worker.log.warning("run %s ended: its node stopped renewing the lease", task)
         with self.current.lock:
             queued = [s.task for s in self.current.queue]

@@ -69,6 +69,7 @@ class RunSpec:
     due: float | None = None  # wall-clock seconds: the due time this run stands for (JobContext.due)
     task_index: int | None = None  # a task of a parallel job (PARALLELISM=n): its index, 0..n-1
     task_count: int = 0  # and n (0: not a task)
+    printed_max: int = 4 * 1024 * 1024  # bytes of what it prints passed on live ([jobs] MAX_OUTPUT_BYTES)
 
     def __reduce__(self):  # by value: the node's loop pickles one per run it sends (3.5 us a run, not 4.6)
         return RunSpec, tuple(getattr(self, name) for name in _RUNSPEC_FIELDS)
@@ -131,6 +132,7 @@ class MessageReader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._rest = b""  # the start of a message not all here yet
+        self.closed = False  # its end was read (set by the reader's owner)
 
     def read(self) -> Iterator:
         """The messages complete after one read (call it when the pipe is readable), in order;

@@ -93,6 +93,21 @@ def parent_of(pid: int) -> int | None:
     return stat_field(pid, 1)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return True
+
+
 def become_subreaper() -> None:
     """Make this process inherit the orphans of its descendants (PR_SET_CHILD_SUBREAPER);
     nothing where the call does not exist."""
@@ -100,6 +115,18 @@ def become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # 36: PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
+
+
+def reap_children() -> None:
+    """Collect every child of this process that has ended (a subreaper adopts orphans, which
+    no one else waits for)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _zombie(pid: int) -> bool:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -26,66 +25,24 @@ from ..jobs.context import FailMode, JobContext, JobFailure, JobLogger, _bind, _
 from .guard import JOB_ENV as GUARDED_JOB_ENV
 from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
+from .output import ProcessStream, RunOutput, StdCapture
+from .runlog import RunLog, clean_text
 from .spool import Spool
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
 from ..jobs.registry import JobResolutionError, process_argv
-
-_RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-
-
-class RunLog(logging.Handler):
-    """Keeps a run's log lines, bounded to ``limit`` bytes: the head and the tail. A worker
-    keeps one and resets it for each run (one run at a time)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.setFormatter(_RUN_LOG_FORMAT)
-        self.reset(limit)
-
-    def reset(self, limit: int, spool: Spool | None = None) -> "RunLog":
-        self.limit = limit
-        self.spool = spool or Spool(None)  # each line as it comes, for the node (JOBLOG ... FOLLOW)
-        self.head: list[str] = []
-        self.tail: list[str] = []
-        self.head_bytes = self.tail_bytes = self.dropped = 0
-        return self
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.add(self.format(record))
-        except Exception:  # a log line must never fail a job
-            pass
-
-    def add(self, line: str, live: bool = True) -> None:
-        if live:
-            self.spool.write(line)
-        size = len(line.encode("utf-8", "replace")) + 1
-        if self.head_bytes + size <= self.limit // 2:
-            self.head.append(line)
-            self.head_bytes += size
-            return
-        self.tail.append(line)
-        self.tail_bytes += size
-        while self.tail and self.tail_bytes > self.limit // 2:
-            self.tail_bytes -= len(self.tail.pop(0).encode("utf-8", "replace")) + 1
-            self.dropped += 1
-
-    def text(self) -> str:
-        lines = list(self.head)
-        if self.dropped:
-            lines.append(f"... [{self.dropped} lines dropped] ...")
-        return clean_text("\n".join(lines + self.tail), self.limit + 200)
-
 
 _run_log: RunLog | None = None  # this worker's (one run at a time)
 
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
             link: NodeLink | None = None,
-            progress: Callable[[float, float], None] = lambda done, total: None, spool: str | None = None) -> Outcome:
+            progress: Callable[[float, float], None] = lambda done, total: None, spool: str | None = None, *,
+            std: StdCapture | None = None, end_leftovers: Callable[[], int] = lambda: 0) -> Outcome:
     """Run one job in this worker. ``link``: the node, for an INTERFACE_LISTENER's store needs;
     ``progress``: where a USER_JOB's ``current_job().progress`` goes (the node's board);
-    ``spool``: the file its log lines go to as they come (spool.py), for its node."""
+    ``spool``: the file its log lines go to as they come (spool.py), for its node; ``std``: the
+    worker's captured stdout and stderr (a USER_JOB's output); ``end_leftovers``: kills what
+    the run left running (a PROCESS job's pipes close only then)."""
     try:
         arguments = json.loads(spec.arguments or "{}")
         if not isinstance(arguments, dict):
@@ -96,14 +53,21 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     global _run_log
     if _run_log is None:
         _run_log = RunLog(spec.log_max)
-    run_log = _run_log.reset(spec.log_max, Spool(spool))
+    run_log = _run_log.reset(spec.log_max, Spool(spool, spec.printed_max))
+    output = RunOutput(run_log.spool, run_log)
     job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
     job_log.addHandler(run_log)
     try:
         if spec.key.type == JobType.PROCESS:
-            outcome = _run_process(spec, arguments, is_aborted, on_spawn, run_log)
+            outcome = _run_process(spec, arguments, is_aborted, on_spawn, output, end_leftovers)
         elif spec.key.type == JobType.USER_JOB:
-            outcome = _run_user_job(spec, arguments, is_aborted, job_log, progress)
+            if std is not None:
+                std.begin(output)
+            try:
+                outcome = _run_user_job(spec, arguments, is_aborted, job_log, progress)
+            finally:
+                if std is not None:
+                    std.end()
         elif spec.key.type == JobType.INTERFACE_LISTENER:
             outcome = _run_listener(spec, arguments, is_aborted, link)
         else:
@@ -116,6 +80,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         outcome = Outcome(ERROR, error=f"could not run: {_describe(exc)}", mode=FailMode.NO_RETRY)
     finally:
         job_log.removeHandler(run_log)
+        output.finish()
         run_log.spool.close()
     if outcome.kind != OK and outcome.error:
         run_log.add(f"run ended: {outcome.error}")
@@ -199,12 +164,6 @@ def _describe(exc: BaseException | str) -> str:
     return clean_text(text, _ERROR_MAX)
 
 
-def clean_text(text: str, limit: int) -> str:
-    """Valid UTF-8 (lone surrogates replaced), at most ``limit`` characters."""
-    text = text.encode("utf-8", "replace").decode("utf-8")
-    return text if len(text) <= limit else text[: limit - 20] + "... [truncated]"
-
-
 def _cap_json(output: str, limit: int) -> str:
     if len(output.encode("utf-8")) <= limit:
         return output
@@ -214,47 +173,8 @@ def _cap_json(output: str, limit: int) -> str:
 
 # -- PROCESS --------------------------------------------------------------------------------------
 
-class _Capture:
-    """Keep the head and the tail of a stream, up to ``limit`` bytes in all."""
-
-    def __init__(self, stream, limit: int, live=None) -> None:
-        self.live = live  # the spool's writer of this stream's lines (None: none)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-        self.limit = limit
-        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _pump(self, stream) -> None:
-        half = self.limit // 2
-        for chunk in iter(lambda: stream.read1(65536), b""):
-            if self.live is not None:
-                self.live.feed(chunk)
-            room = half - len(self.head)
-            if room > 0:
-                self.head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self.tail += chunk
-                if len(self.tail) > half:
-                    cut = len(self.tail) - half
-                    self.dropped += cut
-                    del self.tail[:cut]
-        if self.live is not None:
-            self.live.end()
-        stream.close()
-
-    def text(self) -> str:
-        self.thread.join(timeout=5)
-        body = bytes(self.head)
-        if self.dropped:
-            body += f"\n... [{self.dropped} bytes dropped] ...\n".encode()
-        return (body + bytes(self.tail)).decode("utf-8", "replace")
-
-
 def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None],
-                 run_log: RunLog) -> Outcome:
+                 output: RunOutput, end_leftovers: Callable[[], int]) -> Outcome:
     path = spec.catalog.process_path(spec.key.name)
     limits = spec.catalog.process_limits.for_job(arguments)
     argv, env = _process_command(spec, path, arguments, limits)
@@ -273,16 +193,16 @@ def _run_process(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool],
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return Outcome(ERROR, error=f"cannot start {path.name}: {reason}", mode=FailMode.NO_RETRY)
     on_spawn(proc.pid)
-    out = _Capture(proc.stdout, spec.output_max, run_log.spool.lines("stdout: "))
-    err = _Capture(proc.stderr, spec.output_max, run_log.spool.lines("stderr: "))
+    assert proc.stdout is not None and proc.stderr is not None  # (PIPE)
+    out = ProcessStream(proc.stdout, spec.output_max, output, b"stdout: ")
+    err = ProcessStream(proc.stderr, spec.output_max, output, b"stderr: ")
     code, signalled, timed_out = _wait_for_process(proc, is_aborted, limits.time_limit_sec)
-    # The job's process has ended: so does everything it left in its group (docs/guides/writing-jobs.md; a
-    # 'sleep 40 &' held the output pipes open, and the capture waited on it, then ran on).
+    # The job's process has ended: so does everything it started, in its group or not (a
+    # 'sleep 40 &', or a daemon, held the output pipes open, and the capture waited on it;
+    # docs/guides/run-isolation.md).
     _signal_group(proc.pid, signal.SIGKILL)
+    end_leftovers()
     stdout, stderr = out.text(), err.text()
-    for name, text in (("stdout", stdout), ("stderr", stderr)):
-        for line in text.splitlines():
-            run_log.add(f"{name}: {line}", live=False)  # the spool had them as they came
     if code == 0 and not timed_out:  # a job that exits 0 on the limit's SIGTERM did not finish
         return Outcome(OK, output=json.dumps(stdout, ensure_ascii=False), exit_code=0)
     tail = clean_text(stderr.strip()[-2000:], 2000)

@@ -25,31 +25,68 @@ def spool_path(board_path: str, task: int) -> str:
     return os.path.join(spool_dir(board_path), f"{task}.log")
 
 
-class Spool:
-    """One run's spool file, opened at the first line. Writing never fails the run: a spool
-    that cannot be written is given up (the run record still gets every line)."""
+DEFAULT_KEEP = 4 * 1024 * 1024  # bytes a run's spool holds at most ([jobs] MAX_OUTPUT_BYTES)
 
-    def __init__(self, path: str | None) -> None:
+
+class Spool:
+    """One run's spool file, opened at the first line, holding at most ``keep`` bytes: what
+    comes beyond is counted (``dropped``), not written, and one line says so. Writing never
+    fails the run: a spool that cannot be written is given up (the run record still gets the
+    head and the tail of everything)."""
+
+    def __init__(self, path: str | None, keep: int = DEFAULT_KEEP) -> None:
         self.path = path
+        self.keep = keep
+        self.kept = 0  # bytes written (or, with no file, that would have been)
+        self.dropped = 0  # bytes beyond ``keep``
+        self._first_drop = False  # the bytes just dropped were the first: say so
         self._file: io.FileIO | None = None
-        self._lock = threading.Lock()  # a PROCESS job's stdout and stderr pumps write at once
+        self._lock = threading.Lock()  # a job's stdout and stderr are read by threads of their own
 
     def write(self, line: str) -> None:
+        """One line (a log record's text, which may hold line breaks)."""
+        self.write_block("".join((part if len(part) <= LINE_MAX else part[:LINE_MAX] + " ... [truncated]") + "\n"
+                                 for part in line.split("\n")).encode("utf-8", "replace"))
+
+    def write_block(self, data: bytes) -> None:
+        """Complete lines (each ending in a newline), in one write."""
+        with self._lock:
+            room = self.keep - self.kept
+            if len(data) > room:
+                cut = data.rfind(b"\n", 0, room) + 1 if room > 0 else 0
+                self._drop(len(data) - cut)
+                data = data[:cut] + self._marker()
+            self._write(data)
+
+    def drop(self, size: int) -> None:
+        """``size`` bytes of output that there is no room for: counted."""
+        with self._lock:
+            self._drop(size)
+            self._write(self._marker())
+
+    def _drop(self, size: int) -> None:
+        self._first_drop = self.dropped == 0
+        self.dropped += size
+
+    def _marker(self) -> bytes:
+        """The line that says why nothing more comes: once, at the first bytes dropped."""
+        if not self._first_drop:
+            return b""
+        self._first_drop = False
+        return f"... output beyond {self.keep:,} bytes is counted, not kept ([jobs] MAX_OUTPUT_BYTES)\n".encode()
+
+    def _write(self, data: bytes) -> None:
+        if not data:
+            return
+        self.kept += len(data)
         if self.path is None:
             return
-        data = "".join((part if len(part) <= LINE_MAX else part[:LINE_MAX] + " ... [truncated]") + "\n"
-                       for part in line.split("\n")).encode("utf-8", "replace")
-        with self._lock:
-            try:
-                if self._file is None:
-                    self._file = io.FileIO(self.path, "a")
-                self._file.write(data)
-            except OSError:
-                self.path = None
-
-    def lines(self, prefix: str) -> "_Lines":
-        """A writer of a byte stream's lines, each with ``prefix`` (a PROCESS job's stdout)."""
-        return _Lines(self, prefix)
+        try:
+            if self._file is None:
+                self._file = io.FileIO(self.path, "a")
+            self._file.write(data)
+        except OSError:
+            self.path = None
 
     def close(self) -> None:
         """The run has ended: the file goes (lines not yet read are in the run record)."""
@@ -62,25 +99,3 @@ class Spool:
                     pass
             self._file = None
             self.path = None
-
-
-class _Lines:
-    def __init__(self, spool: Spool, prefix: str) -> None:
-        self.spool = spool
-        self.prefix = prefix
-        self.rest = b""
-
-    def feed(self, chunk: bytes) -> None:
-        if self.spool.path is None:
-            return
-        *lines, self.rest = (self.rest + chunk).split(b"\n")
-        for line in lines:
-            self.spool.write(self.prefix + line.decode("utf-8", "replace"))
-        if len(self.rest) > LINE_MAX:  # a line without an end: shown in pieces
-            self.spool.write(self.prefix + self.rest.decode("utf-8", "replace"))
-            self.rest = b""
-
-    def end(self) -> None:
-        if self.rest:
-            self.spool.write(self.prefix + self.rest.decode("utf-8", "replace"))
-            self.rest = b""

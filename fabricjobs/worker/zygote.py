@@ -88,9 +88,17 @@ def _become(command: str, argv: list[str], passfds) -> NoReturn:
         traceback.print_exc()
     finally:
         try:
+            _join_threads()  # as an interpreter does on its way out (node_watch.py needs it)
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _join_threads() -> None:
+    """Wait for the threads that are not daemons, as a Python interpreter does at its exit."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
 
 
 def _as_if_fresh() -> None:

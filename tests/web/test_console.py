@@ -73,7 +73,7 @@ def test_the_session_cookie_is_httponly_samesite_strict_and_signed(console):
     nonce = re.search(r'name="nonce" value="([^"]+)"', form.text).group(1)
     done = client.post("/login", data={"nonce": nonce, "token": tokens["operator"]})
     cookie = done.headers["set-cookie"]
-    assert "fj_session=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert "fj_session_80=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie  # (its port: 80 here)
     assert "Secure" not in cookie  # plain HTTP here (see the next test)
     assert tokens["operator"] not in cookie
     name, value = cookie.split(";")[0].split("=", 1)
@@ -86,8 +86,12 @@ def test_the_session_cookie_is_httponly_samesite_strict_and_signed(console):
 def test_the_cookie_is_secure_when_asked_to_be(console):
     make, api, tokens, _ = console
     client = make()
-    nonce = re.search(r'name="nonce" value="([^"]+)"', client.get("/login").text).group(1)
-    assert "Secure" in client.post("/login", data={"nonce": nonce, "token": tokens["viewer"]}).headers["set-cookie"]
+    form = client.get("/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form.text).group(1)
+    assert form.headers["set-cookie"].startswith("__Secure-fj_login_80=") and "Secure" in form.headers["set-cookie"]
+    client.cookies.set("__Secure-fj_login_80", form.cookies["__Secure-fj_login_80"])  # (sent over TLS alone: here, by hand)
+    cookie = client.post("/login", data={"nonce": nonce, "token": tokens["viewer"]}).headers["set-cookie"]
+    assert "Secure" in cookie and cookie.startswith("__Host-fj_session_80=")  # host-only, TLS-only, its port's
 
 
 def test_a_login_needs_a_known_token_the_form_s_nonce_and_no_foreign_origin(console):
@@ -125,7 +129,7 @@ def test_revoking_the_token_ends_its_sessions_and_logout_ends_one(console):
     csrf = log_in(client, tokens["viewer"])
     assert client.post("/logout", data={"csrf": "wrong"}).status_code == 403
     out = client.post("/logout", data={"csrf": csrf})
-    assert out.status_code == 303 and out.headers["location"] == "/login" and 'fj_session=""' in out.headers["set-cookie"]
+    assert out.status_code == 303 and out.headers["location"] == "/login" and 'fj_session_80=""' in out.headers["set-cookie"]
     client.cookies.clear()
     assert client.get("/").status_code == 303
     log_in(client, tokens["viewer"])

@@ -180,10 +180,12 @@ def epochs(path: Path, uid: str) -> list[int]:
 def test_a_viewer_sees_no_buttons_and_a_forged_post_is_refused(site, browser):
     shell(site, "startjob user_job name='Probe.noop' uid='for-the-viewer';")
     site.cluster.wait_job("USER_JOB", "Probe.noop", "for-the-viewer", lambda j: j.archived)
-    logged_out(browser)  # log in by the link ./scripts/run prints: the token in the fragment
+    logged_out(browser)  # log in by the link ./scripts/run prints: the token in the fragment fills the form in
     browser.get(site.web.url + "/login#token=" + site.tokens["viewer"])
-    until(lambda: browser.find_elements("css selector", "#nav a.active"), "the console after the link's login")
-    assert "token=" not in browser.current_url
+    until(lambda: "press Log in" in browser.find_element("id", "message").text, "the form filled in by the link")
+    assert "token=" not in browser.current_url and not browser.find_elements("css selector", "#nav a.active")
+    browser.find_element("id", "login").click()  # never by itself: a link from any site would log us in (login CSRF)
+    until(lambda: browser.find_elements("css selector", "#nav a.active"), "the console after the login")
     browser.get(site.web.url + "/#/job/USER_JOB/Probe.noop/for-the-viewer")
     until(lambda: "PROCESSED" in browser.find_element("id", "job-title").text, "the job's page")
     assert not browser.find_elements("css selector", "#actions, button.act") and "viewer" in browser.find_element("id", "who").text

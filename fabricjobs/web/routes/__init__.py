@@ -4,7 +4,8 @@ never a meaning of its own."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 from fastapi import Request
 
@@ -47,3 +48,16 @@ def job_key(type: str, name: str, uid: str) -> JobKey:
 
 def capped(timeout: float | None) -> float:
     return MAX_WAIT_SEC if timeout is None else min(timeout, MAX_WAIT_SEC)
+
+
+@contextmanager
+def long_request(request: Request, who: TokenInfo) -> Iterator[None]:
+    """Hold one of the long requests ``who`` may have open (web/limits.py: else 429)."""
+    with request.app.state.waits.held(who.name):
+        yield
+
+
+def take_long_request(request: Request, who: TokenInfo) -> Callable[[], None]:
+    """As :func:`long_request`, for a response that goes on after its route returns (a
+    stream): what gives the slot back."""
+    return request.app.state.waits.take(who.name)

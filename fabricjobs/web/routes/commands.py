@@ -17,7 +17,7 @@ from ..audit import recorded
 from ..auth import Need, authorize, requires, script_needs
 from ..schemas import CommandBody, CommandResult, command_result
 from ..tokens import TokenInfo
-from . import api_of, capped
+from . import api_of, capped, long_request
 
 router = APIRouter(tags=["commands"])
 Anyone = Depends(requires(Need.READ, "run statements"))  # then each statement's own need
@@ -28,16 +28,25 @@ Anyone = Depends(requires(Need.READ, "run statements"))  # then each statement's
 def commands(request: Request, body: CommandBody,
              who: TokenInfo = Anyone) -> CommandResult:
     api = api_of(request)
-    script = [_bounded(s.command) for s in parse_script(body.text)]
+    script = [_bounded(s.command) for s in parse_script(body.text, api.config.get("jobs", "MAX_COMMAND_BYTES"))]
     authorize(who, script_needs(script), "run these statements")
     with recorded(who, script):  # one line in the web process's log for a script that changes anything
-        results = api.service().run_script(script, api.session(who))
+        if any(_long(c) for c in script):
+            with long_request(request, who):
+                results = api.service().run_script(script, api.session(who))
+        else:
+            results = api.service().run_script(script, api.session(who))
     return command_result(results[-1]) if results else CommandResult(columns=[], rows=[])
+
+
+def _long(command: st.Command) -> bool:
+    """Whether ``command`` waits (a long request, web/limits.py)."""
+    return (isinstance(command, st.WaitJob) or (isinstance(command, (st.StopJob, st.FinishJob)) and command.wait)
+            or (isinstance(command, st.JobLog) and command.follow))  # lines as they come: .../log?follow=true
 
 
 def _bounded(command: st.Command) -> st.Command:
     """A wait as long as one request may wait (routes.MAX_WAIT_SEC)."""
-    if (isinstance(command, st.WaitJob) or (isinstance(command, (st.StopJob, st.FinishJob)) and command.wait)
-            or (isinstance(command, st.JobLog) and command.follow)):  # lines as they come: .../log?follow=true
+    if isinstance(command, (st.WaitJob, st.StopJob, st.FinishJob, st.JobLog)) and _long(command):
         return dataclasses.replace(command, timeout=capped(command.timeout))
     return command

@@ -29,7 +29,7 @@ from ..auth import Need, requires
 from ..errors import ApiError
 from ..schemas import Change, JobDetail, JobList, StartBody, UpdateBody, WaitResult, record, records
 from ..tokens import TokenInfo
-from . import MAX_WAIT_SEC, api_of, capped, execute, job_key, segment
+from . import MAX_WAIT_SEC, api_of, capped, execute, job_key, long_request, segment
 
 router = APIRouter(tags=["jobs"])
 JOB = "/jobs/{type}/{name}/{uid}"
@@ -109,7 +109,10 @@ def _end(request: Request, who: TokenInfo, statement: type[st.StopJob] | type[st
          wait: bool, timeout: float | None) -> dict[str, Any]:
     """STOPJOB or FINISHJOB of one job, with WAIT as long as one request may wait."""
     command = statement(key.type, key.name, key.uid, wait=wait, timeout=capped(timeout) if wait else None)
-    return _one(execute(request, who, command), key)
+    if not wait:
+        return _one(execute(request, who, command), key)
+    with long_request(request, who):
+        return _one(execute(request, who, command), key)
 
 
 @router.post(f"{JOB}/run", response_model=Change,
@@ -168,7 +171,8 @@ def wait_job(request: Request, type: str, name: str, uid: str,
     key = job_key(type, name, uid)
     began = time.monotonic()
     try:
-        execute(request, who, st.WaitJob(key.type, key.name, key.uid, timeout=capped(timeout)))
+        with long_request(request, who):
+            execute(request, who, st.WaitJob(key.type, key.name, key.uid, timeout=capped(timeout)))
         done = True
     except WaitTimeout:
         done = False

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from ...commands import statements as st
 from ...commands.values import MAX_RECENT
@@ -21,7 +22,7 @@ from ..auth import Need, requires
 from ..errors import body_of
 from ..schemas import DeletedRuns, RecentRun, Run, RunLog, RunWaitResult, record, records
 from ..tokens import TokenInfo
-from . import MAX_WAIT_SEC, api_of, capped, checked, execute, job_key
+from . import MAX_WAIT_SEC, api_of, capped, checked, execute, job_key, long_request, take_long_request
 
 router = APIRouter(tags=["runs"])
 RUNS = "/jobs/{type}/{name}/{uid}/runs"
@@ -69,7 +70,8 @@ def wait_run(request: Request, type: str, name: str, uid: str, run: int,
     key = job_key(type, name, uid)
     began = time.monotonic()
     try:
-        result = execute(request, who, st.WaitJob(key.type, key.name, key.uid, timeout=capped(timeout), run=run))
+        with long_request(request, who):
+            result = execute(request, who, st.WaitJob(key.type, key.name, key.uid, timeout=capped(timeout), run=run))
     except WaitTimeout:
         return {"done": False, "waited_sec": round(time.monotonic() - began, 3), "run": None}
     return {"done": True, "waited_sec": round(time.monotonic() - began, 3), "run": records(result)[0]}
@@ -98,19 +100,29 @@ def get_last_log(request: Request, type: str, name: str, uid: str,
     if not follow:
         return _log(_find(request, type, name, uid, None))
     key = job_key(type, name, uid)
-    # A follow holds a server thread: at most MAX_WAIT_SEC a request, as every wait of the API.
-    result = execute(request, who, st.JobLog(key.type, key.name, key.uid, follow=True, timeout=capped(timeout)))
+    # A follow holds a server thread: at most MAX_WAIT_SEC a request, as every wait of the API,
+    # and no more of them at once than a token (and the process) may have (web/limits.py).
+    give_back = take_long_request(request, who)
+    try:
+        result = execute(request, who, st.JobLog(key.type, key.name, key.uid, follow=True, timeout=capped(timeout)))
+    except BaseException:
+        give_back()
+        raise
     lines = result.lines if result.lines is not None else (result.status or "").split("\n")
-    return StreamingResponse(_ndjson(lines), media_type="application/x-ndjson")
+    return StreamingResponse(_ndjson(lines, give_back), media_type="application/x-ndjson",
+                             background=BackgroundTask(give_back))
 
 
-def _ndjson(lines: Iterable[str]) -> Iterator[bytes]:
-    """One JSON object a line, each sent as it comes; an error ends the stream with its own."""
+def _ndjson(lines: Iterable[str], done: Callable[[], None] = lambda: None) -> Iterator[bytes]:
+    """One JSON object a line, each sent as it comes; an error ends the stream with its own.
+    ``done``: called when the stream ends, however it ends."""
     try:
         for line in lines:
             yield (json.dumps({"line": line}, ensure_ascii=False) + "\n").encode()
     except FabricJobsError as exc:
         yield (json.dumps(body_of(exc), ensure_ascii=False) + "\n").encode()
+    finally:
+        done()
 
 
 def _find(request: Request, type: str, name: str, uid: str, number: int | None) -> RunRecord:

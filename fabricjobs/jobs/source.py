@@ -1,0 +1,146 @@
+"""What a job module's source says, read without running it, and a job module imported from
+its source alone.
+
+The shell (STARTJOB) checks a USER_JOB against its module without importing it: whoever may
+STARTJOB must not make the shell's process run operator code. So the function's existence,
+its ``@job`` mark and its parameters are read from the parsed source (:mod:`ast`), once per
+version of the file.
+
+A worker imports a job module from its source, never from a bytecode cache: Python trusts a
+cached ``.pyc`` whose source has the same size and the same modification time to the second,
+so a same-size edit within a second of the last import ran the old code.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.machinery
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from ..errors import ValidationError
+
+
+class JobResolutionError(ValidationError):
+    """A job NAME does not name code this cluster may run."""
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """The parameters of a job function as its source declares them."""
+
+    names: tuple[str, ...]
+    any_key: bool  # **kwargs, or it reads its ARGS itself (current_job()): any key may come
+
+
+def module_source(module: str) -> Path | None:
+    """The source file of an installed module, found the way the import system would find it
+    but without running anything: no package's ``__init__`` is imported (find_spec of
+    ``pkg.mod`` imports ``pkg``)."""
+    from importlib.machinery import PathFinder
+
+    path = None
+    spec = None
+    for part in module.split("."):
+        spec = PathFinder.find_spec(part, path)
+        if spec is None:
+            return None
+        path = spec.submodule_search_locations
+        if path is None and part != module.split(".")[-1]:
+            return None  # a plain module has no submodules
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError as exc:
+        raise JobResolutionError(f"cannot read {path}: {exc}") from None
+
+
+def defines_function(path: Path, func: str) -> bool:
+    return func in _top_level_functions(str(path), _mtime(path))
+
+
+def declares_job(path: Path, func: str) -> bool:
+    """Whether ``func`` is decorated ``@job`` in the source at ``path``."""
+    return func in _declared_functions(str(path), _mtime(path))
+
+
+def parameters(path: Path, func: str) -> Parameters | None:
+    """The parameters of top-level function ``func`` of the source at ``path``; None where
+    the source cannot say (no such function, or a decorator that may change its signature)."""
+    return _parameters(str(path), _mtime(path)).get(func)
+
+
+@functools.lru_cache(maxsize=256)
+def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
+    """Names of a module's top-level functions, parsed once per file version."""
+    return frozenset(n.name for n in _function_defs(path))
+
+
+def _function_defs(path: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """A module's top-level function definitions, from its source (nothing is run)."""
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise JobResolutionError(f"cannot read {path}: {exc}") from None
+    return [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_functions(path: str, mtime_ns: int) -> frozenset[str]:
+    """Top-level functions decorated ``@job`` (or ``@<module>.job``), read from the source
+    without running it; the worker checks the mark the decorator really set."""
+    return frozenset(n.name for n in _function_defs(path) if any(_names_job(d) for d in n.decorator_list))
+
+
+@functools.lru_cache(maxsize=256)
+def _parameters(path: str, mtime_ns: int) -> dict[str, Parameters | None]:
+    out: dict[str, Parameters | None] = {}
+    for node in _function_defs(path):
+        if not all(_names_job(d) for d in node.decorator_list):
+            out[node.name] = None  # another decorator may take other parameters
+            continue
+        a = node.args
+        reads_args = any(isinstance(n, ast.Name) and n.id == "current_job" for n in ast.walk(node))
+        out[node.name] = Parameters(tuple(p.arg for p in (*a.args, *a.kwonlyargs)), a.kwarg is not None or reads_args)
+    return out
+
+
+def _names_job(decorator: ast.expr) -> bool:
+    return (isinstance(decorator, ast.Name) and decorator.id == "job") or \
+        (isinstance(decorator, ast.Attribute) and decorator.attr == "job")
+
+
+class _SourceOnly(importlib.machinery.SourceFileLoader):
+    """Compiles the module from its source every time: no bytecode cache is read or written."""
+
+    def get_code(self, fullname: str):
+        return self.source_to_code(self.get_data(self.path), self.path)
+
+
+def import_fresh(name: str, path: Path) -> ModuleType:
+    """Import module ``name`` (its parent package imported already, or none) from the source
+    file ``path`` (a package's ``__init__.py`` included)."""
+    package = [str(path.parent)] if path.name == "__init__.py" else None
+    spec = importlib.util.spec_from_file_location(name, path, loader=_SourceOnly(name, str(path)),
+                                                  submodule_search_locations=package)
+    assert spec is not None and spec.loader is not None  # (a loader is given)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    parent, _, leaf = name.rpartition(".")
+    if parent and parent in sys.modules:
+        setattr(sys.modules[parent], leaf, module)
+    return module

@@ -1,0 +1,163 @@
+"""A run's log lines as its record keeps them (JOBLOG): the head and the tail, ``limit`` bytes in
+all, whatever the run logged or printed.
+
+Lines come one at a time (the job's logger) or as blocks of complete lines (what it printed,
+worker/output.py): a block costs work in proportion to what can be kept of it, not to its size,
+so a run that prints a gigabyte costs its worker no more than one that prints a few pages.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, deque
+
+from .spool import LINE_MAX, Spool
+
+_RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+
+
+class RunLog(logging.Handler):
+    """Keeps a run's log lines, bounded to ``limit`` bytes: the head and the tail. A worker
+    keeps one and resets it for each run (one run at a time).
+
+    The tail holds lines and, for what was printed, raw blocks of complete lines with their
+    stream's prefix, split into lines only when the text is asked for. When it is over its
+    half of ``limit``, the stream with the most in it gives up its oldest lines first: a
+    flood on stdout does not push out the last lines of stderr or of the job's logger."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.setFormatter(_RUN_LOG_FORMAT)
+        self.reset(limit)
+
+    def reset(self, limit: int, spool: Spool | None = None) -> "RunLog":
+        self.limit = limit
+        self.spool = spool or Spool(None)  # each line as it comes, for the node (JOBLOG ... FOLLOW)
+        self.head: list[str] = []
+        self.tail: deque[tuple[bytes | None, str | bytes]] = deque()  # (None, line) or (prefix, block)
+        self.head_bytes = self.tail_bytes = self.dropped = 0
+        self.stream_bytes: Counter[bytes | None] = Counter()  # what each stream has in the tail
+        return self
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.add(self.format(record))
+        except Exception:  # a log line must never fail a job
+            pass
+
+    def add(self, line: str, live: bool = True) -> None:
+        if live:
+            self.spool.write(line)
+        size = len(line.encode("utf-8", "replace")) + 1
+        if self.head_bytes + size <= self.limit // 2 and not self.tail:
+            self.head.append(line)
+            self.head_bytes += size
+            return
+        self._to_tail(None, line, size)
+
+    def add_block(self, data: bytes, prefix: bytes = b"") -> None:
+        """Complete lines (each ending in a newline) as printed, each to be shown after
+        ``prefix``: only what the head can take is split into lines now; of the rest, what
+        cannot stay in the tail is counted and let go."""
+        half = self.limit // 2
+        if self.head_bytes < half and not self.tail:
+            data = self._to_head(data, prefix)
+        if not data:
+            return
+        if len(data) > half:  # only its end can stay in the tail: the rest is counted
+            cut = data.rfind(b"\n", 0, len(data) - half) + 1
+            self.dropped += data.count(b"\n", 0, cut)
+            data = data[cut:]
+        self._to_tail(prefix, data, _shown(prefix, data))
+
+    def _to_head(self, data: bytes, prefix: bytes) -> bytes:
+        """Lines of ``data`` into the head while it has room; the rest of ``data``."""
+        half, pos, shown = self.limit // 2, 0, _decode(prefix)
+        end = data.rfind(b"\n", 0, half - self.head_bytes) + 1
+        for raw in data[:end].split(b"\n")[:-1]:
+            size = len(prefix) + min(len(raw), LINE_MAX) + 1
+            if self.head_bytes + size > half:
+                break
+            self.head.append(shown + _decode(raw[:LINE_MAX]))
+            self.head_bytes += size
+            pos += len(raw) + 1
+        return data[pos:]
+
+    def _to_tail(self, stream: bytes | None, item: str | bytes, size: int) -> None:
+        self.tail.append((stream, item))
+        self.tail_bytes += size
+        self.stream_bytes[stream] += size
+        half = self.limit // 2
+        while self.tail_bytes > half:
+            biggest = max(self.stream_bytes, key=lambda s: self.stream_bytes[s])
+            at = next(i for i, (s, _) in enumerate(self.tail) if s == biggest)
+            if not self._shrink(at, self.tail_bytes - half):
+                break
+
+    def _shrink(self, at: int, excess: int) -> bool:
+        """Give up the first lines of tail entry ``at`` (``excess`` bytes' worth, or all of it);
+        False if it is the only entry and cannot be cut."""
+        stream, item = self.tail[at]
+        if isinstance(item, bytes):
+            assert stream is not None
+            raw = -(-excess * len(item) // _shown(stream, item))  # as many bytes before their prefixes
+            cut = item.find(b"\n", max(raw, 1) - 1) + 1
+            if 0 < cut < len(item):
+                self.tail[at] = (stream, item[cut:])
+                self._gone(stream, _shown(stream, item[:cut]), item.count(b"\n", 0, cut))
+                return True
+        if len(self.tail) == 1:
+            return False
+        del self.tail[at]
+        if isinstance(item, bytes):
+            assert stream is not None
+            self._gone(stream, _shown(stream, item), item.count(b"\n"))
+        else:
+            self._gone(stream, len(item.encode("utf-8", "replace")) + 1, 1)
+        return True
+
+    def _gone(self, stream: bytes | None, size: int, lines: int) -> None:
+        self.tail_bytes -= size
+        self.stream_bytes[stream] -= size
+        if self.stream_bytes[stream] <= 0:
+            del self.stream_bytes[stream]
+        self.dropped += lines
+
+    def _tail_lines(self) -> tuple[list[str], int]:
+        lines: list[str] = []
+        for prefix, item in self.tail:
+            if prefix is None:
+                assert isinstance(item, str)
+                lines.append(item)
+            else:
+                assert isinstance(item, bytes)
+                shown = _decode(prefix)
+                lines.extend(shown + line[:LINE_MAX] for line in _decode(item[:-1]).split("\n"))
+        size = sum(len(line.encode("utf-8", "replace")) + 1 for line in lines)
+        skip = 0
+        while skip < len(lines) - 1 and size > self.limit // 2:  # the prefixes made it longer
+            size -= len(lines[skip].encode("utf-8", "replace")) + 1
+            skip += 1
+        return lines[skip:], skip
+
+    def text(self) -> str:
+        tail, skipped = self._tail_lines()
+        lines = list(self.head)
+        if self.dropped + skipped:
+            lines.append(f"... [{self.dropped + skipped} lines dropped] ...")
+        return clean_text("\n".join(lines + tail), self.limit + 200)
+
+
+def _shown(prefix: bytes, block: bytes) -> int:
+    """Bytes of a block of lines once each has its prefix."""
+    return len(block) + block.count(b"\n") * len(prefix)
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def clean_text(text: str, limit: int) -> str:
+    """Valid UTF-8 (lone surrogates replaced), at most ``limit`` characters."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 20] + "... [truncated]"

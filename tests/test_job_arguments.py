@@ -1,0 +1,88 @@
+"""ARGS that a job's function cannot take are refused at STARTJOB, naming the key and the
+function's parameters, without importing the job's module in the shell's process; and a
+changed job module always runs its new code, even after a same-size edit within the second
+of the last import (docs/guides/run-isolation.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import textwrap
+
+import pytest
+
+from fabricjobs.model import Status
+from harness import Cluster
+
+pytestmark = pytest.mark.slow
+
+JOBS = {
+    "Typo.py": '''
+        from pathlib import Path
+        Path(__file__).with_name("imported").touch()  # what STARTJOB must never run
+
+        def pay(amount: int, currency: str = "EUR", *, note: str = ""):
+            return [amount, currency, note]
+
+        def anything(**kwargs):
+            return sorted(kwargs)
+        ''',
+    "Edit.py": '''
+        def which():
+            return "old"
+        ''',
+}
+
+
+@pytest.fixture
+def cluster(request, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o755)
+    for name, text in JOBS.items():
+        (jobs / name).write_text(textwrap.dedent(text).lstrip())
+    c = Cluster(tmp_path, settings={"jobs": {"USER_JOBS_DIR": str(jobs)}}, request=request)
+    c.jobs = jobs
+    c.start_node("a")
+    yield c
+    c.stop_all()
+
+
+def test_an_args_key_that_names_no_parameter_is_refused_at_startjob(cluster):
+    out = cluster.shell("-e", "startjob user_job name='Typo.pay' uid='t' args='{\"amount\": 5, \"curency\": \"USD\"}';")
+    assert out.returncode == 1, out.stdout
+    assert ("ARGS key 'curency' is not a parameter of pay() (its parameters: amount, currency, note); "
+            "a function that takes other keys declares **kwargs") in out.stderr, out.stderr
+    assert cluster.job("USER_JOB", "Typo.pay", "t") is None
+    assert not (cluster.jobs / "imported").exists(), "STARTJOB ran the job's module in the shell's process"
+
+    cluster.fetch("startjob user_job name='Typo.pay' uid='ok' args='{\"amount\": 5, \"note\": \"x\"}';")
+    job = cluster.wait_job("USER_JOB", "Typo.pay", "ok", lambda j: j.archived)
+    assert job.status is Status.PROCESSED and json.loads(job.output) == [5, "EUR", "x"], job.error_msg
+    cluster.fetch("startjob user_job name='Typo.anything' uid='kw' args='{\"whatever\": 1}';")  # **kwargs takes any key
+    assert json.loads(cluster.wait_job("USER_JOB", "Typo.anything", "kw", lambda j: j.archived).output) == ["whatever"]
+
+
+def test_updatejob_args_are_checked_the_same_way(cluster):
+    cluster.fetch("startjob user_job name='Typo.pay' uid='u' args='{\"amount\": 1}' exec_interval='01:00:00';")
+    out = cluster.shell("-e", "updatejob user_job name='Typo.pay' uid='u' args='{\"amonut\": 2}';")
+    assert out.returncode == 1 and "ARGS key 'amonut' is not a parameter of pay()" in out.stderr, out.stderr
+    assert json.loads(cluster.job("USER_JOB", "Typo.pay", "u").arguments)["amount"] == 1
+
+
+def test_a_same_size_edit_within_a_second_runs_the_new_code(cluster):
+    """Python's bytecode cache trusts a source file of the same size and second: a worker that
+    imported the old code (and cached it) must still run the new."""
+    module = cluster.jobs / "Edit.py"
+    second = (module.stat().st_mtime_ns // 1_000_000_000) * 1_000_000_000
+    os.utime(module, ns=(second + 100_000_000, second + 100_000_000))
+    py_compile.compile(str(module), doraise=True)  # the cache an import of it writes (whatever PYTHONDONTWRITEBYTECODE says)
+    cluster.fetch("startjob user_job name='Edit.which' uid='1';")
+    assert json.loads(cluster.wait_job("USER_JOB", "Edit.which", "1", lambda j: j.archived).output) == "old"
+
+    text = module.read_text()
+    module.write_text(text.replace('"old"', '"new"'))  # the same size
+    os.utime(module, ns=(second + 200_000_000, second + 200_000_000))  # within the same second
+    assert len(module.read_text()) == len(text)
+    cluster.fetch("startjob user_job name='Edit.which' uid='2';")
+    assert json.loads(cluster.wait_job("USER_JOB", "Edit.which", "2", lambda j: j.archived).output) == "new"

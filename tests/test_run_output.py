@@ -1,0 +1,102 @@
+"""A job's output is bounded (docs/guides/run-isolation.md): what a USER_JOB or a PROCESS job
+prints goes to its run's log, not to the node's; [jobs] MAX_OUTPUT_BYTES of it is passed on
+live and the rest is counted and dropped with a line that says so; a gigabyte of short lines
+ends in about the time it takes to read it, and neither the node's log, nor the store, nor
+the node's memory grows with it."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from fabricjobs.model import JobKey, Status
+from fabricjobs.worker.reaper import descendants
+from harness import Cluster
+
+pytestmark = pytest.mark.slow
+
+KEEP = 65536  # [jobs] MAX_OUTPUT_BYTES here
+LOG_MAX = 65536  # RUN_LOG_MAX_BYTES (the default)
+GIGABYTE = 1 << 30
+RSS_MAX_KB = 150 * 1024
+
+
+@pytest.fixture
+def cluster(request, tmp_path):
+    """One node on SQLite (what a run prints does not depend on the store)."""
+    c = Cluster(tmp_path, settings={"jobs": {"MAX_OUTPUT_BYTES": KEEP}}, request=request)
+    c.start_node("a")
+    yield c
+    c.stop_all()
+
+
+def _store_bytes(cluster) -> int:
+    path = Path(cluster._sqlite_path())
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def _peak_rss_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
+
+
+def _printed(cluster, key: JobKey) -> tuple[int, int]:
+    """Bytes the store keeps of the run's live lines, and of its record's log."""
+    conn = sqlite3.connect(cluster._sqlite_path())
+    try:
+        live = conn.execute("SELECT COALESCE(SUM(LENGTH(CAST(line AS BLOB))), 0) FROM k2_live_log "
+                            "WHERE type = ? AND name = ? AND uid = ?", (key.type, key.name, key.uid)).fetchone()[0]
+    finally:
+        conn.close()
+    record = cluster.client().store.run(key, 1)
+    return live, len(record.log.encode())
+
+
+def _flood(cluster, key: JobKey, args: dict, tail: str) -> None:
+    node = cluster.nodes["a"]
+    log_before, store_before = node.log_path.stat().st_size, _store_bytes(cluster)
+    cluster.fetch(f"startjob {key.type.lower()} name='{key.name}' uid='{key.uid}' args='{json.dumps(args)}';")
+    # (a deadline, not a speed goal: scripts/bench.py isolation measures it; one write() a line took minutes)
+    job = cluster.wait_job(key.type, key.name, key.uid, lambda j: j.archived, 60, "a gigabyte of output to be read")
+    assert job.status is Status.PROCESSED, job.error_msg
+
+    log = cluster.shell_ok(f"joblog {key.type.lower()} '{key.name}' with uid='{key.uid}';")
+    lines = log.rstrip("\n").split("\n")
+    assert lines[1] == "stdout: y", lines[:3]  # the head of what it printed, in its run's log
+    assert re.fullmatch(r"\.\.\. 1,0\d\d MB more not kept", lines[-1]), lines[-3:]
+    middle = next(i for i, line in enumerate(lines) if re.fullmatch(r"\.\.\. \[\d+ lines dropped\] \.\.\.", line))
+    kept_tail = lines[middle + 1:-1]  # the tail: the last lines of stdout, and stderr's one line beside them
+    assert tail in kept_tail and "stdout: y" in kept_tail, lines[-5:]
+
+    assert node.log_path.stat().st_size - log_before < 16384, "the job's output went to the node's log"
+    live, record = _printed(cluster, key)
+    assert live <= KEEP + 200 and record <= LOG_MAX + 200, (live, record)
+    grown = _store_bytes(cluster) - store_before
+    assert grown < 2 * 1024 * 1024, f"the store grew by {grown:,} bytes"
+    for pid in [node.pid, *descendants(node.pid)]:  # the node, its fork server and tracker, its workers
+        assert _peak_rss_kb(pid) < RSS_MAX_KB, f"process {pid} of the node peaked at {_peak_rss_kb(pid)} kB"
+
+
+def test_a_gigabyte_printed_by_a_user_job_is_its_runs_capped_output(cluster):
+    key = JobKey("USER_JOB", "Isolation.chatter", "g")
+    _flood(cluster, key, {"lines": GIGABYTE // 2}, "stderr: chatter done")
+
+
+def test_a_gigabyte_of_short_lines_from_a_process_job_is_capped_and_copied_in_blocks(cluster):
+    key = JobKey("PROCESS", "flood.sh", "g")
+    _flood(cluster, key, {"0": str(GIGABYTE)}, "stderr: flood done")
+
+
+def test_joblog_follow_shows_the_output_as_it_comes_and_says_what_was_not_kept(cluster):
+    """The follow shows the run's lines live (at most LIVE_LOG_MAX_BYTES a flush of them) and
+    ends with the record's word on what was dropped, then how the run ended."""
+    cluster.fetch(f"startjob user_job name='Isolation.chatter' uid='f' args='{json.dumps({'lines': 200_000, 'linger': 2.5})}';")
+    followed = cluster.shell_ok("joblog user_job 'Isolation.chatter' with uid='f' follow timeout 60;").rstrip("\n")
+    lines = followed.split("\n")
+    assert lines[0].endswith("following (ends with the run)") and lines[1] == "stdout: y", lines[:2]
+    assert re.fullmatch(r"\.\.\. 3\d\d KB more not kept", lines[-2]), lines[-3:]  # 400 KB printed, 64 KiB kept
+    assert lines[-1].endswith("OK -> PROCESSED"), lines[-1]

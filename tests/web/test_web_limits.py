@@ -1,0 +1,175 @@
+"""What one client may take of a web process (docs/guides/run-isolation.md), against a real
+``fabricjobs web`` process and a real node: a 100 MB body is answered before it is read (401
+without a token, 413 with one) and the process does not grow; 150 follows at once get their
+share and a clear 429 for the rest while /healthz and /readyz answer within a second; a UID of
+100,000 characters is refused in words; error bodies show no file path to a client without a
+token; the login page's link fills the form in but never submits it."""
+
+from __future__ import annotations
+
+import json
+import re
+import select
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from fabricjobs.config import load_config
+from fabricjobs.web.tokens import Role, TokenFile
+from harness import wait_for
+from web_site import running_site
+
+pytestmark = pytest.mark.slow
+
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def site(request, tmp_path_factory):
+    """One site on SQLite: the limits are the web process's, whatever the store."""
+    with running_site(request, tmp_path_factory.mktemp("web-limits")) as site:
+        yield site
+
+
+def _rss_kb(pid: int) -> int:
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text()).group(1))
+
+
+def _post_huge(url: str, path: str, size: int, token: str | None) -> tuple[int, dict, int]:
+    """POST a body of ``size`` bytes (declared, and sent a megabyte at a time until the server
+    answers): its status, its JSON and how many bytes had been sent by then."""
+    where = urlsplit(url)
+    head = [f"POST {path} HTTP/1.1", f"Host: {where.netloc}", "Content-Type: application/json",
+            f"Content-Length: {size}"] + ([f"Authorization: Bearer {token}"] if token else [])
+    sock = socket.create_connection((where.hostname, where.port), timeout=10)
+    sent = 0
+    try:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        chunk = b" " * MB
+        while sent < size and not select.select([sock], [], [], 0)[0]:
+            part = chunk[:size - sent]
+            try:
+                sock.sendall(part)
+            except OSError:
+                break  # the server has answered and closed
+            sent += len(part)
+            select.select([sock], [], [], 0.01)
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < _length(answer):
+            part = sock.recv(65536)
+            if not part:
+                break
+            answer += part
+    finally:
+        sock.close()
+    status = int(answer.split(b" ", 2)[1])
+    return status, json.loads(answer.split(b"\r\n\r\n", 1)[1]), sent
+
+
+def _length(answer: bytes) -> int:
+    m = re.search(rb"content-length: (\d+)", answer, re.I)
+    return int(m.group(1)) if m else 0
+
+
+def test_a_100_mb_body_is_answered_before_it_is_read_and_the_process_does_not_grow(site):
+    pid = site.web.proc.pid
+    before = _rss_kb(pid)
+    for path in ("/api/v1/jobs", "/api/v1/commands"):
+        status, body, sent = _post_huge(site.web.url, path, 100 * MB, None)
+        assert status == 401 and body["error"] == "Unauthorized", body
+        assert sent < 20 * MB, f"{sent:,} bytes were taken before the answer"
+    status, body, sent = _post_huge(site.web.url, "/api/v1/jobs", 100 * MB, site.tokens["operator"])
+    assert status == 413 and body["message"] == ("the request body is 104,857,600 bytes long; at most 16,777,216 bytes "
+                                                 "are allowed ([web] MAX_BODY_BYTES)"), body
+    assert _rss_kb(pid) - before < 20 * 1024, f"the web process grew from {before} kB to {_rss_kb(pid)} kB"
+
+
+def test_a_uid_of_100k_characters_is_refused_in_words(site):
+    answer = site.client("operator").post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "u" * 100_000})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["message"] == "UID is 100,000 characters long; at most 1,024 are allowed"
+
+
+def _extra_tokens(site, n: int) -> list[str]:
+    tokens = TokenFile(load_config(site.cluster.config_path).get("web", "TOKENS_FILE"))
+    return [tokens.create(f"follower-{i}", Role.VIEWER) for i in range(n)]
+
+
+@pytest.mark.timing  # /healthz within a second: one at a time, at normal CPU priority (scripts/test)
+def test_150_follows_at_once_leave_health_and_short_requests_answered(site, tmp_path):
+    """Each follow would hold a server thread for a minute: one token gets 8 of them, all
+    tokens together 64, the rest a 429 that says why; /healthz, /readyz and a short request
+    are answered within a second all along."""
+    site.client("operator").post("/jobs", json={"type": "USER_JOB", "name": "Probe.started", "uid": "long",
+                                                 "args": {"log": str(tmp_path / "started.log")}})
+    job = "/jobs/USER_JOB/Probe.started/long/log"
+    tokens = [site.tokens["viewer"]] * 30 + [t for t in _extra_tokens(site, 15) for _ in range(8)]  # 150
+    answers: list[tuple[int, str]] = []
+    release = threading.Event()
+
+    def follow(token: str) -> None:
+        with httpx.Client(base_url=site.web.url + "/api/v1", headers={"Authorization": f"Bearer {token}"},
+                          timeout=90) as client:
+            with client.stream("GET", job, params={"follow": "true", "timeout": 60}) as response:
+                first = next(response.iter_lines(), "") if response.status_code == 200 else response.read().decode()
+                answers.append((response.status_code, first))
+                release.wait(70)
+
+    threads = [threading.Thread(target=follow, args=(t,), daemon=True) for t in tokens]
+    try:
+        for t in threads:
+            t.start()
+        # Every request is answered (a stream, or 429), none left waiting for a thread...
+        wait_for(lambda: len(answers) == len(tokens), 30, lambda: f"every follow to be answered ({len(answers)} so far)")
+        # ... and while the admitted ones hold their threads, the rest of the API answers at once.
+        for _ in range(10):
+            for path in ("/healthz", "/readyz", "/api/v1/jobs?limit=1"):
+                began = time.monotonic()
+                got = httpx.get(site.web.url + path, timeout=5, headers={"Authorization": f"Bearer {site.tokens['viewer']}"})
+                assert got.status_code == 200 and time.monotonic() - began < 1.0, (path, got.status_code,
+                                                                                  time.monotonic() - began)
+            time.sleep(0.05)
+    finally:
+        release.set()
+    following = [a for a in answers if a[0] == 200]
+    refused = [a for a in answers if a[0] == 429]
+    assert len(following) + len(refused) == 150 and len(following) == 64, [a[0] for a in answers]
+    assert "following (ends with the run)" in following[0][1]
+    messages = {json.loads(text)["message"] for _, text in refused}
+    assert ("token 'viewer-1' already has 8 long requests open (waits and follows), the most one token may have "
+            "([web] MAX_WAITS_PER_TOKEN); try again when one has ended") in messages
+    assert any("([web] MAX_WAITS)" in m for m in messages), messages
+    site.client("operator").post("/jobs/USER_JOB/Probe.started/long/stop")
+
+
+def test_error_bodies_show_no_file_path_to_a_client_without_a_token(site):
+    status, body, _ = _post_huge(site.web.url, "/api/v1/commands", 10, None)  # (a body, no token: 401, no path)
+    tokens = Path(load_config(site.cluster.config_path).get("web", "TOKENS_FILE"))
+    saved = tokens.read_bytes()
+    try:
+        tokens.write_text("{damaged")
+        anonymous = httpx.get(site.web.url + "/api/v1/jobs", timeout=10, headers={"Authorization": "Bearer fjt_unknown"})
+        assert anonymous.status_code == 500 and "is damaged" in anonymous.json()["message"]
+        assert str(tokens.parent) not in anonymous.text and "<path>" in anonymous.text, anonymous.text
+    finally:
+        tokens.write_bytes(saved)
+    assert status == 401 and "/" not in body["message"].replace("Authorization: Bearer", "")
+
+
+def test_the_login_link_fills_the_form_in_but_never_logs_in_by_itself(site):
+    script = httpx.get(site.web.url + "/static/login.js", timeout=10).text
+    assert "getElementById(\"token\").value" in script and ".submit(" not in script and "requestSubmit" not in script
+
+
+def test_plain_http_on_an_address_that_is_not_loopback_is_warned_about():
+    from fabricjobs.web.server import clear_text_warning
+
+    assert clear_text_warning("127.0.0.1", False) is None and clear_text_warning("::1", False) is None
+    assert clear_text_warning("localhost", False) is None and clear_text_warning("0.0.0.0", True) is None
+    warning = clear_text_warning("0.0.0.0", False)
+    assert warning is not None and "plain HTTP on 0.0.0.0" in warning and "--tls-cert" in warning
