@@ -39,6 +39,7 @@ from typing import Callable, Collection, ContextManager, Iterable, Sequence
 
 from ..calendar import Calendar
 from ..model import Job, JobKey, NodeState, Status
+from .search import ArchivePage, ArchiveQuery
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +240,9 @@ class JobStore(ABC):
         """Insert ``job`` if no row has its key, or replace the row if it is archived.
 
         Atomic. A replaced row keeps counting: the new row gets the old ``epoch + 1`` and
-        ``revision + 1`` (so no stale writer of an earlier life can match it); a new row gets
+        ``revision + 1`` (so no stale writer of an earlier life can match it) and keeps the old
+        run counters (:data:`~fabricjobs.model.RUN_COUNTERS`: they count the key's runs, as its
+        run history lists them), whatever ``job`` holds; a new row gets
         ``epoch = job.epoch`` and ``revision = 1``. If a live row has the key, nothing is written
         and the result's ``row`` is that live row.
         """
@@ -383,6 +386,20 @@ class JobStore(ABC):
     @abstractmethod
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
         """Archived rows whose ``end_time`` is at or after ``since``; ordered by key."""
+
+    @abstractmethod
+    def search_archived(self, query: ArchiveQuery) -> ArchivePage:
+        """A page of the archived jobs ``query`` looks for (store/search.py), newest End Time
+        first: at most ``query.limit`` of them, having looked at no more than
+        ``query.examine`` archived jobs, whatever the store holds. A job resumed and ended
+        again is found once, at its last end."""
+
+    @abstractmethod
+    def live_counts(self, cap: int) -> dict[str, int]:
+        """Live rows per status, the blocked ones apart (under ``search.BLOCKED``, whatever
+        their status), each counted up to ``cap`` + 1 (a count above ``cap`` means "more than
+        ``cap``"): a read of the live indexes that costs about ``cap`` entries per status at
+        most, not the number of live rows. Statuses with no row may be left out."""
 
     @abstractmethod
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,

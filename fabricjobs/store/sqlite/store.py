@@ -18,10 +18,11 @@ from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, No
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
 from .schema import migrate
+from .search import Search
 from .statements import _BATCHED, _INSERT_RUN_SQL, _RETURNING, _insert_params, _insert_sql, cas_statements
 
 
-class SqliteStore(Connections, JobStore):
+class SqliteStore(Connections, Search, JobStore):
     """k2_jobs and its companions in one SQLite file, for the nodes of one host."""
 
     backend = "sqlite"
