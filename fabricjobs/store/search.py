@@ -64,7 +64,7 @@ class ArchivePage:
 
     jobs: list[Job]
     next: Cursor | None
-    reached: datetime | None
+    reached: datetime
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

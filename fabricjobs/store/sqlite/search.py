@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from ...model import LIVE_STATUSES, Status
 from ..search import BLOCKED, ArchivePage, ArchiveQuery, Cursor
-from .rows import _COLS, _dt, _row_to_job, _ts
+from .rows import _COLS, _row_to_job, _ts, _when
 
 _ORDER = "end_time DESC, type DESC, name DESC, uid DESC"  # the archive index read backwards (no sort)
 _ENTRIES = "SELECT end_time, type, name, uid FROM k2_jobs INDEXED BY k2_jobs_archive WHERE archived = 1"
@@ -46,10 +46,10 @@ class Search:
         jobs = [_row_to_job(r) for r in rows]
         if len(jobs) > query.limit:  # more match: the next page starts after this one's last
             last = rows[query.limit - 1]
-            return ArchivePage(jobs[:query.limit], (last[10], last[0], last[1], last[2]), jobs[query.limit - 1].end_time)
+            return ArchivePage(jobs[:query.limit], (last[10], last[0], last[1], last[2]), _when(last[10]))
         edge = self._read(f"{_ENTRIES}{window} ORDER BY {_ORDER} LIMIT 1 OFFSET ?", [*params, query.examine - 1])
         if edge:  # looked at all it may: the next page goes on after the last entry looked at
-            return ArchivePage(jobs, (edge[0][0], edge[0][1], edge[0][2], edge[0][3]), _dt(edge[0][0]))
+            return ArchivePage(jobs, (edge[0][0], edge[0][1], edge[0][2], edge[0][3]), _when(edge[0][0]))
         return ArchivePage(jobs, None, query.since)
 
     def _window(self, query: ArchiveQuery) -> tuple[str, list]:
