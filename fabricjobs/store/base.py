@@ -321,11 +321,12 @@ class JobStore(ABC):
         """Recorded runs of the jobs named (one uid, or all), newest first."""
 
     @abstractmethod
-    def recent_runs(self, limit: int) -> list[RunRecord]:
-        """The ``limit`` recorded runs of the whole cluster that ended last, newest first
-        (skipped fires included, as in ``runs``). Their ``output`` and ``log`` may be left out
-        (None and ""): a list of many jobs' runs shows neither. A bounded read (Cassandra: by
-        the hour of the end, recent.py), never a scan of the history."""
+    def recent_runs(self, limit: int, since: datetime | None = None) -> list[RunRecord]:
+        """The ``limit`` recorded runs of the whole cluster that ended last (at or after
+        ``since``, when given), newest first (skipped fires included, as in ``runs``). Their
+        ``output`` and ``log`` may be left out (None and ""): a list of many jobs' runs shows
+        neither. A bounded read (Cassandra: by the hour of the end, recent.py), never a scan of
+        the history."""
 
     @abstractmethod
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:

@@ -99,3 +99,15 @@ def test_live_counts_count_each_status_up_to_the_cap(store):
     assert {k: v for k, v in counts.items() if v} == {"WAITING": 7, "SCHEDULED": 3, BLOCKED: 1, "IN_PROCESS": 1}
     capped = store.live_counts(5)
     assert capped["WAITING"] == 6 and capped["SCHEDULED"] == 3  # more than 5: counted as 6
+
+
+def test_recent_runs_since_a_time_are_those_that_ended_then_or_after_without_output_or_log(store):
+    from fabricjobs.store.base import RunRecord
+
+    key = JobKey("USER_JOB", "Recent.one", "r")
+    store.add_runs([RunRecord(key, i, "n1", None, NOW - timedelta(minutes=10 * i + 1), NOW - timedelta(minutes=10 * i),
+                              "SKIPPED", "SCHEDULED", 0, output='{"big": 1}', log="a line") for i in range(1, 6)])
+    assert [r.epoch for r in store.recent_runs(10, since=NOW - timedelta(minutes=30))] == [1, 2, 3]
+    assert [r.epoch for r in store.recent_runs(2, since=NOW - timedelta(hours=2))] == [1, 2]
+    assert store.recent_runs(10, since=NOW) == [] and len(store.recent_runs(10)) == 5
+    assert all(r.output is None and r.log == "" for r in store.recent_runs(10))

@@ -150,10 +150,13 @@ class SqliteStore(Connections, Search, JobStore):
             params.append(limit)
         return [_row_to_run(r) for r in self._read(sql, params)]
 
-    def recent_runs(self, limit: int) -> list[RunRecord]:
-        # The index on "end" gives the newest lines first, without a sort of the table.
-        return [_row_to_run(r) for r in self._read(f'SELECT {_RUN_COLS} FROM k2_job_runs ORDER BY "end" DESC, epoch DESC LIMIT ?',
-                                                    (limit,))]
+    def recent_runs(self, limit: int, since: datetime | None = None) -> list[RunRecord]:
+        # The index on "end" gives the newest lines first, without a sort of the table; no
+        # output or log (a line may hold megabytes of them).
+        cols = _RUN_COLS.replace('"output"', "NULL").replace('"log"', "''")
+        where, params = ('WHERE "end" >= ? ', [_ts(since), limit]) if since is not None else ("", [limit])
+        return [_row_to_run(r) for r in self._read(f'SELECT {cols} FROM k2_job_runs {where}ORDER BY "end" DESC, epoch DESC '
+                                                    "LIMIT ?", params)]
 
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
         rows = self._read(f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ? "
