@@ -18,7 +18,7 @@ from datetime import date, datetime, timedelta
 from typing import Any, Callable, Collection, Iterable, Iterator, Sequence
 
 from ...model import Job, JobKey, LIVE_STATUSES, Status
-from ..search import BLOCKED, ArchivePage, ArchiveQuery, Cursor, holds
+from ..search import BLOCKED, EXAMINE, ArchivePage, ArchiveQuery, Cursor, holds
 from .index import _BLOCKED, SHARDS
 from .rows import _EPOCH0, UTC, _when
 from .schema import ARCHIVE_SHARDS
@@ -50,6 +50,7 @@ class Search:
 
     def search_archived(self, query: ArchiveQuery) -> ArchivePage:
         found: list[tuple[Cursor, Job]] = []
+        examine = query.examine or EXAMINE["cassandra"]
         looked, checked, last = 0, 0, None
         pending: list[tuple[Cursor, JobKey]] = []
         for entry in self._entries(query):
@@ -57,13 +58,13 @@ class Search:
             last = entry[0]
             if query.type in (None, entry[1].type) and holds(entry[1].name, query.name) and holds(entry[1].uid, query.uid):
                 pending.append(entry)
-            if len(pending) >= _CHUNK or looked >= query.examine:
+            if len(pending) >= _CHUNK or looked >= examine:
                 checked += len(pending)
                 found += self._checked(pending, query)
                 pending = []
             if len(found) > query.limit:
                 break
-            if looked >= query.examine or checked >= ROW_CHECKS:
+            if looked >= examine or checked >= ROW_CHECKS:
                 return ArchivePage([j for _, j in found][:query.limit], last, _at(int(last[0])))
         found += self._checked(pending, query)
         if len(found) > query.limit:
@@ -87,7 +88,7 @@ class Search:
         else:
             upper = ()
         day = (_at(int(upper[0])) if upper else self.store_time() + timedelta(days=1)).astimezone(UTC).date()
-        first, since, left = query.since.astimezone(UTC).date(), _ms(query.since), query.examine
+        first, since, left = query.since.astimezone(UTC).date(), _ms(query.since), query.examine or EXAMINE["cassandra"]
         while day >= first and left > 0:
             rows = _result(self._day_entries(day, upper, left))
             for r in rows:

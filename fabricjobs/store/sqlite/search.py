@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from ...model import LIVE_STATUSES, Status
-from ..search import BLOCKED, ArchivePage, ArchiveQuery, Cursor
+from ..search import BLOCKED, EXAMINE, ArchivePage, ArchiveQuery, Cursor
 from .rows import _COLS, _row_to_job, _ts, _when
 
 _ORDER = "end_time DESC, type DESC, name DESC, uid DESC"  # the archive index read backwards (no sort)
@@ -36,18 +36,19 @@ class Search:
         """The archive index (End Time, then key) read backwards from the cursor, ``examine``
         entries at most, joined to the rows that the filters keep: one statement for the page,
         and, when it is not full, one for the last entry looked at (where the next goes on)."""
+        examine = query.examine or EXAMINE["sqlite"]
         window, params = self._window(query)
         entries = f"{_ENTRIES}{window} ORDER BY {_ORDER} LIMIT ?"
         where, more = _filters(query)
         rows = self._read(f"SELECT {', '.join('j.' + c for c in _COLS.split(', '))} FROM ({entries}) AS e "
                           f"JOIN k2_jobs AS j USING (type, name, uid) WHERE j.archived = 1{where} "
                           f"ORDER BY j.{_ORDER.replace(', ', ', j.')} LIMIT ?",
-                          [*params, query.examine, *more, query.limit + 1])
+                          [*params, examine, *more, query.limit + 1])
         jobs = [_row_to_job(r) for r in rows]
         if len(jobs) > query.limit:  # more match: the next page starts after this one's last
             last = rows[query.limit - 1]
             return ArchivePage(jobs[:query.limit], (last[10], last[0], last[1], last[2]), _when(last[10]))
-        edge = self._read(f"{_ENTRIES}{window} ORDER BY {_ORDER} LIMIT 1 OFFSET ?", [*params, query.examine - 1])
+        edge = self._read(f"{_ENTRIES}{window} ORDER BY {_ORDER} LIMIT 1 OFFSET ?", [*params, examine - 1])
         if edge:  # looked at all it may: the next page goes on after the last entry looked at
             return ArchivePage(jobs, (edge[0][0], edge[0][1], edge[0][2], edge[0][3]), _when(edge[0][0]))
         return ArchivePage(jobs, None, query.since)
