@@ -99,15 +99,13 @@ def history(request: Request, type: str = _text(), name: str = _text(), uid: str
     each page looks at a bounded number of them and says where the next goes on)."""
     api = request.app.state.api
     kept = timedelta(hours=api.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
-    filters = HistoryFilters(_utc(since) or api.clock.now() - kept, _utc(until), type.upper(), name, uid, owner,
-                             status.upper())
+    filters = HistoryFilters(_utc(since), _utc(until), type.upper(), name, uid, owner, status.upper())
     after, size = cursor_archive(cursor), _page_size(limit)
 
     def read() -> dict[str, Any]:
-        page = history_page(api.store, filters, after, size)
+        page = history_page(api.store, filters, after, size, api.clock.now() - kept)
         return {"jobs": rows(api.service(), page.jobs, read_cluster(api.store) if page.jobs else []),
-                "next_cursor": archive_cursor(page.next) if page.next else None, "reached": iso(page.reached),
-                "since": iso(filters.since)}
+                "next_cursor": archive_cursor(page.next) if page.next else None, "reached": iso(page.reached)}
 
     body = _pages(request).get(("history", filters, after, size), read)
     return _json(request, {**body, "types": [t.value for t in JobType], "limit": size})

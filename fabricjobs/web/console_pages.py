@@ -110,7 +110,7 @@ def _by_status(store: JobStore, filters: LiveFilters, after: JobKey | None, limi
 class HistoryFilters:
     """The history search's filters (store/search.py's ArchiveQuery, as the form gives them)."""
 
-    since: datetime
+    since: datetime | None = None  # None: as far back as the store keeps them
     until: datetime | None = None
     type: str = ""
     name: str = ""
@@ -118,19 +118,22 @@ class HistoryFilters:
     owner: str = ""
     status: str = ""
 
-    def query(self, after: Cursor | None, limit: int) -> ArchiveQuery:
+    def query(self, after: Cursor | None, limit: int, kept_since: datetime) -> ArchiveQuery:
+        """The store's query; ``kept_since``: the oldest end the store still keeps."""
+        since = max(self.since, kept_since) if self.since is not None else kept_since
         if self.status and self.status not in {s.value for s in FINAL_STATUSES}:
             raise ValidationError(f"status must be PROCESSED, FAILED or TERMINATED, got {self.status!r}")
-        if self.until is not None and self.until <= self.since:
-            raise ValidationError("the end of the window must come after its start")
-        return ArchiveQuery(since=self.since, until=self.until, type=_job_type(self.type) if self.type else None,
+        if self.until is not None and self.until <= since:
+            raise ValidationError("the end of the window must come after its start (and within the retention)")
+        return ArchiveQuery(since=since, until=self.until, type=_job_type(self.type) if self.type else None,
                             name=self.name, uid=self.uid, owner=self.owner or None,
                             statuses=frozenset({Status(self.status)}) if self.status else frozenset(),
                             after=after, limit=limit)
 
 
-def history_page(store: JobStore, filters: HistoryFilters, after: Cursor | None, limit: int) -> ArchivePage:
-    return store.search_archived(filters.query(after, limit))
+def history_page(store: JobStore, filters: HistoryFilters, after: Cursor | None, limit: int,
+                 kept_since: datetime) -> ArchivePage:
+    return store.search_archived(filters.query(after, limit, kept_since))
 
 
 def rows(service: CommandService, jobs: list[Job], nodes: list[NodeView]) -> list[dict[str, Any]]:

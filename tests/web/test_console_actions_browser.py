@@ -44,9 +44,14 @@ def confirm(driver, action: str, question: str) -> None:
 
 
 def fill(driver, selector: str, text: str) -> None:
-    field = driver.find_element("css selector", selector)
-    field.clear()
-    field.send_keys(text)
+    """Type ``text`` into the field ``selector`` finds, once the page has drawn it."""
+    def typed() -> bool:
+        field = driver.find_element("css selector", selector)
+        field.clear()
+        field.send_keys(text)
+        return True
+
+    until(typed, f"the field {selector}")
 
 
 def title(driver) -> str:
@@ -59,7 +64,7 @@ def test_an_operator_starts_a_job_and_runs_updates_holds_releases_and_finishes_i
     log_in(browser, url, site.tokens["operator"])
     browser.get(url + "/#/jobs")
     click(browser, "#start summary")
-    browser.find_element("css selector", "#start-type option[value='USER_JOB']").click()
+    click(browser, "#start-type option[value='USER_JOB']")
     fill(browser, "#start-name", "Probe.noop")
     fill(browser, "#start-uid", "from-the-form")
     fill(browser, "#start-exec_interval", NEVER)
@@ -145,7 +150,7 @@ def test_the_history_finds_ended_jobs_a_recent_one_and_one_two_days_old(site: Si
     browser.get(site.web.url + "/#/history")
     fill(browser, "#history-name", "")
     fill(browser, "#history-owner", "")
-    browser.find_element("css selector", "#history-status option[value='FAILED']").click()
+    click(browser, "#history-status option[value='FAILED']")
     click(browser, "#history-search")
     until(lambda: found() and all("FAILED" in t for t in found()) and any("hist-failed" in t for t in found()),
           "only the failed ones")
@@ -186,8 +191,8 @@ def test_the_jobs_table_pages_through_10000_live_jobs(site: Site, browser):
     log_in(browser, site.web.url, site.tokens["viewer"])
     browser.get(site.web.url + "/#/jobs")
     until(lambda: "HELD 10,000" in " ".join(texts(browser, ".chip")), "the count of the held jobs")
-    browser.find_element("css selector", "#page-size option[value='1000']").click()
-    browser.find_element("id", "filter-name").send_keys("bulk.held")
+    click(browser, "#page-size option[value='1000']")
+    fill(browser, "#filter-name", "bulk.held")
     seen: list[str] = []
     for page in range(10):
         rows = until(lambda: (lambda r: r if len(r) == 1000 and r[0] not in seen else None)(
