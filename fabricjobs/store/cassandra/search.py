@@ -3,13 +3,14 @@
 within), and capped counts of the live rows through the index.
 
 A search reads a day's shards at once, newest End Time first (an unpaged IN with ORDER BY, as
-many entries as the page may still look at), from the cursor's day back to ``since``'s. The
-entries carry the key, so type, name and UID are checked on them; the rows of the entries that
-pass are read (a few hundred at a time) for owner and status, and to skip an entry that is not
-its row's last end (a job resumed and ended again has one entry per end). A page stops at
-``limit`` jobs, at ``examine`` entries, or at ROW_CHECKS rows read, and says where the next goes
-on. Entries of the version-3 ``k2_jobs_archive`` are not searched (JOBSTATUS n DAYS AGO reads
-them until the retention has emptied it).
+many entries as the page may still look at), from the cursor's day back to ``since``'s. An
+entry carries the key, and (since schema version 17) the job's owner and final status, so every
+filter is checked on the entries; the rows of the entries that pass are read (a few hundred at
+a time) to show them and to skip an entry that is not its row's last end (a job resumed and
+ended again has one entry per end). An entry written before version 17 has its row read for
+owner and status. A page stops at ``limit`` jobs, at ``examine`` entries, or at ROW_CHECKS rows
+read, and says where the next goes on. Entries of the version-3 ``k2_jobs_archive`` are not
+searched (JOBSTATUS n DAYS AGO reads them until the retention has emptied it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ ROW_CHECKS = 2000  # rows a page reads at most to check owner and status
 _CHUNK = 200  # rows read at once
 _SHARDS = list(range(ARCHIVE_SHARDS))
 _INDEX_SHARDS = list(range(SHARDS))
+
+
+def _may_match(entry: tuple[Cursor, JobKey, str | None, str | None], query: ArchiveQuery) -> bool:
+    """Whether an archive entry may be one the query looks for, by what the entry itself holds
+    (an owner or status it does not hold, written before schema version 17, is the row's to say)."""
+    _, key, owner, status = entry
+    if query.type not in (None, key.type) or not holds(key.name, query.name) or not holds(key.uid, query.uid):
+        return False
+    if owner is not None and query.owner not in (None, owner):
+        return False
+    return status is None or not query.statuses or status in {s.value for s in query.statuses}
 
 
 def _ms(when: datetime) -> int:
@@ -56,8 +68,8 @@ class Search:
         for entry in self._entries(query):
             looked += 1
             last = entry[0]
-            if query.type in (None, entry[1].type) and holds(entry[1].name, query.name) and holds(entry[1].uid, query.uid):
-                pending.append(entry)
+            if _may_match(entry, query):
+                pending.append((entry[0], entry[1]))
             if len(pending) >= _CHUNK or looked >= examine:
                 checked += len(pending)
                 found += self._checked(pending, query)
@@ -78,7 +90,7 @@ class Search:
         return [(cursor, row) for (cursor, _), row in zip(entries, rows)
                 if row is not None and query.wants(row) and row.end_time is not None and _ms(row.end_time) == cursor[0]]
 
-    def _entries(self, query: ArchiveQuery) -> Iterator[tuple[Cursor, JobKey]]:
+    def _entries(self, query: ArchiveQuery) -> Iterator[tuple[Cursor, JobKey, str | None, str | None]]:
         """Archive entries in the window, newest first, ``query.examine`` at most."""
         if query.after is not None:
             end_ms, type, name, uid = query.after
@@ -96,13 +108,13 @@ class Search:
                 if end < since:
                     return
                 left -= 1
-                yield (end, r["type"], r["name"], r["uid"]), JobKey(r["type"], r["name"], r["uid"])
+                yield (end, r["type"], r["name"], r["uid"]), JobKey(r["type"], r["name"], r["uid"]), r["owner"], r["status"]
             day -= timedelta(days=1)
 
     def _day_entries(self, day: date, upper: tuple, limit: int):
         bound = {0: "", 1: " AND end_time < ?", 4: " AND (end_time, type, name, uid) < (?, ?, ?, ?)"}[len(upper)]
         stmt = self._stmt(("archsearch", len(upper)),
-                          "SELECT end_time, type, name, uid FROM k2_jobs_archived WHERE day = ? AND shard IN ?"
+                          "SELECT end_time, type, name, uid, owner, status FROM k2_jobs_archived WHERE day = ? AND shard IN ?"
                           f"{bound} ORDER BY end_time DESC LIMIT ?")
         values = [(_at(v) if i == 0 else v) for i, v in enumerate(upper)]
         return self._unpaged(stmt, [day.strftime("%Y-%m-%d"), _SHARDS, *values, limit])
