@@ -241,12 +241,11 @@ def cmd_console(args, backend, print_goals, verdict, progress) -> dict:
                     [f"web process CPU, one browser watching ({INTERVAL:.0f} s interval)", f"{cpu * 100:.1f} % of a core"]],
                    headers=["measure", "figure"], disable_numparse=True))
     first_rows = max(table["first_request_s"], table["p50_s"], drawn or 0.0)
-    keyed = [h for h in history if h["search"] != "owner and status"]
     goals = [["jobs table's first rows < 1 s", f"{first_rows:.2f} s", verdict(first_rows < 1.0)],
              ["every live job paged through", f"{table['paged_rows']:,}", verdict(table["paged_rows"] == args.live)],
-             ["job ended two days ago found on the first page < 1 s (UID, name, window)",
-              f"{max(h['seconds'] for h in keyed):.2f} s", verdict(all(h["found"] and h["pages"] == 1 and h["seconds"] < 1.0
-                                                                       for h in keyed))],
+             ["job ended two days ago found on the first page < 1 s (each of the four searches)",
+              f"{max(h['seconds'] for h in history):.2f} s",
+              verdict(all(h["found"] and h["pages"] == 1 and h["seconds"] < 1.0 for h in history))],
              ["web process < 10 % of a core while watched", f"{cpu * 100:.1f} %", verdict(cpu < 0.10)]]
     print_goals(args, goals)
     return {"table": table, "browser_first_rows_s": drawn, "history": history, "watched_cpu": cpu,
