@@ -111,3 +111,21 @@ def test_recent_runs_since_a_time_are_those_that_ended_then_or_after_without_out
     assert [r.epoch for r in store.recent_runs(2, since=NOW - timedelta(hours=2))] == [1, 2]
     assert store.recent_runs(10, since=NOW) == [] and len(store.recent_runs(10)) == 5
     assert all(r.output is None and r.log == "" for r in store.recent_runs(10))
+
+
+def test_cassandra_archive_entries_of_before_version_17_are_checked_by_their_rows(store, request):
+    """An archive entry written before schema version 17 has no owner or status: the search
+    reads its row for them, and finds the job all the same."""
+    if store.backend != "cassandra":
+        pytest.skip("the archive by day is Cassandra's")
+    jobs = [_ended(store, f"old{i}", "Legacy.job", ("ann", "bob")[i % 2], FINAL[i % 3], NOW - timedelta(hours=i + 1))
+            for i in range(6)]
+    for job in jobs:  # as a node of version 16 wrote them: the key and the end only
+        write = store._archive_write(job)
+        day, shard, end = write.params[:3]
+        store._session.execute(f"UPDATE {store.keyspace}.k2_jobs_archived SET owner = null, status = null "
+                               "WHERE day = %s AND shard = %s AND end_time = %s AND type = %s AND name = %s AND uid = %s",
+                               (day, shard, end, job.type, job.name, job.uid))
+    found = store.search_archived(ArchiveQuery(since=NOW - timedelta(days=1), owner="bob",
+                                               statuses=frozenset({Status.FAILED, Status.PROCESSED}), limit=50))
+    assert sorted(j.uid for j in found.jobs) == sorted(j.uid for j in jobs if j.owner == "bob" and j.status is not Status.TERMINATED)
