@@ -40,6 +40,7 @@ from typing import Callable, Collection, ContextManager, Iterable, Sequence
 from ..calendar import Calendar
 from ..model import Job, JobKey, NodeState, Status
 from .search import ArchivePage, ArchiveQuery
+from .stats import RepairPage, StoreStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,36 +134,6 @@ class RunRecord:
     exit_code: int | None = None
     log: str = ""
     note: str = ""  # scheduling notes: a fire skipped as too late or while the last run still went
-
-
-@dataclass(slots=True)
-class StoreStats:
-    """Counts a backend keeps of its own work, which the node exports as metrics: the costs
-    and troubles of a distributed store that no job row shows (SQLite leaves them at 0)."""
-
-    lwt_attempts: int = 0  # conditional writes sent (a retried one counts again)
-    writes: int = 0  # plain (unconditional) writes and deletes sent (each statement of a batch)
-    reads: int = 0  # reads sent (serial_reads among them)
-    rows_read: int = 0  # rows those reads returned (every page of them)
-    serial_reads: int = 0  # reads at SERIAL: settling an unknown outcome, schema version
-    contention_retries: int = 0  # LWTs sent again after an unknown outcome on an unchanged row
-    unknown_outcomes: int = 0  # LWTs whose outcome had to be settled by a SERIAL read
-    index_repairs: int = 0  # stale index entries removed by whoever met them
-    index_sweeps: int = 0  # range deletes sent over the tombstones of an index partition
-    slow_entry_writes: int = 0  # index entries written again: acknowledged too late to be safe
-    server_warnings: int = 0  # warnings the store sent with its answers (tombstones met, big batches)
-    index_restored: int = 0  # live rows found without their index entry and given one (the repair pass)
-    repair_rows: int = 0  # rows the repair pass read
-
-
-@dataclass(frozen=True, slots=True)
-class RepairPage:
-    """One page of the index repair pass (:meth:`JobStore.repair_index`): where the next page
-    starts (None: the share is done), how many rows were read, how many given their entry."""
-
-    cursor: object | None
-    read: int
-    restored: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,17 +361,13 @@ class JobStore(ABC):
 
     @abstractmethod
     def search_archived(self, query: ArchiveQuery) -> ArchivePage:
-        """A page of the archived jobs ``query`` looks for (store/search.py), newest End Time
-        first: at most ``query.limit`` of them, having looked at no more than
-        ``query.examine`` archived jobs, whatever the store holds. A job resumed and ended
-        again is found once, at its last end."""
+        """A page of the archived jobs ``query`` looks for, newest end first, having looked at
+        a bounded number of them whatever the store holds (store/search.py)."""
 
     @abstractmethod
     def live_counts(self, cap: int) -> dict[str, int]:
-        """Live rows per status, the blocked ones apart (under ``search.BLOCKED``, whatever
-        their status), each counted up to ``cap`` + 1 (a count above ``cap`` means "more than
-        ``cap``"): a read of the live indexes that costs about ``cap`` entries per status at
-        most, not the number of live rows. Statuses with no row may be left out."""
+        """Live rows per status, blocked ones apart (``search.BLOCKED``), each counted up to
+        ``cap`` + 1 through the live indexes (store/search.py); a status with none may be absent."""
 
     @abstractmethod
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,

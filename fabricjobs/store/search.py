@@ -2,9 +2,13 @@
 status filter): a search of the archived jobs a page at a time, and capped counts of the live
 ones (docs/explanation/design-choices.md, "The console reads a page").
 
-Both cost a bounded amount of work whatever the store holds: a page of a search looks at no
-more than ``examine`` archived jobs and says where the next page goes on; a count stops at its
-cap. Neither is read by a node.
+Both cost a bounded amount of work whatever the store holds. ``search_archived``: at most
+``query.limit`` jobs, newest End Time first, having looked at no more than ``query.examine``
+archived jobs (the backend's EXAMINE when None), and where the next page goes on (None: no older
+job matches); a job resumed and ended again is found once, at its last end. ``live_counts``:
+each status's count stops a little past its cap ("more than cap"), a read of the live indexes
+that costs about the cap a status at most, not the number of live rows; a count is of keys (a
+change in flight counts once). Neither is read by a node.
 """
 
 from __future__ import annotations
