@@ -124,6 +124,12 @@ class JobNotFound(CommandError):
     """The command names a job that does not exist (or is not in the needed state)."""
 
 
+class JobEnded(JobNotFound):
+    """The command names one job (its UID) to change while it runs or waits, and that job has
+    ended (archived: PROCESSED, FAILED, TERMINATED). SMILA tells this from a job that never
+    existed (HTTP 410 Gone against 404): a client may stop asking."""
+
+
 class NodeNotFound(CommandError):
     """PS / KILL name a node that is not alive in the cluster."""
 

@@ -27,7 +27,25 @@ class JobType(StrEnum):
             return cls(text.upper())
         except ValueError:
             known = ", ".join(t.value for t in cls)
-            raise ValueError(f"unknown job type {text!r} (known types: {known})") from None
+            why = PLATFORM_TYPES.get(text.upper())
+            because = (f": {text.upper()} is a job type of the K2View Fabric platform ({why}); fabricjobs has no "
+                       "such engine: it runs Python functions (USER_JOB), executables (PROCESS) and directory watches "
+                       "(INTERFACE_LISTENER)") if why else ""
+            raise ValueError(f"unknown job type {text!r} (known types: {known}){because}") from None
+
+
+#: Fabric's job types that run on engines of the K2View platform around Fabric Jobs, which
+#: fabricjobs does not have; STARTJOB says so when it refuses one (docs/guides/writing-jobs.md).
+PLATFORM_TYPES = {
+    "BROADWAY": "it runs a Broadway flow", "BROADWAY_JOB": "it runs a Broadway flow",
+    "BATCH_JOB": "it runs a batch (migrate) command over LU instances",
+    "BATCH_PROCESS": "it runs a batch (migrate) command over LU instances",
+    "COMMONAREA_TABLE_SYNC": "it populates a common-area table",
+    "COMMONARE_TABLE_SYNC": "it populates a common-area table",
+    "COMMONAREA_TABLE_REPLICATE": "it replicates common-area data between Fabric nodes",
+    "CDC": "it publishes LU changes to a CDC consumer", "CDC_JOB": "it publishes LU changes to a CDC consumer",
+    "PARSER": "it runs an LU parser",
+}
 
 
 class Status(StrEnum):
@@ -55,6 +73,10 @@ LIVE_STATUSES = frozenset(Status) - FINAL_STATUSES
 RUNNING_STATUSES = frozenset({Status.IN_PROCESS, Status.STOPPING, Status.RESTART})
 
 DEFAULT_PRIORITY = 4
+#: A job's run counters (JOBSTATUS ... DETAILS). They count the runs of the key, as JOBHISTORY
+#: lists them: a STARTJOB that reuses an archived row keeps them (docs/explanation/design-choices.md).
+RUN_COUNTERS = ("runs", "successes", "failures", "retries_error", "retries_lost", "kills", "failed_after_retry",
+                "failed_without_retry", "canceled")
 MIN_PARALLELISM, MAX_PARALLELISM = 2, 64  # PARALLELISM=n: the tasks of one job
 
 

@@ -52,6 +52,13 @@ against, and with --json FILE writes its figures as JSON.
         beside `yes | head -c 1G | cat`, the node's peak RSS, store and node log growth
         (scripts/bench_isolation.py). Goals: ended within 2 s of KILL; within 3x cat; node peak
         RSS < 150 MB; store growth < MAX_OUTPUT_BYTES + 1 MB; node log growth < 64 KB.
+  console [--live 10000] [--archived 100000]   (SQLite, or --backend cassandra-real)
+        The web console on a store of --live live and --archived archived jobs (written as
+        testkit/bulk.py writes them), a real `fabricjobs web` and no node (scripts/bench_console.py):
+        the jobs table's first page (the data, and drawn in Chromium when it is there), paging
+        through every live job, the history search for a job that ended two days ago, and the
+        web process's CPU while a browser watches. Goals: first rows < 1 s, that job found on the
+        first page < 1 s, the watched web process < 10 % of a core.
   all   every sub-command above in sequence, with its defaults.
 
 --backend sqlite|cassandra|cassandra-real (throughput, firelag, failover, memory; default sqlite):
@@ -1565,6 +1572,12 @@ def cmd_isolation_bench(args, backend: Backend, facts: dict, findings: list) -> 
     from bench_isolation import cmd_isolation
 
     return cmd_isolation(args, backend, print_goals, verdict, progress)
+def cmd_console_bench(args, backend: Backend, facts: dict, findings: list) -> dict:
+    if backend.name not in ("sqlite", "cassandra-real"):
+        raise BenchError("console runs on SQLite or a real Cassandra (--backend cassandra-real)")
+    from bench_console import cmd_console
+
+    return cmd_console(args, backend, print_goals, verdict, progress)
 
 
 COMMANDS = {
@@ -1576,6 +1589,7 @@ COMMANDS = {
     "memory": cmd_memory,
     "web": cmd_web_bench,
     "isolation": cmd_isolation_bench,
+    "console": cmd_console_bench,
 }
 BACKEND_AWARE = {"throughput", "firelag", "failover", "memory"}
 
@@ -1640,6 +1654,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=1000, help="list requests timed per store (1000)")
     p.add_argument("--watch", type=float, default=30.0, help="seconds the live view is watched per browser count (30)")
     sub.add_parser("isolation", parents=[common], help="ending a run with 50 daemons; 1 GiB of printed output")
+    p = sub.add_parser("console", parents=[common], help="the web console's jobs table and history with a big cluster")
+    p.add_argument("--live", type=int, default=10_000, help="live jobs (10,000)")
+    p.add_argument("--archived", type=int, default=100_000, help="archived jobs over three days (100,000)")
+    p.add_argument("--requests", type=int, default=10, help="fresh reads of the jobs table's first page timed (10)")
+    p.add_argument("--watch", type=float, default=30.0, help="seconds a browser watches, for the CPU figure (30)")
     p = sub.add_parser("all", parents=[common], help="every sub-command with its defaults")
     p.add_argument("--install-huey", action="store_true", help="pip install huey into this environment if missing")
     return ap

@@ -42,6 +42,12 @@ def sleeper(seconds: float = 3600):
     return f"slept {seconds} s"
 
 
+def params(first_param: str, second_param: str = ""):
+    """Receives its ARGS by name, as the course's examples pass them; without first_param the run
+    fails, and is not retried (a missing argument)."""
+    return {"first_param": first_param, "second_param": second_param}
+
+
 def checkArgs(customerId: int, vip: bool = False):
     """Fails without retry when the arguments make no sense."""
     if customerId <= 0:

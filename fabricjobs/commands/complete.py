@@ -117,6 +117,8 @@ def _string_role(previous: Token | None, statement: str | None) -> str | None:
     if previous is not None and is_param(previous.type):
         return param_name(previous.type)
     if statement == "JOBSTATUS":  # after BY or REQUESTOR: a user's or requestor's, not a job's
+        if previous is not None and previous.type in ("EQ", "LPAR", "COMMA"):
+            return "STATUS"  # WHERE STATUS = '...' / IN ('...', ...)
         return None if previous is not None and previous.type in ("BY", "REQUESTOR") else "JOB_NAME"
     if statement == "KILL":
         return "NODE"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ..model import JobKey
+from ..model import JobKey, Status
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +126,8 @@ class ReleaseJob:
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     """JOBSTATUS; JOBSTATUS <n> DAYS AGO; JOBSTATUS <TYPE> ['<NAME>'] [<n> DAYS AGO];
-    JOBSTATUS <TYPE> '<NAME>' WITH UID='<UID>'; each with [BY '<owner>'] [REQUESTOR '<requestor>']."""
+    JOBSTATUS <TYPE> '<NAME>' WITH UID='<UID>'; each with [BY '<owner>'] [REQUESTOR '<requestor>']
+    [WHERE STATUS IN ('<status>', ...)]."""
 
     type: str | None = None
     name: str | None = None
@@ -135,6 +136,7 @@ class JobStatus:
     details: bool = False  # one record per block, with the job's counters
     owner: str | None = None  # BY '<owner>': only the jobs this user started
     requestor: str | None = None  # REQUESTOR '<requestor>': only the jobs for this requestor
+    statuses: frozenset[Status] = frozenset()  # WHERE STATUS ...: only these (empty: any)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,8 +72,10 @@ STATEMENTS: tuple[StatementInfo, ...] = (
                   doc="guides/commands.md#updatejob"),
     StatementInfo("JOBSTATUS", st.JobStatus, "job_status",
                   ("JOBSTATUS [<n> DAYS AGO | <TYPE> ['<NAME>' [WITH UID='<UID>' | <n> DAYS AGO]]]",
-                   "          [BY '<owner>'] [REQUESTOR '<requestor>'] [DETAILS]"),
-                  summary="Lists jobs: live ones, those archived in the last n days, one type, name or UID, by owner or requestor.",
+                   "          [BY '<owner>'] [REQUESTOR '<requestor>']",
+                   "          [WHERE STATUS = '<status>' | WHERE STATUS IN ('<status>', ...)] [DETAILS]"),
+                  summary="Lists jobs: live ones, those archived in the last n days, one type, name or UID, by owner, "
+                          "requestor or status.",
                   doc="guides/watching-jobs.md#jobstatus"),
     StatementInfo("JOBHISTORY", st.JobHistory, "job_history", ("JOBHISTORY <TYPE> '<NAME>' [WITH UID='<UID>'] [LIMIT <n>]",
                                                               "JOBHISTORY RECENT <n>"),

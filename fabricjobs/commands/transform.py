@@ -18,7 +18,7 @@ from typing import Any, Callable
 from lark import Token, Transformer
 
 from ..calendar import MAX_RULES, CalendarError, check_name, make_calendar
-from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType
+from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType, Status
 from ..names import complaint, text_complaint
 from . import table, values
 from .grammar import param_name, token_start
@@ -270,18 +270,30 @@ class ToCommand(Transformer):
     def requested_by(self, children: list[Token]) -> _Param:
         return _Param("REQUESTOR", children[0], self._plain(children[1], "REQUESTOR", empty_ok=True))
 
+    def where_status(self, children: list[Token]) -> _Param:
+        """WHERE STATUS = '<status>' | WHERE STATUS IN ('<status>', ...): known statuses, any case."""
+        statuses = []
+        for tok in (c for c in children if c.type == "STRING"):
+            text = self._plain(tok, "STATUS").strip().upper()
+            if text not in Status.__members__:
+                raise invalid(self._text, tok, f"STATUS must be one of {', '.join(s.value for s in Status)}; "
+                                               f"got {show(text)}")
+            statuses.append(Status(text))
+        return _Param("STATUS", children[0], frozenset(statuses))
+
     def jobstatus(self, children: list[Any]) -> JobStatus:
         rest = [c for c in children[1:] if c is not None]
         details = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "DETAILS"
         if details:
             rest = rest[:-1]
-        filters: dict[str, str] = {}
+        filters: dict[str, Any] = {}
         for param in (c for c in rest if isinstance(c, _Param)):
             if param.name in filters:
                 raise invalid(self._text, param.token, f"{param.name} is given twice")
             filters[param.name] = param.value
         rest = [c for c in rest if not isinstance(c, _Param)]
-        found = JobStatus(details=details, owner=filters.get("BY"), requestor=filters.get("REQUESTOR"))
+        found = JobStatus(details=details, owner=filters.get("BY"), requestor=filters.get("REQUESTOR"),
+                          statuses=filters.get("STATUS", frozenset()))
         return dataclasses.replace(found, **self._jobstatus_selection(rest))
 
     def _jobstatus_selection(self, rest: list[Any]) -> dict[str, Any]:

@@ -30,7 +30,9 @@ class RunFacts:
     epoch: int
     due: datetime  # next_run when the job was claimed (the fire time it stands for)
     started: datetime
-    hold_until: datetime | None = None  # for a released run: when this node may take it again
+    # A run this node gives back: how long it leaves the job to the other nodes, counted from
+    # the moment it is given back (not from the decision: stopping the run may take longer).
+    hold_for: timedelta | None = None
 
 
 def still_mine(row: Job | None, run: RunFacts) -> bool:
@@ -76,7 +78,7 @@ def after_run(
     if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
         return Event.RELEASE, counted(
             status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,
-            hold_until=run.hold_until,
+            hold_until=now + run.hold_for if run.hold_for is not None else None,
         )
     return failed(counted(), outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries,
                   retry_delay=retry_delay)

@@ -48,6 +48,9 @@ _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass mov
 _TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
 _WHOLE_READ_RETRY = 5.0  # seconds between tries of a whole-table read of the nodes that keeps failing
+#: A job given back is left to the others for at least this many of their full passes (a pass
+#: missed while busy, and the one after it), and at least this long.
+GIVE_BACK_PASSES, GIVE_BACK_MIN_SEC = 3, 1.0
 
 
 class Reconciler(UsesParts):
@@ -389,14 +392,21 @@ class Reconciler(UsesParts):
                     log.info("'%s' runs beyond the recommended %s count; giving it back at %s unless that changes",
                              run.key, pool, at.isoformat(timespec="seconds"))
                 elif now >= run.give_up_at:
-                    hold = now + self._give_up_delay()
-                    self.executor.update_run(run, facts=dataclasses.replace(run.facts, hold_until=hold))
-                    log.warning("giving '%s' back: another node has free %s slots (this node takes it again after %s)",
-                                run.key, pool, hold.isoformat(timespec="seconds"))
+                    hold = self._give_back_hold()
+                    self.executor.update_run(run, facts=dataclasses.replace(run.facts, hold_for=hold))
+                    log.warning("giving '%s' back: another node has free %s slots (this node leaves it to the others "
+                                "for %.1f s once it is given back)", run.key, pool, hold.total_seconds())
                     self.executor.abort(run, EndReason.RELEASE, self.s.stop_grace, f"released to a node with free {pool} slots")
 
     def _give_up_delay(self) -> timedelta:
         return timedelta(minutes=random.uniform(self.s.give_up_min_minutes, self.s.give_up_max_minutes))
+
+    def _give_back_hold(self) -> timedelta:
+        """How long a job given back is left to the other nodes (counted from the moment it is
+        given back): a give-up delay, and at least long enough for every other node to have made
+        a full pass, which claims it, whatever the give-up delay is (docs/explanation/nodes.md)."""
+        chance = max(GIVE_BACK_PASSES * self.s.reconcile_interval, GIVE_BACK_MIN_SEC)
+        return max(self._give_up_delay(), timedelta(seconds=chance))
 
     def _peer_has_room(self, pool: str) -> bool:
         """Whether another live node has a free *recommended* slot for ``pool``."""

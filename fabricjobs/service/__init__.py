@@ -20,10 +20,11 @@ from .cluster import NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, ClusterCom
 from .core import ServiceCore
 from .jobs import CHANGE_COLUMNS, DELETED_COLUMNS, EXISTS_NOTE, START_COLUMNS, JobCommands
 from .listing import MAX_PAGE, JobListing, JobPage, JobQuery
+from .recent import RECENT_COLUMNS
 from .session import Session, requester, with_session_scope
 from .views import (
     COUNTER_COLUMNS, DETAIL_COLUMNS, FULL_COLUMNS, HISTORY_COLUMNS, HISTORY_LIMIT, LIST_COLUMNS, NEXT_RUN_TEXT,
-    RECENT_COLUMNS, STATUS_COLUMNS, history_row, run_summary,
+    STATUS_COLUMNS, history_row, run_summary,
 )
 
 __all__ = [

@@ -18,7 +18,7 @@ from ..clock import Clock
 from ..commands import statements, values
 from ..commands.table import STATEMENTS
 from ..config import Config
-from ..errors import CommandError, JobNotFound, PriorityAboveCeiling, ScheduleError, StoreError, ValidationError, WaitTimeout
+from ..errors import CommandError, JobEnded, JobNotFound, PriorityAboveCeiling, ScheduleError, StoreError, ValidationError, WaitTimeout
 from ..jobs.registry import JobCatalog
 from ..model import DEFAULT_PRIORITY, Event, Job, JobKey, Status, advance
 from ..result import Result
@@ -152,9 +152,14 @@ class ServiceCore:
         raise CommandError(f"job {key} kept changing under this command; try again")
 
     def _matching(self, type: str, name: str | None, uid: str | None) -> list[Job]:
+        """The live jobs a command names; none is an error, which says whether the one job
+        named by its UID has ended (JobEnded) or never was (JobNotFound)."""
         jobs = self.store.live_jobs(type=type, name=name, uid=uid)
         if not jobs:
             what = f"[type: {type}, name: {name}" + (f", uid: {uid}]" if uid is not None else "]")
+            ended = self.store.get(JobKey(type, name, uid)) if uid is not None and name is not None else None
+            if ended is not None and ended.archived:
+                raise JobEnded(f"Job has ended {what} ({ended.status.value}): RESUMEJOB runs it again")
             raise JobNotFound(f"No active job {what}")
         return jobs
 

@@ -3,6 +3,7 @@ until the job is done)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime, timedelta
 
@@ -11,11 +12,13 @@ from ..affinity import parse_affinity
 from ..cluster import NodeView, candidates, job_progress, read_cluster
 from ..commands import statements
 from ..errors import CommandError, JobNotFound
-from ..model import RUNNING_STATUSES, Job, JobKey, Status
+from ..model import FINAL_STATUSES, LIVE_STATUSES, RUNNING_STATUSES, Job, JobKey, Status
 from ..result import Result
 from ..store.base import RunRecord
+from ..store.search import ArchiveQuery
 from .core import ServiceCore
 from .follow import follow_lines
+from .recent import RECENT_COLUMNS, recent_rows
 from .session import Session
 
 STATUS_COLUMNS = (
@@ -34,11 +37,10 @@ HISTORY_COLUMNS = ("Run", "UID", "Node", "Result", "Status", "Due", "Start", "En
                    "Error", "Exit Code", "Output", "Note")
 HISTORY_LIMIT = 50
 RECORD_GRACE_SEC = 2.0  # WAITJOB ... RUN n: how long a run that is over may take to show its record
-RECENT_COLUMNS = ("Type", "Name", "UID", "Run", "Node", "Result", "Status", "Start", "End", "Duration (ms)", "Tries",
-                  "Error", "Note")
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed",
                  Status.HELD: "Held: RELEASEJOB runs it"}
 FINISHING_TEXT = "None: finishing (FINISHJOB)"  # this run (or the due one) is the last
+ENDED_SHOWN, ENDED_PAGES = 1000, 20  # JOBSTATUS ... WHERE STATUS='FAILED': jobs shown, search pages read
 
 
 class JobViews(ServiceCore):
@@ -48,22 +50,51 @@ class JobViews(ServiceCore):
 
     def job_status(self, cmd: statements.JobStatus, session: Session) -> Result:
         nodes = read_cluster(self.store)
+        notices: tuple[str, ...] = ()
         if cmd.uid is not None:
             assert cmd.type is not None and cmd.name is not None  # the grammar gives a UID only with both
             job = self.store.get(JobKey(cmd.type, cmd.name, cmd.uid))
             jobs = [job] if job is not None else []
         else:
-            jobs = self.store.live_jobs(type=cmd.type, name=cmd.name)
+            live = not cmd.statuses or bool(cmd.statuses & LIVE_STATUSES)
+            jobs = self.store.live_jobs(type=cmd.type, name=cmd.name) if live else []
             if cmd.days_ago is not None:
                 since = self.clock.now() - timedelta(days=cmd.days_ago)
                 archived = [j for j in self.store.archived_since(since, type=cmd.type) if cmd.name in (None, j.name)]
                 jobs = sorted(jobs + archived, key=lambda j: j.key)
-        jobs = [j for j in jobs if cmd.owner in (None, j.owner) and cmd.requestor in (None, j.requestor)]
+            elif cmd.statuses & FINAL_STATUSES:  # FAILED without a window: the last ones kept
+                archived, notices = self._ended(cmd)
+                jobs = sorted(jobs + archived, key=lambda j: j.key)
+        jobs = [j for j in jobs if cmd.owner in (None, j.owner) and cmd.requestor in (None, j.requestor)
+                and (not cmd.statuses or j.status in cmd.statuses)]
         if cmd.details:  # a record per block, with the job's counters (SMILA's job run statistics)
-            return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs), vertical=True)
+            return Result(FULL_COLUMNS, tuple(self._status_row(j, nodes, detail=True, full=True) for j in jobs),
+                          vertical=True, notices=notices)
         if cmd.uid is not None:
             return Result(DETAIL_COLUMNS, tuple(self._status_row(j, nodes, detail=True) for j in jobs))
-        return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs))
+        return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs), notices=notices)
+
+    def _ended(self, cmd: statements.JobStatus) -> tuple[list[Job], tuple[str, ...]]:
+        """JOBSTATUS ... WHERE STATUS with a final status and no n DAYS AGO: the archived jobs
+        in those statuses still kept, the ENDED_SHOWN that ended last (the store's search,
+        newest first, a bounded page at a time; ENDED_PAGES pages at most)."""
+        hours = self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR")
+        query = ArchiveQuery(since=self.clock.now() - timedelta(hours=hours), type=cmd.type, name=cmd.name or "",
+                             owner=cmd.owner, statuses=cmd.statuses & FINAL_STATUSES, limit=ENDED_SHOWN)
+        found: list[Job] = []
+        for _ in range(ENDED_PAGES):
+            page = self.store.search_archived(query)
+            found += [j for j in page.jobs if cmd.name in (None, j.name)]
+            if page.next is None or len(found) >= ENDED_SHOWN:
+                cut = page.next is not None
+                break
+            query = dataclasses.replace(query, after=page.next, limit=ENDED_SHOWN - len(found))
+        else:
+            cut = True
+        if not cut:
+            return found, ()
+        return found[:ENDED_SHOWN], (f"(the ended jobs down to {page.reached:%Y-%m-%d %H:%M} UTC; add n DAYS AGO "
+                                     "for a window)",)
 
     def status_rows(self, jobs: list[Job], nodes: list[NodeView]) -> Result:
         """JOBSTATUS's rows of jobs and nodes already read (the web console reads them once
@@ -117,8 +148,8 @@ class JobViews(ServiceCore):
     # -- JOBHISTORY / JOBLOG / WAITJOB -----------------------------------------------------------
 
     def job_history(self, cmd: statements.JobHistory, session: Session) -> Result:
-        if cmd.recent is not None:  # the whole cluster's last runs (DolphinDB's getRecentJobs)
-            return Result(RECENT_COLUMNS, tuple(recent_row(r) for r in self.store.recent_runs(cmd.recent)))
+        if cmd.recent is not None:  # the whole cluster's runs going on, waiting and ended (getRecentJobs)
+            return Result(RECENT_COLUMNS, recent_rows(self.store, cmd.recent))
         assert cmd.type is not None and cmd.name is not None  # the grammar gives a type and name without RECENT
         runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=cmd.limit or HISTORY_LIMIT)
         rows = [history_row(r) for r in runs]
@@ -210,13 +241,6 @@ def history_row(r: RunRecord) -> tuple:
     took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
     return (r.epoch, r.key.uid, r.node, r.result, r.status, r.due, r.start, r.end, took, r.tries,
             r.error, r.exit_code, r.output or "", r.note)
-
-
-def recent_row(r: RunRecord) -> tuple:
-    """One run as JOBHISTORY RECENT shows it (RECENT_COLUMNS)."""
-    took = int((r.end - r.start).total_seconds() * 1000) if r.start and r.end else None
-    return (r.key.type, r.key.name, r.key.uid, r.epoch, r.node, r.result, r.status, r.start, r.end, took, r.tries,
-            r.error, r.note)
 
 
 def run_summary(r: RunRecord) -> str:

@@ -14,7 +14,7 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
 from ..commands import expected_at
-from ..model import JobType
+from ..model import JobType, Status
 
 
 class Catalog:
@@ -91,6 +91,8 @@ class CommandCompleter(Completer):
                 yield Completion(_quote(value), start_position=0, display=value)
 
     def _values(self, role: str | None, text: str) -> list[str]:
+        if role == "STATUS":
+            return [s.value for s in Status]
         if self.catalog is None or role is None:
             return []
         jobs = self.catalog.jobs

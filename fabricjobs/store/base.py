@@ -35,10 +35,11 @@ from abc import ABC, abstractmethod
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Collection, ContextManager, Iterable, Sequence
+from typing import Callable, Collection, ContextManager, Sequence
 
 from ..calendar import Calendar
 from ..model import Job, JobKey, NodeState, Status
+from .search import ArchivePage, ArchiveQuery
 from .stats import RepairPage, StoreStats
 
 
@@ -216,7 +217,9 @@ class JobStore(ABC):
         """Insert ``job`` if no row has its key, or replace the row if it is archived.
 
         Atomic. A replaced row keeps counting: the new row gets the old ``epoch + 1`` and
-        ``revision + 1`` (so no stale writer of an earlier life can match it); a new row gets
+        ``revision + 1`` (so no stale writer of an earlier life can match it) and keeps the old
+        run counters (:data:`~fabricjobs.model.RUN_COUNTERS`: they count the key's runs, as its
+        run history lists them), whatever ``job`` holds; a new row gets
         ``epoch = job.epoch`` and ``revision = 1``. If a live row has the key, nothing is written
         and the result's ``row`` is that live row.
         """
@@ -295,11 +298,12 @@ class JobStore(ABC):
         """Recorded runs of the jobs named (one uid, or all), newest first."""
 
     @abstractmethod
-    def recent_runs(self, limit: int) -> list[RunRecord]:
-        """The ``limit`` recorded runs of the whole cluster that ended last, newest first
-        (skipped fires included, as in ``runs``). Their ``output`` and ``log`` may be left out
-        (None and ""): a list of many jobs' runs shows neither. A bounded read (Cassandra: by
-        the hour of the end, recent.py), never a scan of the history."""
+    def recent_runs(self, limit: int, since: datetime | None = None) -> list[RunRecord]:
+        """The ``limit`` recorded runs of the whole cluster that ended last (at or after
+        ``since``, when given), newest first (skipped fires included, as in ``runs``). Their
+        ``output`` and ``log`` may be left out (None and ""): a list of many jobs' runs shows
+        neither. A bounded read (Cassandra: by the hour of the end, recent.py), never a scan of
+        the history."""
 
     @abstractmethod
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
@@ -360,6 +364,16 @@ class JobStore(ABC):
     @abstractmethod
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
         """Archived rows whose ``end_time`` is at or after ``since``; ordered by key."""
+
+    @abstractmethod
+    def search_archived(self, query: ArchiveQuery) -> ArchivePage:
+        """A page of the archived jobs ``query`` looks for, newest end first, having looked at
+        a bounded number of them whatever the store holds (store/search.py)."""
+
+    @abstractmethod
+    def live_counts(self, cap: int) -> dict[str, int]:
+        """Live rows per status, blocked ones apart (``search.BLOCKED``), each counted up to
+        ``cap`` + 1 through the live indexes (store/search.py); a status with none may be absent."""
 
     @abstractmethod
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
@@ -479,14 +493,3 @@ class JobStore(ABC):
     @abstractmethod
     def delete_calendar(self, name: str) -> bool:
         """Remove it; False if there was none."""
-
-
-def chunked(items: Iterable, size: int) -> Iterable[list]:
-    batch: list = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

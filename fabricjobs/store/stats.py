@@ -1,5 +1,6 @@
-"""What a store counts of its own work (StoreStats) and the page a repair pass reads
-(RepairPage): plain values the node exports as metrics, kept apart from the contract."""
+"""What a backend reports of its own work: the counters it keeps (which the node exports as
+metrics) and a page of its index repair pass. Kept apart from the store contract (base.py),
+which names them."""
 
 from __future__ import annotations
 

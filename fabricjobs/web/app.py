@@ -132,6 +132,7 @@ def errors_documented() -> dict[int | str, dict[str, Any]]:
     words = {400: "bad input (ValidationError, CommandSyntaxError)", 401: "no token, or an unknown or revoked one",
              403: "the token's role does not allow this", 404: "no such job, run, node or task",
              409: "Job is running, or the job changed under the command",
+             410: "the job named has ended (JobEnded): a change of a running or waiting job came too late",
              503: "the store cannot be reached", 504: "a wait ran out (WaitTimeout); the command took effect"}
     return {status: {"model": ErrorBody, "description": text} for status, text in words.items()}
 

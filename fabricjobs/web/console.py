@@ -25,7 +25,8 @@ from .session_auth import (
 
 router = APIRouter(include_in_schema=False)
 STATIC = Path(__file__).resolve().parent / "static"
-ASSETS = {"console.js": "text/javascript", "job.js": "text/javascript", "cluster.js": "text/javascript",
+ASSETS = {"console.js": "text/javascript", "jobs.js": "text/javascript", "job.js": "text/javascript",
+          "history.js": "text/javascript", "cluster.js": "text/javascript",
           "plots.js": "text/javascript", "login.js": "text/javascript",
           "console.css": "text/css", "favicon.svg": "image/svg+xml"}
 HEADERS = {

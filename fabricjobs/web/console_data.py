@@ -1,12 +1,12 @@
-"""What the console's script reads: the jobs table, the nodes, the plots (all from the shared
-snapshot of live.py, so a browser's poll costs the store nothing) and one job's page.
+"""What the console's script reads: the jobs table and the history search (a page each, read
+per request: console_pages.py), the nodes and the plots (from the shared snapshot of live.py, so
+a browser's poll costs the store nothing) and one job's page.
 
 These routes are the console's, not the API's: they are left out of the OpenAPI document and
 may change with the page. They take a session cookie or a bearer token like the API and need
-the viewer role. A job's page reads the store (through the service, as JOBSTATUS ... DETAILS
-and JOBHISTORY would), once per interval per job however many browsers show it. Changes are
-the API's own routes (``POST /api/v1/jobs/.../stop``, ...), which the page calls with its CSRF
-token.
+the viewer role. A page (the jobs table with its filters and cursor, a job's page) is read from
+the store once per interval however many browsers show it (PageCache). Changes are the API's
+own routes (``POST /api/v1/jobs/.../stop``, ...), which the page calls with its CSRF token.
 """
 
 from __future__ import annotations
@@ -15,92 +15,115 @@ import hashlib
 import json
 import threading
 import time
-from typing import Any, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Hashable
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
+from ..cluster import read_cluster
 from ..commands import statements as st
-from ..dependencies import parse_key
-from ..errors import FabricJobsError, JobNotFound
-from ..model import JobKey
+from ..dependencies import parents_of, parse_key
+from ..errors import FabricJobsError, JobNotFound, ValidationError
+from ..model import JobKey, JobType
 from ..service import HISTORY_COLUMNS, Session, history_row, run_summary
 from ..store.base import RunRecord
 from . import plots
 from .auth import Need, requires
-from .live import LiveView, Snapshot, iso
+from .console_pages import PAGE_SIZES, HistoryFilters, LiveFilters, history_page, live_page, rows
+from .cursors import archive_cursor, cursor_archive, cursor_key, key_cursor
+from .live import COUNT_CAP, LiveView, iso
 from .schemas import record
 from .tokens import TokenInfo
 
 router = APIRouter(prefix="/console/data", include_in_schema=False)
 Viewer = Depends(requires(Need.READ, "read the console"))
-MAX_ROWS = 500  # rows a table sends; the filters narrow the rest
 JOB_RUNS = 200
+CHILDREN_READ = 1000  # blocked jobs read for a job's page: its children still waiting for it
 _OUTPUT_CHARS = 1000
-_FILTERS = ("status", "type", "name", "node", "q")
+_MAX_TEXT = 1000  # characters of a filter
 
 
 def live_of(request: Request) -> LiveView:
     return request.app.state.live
 
 
-def _json(request: Request, body: Any, tag: str | None = None) -> Response:
-    """JSON, not cached by the browser; with ``tag``, a 304 when the browser has it already."""
-    headers = {"Cache-Control": "no-cache"}
-    if tag is not None:
-        etag = '"' + hashlib.sha256(tag.encode()).hexdigest()[:20] + '"'
-        headers["ETag"] = etag
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-    return Response(json.dumps(body, separators=(",", ":")), media_type="application/json", headers=headers)
+def _json(request: Request, body: Any) -> Response:
+    """JSON, not cached by the browser; a 304 when the browser has this very body already."""
+    text = json.dumps(body, separators=(",", ":"))
+    etag = '"' + hashlib.sha256(text.encode()).hexdigest()[:20] + '"'
+    headers = {"Cache-Control": "no-cache", "ETag": etag}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return Response(text, media_type="application/json", headers=headers)
+
+
+def _page_size(limit: int) -> int:
+    if limit not in PAGE_SIZES:
+        raise ValidationError(f"limit must be one of {', '.join(map(str, PAGE_SIZES))}, got {limit}")
+    return limit
+
+
+def _text() -> Any:
+    """A text parameter of a console request: '' when absent, _MAX_TEXT characters at most."""
+    return Query("", max_length=_MAX_TEXT)
 
 
 @router.get("/jobs")
-def jobs(request: Request, status: str = "", type: str = "", name: str = "", node: str = "", q: str = "",
-         limit: int = Query(MAX_ROWS, ge=1, le=MAX_ROWS), who: TokenInfo = Viewer) -> Response:
-    """The jobs table: running, waiting, blocked, scheduled, then the last hour's finished."""
+def jobs(request: Request, status: str = _text(), type: str = _text(), name: str = _text(), node: str = _text(),
+         q: str = _text(), cursor: str = Query("", max_length=4 * _MAX_TEXT), limit: int = 100,
+         who: TokenInfo = Viewer) -> Response:
+    """A page of the live jobs in key order, from ``cursor`` on (the table's Next), with the
+    counts of the live jobs by status (the chips) from the shared snapshot."""
     snap = live_of(request).snapshot()
-    wanted = {"status": status, "type": type, "name": name, "node": node, "q": q}
-    match = matcher(**wanted)
-    rows = [j for j in snap.jobs if match(j)]
-    counts: dict[str, int] = {}
-    for j in snap.jobs:
-        label = "BLOCKED" if j["blocked"] and not j["is_archived"] else j["status"]
-        counts[label] = counts.get(label, 0) + 1
-    body = {"version": snap.version, "taken": iso(snap.taken), "error": snap.error, "total": len(snap.jobs),
-            "matched": len(rows), "jobs": rows[:limit], "counts": counts,
-            "types": sorted({j["type"] for j in snap.jobs}), "nodes": [n["node"] for n in snap.nodes]}
-    return _json(request, body, f"{snap.version}|{limit}|{json.dumps(wanted)}")
+    filters = LiveFilters(status.upper(), type.upper(), name, node, q)
+    after, size = cursor_key(cursor), _page_size(limit)
+
+    def read() -> dict[str, Any]:
+        api = request.app.state.api
+        page = live_page(api.store, filters, after, size, snap.counts)
+        return {"jobs": rows(api.service(), page.jobs, read_cluster(api.store) if page.jobs else []),
+                "next_cursor": key_cursor(page.next) if page.next else None, "partial": page.partial}
+
+    body = _pages(request).get(("jobs", filters, after, size), read)
+    return _json(request, {**body, "version": snap.version, "taken": iso(snap.taken), "error": snap.error,
+                           "counts": snap.counts, "cap": COUNT_CAP, "types": [t.value for t in JobType],
+                           "nodes": [n["node"] for n in snap.nodes], "limit": size})
 
 
-def matcher(status: str = "", type: str = "", name: str = "", node: str = "", q: str = "") -> Callable[[dict], bool]:
-    """The table's filters: status (BLOCKED: blocked live jobs; FINISHED: archived ones), type
-    and node exactly, name and text as case-insensitive parts (text: in the name, UID, type,
-    node, affinity or notes)."""
-    status, type, name, q = status.upper(), type.upper(), name.lower(), q.lower()
+@router.get("/history")
+def history(request: Request, type: str = _text(), name: str = _text(), uid: str = _text(), owner: str = _text(),
+            status: str = _text(), since: datetime | None = None, until: datetime | None = None,
+            cursor: str = Query("", max_length=4 * _MAX_TEXT), limit: int = 100, who: TokenInfo = Viewer) -> Response:
+    """A page of the archived jobs the form looks for, newest end first (the store's search:
+    each page looks at a bounded number of them and says where the next goes on)."""
+    api = request.app.state.api
+    kept = timedelta(hours=api.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
+    filters = HistoryFilters(_utc(since), _utc(until), type.upper(), name, uid, owner, status.upper())
+    after, size = cursor_archive(cursor), _page_size(limit)
 
-    def match(j: dict) -> bool:
-        if status == "BLOCKED" and not (j["blocked"] and not j["is_archived"]):
-            return False
-        if status == "FINISHED" and not j["is_archived"]:
-            return False
-        if status not in ("", "BLOCKED", "FINISHED") and j["status"] != status:
-            return False
-        if (type and j["type"] != type) or (node and j["node"] != node) or (name and name not in j["name"].lower()):
-            return False
-        if q:
-            text = " ".join(str(j[k] or "") for k in ("type", "name", "uid", "node", "affinity", "notes"))
-            return q in text.lower()
-        return True
+    def read() -> dict[str, Any]:
+        page = history_page(api.store, filters, after, size, api.clock.now() - kept)
+        return {"jobs": rows(api.service(), page.jobs, read_cluster(api.store) if page.jobs else []),
+                "next_cursor": archive_cursor(page.next) if page.next else None, "reached": iso(page.reached)}
 
-    return match
+    body = _pages(request).get(("history", filters, after, size), read)
+    return _json(request, {**body, "types": [t.value for t in JobType], "limit": size})
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    return when.replace(tzinfo=timezone.utc) if when is not None and when.tzinfo is None else when
+
+
+def _pages(request: Request) -> "PageCache":
+    return request.app.state.job_pages
 
 
 @router.get("/nodes")
 def nodes(request: Request, who: TokenInfo = Viewer) -> Response:
     snap = live_of(request).snapshot()
     body = {"version": snap.version, "taken": iso(snap.taken), "error": snap.error, "nodes": list(snap.nodes)}
-    return _json(request, body, f"nodes|{snap.version}")
+    return _json(request, body)
 
 
 @router.get("/plots")
@@ -111,19 +134,17 @@ def cluster_plots(request: Request, who: TokenInfo = Viewer) -> Response:
     drawn = [plots.runs_per_minute(points, snap.taken) if snap.taken else None, plots.queue_depth(snap.queue),
              plots.fire_lag(points)]
     body = {"version": snap.version, "taken": iso(snap.taken), "error": snap.error,
-            "plots": [p for p in drawn if p is not None], "runs_known": len(points),
-            "backlog": live.feed.backlog}
-    return _json(request, body, f"plots|{snap.version}")
+            "plots": [p for p in drawn if p is not None], "runs_known": len(points), "missed": live.feed.missed}
+    return _json(request, body)
 
 
 @router.get("/job")
-def job(request: Request, type: str, name: str, uid: str, who: TokenInfo = Viewer) -> Response:
+def job(request: Request, type: str = _text(), name: str = _text(), uid: str = _text(), who: TokenInfo = Viewer) -> Response:
     """One job's page: its row and counters, parents and children, running task, runs, last
-    log and plots."""
+    log and plots; 404 (JobNotFound) for a job there is not."""
     key = JobKey(type.upper(), name, uid)
-    cache: PageCache = request.app.state.job_pages
-    body = cache.get(key, lambda: job_page(request, key))
-    return _json(request, body, f"job|{body['read_at']}|{key}")
+    body = _pages(request).get(("job", key), lambda: job_page(request, key))
+    return _json(request, body)
 
 
 def job_page(request: Request, key: JobKey) -> dict[str, Any]:
@@ -136,9 +157,9 @@ def job_page(request: Request, key: JobKey) -> dict[str, Any]:
     runs = api.store.runs(key.type, key.name, key.uid, limit=JOB_RUNS)
     snap = live_of(request).snapshot()
     page_plots = plots.durations(runs) + ([plots.job_lag(runs)] if job["execution_interval"] else [])
-    return {"job": job, "parents": _parents(api.store, job["depends_on"]), "children": _children(snap, key),
+    return {"job": job, "parents": _parents(api.store, job["depends_on"]), "children": _children(api.store, key),
             "task": snap.tasks.get(str(key)), "runs": [_run(r) for r in runs], "last_log": _last_log(runs),
-            "plots": page_plots, "read_at": time.time()}
+            "plots": page_plots}
 
 
 def _parents(store: Any, depends_on: str) -> list[dict[str, Any]]:
@@ -152,10 +173,20 @@ def _parents(store: Any, depends_on: str) -> list[dict[str, Any]]:
             for k, row in zip(keys, rows)]
 
 
-def _children(snap: Snapshot, key: JobKey) -> list[dict[str, Any]]:
-    me = str(key)
-    return [{k: j[k] for k in ("key", "type", "name", "uid", "status", "blocked")} for j in snap.jobs
-            if me in j["parents"]]
+def _children(store: Any, key: JobKey) -> list[dict[str, Any]]:
+    """The children still waiting for this job: the blocked jobs that name it (the first
+    CHILDREN_READ blocked ones, longest due first). A child no longer blocked is not read:
+    no index leads from a job to its children."""
+    out = []
+    for j in store.blocked_jobs(CHILDREN_READ):
+        try:
+            parents = parents_of(j)
+        except FabricJobsError:
+            continue
+        if key in parents:
+            out.append({"key": str(j.key), "type": j.type, "name": j.name, "uid": j.uid, "status": j.status.value,
+                        "blocked": j.blocked})
+    return out
 
 
 def _run(r: RunRecord) -> dict[str, Any]:
@@ -173,14 +204,15 @@ def _last_log(runs: list[RunRecord]) -> dict[str, Any] | None:
 
 
 class PageCache:
-    """Job pages read within the last interval, shared by every browser showing them."""
+    """Pages read within the last interval (a job's page, a page of a table with its filters
+    and cursor), shared by every browser showing them."""
 
-    def __init__(self, ttl: float, size: int = 128) -> None:
+    def __init__(self, ttl: float, size: int = 256) -> None:
         self.ttl, self.size = ttl, size
-        self._pages: dict[JobKey, tuple[float, dict[str, Any]]] = {}
+        self._pages: dict[Hashable, tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: JobKey, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def get(self, key: Hashable, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         with self._lock:
             hit = self._pages.get(key)
         if hit is not None and time.monotonic() - hit[0] < self.ttl:

@@ -20,7 +20,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ..errors import (
-    CalendarNotFound, CommandError, CommandSyntaxError, ConfigError, FabricJobsError, JobAlreadyRunning, JobNotFound, NodeNotFound,
+    CalendarNotFound, CommandError, CommandSyntaxError, ConfigError, FabricJobsError, JobAlreadyRunning, JobEnded, JobNotFound,
+    NodeNotFound,
     PriorityAboveCeiling, StoreError, TaskNotFound, WaitTimeout,
 )
 
@@ -29,6 +30,7 @@ log = logging.getLogger("fabricjobs.web")
 #: Most specific first: the first class an error is an instance of gives its status.
 STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (CommandSyntaxError, 400),  # ValidationError too
+    (JobEnded, 410),  # the job named has ended: Gone, as SMILA answers (a job that never was: 404)
     (JobNotFound, 404),
     (NodeNotFound, 404),
     (TaskNotFound, 404),

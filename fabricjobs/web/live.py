@@ -1,14 +1,17 @@
-"""The console's shared view of the cluster: one read of the store per interval, for every
-browser that watches.
+"""The console's shared view of the cluster: one bounded read of the store per interval, for
+every browser that watches.
 
-A thread of the web process reads the live rows, the rows archived since its last read and
-the nodes every ``[web] CONSOLE_INTERVAL_SEC`` (slower, every :data:`IDLE_INTERVAL_SEC`,
-while no browser has looked for a minute) and publishes a :class:`Snapshot`. Browsers poll
-the snapshot, which costs the store nothing; ten browsers cost what one does. The same pass
-samples the queue depth into a ring kept in memory (:data:`QUEUE_SAMPLES` samples, an hour at
-the default interval) and feeds the run history of the jobs that just ran to the plots
-(runfeed.py). None of it outlives the process: a web process that restarts starts the queue
-depth plot empty and reads the last hour's runs again.
+A thread of the web process reads the nodes, capped counts of the live jobs by status
+(:meth:`~fabricjobs.store.base.JobStore.live_counts`, :data:`COUNT_CAP` each) and the runs
+that ended since its last read every ``[web] CONSOLE_INTERVAL_SEC`` (slower, every
+:data:`IDLE_INTERVAL_SEC`, while no browser has looked for a minute) and publishes a
+:class:`Snapshot`. Browsers poll the snapshot, which costs the store nothing; ten browsers cost
+what one does. None of it reads every live job: with 10,000 of them a read is what it is with
+ten (docs/explanation/design-choices.md). The jobs table itself is a page read per request
+(console_pages.py). The same pass samples the queue depth into a ring kept in memory
+(:data:`QUEUE_SAMPLES` samples, an hour at the default interval) and feeds the plots the runs
+that ended (runfeed.py). None of it outlives the process: a web process that restarts starts
+the queue depth plot empty and reads the last hour's runs again.
 """
 
 from __future__ import annotations
@@ -18,27 +21,23 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..cluster import NodeView, read_cluster
-from ..dependencies import parents_of
-from ..errors import FabricJobsError, StoreError
-from ..model import RUNNING_STATUSES, Job, JobKey, Status
+from ..errors import StoreError
+from ..model import RUNNING_STATUSES, Status
 from ..service import CommandService
 from ..store.base import JobStore
+from ..store.search import BLOCKED
 from .runfeed import RunFeed
-from .schemas import record
 
 log = logging.getLogger("fabricjobs.web")
 
-RECENT_SEC = 3600.0  # finished jobs stay in the table this long
-MAX_RECENT = 1000  # ... at most this many of them, the most recent
+COUNT_CAP = 10_000  # live jobs counted per status, at most: more shows as "10,000+"
 QUEUE_SAMPLES = 1800
 IDLE_AFTER_SEC = 60.0
 IDLE_INTERVAL_SEC = 15.0
-_OVERLAP = timedelta(seconds=5)  # archived rows are read again this far back (store clocks, commits in flight)
-_FINISHED_RANK = 9
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class Snapshot:
 
     version: int = 0
     taken: datetime | None = None  # by the store's clock
-    jobs: tuple[dict[str, Any], ...] = ()  # JOBSTATUS's rows (JSON-ready), then the console's fields
+    counts: dict[str, int] = field(default_factory=dict)  # live jobs per status, BLOCKED apart; above COUNT_CAP: more
     nodes: tuple[dict[str, Any], ...] = ()
     queue: tuple[tuple[datetime, int, int, int], ...] = ()  # (when, waiting, blocked, running)
     error: str = ""  # why the last read failed ("" when it did not)
@@ -63,8 +62,6 @@ class LiveView:
         self.interval = interval
         self.feed = RunFeed(store)
         self._snap = Snapshot()
-        self._recent: dict[JobKey, Job] = {}
-        self._mark: datetime | None = None  # the store time of the last archived read
         self._queue: deque[tuple[datetime, int, int, int]] = deque(maxlen=QUEUE_SAMPLES)
         self._changed = threading.Condition()
         self._poke = threading.Event()
@@ -127,41 +124,12 @@ class LiveView:
         self.ticks += 1
         now = self.store.store_time()
         nodes = read_cluster(self.store)
-        live = self.store.live_jobs()
-        since = now - timedelta(seconds=RECENT_SEC) if self._mark is None else self._mark - _OVERLAP
-        fresh = self.store.archived_since(since)
-        self._mark = now
-        self._remember(fresh, live, now)
-        self.feed.update(live + fresh, now)
-        waiting = sum(1 for j in live if j.status is Status.WAITING and not j.blocked)
-        blocked = sum(1 for j in live if j.blocked)
-        running = sum(1 for j in live if j.status in RUNNING_STATUSES)
-        self._queue.append((now, waiting, blocked, running))
-        jobs = sorted(live, key=_rank) + sorted(self._recent.values(), key=lambda j: j.end_time or now, reverse=True)
+        counts = self.store.live_counts(COUNT_CAP)
+        self.feed.update(now)
+        running = sum(counts.get(s.value, 0) for s in RUNNING_STATUSES)
+        self._queue.append((now, counts.get(Status.WAITING.value, 0), counts.get(BLOCKED, 0), running))
         node_rows = tuple(node_row(n) for n in nodes)
-        return Snapshot(taken=now, jobs=self._rows(jobs, nodes), nodes=node_rows, queue=tuple(self._queue),
-                        tasks=_tasks(node_rows))
-
-    def _remember(self, fresh: list[Job], live: list[Job], now: datetime) -> None:
-        """Keep the finished rows of the last RECENT_SEC (a resumed one is live again)."""
-        for job in fresh:
-            self._recent[job.key] = job
-        for job in live:
-            self._recent.pop(job.key, None)
-        horizon = now - timedelta(seconds=RECENT_SEC)
-        kept = sorted((j for j in self._recent.values() if j.end_time and j.end_time >= horizon),
-                      key=lambda j: j.end_time or now, reverse=True)[:MAX_RECENT]
-        self._recent = {j.key: j for j in kept}
-
-    def _rows(self, jobs: list[Job], nodes: list[NodeView]) -> tuple[dict[str, Any], ...]:
-        result = self.service().status_rows(jobs, nodes)
-        out = []
-        for job, row in zip(jobs, result.rows):
-            item = {k: iso(v) for k, v in record(result.columns, row).items()}
-            item.update(key=str(job.key), blocked=job.blocked, interval=job.execution_interval,
-                        parents=[str(k) for k in _parents(job)])
-            out.append(item)
-        return tuple(out)
+        return Snapshot(taken=now, counts=counts, nodes=node_rows, queue=tuple(self._queue), tasks=_tasks(node_rows))
 
 
 def node_row(n: NodeView) -> dict[str, Any]:
@@ -169,11 +137,23 @@ def node_row(n: NodeView) -> dict[str, Any]:
     running = n.info.get("running") or {}
     capacity = [{"affinity": name, "running": int(running.get(name, 0)), "recommended": lim.recommended,
                  "absolute": lim.absolute} for name, lim in sorted(n.affinity.limits.items())]
-    tasks = [{"task": t.get("task"), "key": t.get("key", ""), "description": t.get("description", ""),
+    tasks = [{"task": t.get("task"), "key": t.get("key", ""), "job": task_job(t), "description": t.get("description", ""),
               "elapsed_ms": int(t.get("elapsed_ms", 0)) + int(n.age * 1000)} for t in n.tasks()] if n.is_live else []
     return {"node": n.name, "dc": n.row.dc, "host": n.row.host, "pid": n.row.pid, "state": n.state.value,
             "last_beat_s": round(n.age, 1) if n.age != float("inf") else None, "running": n.row.running,
             "capacity": capacity, "version": n.row.version, "started": iso(n.row.started), "tasks": tasks}
+
+
+def task_job(task: dict[str, Any]) -> dict[str, str] | None:
+    """The job a published task runs, in parts. Its key's text alone does not say where the
+    name ends (a NAME or UID may hold '.': ``USER_JOB.v1.2.x``); the task's description does
+    ("<type label> - <NAME>"). None if the two do not agree."""
+    key, description = str(task.get("key") or ""), str(task.get("description") or "")
+    type, _, rest = key.partition(".")
+    name = description.partition(" - ")[2]
+    if not type or not name or not rest.startswith(name + "."):
+        return None
+    return {"type": type, "name": name, "uid": rest[len(name) + 1:]}
 
 
 def iso(value: Any) -> Any:
@@ -182,27 +162,6 @@ def iso(value: Any) -> Any:
         value = value.replace(tzinfo=value.tzinfo or timezone.utc).astimezone(timezone.utc)
         return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return value
-
-
-def _rank(job: Job) -> tuple:
-    """Running first, then waiting, blocked and scheduled (soonest first)."""
-    if job.status in RUNNING_STATUSES:
-        group = 0
-    elif job.blocked:
-        group = 2
-    elif job.status is Status.WAITING:
-        group = 1
-    else:
-        group = 3
-    when = job.next_run if group == 3 else job.start_time if group == 0 else job.creation_time
-    return (group, when or datetime.max.replace(tzinfo=timezone.utc), job.key)
-
-
-def _parents(job: Job) -> list[JobKey]:
-    try:
-        return parents_of(job)
-    except FabricJobsError:
-        return []
 
 
 def _tasks(nodes: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:

@@ -1,13 +1,12 @@
-"""The recent runs of the whole cluster, for the console's plots, read a job at a time.
+"""The recent runs of the whole cluster, for the console's plots.
 
-The store keeps run history per job and has no read of "every run that ended lately". But a
-job's row gets a new End Time whenever one of its runs ends, and the console's shared view
-reads the rows every interval anyway. So the feed reads the history of the jobs whose End Time
-moved since it last looked, and only theirs: its cost follows the cluster's activity, not the
-number of browsers, and at most :data:`READS_PER_TICK` history reads are made per interval
-(more waiting jobs are read at the next ones). A new web process first reads the history of the
-jobs that ended within the window. The runs are kept in memory for :data:`WINDOW_SEC`; a web
-process that restarts starts that memory again from the store.
+Each interval the console's shared view asks the store for the runs that ended since it last
+looked (the cluster's recent runs, a bounded read by end time: JOBHISTORY RECENT's), at most
+:data:`RUNS_PER_TICK` of them, and keeps those of the last :data:`WINDOW_SEC` in memory. Its
+cost follows the cluster's activity, not the number of jobs or browsers. A cluster that ends
+more runs than that in one interval has the oldest of them left out of the plots (``missed``
+counts them as "at least"). Whether a run's job is recurring (its fire lag is drawn) is read
+from its row, once per job. A web process that restarts reads the window again from the store.
 """
 
 from __future__ import annotations
@@ -15,15 +14,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Iterable
 
-from ..model import Job, JobKey
+from ..model import JobKey
 from ..store.base import JobStore, RunRecord
 
 WINDOW_SEC = 3600.0
-READS_PER_TICK = 20
-RUNS_PER_READ = 500
+RUNS_PER_TICK = 1000
 MAX_RUNS = 50_000
+_OVERLAP = timedelta(seconds=5)  # runs are asked for again this far back (a line recorded just after its row)
+_KNOWN_JOBS = 100_000  # jobs whose recurrence is remembered, at most
 
 
 @dataclass(frozen=True)
@@ -46,51 +45,45 @@ def point(r: RunRecord, recurring: bool) -> RunPoint:
 
 
 class RunFeed:
-    """Runs that ended within the window, gathered from the jobs whose End Time moved."""
+    """Runs that ended within the window, gathered from the cluster's recent runs."""
 
-    def __init__(self, store: JobStore, window_sec: float = WINDOW_SEC, reads_per_tick: int = READS_PER_TICK) -> None:
+    def __init__(self, store: JobStore, window_sec: float = WINDOW_SEC, per_tick: int = RUNS_PER_TICK) -> None:
         self.store = store
         self.window = timedelta(seconds=window_sec)
-        self.reads_per_tick = reads_per_tick
-        self._seen: dict[JobKey, datetime] = {}  # the last run end recorded per job
-        self._pending: dict[JobKey, Job] = {}  # rows whose End Time is newer than that
+        self.per_tick = per_tick
+        self._mark: datetime | None = None  # the newest end read so far
+        self._seen: set[tuple[JobKey, int, datetime]] = set()  # the runs of the overlap, read already
+        self._recurring: dict[JobKey, bool] = {}
         self._runs: deque[RunPoint] = deque(maxlen=MAX_RUNS)
-        self.reads = 0  # history reads made (the benchmark and the tests count them)
+        self.reads = 0  # reads of recent runs made (the tests count them)
+        self.missed = False  # more runs ended in one interval than were read: the plots show at least
 
-    def update(self, jobs: Iterable[Job], now: datetime) -> None:
-        """Note the rows whose End Time moved, then read the history of up to
-        ``reads_per_tick`` of them, the most recently ended first."""
+    def update(self, now: datetime) -> None:
+        """Read the runs that ended since the last read (the whole window the first time)."""
         horizon = now - self.window
-        for job in jobs:
-            end = job.end_time
-            if end is not None and end >= horizon and end > self._seen.get(job.key, horizon):
-                self._pending[job.key] = job
-        for job in sorted(self._pending.values(), key=lambda j: j.end_time or now, reverse=True)[:self.reads_per_tick]:
-            del self._pending[job.key]
-            self._read(job, horizon)
-        self._forget(horizon)
-
-    def _read(self, job: Job, horizon: datetime) -> None:
-        since = self._seen.get(job.key, horizon)
+        since = horizon if self._mark is None else max(horizon, self._mark - _OVERLAP)
         self.reads += 1
-        runs = self.store.runs(job.type, job.name, job.uid, limit=RUNS_PER_READ)
-        recurring = bool(job.execution_interval)
-        fresh = [r for r in runs if r.end > since and r.end >= horizon]
-        self._runs.extend(point(r, recurring) for r in sorted(fresh, key=lambda r: r.end))
-        latest = max((r.end for r in runs), default=job.end_time)
-        self._seen[job.key] = max(latest or since, since)
-
-    def _forget(self, horizon: datetime) -> None:
+        runs = self.store.recent_runs(self.per_tick, since=since)
+        self.missed = self.missed or len(runs) >= self.per_tick
+        fresh = sorted((r for r in runs if (r.key, r.epoch, r.end) not in self._seen), key=lambda r: r.end)
+        recurring = self._recurrence({r.key for r in fresh})
+        self._runs.extend(point(r, recurring.get(r.key, False)) for r in fresh)
+        if runs:
+            self._mark = max(self._mark or runs[0].end, runs[0].end)
+        self._seen = {(r.key, r.epoch, r.end) for r in runs if self._mark and r.end >= self._mark - _OVERLAP}
         while self._runs and self._runs[0].end < horizon:
             self._runs.popleft()
-        if len(self._seen) > 2 * MAX_RUNS:
-            self._seen = {k: v for k, v in self._seen.items() if v >= horizon}
+
+    def _recurrence(self, keys: set[JobKey]) -> dict[JobKey, bool]:
+        """Whether each job is recurring (has an EXEC_INTERVAL), its row read once."""
+        new = [k for k in keys if k not in self._recurring]
+        if new:
+            if len(self._recurring) > _KNOWN_JOBS:
+                self._recurring.clear()
+            for key, row in zip(new, self.store.get_many(new)):
+                self._recurring[key] = bool(row is not None and row.execution_interval)
+        return {k: self._recurring.get(k, False) for k in keys}
 
     def runs(self) -> list[RunPoint]:
-        """The runs kept, oldest end first (within a job; jobs read later may interleave)."""
+        """The runs kept, oldest end first."""
         return list(self._runs)
-
-    @property
-    def backlog(self) -> int:
-        """Jobs whose new runs are not read yet."""
-        return len(self._pending)

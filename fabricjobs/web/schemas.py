@@ -32,16 +32,17 @@ COLUMN_TYPES: dict[str, Any] = {
     "Type": str, "Name": str, "UID": str, "Status": str, "Notes": _TEXT, "Creation Time": _TIME,
     "Start Time": _TIME, "End Time": _TIME, "Affinity": _TEXT, "Is Archived": bool,
     "Next Run": datetime | str | None, "Ownership Candidates Num": int, "Node": _TEXT, "Tries": int,
-    "Priority": int, "Output": _TEXT, "Arguments": _TEXT, "Execution Interval": _TEXT, "Time Zone": _TEXT,
+    "Priority": _INT, "Output": _TEXT, "Arguments": _TEXT, "Execution Interval": _TEXT, "Time Zone": _TEXT,
     "Late Threshold": _TEXT, "Late Action": _TEXT, "Overlap": _TEXT, "Depends On": _TEXT, "On Failure": _TEXT, "Blocked": bool, "Epoch": int,
     "Runs": int, "Successes": int, "Failures": int, "Retries After Error": int,
     "Retries After Node Loss": int, "Kills": int,
     "Failed After Retry": int, "Failed Without Retry": int, "Canceled": int,  # SMILA's other run counters
     "Owner": str, "Requestor": str,  # who started the job (OS user or token name), who it is for
-    "Parallelism": int, "Task Of": str,  # PARALLELISM=n: a parallel job's tasks (n), a task's job
+    "Parallelism": _INT, "Task Of": str,  # PARALLELISM=n: a parallel job's tasks (n), a task's job
     "Calendar": str, "Delete On Success": str,  # RJM's rjm_delete: files deleted after each success  # the stored calendar whose rules skip its fires ("" : none)
-    # runs (JOBHISTORY)
-    "Run": int, "Result": str, "Due": _TIME, "Start": _TIME, "End": _TIME, "Duration (ms)": _INT,
+    # runs (JOBHISTORY; RECENT: a pending job's run has no number yet)
+    "Run": _INT, "User": str, "Received": _TIME,
+    "Result": str, "Due": _TIME, "Start": _TIME, "End": _TIME, "Duration (ms)": _INT,
     "Error": _TEXT, "Exit Code": _INT, "Note": _TEXT, "Deleted Runs": int,
     # nodes and tasks (NODES, PS)
     "node": str, "dc": _TEXT, "host": _TEXT, "pid": _INT, "state": str, "last beat (s)": float | None,
@@ -75,7 +76,8 @@ JobDetail = _model("JobDetail", FULL_COLUMNS, "A job as JOBSTATUS ... WITH UID .
 Change = _model("Change", CHANGE_COLUMNS, "A job after STARTJOB, STOPJOB, RESTARTJOB, RESUMEJOB or UPDATEJOB.")
 Run = _model("Run", HISTORY_COLUMNS, "One ended run, as JOBHISTORY shows it; its number is the run's epoch.")
 DeletedRuns = _model("DeletedRuns", DELETED_COLUMNS, "What DELETEHISTORY deleted: how many runs of the job.")
-RecentRun = _model("RecentRun", RECENT_COLUMNS, "One ended run of any job, as JOBHISTORY RECENT shows it.")
+RecentRun = _model("RecentRun", RECENT_COLUMNS, "A run of any job as JOBHISTORY RECENT shows it: going on (result "
+                   "RUNNING), waiting for a node (PENDING: no run number, start or end yet) or ended.")
 Node = _model("Node", NODES_COLUMNS, "A node as NODES shows it.")
 NodeDetail = _model("NodeDetail", NODES_DETAIL_COLUMNS, "A node as NODES DETAILS shows it.")
 Calendar = _model("Calendar", CALENDARS_COLUMNS, "A stored calendar as CALENDARS shows it (rules separated by '; ').")

@@ -38,6 +38,9 @@ ABOUT = {
     "shell": "Cold start to first result of `fabricjobs shell -e 'jobstatus;'` on an empty SQLite store.",
     "web": "The HTTP API's job list with a big history, and what the console's live view costs the store per "
            "watching browser.",
+    "console": "The web console with 10,000 live and 100,000 archived jobs: the jobs table's first page (the data, "
+               "and drawn in Chromium), paging through every live job, the history search for a job that ended two "
+               "days ago, and the web process's CPU while a browser watches.",
     "chaos soak": "`scripts/chaos.py`: node processes under random SIGKILLs, SIGSTOPs and restarts while they run "
                   "recurring and one-time jobs; its checker proves from the runs' own records that nothing was "
                   "lost, run twice at once, or written by a fenced run.",

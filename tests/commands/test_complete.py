@@ -63,9 +63,13 @@ def test_jobstatus_positions():
     e = expected_at("jobstatus ")
     assert e.job_type and e.number
     e = expected_at("jobstatus user_job ")
-    assert e.string_for == "JOB_NAME" and e.keywords == ("BY", "REQUESTOR", "DETAILS")
+    assert e.string_for == "JOB_NAME" and e.keywords == ("BY", "REQUESTOR", "WHERE", "DETAILS")
     assert expected_at("jobstatus user_job 'Cu").string_for == "JOB_NAME"
-    assert expected_at("jobstatus user_job 'x' ").keywords == ("BY", "REQUESTOR", "DETAILS", "WITH")
+    assert expected_at("jobstatus user_job 'x' ").keywords == ("BY", "REQUESTOR", "WHERE", "DETAILS", "WITH")
+    assert expected_at("jobstatus where ").keywords == ("STATUS",)
+    assert set(expected_at("jobstatus where status ").keywords) == {"IN"}
+    assert expected_at("jobstatus where status = ").string_for == "STATUS"
+    assert expected_at("jobstatus where status in ('FAILED', ").string_for == "STATUS"
     assert expected_at("jobstatus by ").string_for is None  # a user's name, not a job's
     assert expected_at("jobstatus user_job by 'alice' requestor ").string_for is None
     assert expected_at("jobstatus user_job 'x' with ").params == ("UID",)

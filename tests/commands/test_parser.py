@@ -574,7 +574,7 @@ def test_jobhistory_recent_is_strict(text, column, needle, kind):
 
 
 def test_one_job_by_uid_takes_no_days():
-    assert_rendered(fails("jobstatus user_job 'X' with uid='u' 1 day ago"), 1, 37, "unexpected '1'", "expected BY, REQUESTOR, DETAILS or ';'")
+    assert_rendered(fails("jobstatus user_job 'X' with uid='u' 1 day ago"), 1, 37, "unexpected '1'", "expected BY, REQUESTOR, WHERE, DETAILS or ';'")
 
 
 def test_day_is_a_keyword_only_as_a_whole_word():
@@ -591,8 +591,8 @@ def test_two_statements_without_separator():
 
 def test_jobstatus_forms_are_strict():
     assert_rendered(fails("jobstatus 3 days"), 1, 17, "unexpected end of input", "expected AGO")
-    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected BY, REQUESTOR, DETAILS, WITH, a number or ';'")
-    assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected BY, REQUESTOR, DETAILS, a number, a job type or ';'")
+    assert_rendered(fails("jobstatus user_job 'x' uid='y'"), 1, 24, "expected BY, REQUESTOR, WHERE, DETAILS, WITH, a number or ';'")
+    assert_rendered(fails("jobstatus 5days ago"), 1, 11, "expected BY, REQUESTOR, WHERE, DETAILS, a number, a job type or ';'")
 
 
 def test_long_tokens_are_shortened_in_messages():

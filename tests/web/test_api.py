@@ -33,7 +33,7 @@ ENDPOINTS = [
     ("GET", JOB + "/runs/1/log", None, "viewer", 404),
     ("GET", JOB + "/runs/1/wait?timeout=0", None, "operator", 404),
     ("GET", JOB + "/log", None, "viewer", 404),
-    ("DELETE", JOB + "/runs", None, "admin", 404),
+    ("DELETE", JOB + "/runs", None, "admin", 200),  # idempotent: nothing to delete is no error
     ("GET", "/ps", None, "viewer", 200),
     ("GET", "/nodes", None, "viewer", 200),
     ("POST", "/nodes/no-such-node/tasks/1/kill", None, "operator", 404),
@@ -237,8 +237,8 @@ def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(s
                   "Job is running [type: USER_JOB, name: Probe.record, uid: busy] (IN_PROCESS)"))
     cases.append((api.post("/jobs/USER_JOB/Probe.record/busy/run"), 409, "JobAlreadyRunning",
                   "Job is running [type: USER_JOB, name: Probe.record, uid: busy] (IN_PROCESS): RUNJOB"))
-    cases.append((api.delete("/jobs/USER_JOB/Probe.record/nothing/runs"), 404, "JobNotFound",
-                  "No such job [type: USER_JOB, name: Probe.record, uid: nothing]"))
+    cases.append((api.post("/jobs/USER_JOB/Probe.record/nothing/stop"), 404, "JobNotFound",
+                  "No active job [type: USER_JOB, name: Probe.record, uid: nothing]"))
     wait = "waitjob user_job 'Probe.record' with uid='busy' timeout 0;"
     cases.append((api.post("/commands", json={"text": wait}), 504, "WaitTimeout", "WAITJOB timed out"))
     for response, status, error, words in cases:

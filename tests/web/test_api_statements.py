@@ -45,7 +45,7 @@ def test_a_held_job_runs_only_once_released_and_its_held_child_with_it(site, tmp
     assert sorted(r["key"] for r in read_records(tmp_path / "held.jsonl")) == [
         "USER_JOB.Probe.record.held", "USER_JOB.Probe.record.held-child"]
     again = api.post(job_path("Probe.record", "held") + "/release")
-    assert again.status_code == 404 and again.json()["error"] == "JobNotFound", again.text
+    assert again.status_code == 410 and again.json()["error"] == "JobEnded", again.text  # it has run: Gone
 
 
 def test_run_runs_a_recurring_job_once_and_finish_ends_it(site, tmp_path):

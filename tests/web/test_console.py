@@ -13,17 +13,19 @@ from types import SimpleNamespace
 import pytest
 
 from fabricjobs.config import load_config
-from fabricjobs.model import JobKey
+from fabricjobs.errors import ValidationError
+from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store import open_store
 from fabricjobs.web import plots
 from fabricjobs.web.app import Api, KeepSegments, create_app
-from fabricjobs.web.console_data import matcher
+from fabricjobs.web.console_pages import LiveFilters
 from fabricjobs.web.runfeed import RunFeed, RunPoint
 from fabricjobs.web.tokens import Role, TokenFile
 from backends import add_sections, make_backend_config
 from web_site import API_BACKENDS
 
 UTC = timezone.utc
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 #: A test that reads the store runs on each backend the API tests run on.
@@ -149,7 +151,7 @@ def test_pages_allow_only_their_own_scripts_and_show_the_empty_state_data(consol
     assert client.get("/static/console.js").headers["content-type"].startswith("text/javascript")
     assert client.get("/static/../app.py").status_code == 404
     data = client.get("/console/data/jobs").json()
-    assert data["total"] == 0 and data["jobs"] == [] and data["error"] == ""
+    assert data["counts"] == {} and data["jobs"] == [] and data["error"] == "" and data["next_cursor"] is None
     assert client.get("/console/data/job", params={"type": "USER_JOB", "name": "x", "uid": "y"}).status_code == 404
     assert "/console" not in str(client.get("/api/v1/openapi.json").json()["paths"])  # not part of the API
 
@@ -160,22 +162,29 @@ def test_browsers_share_one_read_of_the_store_per_interval(console):
     clients = [make() for _ in range(10)]
     for c in clients:
         log_in(c, tokens["viewer"])
+    pages, read = [], api.store.live_jobs
+    api.store.live_jobs = lambda *a, **k: pages.append(k) or read(*a, **k)  # the jobs table's reads
     first = clients[0].get("/console/data/jobs")
     ticks = app.state.live.ticks
+    assert len(pages) == 1
     for c in clients * 3:
         assert c.get("/console/data/jobs").json()["version"] == first.json()["version"]
         c.get("/console/data/nodes")
-    assert app.state.live.ticks == ticks  # 60 polls within the (30 s) interval: no new read
+    assert app.state.live.ticks == ticks  # 60 polls within the (30 s) interval: no new read of the view ...
+    assert len(pages) == 1 and pages[0]["limit"] == 101  # ... nor of the page, which the first poll read for all
     again = clients[0].get("/console/data/jobs", headers={"If-None-Match": first.headers["etag"]})
     assert again.status_code == 304
 
 
 def test_the_table_filters():
-    row = {"type": "USER_JOB", "name": "Customer.userJob1", "uid": "u1", "status": "WAITING", "node": "w1",
-           "affinity": "ANY", "notes": "blocked: parent X", "blocked": True, "is_archived": False}
-    assert matcher(status="blocked")(row) and not matcher(status="FINISHED")(row)
-    assert matcher(status="WAITING", type="user_job", name="userjob", node="w1", q="PARENT")(row)
-    assert not matcher(node="w2")(row) and not matcher(q="nothing")(row) and not matcher(status="FAILED")(row)
+    row = Job(key=JobKey("USER_JOB", "Customer.userJob1", "u1"), status=Status.WAITING, creation_time=NOW,
+              worker_id="w1", error_msg="blocked: parent X", blocked=True)
+    assert LiveFilters(status="BLOCKED").keeps(row) and not LiveFilters(status="WAITING").keeps(row)
+    assert LiveFilters(type="USER_JOB", name="userjob", node="w1", q="PARENT").keeps(row)
+    assert not LiveFilters(node="w2").keeps(row) and not LiveFilters(q="nothing").keeps(row)
+    assert LiveFilters(q="any").keeps(row)  # no affinity: ANY
+    with pytest.raises(ValidationError):
+        LiveFilters(status="FAILED")  # not a live status: the history shows those
 
 
 def test_the_plots_arithmetic():
@@ -192,22 +201,27 @@ def test_the_plots_arithmetic():
     assert plots.histogram([7, 7]) == {"edges": [7, 8], "counts": [2]}
 
 
-def test_the_run_feed_reads_only_the_jobs_that_ran_and_at_most_its_share_per_interval():
+def test_the_run_feed_reads_only_the_runs_that_ended_since_it_last_looked():
     now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
-    reads = []
+    asked, rows_read = [], []
+    lines = [SimpleNamespace(key=JobKey("USER_JOB", "n", str(i)), epoch=1, result="OK", start=now - timedelta(seconds=i + 1),
+                             end=now - timedelta(seconds=i), due=now - timedelta(seconds=i + 1)) for i in range(5)]
 
-    def runs(type, name, uid, limit=None):
-        reads.append(uid)
-        return [SimpleNamespace(key=JobKey(type, name, uid), epoch=1, result="OK", start=now - timedelta(seconds=2),
-                                end=now - timedelta(seconds=1), due=now - timedelta(seconds=2))]
+    def recent_runs(limit, since=None):
+        asked.append(since)
+        return sorted((r for r in lines if since is None or r.end >= since), key=lambda r: r.end, reverse=True)[:limit]
 
-    feed = RunFeed(SimpleNamespace(runs=runs), reads_per_tick=3)
-    jobs = [SimpleNamespace(key=JobKey("USER_JOB", "n", str(i)), type="USER_JOB", name="n", uid=str(i),
-                            end_time=now - timedelta(seconds=1) if i < 5 else None, execution_interval="")
-            for i in range(8)]
-    feed.update(jobs, now)
-    assert len(reads) == 3 and feed.backlog == 2
-    feed.update(jobs, now)
-    assert len(reads) == 5 and feed.backlog == 0 and len(feed.runs()) == 5
-    feed.update(jobs, now)  # nothing ran since: no read
-    assert len(reads) == 5
+    def get_many(keys):
+        rows_read.extend(keys)
+        return [SimpleNamespace(execution_interval="00:00:01" if k.uid == "0" else "") for k in keys]
+
+    feed = RunFeed(SimpleNamespace(recent_runs=recent_runs, get_many=get_many), per_tick=3)
+    feed.update(now)
+    assert asked == [now - timedelta(hours=1)] and len(feed.runs()) == 3 and feed.missed  # the window: 3 a tick
+    assert [p.recurring for p in feed.runs()] == [False, False, True]
+    feed.update(now)  # nothing ended since: the same runs are not added again, the rows not read again
+    assert asked[1] == now - timedelta(seconds=5) and len(feed.runs()) == 3 and len(rows_read) == 3
+    lines.append(SimpleNamespace(key=JobKey("USER_JOB", "n", "new"), epoch=7, result="ERROR", start=now, end=now + timedelta(seconds=1),
+                                 due=now))
+    feed.update(now + timedelta(seconds=2))
+    assert [p.run for p in feed.runs()][-1] == 7 and len(feed.runs()) == 4

@@ -225,11 +225,11 @@ class History(ByName, Recent):
     def _archive_write(self, job: Job) -> _Write | None:
         if job.end_time is None:
             return None
-        stmt = self._stmt(("aput",),
-            "INSERT INTO k2_jobs_archived (day, shard, end_time, type, name, uid) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?")
+        stmt = self._stmt(("aput",), "INSERT INTO k2_jobs_archived (day, shard, end_time, type, name, uid, owner, status) "
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?")
         k = job.key
-        return _Write(stmt, (_day(job.end_time), _archive_shard(k), job.end_time, k.type, k.name, k.uid,
-                             self.archive_ttl), what=f"the archive entry of {k}")
+        return _Write(stmt, (_day(job.end_time), _archive_shard(k), job.end_time, k.type, k.name, k.uid, job.owner,
+                             job.status.value, self.archive_ttl), what=f"the archive entry of {k}")
 
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
         day = since.astimezone(UTC).date()

@@ -70,17 +70,22 @@ class Recent(Rows):
         stmt = self._stmt(("recentdel",), f"DELETE FROM k2_job_runs_recent WHERE {_RECENT_KEY}")
         return _Write(stmt, _recent_key(r), what=f"the recent-runs line of run {r.epoch} of {r.key}")
 
-    def recent_runs(self, limit: int) -> list[RunRecord]:
+    def recent_runs(self, limit: int, since: datetime | None = None) -> list[RunRecord]:
+        """(``since``: the hours before its own are not read, and the days before its own not asked.)"""
         hours_stmt = self._stmt(("recenthours",), "SELECT hour FROM k2_job_runs_hours WHERE day = ?")
         cols = ", ".join(_RECENT_COLUMNS)
         lines_stmt = self._stmt(("recentsel",), f"SELECT {cols} FROM k2_job_runs_recent WHERE hour = ? AND shard = ? LIMIT ?")
         found: list[RunRecord] = []
         today = self.store_time().date()
+        first = "" if since is None else _hour(since)
         for back in range(-1, self.archive_ttl // 86400 + 2):  # tomorrow too: a node's clock ahead of ours
             day = (today - timedelta(days=back)).strftime("%Y-%m-%d")
-            for hour in sorted((r["hour"] for r in self._run(hours_stmt, (day,))), reverse=True):
+            if day < first[:10]:
+                break
+            for hour in sorted((r["hour"] for r in self._run(hours_stmt, (day,)) if r["hour"] >= first), reverse=True):
                 futures = [self._session.execute_async(lines_stmt, (hour, shard, limit)) for shard in range(RECENT_SHARDS)]
-                found += [self._to_recent(row) for f in futures for row in _result(f)]
+                found += [run for f in futures for row in _result(f) for run in (self._to_recent(row),)
+                          if since is None or run.end >= since]
                 if len(found) >= limit:
                     return _newest(found, limit)
         return _newest(found, limit)

@@ -47,7 +47,7 @@ from ...errors import SchemaVersionError, StoreError
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 ARCHIVE_SHARDS = 16  # partitions per day of k2_jobs_archived
 RUN_BUCKET = 4096  # runs (epochs) of one job per k2_job_run_history partition
 RECENT_SHARDS = 4  # k2_job_runs_recent partitions per hour (recent.py)
@@ -116,8 +116,11 @@ _ARCHIVE = """k2_jobs_archive (
 #: that day (8.6 million rows at 100 jobs/s), far past the ~100 MB Cassandra keeps a partition
 #: comfortable at. k2_jobs_archive stays, read until its TTL has emptied it.
 _ARCHIVED = """k2_jobs_archived (
-        day text, shard int, end_time timestamp, type text, name text, uid text,
+        day text, shard int, end_time timestamp, type text, name text, uid text, owner text, status text,
         PRIMARY KEY ((day, shard), end_time, type, name, uid))"""
+#: Version 17: an archive entry carries what the console's history search filters on besides
+#: the key (search.py), so that a search by owner or status reads no row to pass over one.
+ARCHIVE_FILTERS = {"owner": "text", "status": "text"}
 _NODES = """nodes (
         name text PRIMARY KEY, incarnation text, dc text, host text, pid int, started timestamp,
         version text, beat bigint, beat_time timestamp, state text, running int, info text, tasks text)"""
@@ -233,6 +236,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
          f"ALTER TABLE kill_requests WITH {TABLE_OPTIONS['kill_requests']}",
          _create(_LIVE, TABLE_OPTIONS["k2_jobs_live"]),
          _create(_BY_NAME, f"{TABLE_OPTIONS['k2_job_runs_by_name']} AND {_BY_NAME_ORDER}")),
+    17: tuple(f"ALTER TABLE k2_jobs_archived ADD {c} {t}" for c, t in ARCHIVE_FILTERS.items()),
 }
 
 

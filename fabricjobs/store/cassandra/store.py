@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from ...config import Config
 from ...errors import StoreError
-from ...model import Job, JobKey, JobType, Status
+from ...model import RUN_COUNTERS, Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
 from . import topology
 from .calendars import Calendars
@@ -33,6 +33,7 @@ from .repair import Repair
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
 from .listing import LISTING_SINCE, life_of
+from .search import Search
 from .hosts import Unanswered
 from .topology import Placement
 from .session import _bound, credentials, execution_profiles, log, new_cluster
@@ -58,7 +59,7 @@ class _Change:
         return self.expected.key
 
 
-class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore):
+class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, JobStore):
     """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
 
     backend = "cassandra"
@@ -273,8 +274,9 @@ class CassandraStore(Queue, Repair, History, Nodes, Calendars, LiveLog, JobStore
             self._tidy(_job_bucket(new), new.key, new.next_run, 1, repair=False)  # our intent describes no row
         if existing is None or not existing.archived:
             return CasResult(False, row=existing)
-        # An archived row with this key: reuse it, counting on from its epoch and revision.
-        reused = self.cas(existing, new.replace(epoch=existing.epoch + 1, revision=existing.revision))
+        # An archived row with this key: reuse it, counting on from its epoch, revision and counters.
+        counters = {c: getattr(existing, c) for c in RUN_COUNTERS}
+        reused = self.cas(existing, new.replace(epoch=existing.epoch + 1, revision=existing.revision, **counters))
         if reused.applied:
             return reused
         return CasResult(False, row=self._select_job(job.key))

@@ -11,16 +11,17 @@ from itertools import compress
 from operator import ne
 from typing import Sequence
 
-from ...model import Job
+from ...model import RUN_COUNTERS, Job
 from .rows import _COLS, _JOB_COLUMNS, _RUN_COLS, _RUN_COLUMNS, _job_params, column_value
 
 _RETURNING = f" RETURNING {_COLS}" if sqlite3.sqlite_version_info >= (3, 35, 4) else ""  # RETURNING fixes in 3.35.4
 _RETURNING_KEYS = " RETURNING type, name, uid" if _RETURNING else ""  # cas_many(whole=True): which applied
 _PLACEHOLDERS = ", ".join("?" for _ in _JOB_COLUMNS)
-# STARTJOB: a new key, or a key whose row is archived (the job is started again).
+# STARTJOB: a new key, or a key whose row is archived (the job is started again: its epoch,
+# revision and run counters count on).
 _UPSERT = (
     " ON CONFLICT (type, name, uid) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision"))
+    + ", ".join(f"{c} = excluded.{c}" for c in _JOB_COLUMNS[3:] if c not in ("epoch", "revision", *RUN_COUNTERS))
     + ", epoch = k2_jobs.epoch + 1, revision = k2_jobs.revision + 1 WHERE k2_jobs.archived = 1"
     + _RETURNING
 )

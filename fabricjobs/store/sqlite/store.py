@@ -10,18 +10,19 @@ from __future__ import annotations
 import os
 import sqlite3
 from datetime import datetime
-from typing import Collection, Sequence
+from typing import Iterable, Collection, Sequence
 
 from ...calendar import Calendar, from_text
 from ...model import Job, JobKey, JobType, Status
-from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, NodeRow, RunRecord, Version, chunked
+from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, NodeRow, RunRecord, Version
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
 from .schema import migrate
+from .search import Search
 from .statements import _BATCHED, _INSERT_RUN_SQL, _RETURNING, _insert_params, _insert_sql, cas_statements
 
 
-class SqliteStore(Connections, JobStore):
+class SqliteStore(Connections, Search, JobStore):
     """k2_jobs and its companions in one SQLite file, for the nodes of one host."""
 
     backend = "sqlite"
@@ -149,10 +150,13 @@ class SqliteStore(Connections, JobStore):
             params.append(limit)
         return [_row_to_run(r) for r in self._read(sql, params)]
 
-    def recent_runs(self, limit: int) -> list[RunRecord]:
-        # The index on "end" gives the newest lines first, without a sort of the table.
-        return [_row_to_run(r) for r in self._read(f'SELECT {_RUN_COLS} FROM k2_job_runs ORDER BY "end" DESC, epoch DESC LIMIT ?',
-                                                    (limit,))]
+    def recent_runs(self, limit: int, since: datetime | None = None) -> list[RunRecord]:
+        # The index on "end" gives the newest lines first, without a sort of the table; no
+        # output or log (a line may hold megabytes of them).
+        cols = _RUN_COLS.replace('"output"', "NULL").replace('"log"', "''")
+        where, params = ('WHERE "end" >= ? ', [_ts(since), limit]) if since is not None else ("", [limit])
+        return [_row_to_run(r) for r in self._read(f'SELECT {cols} FROM k2_job_runs {where}ORDER BY "end" DESC, epoch DESC '
+                                                    "LIMIT ?", params)]
 
     def run(self, key: JobKey, epoch: int) -> RunRecord | None:
         rows = self._read(f"SELECT {_RUN_COLS} FROM k2_job_runs WHERE type = ? AND name = ? AND uid = ? AND epoch = ? "
@@ -476,3 +480,13 @@ def _key_bound(after: JobKey, fixed: tuple[str, ...]) -> tuple[str, tuple[str, .
     if n == len(cols):
         return None  # the one key the read can return is ``after`` itself
     return f"({', '.join(cols[n:])}) > ({', '.join('?' * (len(cols) - n))})", bound[n:]
+
+def chunked(items: Iterable, size: int) -> Iterable[list]:
+    batch: list = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -8,8 +8,6 @@ deploy restarts what runs of a type or name: ``/jobs/{type}/restart-running``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import time
 from datetime import datetime, timezone
@@ -21,12 +19,11 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from ...commands import statements as st
 from ...errors import JobNotFound, WaitTimeout
 from ...model import JobKey, Status
-from ...names import text_complaint
 from ...result import Result
 from ...service import EXISTS_NOTE, JobQuery
 from ..app import API
 from ..auth import Need, requires
-from ..errors import ApiError
+from ..cursors import cursor_key, key_cursor
 from ..schemas import Change, JobDetail, JobList, StartBody, UpdateBody, WaitResult, record, records
 from ..tokens import TokenInfo
 from . import MAX_WAIT_SEC, api_of, capped, execute, job_key, long_request, segment
@@ -61,10 +58,10 @@ def list_jobs(
     who: TokenInfo = Viewer,
 ) -> dict[str, Any]:
     query = JobQuery(type=type, name=name, owner=owner, requestor=requestor, statuses=frozenset(status), live=scope != "archived",
-                     archived=scope != "live", since=_utc(since), until=_utc(until), after=_cursor_key(cursor),
+                     archived=scope != "live", since=_utc(since), until=_utc(until), after=cursor_key(cursor),
                      limit=limit)
     page = api_of(request).service().list_jobs(query)
-    return {"jobs": records(page.result), "next_cursor": _cursor(page.next) if page.next else None}
+    return {"jobs": records(page.result), "next_cursor": key_cursor(page.next) if page.next else None}
 
 
 @router.get(JOB, response_model=JobDetail, summary="One job (JOBSTATUS ... WITH UID ... DETAILS)")
@@ -211,20 +208,3 @@ def _parents(parents: list[str] | None) -> tuple[Any, ...] | None:
 
 def _utc(when: datetime | None) -> datetime | None:
     return when.replace(tzinfo=timezone.utc) if when is not None and when.tzinfo is None else when
-
-
-def _cursor(key: JobKey) -> str:
-    raw = json.dumps([key.type, key.name, key.uid], ensure_ascii=False).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _cursor_key(cursor: str | None) -> JobKey | None:
-    if cursor is None:
-        return None
-    try:
-        type, name, uid = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if not all(isinstance(v, str) and text_complaint("cursor", v) is None for v in (type, name, uid)):
-            raise ValueError  # (a lone surrogate, which no store can take as a bound value)
-    except (ValueError, TypeError, binascii.Error):
-        raise ApiError(400, "ValidationError", "cursor is not one this API gave (use next_cursor as it came)") from None
-    return JobKey(type, name, uid)

@@ -19,9 +19,8 @@ FJ.views.nodes = (function () {
       el("h2", {text: "Capacity"}), n.capacity.map(capacity),
       el("h2", {text: "Tasks"}), n.tasks.length ? FJ.table([
         ["Task", function (t) { return String(t.task); }, "num"],
-        ["Job", function (t) {
-          var bits = t.key.split("."), uid = bits.pop(), type = bits.shift();
-          return el("a", {href: FJ.jobHref(type, bits.join("."), uid), text: t.key});
+        ["Job", function (t) {  // the job's parts as the server read them (a NAME or UID may hold '.')
+          return t.job ? el("a", {href: FJ.jobHref(t.job.type, t.job.name, t.job.uid), class: "task-link", text: t.key}) : t.key;
         }, "wrap"],
         ["Running for", function (t) { return FJ.duration(t.elapsed_ms); }, "num"],
       ], n.tasks) : el("p", {class: "muted", text: "No task running."}));
@@ -41,8 +40,8 @@ FJ.views.plots = (function () {
   function load() { return FJ.getJSON("/console/data/plots"); }
   function render(main, body) {
     main.replaceChildren(el("h1", {text: "Plots"}),
-      el("p", {class: "muted", text: "From the run history of the last hour (" + body.runs_known + " runs read" +
-        (body.backlog ? ", " + body.backlog + " jobs still to read" : "") + "). Queue depth is sampled by this web process " +
+      el("p", {class: "muted", text: "From the runs that ended in the last hour (" + body.runs_known + " runs" +
+        (body.missed ? "; more ended in one interval than were read: at least that many" : "") + "). Queue depth is sampled by this web process " +
         "each interval and starts again when it restarts. A job's own durations are on its page."}),
       el("div", {class: "grid", id: "plots"}, body.plots.map(Plots.draw)));
   }

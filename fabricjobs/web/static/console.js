@@ -1,6 +1,7 @@
-// The console's core: helpers, the router (#/jobs, #/job/T/N/U, #/nodes, #/plots), polling,
-// actions, and the jobs table. Every value from the server reaches the page as text
-// (textContent, attributes), never as HTML.
+// The console's core: helpers, the router (#/jobs, #/job/T/N/U, #/history, #/calendars, #/nodes,
+// #/plots), polling, and the calls that change things. Every value from the server reaches the
+// page as text (textContent, attributes), never as HTML. The views are in jobs.js, job.js,
+// history.js and cluster.js.
 "use strict";
 var FJ = (function () {
   function meta(name) { var m = document.querySelector('meta[name="' + name + '"]'); return m ? m.content : ""; }
@@ -15,6 +16,7 @@ var FJ = (function () {
       if (attrs[k] === null || attrs[k] === undefined || attrs[k] === false) continue;
       if (k === "text") node.textContent = attrs[k];
       else if (k === "class") node.className = attrs[k];
+      else if (k === "value") node.value = attrs[k];
       else if (k.slice(0, 2) === "on") node.addEventListener(k.slice(2), attrs[k]);
       else node.setAttribute(k, attrs[k] === true ? "" : attrs[k]);
     }
@@ -48,7 +50,7 @@ var FJ = (function () {
     return el("div", {class: "table-wrap"}, el("table", {class: "cards " + (cls || "")},
       el("thead", null, el("tr", null, columns.map(function (c) { return el("th", {text: c[0]}); }))),
       el("tbody", null, rows.map(function (r) {
-        return el("tr", null, columns.map(function (c) {
+        return el("tr", {"data-key": r.key || null}, columns.map(function (c) {
           return el("td", {"data-label": c[0], class: c[2] || null}, c[1](r));
         }));
       }))));
@@ -80,29 +82,50 @@ var FJ = (function () {
   function apiPath(type, name, uid) {
     return "/api/v1/jobs/" + [type, name, uid].map(encodeURIComponent).join("/");
   }
+  function query(values) {
+    return Object.keys(values).filter(function (k) { return values[k] !== "" && values[k] !== null && values[k] !== undefined; })
+      .map(function (k) { return k + "=" + encodeURIComponent(values[k]); }).join("&");
+  }
+  function decode(part) {
+    // A part of the address as the console wrote it; one it did not write (a stray '%') as typed.
+    try { return decodeURIComponent(part); } catch (e) { return part; }
+  }
 
   // -- talking to the server ------------------------------------------------------------------
   function getJSON(url) {
     return fetch(url, {credentials: "same-origin", cache: "no-cache"}).then(function (r) {
       if (r.status === 401) { location.href = "/login"; throw new Error("logged out"); }
-      return r.json().then(function (body) {
-        if (!r.ok) throw new Error((body.error || r.status) + ": " + (body.message || ""));
+      return r.json().catch(function () { return {}; }).then(function (body) {
+        if (!r.ok) {
+          var err = new Error((body.error || r.status) + ": " + (body.message || ""));
+          err.status = r.status;
+          err.body = body;
+          throw err;
+        }
         return body;
       });
     });
   }
-  function post(url, label) {
-    return fetch(url, {method: "POST", credentials: "same-origin", headers: {"X-CSRF-Token": csrf}})
+  // A change through the API (the page's CSRF token in a header): the banner says how it went,
+  // then the view is read again. Resolves to the answer's body, or null if it was refused.
+  function send(method, url, label, body) {
+    var headers = {"X-CSRF-Token": csrf};
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    return fetch(url, {method: method, credentials: "same-origin", headers: headers,
+                       body: body === undefined ? undefined : JSON.stringify(body)})
       .then(function (r) {
-        return r.json().catch(function () { return {}; }).then(function (body) {
-          if (r.status === 401) { location.href = "/login"; return; }
-          if (!r.ok) return banner(label + " refused: " + (body.error || r.status) + ": " + (body.message || ""), "bad");
-          banner(label + ": " + (body.status ? "now " + body.status : "sent") + (body.notes ? " (" + body.notes + ")" : ""), "ok");
+        return r.json().catch(function () { return {}; }).then(function (answer) {
+          if (r.status === 401) { location.href = "/login"; return null; }
+          if (!r.ok) { banner(label + " refused: " + (answer.error || r.status) + ": " + (answer.message || ""), "bad"); return null; }
+          var first = Array.isArray(answer) ? answer[0] || {} : answer;
+          banner(label + ": " + (first.status ? "now " + first.status : "done") + (first.notes ? " (" + first.notes + ")" : ""), "ok");
+          return answer;
         });
       })
-      .catch(function (e) { banner(label + " failed: " + e.message, "bad"); })
-      .then(function () { refresh(); });
+      .catch(function (e) { banner(label + " failed: " + e.message, "bad"); return null; })
+      .then(function (answer) { rerender(); return answer; });
   }
+  function post(url, label) { return send("POST", url, label); }
   function confirmThen(text, action) {
     var dialog = document.getElementById("confirm");
     document.getElementById("confirm-text").textContent = text;
@@ -120,7 +143,7 @@ var FJ = (function () {
 
   // -- routing and polling --------------------------------------------------------------------
   function route() {
-    var parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    var parts = location.hash.replace(/^#\/?/, "").split("/").map(decode);
     var name = views[parts[0]] ? parts[0] : "jobs";
     document.querySelectorAll("#nav a").forEach(function (a) {
       a.classList.toggle("active", a.dataset.view === (name === "job" ? "jobs" : name));
@@ -143,100 +166,28 @@ var FJ = (function () {
       }
       status("updated " + new Date().toLocaleTimeString() + (body.error ? " · " + body.error : ""));
     }).catch(function (e) {
-      if (mine === generation) status("could not update: " + e.message);
+      if (mine !== generation) return;
+      status("could not update: " + e.message);
+      if (lastBody === null || e.status === 404) failed(e);  // nothing shown yet (or the job is gone): say why
     }).then(function () {
       if (mine === generation) timer = setTimeout(refresh, document.hidden ? interval * 5 : interval);
     });
   }
+  function failed(e) {
+    lastBody = "";
+    var what = e.body && e.body.message ? e.body.message : e.message;
+    document.getElementById("main").replaceChildren(el("div", {class: "card empty", id: "failed"},
+      el("strong", {text: e.status === 404 ? "Not found" : "This page cannot be shown"}), el("p", {text: what}),
+      el("a", {href: "#/jobs", text: "← Jobs"})));
+  }
   function rerender() { lastBody = null; refresh(); }
+  function go(hash) { if (location.hash === hash) rerender(); else location.hash = hash; }
   document.addEventListener("visibilitychange", function () { if (!document.hidden) refresh(); });
   window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", route);
 
   return {el: el, badge: badge, progress: progress, table: table, kv: kv, when: when, duration: duration, jobHref: jobHref,
-    apiPath: apiPath, getJSON: getJSON, post: post, confirmThen: confirmThen, banner: banner, views: views,
-    rerender: rerender, canChange: role === "operator" || role === "admin", role: role};
-})();
-
-// -- the jobs table -----------------------------------------------------------------------------
-FJ.views.jobs = (function () {
-  var STATUSES = ["IN_PROCESS", "WAITING", "BLOCKED", "SCHEDULED", "STOPPING", "RESTART", "FINISHED",
-    "PROCESSED", "FAILED", "TERMINATED"];
-  var filters = {status: "", type: "", name: "", node: "", q: ""};
-  var el = FJ.el, form = null;
-
-  function load() {
-    var query = Object.keys(filters).filter(function (k) { return filters[k]; })
-      .map(function (k) { return k + "=" + encodeURIComponent(filters[k]); }).join("&");
-    return FJ.getJSON("/console/data/jobs" + (query ? "?" + query : ""));
-  }
-  function options(select, values, first) {
-    var keep = select.value;
-    select.replaceChildren(el("option", {value: "", text: first}));
-    values.forEach(function (v) { select.appendChild(el("option", {value: v, text: v})); });
-    if (keep && values.indexOf(keep) < 0) select.appendChild(el("option", {value: keep, text: keep}));
-    select.value = keep;
-  }
-  function filterForm() {
-    function changed(key) { return function (e) { filters[key] = e.target.value; FJ.rerender(); }; }
-    function field(tag, key, attrs) {
-      var f = el(tag, Object.assign({id: "filter-" + key, "aria-label": key, onchange: changed(key)}, attrs || {}));
-      if (tag === "input") f.addEventListener("input", changed(key));
-      f.value = filters[key];
-      return f;
-    }
-    var statusSelect = field("select", "status");
-    options(statusSelect, STATUSES, "every status");
-    statusSelect.value = filters.status;
-    return el("form", {class: "filters", onsubmit: function (e) { e.preventDefault(); }},
-      statusSelect, field("select", "type"), field("input", "name", {type: "search", placeholder: "name"}),
-      field("select", "node"), field("input", "q", {type: "search", placeholder: "text in name, UID, notes…"}));
-  }
-  function counts(body) {
-    return el("div", {class: "counts"}, Object.keys(body.counts).sort().map(function (s) {
-      return el("button", {class: "chip", type: "button", text: s + " " + body.counts[s],
-        onclick: function () { filters.status = s; document.getElementById("filter-status").value = s; FJ.rerender(); }});
-    }));
-  }
-  function rows(jobs) {
-    return FJ.table([
-      ["Type", function (j) { return j.type; }],
-      ["Name", function (j) { return el("a", {href: FJ.jobHref(j.type, j.name, j.uid), class: "job-link", text: j.name}); }, "wrap"],
-      ["UID", function (j) { return j.uid; }, "wrap mono"],
-      ["Status", function (j) { return [FJ.badge(j.status, j.blocked), FJ.progress(j.progress)]; }],
-      ["Node", function (j) { return j.node; }],
-      ["Started", function (j) { return FJ.when(j.start_time); }],
-      ["Ended / next", function (j) { return j.is_archived ? FJ.when(j.end_time) : FJ.when(j.next_run); }],
-      ["Tries", function (j) { return String(j.tries); }, "num"],
-      ["Notes", function (j) { return j.notes; }, "wrap"],
-    ], jobs, "jobs");
-  }
-  function render(main, body) {
-    if (!form) form = filterForm();
-    options(form.querySelector("#filter-type"), body.types, "every type");
-    options(form.querySelector("#filter-node"), body.nodes, "every node");
-    var content;
-    if (body.total === 0) {
-      content = el("div", {class: "card empty", id: "empty"}, el("strong", {text: "No jobs on this cluster yet."}),
-        "Running, waiting, scheduled and blocked jobs appear here, and the last hour's finished ones. Start one from the shell, e.g. ",
-        el("code", {text: "fabricjobs shell -e \"startjob user_job name='Customer.userJob3';\""}),
-        body.nodes.length ? "" : el("p", {text: "No node has joined yet either: start one with fabricjobs node."}));
-    } else if (body.matched === 0) {
-      content = el("div", {class: "card empty", id: "empty"}, el("strong", {text: "No job matches these filters."}),
-        el("button", {type: "button", text: "Clear the filters", onclick: function () {
-          Object.keys(filters).forEach(function (k) { filters[k] = ""; form.querySelector("#filter-" + k).value = ""; });
-          FJ.rerender(); }}));
-    } else {
-      content = [rows(body.jobs)];
-      if (body.matched > body.jobs.length) {
-        content.push(el("p", {class: "muted", text: "Showing " + body.jobs.length + " of " + body.matched + ": narrow the filters to see the rest."}));
-      }
-    }
-    if (!main.contains(form)) {  // the filters stay in place (and keep focus) while rows change
-      main.replaceChildren(el("h1", {text: "Jobs"}), form, el("div", {id: "counts"}), el("div", {id: "jobs"}));
-    }
-    document.getElementById("counts").replaceChildren(counts(body));
-    document.getElementById("jobs").replaceChildren.apply(document.getElementById("jobs"), [].concat(content));
-  }
-  return {load: load, render: render};
+    apiPath: apiPath, query: query, getJSON: getJSON, send: send, post: post, confirmThen: confirmThen, banner: banner,
+    views: views, rerender: rerender, go: go, canChange: role === "operator" || role === "admin", isAdmin: role === "admin",
+    role: role};
 })();

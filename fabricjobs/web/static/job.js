@@ -1,15 +1,18 @@
-// One job's page: its row, arguments, output, notes, parents and children, running task, run
-// history and logs, plots, and (for operators and admins) Stop, Restart, Resume and Kill, each
-// confirmed first. The server refuses them to a viewer anyway (403).
+// One job's page: its row (owner, requestor, calendar among it), arguments, output, notes,
+// parents and children, running task, run history and logs, plots, and for operators and
+// admins what the prompt can do to one job: Run now, Finish, Update (schedule, priority,
+// affinity), Hold, Release, Stop, Restart, Resume and Kill, each confirmed first (an update is
+// a form). The server refuses them to a viewer anyway (403). A job there is not says so.
 "use strict";
 FJ.views.job = (function () {
   var el = FJ.el;
+  var LIVE_IDLE = {WAITING: true, SCHEDULED: true};
 
   function load(args) {
     var q = ["type", "name", "uid"].map(function (k, i) { return k + "=" + encodeURIComponent(args[i] || ""); }).join("&");
     return FJ.getJSON("/console/data/job?" + q);
   }
-  function actions(job, task) {
+  function actions(job, task, state) {
     if (!FJ.canChange) return null;
     var path = FJ.apiPath(job.type, job.name, job.uid), key = job.type + "." + job.name + "." + job.uid;
     function button(id, label, question, url) {
@@ -17,27 +20,62 @@ FJ.views.job = (function () {
         onclick: function () { FJ.confirmThen(question + "\n" + key, function () { FJ.post(url, label + " " + key); }); }});
     }
     var live = !job.is_archived, buttons = [];
+    if (live && job.status === "SCHEDULED") buttons.push(button("run", "Run now", "Run this job once now, its schedule unchanged (RUNJOB)?", path + "/run"));
+    if (live && job.execution_interval && job.next_run !== "None: finishing (FINISHJOB)" && job.status !== "HELD") {
+      buttons.push(button("finish", "Finish", "Let its run going on (or due) complete, then no more fires (FINISHJOB)?", path + "/finish"));
+    }
+    if (live && LIVE_IDLE[job.status]) {
+      buttons.push(el("button", {type: "button", class: "act", id: "action-hold", text: "Hold",
+        onclick: function () { FJ.confirmThen("Hold this job: it runs only once released (UPDATEJOB ... HOLD=true)?\n" + key,
+          function () { FJ.send("PATCH", path, "Hold " + key, {hold: true}); }); }}));
+    }
+    if (live && job.status === "HELD") buttons.push(button("release", "Release", "Release this job and its held children (RELEASEJOB)?", path + "/release"));
+    if (live) {
+      buttons.push(el("button", {type: "button", class: "act", id: "action-update", text: "Update…",
+        onclick: function () { state.editing = !state.editing; FJ.rerender(); }}));
+    }
     if (live) buttons.push(button("stop", "Stop", "Stop this job (STOPJOB)?", path + "/stop"));
-    if (live) buttons.push(button("restart", "Restart", "Restart this job (RESTARTJOB)?", path + "/restart"));
+    if (live && job.status !== "HELD") buttons.push(button("restart", "Restart", "Restart this job (RESTARTJOB)?", path + "/restart"));
     if (!live) buttons.push(button("resume", "Resume", "Resume this job (RESUMEJOB)?", path + "/resume"));
     if (task) {
       buttons.push(button("kill", "Kill", "Kill task " + task.task + " on node " + task.node + " at once (KILL)?",
         "/api/v1/nodes/" + encodeURIComponent(task.node) + "/tasks/" + task.task + "/kill"));
     }
-    return el("div", {class: "actions", id: "actions"}, buttons);
+    return el("div", {class: "actions", id: "actions"}, buttons, live && state.editing ? updateForm(job, path, key, state) : null);
+  }
+  function updateForm(job, path, key, state) {
+    // UPDATEJOB of the three values an operator changes most; each one left as it is is not sent.
+    function field(name, label, value, attrs) {
+      return el("label", null, label + " ", el("input", Object.assign({id: "update-" + name, name: name, value: value}, attrs || {})));
+    }
+    var f = el("form", {class: "update card", id: "update-form", onsubmit: function (e) {
+      e.preventDefault();
+      var body = {}, given = {exec_interval: job.execution_interval || "", priority: String(job.priority), affinity: job.affinity === "ANY" ? "" : job.affinity};
+      ["exec_interval", "affinity"].forEach(function (k) { if (f.elements[k].value !== given[k]) body[k] = f.elements[k].value; });
+      if (f.elements.priority.value !== given.priority) body.priority = parseInt(f.elements.priority.value, 10);
+      if (!Object.keys(body).length) { FJ.banner("Nothing changed.", ""); return; }
+      state.editing = false;
+      FJ.send("PATCH", path, "UPDATEJOB " + key, body);
+    }},
+      field("exec_interval", "EXEC_INTERVAL", job.execution_interval || "", {placeholder: "'' : a one-time job"}),
+      field("priority", "PRIORITY", String(job.priority), {type: "number", min: "0", max: "9"}),
+      field("affinity", "AFFINITY", job.affinity === "ANY" ? "" : job.affinity, {placeholder: "ANY"}),
+      el("button", {type: "submit", id: "update-submit", text: "Save"}));
+    return f;
   }
   function jobLink(j) {
     return el("li", null, el("a", {href: FJ.jobHref(j.type, j.name, j.uid), text: j.key}), " ",
       FJ.badge(j.status, j.blocked));
   }
   function details(job, task) {
-    return el("div", {class: "card"}, FJ.kv([
+    return el("div", {class: "card", id: "details"}, FJ.kv([
       ["Status", FJ.badge(job.status, job.blocked)], ["Progress", FJ.progress(job.progress)], ["Notes", job.notes], ["Node", job.node],
       ["Running task", task ? "task " + task.task + " on " + task.node + " for " + FJ.duration(task.elapsed_ms) : ""],
       ["Created", FJ.when(job.creation_time)], ["Started", FJ.when(job.start_time)], ["Ended", FJ.when(job.end_time)],
       ["Next run", FJ.when(job.next_run)], ["Schedule", job.execution_interval], ["Time zone", job.time_zone],
-      ["Affinity", job.affinity], ["Candidates", String(job.ownership_candidates_num)],
-      ["Priority", String(job.priority)], ["Tries", String(job.tries)], ["Epoch", String(job.epoch)],
+      ["Calendar", job.calendar], ["Affinity", job.affinity], ["Candidates", String(job.ownership_candidates_num)],
+      ["Priority", String(job.priority)], ["Owner", job.owner], ["Requestor", job.requestor],
+      ["Tries", String(job.tries)], ["Epoch", String(job.epoch)],
       ["Runs", job.runs + " (" + job.successes + " ok, " + job.failures + " failed, " + job.kills + " killed)"],
     ]));
   }
@@ -114,10 +152,12 @@ FJ.views.job = (function () {
   }
   function render(main, body, args, state) {
     var job = body.job, log = state.log || body.last_log;
+    if (state.editing && document.activeElement && document.getElementById("update-form") &&
+        document.getElementById("update-form").contains(document.activeElement)) return;  // not under the typing hand
     main.replaceChildren(
-      el("p", null, el("a", {href: "#/jobs", text: "← Jobs"})),
+      el("p", null, el("a", {href: job.is_archived ? "#/history" : "#/jobs", text: job.is_archived ? "← History" : "← Jobs"})),
       el("h1", {id: "job-title"}, job.type + " · " + job.name + " · " + job.uid + " ", FJ.badge(job.status, job.blocked)),
-      actions(job, body.task),
+      actions(job, body.task, state),
       livePanel(job, state),
       el("div", {class: "two"},
         el("section", null, el("h2", {text: "The job"}), details(job, body.task)),
@@ -127,7 +167,7 @@ FJ.views.job = (function () {
           el("h2", {text: "Dependencies"}),
           el("div", {class: "card"},
             el("strong", {text: "Parents"}), body.parents.length ? el("ul", {id: "parents"}, body.parents.map(jobLink)) : el("p", {class: "muted", text: "None."}),
-            el("strong", {text: "Children"}), body.children.length ? el("ul", {id: "children"}, body.children.map(jobLink)) : el("p", {class: "muted", text: "None live or recently finished."})))),
+            el("strong", {text: "Children waiting for it"}), body.children.length ? el("ul", {id: "children"}, body.children.map(jobLink)) : el("p", {class: "muted", text: "None."})))),
       el("h2", {text: "Runs"}), runs(body, state),
       el("h2", {text: log ? "Log of run " + log.run : "Log"}),
       el("div", {id: "log-section"}, log ? [el("p", {class: "mono", text: log.summary}), el("pre", {id: "log", text: log.log || "(no log lines)"})]
