@@ -89,6 +89,9 @@ def make_backend_config(request, backend: str, tmp_path: Path, extra: dict | Non
         sections["store"] = {"BACKEND": "cassandra"}
         sections["cassandra"] = {"HOSTS": server.host, "PORT": server.port, "KEYSPACE": keyspace,
                                  "PROTOCOL_VERSION": 4, "CONSISTENCY": "QUORUM", "REQUEST_TIMEOUT_SEC": 5,
+                                 # The server is a thread of this (niced) test process: on a loaded
+                                 # machine its connect answers came later than the default 10 s.
+                                 "CONNECT_TIMEOUT_SEC": 30,
                                  "TOKEN_AWARE": "false"}  # one node: nothing to route, and no schema reads
     elif backend == "cassandra-real":
         hosts, port = real_cluster()

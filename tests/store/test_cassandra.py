@@ -33,8 +33,11 @@ def server(cql_server):
 
 
 def open_store(server, keyspace, **kw):
+    """(A connect timeout of 30 s: the server is a thread of this niced test process, slow to
+    answer on a loaded machine.)"""
     return CassandraStore(hosts=[server.host], port=server.port, keyspace=keyspace, consistency="ONE",
-                          request_timeout=kw.pop("request_timeout", 5.0), **kw)
+                          request_timeout=kw.pop("request_timeout", 5.0), connect_timeout=kw.pop("connect_timeout", 30.0),
+                          **kw)
 
 
 def driver_cluster(server):

@@ -40,7 +40,7 @@ def stores(server):
     """Two stores on one fresh keyspace: a writer and a reader (two processes, two nodes)."""
     keyspace = "fj_" + uuid.uuid4().hex[:12]
     opened = [CassandraStore(hosts=[server.host], port=server.port, keyspace=keyspace, consistency="ONE",
-                             request_timeout=5.0) for _ in range(2)]
+                             request_timeout=5.0, connect_timeout=30.0) for _ in range(2)]
     yield opened
     for s in opened:
         s.close()

@@ -60,12 +60,12 @@ def title(driver) -> str:
 
 
 def test_an_operator_starts_a_job_and_runs_updates_holds_releases_and_finishes_it(site: Site, browser):
-    url, key = site.web.url, ("USER_JOB", "Probe.noop", "from-the-form")
+    url, key = site.web.url, ("USER_JOB", "Probe.echo", "from-the-form")  # (ARGS bind to echo(value))
     log_in(browser, url, site.tokens["operator"])
     browser.get(url + "/#/jobs")
     click(browser, "#start summary")
     click(browser, "#start-type option[value='USER_JOB']")
-    fill(browser, "#start-name", "Probe.noop")
+    fill(browser, "#start-name", "Probe.echo")
     fill(browser, "#start-uid", "from-the-form")
     fill(browser, "#start-exec_interval", NEVER)
     fill(browser, "#start-args", '{"value": 1}')
