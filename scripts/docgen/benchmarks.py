@@ -44,6 +44,10 @@ ABOUT = {
     "Cassandra queue, before and after": "The Cassandra queue before and after it was made safe against clock skew, "
                                          "simultaneous starts and two data centres: throughput on 1 and 3 Cassandra "
                                          "nodes, fire lag of recurring jobs, and what the new index repair pass costs.",
+    "LWT batches (bench_lwt_batch.py)": "Rows one lightweight transaction changes per second: one row per LWT (a job "
+                                        "row is its own partition, as the queue claims today) against batches of "
+                                        "conditional UPDATEs of one partition, each one Paxos round: the headroom of "
+                                        "a queue that claims in batches.",
     "chaos soak": "`scripts/chaos.py`: node processes under random SIGKILLs, SIGSTOPs and restarts while they run "
                   "recurring and one-time jobs; its checker proves from the runs' own records that nothing was "
                   "lost, run twice at once, or written by a fenced run.",
