@@ -13,6 +13,7 @@ recurring job costs 3 (due, claim, outcome). See docs/guides/cassandra.md#what-t
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -120,6 +121,11 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             self._placement = Placement(topology.local_dc(local_dc, (h.datacenter for h in known)),
                                         consistency, serial_consistency)
             self._sync_clock()  # before anything is written: every write is stamped by it
+            for _ in range(3):  # no host answered in time: a little later, before writes are refused
+                if self._clock.measured:
+                    break
+                time.sleep(0.5)
+                self._sync_clock()
             self._clock.keep_in_sync(self._sync_clock)
             self._setup_schema(create_schema, lambda: topology.replication_for(replication, len(known)))
             topology.check_placement(self._placement, self._peers())
