@@ -173,16 +173,21 @@ class ClusterClock:
         use = sure or chosen
         anchor = statistics.median(s.anchor for s in use)
         spread = use[-1].anchor - use[0].anchor
+        # Each sample's anchor is within its own error of Cassandra's time, so the median is
+        # within any sample's error plus its distance from it (the quickest sample's error
+        # alone says nothing of a median taken from slower ones); half the spread stays as
+        # the hosts' own disagreement.
+        error = max(min(s.error for s in use) + spread / 2, min(s.error + abs(s.anchor - anchor) for s in use))
         if spread > SPREAD_WARN_SEC:
             log.warning("the Cassandra hosts' clocks disagree by %.2f s (%s): fix their time synchronisation",
                         spread, ", ".join(f"{s.host} {s.anchor - anchor:+.3f} s" for s in use))
         if not sure:
             log.warning("Cassandra's time measured with an error of up to %.0f ms (a slow round trip)",
-                        1000 * min(s.error for s in use))
+                        1000 * error)
         skew = statistics.median(s.skew for s in use)
         first, refused_before = self._anchor is None, self._beyond()
         with self._lock:
-            self._anchor, self._error, self._skew = anchor, min(s.error for s in use) + spread / 2, skew
+            self._anchor, self._error, self._skew = anchor, error, skew
             if first:  # the stamps of the requests before (the measurement's own) were the host's: forget them
                 self._last_us = 0
         if self._beyond() and not refused_before and not first:  # (a first refusal is told by the write)
