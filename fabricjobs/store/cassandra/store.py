@@ -59,6 +59,11 @@ class _Change:
     def key(self) -> JobKey:
         return self.expected.key
 
+    @property
+    def sent(self) -> tuple:
+        """What tells this change sent again from another: the row, the revision it makes, the run."""
+        return (self.key, self.revision, self.record.epoch if self.record is not None else None)
+
 
 class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, JobStore):
     """k2_jobs with lightweight-transaction CAS, for a cluster of nodes that spans hosts."""
@@ -312,13 +317,29 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if c.new_bucket is not None:
                 self._seen[(c.new_bucket, c.key, c.revision)] = (None, self._monotonic())  # our own: fresh
         if len(changes) > 1:
-            applied = list(self._pool.map(lambda ic: self._apply(ic[1]), changes))
+            applied = list(self._pool.map(lambda ic: self._attempt(ic[1]), changes))
         else:
-            applied = [self._apply(c) for _, c in changes]
-        for (i, _), res in zip(changes, applied):
-            results[i] = res
+            applied = [self._attempt(c) for _, c in changes]
         self._send_quietly([w for _, c in changes for w in c.after])
+        failed = next((res for res in applied if isinstance(res, StoreError)), None)
+        if failed is not None:
+            # The caller sends the group again (cas_each: a pair at a time). The outcomes that
+            # applied here are then re-sends, known as such (see _apply): reported applied, with
+            # their history lines, not taken for writes another change beat.
+            for (_, c), res in zip(changes, applied):
+                if c.whole and c.record is not None and isinstance(res, CasResult) and res.applied:
+                    self._unsettled.add(c.sent)
+            raise failed
+        for (i, _), res in zip(changes, applied):
+            assert isinstance(res, CasResult)
+            results[i] = res
         return results  # type: ignore[return-value]
+
+    def _attempt(self, c: "_Change") -> "CasResult | StoreError":
+        try:
+            return self._apply(c)
+        except StoreError as exc:
+            return exc
 
     def _prepare(self, expected: Job, new: Job, record: RunRecord | None, whole: bool = False) -> "_Change | CasResult":
         if new.key != expected.key:
@@ -378,7 +399,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         def ours(row: Job) -> bool:
             return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
 
-        sent = (key, revision, c.record.epoch if c.record is not None else None)
+        sent = c.sent
         try:
             applied, lwt_row, settled = self._execute_lwt(
                 c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
