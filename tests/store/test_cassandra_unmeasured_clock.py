@@ -8,8 +8,11 @@ import time
 import uuid
 from datetime import datetime, timezone
 
+import os
+
 import pytest
 
+from backends import CQL_TARGETS, drop_keyspace, real_cluster
 from fabricjobs.errors import StoreError
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.cassandra.store import CassandraStore
@@ -31,14 +34,23 @@ class Unanswered(CassandraStore):
         self._clock.take(self._clock.measure(ask, [None]))
 
 
-@pytest.fixture
-def keyspace(cql_server):
-    return "fj_" + uuid.uuid4().hex[:12]
+@pytest.fixture(params=CQL_TARGETS)
+def place(request, cql_server):
+    """(hosts, port, protocol, keyspace): the CQL test server, and Apache Cassandra when at hand."""
+    keyspace = "fj_" + uuid.uuid4().hex[:12]
+    if request.param == "double":
+        yield [cql_server.host], cql_server.port, 4, keyspace
+        return
+    names, port = real_cluster()
+    yield names.split(","), port, int(os.environ.get("FABRICJOBS_CASSANDRA_PROTOCOL", "5")), keyspace
+    drop_keyspace(keyspace)
 
 
-def test_a_process_that_could_not_measure_cassandras_time_strands_no_job(cql_server, keyspace):
-    node = CassandraStore(hosts=[cql_server.host], port=cql_server.port, keyspace=keyspace, connect_timeout=30.0)
-    shell = Unanswered(hosts=[cql_server.host], port=cql_server.port, keyspace=keyspace, connect_timeout=30.0)
+def test_a_process_that_could_not_measure_cassandras_time_strands_no_job(place):
+    hosts, port, protocol, keyspace = place
+    where = dict(hosts=hosts, port=port, protocol_version=protocol, keyspace=keyspace, connect_timeout=30.0)
+    node = CassandraStore(**where)
+    shell = Unanswered(**where)
     try:
         assert node.waiting(10) == []  # a node's pass: it reads the WAITING partitions and sweeps them
         job = Job(JobKey("USER_JOB", "A.b", "u1"), Status.WAITING, T0, next_run=T0)
