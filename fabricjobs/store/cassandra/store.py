@@ -427,9 +427,12 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if row is None:
                 row = as_stored(target) if c.full or c.whole else self._select_job(key)
             return CasResult(True, row=row)
-        if c.record is not None and not resent:
-            # (A re-sent one keeps its line: its first send may have applied before the row
-            # moved on, and the line is then the run's own; a fenced run's line is the lesser wrong.)
+        # A re-sent one keeps its line: its first send may have applied before the row moved on,
+        # and the line is then the run's own; a fenced run's line is the lesser wrong. So does
+        # one whose unknown outcome a read found past the revision it makes (applied, then moved
+        # on, cannot be told from beaten by another change).
+        moved_on = settled is not None and settled.revision > revision
+        if c.record is not None and not resent and not moved_on:
             c.after += self._unrun_writes(c.record)
         # Our intent stays only if the row now is exactly what it describes (someone made the
         # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
