@@ -180,8 +180,13 @@ class JobViews(ServiceCore):
 
     def find_run(self, cmd: statements.JobLog) -> RunRecord:
         """The run JOBLOG shows: run ``cmd.run`` (default: the last) of the jobs named."""
-        # The last run: one line (a name's whole history is not read for it).
-        runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=1 if cmd.run is None else None)
+        # The last run: one line (a name's whole history is not read for it); run n of one job:
+        # its line, read by its key (not every line of a job that may have millions).
+        if cmd.run is not None and cmd.uid is not None:
+            record = self.store.run(JobKey(cmd.type, cmd.name, cmd.uid), cmd.run)
+            runs = [record] if record is not None else []
+        else:
+            runs = self.store.runs(cmd.type, cmd.name, cmd.uid, limit=1 if cmd.run is None else None)
         if cmd.run is not None:
             runs = [r for r in runs if r.epoch == cmd.run]
             if len({r.key.uid for r in runs}) > 1:
@@ -226,7 +231,7 @@ class JobViews(ServiceCore):
         # The record goes in with the outcome, or (Cassandra) just after it: a moment's grace.
         grace = time.monotonic() + RECORD_GRACE_SEC
         while True:
-            record = next((r for r in self.store.runs(key.type, key.name, key.uid) if r.epoch == run), None)
+            record = self.store.run(key, run)  # its line alone, read by its key
             if record is not None:
                 return Result(HISTORY_COLUMNS, (history_row(record),),
                               notices=(f"waited {time.monotonic() - began:.1f} s",))

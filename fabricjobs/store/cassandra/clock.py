@@ -72,7 +72,10 @@ class Sample:
 
 class ClusterClock:
     """Cassandra's time for this process, and whether this host's clock is close enough to it
-    to write. Thread-safe. Until the first measurement it reads the host's wall clock."""
+    to write. Thread-safe. Until the first measurement it reads the host's wall clock, and
+    nothing may be written: a write stamped by that clock could fall under any other
+    process's sweep (a host 30 s behind whose time queries all went unanswered stranded
+    every job it submitted)."""
 
     def __init__(self, *, max_skew: float, monotonic: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
@@ -123,8 +126,16 @@ class ClusterClock:
         return self._error <= MAX_ERROR_SEC
 
     @property
+    def measured(self) -> bool:
+        return self._anchor is not None
+
+    @property
     def refuses(self) -> bool:
-        """Whether this host's clock is beyond the bound (nothing may be written)."""
+        """Whether nothing may be written: Cassandra's time not measured yet, or this host's
+        clock beyond the bound."""
+        return self._anchor is None or self._beyond()
+
+    def _beyond(self) -> bool:
         return abs(self._skew) > self.max_skew
 
     def check_write(self) -> None:
@@ -133,6 +144,9 @@ class ClusterClock:
             raise ClockSkewError(self.refusal())
 
     def refusal(self) -> str:
+        if self._anchor is None:
+            return ("Cassandra's time is not measured yet (no Cassandra host of this data centre answered "
+                    "toTimestamp(now()) in time): nothing is written until it is, since every write is stamped by it")
         where = "ahead of" if self._skew > 0 else "behind"
         return (f"this host's clock is {abs(self._skew):.1f} s {where} Cassandra's, beyond [cassandra] "
                 f"MAX_CLOCK_SKEW_SEC = {self.max_skew:g}: nothing is written until it is set right "
@@ -159,21 +173,26 @@ class ClusterClock:
         use = sure or chosen
         anchor = statistics.median(s.anchor for s in use)
         spread = use[-1].anchor - use[0].anchor
+        # Each sample's anchor is within its own error of Cassandra's time, so the median is
+        # within any sample's error plus its distance from it (the quickest sample's error
+        # alone says nothing of a median taken from slower ones); half the spread stays as
+        # the hosts' own disagreement.
+        error = max(min(s.error for s in use) + spread / 2, min(s.error + abs(s.anchor - anchor) for s in use))
         if spread > SPREAD_WARN_SEC:
             log.warning("the Cassandra hosts' clocks disagree by %.2f s (%s): fix their time synchronisation",
                         spread, ", ".join(f"{s.host} {s.anchor - anchor:+.3f} s" for s in use))
         if not sure:
             log.warning("Cassandra's time measured with an error of up to %.0f ms (a slow round trip)",
-                        1000 * min(s.error for s in use))
+                        1000 * error)
         skew = statistics.median(s.skew for s in use)
-        first, refused_before = self._anchor is None, self.refuses
+        first, refused_before = self._anchor is None, self._beyond()
         with self._lock:
-            self._anchor, self._error, self._skew = anchor, min(s.error for s in use) + spread / 2, skew
+            self._anchor, self._error, self._skew = anchor, error, skew
             if first:  # the stamps of the requests before (the measurement's own) were the host's: forget them
                 self._last_us = 0
-        if self.refuses and not refused_before and not first:  # (a first refusal is told by the write)
+        if self._beyond() and not refused_before and not first:  # (a first refusal is told by the write)
             log.error("%s", self.refusal())
-        elif refused_before and not self.refuses:
+        elif refused_before and not self._beyond():
             log.warning("this host's clock is within %.1f s of Cassandra's again: writing resumes", abs(skew))
         return True
 
@@ -195,9 +214,10 @@ class ClusterClock:
         return out
 
     def keep_in_sync(self, sync: Callable[[], None], every: float = RESYNC_SEC) -> None:
-        """Call ``sync`` every ``every`` seconds on a daemon thread until :meth:`close`."""
+        """Call ``sync`` every ``every`` seconds on a daemon thread until :meth:`close` (every
+        second while nothing is measured: writes wait for it)."""
         def loop() -> None:
-            while not self._stop.wait(every):
+            while not self._stop.wait(every if self._anchor is not None else 1.0):
                 try:
                     sync()
                 except Exception as exc:  # the store may be unreachable for a while: the anchor holds

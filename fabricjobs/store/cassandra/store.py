@@ -13,6 +13,7 @@ recurring job costs 3 (due, claim, outcome). See docs/guides/cassandra.md#what-t
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -57,6 +58,11 @@ class _Change:
     @property
     def key(self) -> JobKey:
         return self.expected.key
+
+    @property
+    def sent(self) -> tuple:
+        """What tells this change sent again from another: the row, the revision it makes, the run."""
+        return (self.key, self.revision, self.record.epoch if self.record is not None else None)
 
 
 class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, JobStore):
@@ -120,6 +126,11 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             self._placement = Placement(topology.local_dc(local_dc, (h.datacenter for h in known)),
                                         consistency, serial_consistency)
             self._sync_clock()  # before anything is written: every write is stamped by it
+            for _ in range(3):  # no host answered in time: a little later, before writes are refused
+                if self._clock.measured:
+                    break
+                time.sleep(0.5)
+                self._sync_clock()
             self._clock.keep_in_sync(self._sync_clock)
             self._setup_schema(create_schema, lambda: topology.replication_for(replication, len(known)))
             topology.check_placement(self._placement, self._peers())
@@ -306,13 +317,29 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if c.new_bucket is not None:
                 self._seen[(c.new_bucket, c.key, c.revision)] = (None, self._monotonic())  # our own: fresh
         if len(changes) > 1:
-            applied = list(self._pool.map(lambda ic: self._apply(ic[1]), changes))
+            applied = list(self._pool.map(lambda ic: self._attempt(ic[1]), changes))
         else:
-            applied = [self._apply(c) for _, c in changes]
-        for (i, _), res in zip(changes, applied):
-            results[i] = res
+            applied = [self._attempt(c) for _, c in changes]
         self._send_quietly([w for _, c in changes for w in c.after])
+        failed = next((res for res in applied if isinstance(res, StoreError)), None)
+        if failed is not None:
+            # The caller sends the group again (cas_each: a pair at a time). The outcomes that
+            # applied here are then re-sends, known as such (see _apply): reported applied, with
+            # their history lines, not taken for writes another change beat.
+            for (_, c), res in zip(changes, applied):
+                if c.whole and c.record is not None and isinstance(res, CasResult) and res.applied:
+                    self._unsettled.add(c.sent)
+            raise failed
+        for (i, _), res in zip(changes, applied):
+            assert isinstance(res, CasResult)
+            results[i] = res
         return results  # type: ignore[return-value]
+
+    def _attempt(self, c: "_Change") -> "CasResult | StoreError":
+        try:
+            return self._apply(c)
+        except StoreError as exc:
+            return exc
 
     def _prepare(self, expected: Job, new: Job, record: RunRecord | None, whole: bool = False) -> "_Change | CasResult":
         if new.key != expected.key:
@@ -372,7 +399,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         def ours(row: Job) -> bool:
             return (row.revision, row.status, row.worker_id, row.epoch) == (revision, target.status, target.worker_id, target.epoch)
 
-        sent = (key, revision, c.record.epoch if c.record is not None else None)
+        sent = c.sent
         try:
             applied, lwt_row, settled = self._execute_lwt(
                 c.stmt, c.params, key, ours, lambda row: row is not None and Version.of(row) == Version.of(expected),
@@ -400,9 +427,12 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if row is None:
                 row = as_stored(target) if c.full or c.whole else self._select_job(key)
             return CasResult(True, row=row)
-        if c.record is not None and not resent:
-            # (A re-sent one keeps its line: its first send may have applied before the row
-            # moved on, and the line is then the run's own; a fenced run's line is the lesser wrong.)
+        # A re-sent one keeps its line: its first send may have applied before the row moved on,
+        # and the line is then the run's own; a fenced run's line is the lesser wrong. So does
+        # one whose unknown outcome a read found past the revision it makes (applied, then moved
+        # on, cannot be told from beaten by another change).
+        moved_on = settled is not None and settled.revision > revision
+        if c.record is not None and not resent and not moved_on:
             c.after += self._unrun_writes(c.record)
         # Our intent stays only if the row now is exactly what it describes (someone made the
         # same change first); otherwise it is dropped. Unlike a reader's, this delete needs no
