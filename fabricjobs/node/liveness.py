@@ -129,9 +129,12 @@ class Liveness:
         return sorted(n for n in [*self._seen, *self._unknown] if self.is_dead(n))
 
     def ages(self) -> dict[str, float]:
-        """Seconds since each peer's beat was last seen to change, as of the last read."""
+        """Seconds since each peer's beat was last seen to change, as of the last read. A peer
+        that shut down cleanly is left out: it is not silent, it said goodbye (an alert on the
+        age would otherwise fire for every node stopped on purpose, until it is forgotten)."""
         # A copy first: the metrics server's thread asks while the reconcile loop observes.
-        return {n: max(0.0, self._read(n)[0] - s.changed_at) for n, s in list(self._seen.items()) if n != self.me}
+        return {n: max(0.0, self._read(n)[0] - s.changed_at) for n, s in list(self._seen.items())
+                if n != self.me and not s.stopped}
 
     def alive(self) -> list[str]:
         return sorted(n for n in self._seen if not self.is_dead(n))

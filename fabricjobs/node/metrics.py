@@ -47,7 +47,8 @@ METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("fabricjobs_reconcile_pass_seconds", "histogram", "Duration of a reconcile pass"),
     MetricInfo("fabricjobs_fire_lag_seconds", "histogram", "Delay from a run's due time to its start"),
     MetricInfo("fabricjobs_peer_heartbeat_age_seconds", "gauge",
-               "Seconds since each peer's beat was last seen to change, on this node's clock", ("node",)),
+               "Seconds since each peer's beat was last seen to change, on this node's clock (a peer that "
+               "stopped cleanly is not listed)", ("node",)),
     MetricInfo("fabricjobs_lease_remaining_seconds", "gauge", "This node's lease left"),
     MetricInfo("fabricjobs_store_lwt_attempts", "counter", "Conditional writes (LWTs) sent to the store (Cassandra; 0 on SQLite)",
                store_field="lwt_attempts"),

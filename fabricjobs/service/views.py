@@ -162,7 +162,10 @@ class JobViews(ServiceCore):
             deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
             return Result(lines=follow_lines(self.store, row, deadline, run_summary))
         r = self.find_run(statements.JobLog(cmd.type, cmd.name, cmd.uid, cmd.run))
-        return Result(status=run_summary(r) + "\n" + (r.log or "(no log lines)"))
+        text = run_summary(r) + "\n" + (r.log or "(no log lines)")
+        if cmd.follow:  # a final job: its last run's log, still as lines (a program iterates them)
+            return Result(lines=iter(text.split("\n")))
+        return Result(status=text)
 
     def _followed(self, cmd: statements.JobLog) -> Job | None:
         """The live job JOBLOG ... FOLLOW follows; None if there is none (final or archived:

@@ -64,7 +64,8 @@ def _table(result: Result, zone: tzinfo | None, width: int | None) -> str:
     rows = [[shown(_text(v, zone)) for v in r] for r in result.rows]
     lines = []
     if result.vertical:
-        lines.append(_vertical(result.columns, rows))
+        if rows:  # no records: the count alone, as psql's expanded display
+            lines.append(_vertical(result.columns, rows))
     else:
         table = tabulate(rows, headers=list(result.columns), tablefmt="psql", disable_numparse=True)
         if width is not None and rows and max(len(line) for line in table.splitlines()) > width:

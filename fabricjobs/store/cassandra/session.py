@@ -149,6 +149,18 @@ def _result(future):
         raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
 
 
+class _DriverWarningEcho(logging.Filter):
+    """Drops the driver's own ``Server warning: ...`` line: the store counts each of Cassandra's
+    warnings and logs it at most once a minute per kind (``_warned``), where the driver logs
+    every one, a line per read that met tombstones (docs/guides/operations/troubleshooting.md)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Server warning: %s"
+
+
+_DRIVER_ECHO = _DriverWarningEcho()
+
+
 class _CountingSession:
     """The driver's session, counting what is sent by kind (StoreStats): the figures of
     scripts/bench_cassandra.py and of the node's metrics are what the cluster was asked."""
@@ -165,6 +177,7 @@ class _CountingSession:
         self.stats = stats
         self._batch_type = BatchStatement
         self._last_warned: dict[str, float] = {}
+        logging.getLogger("cassandra.protocol").addFilter(_DRIVER_ECHO)  # (added once, however many sessions)
 
     def _count(self, stmt, profile) -> None:
         """Count a request by kind; a write (an LWT, a batch, any statement but a SELECT) is

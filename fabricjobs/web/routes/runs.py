@@ -112,8 +112,7 @@ def get_last_log(request: Request, type: str, name: str, uid: str,
     except BaseException:
         give_back()
         raise
-    lines = result.lines if result.lines is not None else (result.status or "").split("\n")
-    return StreamingResponse(_ndjson(lines, give_back), media_type="application/x-ndjson",
+    return StreamingResponse(_ndjson(result.lines or (), give_back), media_type="application/x-ndjson",
                              background=BackgroundTask(give_back))
 
 
