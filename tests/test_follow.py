@@ -31,9 +31,13 @@ class Follow:
     """``fabricjobs shell -e "<text>"`` with its stdout read line by line as it comes."""
 
     def __init__(self, cluster, text: str) -> None:
+        # Ctrl-C as at a terminal: SIGINT at its default, whatever this test run inherited (a
+        # shell's background job, as `./scripts/test &` is, ignores SIGINT, and so would the
+        # shell under test, which then never sees the Ctrl-C this file sends it).
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "fabricjobs", "--config", str(cluster.config_path), "shell", "-e", text],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cluster.tmp)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cluster.tmp,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
