@@ -70,7 +70,14 @@ FIRST_AGREEMENT = 10.0  # seconds a start waits for agreement before it reads (b
 DDL_TIMEOUT = 60.0  # seconds one schema statement may take (a busy node applies DDL slowly)
 
 _LEVELED = "compaction = {'class': 'LeveledCompactionStrategy'}"
-_BY_DAY = "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}"
+#: Every write to a time-window table carries its own TTL (the history's keep time); the table's
+#: default is a backstop that keeps Cassandra 5.0's zero_ttl_on_twcs guardrail quiet (a time-window
+#: table without a TTL never drops a whole SSTable, so Cassandra warns a role that creates one,
+#: and the warnings alert fired on a fresh deployment's first start). A year: well inside the
+#: expiration dates Cassandra 5.0 accepts in its default storage compatibility mode.
+_BACKSTOP_TTL = f"default_time_to_live = {365 * 86400}"
+_BY_DAY = ("compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'DAYS', "
+           f"'compaction_window_size': 1}} AND {_BACKSTOP_TTL}")
 
 #: Storage options of each table (see the module docstring for why).
 TABLE_OPTIONS: dict[str, str] = {
@@ -93,7 +100,7 @@ TABLE_OPTIONS: dict[str, str] = {
     "k2_jobs_live": f"{_LEVELED} AND gc_grace_seconds = 600",
     "k2_job_runs_by_name": f"{_BY_DAY} AND gc_grace_seconds = 10800",
     "k2_live_log": "compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'HOURS',"
-                   " 'compaction_window_size': 1} AND gc_grace_seconds = 3600",
+                   f" 'compaction_window_size': 1}} AND {_BACKSTOP_TTL} AND gc_grace_seconds = 3600",
 }
 
 _JOBS_V1 = """k2_jobs (
