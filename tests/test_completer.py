@@ -67,3 +67,21 @@ def test_a_store_that_fails_leaves_the_names_as_they_were():
     catalog = Catalog(broken)
     catalog.refresh(wait=True)  # no exception reaches the prompt
     assert offered(CommandCompleter(catalog), "jobstatus user_job '") == []
+
+
+def test_the_catalog_holds_a_bounded_page_of_the_live_jobs(store_config):
+    """Its refresh runs after every statement: on a big cluster it reads one page, not every job."""
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.shell.repl import CATALOG_JOBS
+
+    cfg = load_config(store_config)
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    try:
+        now = datetime.now(timezone.utc)
+        jobs = [Job(JobKey("USER_JOB", "Bulk.job", f"u{i:04d}"), Status.WAITING, now) for i in range(CATALOG_JOBS + 50)]
+        assert all(r.applied for r in client.store.insert_many(jobs))
+        catalog = Catalog(lambda: _load_catalog(client))
+        catalog.refresh(wait=True)
+        assert [uid for _, _, uid in catalog.jobs] == [f"u{i:04d}" for i in range(CATALOG_JOBS)]
+    finally:
+        client.close()
