@@ -90,3 +90,24 @@ def test_stamps_taken_before_the_first_measurement_do_not_hold_later_ones_at_the
     assert clock.timestamp() / 1e6 > c.cassandra + 29  # the host's clock: nothing measured yet
     clock.take(clock.measure(c.ask(0.002), ["h1"]))
     assert abs(clock.timestamp() / 1e6 - c.cassandra) < 0.01
+
+
+def test_a_measurement_grows_less_sure_while_it_is_not_taken_again():
+    """The clocks may drift apart between measurements: a process whose round trips all stay
+    slow for ten minutes stops sweeping and stamps later, until a measurement is taken again
+    (a slow one once the anchor held has drifted further than it is off)."""
+    from fabricjobs.store.cassandra.clock import DRIFT_PER_SEC
+
+    c = Clocks(skew=0.0)
+    clock = ClusterClock(max_skew=60, monotonic=c.monotonic, wall=c.wall)
+    assert clock.take(clock.measure(c.ask(0.004), ["h1"])) and clock.sure
+    c.advance(60.0)  # two resyncs missed: still sure
+    assert clock.sure and clock.error < 0.004 + 61 * DRIFT_PER_SEC
+    assert not clock.take(clock.measure(c.ask(0.8), ["h1"]))  # slow, and worse than the anchor held
+    c.advance(600.0)
+    assert not clock.sure and clock.error > MAX_ERROR_SEC
+    assert clock.timestamp() / 1e6 - c.cassandra >= MAX_ERROR_SEC  # stamped that much later
+    c.advance(600.0)
+    assert clock.take(clock.measure(c.ask(0.8), ["h1"]))  # slow, but better than the anchor drifted since
+    assert clock.error < 0.45
+    assert clock.take(clock.measure(c.ask(0.004), ["h1"])) and clock.sure

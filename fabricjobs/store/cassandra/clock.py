@@ -38,6 +38,20 @@ RESYNC_SEC = 30.0  # how often the offset is measured again
 SAMPLES = 3  # round trips per host per measurement; the quickest counts
 MAX_ERROR_SEC = 0.25  # a measurement less sure than this (half its round trip) is not taken...
 SPREAD_WARN_SEC = 0.25  # ...and Cassandra hosts disagreeing by more than this is warned of
+#: How fast this process's clock may drift from Cassandra's between measurements (the most the
+#: kernel slews a clock for NTP is 500 ppm): a measurement's error grows by this much a second
+#: after it is taken, so a process whose measurements keep failing becomes unsure in time
+#: (no sweeps, later stamps) instead of trusting an anchor that has drifted.
+DRIFT_PER_SEC = 500e-6
+
+
+def _since_boot() -> float:
+    """A clock that keeps counting while the host is suspended (CLOCK_BOOTTIME where there is
+    one; the monotonic clock stops, and Cassandra's time read from it would lag by the sleep)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+_STEADY: Callable[[], float] = _since_boot if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
 
 
 class ClockSkewError(StoreError):
@@ -77,14 +91,15 @@ class ClusterClock:
     process's sweep (a host 30 s behind whose time queries all went unanswered stranded
     every job it submitted)."""
 
-    def __init__(self, *, max_skew: float, monotonic: Callable[[], float] = time.monotonic,
+    def __init__(self, *, max_skew: float, monotonic: Callable[[], float] = _STEADY,
                  wall: Callable[[], float] = time.time) -> None:
         self.max_skew = max_skew
         self._monotonic = monotonic
         self._wall = wall
         self._lock = threading.Lock()
         self._anchor: float | None = None
-        self._error = float("inf")
+        self._error = float("inf")  # of the last measurement, when it was taken (see error)
+        self._measured_at = 0.0  # monotonic
         self._skew = 0.0
         self._last_us = 0
         self._stop = threading.Event()
@@ -101,7 +116,8 @@ class ClusterClock:
         timestamp generator, so every plain write is stamped by Cassandra's time. While the
         measurement is less sure than MAX_ERROR_SEC (a slow round trip at start-up), stamped
         that much later: a write stamped late cannot fall under another process's sweep."""
-        late = self._error if MAX_ERROR_SEC < self._error < float("inf") else 0.0
+        error = self.error
+        late = error if MAX_ERROR_SEC < error < float("inf") else 0.0
         now = int((self.now() + late) * 1_000_000)
         with self._lock:
             self._last_us = now = max(now, self._last_us + 1)
@@ -116,14 +132,15 @@ class ClusterClock:
 
     @property
     def error(self) -> float:
-        """How far :meth:`now` may be from Cassandra's own clock (inf before any measurement)."""
-        return self._error
+        """How far :meth:`now` may be from Cassandra's own clock (inf before any measurement):
+        the last measurement's error, and what the clocks may have drifted apart since."""
+        return self._error + DRIFT_PER_SEC * max(0.0, self._monotonic() - self._measured_at)
 
     @property
     def sure(self) -> bool:
         """Whether Cassandra's time is known within MAX_ERROR_SEC: only then may this process
         sweep (sweep.py), a range delete dated by this clock."""
-        return self._error <= MAX_ERROR_SEC
+        return self.error <= MAX_ERROR_SEC
 
     @property
     def measured(self) -> bool:
@@ -157,7 +174,8 @@ class ClusterClock:
     def take(self, samples: Sequence[Sample]) -> bool:
         """Adopt a measurement: per host its quickest sample, then the median anchor of the
         hosts. False (nothing changes) when none is sure enough, unless there is no anchor yet
-        (a loaded machine still gets a clock, with a warning)."""
+        (a loaded machine still gets a clock, with a warning) or the anchor held has drifted
+        to a larger error than this one's."""
         best: dict[str, Sample] = {}
         for s in samples:
             if s.host not in best or s.error < best[s.host].error:
@@ -166,10 +184,6 @@ class ClusterClock:
             return False
         chosen = sorted(best.values(), key=lambda s: s.anchor)
         sure = [s for s in chosen if s.error <= MAX_ERROR_SEC]
-        if not sure and self._anchor is not None:
-            log.warning("Cassandra's time not measured again: every round trip took over %.0f ms",
-                        2000 * MAX_ERROR_SEC)
-            return False
         use = sure or chosen
         anchor = statistics.median(s.anchor for s in use)
         spread = use[-1].anchor - use[0].anchor
@@ -178,6 +192,10 @@ class ClusterClock:
         # alone says nothing of a median taken from slower ones); half the spread stays as
         # the hosts' own disagreement.
         error = max(min(s.error for s in use) + spread / 2, min(s.error + abs(s.anchor - anchor) for s in use))
+        if not sure and self._anchor is not None and error >= self.error:  # the anchor held is better
+            log.warning("Cassandra's time not measured again: every round trip took over %.0f ms",
+                        2000 * MAX_ERROR_SEC)
+            return False
         if spread > SPREAD_WARN_SEC:
             log.warning("the Cassandra hosts' clocks disagree by %.2f s (%s): fix their time synchronisation",
                         spread, ", ".join(f"{s.host} {s.anchor - anchor:+.3f} s" for s in use))
@@ -188,6 +206,7 @@ class ClusterClock:
         first, refused_before = self._anchor is None, self._beyond()
         with self._lock:
             self._anchor, self._error, self._skew = anchor, error, skew
+            self._measured_at = max(s.received for s in use)
             if first:  # the stamps of the requests before (the measurement's own) were the host's: forget them
                 self._last_us = 0
         if self._beyond() and not refused_before and not first:  # (a first refusal is told by the write)
