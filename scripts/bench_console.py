@@ -22,10 +22,7 @@ the first page, the watched web process under 10 % of a core.
 from __future__ import annotations
 
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -33,7 +30,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from testkit import bulk
-from testkit.rig import free_port, process_cpu_seconds, wait_for
+from testkit.rig import process_cpu_seconds, wait_for
+from testkit.web import WebProcess
 
 UTC = timezone.utc
 INTERVAL = 2.0  # the console interval: the default
@@ -84,32 +82,11 @@ def _load(rig, backend, args, progress) -> None:
     progress(f"console: {args.live:,} live and {args.archived:,} archived jobs written in {time.monotonic() - t:.0f} s")
 
 
-class _Web:
+class _Web(WebProcess):
+    """A viewer's ``fabricjobs web`` on the rig's store, with its requests timed."""
+
     def __init__(self, rig) -> None:
-        import httpx
-
-        exe = [sys.executable, "-m", "fabricjobs", "--config", str(rig.config_path)]
-        token = subprocess.run([*exe, "token", "create", "bench", "--role", "viewer"], capture_output=True, text=True,
-                               check=True).stdout.strip()
-        self.port = free_port()
-        self.log = rig.tmp / "web.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([*exe, "web", "--bind", f"127.0.0.1:{self.port}"], stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                         cwd=rig.tmp)
-        self.url, self.token = f"http://127.0.0.1:{self.port}", token
-        self.http = httpx.Client(base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {token}"})
-        wait_for(self._up, 60, lambda: f"fabricjobs web to answer; its log:\n{self.log.read_text()}")
-
-    def _up(self) -> bool:
-        import httpx
-
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"fabricjobs web exited: {self.log.read_text()}")
-        try:
-            return self.http.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
+        super().__init__(rig.config_path, rig.tmp / "web.log", role="viewer", timeout=60, cwd=rig.tmp)
 
     def timed(self, path: str, **params) -> tuple[float, dict]:
         t = time.perf_counter()
@@ -117,11 +94,6 @@ class _Web:
         r.raise_for_status()
         return time.perf_counter() - t, r.json()
 
-    def close(self) -> None:
-        self.http.close()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
 
 
 def _fresh() -> None:

@@ -18,19 +18,15 @@ Printed: store requests per second for each, over the same length of time.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from tabulate import tabulate
 
-from testkit.rig import free_port, wait_for
+from testkit.web import WebProcess
 
 LIST = "/api/v1/jobs?limit=100"
 
@@ -39,8 +35,6 @@ class _WebCase:
     """One bulk-loaded store, a ``fabricjobs web`` process on it and an admin token."""
 
     def __init__(self, tmp: Path, label: str, archived: int, live: int, load_rows) -> None:
-        import httpx
-
         self.label, self.archived, self.live = label, archived, live
         d = tmp / label
         d.mkdir()
@@ -48,29 +42,10 @@ class _WebCase:
         load_rows(self.db, archived, live, "bench-node")
         self.config = d / "config.ini"
         self.config.write_text(f"[store]\nSQLITE_PATH = {self.db}\n")
-        exe = [sys.executable, "-m", "fabricjobs", "--config", str(self.config)]
-        made = subprocess.run([*exe, "token", "create", "bench", "--role", "admin"], capture_output=True, text=True,
-                              check=True)
-        port = free_port()
-        self.log = d / "web.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([*exe, "web", "--bind", f"127.0.0.1:{port}"], stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
-                                 headers={"Authorization": f"Bearer {made.stdout.strip()}"})
-        wait_for(self._healthy, 30, lambda: f"fabricjobs web on {label} to answer; its log:\n{self.log.read_text()}")
+        self.web = WebProcess(self.config, d / "web.log", role="admin")
+        self.http = self.web.http
         self.rows = len(self._list())  # warm
         self.times: list[float] = []
-
-    def _healthy(self) -> bool:
-        import httpx
-
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"fabricjobs web exited: {self.log.read_text()}")
-        try:
-            return self.http.get("/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
 
     def _list(self) -> list:
         r = self.http.get(LIST)
@@ -83,10 +58,7 @@ class _WebCase:
         self.times.append(time.perf_counter() - t)
 
     def close(self) -> dict:
-        self.http.close()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
+        self.web.close()
         ms = sorted(t * 1000 for t in self.times)
         return {"case": self.label, "archived": self.archived, "live": self.live, "rows_listed": self.rows,
                 "requests": len(ms), "p50_ms": statistics.median(ms), "p99_ms": ms[min(len(ms) - 1, int(len(ms) * 0.99))],
@@ -155,25 +127,15 @@ def live_cost(args, progress) -> dict:
                       f"KEYSPACE = bench_web\nPROTOCOL_VERSION = 4\nTOKEN_AWARE = false\n"
                       f"[jobs]\nUSER_JOBS_DIR = {root / 'examples' / 'jobs'}\n"
                       f"[web]\nCONSOLE_INTERVAL_SEC = {interval}\n")
-    proc = None
+    web = None
     try:
         client = Client.from_config(str(config))
         for lo in range(0, args.live, 100):
             client.fetch("".join(f"startjob user_job name='Customer.userJob1' uid='l{i:05d}';"
                                  for i in range(lo, min(args.live, lo + 100))))
         client.close()
-        exe = [sys.executable, "-m", "fabricjobs", "--config", str(config)]
-        token = subprocess.run([*exe, "token", "create", "bench", "--role", "viewer"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        port = free_port()
-        log = tmp / "web.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen([*exe, "web", "--bind", f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-        import httpx
-
-        wait_for(lambda: _answers(httpx, url), 30, lambda: f"fabricjobs web to answer; its log:\n{log.read_text()}")
+        web = WebProcess(config, tmp / "web.log", role="viewer")
+        url, token = web.url, web.token
         rows = []
         for browsers in (1, 10):
             progress(f"web: {browsers} browser(s) polling the console every {interval:.0f} s for {args.watch:.0f} s ...")
@@ -194,9 +156,8 @@ def live_cost(args, progress) -> dict:
                          "not_modified": sum(1 for c in polls if c == 304), "store_reads_per_s": reads,
                          "store_writes_per_s": (after["writes"] - before["writes"]) / seconds})
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
+        if web is not None:
+            web.close()
         server.stop()
         if not args.keep:
             import shutil
@@ -209,10 +170,3 @@ def live_cost(args, progress) -> dict:
                    headers=["browsers", "polls/s", "answered 304", "store reads/s", "store writes/s"],
                    disable_numparse=True))
     return {"rows": rows}
-
-
-def _answers(httpx, url: str) -> bool:
-    try:
-        return httpx.get(url + "/healthz", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
