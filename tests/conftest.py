@@ -125,3 +125,13 @@ def small_disk(tmp_path):
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run cgroups of nodes a test killed together with their fork server: no process of
+    theirs was left to remove them (a node's next start would), so the run removes them."""
+    from fabricjobs.worker import cgroups
+
+    root = cgroups.here()
+    if root is not None:
+        cgroups.remove_stale(root)

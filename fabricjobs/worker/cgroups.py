@@ -243,8 +243,9 @@ def _homes(root: str, pick) -> list[str]:
     return out
 
 
-def _remove_stale(root: str) -> None:
-    """The cgroups of nodes whose process is gone (killed before they could remove them)."""
+def remove_stale(root: str) -> None:
+    """The cgroups of nodes whose process is gone (killed, with their fork server, before
+    either could remove them): a node's start clears them, and so does the end of a test run."""
     from .reaper import pid_alive
 
     for home in _homes(root, lambda pid, kind: not pid_alive(pid)):
@@ -267,7 +268,7 @@ class RunCgroups:
         root = here(proc)
         if root is None:
             return "no cgroup v2 hierarchy is mounted"
-        _remove_stale(root)
+        remove_stale(root)
         _counter[0] += 1
         home = os.path.join(root, f"{_PREFIX}{os.getpid()}-{_counter[0]}")
         try:
