@@ -143,13 +143,33 @@ def _admin_session():
     return _admin
 
 
+_drops: list = []  # the drops sent and not yet waited for (close_admin waits for them)
+
+
 def drop_keyspace(keyspace: str) -> None:
     """Drop a test's keyspace on the real cluster (thousands of leftover tables would fill the
     server's heap). Not waited for: the next test need not pay for it."""
     try:
-        _admin_session().execute_async(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        _drops.append(_admin_session().execute_async(f"DROP KEYSPACE IF EXISTS {keyspace}"))
     except Exception:  # a leftover keyspace costs only memory on a test server
         pass
+    del _drops[:-16]  # those sent long ago have long been answered
+
+
+def close_admin() -> None:
+    """Wait for the drops sent, then shut the admin connection down. A driver Cluster left open
+    when the interpreter exits prints a traceback ("cannot schedule new futures after
+    shutdown": its scheduler outlives the thread pools that the interpreter ends first)."""
+    global _admin
+    for future in _drops:
+        try:
+            future.result()
+        except Exception:  # as in drop_keyspace
+            pass
+    _drops.clear()
+    if _admin is not None:
+        _admin.cluster.shutdown()
+        _admin = None
 
 
 def empty_keyspace(keyspace: str, keep: bool = True) -> bool:

@@ -72,6 +72,7 @@ def _drop_emptied_keyspaces():
         backends.drop_keyspace(backends._emptied.pop())
     while backends._set_aside:
         backends.drop_keyspace(backends._set_aside.pop()[1])
+    backends.close_admin()
 
 
 @pytest.fixture(params=BACKENDS)
