@@ -286,9 +286,15 @@ def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three
     timeout demoted c3 (session.Unanswered), and one for a surviving replica. With c3 cut,
     every quorum needs both c1 and c2, so the cluster has no slack left: when one of them
     stalls past the 2 s request timeout (three JVMs on two cores beside the test), so does
-    every LWT. CI saw 5.9 s that way, with c1 timing out once; quiet runs see 1-2 s."""
+    every LWT. CI saw 5.9 s that way, with c1 timing out once; quiet runs see 1-2 s.
+
+    Such a stall stops the heartbeats too (a beat is a quorum write), so the lease must outlast
+    the pause the test allows, or a node fences itself for want of c1 alone: beats every 1 s,
+    dead after 8 s, a 6 s lease (heartbeat.lease_seconds). On 0.5 s beats (a 3 s lease) a fresh
+    run saw n1 fence itself when c1 left a request unanswered: the test's own slack (7 s
+    between run starts) was more than the lease it gave the nodes."""
     net, dbs, keyspaces = three
-    config = _config(tmp_path, dbs, heartbeat=(500, 8), keyspace=keyspaces.pop())
+    config = _config(tmp_path, dbs, heartbeat=(1000, 8), keyspace=keyspaces.pop())
     rig = Rig(tmp_path, config)
     client = Client.from_config(config)
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
