@@ -27,6 +27,12 @@ class SchemaVersionError(StoreError):
     """The store holds a schema newer than this code understands."""
 
 
+class InsertInterrupted(StoreError):
+    """A bulk insert stopped by a store error at one job, on a store without multi-row
+    transactions: the jobs before it stay written, and some after it may be too (their inserts
+    went out together). The message names the job and those written after it."""
+
+
 class PlacementError(StoreError):
     """Writing from here beside the other live nodes could let two places claim one job (on
     Cassandra: local consistency levels with nodes in several data centres)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ...config import Config
-from ...errors import StoreError
+from ...errors import InsertInterrupted, StoreError
 from ...model import RUN_COUNTERS, Job, JobKey, JobType, Status
 from ..base import CasResult, JobStore, RunRecord, Version
 from . import topology
@@ -224,7 +224,9 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         has a row or came earlier in ``jobs``; that one goes alone (it is refused, or reuses an
         archived row). Left open: a key created by another writer between that read and its
         LWT is refused while the jobs after it in its group were written; they are logged, and
-        the results of the whole group are returned."""
+        the results of the whole group are returned. A store error at one insert waits for the
+        rest of its group, then raises InsertInterrupted naming that job and the jobs after it
+        that were written all the same (the jobs before it are written)."""
         results: list[CasResult] = []
         found = self.get_many([j.key for j in jobs]) if len(jobs) > 1 else [None] * len(jobs)
         i, seen = 0, set()
@@ -238,7 +240,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             group = jobs[i:end]
             # Each its own intent, then its LWT; not all intents first: an intent is an entry
             # that nodes read and try to claim, in vain until its row is written.
-            done = list(self._pool.map(self.insert, group)) if len(group) > 1 else [self.insert(group[0])]
+            done = self._insert_group(group)
             refused = next((k for k, res in enumerate(done) if not res.applied), None)
             if refused is not None:
                 written = [j.key for j, res in zip(group[refused + 1:], done[refused + 1:]) if res.applied]
@@ -250,6 +252,32 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             results += done
             i = end
         return results
+
+    def _insert_group(self, group: Sequence[Job]) -> list[CasResult]:
+        """The results of the group's inserts, sent together; every one is waited for, so that
+        a store error at one can say which of the others were written."""
+        if len(group) == 1:
+            return [self.insert(group[0])]
+        done: list[CasResult] = []
+        errors: dict[int, Exception] = {}
+        for k, future in enumerate([self._pool.submit(self.insert, job) for job in group]):
+            try:
+                done.append(future.result())
+            except Exception as exc:  # the store may fail in any way; the others still land
+                errors[k] = exc
+                done.append(CasResult(False))
+        if not errors:
+            return done
+        failed = min(errors)
+        if any(not res.applied for res in done[:failed]):
+            return done[:failed]  # a refusal comes first: the caller stops there, as without the error
+        after = [job.key for job, res in zip(group[failed + 1:], done[failed + 1:]) if res.applied]
+        shown = ", ".join(map(str, after[:10])) + (f" and {len(after) - 10} more" if len(after) > 10 else "")
+        message = f"STARTJOB of {group[failed].key} failed: {errors[failed]}; the jobs before it were written" + (
+            f", and {len(after)} after it in the same group were written all the same: {shown}" if after else
+            ", none after it")
+        log.warning("%s", message)
+        raise InsertInterrupted(message) from errors[failed]
 
     def insert(self, job: Job) -> CasResult:
         new = job.replace(revision=1)
