@@ -29,8 +29,31 @@ class SchemaVersionError(StoreError):
 
 class InsertInterrupted(StoreError):
     """A bulk insert stopped by a store error at one job, on a store without multi-row
-    transactions: the jobs before it stay written, and some after it may be too (their inserts
-    went out together). The message names the job and those written after it."""
+    transactions (Cassandra): the jobs before it stay written, and some after it may be too
+    (their inserts went out together). ``failed``: that job's key; ``written``: the keys after
+    it that were written; ``also_failed``: those after it that failed too. Whether the failed
+    ones were written is unknown (a lost answer is not a refusal): JOBSTATUS shows it."""
+
+    _SHOWN = 2000  # characters of keys in the message at most (a key may be 1.3 KB)
+
+    def __init__(self, failed: str, cause: Exception, written: list[str], also_failed: list[str]) -> None:
+        self.failed, self.written, self.also_failed = failed, tuple(written), tuple(also_failed)
+        parts = [f"STARTJOB of {failed} failed ({cause}); it may or may not be written. The jobs before it "
+                 f"in the script were written"]
+        if written:
+            parts.append(f"{len(written)} after it were written all the same: {self._keys(written)}")
+        if also_failed:
+            parts.append(f"{len(also_failed)} after it failed too: {self._keys(also_failed)}")
+        super().__init__("; ".join(parts) + ". Nothing after this group ran")
+
+    @classmethod
+    def _keys(cls, keys: list[str]) -> str:
+        shown: list[str] = []
+        for key in keys:
+            if sum(len(k) + 2 for k in shown) + len(key) > cls._SHOWN:
+                return ", ".join(shown) + f" and {len(keys) - len(shown)} more"
+            shown.append(key)
+        return ", ".join(shown)
 
 
 class PlacementError(StoreError):

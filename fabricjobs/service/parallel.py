@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import parallel
 from ..commands import statements
-from ..errors import JobAlreadyRunning, ValidationError
+from ..errors import InsertInterrupted, JobAlreadyRunning, StoreError, ValidationError
 from ..model import Job, JobKey, JobType
 from ..store.base import CasResult
 from .core import ServiceCore
@@ -45,10 +45,15 @@ class ParallelCommands(ServiceCore):
             if old is not None and not old.archived:
                 raise JobAlreadyRunning(f"Job is running {row.key.describe()} (a task of an earlier run of "
                                         f"{job.key}): STOPJOB it first")
-        with self.store.transaction():
-            results = self.store.insert_many(rows)
-        if not all(r.applied for r in results) or len(results) < len(rows):
-            bad = rows[len(results) - 1] if results and not results[-1].applied else rows[0]
+        try:
+            with self.store.transaction():
+                results = self.store.insert_many(rows)
+        except InsertInterrupted as exc:  # part of the job and its tasks written (a store without transactions)
+            raise StoreError(f"STARTJOB of {job.key} (PARALLELISM={n}) failed partway: {exc}. STOPJOB {job.key.type} "
+                             f"NAME='{job.key.name}' UID='{job.key.uid}' (its tasks stop with it), then start it again") from exc
+        refused = next((k for k, r in enumerate(results) if not r.applied), None)
+        if refused is not None or len(results) < len(rows):
+            bad = rows[refused if refused is not None else len(results)]
             raise JobAlreadyRunning(f"Job is running {bad.key.describe()}")
         return rows[0], results[0]
 

@@ -133,6 +133,7 @@ def errors_documented() -> dict[int | str, dict[str, Any]]:
              403: "the token's role does not allow this", 404: "no such job, run, node or task",
              409: "Job is running, or the job changed under the command",
              410: "the job named has ended (JobEnded): a change of a running or waiting job came too late",
+             502: "the store failed partway through a script's STARTJOBs (InsertInterrupted): part of it took effect",
              503: "the store cannot be reached", 504: "a wait ran out (WaitTimeout); the command took effect"}
     return {status: {"model": ErrorBody, "description": text} for status, text in words.items()}
 

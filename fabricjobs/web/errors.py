@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from ..errors import (
     CalendarNotFound, CommandError, CommandSyntaxError, ConfigError, FabricJobsError, JobAlreadyRunning, JobEnded, JobNotFound,
     NodeNotFound,
-    PriorityAboveCeiling, StoreError, TaskNotFound, WaitTimeout,
+    InsertInterrupted, PriorityAboveCeiling, StoreError, TaskNotFound, WaitTimeout,
 )
 
 log = logging.getLogger("fabricjobs.web")
@@ -38,6 +38,7 @@ STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (PriorityAboveCeiling, 403),  # the caller may not give that priority ([jobs] MAX_JOB_PRIORITY)
     (JobAlreadyRunning, 409),  # "Job is running [...]"
     (WaitTimeout, 504),  # the command took effect; the wait for its end ran out
+    (InsertInterrupted, 502),  # the store failed partway through a script's STARTJOBs: part of it took effect
     (CommandError, 409),  # understood, but cannot be carried out now ("kept changing", ...)
     (StoreError, 503),
     (ConfigError, 500),
@@ -81,6 +82,8 @@ def body_of(exc: FabricJobsError) -> dict[str, Any]:
     body: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, CommandSyntaxError) and exc.line is not None:
         body.update(line=exc.line, column=exc.column, expected=list(exc.expected))
+    if isinstance(exc, InsertInterrupted):
+        body.update(failed=exc.failed, written=list(exc.written), also_failed=list(exc.also_failed))
     return body
 
 

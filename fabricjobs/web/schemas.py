@@ -217,6 +217,9 @@ class ErrorBody(BaseModel):
     line: int | None = None
     column: int | None = None
     expected: list[str] | None = None
+    failed: str | None = Field(None, description="InsertInterrupted: the job whose STARTJOB the store failed")
+    written: list[str] | None = Field(None, description="InsertInterrupted: jobs after it written all the same")
+    also_failed: list[str] | None = Field(None, description="InsertInterrupted: jobs after it that failed too")
 
 
 def command_result(result: Result) -> CommandResult:

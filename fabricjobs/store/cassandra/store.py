@@ -255,7 +255,9 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
 
     def _insert_group(self, group: Sequence[Job]) -> list[CasResult]:
         """The results of the group's inserts, sent together; every one is waited for, so that
-        a store error at one can say which of the others were written."""
+        a store error at one can say which of the others were written (InsertInterrupted). A
+        failed insert counts as not applied when a refusal comes before it (the caller stops at
+        the refusal); an error that is not the store's (a bug) is raised as it is."""
         if len(group) == 1:
             return [self.insert(group[0])]
         done: list[CasResult] = []
@@ -263,21 +265,23 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         for k, future in enumerate([self._pool.submit(self.insert, job) for job in group]):
             try:
                 done.append(future.result())
-            except Exception as exc:  # the store may fail in any way; the others still land
+            except Exception as exc:  # the others still land: wait for them all
                 errors[k] = exc
                 done.append(CasResult(False))
         if not errors:
             return done
         failed = min(errors)
+        if not isinstance(errors[failed], StoreError):
+            raise errors[failed]
         if any(not res.applied for res in done[:failed]):
-            return done[:failed]  # a refusal comes first: the caller stops there, as without the error
-        after = [job.key for job, res in zip(group[failed + 1:], done[failed + 1:]) if res.applied]
-        shown = ", ".join(map(str, after[:10])) + (f" and {len(after) - 10} more" if len(after) > 10 else "")
-        message = f"STARTJOB of {group[failed].key} failed: {errors[failed]}; the jobs before it were written" + (
-            f", and {len(after)} after it in the same group were written all the same: {shown}" if after else
-            ", none after it")
-        log.warning("%s", message)
-        raise InsertInterrupted(message) from errors[failed]
+            for k, error in errors.items():  # the refusal is what the caller reports: these only here
+                log.warning("STARTJOB of %s failed after a refusal before it in its group: %s", group[k].key, error)
+            return done
+        after = [str(job.key) for job, res in zip(group[failed + 1:], done[failed + 1:]) if res.applied]
+        if after:
+            log.info("STARTJOB of %s failed; written after it all the same: %s", group[failed].key, ", ".join(after))
+        raise InsertInterrupted(str(group[failed].key), errors[failed], after,
+                                [str(group[k].key) for k in sorted(errors) if k != failed]) from errors[failed]
 
     def insert(self, job: Job) -> CasResult:
         new = job.replace(revision=1)
