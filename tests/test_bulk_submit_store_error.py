@@ -143,3 +143,12 @@ def test_a_parallel_job_written_partway_says_how_to_clean_it_up(client):
     del client.store.insert
     client.fetch(f"stopjob user_job name='{NAME}' uid='p';")
     assert client.fetch(f"startjob user_job name='{NAME}' uid='p' parallelism=3;").first_row()["Status"] == "WAITING"
+
+
+def test_a_parallel_jobs_task_refused_mid_group_is_the_one_named(client):
+    client.fetch(f"startjob user_job name='{NAME}' uid='q/1';")  # another writer's, just now
+    real_get, real_many = client.store.get, client.store.get_many
+    client.store.get = lambda key, *a, **kw: None if key.uid == "q/1" else real_get(key, *a, **kw)
+    client.store.get_many = lambda keys: [None if k.uid == "q/1" else r for k, r in zip(keys, real_many(keys))]
+    with pytest.raises(JobAlreadyRunning, match=r"uid: q/1\]"):
+        client.fetch(f"startjob user_job name='{NAME}' uid='q' parallelism=3;")
