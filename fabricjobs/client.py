@@ -18,6 +18,7 @@ from typing import Iterator
 from .clock import Clock, following
 from .commands import parse_script, statements
 from .config import Config, find_config, load_config
+from .errors import FabricJobsError
 from .result import Result
 from .service import CommandService, Session
 from .store import JobStore, open_store
@@ -46,6 +47,12 @@ class Client:
     def run_script(self, text: str) -> list[Result]:
         """Run every statement in ``text`` in order; the first error stops the script."""
         return self.service.run_script([s.command for s in parse_script(text, self.max_command_bytes)], self.session)
+
+    def run_until_error(self, commands: list[statements.Command]) -> tuple[list[Result], FabricJobsError | None]:
+        """Run parsed commands in order until one fails; the results of those before it, and
+        its error (None: all ran). Consecutive STARTJOBs are written together, as in
+        :meth:`run_script`."""
+        return self.service.run_until_error(commands, self.session)
 
     @property
     def max_command_bytes(self) -> int:

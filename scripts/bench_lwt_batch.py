@@ -19,15 +19,10 @@ false: it must change nothing and name the row that failed (what a batched claim
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,24 +155,15 @@ def main() -> int:
     print(f"a batch of 10 with one false condition: applied {probe['applied']}, rows changed {probe['rows_changed']}, "
           f"rows named as failed {probe['rows_named_as_failed']} -> {'all or nothing, as expected' if ok else 'UNEXPECTED'}")
     if args.json:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip() or "uncommitted"
-        now = datetime.now(timezone.utc)
-        record = {
-            "benchmark": "LWT batches (bench_lwt_batch.py)",
-            "backend": f"cassandra-real, {args.cassandra_nodes} node{'s' if args.cassandra_nodes > 1 else ''}",
-            "date": now.strftime("%Y-%m-%d"), "time": now.isoformat(timespec="seconds"), "commit": commit,
-            "python": sys.version.split()[0], "machine": {"nproc": os.cpu_count(), "platform": platform.platform()},
-            "command": "scripts/bench_lwt_batch.py " + " ".join(sys.argv[1:]),
-            "goals": [{"goal": "a batch with one false condition changes nothing and names that row",
+        from testkit.benchresult import write_result
+
+        write_result(f"lwt-batches-{args.cassandra_nodes}n-cassandra-real", "LWT batches (bench_lwt_batch.py)",
+                     f"cassandra-real, {args.cassandra_nodes} node{'s' if args.cassandra_nodes > 1 else ''}",
+                     [{"goal": "a batch with one false condition changes nothing and names that row",
                        "measured": f"applied {probe['applied']}, {probe['rows_changed']} rows changed, "
                                    f"failed rows {probe['rows_named_as_failed']}", "met": ok}],
-            "tables": [{"title": f"Conditional UPDATEs, {CONCURRENCY} in flight from one client ({where})",
-                        "headers": headers, "rows": table}],
-        }
-        path = ROOT / "bench" / "results" / f"{record['date']}-{commit}-lwt-batches-{args.cassandra_nodes}n-cassandra-real.json"
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        print(f"figures written to {path.relative_to(ROOT)}")
+                     [{"title": f"Conditional UPDATEs, {CONCURRENCY} in flight from one client ({where})",
+                       "headers": headers, "rows": table}])
     return 0 if ok else 1
 
 

@@ -16,8 +16,6 @@ lost entry restored.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -124,20 +122,12 @@ def main() -> int:
         met = restored == args.lost
         print(f"goal: every lost entry restored: {'met' if met else 'NOT MET'}")
         if args.json:
-            commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                    text=True).stdout.strip() or "uncommitted"
-            now = datetime.now(timezone.utc)
-            record = {
-                "benchmark": "repair pass (bench_repair.py)", "backend": "cassandra-real", "date": now.strftime("%Y-%m-%d"),
-                "time": now.isoformat(timespec="seconds"), "commit": commit, "python": sys.version.split()[0],
-                "command": "scripts/bench_repair.py " + " ".join(sys.argv[1:]),
-                "goals": [{"goal": "every lost index entry restored", "measured": f"{restored} of {args.lost}", "met": met}],
-                "tables": [{"title": f"One pass over {read:,} rows of k2_jobs ({len(live):,} live), one-node Apache "
-                                     "Cassandra 5.0, pages of 200", "headers": ["", "measured"], "rows": table}],
-            }
-            path = ROOT / "bench" / "results" / f"{record['date']}-{commit}-repair-pass-cassandra-real.json"
-            path.write_text(json.dumps(record, indent=2) + "\n")
-            print(f"figures written to {path.relative_to(ROOT)}")
+            from testkit.benchresult import write_result
+
+            write_result("repair-pass-cassandra-real", "repair pass (bench_repair.py)", "cassandra-real",
+                         [{"goal": "every lost index entry restored", "measured": f"{restored} of {args.lost}", "met": met}],
+                         [{"title": f"One pass over {read:,} rows of k2_jobs ({len(live):,} live), one-node Apache "
+                                    "Cassandra 5.0, pages of 200", "headers": ["", "measured"], "rows": table}])
         return 0 if met else 1
     finally:
         if cassandra is not None:

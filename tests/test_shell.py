@@ -52,6 +52,45 @@ def test_continue_on_error_runs_the_rest(cluster):
     assert "No active job" in r.stderr and cluster.job("USER_JOB", "Probe.noop", "c") is not None
 
 
+def test_a_syntax_error_among_startjobs_runs_those_before_it_and_stops(cluster):
+    """A script's STARTJOBs are held back to be written together; a statement that does not
+    parse still comes after the ones before it, and without --continue-on-error stops the rest."""
+    script = "startjob user_job name='Probe.noop' uid='a';\nstartjob user_job nme='x';\nstartjob user_job name='Probe.noop' uid='c';"
+    r = cluster.shell("-e", script)
+    assert r.returncode == 1 and r.stderr.startswith("Syntax error at line 2")
+    assert "| a     |" in r.stdout and cluster.job("USER_JOB", "Probe.noop", "a") is not None
+    assert cluster.job("USER_JOB", "Probe.noop", "c") is None
+    r = cluster.shell("--continue-on-error", "-e", script.replace("'a'", "'a2'").replace("'c'", "'c2'"))
+    assert r.returncode == 1 and r.stderr.startswith("Syntax error at line 2")
+    assert r.stdout.index("| a2    |") < r.stdout.index("| c2    |")
+    assert cluster.job("USER_JOB", "Probe.noop", "c2") is not None
+
+
+def test_a_files_startjobs_are_written_together_and_printed_in_order(store_config, tmp_path):
+    """`shell -f` with 600 STARTJOBs among other statements: written in groups (a bulk submit
+    costs one store transaction per group, docs/guides/scripts-and-code.md), each result
+    printed in the script's order, the other statements in their place."""
+    from backends import add_sections
+
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}})
+    cfg = load_config(store_config)
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    calls: list[int] = []
+    real = client.store.insert_many
+    client.store.insert_many = lambda jobs: (calls.append(len(jobs)), real(jobs))[1]
+    try:
+        text = "".join(f"startjob user_job name='Customer.userJob1' uid='u{i:03d}';\n" for i in range(300))
+        text += "jobstatus user_job 'Customer.userJob1' with uid='u000';\n"
+        text += "".join(f"startjob user_job name='Customer.userJob1' uid='u{i:03d}';\n" for i in range(300, 600))
+        out, err = io.StringIO(), io.StringIO()
+        assert run_text(client, text, out, err) == 0, err.getvalue()
+        assert sum(calls) == 600 and len(calls) <= 4, calls
+        uids = [line.split("|")[3].strip() for line in out.getvalue().splitlines() if line.startswith("| USER_JOB")]
+        assert uids == [f"u{i:03d}" for i in range(300)] + ["u000"] + [f"u{i:03d}" for i in range(300, 600)]
+    finally:
+        client.close()
+
+
 def test_syntax_errors_point_at_the_script_line_and_column(cluster):
     r = cluster.shell("-e", "jobstatus;\n  startjob user_job nme='x';")
     assert r.returncode == 1

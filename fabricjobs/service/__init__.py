@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..commands import statements
+from ..errors import FabricJobsError
 from ..result import Result
 from .calendars import CALENDAR_COLUMNS, CALENDARS_COLUMNS
 from .cluster import NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, ClusterCommands
@@ -57,20 +58,33 @@ class CommandService(JobCommands, JobListing, ClusterCommands):
         write lock is held briefly): a bulk submit costs one commit per group, not one per job.
         A STARTJOB with DEPENDS_ON runs on its own: its checks read the jobs written before it.
         Their results are returned only after that commit."""
-        results: list[Result] = []
-        with self.batch():
-            i = 0
-            while i < len(commands):
-                j = i
-                while j < len(commands) and j - i < _GROUP and _groupable(commands[j]):
-                    j += 1
-                if j == i:
-                    results.append(self.execute(commands[i], session))
-                    i += 1
-                    continue
-                self._start_group(commands[i:j], session, results)
-                i = j
+        results, error = self.run_until_error(commands, session)
+        if error is not None:
+            raise error
         return results
+
+    def run_until_error(self, commands: Sequence[statements.Command],
+                        session: Session) -> tuple[list[Result], FabricJobsError | None]:
+        """As :meth:`run_script`, but an error comes back with the results of the commands
+        before it (``results[i]`` is the result of ``commands[i]``; the error is that of
+        ``commands[len(results)]``): a shell prints those, then the error."""
+        results: list[Result] = []
+        try:
+            with self.batch():
+                i = 0
+                while i < len(commands):
+                    j = i
+                    while j < len(commands) and j - i < _GROUP and _groupable(commands[j]):
+                        j += 1
+                    if j == i:
+                        results.append(self.execute(commands[i], session))
+                        i += 1
+                        continue
+                    self._start_group(commands[i:j], session, results)
+                    i = j
+        except FabricJobsError as exc:
+            return results, exc
+        return results, None
 
     # -- SET -----------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .. import dependencies, parallel
 from ..commands import statements
-from ..errors import CommandError, JobAlreadyRunning, JobNotFound
+from ..errors import CommandError, InsertInterrupted, JobAlreadyRunning, JobNotFound, StoreError
 from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
@@ -120,7 +120,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         Checks and rows first, outside the transaction: the store's write lock (which every
         node's claims and heartbeats wait for) is held for the inserts alone."""
         rows: list[Job] = []
-        error: CommandError | None = None
+        error: CommandError | StoreError | None = None
         for command in group:
             assert isinstance(command, statements.StartJob)  # what the script groups
             try:
@@ -133,7 +133,13 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         now = self.clock.now()
         rows = [_created_at(row, now) for row in rows]
         with self.store.transaction():
-            for row, res in zip(rows, self.store.insert_many(rows)):
+            try:
+                inserted = self.store.insert_many(rows)
+            except InsertInterrupted as exc:  # a store without transactions wrote the jobs before it
+                keys = [str(row.key) for row in rows]
+                written = keys.index(exc.failed) if exc.failed in keys else 0
+                inserted, error = [CasResult(True, row=row) for row in rows[:written]], exc
+            for row, res in zip(rows, inserted):
                 try:
                     results.append(self._started(row, res))
                 except CommandError as exc:  # comes before any error of a later check

@@ -1,7 +1,9 @@
 """Running command text without a terminal: ``-e``, ``-f`` and piped stdin.
 
-Statements run one after another, as typed; the first error stops the script (exit status 1)
-unless ``continue_on_error``. Errors go to stderr as the one clear message of
+Statements run one after another, as typed, but for consecutive STARTJOBs, which are held
+back and written together (one store transaction, or concurrent LWTs: a bulk submit is not one
+commit per job; docs/guides/scripts-and-code.md, "Bulk submits"); their results are printed in
+order once written. The first error stops the script (exit status 1) unless ``continue_on_error``. Errors go to stderr as the one clear message of
 :mod:`fabricjobs.errors`; anything else is a bug, logged with its traceback to the shell log
 and reported in one line (never a traceback on the terminal).
 """
@@ -23,6 +25,21 @@ from ..private import private_file
 from .output import print_result
 
 log = logging.getLogger("fabricjobs.shell")
+
+_BATCH = 256  # STARTJOBs of a script held back at most, to be written together (service: _GROUP)
+
+
+def _run_until_error(client, commands: list[statements.Command]):
+    """A client's run_until_error; one command at a time for a client without it."""
+    if hasattr(client, "run_until_error"):
+        return client.run_until_error(commands)
+    results = []
+    for command in commands:
+        try:
+            results.append(client.execute(command))
+        except FabricJobsError as exc:
+            return results, exc
+    return results, None
 
 
 @dataclass(frozen=True)
@@ -90,20 +107,61 @@ def run_text(
     so that a caller can wait for exactly those jobs."""
     failed = False
     limit = getattr(client, "max_command_bytes", MAX_COMMAND_BYTES)  # (a client of the config's limits)
-    for piece in split_statements(text):
-        try:
-            for statement in parse_script(piece.text, limit):
-                result = client.execute(statement.command)
+    batch: list[statements.Statement] = []  # consecutive STARTJOBs, written together when the next kind comes
+
+    def run(parsed: list[statements.Statement]) -> bool:
+        """Run, print each result; whether all ran (an error is printed; with
+        ``continue_on_error`` the statements after it run)."""
+        ok = True
+        while parsed:
+            results, error = _run_until_error(client, [st.command for st in parsed])
+            for statement, result in zip(parsed, results):
                 print_result(result, fmt, out, zone=zone)
                 if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
                     for row in result.rows:
                         print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)
-        except FabricJobsError as exc:
-            print(message_of(exc), file=err, flush=True)
-            failed = True
+            if error is None:
+                return ok
+            print(message_of(error), file=err, flush=True)
+            ok = False
+            if not continue_on_error:
+                return False
+            parsed = parsed[len(results) + 1:]
+        return ok
+
+    def run_safely(parsed: list[statements.Statement]) -> bool:
+        try:
+            return run(parsed)
         except Exception as exc:  # a bug: never a traceback on the terminal
-            report_internal_error(exc, err, piece.text.strip())
+            report_internal_error(exc, err, "; ".join(st.text.strip() for st in parsed[:3]))
+            return False
+
+    for piece in split_statements(text):
+        try:
+            parsed = parse_script(piece.text, limit)
+        except Exception as exc:  # what came before the statement runs first, then its error shows
+            ran = run_safely(batch)
+            batch = []
+            if ran or continue_on_error:
+                if isinstance(exc, FabricJobsError):
+                    print(message_of(exc), file=err, flush=True)
+                else:  # a bug
+                    report_internal_error(exc, err, piece.text.strip())
             failed = True
+            if not continue_on_error:
+                return 1
+            continue
+        if all(isinstance(st.command, statements.StartJob) for st in parsed):
+            if len(batch) >= _BATCH:  # a full group goes now
+                failed = not run_safely(batch) or failed
+                batch = []
+                if failed and not continue_on_error:
+                    return 1
+            batch += parsed
+            continue
+        failed = not run_safely(batch + parsed) or failed
+        batch = []
         if failed and not continue_on_error:
             return 1
+    failed = not run_safely(batch) or failed
     return 1 if failed else 0

@@ -48,6 +48,9 @@ ABOUT = {
                                         "row is its own partition, as the queue claims today) against batches of "
                                         "conditional UPDATEs of one partition, each one Paxos round: the headroom of "
                                         "a queue that claims in batches.",
+    "bulk submit (bench_bulk_submit.py)": "A script of one-time STARTJOBs through the shell's script runner (what "
+                                          "`shell -f`, -e and piped stdin run): consecutive STARTJOBs written "
+                                          "together, against one at a time.",
     "chaos soak": "`scripts/chaos.py`: node processes under random SIGKILLs, SIGSTOPs and restarts while they run "
                   "recurring and one-time jobs; its checker proves from the runs' own records that nothing was "
                   "lost, run twice at once, or written by a fenced run.",
@@ -101,7 +104,7 @@ def benchmarks_page() -> str:
     out = header("Benchmarks", "bench/results/*.json")
     out += [
         "Speed goals are shown by benchmarks that print figures, never by timed tests. Each run of",
-        "`scripts/bench.py SUBCOMMAND --json` (and of the other benchmark scripts, converted by hand) is a",
+        "`scripts/bench.py SUBCOMMAND --json` (and of the other benchmark scripts with `--json`) is a",
         "result file under `bench/results/` with its date, commit, machine and Python; this page shows the",
         "latest one of each benchmark and backend, and names the earlier ones.",
         "",
