@@ -67,3 +67,40 @@ def test_a_store_at_local_levels_refuses_beside_an_older_node_of_another_dc(requ
         store.check_placement("near", now - timedelta(minutes=10))  # older than 'far': far is the one to stop
     finally:
         store.close()
+
+
+def test_a_shell_or_web_process_at_local_levels_is_refused_once_a_node_of_another_dc_runs(request, tmp_path, monkeypatch):
+    """A process that writes no node row (a shell, the web) is seen by no node: it re-reads the
+    nodes before its writes (every 30 s; here at once), and refuses to write beside a node
+    started in another DC since it opened. A node judges itself by the rule above instead."""
+    from datetime import timedelta
+
+    from backends import make_backend_config
+    from fabricjobs.config import load_config
+    from fabricjobs.errors import PlacementError
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.store import open_store
+    from fabricjobs.store.cassandra import store as cassandra_store
+
+    path = make_backend_config(request, "cassandra", tmp_path, {"cassandra": {"SERIAL_CONSISTENCY": "LOCAL_SERIAL"}})
+    web, node = open_store(load_config(path)), open_store(load_config(path))
+    try:
+        now = web.store_time()
+        job = lambda uid: Job(JobKey("USER_JOB", "Probe.noop", uid), Status.WAITING, now, next_run=now)  # noqa: E731
+        assert web.insert(job("before")).applied
+        node.check_placement("near", now - timedelta(minutes=10))  # a node of this DC, the oldest
+        web._session.execute(
+            f"INSERT INTO {web.keyspace}.nodes (name, beat, beat_time, state, started, store_dc, store_serial,"
+            " store_consistency) VALUES ('far', 1, toTimestamp(now()), 'RUNNING', %s, 'dc2', 'SERIAL', 'QUORUM')",
+            (now - timedelta(minutes=5),))
+        monkeypatch.setattr(cassandra_store, "PLACEMENT_RECHECK_SEC", 0.0)
+        with pytest.raises(PlacementError, match="local to data centre datacenter1, but fabricjobs nodes run in dc2"):
+            web.insert(job("after"))
+        assert web.get(JobKey("USER_JOB", "Probe.noop", "after")) is None
+        before = web.get(JobKey("USER_JOB", "Probe.noop", "before"))
+        with pytest.raises(PlacementError):
+            web.cas(before, before.replace(status=Status.TERMINATED, archived=True, end_time=now))
+        assert node.insert(job("by-node")).applied  # the older node goes on; 'far', the younger, stops
+    finally:
+        web.close()
+        node.close()

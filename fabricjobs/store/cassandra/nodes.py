@@ -20,6 +20,7 @@ class Nodes(Index):
     """Node rows and the KILL requests addressed to them."""
 
     _placement: Placement
+    _placement_checked: float | None  # (store.py: None once this process checks itself as a node)
 
     def write_node(self, node: NodeRow, timeout: float | None = None) -> None:
         """(With where this process writes from: its DC and levels, for topology.py's rules.)"""
@@ -36,6 +37,7 @@ class Nodes(Index):
         """PlacementError if this node, started at ``started``, writes beside an older live
         node in a way topology.py refuses (two nodes started together both passed the check
         at open: the younger stops)."""
+        self._placement_checked = None  # a node: judged by this rule, not by the one of a shell's writes
         older = [p for p in self._peers() if p.name != me and p.started is not None
                  and (p.started, p.name) < (started, me)]
         check_placement(self._placement, older)

@@ -39,6 +39,8 @@ from .hosts import Unanswered
 from .topology import Placement
 from .session import _bound, credentials, execution_profiles, log, new_cluster
 
+PLACEMENT_RECHECK_SEC = 30.0  # how often a shell or web process re-reads the nodes' placement before a write
+
 
 @dataclass
 class _Change:
@@ -134,6 +136,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             self._clock.keep_in_sync(self._sync_clock)
             self._setup_schema(create_schema, lambda: topology.replication_for(replication, len(known)))
             topology.check_placement(self._placement, self._peers())
+            self._placement_checked: float | None = time.monotonic()
         except Exception:
             self.close()
             raise
@@ -283,7 +286,20 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         raise InsertInterrupted(str(group[failed].key), errors[failed], after,
                                 [str(group[k].key) for k in sorted(errors) if k != failed]) from errors[failed]
 
+    def _recheck_placement(self) -> None:
+        """Before a write of a shell or web process, at most every PLACEMENT_RECHECK_SEC: the
+        live nodes' data centres and levels against this process's (topology.py). It writes no
+        node row, so no node can see it; checked only at open, a web process at LOCAL_SERIAL
+        would go on writing beside nodes started in another DC since. A node checks itself
+        (check_placement), with the rule that the younger of two nodes stops."""
+        at = self._placement_checked
+        if at is None or time.monotonic() - at < PLACEMENT_RECHECK_SEC:
+            return
+        topology.check_placement(self._placement, self._peers())
+        self._placement_checked = time.monotonic()
+
     def insert(self, job: Job) -> CasResult:
+        self._recheck_placement()
         new = job.replace(revision=1)
         # Its index intent and its listing entry (listing.py), before the LWT, in one request.
         self._send([w for w in (self._entry_write(new, 1), self._listed_write(new)) if w is not None], bounded=True)
@@ -334,6 +350,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         LWTs, concurrently; the writes that follow them (superseded entries deleted, a fenced
         run's history line taken back) in batches. A claim of 16 rows is then 2 batches and 16
         LWTs, not 32 plain writes and 16 LWTs."""
+        self._recheck_placement()
         records = list(runs) if runs is not None else [None] * len(pairs)
         results: list[CasResult | None] = [None] * len(pairs)
         changes: list[tuple[int, _Change]] = []
