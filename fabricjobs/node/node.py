@@ -67,6 +67,9 @@ if TYPE_CHECKING:
 _SWITCH_INTERVAL = 0.0005
 CALENDAR_TTL_SEC = 5.0  # a changed calendar applies to every node's fires within this
 _PLACEMENT_EVERY = 30.0  # seconds between checks of this node's store settings beside the others
+# ... and to the first one: two nodes started together in two DCs at local levels both passed
+# the check at open (neither's row was written yet), and each claims until the younger learns.
+_PLACEMENT_FIRST = 3.0
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
 
@@ -298,7 +301,7 @@ class Node:
         s = self.settings
         next_full = 0.0
         next_purge = self.clock.monotonic() + random.uniform(1, 5)
-        next_placement = self.clock.monotonic() + _PLACEMENT_EVERY
+        next_placement = self.clock.monotonic() + _PLACEMENT_FIRST
         sig = self.signals
         while not sig.stop.is_set():
             mono = self.clock.monotonic()

@@ -104,3 +104,29 @@ def test_a_shell_or_web_process_at_local_levels_is_refused_once_a_node_of_anothe
     finally:
         web.close()
         node.close()
+
+
+def test_a_node_beside_an_older_node_of_another_dc_stops_within_seconds_of_its_start(request, tmp_path):
+    """Two nodes started together in two DCs at local levels both pass the check at open
+    (neither row is written yet). The younger re-checks 3 s after its start, not 30 s: here a
+    node of dc2, older, appears just after this one opened its store, and this one stops."""
+    from datetime import timedelta
+
+    from harness import Cluster
+    from testkit.rig import wait_for
+
+    cluster = Cluster(tmp_path, backend="cassandra", settings={"cassandra": {"SERIAL_CONSISTENCY": "LOCAL_SERIAL"}},
+                      request=request)
+    try:
+        node = cluster.start_node("near")
+        store = cluster.client().store
+        store._session.execute(
+            f"INSERT INTO {store.keyspace}.nodes (name, beat, beat_time, state, started, store_dc, store_serial,"
+            " store_consistency) VALUES ('far', 1, toTimestamp(now()), 'RUNNING', %s, 'dc2', 'SERIAL', 'QUORUM')",
+            (store.store_time() - timedelta(minutes=5),))
+        node.killed = True  # its end is what the test waits for
+        wait_for(lambda: not node.alive(), 15, lambda: f"node near to stop; its log:\n{node.log()[-2000:]}")
+        assert "local to data centre datacenter1, but fabricjobs nodes run in dc2 too (far)" in node.log(), node.log()[-2000:]
+        assert "node near stops" in node.log()
+    finally:
+        cluster.stop_all()
