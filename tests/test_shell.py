@@ -163,6 +163,29 @@ def test_a_message_quoting_raw_control_characters_is_printed_as_one_visible_line
     assert err.getvalue() == "job said: \u241b[2Jgone\u240d\u240asecond\ufffdthird\n"
 
 
+def test_a_bug_shows_one_line_and_its_traceback_goes_to_the_shell_log_only(tmp_path, monkeypatch):
+    """As the CLI runs the shell (its log records on stderr, cli.py): a bug in a statement is
+    one line on stderr; the traceback is in the shell log, not on the terminal."""
+    import logging
+
+    class Broken:
+        def execute(self, command):
+            raise RuntimeError("a bug")
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    terminal = io.StringIO()
+    handler = logging.StreamHandler(terminal)
+    logging.getLogger().addHandler(handler)
+    try:
+        err = io.StringIO()
+        assert run_text(Broken(), "jobstatus;", io.StringIO(), err) == 1
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert err.getvalue().startswith("internal error: RuntimeError: a bug (details in ") and err.getvalue().count("\n") == 1
+    assert "Traceback" not in terminal.getvalue() + err.getvalue()
+    assert "Traceback" in (tmp_path / "fabricjobs" / "shell.log").read_text()
+
+
 def test_environment_names_the_config(cluster, tmp_path):
     env = dict(os.environ, FABRICJOBS_CONFIG=str(cluster.config_path))
     r = subprocess.run([sys.executable, "-m", "fabricjobs", "shell", "-e", "startjob user_job name='Probe.noop' uid='env';"],

@@ -80,9 +80,11 @@ def report_internal_error(exc: BaseException, err: TextIO, context: str = "") ->
         handler = logging.FileHandler(private_file(path))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
+        log.propagate = False  # to the file only: the CLI's handler would print the traceback on stderr
         try:
             log.error("internal error%s", f" in {context!r}" if context else "", exc_info=exc)
         finally:
+            log.propagate = True
             log.removeHandler(handler)
             handler.close()
         where = f" (details in {path})"
@@ -116,7 +118,14 @@ def run_text(
         while parsed:
             results, error = _run_until_error(client, [st.command for st in parsed])
             for statement, result in zip(parsed, results):
-                print_result(result, fmt, out, zone=zone)
+                try:
+                    print_result(result, fmt, out, zone=zone)  # a FOLLOW's lines come (or time out) as printed
+                except FabricJobsError as exc:
+                    print(message_of(exc), file=err, flush=True)
+                    ok = False
+                    if not continue_on_error:
+                        return False
+                    continue
                 if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
                     for row in result.rows:
                         print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)
