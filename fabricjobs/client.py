@@ -18,7 +18,6 @@ from typing import Iterator
 from .clock import Clock, following
 from .commands import parse_script, statements
 from .config import Config, find_config, load_config
-from .errors import FabricJobsError
 from .result import Result
 from .service import CommandService, Session
 from .store import JobStore, open_store
@@ -48,7 +47,7 @@ class Client:
         """Run every statement in ``text`` in order; the first error stops the script."""
         return self.service.run_script([s.command for s in parse_script(text, self.max_command_bytes)], self.session)
 
-    def run_until_error(self, commands: list[statements.Command]) -> tuple[list[Result], FabricJobsError | None]:
+    def run_until_error(self, commands: list[statements.Command]) -> tuple[list[Result], Exception | None]:
         """Run parsed commands in order until one fails; the results of those before it, and
         its error (None: all ran). Consecutive STARTJOBs are written together, as in
         :meth:`run_script`."""

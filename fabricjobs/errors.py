@@ -36,8 +36,12 @@ class InsertInterrupted(StoreError):
 
     _SHOWN = 2000  # characters of keys in the message at most (a key may be 1.3 KB)
 
-    def __init__(self, failed: str, cause: Exception, written: list[str], also_failed: list[str]) -> None:
+    def __init__(self, failed: str, cause: Exception, written: list[str], also_failed: list[str],
+                 position: int = 0) -> None:
+        """``position``: the failed job's index among the jobs of the bulk insert."""
         self.failed, self.written, self.also_failed = failed, tuple(written), tuple(also_failed)
+        self.position = position
+        self.rest_of_group = 0  # statements after it whose inserts went out with it (set by the service)
         parts = [f"STARTJOB of {failed} failed ({cause}); it may or may not be written. The jobs before it "
                  f"in the script were written"]
         if written:

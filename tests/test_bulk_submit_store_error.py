@@ -152,3 +152,22 @@ def test_a_parallel_jobs_task_refused_mid_group_is_the_one_named(client):
     client.store.get_many = lambda keys: [None if k.uid == "q/1" else r for k, r in zip(keys, real_many(keys))]
     with pytest.raises(JobAlreadyRunning, match=r"uid: q/1\]"):
         client.fetch(f"startjob user_job name='{NAME}' uid='q' parallelism=3;")
+
+
+def test_a_shell_that_goes_on_after_the_error_does_not_write_the_jobs_sent_with_it_again(client):
+    """--continue-on-error: the statements whose inserts went out with the failed one are past;
+    run again they would be refused (or, without a UID, written twice)."""
+    import io
+
+    from fabricjobs.shell.script import run_text
+
+    _failing(client.store, {"c1": StoreError("Cassandra did not answer (test)")})
+    out, err = io.StringIO(), io.StringIO()
+    code = run_text(client, _script(["c0", "c1", "c2", "c3"]) + "startjob user_job name='Customer.userJob1';"
+                    "jobstatus user_job;", out, err, continue_on_error=True)
+    assert code == 1
+    assert err.getvalue().count("\n") == 1 and err.getvalue().startswith(f"STARTJOB of USER_JOB.{NAME}.c1 failed"), \
+        err.getvalue()
+    live = [j.uid for j in client.store.live_jobs(type="USER_JOB", name=NAME)]
+    assert sorted(u for u in live if u in ("c0", "c1", "c2", "c3")) == ["c0", "c2", "c3"] and len(live) == 4, live
+    assert out.getvalue().rstrip().endswith("(4 rows)")

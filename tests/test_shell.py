@@ -163,6 +163,33 @@ def test_a_message_quoting_raw_control_characters_is_printed_as_one_visible_line
     assert err.getvalue() == "job said: \u241b[2Jgone\u240d\u240asecond\ufffdthird\n"
 
 
+def test_held_startjobs_are_printed_before_the_next_statement_runs(store_config):
+    """The STARTJOBs held back to be written together are written and printed before the
+    statement after them starts (a WAITJOB may take long: what was started is shown first)."""
+    from backends import add_sections
+    from fabricjobs.commands import statements
+
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}})
+    cfg = load_config(store_config)
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    out, seen = io.StringIO(), []
+    real = client.execute
+
+    def execute(command):
+        if isinstance(command, statements.WaitJob):
+            seen.append(out.getvalue())
+        return real(command)
+
+    client.execute = execute
+    try:
+        text = ("startjob user_job name='Customer.userJob1' uid='w1'; startjob user_job name='Customer.userJob1' uid='w2';"
+                " waitjob user_job 'Customer.userJob1' with uid='w1' timeout 1;")
+        assert run_text(client, text, out, io.StringIO()) == 1  # no node runs it: the wait times out
+        assert seen and "| w1    |" in seen[0] and "| w2    |" in seen[0], seen
+    finally:
+        client.close()
+
+
 def test_a_bug_shows_one_line_and_its_traceback_goes_to_the_shell_log_only(tmp_path, monkeypatch):
     """As the CLI runs the shell (its log records on stderr, cli.py): a bug in a statement is
     one line on stderr; the traceback is in the shell log, not on the terminal."""

@@ -268,6 +268,12 @@ class Node:
         self._check_name()
         if not self.heartbeat.beat_once(patient=True):
             raise NodeStartError(f"node {self.name!r} cannot write its heartbeat to the store")
+        try:  # once its row is written: from here on the store judges this process as a node
+            self.store.check_placement(self.name, self.heartbeat.started)
+        except PlacementError as exc:
+            raise NodeStartError(f"{exc}: node {self.name} does not start") from None
+        except StoreError as exc:  # the store is away: judged at the loop's first check
+            log.debug("could not check this node's placement: %s", exc)
         for req in self.store.kill_requests(self.name):  # meant for an earlier life of this node
             self.store.delete_kill_request(self.name, req.task)
         self.liveness.observe(self.store.nodes())

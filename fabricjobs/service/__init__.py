@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..commands import statements
-from ..errors import FabricJobsError
 from ..result import Result
 from .calendars import CALENDAR_COLUMNS, CALENDARS_COLUMNS
 from .cluster import NODES_COLUMNS, NODES_DETAIL_COLUMNS, PS_COLUMNS, ClusterCommands
@@ -64,10 +63,11 @@ class CommandService(JobCommands, JobListing, ClusterCommands):
         return results
 
     def run_until_error(self, commands: Sequence[statements.Command],
-                        session: Session) -> tuple[list[Result], FabricJobsError | None]:
+                        session: Session) -> tuple[list[Result], Exception | None]:
         """As :meth:`run_script`, but an error comes back with the results of the commands
         before it (``results[i]`` is the result of ``commands[i]``; the error is that of
-        ``commands[len(results)]``): a shell prints those, then the error."""
+        ``commands[len(results)]``): a shell prints those, then the error. A bug (not a
+        FabricJobsError) comes back the same way."""
         results: list[Result] = []
         try:
             with self.batch():
@@ -82,7 +82,7 @@ class CommandService(JobCommands, JobListing, ClusterCommands):
                         continue
                     self._start_group(commands[i:j], session, results)
                     i = j
-        except FabricJobsError as exc:
+        except Exception as exc:  # a bug too: the results before it are still the script's
             return results, exc
         return results, None
 

@@ -136,9 +136,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             try:
                 inserted = self.store.insert_many(rows)
             except InsertInterrupted as exc:  # a store without transactions wrote the jobs before it
-                keys = [str(row.key) for row in rows]
-                written = keys.index(exc.failed) if exc.failed in keys else 0
-                inserted, error = [CasResult(True, row=row) for row in rows[:written]], exc
+                exc.rest_of_group = len(rows) - exc.position - 1  # (a shell that goes on skips them)
+                inserted, error = [CasResult(True, row=row) for row in rows[:exc.position]], exc
             for row, res in zip(rows, inserted):
                 try:
                     results.append(self._started(row, res))

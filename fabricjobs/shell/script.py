@@ -20,7 +20,7 @@ from typing import TextIO
 from ..client import Client
 from ..commands import lex, parse_script, statements
 from ..commands.parser import MAX_COMMAND_BYTES
-from ..errors import FabricJobsError, message_of
+from ..errors import FabricJobsError, InsertInterrupted, message_of
 from ..private import private_file
 from .output import print_result
 
@@ -29,15 +29,17 @@ log = logging.getLogger("fabricjobs.shell")
 _BATCH = 256  # STARTJOBs of a script held back at most, to be written together (service: _GROUP)
 
 
-def _run_until_error(client, commands: list[statements.Command]):
-    """A client's run_until_error; one command at a time for a client without it."""
-    if hasattr(client, "run_until_error"):
+def _run_until_error(client, commands: list[statements.Command], grouped: bool):
+    """Run ``commands`` until one fails: the results before it, and its error (None: all ran).
+    ``grouped``: consecutive STARTJOBs written together (a client's run_until_error); else one
+    statement at a time, each waking the nodes as it is done (a STOPJOB ... WAIT is not held)."""
+    if grouped and hasattr(client, "run_until_error"):
         return client.run_until_error(commands)
     results = []
     for command in commands:
         try:
             results.append(client.execute(command))
-        except FabricJobsError as exc:
+        except Exception as exc:  # a bug too: the results before it are still printed
             return results, exc
     return results, None
 
@@ -111,12 +113,12 @@ def run_text(
     limit = getattr(client, "max_command_bytes", MAX_COMMAND_BYTES)  # (a client of the config's limits)
     batch: list[statements.Statement] = []  # consecutive STARTJOBs, written together when the next kind comes
 
-    def run(parsed: list[statements.Statement]) -> bool:
+    def run(parsed: list[statements.Statement], grouped: bool = False) -> bool:
         """Run, print each result; whether all ran (an error is printed; with
         ``continue_on_error`` the statements after it run)."""
         ok = True
         while parsed:
-            results, error = _run_until_error(client, [st.command for st in parsed])
+            results, error = _run_until_error(client, [st.command for st in parsed], grouped)
             for statement, result in zip(parsed, results):
                 try:
                     print_result(result, fmt, out, zone=zone)  # a FOLLOW's lines come (or time out) as printed
@@ -131,17 +133,23 @@ def run_text(
                         print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)
             if error is None:
                 return ok
-            print(message_of(error), file=err, flush=True)
+            if isinstance(error, FabricJobsError):
+                print(message_of(error), file=err, flush=True)
+            else:  # a bug: never a traceback on the terminal
+                report_internal_error(error, err, parsed[len(results)].text.strip())
             ok = False
             if not continue_on_error:
                 return False
-            parsed = parsed[len(results) + 1:]
+            # Past the failed one; after a bulk insert cut short, past the jobs sent with it
+            # (the error names those written): running them again would write them twice.
+            skip = error.rest_of_group if isinstance(error, InsertInterrupted) else 0
+            parsed = parsed[len(results) + 1 + skip:]
         return ok
 
-    def run_safely(parsed: list[statements.Statement]) -> bool:
+    def run_safely(parsed: list[statements.Statement], grouped: bool = False) -> bool:
         try:
-            return run(parsed)
-        except Exception as exc:  # a bug: never a traceback on the terminal
+            return run(parsed, grouped)
+        except Exception as exc:  # a bug in printing: never a traceback on the terminal
             report_internal_error(exc, err, "; ".join(st.text.strip() for st in parsed[:3]))
             return False
 
@@ -149,7 +157,7 @@ def run_text(
         try:
             parsed = parse_script(piece.text, limit)
         except Exception as exc:  # what came before the statement runs first, then its error shows
-            ran = run_safely(batch)
+            ran = run_safely(batch, grouped=True)
             batch = []
             if ran or continue_on_error:
                 if isinstance(exc, FabricJobsError):
@@ -162,15 +170,20 @@ def run_text(
             continue
         if all(isinstance(st.command, statements.StartJob) for st in parsed):
             if len(batch) >= _BATCH:  # a full group goes now
-                failed = not run_safely(batch) or failed
+                failed = not run_safely(batch, grouped=True) or failed
                 batch = []
                 if failed and not continue_on_error:
                     return 1
             batch += parsed
             continue
-        failed = not run_safely(batch + parsed) or failed
-        batch = []
+        # The held STARTJOBs first, on their own (their results printed before this one runs),
+        # then this statement by itself.
+        held, batch = batch, []
+        failed = not run_safely(held, grouped=True) or failed
         if failed and not continue_on_error:
             return 1
-    failed = not run_safely(batch) or failed
+        failed = not run_safely(parsed) or failed
+        if failed and not continue_on_error:
+            return 1
+    failed = not run_safely(batch, grouped=True) or failed
     return 1 if failed else 0

@@ -130,3 +130,31 @@ def test_a_node_beside_an_older_node_of_another_dc_stops_within_seconds_of_its_s
         assert "node near stops" in node.log()
     finally:
         cluster.stop_all()
+
+
+def test_a_shell_writes_on_its_last_check_while_the_nodes_table_cannot_be_read(request, tmp_path, monkeypatch, caplog):
+    """The re-check must not turn a hiccup of the nodes table into a refusal of every write."""
+    import logging
+
+    from backends import make_backend_config
+    from fabricjobs.config import load_config
+    from fabricjobs.errors import StoreError
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.store import open_store
+    from fabricjobs.store.cassandra import store as cassandra_store
+
+    path = make_backend_config(request, "cassandra", tmp_path, {"cassandra": {"SERIAL_CONSISTENCY": "LOCAL_SERIAL"}})
+    web = open_store(load_config(path))
+    try:
+        monkeypatch.setattr(cassandra_store, "PLACEMENT_RECHECK_SEC", 0.0)
+
+        def unreadable():
+            raise StoreError("Cassandra did not answer (test)")
+
+        web._peers = unreadable
+        now = web.store_time()
+        with caplog.at_level(logging.WARNING, logger="fabricjobs.store.cassandra"):
+            assert web.insert(Job(JobKey("USER_JOB", "Probe.noop", "h"), Status.WAITING, now, next_run=now)).applied
+        assert "could not re-read the nodes' data centres (Cassandra did not answer (test))" in caplog.text
+    finally:
+        web.close()

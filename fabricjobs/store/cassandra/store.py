@@ -13,6 +13,7 @@ recurring job costs 3 (due, claim, outcome). See docs/guides/cassandra.md#what-t
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from .topology import Placement
 from .session import _bound, credentials, execution_profiles, log, new_cluster
 
 PLACEMENT_RECHECK_SEC = 30.0  # how often a shell or web process re-reads the nodes' placement before a write
+_PLACEMENT_RETRY_SEC = 5.0  # ... and how soon again when the nodes table could not be read
 
 
 @dataclass
@@ -137,6 +139,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             self._setup_schema(create_schema, lambda: topology.replication_for(replication, len(known)))
             topology.check_placement(self._placement, self._peers())
             self._placement_checked: float | None = time.monotonic()
+            self._placement_lock = threading.Lock()
         except Exception:
             self.close()
             raise
@@ -230,6 +233,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         the results of the whole group are returned. A store error at one insert waits for the
         rest of its group, then raises InsertInterrupted naming that job and the jobs after it
         that were written all the same (the jobs before it are written)."""
+        self._recheck_placement()  # once, before the group's inserts fan out
         results: list[CasResult] = []
         found = self.get_many([j.key for j in jobs]) if len(jobs) > 1 else [None] * len(jobs)
         i, seen = 0, set()
@@ -243,7 +247,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             group = jobs[i:end]
             # Each its own intent, then its LWT; not all intents first: an intent is an entry
             # that nodes read and try to claim, in vain until its row is written.
-            done = self._insert_group(group)
+            done = self._insert_group(group, i)
             refused = next((k for k, res in enumerate(done) if not res.applied), None)
             if refused is not None:
                 written = [j.key for j, res in zip(group[refused + 1:], done[refused + 1:]) if res.applied]
@@ -256,7 +260,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             i = end
         return results
 
-    def _insert_group(self, group: Sequence[Job]) -> list[CasResult]:
+    def _insert_group(self, group: Sequence[Job], offset: int) -> list[CasResult]:
         """The results of the group's inserts, sent together; every one is waited for, so that
         a store error at one can say which of the others were written (InsertInterrupted). A
         failed insert counts as not applied when a refusal comes before it (the caller stops at
@@ -284,7 +288,8 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         if after:
             log.info("STARTJOB of %s failed; written after it all the same: %s", group[failed].key, ", ".join(after))
         raise InsertInterrupted(str(group[failed].key), errors[failed], after,
-                                [str(group[k].key) for k in sorted(errors) if k != failed]) from errors[failed]
+                                [str(group[k].key) for k in sorted(errors) if k != failed],
+                                offset + failed) from errors[failed]
 
     def _recheck_placement(self) -> None:
         """Before a write of a shell or web process, at most every PLACEMENT_RECHECK_SEC: the
@@ -292,11 +297,24 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         node row, so no node can see it; checked only at open, a web process at LOCAL_SERIAL
         would go on writing beside nodes started in another DC since. A node checks itself
         (check_placement), with the rule that the younger of two nodes stops."""
-        at = self._placement_checked
-        if at is None or time.monotonic() - at < PLACEMENT_RECHECK_SEC:
+        if not self._placement_due():
             return
-        topology.check_placement(self._placement, self._peers())
-        self._placement_checked = time.monotonic()
+        with self._placement_lock:  # one read for the threads of a group that meet it due at once
+            if not self._placement_due():
+                return
+            try:
+                peers = self._peers()
+            except StoreError as exc:  # the nodes table cannot be read now: the job's own write may still go
+                log.warning("could not re-read the nodes' data centres (%s): writing on the last check, trying again "
+                            "in %.0f s", exc, _PLACEMENT_RETRY_SEC)
+                self._placement_checked = time.monotonic() - PLACEMENT_RECHECK_SEC + _PLACEMENT_RETRY_SEC
+                return
+            topology.check_placement(self._placement, peers)
+            self._placement_checked = time.monotonic()
+
+    def _placement_due(self) -> bool:
+        at = self._placement_checked
+        return at is not None and time.monotonic() - at >= PLACEMENT_RECHECK_SEC
 
     def insert(self, job: Job) -> CasResult:
         self._recheck_placement()
