@@ -101,6 +101,23 @@ def test_syntax_errors_point_at_the_script_line_and_column(cluster):
     assert "(0 rows)" in r.stdout  # the first statement ran
 
 
+def test_a_long_scripts_statements_carry_no_copy_of_the_lines_before_them():
+    """A restore of a big export is one long file: its statements are split in one pass, each
+    holding only its own text (each padded with every newline before it, 20,000 statements took
+    330 MB), and an error deep in it still points at the file's own line and column."""
+    from fabricjobs.errors import CommandSyntaxError
+    from fabricjobs.shell.script import split_statements
+
+    text = "".join(f"startjob user_job name='Probe.noop' uid='u{i}';\n" for i in range(20_000))
+    text += "jobstatus; startjob user_job nme='x';\n"
+    pieces = list(split_statements(text))
+    assert len(pieces) == 20_002 and sum(len(p.text) for p in pieces) < len(text)
+    with pytest.raises(CommandSyntaxError) as bad:
+        pieces[-1].parse(text, 1 << 20)
+    assert (bad.value.line, bad.value.column) == (20_001, 30), str(bad.value)
+    assert str(bad.value).split("\n")[1] == "  jobstatus; startjob user_job nme='x';"
+
+
 def test_stdin_and_file_input_and_the_output_formats(cluster, tmp_path):
     r = cluster.shell(input="startjob user_job name='Probe.noop' uid='s';\n")
     assert r.returncode == 0 and "WAITING" in r.stdout
@@ -148,7 +165,7 @@ def test_control_characters_from_a_job_or_a_command_are_shown_not_sent_to_the_te
     assert bad.returncode == 1 and bad.stdout == ""
     head, quoted, caret = bad.stderr.rstrip("\n").split("\n")
     assert head.endswith("NAME must not contain control characters, line breaks, invisible or direction-changing characters or lone surrogates (U+001E at character 1)")
-    assert quoted == "  stopjob user_job name='\u241eProbe.noop' uid='u'" and caret.strip() == "^"
+    assert quoted == "  stopjob user_job name='\u241eProbe.noop' uid='u';" and caret.strip() == "^"  # the script's own line
 
 
 def test_a_message_quoting_raw_control_characters_is_printed_as_one_visible_line():

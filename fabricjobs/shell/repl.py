@@ -82,7 +82,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         width = shutil.get_terminal_size((120, 40)).columns
         for piece in split_statements(text):
             try:
-                for result in client.run_script(piece.text):
+                for result in client.run_script(piece.padded):
                     print_result(result, fmt, out, zone=zone, width=width)
             except FabricJobsError as exc:
                 print(message_of(exc), file=sys.stderr, flush=True)

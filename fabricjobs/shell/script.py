@@ -15,12 +15,12 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Iterator, TextIO
 
 from ..client import Client
 from ..commands import lex, parse_script, statements
 from ..commands.parser import MAX_COMMAND_BYTES
-from ..errors import FabricJobsError, InsertInterrupted, message_of
+from ..errors import CommandSyntaxError, FabricJobsError, InsertInterrupted, message_of
 from ..private import private_file
 from .output import print_result
 
@@ -46,28 +46,57 @@ def _run_until_error(client, commands: list[statements.Command], grouped: bool):
 
 @dataclass(frozen=True)
 class Piece:
-    text: str  # the statement, padded so that parse errors point at the script's line/column
-    empty: bool
+    """One statement of a script, with where it starts: an error in it points at the script's
+    own line and column. Not padded with the lines before it: a file of 20,000 statements took
+    330 MB and 5.7 s that way (each statement carried every newline before it)."""
+
+    text: str  # the statement as written, without its ';'
+    line: int  # lines of the script before its first character
+    column: int  # characters before it on that line
+
+    @property
+    def padded(self) -> str:
+        """The text placed where it stands in the script (for a parser that reports positions)."""
+        return "\n" * self.line + " " * self.column + self.text
+
+    def parse(self, script: str, max_bytes: int) -> list[statements.Statement]:
+        """Its statements; a syntax error is positioned in, and quotes, the whole ``script``."""
+        try:
+            return parse_script(self.text, max_bytes)
+        except CommandSyntaxError as exc:
+            if exc.line is None:
+                raise
+            column = exc.column
+            if column is not None and exc.line == 1:
+                column += self.column
+            raise type(exc)(exc.reason, text=script, line=exc.line + self.line, column=column,
+                            expected=exc.expected) from None
 
 
-def split_statements(text: str) -> list[Piece]:
-    """Split at the ``;`` tokens (never inside strings or comments); keep positions."""
-    cuts = [s for s, e, cat in lex(text) if cat == "punct" and text[s:e] == ";"]
-    pieces, start = [], 0
-    for cut in cuts + [len(text)]:
-        body = text[start:cut]
-        prefix = text[:start]
-        line_pad = "\n" * prefix.count("\n")
-        col_pad = " " * (len(prefix) - (prefix.rfind("\n") + 1))
-        stripped = _strip_comments(body)
-        pieces.append(Piece(line_pad + col_pad + body, not stripped.strip()))
-        start = cut + 1
-    return [p for p in pieces if not p.empty]
+def split_statements(text: str) -> Iterator[Piece]:
+    """Split at the ``;`` tokens (never inside strings or comments); keep positions. A piece
+    of only comments and blanks is no statement. One lexing pass over the whole text."""
+    start = line = line_start = 0
+    spoken = False  # the piece so far holds something besides comments and blanks
 
+    def piece(cut: int) -> Iterator[Piece]:
+        nonlocal start, line, line_start
+        if spoken:
+            yield Piece(text[start:cut], line, start - line_start)
+        following = cut + 1
+        newlines = text.count("\n", start, following)
+        if newlines:
+            line += newlines
+            line_start = text.rfind("\n", start, following) + 1
+        start = following
 
-def _strip_comments(body: str) -> str:
-    spans = lex(body)
-    return "".join(body[s:e] for s, e, cat in spans if cat != "comment")
+    for s, e, cat in lex(text):
+        if cat == "punct" and text[s:e] == ";":
+            yield from piece(s)
+            spoken = False
+        elif cat != "comment" and text[s:e].strip():
+            spoken = True
+    yield from piece(len(text))
 
 
 def shell_log_path() -> Path:
@@ -155,7 +184,7 @@ def run_text(
 
     for piece in split_statements(text):
         try:
-            parsed = parse_script(piece.text, limit)
+            parsed = piece.parse(text, limit)
         except Exception as exc:  # what came before the statement runs first, then its error shows
             ran = run_safely(batch, grouped=True)
             batch = []
