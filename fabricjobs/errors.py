@@ -53,8 +53,10 @@ class InsertInterrupted(StoreError):
     @classmethod
     def _keys(cls, keys: list[str]) -> str:
         shown: list[str] = []
+        width = 0
         for key in keys:
-            if sum(len(k) + 2 for k in shown) + len(key) > cls._SHOWN:
+            width += len(key) + 2
+            if width > cls._SHOWN + 2:
                 return ", ".join(shown) + f" and {len(keys) - len(shown)} more"
             shown.append(key)
         return ", ".join(shown)

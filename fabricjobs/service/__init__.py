@@ -38,7 +38,7 @@ __all__ = [
 # STARTJOBs per store transaction in a script (the nodes are rung after each). The write lock
 # is held for the inserts alone (~60 us each on a slow host): ~15 ms, against which every
 # lock taken less often counts when busy nodes contend for it (4 nodes: submit 1,150 -> 2,300/s).
-_GROUP = 256
+STARTJOB_GROUP = 256
 
 
 def _groupable(command: statements.Command) -> bool:
@@ -53,7 +53,7 @@ class CommandService(JobCommands, JobListing, ClusterCommands):
     def run_script(self, commands: Sequence[statements.Command], session: Session) -> list[Result]:
         """Run commands in order; the first error stops the script (what ran before it stays).
 
-        Consecutive STARTJOBs share one store transaction (at most ``_GROUP`` at a time, so the
+        Consecutive STARTJOBs share one store transaction (at most ``STARTJOB_GROUP`` at a time, so the
         write lock is held briefly): a bulk submit costs one commit per group, not one per job.
         A STARTJOB with DEPENDS_ON runs on its own: its checks read the jobs written before it.
         Their results are returned only after that commit."""
@@ -74,7 +74,7 @@ class CommandService(JobCommands, JobListing, ClusterCommands):
                 i = 0
                 while i < len(commands):
                     j = i
-                    while j < len(commands) and j - i < _GROUP and _groupable(commands[j]):
+                    while j < len(commands) and j - i < STARTJOB_GROUP and _groupable(commands[j]):
                         j += 1
                     if j == i:
                         results.append(self.execute(commands[i], session))

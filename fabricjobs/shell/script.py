@@ -3,7 +3,8 @@
 Statements run one after another, as typed, but for consecutive STARTJOBs, which are held
 back and written together (one store transaction, or concurrent LWTs: a bulk submit is not one
 commit per job; docs/guides/scripts-and-code.md, "Bulk submits"); their results are printed in
-order once written. The first error stops the script (exit status 1) unless ``continue_on_error``. Errors go to stderr as the one clear message of
+order once written. The first error stops the script (exit status 1) unless
+``continue_on_error``. Errors go to stderr as the one clear message of
 :mod:`fabricjobs.errors`; anything else is a bug, logged with its traceback to the shell log
 and reported in one line (never a traceback on the terminal).
 """
@@ -22,11 +23,13 @@ from ..commands import lex, parse_script, statements
 from ..commands.parser import MAX_COMMAND_BYTES
 from ..errors import CommandSyntaxError, FabricJobsError, InsertInterrupted, message_of
 from ..private import private_file
+from ..service import STARTJOB_GROUP
 from .output import print_result
 
 log = logging.getLogger("fabricjobs.shell")
-
-_BATCH = 256  # STARTJOBs of a script held back at most, to be written together (service: _GROUP)
+# Bugs, with their tracebacks, to the shell log alone: the CLI's handler would print them.
+_bugs = logging.getLogger("fabricjobs.shell.bugs")
+_bugs.propagate = False
 
 
 def _run_until_error(client, commands: list[statements.Command], grouped: bool):
@@ -47,8 +50,8 @@ def _run_until_error(client, commands: list[statements.Command], grouped: bool):
 @dataclass(frozen=True)
 class Piece:
     """One statement of a script, with where it starts: an error in it points at the script's
-    own line and column. Not padded with the lines before it: a file of 20,000 statements took
-    330 MB and 5.7 s that way (each statement carried every newline before it)."""
+    own line and column. Not padded with the lines before it, which made splitting a long file
+    quadratic in time and memory (each statement carried every newline before it)."""
 
     text: str  # the statement as written, without its ';'
     line: int  # lines of the script before its first character
@@ -110,13 +113,11 @@ def report_internal_error(exc: BaseException, err: TextIO, context: str = "") ->
     try:
         handler = logging.FileHandler(private_file(path))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        log.propagate = False  # to the file only: the CLI's handler would print the traceback on stderr
+        _bugs.addHandler(handler)
         try:
-            log.error("internal error%s", f" in {context!r}" if context else "", exc_info=exc)
+            _bugs.error("internal error%s", f" in {context!r}" if context else "", exc_info=exc)
         finally:
-            log.propagate = True
-            log.removeHandler(handler)
+            _bugs.removeHandler(handler)
             handler.close()
         where = f" (details in {path})"
     except OSError:
@@ -198,7 +199,7 @@ def run_text(
                 return 1
             continue
         if all(isinstance(st.command, statements.StartJob) for st in parsed):
-            if len(batch) >= _BATCH:  # a full group goes now
+            if len(batch) >= STARTJOB_GROUP:  # a full group goes now
                 failed = not run_safely(batch, grouped=True) or failed
                 batch = []
                 if failed and not continue_on_error:
