@@ -118,3 +118,22 @@ def test_a_worker_of_a_forked_fork_server_can_start_a_forkserver_process_itself(
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
     assert out.returncode == 0 and "worker exit 0" in out.stdout, (out.stdout, out.stderr[-2000:])
     assert "nested" in out.stdout
+
+
+def test_a_fork_server_whose_node_exited_before_its_watch_began_ends_too():
+    """A node refused at start (an unsafe jobs directory) exits right after forking its fork
+    server, which may only then start watching: it must watch the node it was forked from, not
+    its parent by then (init), or it waited for ever, holding the node's stdout and stderr (a
+    shell's `$(fabricjobs node)` never returned; tests/test_job_trust.py timed out on it)."""
+    script = (
+        "import os, time\n"
+        "from fabricjobs.worker import node_watch\n"
+        "node_watch.NODE = os.getpid()\n"  # as pool.start_fork_server sets it before the fork
+        "if os.fork():\n"
+        "    os._exit(2)\n"  # the node, refused
+        "while os.getppid() == node_watch.NODE:\n"
+        "    time.sleep(0.01)\n"
+        "node_watch.start()\n"  # the fork server's preload, late
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 2 and done.stderr == ""

@@ -21,10 +21,16 @@ from .reaper import kill_descendants
 
 _POLL_SEC = 0.1  # where there is no pidfd: how often the parent pid is looked at
 
+#: The node's pid, set by the node before it forks its fork server (pool.start_fork_server).
+#: Not the fork server's parent pid read when the watch starts: a node that exits at once (a
+#: refused config) is gone by then, the parent is init, and the watch waited on init for ever,
+#: the fork server with it.
+NODE: int | None = None
+
 
 def start() -> None:
-    """Watch this process's parent (the node) from a thread of its own."""
-    node = os.getppid()
+    """Watch the node (this process's parent) from a thread of its own."""
+    node = NODE if NODE is not None else os.getppid()
     root = cgroups.here()  # before anything moves this process: the node's cgroups are below it
     # Not a daemon thread: the fork server's own loop exits once the last holder of its
     # "alive" pipe is killed, which is halfway through the watch's work; the interpreter then

@@ -43,6 +43,9 @@ def start_fork_server() -> bool:
     first worker then starts it the usual way."""
     from multiprocessing import forkserver
 
+    from . import node_watch
+
+    node_watch.NODE = os.getpid()  # the fork, a copy of this process, knows whom to watch
     multiprocessing.get_context("forkserver").set_forkserver_preload(_PRELOAD)
     if run_forking(forkserver.ensure_running):
         return True
