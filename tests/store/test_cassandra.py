@@ -230,6 +230,23 @@ def test_a_prepare_left_unanswered_gives_up_after_the_request_timeout_not_the_dr
         store.close()
 
 
+def test_the_reads_of_opening_wait_as_long_as_connecting_may_not_only_the_request_timeout(server, keyspace):
+    """A node starting on a busy cluster: a slow answer to the nodes' placement read or the
+    listing mark is waited for up to CONNECT_TIMEOUT_SEC, as the connection was; requests
+    after opening keep the request timeout."""
+    open_store(server, keyspace).close()  # the schema exists: what is left of opening is reads
+    server.faults.delay(r"store_consistency FROM \w+\.nodes", 1.0, regex=True, times=1)
+    server.faults.delay(r"FROM \w+\.fabricjobs_schema WHERE id = 'k2_jobs_live'", 1.0, regex=True, times=1)
+    store = open_store(server, keyspace, request_timeout=0.3, connect_timeout=5.0)
+    try:
+        assert server.stats["faults_fired"] >= 2  # both reads were slow, and waited for
+        server.faults.delay(r"FROM \w+\.nodes", 1.0, regex=True, times=1, statements="read")
+        with pytest.raises(StoreError, match="OperationTimedOut|timed out|timeout"):
+            store.nodes()
+    finally:
+        store.close()
+
+
 def test_only_statements_safe_to_send_twice_may_go_to_a_second_host(server, keyspace, monkeypatch):
     """Speculative execution ([cassandra] SPECULATIVE_DELAY_MS) sends an unanswered idempotent
     statement to another host too: every LWT the store sends must be marked otherwise, and the

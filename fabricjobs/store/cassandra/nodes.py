@@ -42,10 +42,10 @@ class Nodes(Index):
                  and (p.started, p.name) < (started, me)]
         check_placement(self._placement, older)
 
-    def _peers(self) -> list[Peer]:
+    def _peers(self, timeout: float | None = None) -> list[Peer]:
         """The live nodes (beaten within LIVE_WITHIN_SEC, not stopped) and where they write from."""
         rows = self._run(self._stmt(("peers",), "SELECT name, state, beat_time, started, store_dc, store_serial,"
-                                                " store_consistency FROM nodes"))
+                                                " store_consistency FROM nodes"), (), timeout)
         now = self.store_time()
         return [Peer(r["name"], Placement(r["store_dc"] or "", r["store_consistency"] or "", r["store_serial"] or ""),
                      _aware(r["started"]))

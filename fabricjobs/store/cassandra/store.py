@@ -109,6 +109,9 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         self.identity = f"cassandra:{','.join(sorted(hosts))}:{port}:{keyspace}"
         self.archive_ttl = max(1, int(archive_ttl_seconds))
         self.request_timeout = request_timeout
+        # The reads of opening (schema, placement) may wait as long as connecting may: a start
+        # on a busy cluster should not fail where a running node would have tried again.
+        self._open_timeout = max(request_timeout, connect_timeout)
         unanswered = Unanswered()
         profiles = execution_profiles(consistency=consistency, serial_consistency=serial_consistency,
                                       local_dc=local_dc, token_aware=token_aware, request_timeout=request_timeout,
@@ -137,7 +140,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                 self._sync_clock()
             self._clock.keep_in_sync(self._sync_clock)
             self._setup_schema(create_schema, lambda: topology.replication_for(replication, len(known)))
-            topology.check_placement(self._placement, self._peers())
+            topology.check_placement(self._placement, self._peers(self._open_timeout))
             self._placement_checked: float | None = time.monotonic()
             self._placement_lock = threading.Lock()
         except Exception:
@@ -171,7 +174,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         node or by an administrator's CQL): marked done by the row id = 'k2_jobs_live' of
         fabricjobs_schema, so a start after that costs one read."""
         mark = self._stmt(("listedmark",), "SELECT version FROM fabricjobs_schema WHERE id = 'k2_jobs_live'")
-        if self._clock.refuses or self._run(mark).one() is not None:
+        if self._clock.refuses or self._run(mark, (), self._open_timeout).one() is not None:
             return  # (a host that may not write leaves it to the others)
         listed = self._list_indexed()
         self._run(self._stmt(("listedput",), "INSERT INTO fabricjobs_schema (id, version) VALUES ('k2_jobs_live', ?)"),
