@@ -7,9 +7,10 @@ import contextlib
 
 
 @contextlib.contextmanager
-def one_slot_node(tmp_path):
-    """An in-process node "a" with one slot on SQLite, its lease held, launching nothing: its
-    claim step (node.reconciler.claims) runs in the test's thread. Yields (node, store, clock)."""
+def one_slot_node(tmp_path, pool_size: int = 1):
+    """An in-process node "a" with one slot (or ``pool_size``) on SQLite, its lease held,
+    launching nothing: its claim step (node.reconciler.claims) runs in the test's thread.
+    Yields (node, store, clock)."""
     from fabricjobs.clock import ManualClock
     from fabricjobs.config import load_config
     from fabricjobs.node.node import Node
@@ -17,7 +18,7 @@ def one_slot_node(tmp_path):
     from testkit.rig import write_config
 
     config = write_config(tmp_path / "c.ini", {"store": {"BACKEND": "sqlite", "SQLITE_PATH": str(tmp_path / "j.db")},
-                                               "jobs": {"K2JOBS_POOL_SIZE": 1}})
+                                               "jobs": {"K2JOBS_POOL_SIZE": pool_size}})
     store = SqliteStore(tmp_path / "j.db")
     clock = ManualClock()
     node = Node(load_config(config), name="a", clock=clock, store=store)

@@ -21,7 +21,7 @@ from ..model import Job, advance
 from .decisions import claim
 from .lanes import Lanes
 from .parts import ReconcileParts, UsesParts
-from .trains import passenger_room, riding, seat_passengers
+from .trains import holders_for, passenger_room, riding, seat_passengers
 
 if TYPE_CHECKING:
     from .settings import NodeSettings
@@ -209,16 +209,39 @@ class Claims(UsesParts):
             candidates, free, self.liveness.alive() if alive is None else alive, mono, every_lane)
         if self.lanes.next_wake is not None:
             self._wake_at(now + timedelta(seconds=self.lanes.next_wake - mono))
+        ahead = self._ahead_holders(candidates, now)
         taken: dict[str, int] = {}
         chosen = []
         for row in candidates:
+            rides_ahead = self._rides_ahead(row, now)
+            if rides_ahead and ahead <= 0:
+                continue  # rides as a passenger on the trains of those chosen (_passengers)
             pool = self.pool_for(row, now, taken)
             if pool is not None:
                 chosen.append((row, pool))
                 taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
+                ahead -= rides_ahead
                 if len(chosen) >= free:
                     break
         return chosen
+
+    def _rides_ahead(self, row: Job, now: datetime) -> bool:
+        """A known-short fire this node's scheduler prepared ahead of its due time: its run
+        waits on a train until then."""
+        return (self.scheduler.prepared(row) and row.next_run is not None and row.next_run > now
+                and self.executor.is_short(row))
+
+    def _ahead_holders(self, candidates: list[Job], now: datetime) -> int:
+        """The slots the prepared short fires among ``candidates`` may take: as few as seat them
+        all on trains, and with the prepared fires already waiting at most the scheduler's
+        ``max_ahead`` (half the pool), so that a burst of cron fires prepared ahead leaves the
+        rest of the pool to work due now (docs/explanation/nodes.md)."""
+        riders = sum(1 for row in candidates if self._rides_ahead(row, now))
+        if not riders:
+            return 0
+        riders = max(riders, self.scheduler.preparing(now))  # those after this page ride too
+        cap = self.scheduler.max_ahead if self.scheduler.max_ahead is not None else self.s.pool_size
+        return min(holders_for(riders), max(0, cap - self.executor.slots_ahead(now)))
 
     def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
         """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
@@ -230,7 +253,8 @@ class Claims(UsesParts):
         picked = {row.key for row, _ in chosen}
         alive = self.liveness.alive()  # rows read after the page: this node's lane only
         riders = [row for row in candidates
-                  if row.key not in picked and (row.key in self._preferred or self.lanes.is_own(row, alive))
+                  if row.key not in picked
+                  and (row.key in self._preferred or self.lanes.is_own(row, alive) or self.scheduler.prepared(row))
                   and ex.is_short(row) and self._may_claim(row, now)]
         return seat_passengers(riders, room, self._pools_of)
 

@@ -55,6 +55,7 @@ from .scheduler import Scheduler
 from .repair import IndexRepairer
 from .settings import NodeSettings
 from .signals import Signals
+from .trains import slot_share
 from ..worker.pool import WorkerPool
 
 if TYPE_CHECKING:
@@ -142,6 +143,7 @@ class Node:
         )
         self.scheduler = Scheduler(self.store, self.clock, self.name, on_ready=self.signals.wake, zone=self.zone,
                                    max_ahead=max(1, s.pool_size // 2),
+                                   slot_share=lambda row: slot_share(self.executor.is_short(row)),
                                    calendars=CalendarCache(self.store.calendar, CALENDAR_TTL_SEC, self.clock.monotonic))
         self.executor = Executor(
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,

@@ -106,6 +106,11 @@ class RunTable:
         with self.lock:
             return sum(self._slots.values()) if pool is None else self._slots.get(pool, 0)
 
+    def slots_ahead(self, now: datetime) -> int:
+        """Slots held by fires prepared ahead of their due time that are still waiting for it."""
+        with self.lock:
+            return sum(1 for r in self._runs.values() if r.holds_slot and r.outcome is None and r.facts.started > now)
+
     def per_pool(self) -> dict[str, int]:
         """Slots taken per affinity pool (what peers compare with the recommended counts)."""
         with self.lock:

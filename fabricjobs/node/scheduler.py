@@ -15,7 +15,9 @@ taken here to reaching a worker, at least FIRE_LEAD (50 ms on a fast store) and 
 FIRE_LEAD_MAX (1 s; on Cassandra a burst of fires takes several LWT rounds). A prepared fire
 holds a pool slot while its worker waits for the due time, so the lead is also kept short
 enough that the fires of one lead take at most ``max_ahead`` slots (half the pool) at the
-rate this node has been firing.
+rate this node has been firing. A fire of a job known to be short takes a share of a slot
+(``slot_share``): it rides a train of such runs, and the claims hold only as many slots as
+seat them all (claims.py).
 """
 
 from __future__ import annotations
@@ -58,13 +60,16 @@ class Scheduler:
         batch: int = 5000,
         lead: float = FIRE_LEAD,
         max_ahead: int | None = None,
+        slot_share: Callable[[Job], float] = lambda row: 1.0,
         calendars: CalendarCache | None = None,
     ) -> None:
         self.lead = lead  # what the recent fires needed (see dispatched)
         self.min_lead = lead
         self.max_ahead = max_ahead
+        self.slot_share = slot_share  # the part of a slot a prepared fire of a row holds while it waits
         self._took: collections.deque[float] = collections.deque(maxlen=64)  # take -> worker, seconds
-        self._fired: collections.deque[tuple[float, int]] = collections.deque()  # (monotonic, fires) of the last 2 s
+        # (monotonic, slots the fires hold while they wait) of the last 2 s
+        self._fired: collections.deque[tuple[float, float]] = collections.deque()
         self.zone = zone
         self.calendars = calendars  # a job's CALENDAR, read when its fire is due
         self.store = store
@@ -120,6 +125,11 @@ class Scheduler:
         """This scheduler marked ``row`` ready ahead of its due time (its claim waits for it)."""
         entry = self._prepared.get(row.key)
         return entry is not None and entry[0] == row.next_run
+
+    def preparing(self, now: datetime) -> int:
+        """Fires prepared ahead that have not reached a worker yet and are due after ``now``."""
+        with self._cond:
+            return sum(1 for due, taken in list(self._prepared.values()) if taken is not None and due > now)
 
     def writing(self) -> bool:
         """A batch of fires is being written WAITING, and a claim pass should wait for it: on
@@ -287,9 +297,10 @@ class Scheduler:
             return
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
             self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
+        held = sum(self.slot_share(row) for row in rows)
         taken = self.clock.monotonic()
         with self._cond:
-            self._fired.append((taken, len(rows)))
+            self._fired.append((taken, held))
             self._forget_old_fires()
         ahead = [(row.key, (new.next_run, taken)) for row, (_, new) in zip(rows, pairs)
                  if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]

@@ -156,6 +156,17 @@ class _Limit(Protocol):
 L = TypeVar("L", bound=_Limit)
 
 
+def slot_share(short: bool) -> float:
+    """The part of a pool slot a fire prepared ahead of its due time holds while it waits: a
+    known-short one rides a train (up to TRAIN_RUNS runs on one slot), any other holds one."""
+    return 1.0 / TRAIN_RUNS if short else 1.0
+
+
+def holders_for(riders: int) -> int:
+    """The slot holders that seat ``riders`` short runs on trains, the rest as passengers."""
+    return -(-riders // TRAIN_RUNS)
+
+
 def passenger_room(chosen: Iterable[tuple[Job, tuple[_Limit, bool]]], is_short: Callable[[Job], bool]) -> dict[str, int]:
     """Passengers each pool may take, for the rows ``chosen`` to claim as (row, (limit,
     exceptional)): TRAIN_RUNS - 1 per chosen short run of it (not an exceptional one)."""
