@@ -87,6 +87,12 @@ def _section(latest: dict[str, Any], older: list[dict[str, Any]]) -> list[str]:
     if latest.get("goals"):
         out += _table(["goal", "measured", ""],
                       [[g["goal"], g["measured"], "met" if g["met"] else "**not met**"] for g in latest["goals"]])
+    by_kind = (latest.get("figures") or {}).get("by_kind")
+    if isinstance(by_kind, dict):  # firelag: delays per kind of job
+        out += _table(["jobs", "runs", "p50 ms", "p99 ms", "max ms", "missed", "doubled"],
+                      [[kind, v["runs_in_window"], f"{v['delay_p50_ms']:.1f}", f"{v['delay_p99_ms']:.1f}",
+                        f"{v['delay_max_ms']:.1f}", "" if v.get("missed_fires") is None else v["missed_fires"],
+                        "" if v.get("doubled_fires") is None else v["doubled_fires"]] for kind, v in by_kind.items()])
     for table in latest.get("tables", []):
         out += [f"*{table['title']}*", "", *_table(table["headers"], table["rows"])]
     if latest.get("notes"):
@@ -121,6 +127,8 @@ def benchmarks_page() -> str:
         "",
     ]
     for key in sorted(groups, key=lambda k: (k[1] != "sqlite", k[0])):
-        records = sorted(groups[key], key=lambda r: (r["date"], r["_file"]))
+        # By the time of the run where it was recorded: two runs of one day are named by their
+        # commits, which do not sort in the order they were made.
+        records = sorted(groups[key], key=lambda r: (r["date"], r.get("time") or "", r["_file"]))
         out += _section(records[-1], records[:-1])
     return "\n".join(out).rstrip() + "\n"
