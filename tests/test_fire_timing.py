@@ -227,13 +227,14 @@ def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait
 
 
 def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_path):
-    """A fire is prepared ahead by as long as the node's recent fires took to reach a worker
-    (1.5 x their 90th percentile), never less than FIRE_LEAD nor more than FIRE_LEAD_MAX, so
-    that on a slow store (Cassandra: several LWT rounds per burst) jobs still start on time."""
+    """A fire is prepared ahead by as long as the node's fires of the last 30 s took to reach
+    a worker (1.5 x their 99th percentile), never less than FIRE_LEAD nor more than
+    FIRE_LEAD_MAX, so that on a slow store (Cassandra: several LWT rounds per burst, and now
+    and then a round three times slower) jobs still start on time."""
 
     from fabricjobs.clock import ManualClock
     from fabricjobs.model import Job, JobKey, Status
-    from fabricjobs.node.scheduler import FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
+    from fabricjobs.node.scheduler import _LEARN_WINDOW, FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
     from fabricjobs.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "jobs.db")
@@ -261,6 +262,10 @@ def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_pat
     assert scheduler.lead == FIRE_LEAD_MAX
     for i in range(64):
         fire_and_dispatch(f"c{i}", 0.001)
+    assert scheduler.lead == FIRE_LEAD_MAX  # the slow round is remembered for the learning window
+    clock.advance(_LEARN_WINDOW)
+    for i in range(64):
+        fire_and_dispatch(f"e{i}", 0.001)
     assert scheduler.lead == FIRE_LEAD  # fast again: back to the least lead
 
     # A prepared fire holds a pool slot until its due time: at 20 fires/s, a lead of 0.5 s
@@ -383,4 +388,50 @@ def test_fires_of_short_jobs_take_a_share_of_a_slot_in_the_lead_cap(tmp_path):
         scheduler._fire(burst(name))  # 40 fires in the last 2 s: 20 a second
         with scheduler._cond:
             assert scheduler._lead() == pytest.approx(lead)  # 20/s x 0.2 s = 4 slots; short: 0.3 slots at 0.5 s
+    store.close()
+
+
+def test_before_fires_have_reached_workers_the_lead_learns_from_the_write_of_a_batch(tmp_path):
+    """A node's first batch of fires on Cassandra took 0.9 s to reach its workers; the next
+    second's fires were prepared with the 50 ms lead meanwhile, and started late too. The
+    write of the first batch (half of what a fire costs: the claims write as many rows again)
+    sets the least lead until enough fires have been measured whole."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    write_takes = [0.2]
+
+    def slow_write(pairs, runs=None, **kw):
+        clock.advance(write_takes[0])
+        return store.cas_many(pairs, runs, **kw)
+
+    scheduler = Scheduler(StoreWith(store, cas_many=slow_write), clock, "n1", on_ready=lambda: None)
+
+    def fire(uid: str) -> Job:
+        due = clock.now() + timedelta(seconds=0.02)
+        row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                               execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)).row
+        scheduler._fire([row])
+        return row
+
+    assert scheduler.lead == FIRE_LEAD
+    fire("a0")
+    assert scheduler.lead == pytest.approx(0.6)  # 1.5 x (the write + as long again for the claims)
+    write_takes[0] = 2.0
+    fire("a1")
+    assert scheduler.lead == FIRE_LEAD_MAX
+    write_takes[0] = 0.0
+    for i in range(8):  # measured whole from now on: take -> worker 0.1 s
+        row = fire(f"b{i}")
+        clock.advance(0.1)
+        scheduler.dispatched(row.key, row.next_run)
+    assert scheduler.lead == pytest.approx(0.15)
+    write_takes[0] = 0.5
+    fire("c0")
+    assert scheduler.lead == pytest.approx(0.15)  # a write no longer moves it
     store.close()

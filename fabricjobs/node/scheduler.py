@@ -10,7 +10,7 @@ A fire is prepared ``lead`` seconds before its due time: marked ready, claimed a
 to a worker, which starts the job at the due time itself, not before. So the store writes
 and the hand-over of a burst of fires happen ahead of the second they are due for, and the
 jobs start on time rather than one store round after it. The lead learns from the node's
-own fires: it is 1.5 x the 90th percentile of how long the recent ones took from being
+own fires: it is 1.5 x the 99th percentile of how long those of the last 30 s took from being
 taken here to reaching a worker, at least FIRE_LEAD (50 ms on a fast store) and at most
 FIRE_LEAD_MAX (1 s; on Cassandra a burst of fires takes several LWT rounds). A prepared fire
 holds a pool slot while its worker waits for the due time, so the lead is also kept short
@@ -44,6 +44,9 @@ FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared, at least (se
 FIRE_LEAD_MAX = 1.0  # ... and at most
 FIRE_WRITE_WAIT = 0.5  # seconds claims wait at most for a batch of fires being written (writing)
 _LEARN_FROM = 8  # fires measured before the lead moves from its minimum
+_LEARN_WINDOW = 30.0  # seconds of fires the lead learns from (a slow round is remembered that long)
+_LEARN_MAX = 4096  # ... and how many of them at most
+_RELEARN_EVERY = 16  # fires measured between two computations of the lead
 _RATE_WINDOW = 2.0  # seconds of fires the firing rate is measured over
 
 
@@ -67,7 +70,9 @@ class Scheduler:
         self.min_lead = lead
         self.max_ahead = max_ahead
         self.slot_share = slot_share  # the part of a slot a prepared fire of a row holds while it waits
-        self._took: collections.deque[float] = collections.deque(maxlen=64)  # take -> worker, seconds
+        # (monotonic, seconds from take to worker) of the fires measured in the learning window
+        self._took: collections.deque[tuple[float, float]] = collections.deque(maxlen=_LEARN_MAX)
+        self._unlearned = 0  # fires measured since the lead was last computed
         # (monotonic, slots the fires hold while they wait) of the last 2 s
         self._fired: collections.deque[tuple[float, float]] = collections.deque()
         self.zone = zone
@@ -192,11 +197,34 @@ class Scheduler:
         with self._cond:
             self._prepared[key] = (due, None)  # measured once: a run bounced from a train, or taken
             # back after a restart, goes to a worker again, but its preparation was not slower
-            self._took.append(self.clock.monotonic() - entry[1])
-            if len(self._took) >= _LEARN_FROM:
-                ordered = sorted(self._took)
-                p90 = ordered[int(0.9 * (len(ordered) - 1))]
-                self.lead = min(FIRE_LEAD_MAX, max(self.min_lead, 1.5 * p90))
+            mono = self.clock.monotonic()
+            self._took.append((mono, mono - entry[1]))
+            self._unlearned += 1
+            if len(self._took) < 4 * _RELEARN_EVERY or self._unlearned >= _RELEARN_EVERY:
+                self._relearn(mono)
+
+    def _relearn(self, mono: float) -> None:
+        """The lead: 1.5 x the 99th percentile of the fires of the learning window, so that a
+        slow round of the store (on Cassandra a batch now and then takes three times the
+        usual) is covered for a while after it, not forgotten with the next batch (caller
+        holds the lock)."""
+        self._unlearned = 0
+        while self._took and self._took[0][0] < mono - _LEARN_WINDOW:
+            self._took.popleft()
+        if len(self._took) >= _LEARN_FROM:
+            ordered = sorted(took for _, took in self._took)
+            p99 = ordered[int(0.99 * (len(ordered) - 1))]
+            self.lead = min(FIRE_LEAD_MAX, max(self.min_lead, 1.5 * p99))
+
+    def _learn_from_write(self, took: float) -> None:
+        """Before enough fires have reached a worker to learn from (:meth:`dispatched`), the
+        write of a batch says the least the lead needs: the claims that follow write as many
+        rows again. Without it a node's first second of fires on Cassandra waited a whole
+        batch for its first measurement, and the next second's fires went out with the
+        50 ms lead too."""
+        with self._cond:
+            if len(self._took) < _LEARN_FROM:
+                self.lead = min(FIRE_LEAD_MAX, max(self.lead, 1.5 * 2 * took))
 
     def size(self) -> int:
         with self._cond:
@@ -321,6 +349,7 @@ class Scheduler:
             if self._written():
                 self.on_ready()
             return
+        self._learn_from_write(self.clock.monotonic() - taken)
         waited = self._written()
         if skipped:
             try:
