@@ -42,6 +42,7 @@ class InsertInterrupted(StoreError):
         self.failed, self.written, self.also_failed = failed, tuple(written), tuple(also_failed)
         self.position = position
         self.rest_of_group = 0  # statements after it whose inserts went out with it (set by the service)
+        self.written_keys: tuple = ()  # the JobKeys of ``written`` (set by the service)
         parts = [f"STARTJOB of {failed} failed ({cause}); it may or may not be written. The jobs before it "
                  f"in the script were written"]
         if written:

@@ -4,6 +4,7 @@ script's error is all its user sees (docs/guides/scripts-and-code.md, "Bulk subm
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 
@@ -162,12 +163,16 @@ def test_a_shell_that_goes_on_after_the_error_does_not_write_the_jobs_sent_with_
     from fabricjobs.shell.script import run_text
 
     _failing(client.store, {"c1": StoreError("Cassandra did not answer (test)")})
-    out, err = io.StringIO(), io.StringIO()
+    out, err, started = io.StringIO(), io.StringIO(), io.StringIO()
     code = run_text(client, _script(["c0", "c1", "c2", "c3"]) + "startjob user_job name='Customer.userJob1';"
-                    "jobstatus user_job;", out, err, continue_on_error=True)
+                    "jobstatus user_job;", out, err, continue_on_error=True, started=started)
     assert code == 1
     assert err.getvalue().count("\n") == 1 and err.getvalue().startswith(f"STARTJOB of USER_JOB.{NAME}.c1 failed"), \
         err.getvalue()
     live = [j.uid for j in client.store.live_jobs(type="USER_JOB", name=NAME)]
     assert sorted(u for u in live if u in ("c0", "c1", "c2", "c3")) == ["c0", "c2", "c3"] and len(live) == 4, live
     assert out.getvalue().rstrip().endswith("(4 rows)")
+    # --started-jobs lists every job that will run: those written after the failed one too
+    noted = [json.loads(line) for line in started.getvalue().splitlines()]
+    assert sorted(n["uid"] for n in noted) == sorted(live), noted
+    assert all(n["type"] == "USER_JOB" and n["name"] == NAME for n in noted)

@@ -143,6 +143,9 @@ def run_text(
     limit = getattr(client, "max_command_bytes", MAX_COMMAND_BYTES)  # (a client of the config's limits)
     batch: list[statements.Statement] = []  # consecutive STARTJOBs, written together when the next kind comes
 
+    def note_started(key) -> None:
+        print(json.dumps(dict(zip(("type", "name", "uid"), key))), file=started, flush=True)
+
     def run(parsed: list[statements.Statement], grouped: bool = False) -> bool:
         """Run, print each result; whether all ran (an error is printed; with
         ``continue_on_error`` the statements after it run)."""
@@ -160,9 +163,12 @@ def run_text(
                     continue
                 if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
                     for row in result.rows:
-                        print(json.dumps(dict(zip(("type", "name", "uid"), row[:3]))), file=started, flush=True)
+                        note_started(row[:3])
             if error is None:
                 return ok
+            if started is not None and isinstance(error, InsertInterrupted):
+                for key in error.written_keys:  # after the failed one, written all the same: they run
+                    note_started((key.type, key.name, key.uid))
             if isinstance(error, FabricJobsError):
                 print(message_of(error), file=err, flush=True)
             else:  # a bug: never a traceback on the terminal
