@@ -55,13 +55,7 @@ def startjob(job: Job) -> str:
 
 
 def live_jobs(store: JobStore) -> Iterator[Job]:
-    after = None
-    while True:
-        page = store.live_jobs(after=after, limit=_PAGE)
-        yield from page
-        if len(page) < _PAGE:
-            return
-        after = page[-1].key
+    return store.each_live(_PAGE)
 
 
 def parents_first(jobs: Iterable[Job]) -> list[Job]:

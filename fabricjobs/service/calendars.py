@@ -24,9 +24,12 @@ class CalendarCommands(ServiceCore):
         return Result(CALENDAR_COLUMNS, ((calendar.name, _shown(calendar.text), "replaced" if existed else "created"),))
 
     def drop_calendar(self, cmd: statements.DropCalendar, session: Session) -> Result:
-        users = [j for j in self.store.live_jobs() if j.calendar == cmd.name]
-        if users:
-            raise CommandError(f"calendar {cmd.name!r} is named by {len(users)} live job(s), e.g. {users[0].key}: "
+        first, count = None, 0
+        for job in self.store.each_live():  # a page at a time: a count and one example is all it keeps
+            if job.calendar == cmd.name:
+                first, count = first or job, count + 1
+        if first is not None:
+            raise CommandError(f"calendar {cmd.name!r} is named by {count} live job(s), e.g. {first.key}: "
                                "UPDATEJOB ... CALENDAR='' (or STOPJOB) them first; nothing was dropped")
         calendar = self.store.calendar(cmd.name)
         if calendar is None or not self.store.delete_calendar(cmd.name):
@@ -35,7 +38,7 @@ class CalendarCommands(ServiceCore):
 
     def calendars(self, cmd: statements.Calendars, session: Session) -> Result:
         users: dict[str, int] = {}
-        for job in self.store.live_jobs():
+        for job in self.store.each_live():
             if job.calendar:
                 users[job.calendar] = users.get(job.calendar, 0) + 1
         return Result(CALENDARS_COLUMNS, tuple((c.name, _shown(c.text), users.get(c.name, 0))

@@ -79,9 +79,8 @@ class HoldCommands(ServiceCore):
     def _release_order(self, roots: list[JobKey]) -> list[tuple[JobKey, JobKey | None]]:
         """The roots, then the held jobs below them (breadth first: parents before children),
         each with the root it is released with (None: a root)."""
-        live = self.store.live_jobs()
-        children: dict[JobKey, list[Job]] = defaultdict(list)
-        for job in live:
+        children: dict[JobKey, list[Job]] = defaultdict(list)  # the jobs with parents only
+        for job in self.store.each_live():
             for parent in dependencies.parents_of(job):
                 children[parent].append(job)
         order: list[tuple[JobKey, JobKey | None]] = [(k, None) for k in roots]

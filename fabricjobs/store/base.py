@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Collection, ContextManager, Sequence
+from typing import Callable, Collection, ContextManager, Iterator, Sequence
 
 from ..calendar import Calendar
 from ..model import Job, JobKey, NodeState, Status
@@ -360,6 +360,18 @@ class JobStore(ABC):
         """Non-archived rows, optionally narrowed by type, name, uid; ordered by key.
         ``after``/``limit``: a page, the first ``limit`` rows whose key is above ``after``, so
         that a list of a few rows out of many live ones costs about its own size."""
+
+    def each_live(self, page: int = 1000) -> Iterator[Job]:
+        """Every live row, by key, read ``page`` rows at a time: a pass over all of them (a
+        calendar's users, the dependency graph, an export) holds one page in memory, not
+        every live job."""
+        after = None
+        while True:
+            rows = self.live_jobs(after=after, limit=page)
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1].key
 
     @abstractmethod
     def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
