@@ -435,3 +435,29 @@ def test_before_fires_have_reached_workers_the_lead_learns_from_the_write_of_a_b
     fire("c0")
     assert scheduler.lead == pytest.approx(0.15)  # a write no longer moves it
     store.close()
+
+
+def test_a_prepared_fire_sent_back_before_its_due_time_keeps_it_and_runs_once_then():
+    """A passenger prepared ahead is sent back from its train when a train-mate runs long
+    (0.2 s), before its due time. Given back WAITING with "now" as its due time it was claimed
+    again as not prepared and started at once, 0.5 s early, and its run's success scheduled
+    the same fire again: it ran twice. It keeps its due time, and this node's claim of it
+    waits for that time again."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.decisions import RELEASED, RunFacts, after_run, claim
+    from fabricjobs.worker.protocol import Outcome
+
+    clock = ManualClock()
+    due = clock.now() + timedelta(seconds=1)
+    row = Job(JobKey("USER_JOB", "Customer.userJob1", "u"), Status.WAITING, clock.now(), next_run=due,
+              execution_interval="00:00:01", worker_id="n1", epoch=3)
+    _, running = claim(row, "n1", clock.now(), prepared=True)
+    run = RunFacts("n1", running.epoch, due, running.start_time)
+    clock.advance(0.45)  # sent back from its train
+    _, back = after_run(running, run, Outcome(RELEASED), clock.now(), max_tries=10,
+                        retry_delay=timedelta(seconds=1), zone=None)
+    assert back.status is Status.WAITING and back.next_run == due
+    _, again = claim(back, "n1", clock.now(), prepared=True)  # the scheduler's mark is (due, ...)
+    assert again.start_time == due

@@ -76,8 +76,10 @@ def after_run(
     if outcome.kind == OK:
         return _after_success(row, run, outcome, now, zone, counted)
     if outcome.kind == RELEASED:  # handed back, or never begun: the fire it stands for is still due
+        # ... at its own due time: a fire prepared ahead and sent back from its train before it
+        # (a slow train-mate) would otherwise run at once, then again at that time.
         return Event.RELEASE, counted(
-            status=Status.WAITING, next_run=min(run.due, now) if run.due else now, end_time=now,
+            status=Status.WAITING, next_run=run.due or now, end_time=now,
             hold_until=now + run.hold_for if run.hold_for is not None else None,
         )
     return failed(counted(), outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries,
