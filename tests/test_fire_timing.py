@@ -325,25 +325,33 @@ def test_a_retry_stands_for_the_same_due_time():
     assert retry.hold_until == clock.now() + timedelta(seconds=1)
 
 
+def _prepare(node, store, clock, uids, due, name="Customer.cron", affinity="ANY"):
+    """Short recurring jobs of node "a", due at ``due``, fired ahead by its scheduler: WAITING,
+    marked prepared (what the node's scheduler thread does one lead before ``due``)."""
+    from fabricjobs.model import Job, JobKey, Status
+
+    node.executor.short_jobs.learn(("USER_JOB", name), [0.001] * 3)
+    rows = [Job(JobKey("USER_JOB", name, uid), Status.SCHEDULED, clock.now(), execution_interval="* * * * * *",
+                next_run=due, worker_id="a", epoch=1, affinity=affinity) for uid in uids]
+    store.insert_many(rows)
+    node.scheduler._fire([store.get(row.key) for row in rows])
+    return rows
+
+
 def test_a_burst_of_short_fires_prepared_ahead_rides_trains_and_leaves_the_pool_to_work_due_now(tmp_path):
     """A node owning 100 short cron jobs due each second prepares them ahead (a lead of up to
     1 s on Cassandra). Were each to hold a slot until its due time, the scheduler's cap of half
     the pool would cut the lead to a tenth of a second (fires on Apache Cassandra started
     220 ms late at the median) or the burst would take the whole pool. They hold only the
-    slots that seat them all on trains; the rest ride as passengers, and work due now still
+    slots that seat them all on trains, the rest ride as passengers, and work due now still
     finds its slots."""
 
     from fabricjobs.model import Job, JobKey, Status
     from fabricjobs.worker.board import TRAIN_RUNS
 
     with one_slot_node(tmp_path, pool_size=8) as (node, store, clock):
-        node.executor.short_jobs.learn(("USER_JOB", "Customer.cron"), [0.001] * 3)
         due = clock.now() + timedelta(seconds=0.6)
-        fires = [Job(JobKey("USER_JOB", "Customer.cron", f"c{i:03d}"), Status.WAITING, clock.now(),
-                     execution_interval="* * * * * *", next_run=due, worker_id="a", epoch=1) for i in range(40)]
-        store.insert_many(fires)
-        for row in fires:  # as the scheduler marks the fires it writes WAITING ahead of their time
-            node.scheduler._prepared[row.key] = (due, clock.monotonic())
+        fires = _prepare(node, store, clock, [f"c{i:03d}" for i in range(40)], due)
         now_due = [Job(JobKey("PROCESS", "Customer.report", f"r{i}"), Status.WAITING, clock.now(), next_run=clock.now())
                    for i in range(4)]
         store.insert_many(now_due)
@@ -359,6 +367,63 @@ def test_a_burst_of_short_fires_prepared_ahead_rides_trains_and_leaves_the_pool_
         assert {f"r{i}" for i in range(4)} <= set(runs)  # the work due now was not crowded out
         assert node.executor.slots_used() == 2 + 4
         assert all(store.get(row.key).status is Status.IN_PROCESS for row in fires + now_due)
+
+
+def test_prepared_fires_never_ride_on_trains_of_work_due_now_nor_take_more_than_half_the_pool(tmp_path):
+    """Passengers inherit their train-mates' slots. Short work due now filled the pool, and
+    100 prepared fires rode on its trains: once that work was done, every slot of the pool
+    waited for their due time and work due meanwhile found none. A prepared fire rides only
+    on a train of prepared fires, within half the pool; with no room, it is claimed when due
+    (the claim pass is woken for it)."""
+
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.trains import plan_trains
+
+    with one_slot_node(tmp_path, pool_size=8) as (node, store, clock):
+        launched: list = []
+        node.executor._launch = lambda *runs: launched.extend(runs)
+        due = clock.now() + timedelta(seconds=0.9)
+        fires = _prepare(node, store, clock, [f"c{i:03d}" for i in range(100)], due)
+        node.executor.short_jobs.learn(("USER_JOB", "Customer.quick"), [0.001] * 3)
+        now_due = [Job(JobKey("USER_JOB", "Customer.quick", f"q{i}"), Status.WAITING, clock.now(), next_run=clock.now())
+                   for i in range(8)]
+        store.insert_many(now_due)
+
+        claims = node.reconciler.claims
+        claims.claim(clock.now())
+
+        claimed = {run.key.uid for run in node.executor.table.all()}
+        assert {f"q{i}" for i in range(8)} <= claimed  # the work due now first: it fills the 8 slots
+        assert not claimed & {row.key.uid for row in fires}  # no prepared fire rides on its trains
+        trains, _ = plan_trains(launched, node.executor.is_short, ahead=lambda run: run.facts.started > clock.now())
+        assert all(run.key.uid.startswith("q") for train in trains for run in train)
+
+    (tmp_path / "full").mkdir()
+    with one_slot_node(tmp_path / "full", pool_size=8) as (node, store, clock):
+        due = clock.now() + timedelta(seconds=0.9)
+        long_ones = [Job(JobKey("USER_JOB", "Customer.long", f"l{i}"), Status.SCHEDULED, clock.now(),
+                         execution_interval="* * * * * *", next_run=due, worker_id="a", epoch=1) for i in range(4)]
+        store.insert_many(long_ones)
+        node.scheduler._fire([store.get(row.key) for row in long_ones])
+        claims = node.reconciler.claims
+        claims.claim(clock.now())
+        assert node.executor.slots_ahead(clock.now()) == 4  # half the pool waits for `due` already
+        later = due + timedelta(seconds=0.05)
+        fires = _prepare(node, store, clock, [f"c{i:03d}" for i in range(10)], later)
+        claims.claim(clock.now())
+        assert all(store.get(row.key).status is Status.WAITING for row in fires)  # not ahead: no room left
+        assert node.executor.slots_used() == 4  # the other half stays free for work due now
+        assert claims.next_wake == later  # ... and the pass is woken to claim them when due
+
+    (tmp_path / "half").mkdir()
+    with one_slot_node(tmp_path / "half", pool_size=8) as (node, store, clock):
+        due = clock.now() + timedelta(seconds=0.9)
+        groups = [_prepare(node, store, clock, [f"{g}{i:03d}" for i in range(40)], due, name=f"Customer.cron{g}",
+                           affinity=affinity) for g, affinity in (("a", "ANY"), ("b", "ANY"))]
+        node.reconciler.claims.claim(clock.now())
+        assert node.executor.slots_ahead(clock.now()) <= 4  # half the pool at most
+        assert node.executor.slots_used() <= 4
+        assert all(store.get(row.key).status is Status.IN_PROCESS for group in groups for row in group)
 
 
 def test_fires_of_short_jobs_take_a_share_of_a_slot_in_the_lead_cap(tmp_path):
@@ -434,6 +499,21 @@ def test_before_fires_have_reached_workers_the_lead_learns_from_the_write_of_a_b
     write_takes[0] = 0.5
     fire("c0")
     assert scheduler.lead == pytest.approx(0.15)  # a write no longer moves it
+
+    # A node that fires now and then (fewer than 8 fires in the 30 s window): a slow first
+    # write must not hold the lead at 1 s for good; its fires bring it down again.
+    sparse = Scheduler(StoreWith(store, cas_many=slow_write), clock, "n1", on_ready=lambda: None)
+    scheduler = sparse
+    write_takes[0] = 0.35
+    fire("s0")
+    assert sparse.lead == FIRE_LEAD_MAX
+    write_takes[0] = 0.0
+    for i in range(1, 4):
+        clock.advance(5.0)
+        row = fire(f"s{i}")
+        clock.advance(0.01)
+        sparse.dispatched(row.key, row.next_run)
+    assert sparse.lead == FIRE_LEAD  # 1.5 x 10 ms is under the least lead
     store.close()
 
 

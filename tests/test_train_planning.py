@@ -155,12 +155,12 @@ def test_a_train_never_runs_a_fire_ahead_of_one_due_earlier(tmp_path):
     train runs in order: trains are cut by due time and run it in order, or a fire would wait
     behind one due later (chaos-like runs on the CQL test server saw fires ~1 s late)."""
     executor, clock, store, trains = _train_executor(tmp_path)
-    offsets = [0.9, 0.1, 0.5, 0.0, 0.7, 0.3, 0.8, 0.2, 0.6, 0.4]  # due times in claim order (s ahead)
+    offsets = [1.0, 0.2, 0.6, 0.1, 0.8, 0.4, 0.9, 0.3, 0.7, 0.5]  # due times in claim order (s ahead)
     with executor.holding_starts():
         for i, ahead in enumerate(offsets):
             executor.start(_claimed(clock, f"f{i}", ahead), "ANY", False, 1, passenger=i >= 4)
     ahead = [[round((run.facts.started - clock.now()).total_seconds(), 1) for run in train] for train in trains]
-    assert ahead == [[0.0, 0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8, 0.9]]  # 4 slot holders, 6 passengers
+    assert ahead == [[0.1, 0.2, 0.3, 0.4, 0.5], [0.6, 0.7, 0.8, 0.9, 1.0]]  # 4 slot holders, 6 passengers
     store.close()
 
 

@@ -133,6 +133,22 @@ def test_a_passenger_whose_pools_slot_holder_lost_its_claim_takes_that_slot():
     assert no_room == [] and [[r.key.uid for r in t] for t in trains] == [["p2", "p3"]]
 
 
+def test_fires_prepared_ahead_ride_apart_from_runs_due_now_and_take_only_their_kinds_slots():
+    """A passenger inherits a train-mate's slot: a fire waiting for its due time on a train of
+    work due now would take that work's slot as soon as the work is done, and hold it."""
+    prepared = lambda r: r.facts.started > T0  # noqa: E731 (as the executor judges them)
+    runs = [run("n1"), run("n2"), run("f1", 0.5), run("f2", 0.5, passenger=True), run("n3", passenger=True),
+            run("f3", 0.6, passenger=True)]
+    trains, no_room = plan_trains(runs, short_names("Customer.short"), ahead=prepared)
+    assert no_room == []
+    assert sorted(sorted(t) for t in uids(trains)) == [["f1", "f2", "f3"], ["n1", "n3"], ["n2"]]
+
+    a = AffinityLimit("A", 4, 4)
+    chosen = [(row("h1"), (a, False), False), (row("f1"), (a, False), True), (row("n1"), (a, False), True)]
+    ahead = lambda r: r.key.uid.startswith("f")  # noqa: E731
+    assert riding(chosen, [False, True, True], ahead) == [False, True, False]  # h1's slot goes to n1 only
+
+
 def test_a_job_is_short_after_a_few_quick_runs_and_long_again_after_one_held_up_a_train():
     jobs = ShortJobs()
     quick = row("q")

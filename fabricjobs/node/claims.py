@@ -9,6 +9,7 @@ a failed compare-and-set, never correctness.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from datetime import datetime, timedelta
@@ -81,7 +82,8 @@ class Claims(UsesParts):
             results = self.store.cas_each(pairs, on_error=write_failed)
             self.lanes.claimed(time.perf_counter() - began)
             lost = unwritten = 0
-            rides_now = riding(chosen, [res is not None and res.applied for res in results])
+            rides_now = riding(chosen, [res is not None and res.applied for res in results],
+                               ahead=lambda row: self._rides_ahead(row, now))
             for (row, pool, _), res, rides in zip(chosen, results, rides_now):
                 if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
@@ -168,13 +170,16 @@ class Claims(UsesParts):
         """``chosen`` as claims, and the passengers their short runs make room for (trains.py):
         from ``candidates``, and from the rows after a full ``page`` (of ``lane`` only, if the
         page was of one lane)."""
-        room = passenger_room(chosen, self.executor.is_short)
-        if room and len(page) == size:
+        # Fires prepared ahead ride only on trains of such fires (trains.plan_trains).
+        rooms = {ahead: passenger_room([c for c in chosen if self._rides_ahead(c[0], now) == ahead],
+                                       self.executor.is_short) for ahead in (False, True)}
+        wanted = sum(sum(room.values()) for room in rooms.values())
+        if wanted and len(page) == size:
             seen = {j.key for j in candidates}
-            more = self.store.waiting(sum(room.values()), after=(page[-1].next_run or now, page[-1].key),
+            more = self.store.waiting(wanted, after=(page[-1].next_run or now, page[-1].key),
                                       priorities=self._served, lane=lane)
             candidates = candidates + sorted((j for j in more if j.key not in seen), key=self._order(now))
-        return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, room, now)
+        return [(row, pool, False) for row, pool in chosen] + self._passengers(candidates, chosen, rooms, now)
 
     @property
     def _served(self) -> tuple[int, int] | None:
@@ -213,14 +218,18 @@ class Claims(UsesParts):
         taken: dict[str, int] = {}
         chosen = []
         for row in candidates:
-            rides_ahead = self._rides_ahead(row, now)
-            if rides_ahead and ahead <= 0:
-                continue  # rides as a passenger on the trains of those chosen (_passengers)
+            group = self._group(row) if self._rides_ahead(row, now) else None
+            if group is not None and ahead.get(group, 0) <= 0:
+                # A passenger of the fires chosen (_passengers), or, with no room left there,
+                # claimed at its due time: the pass then is woken for it.
+                self._wake_at(row.next_run)
+                continue
             pool = self.pool_for(row, now, taken)
             if pool is not None:
                 chosen.append((row, pool))
                 taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
-                ahead -= rides_ahead
+                if group is not None:
+                    ahead[group] -= 1
                 if len(chosen) >= free:
                     break
         return chosen
@@ -231,23 +240,41 @@ class Claims(UsesParts):
         return (self.scheduler.prepared(row) and row.next_run is not None and row.next_run > now
                 and self.executor.is_short(row))
 
-    def _ahead_holders(self, candidates: list[Job], now: datetime) -> int:
-        """The slots the prepared short fires among ``candidates`` may take: as few as seat them
-        all on trains, and with the prepared fires already waiting at most the scheduler's
-        ``max_ahead`` (half the pool), so that a burst of cron fires prepared ahead leaves the
-        rest of the pool to work due now (docs/explanation/nodes.md)."""
-        riders = sum(1 for row in candidates if self._rides_ahead(row, now))
+    def _ahead_holders(self, candidates: list[Job], now: datetime) -> dict[str, int]:
+        """The slots the prepared short fires may take, per pool they go to (``_group``): as
+        few as seat them all on trains (those among ``candidates`` and those the scheduler is
+        still preparing, which may come after this page), and with the prepared fires already
+        waiting at most the scheduler's ``max_ahead`` (half the pool), so that a burst of cron
+        fires prepared ahead leaves the rest of the pool to work due now
+        (docs/explanation/nodes.md)."""
+        riders = collections.Counter(self._group(row) for row in candidates if self._rides_ahead(row, now))
         if not riders:
-            return 0
-        riders = max(riders, self.scheduler.preparing(now))  # those after this page ride too
+            return {}
+        for affinity, count in self.scheduler.preparing(now).items():
+            group = self._group_of(affinity)
+            riders[group] = max(riders[group], count)
         cap = self.scheduler.max_ahead if self.scheduler.max_ahead is not None else self.s.pool_size
-        return min(holders_for(riders), max(0, cap - self.executor.slots_ahead(now)))
+        left = max(0, cap - self.executor.slots_ahead(now))
+        holders: dict[str, int] = {}
+        for group, count in riders.most_common():
+            holders[group] = min(holders_for(count), left)
+            left -= holders[group]
+        return holders
 
-    def _passengers(self, candidates: list[Job], chosen: list, room: dict[str, int], now: datetime) -> list:
-        """Known-short rows beyond the free slots, within ``room``: they ride on the trains of
-        the chosen short runs of their pool and take a slot only when a train-mate is done
-        with one, so the pool's limit on runs going on at once holds."""
-        if not room:
+    def _group(self, row: Job) -> str:
+        return self._group_of(row.affinity)
+
+    def _group_of(self, affinity: str) -> str:
+        """The pool a row of this AFFINITY goes to first here: its fires' trains are its."""
+        pools = self._pools_for(affinity)
+        return pools[0].name if pools else ""
+
+    def _passengers(self, candidates: list[Job], chosen: list, rooms: dict[bool, dict[str, int]], now: datetime) -> list:
+        """Known-short rows beyond the free slots, within ``rooms`` (of runs due now, and of
+        fires prepared ahead: each rides with its own kind): they ride on the trains of the
+        chosen short runs of their pool and take a slot only when a train-mate is done with
+        one, so the pool's limit on runs going on at once holds."""
+        if not any(rooms.values()):
             return []
         ex = self.executor
         picked = {row.key for row, _ in chosen}
@@ -256,12 +283,16 @@ class Claims(UsesParts):
                   if row.key not in picked
                   and (row.key in self._preferred or self.lanes.is_own(row, alive) or self.scheduler.prepared(row))
                   and ex.is_short(row) and self._may_claim(row, now)]
-        return seat_passengers(riders, room, self._pools_of)
+        return [seat for ahead, room in rooms.items()
+                for seat in seat_passengers([r for r in riders if self._rides_ahead(r, now) == ahead], room, self._pools_of)]
 
     def _pools_of(self, row: Job) -> list[AffinityLimit]:
         """The pools a run of ``row`` may count against here, in preference order."""
+        return self._pools_for(row.affinity)
+
+    def _pools_for(self, text: str) -> list[AffinityLimit]:
         try:
-            affinity = parse_affinity(row.affinity)
+            affinity = parse_affinity(text)
         except ValueError:
             return []
         return self.affinity.pools_for(affinity)

@@ -239,7 +239,9 @@ class Executor:
                 self._finish_later(run, Outcome(OK, output=parallel.summary(self.store, run.row, self.output_max)))
             else:
                 ready.append(run)
-        trains, no_room = plan_trains(ready, self.short_jobs.is_short, self.short_jobs.is_new)
+        now = self.clock.now()
+        trains, no_room = plan_trains(ready, self.short_jobs.is_short, self.short_jobs.is_new,
+                                      ahead=lambda run: run.facts.started > now)
         for run in no_room:
             self._finish_later(run, Outcome(RELEASED, error=_NO_ROOM))
         for train in trains:

@@ -86,6 +86,8 @@ class Scheduler:
         self._heap: list[tuple[float, int, JobKey]] = []
         # fired ahead: key -> (due, monotonic time it was taken; None once it reached a worker)
         self._prepared: dict[JobKey, tuple[datetime, float | None]] = {}
+        # of those, the short ones not yet on a worker: key -> (due, AFFINITY) (see preparing)
+        self._riding: dict[JobKey, tuple[datetime, str]] = {}
         self._handlers: dict[JobKey, Job] = {}  # late-handler jobs of the skips being written (LATE_ACTION)
         self._rows: dict[JobKey, Job] = {}
         self._seq = itertools.count()
@@ -131,10 +133,13 @@ class Scheduler:
         entry = self._prepared.get(row.key)
         return entry is not None and entry[0] == row.next_run
 
-    def preparing(self, now: datetime) -> int:
-        """Fires prepared ahead that have not reached a worker yet and are due after ``now``."""
+    def preparing(self, now: datetime) -> collections.Counter[str]:
+        """Fires of short jobs prepared ahead, due after ``now``, that have not reached a
+        worker yet, by AFFINITY: the riders the claims seat on trains (claims.py)."""
         with self._cond:
-            return sum(1 for due, taken in list(self._prepared.values()) if taken is not None and due > now)
+            for key in [k for k, (due, _) in self._riding.items() if due <= now]:
+                del self._riding[key]  # due now: no longer ahead (the entries are of one lead)
+            return collections.Counter(affinity for _, affinity in self._riding.values())
 
     def writing(self) -> bool:
         """A batch of fires is being written WAITING, and a claim pass should wait for it: on
@@ -195,6 +200,7 @@ class Scheduler:
         if entry is None or entry[0] != due or entry[1] is None:
             return
         with self._cond:
+            self._riding.pop(key, None)
             self._prepared[key] = (due, None)  # measured once: a run bounced from a train, or taken
             # back after a restart, goes to a worker again, but its preparation was not slower
             mono = self.clock.monotonic()
@@ -209,12 +215,17 @@ class Scheduler:
         usual) is covered for a while after it, not forgotten with the next batch (caller
         holds the lock)."""
         self._unlearned = 0
-        while self._took and self._took[0][0] < mono - _LEARN_WINDOW:
-            self._took.popleft()
-        if len(self._took) >= _LEARN_FROM:
-            ordered = sorted(took for _, took in self._took)
+        self._forget_old_took(mono)
+        ordered = sorted(took for _, took in self._took)
+        if len(ordered) >= _LEARN_FROM:
             p99 = ordered[int(0.99 * (len(ordered) - 1))]
             self.lead = min(FIRE_LEAD_MAX, max(self.min_lead, 1.5 * p99))
+        elif ordered:  # a node that fires now and then: a few fires may lower the lead, never raise it
+            self.lead = max(self.min_lead, min(self.lead, 1.5 * ordered[-1]))
+
+    def _forget_old_took(self, mono: float) -> None:
+        while self._took and self._took[0][0] < mono - _LEARN_WINDOW:
+            self._took.popleft()
 
     def _learn_from_write(self, took: float) -> None:
         """Before enough fires have reached a worker to learn from (:meth:`dispatched`), the
@@ -223,6 +234,7 @@ class Scheduler:
         batch for its first measurement, and the next second's fires went out with the
         50 ms lead too."""
         with self._cond:
+            self._forget_old_took(self.clock.monotonic())
             if len(self._took) < _LEARN_FROM:
                 self.lead = min(FIRE_LEAD_MAX, max(self.lead, 1.5 * 2 * took))
 
@@ -325,10 +337,10 @@ class Scheduler:
             return
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
             self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
-        held = sum(self.slot_share(row) for row in rows)
+        shares = [self.slot_share(row) for row in rows]
         taken = self.clock.monotonic()
         with self._cond:
-            self._fired.append((taken, held))
+            self._fired.append((taken, sum(shares)))
             self._forget_old_fires()
         ahead = [(row.key, (new.next_run, taken)) for row, (_, new) in zip(rows, pairs)
                  if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]
@@ -337,6 +349,10 @@ class Scheduler:
         # not know the fire was prepared ahead starts it at once, before its due time.
         self._prepared.update(ahead)
         with self._cond:
+            self._riding.update((row.key, (new.next_run, row.affinity)) for row, (_, new), share in zip(rows, pairs, shares)
+                                if share < 1.0 and new.status is Status.WAITING and new.next_run is not None
+                                and new.next_run > now)
+        with self._cond:
             self._writing_since = taken
             self._batches += 1
         try:
@@ -344,6 +360,9 @@ class Scheduler:
         except Exception:
             for key, _due in ahead:
                 self._prepared.pop(key, None)
+            with self._cond:
+                for key, _due in ahead:
+                    self._riding.pop(key, None)
             log.exception("could not mark %d due jobs ready; retrying in 1 s", len(rows))
             self._retry_later(rows)
             if self._written():
@@ -424,6 +443,8 @@ class Scheduler:
         for row, res in zip(rows, results):
             if not res.applied or res.stored.status is not Status.WAITING:
                 self._prepared.pop(row.key, None)
+                with self._cond:
+                    self._riding.pop(row.key, None)
             if res.applied and res.stored.status is Status.SCHEDULED:
                 self.add(res.stored)  # a skipped fire: its next due time
             elif res.applied:

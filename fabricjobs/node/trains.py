@@ -84,20 +84,23 @@ class ShortJobs:
 
 
 def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool],
-                is_new: Callable[[Job], bool] = lambda row: False) -> tuple[list[list[Run]], list[Run]]:
+                is_new: Callable[[Job], bool] = lambda row: False,
+                ahead: Callable[[Run], bool] = lambda run: False) -> tuple[list[list[Run]], list[Run]]:
     """The trains to send (each a list of runs for one worker) and the passengers left with no
     room (not expected: claims leave them room; they are given back).
 
     Each run goes alone, except runs of known-short jobs and passengers: those of one pool go
     in trains of up to TRAIN_RUNS, at least 2 (two workers start at once) and no more than they
     hold slots. Cut by start time (a prepared fire's is its due time), each train gets slot
-    holders and passengers fill it up, and runs in start-time order."""
+    holders and passengers fill it up, and runs in start-time order. Fires prepared ahead of
+    their due time (``ahead``) never share a train with runs due now: a passenger inherits a
+    train-mate's slot, and a slot of work due now must not go to a fire that waits."""
     trains: list[list[Run]] = []
-    short: dict[str, list[Run]] = {}
+    short: dict[tuple[str, bool], list[Run]] = {}
     new: dict[tuple[str, str, str], list[Run]] = {}
     for r in runs:
         if not r.holds_slot or is_short(r.row):
-            short.setdefault(r.pool, []).append(r)
+            short.setdefault((r.pool, ahead(r)), []).append(r)
         elif is_new(r.row):
             new.setdefault((r.pool, r.row.key.type, r.row.key.name), []).append(r)
         else:
@@ -197,18 +200,20 @@ def seat_passengers(riders: Iterable[Job], room: dict[str, int],
     return out
 
 
-def riding(chosen: Sequence[tuple[Job, tuple[_Limit, bool], bool]], won: Sequence[bool]) -> list[bool]:
+def riding(chosen: Sequence[tuple[Job, tuple[_Limit, bool], bool]], won: Sequence[bool],
+           ahead: Callable[[Job], bool] = lambda row: False) -> list[bool]:
     """Whether each claim of ``chosen`` (row, (limit, exceptional), passenger) rides as a
     passenger once ``won`` says which were applied: a passenger takes the slot of a slot
-    holder of its pool whose claim was lost. The holders are the oldest rows, the ones other
-    nodes go for too; a passenger left without any was given back unstarted and claimed
-    again elsewhere (four nodes draining one queue: up to 600 in one pass, 15 % of all runs)."""
-    lost = collections.Counter(lim.name for (_, (lim, exceptional), rides), w in zip(chosen, won)
+    holder of its pool whose claim was lost (a fire prepared ahead only that of another such
+    fire, see plan_trains). The holders are the oldest rows, the ones other nodes go for
+    too; a passenger left without any was given back unstarted and claimed again elsewhere
+    (four nodes draining one queue: up to 600 in one pass, 15 % of all runs)."""
+    lost = collections.Counter((lim.name, ahead(row)) for (row, (lim, exceptional), rides), w in zip(chosen, won)
                                if not w and not rides and not exceptional)
     out = []
-    for (_, (lim, _), rides), w in zip(chosen, won):
-        if rides and w and lost[lim.name] > 0:
-            lost[lim.name] -= 1
+    for (row, (lim, _), rides), w in zip(chosen, won):
+        if rides and w and lost[(lim.name, ahead(row))] > 0:
+            lost[(lim.name, ahead(row))] -= 1
             rides = False
         out.append(rides)
     return out
