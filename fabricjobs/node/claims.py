@@ -222,7 +222,7 @@ class Claims(UsesParts):
             if group is not None and ahead.get(group, 0) <= 0:
                 # A passenger of the fires chosen (_passengers), or, with no room left there,
                 # claimed at its due time: the pass then is woken for it.
-                self._wake_at(row.next_run)
+                self._wake_at(row.next_run or now)
                 continue
             pool = self.pool_for(row, now, taken)
             if pool is not None:
