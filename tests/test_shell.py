@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import stat
 import signal
 import subprocess
@@ -311,6 +312,39 @@ def test_any_input_ends_in_results_or_one_clean_error(fuzz_client, data):
 
 # -- the interactive prompt in a real pseudo-terminal -------------------------------------------
 
+def test_a_paste_of_startjobs_at_the_prompt_is_written_together(store_config, tmp_path, monkeypatch, capsys):
+    """A paste of 300 STARTJOBs at the interactive prompt is one entry: written in groups, as
+    a script's are (docs/guides/scripts-and-code.md), not one store write per statement."""
+    from backends import add_sections
+    from fabricjobs.shell import repl
+
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}})
+    cfg = load_config(store_config)
+    client = Client(open_store(cfg), cfg, owns_store=True)
+    calls: list[int] = []
+    real = client.store.insert_many
+    client.store.insert_many = lambda jobs: (calls.append(len(jobs)), real(jobs))[1]
+    entries = ["".join(f"startjob user_job name='Customer.userJob1' uid='v{i:03d}';\n" for i in range(300))]
+
+    class Prompt:  # what prompt_toolkit hands the loop: the entry, then Ctrl-D
+        def __init__(self, *args, **kw):
+            pass
+
+        def prompt(self):
+            if not entries:
+                raise EOFError
+            return entries.pop()
+
+    monkeypatch.setattr(repl, "PromptSession", Prompt)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    try:
+        assert repl.run_repl(client) == 0
+        assert sum(calls) == 300 and len(calls) <= 2, calls
+        assert capsys.readouterr().out.count("| USER_JOB ") == 300
+    finally:
+        client.close()
+
+
 def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_path):
     cluster.fetch("startjob user_job name='Probe.noop' uid='tty';")
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm")
@@ -334,6 +368,16 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
         child.expect("'Probe.noop'")
         child.send(";\r")
         child.expect(r"\(1 row\)")
+        # A paste of several statements in one entry runs as a script: in order, to the first error
+        child.send("\x1b[200~startjob user_job name='Probe.noop' uid='p1';\nstartjob user_job name='Probe.noop' "
+                   "uid='p2';\njobstatus user_job 'Probe.noop' with uid='p2';\x1b[201~")  # a bracketed paste
+        child.send("\r")
+        shown = []
+        for _ in range(3):
+            child.expect(r"\(1 row\)")
+            shown.append(child.before)
+        assert "| p1 " in shown[0] and "| p2 " in shown[1] and re.search(r"UID +\| p2", shown[2]), shown
+        child.expect("fabric>")
         child.send("help\r")  # every statement of the language, one screen
         for statement in ("STARTJOB", "UPDATEJOB", "JOBSTATUS", "JOBHISTORY", "JOBLOG", "WAITJOB", "DELETEHISTORY", "KILL",
                           "NODES"):

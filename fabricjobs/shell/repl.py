@@ -12,15 +12,13 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
 
 from ..client import Client
-from ..errors import FabricJobsError, message_of
 from ..model import NodeState
 from ..private import private_file
 from ..commands import table as statement_table
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
-from .output import print_result
-from .script import report_internal_error, shell_log_path, split_statements
+from .script import run_text, shell_log_path
 
 HELP = f"""Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
 and the names of existing jobs and nodes. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
@@ -80,17 +78,10 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
             print(HELP, file=out)
             continue
         width = shutil.get_terminal_size((120, 40)).columns
-        for piece in split_statements(text):
-            try:
-                for result in client.run_script(piece.padded):
-                    print_result(result, fmt, out, zone=zone, width=width)
-            except FabricJobsError as exc:
-                print(message_of(exc), file=sys.stderr, flush=True)
-                break
-            except KeyboardInterrupt:
-                print("cancelled", file=sys.stderr)
-                break
-            except Exception as exc:
-                report_internal_error(exc, sys.stderr, piece.text.strip())
-                break
+        try:
+            # An entry of many statements (a paste) runs as a script does: to its first error,
+            # its consecutive STARTJOBs written together (docs/guides/scripts-and-code.md).
+            run_text(client, text, out, sys.stderr, fmt=fmt, zone=zone, width=width)
+        except KeyboardInterrupt:
+            print("cancelled", file=sys.stderr)
         catalog.refresh()

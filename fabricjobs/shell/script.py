@@ -57,11 +57,6 @@ class Piece:
     line: int  # lines of the script before its first character
     column: int  # characters before it on that line
 
-    @property
-    def padded(self) -> str:
-        """The text placed where it stands in the script (for a parser that reports positions)."""
-        return "\n" * self.line + " " * self.column + self.text
-
     def parse(self, script: str, max_bytes: int) -> list[statements.Statement]:
         """Its statements; a syntax error is positioned in, and quotes, the whole ``script``."""
         try:
@@ -135,6 +130,7 @@ def run_text(
     continue_on_error: bool = False,
     zone=None,
     started: TextIO | None = None,
+    width: int | None = None,
 ) -> int:
     """Run every statement of ``text``; return the exit status (0 ok, 1 if any failed).
     ``started`` gets one JSON line (type, name, uid) per job a STARTJOB or RESUMEJOB started,
@@ -154,7 +150,7 @@ def run_text(
             results, error = _run_until_error(client, [st.command for st in parsed], grouped)
             for statement, result in zip(parsed, results):
                 try:
-                    print_result(result, fmt, out, zone=zone)  # a FOLLOW's lines come (or time out) as printed
+                    print_result(result, fmt, out, zone=zone, width=width)  # a FOLLOW's lines come as printed
                 except FabricJobsError as exc:
                     print(message_of(exc), file=err, flush=True)
                     ok = False
