@@ -67,10 +67,8 @@ def test_a_syntax_error_among_startjobs_runs_those_before_it_and_stops(cluster):
     assert cluster.job("USER_JOB", "Probe.noop", "c2") is not None
 
 
-def test_a_files_startjobs_are_written_together_and_printed_in_order(store_config, tmp_path):
-    """`shell -f` with 600 STARTJOBs among other statements: written in groups (a bulk submit
-    costs one store transaction per group, docs/guides/scripts-and-code.md), each result
-    printed in the script's order, the other statements in their place."""
+def _counting_inserts(store_config) -> tuple[Client, list[int]]:
+    """A client on ``store_config`` with the example jobs, and the sizes of its store's bulk inserts."""
     from backends import add_sections
 
     add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}})
@@ -79,6 +77,14 @@ def test_a_files_startjobs_are_written_together_and_printed_in_order(store_confi
     calls: list[int] = []
     real = client.store.insert_many
     client.store.insert_many = lambda jobs: (calls.append(len(jobs)), real(jobs))[1]
+    return client, calls
+
+
+def test_a_files_startjobs_are_written_together_and_printed_in_order(store_config, tmp_path):
+    """`shell -f` with 600 STARTJOBs among other statements: written in groups (a bulk submit
+    costs one store transaction per group, docs/guides/scripts-and-code.md), each result
+    printed in the script's order, the other statements in their place."""
+    client, calls = _counting_inserts(store_config)
     try:
         text = "".join(f"startjob user_job name='Customer.userJob1' uid='u{i:03d}';\n" for i in range(300))
         text += "jobstatus user_job 'Customer.userJob1' with uid='u000';\n"
@@ -315,15 +321,9 @@ def test_any_input_ends_in_results_or_one_clean_error(fuzz_client, data):
 def test_a_paste_of_startjobs_at_the_prompt_is_written_together(store_config, tmp_path, monkeypatch, capsys):
     """A paste of 300 STARTJOBs at the interactive prompt is one entry: written in groups, as
     a script's are (docs/guides/scripts-and-code.md), not one store write per statement."""
-    from backends import add_sections
     from fabricjobs.shell import repl
 
-    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}})
-    cfg = load_config(store_config)
-    client = Client(open_store(cfg), cfg, owns_store=True)
-    calls: list[int] = []
-    real = client.store.insert_many
-    client.store.insert_many = lambda jobs: (calls.append(len(jobs)), real(jobs))[1]
+    client, calls = _counting_inserts(store_config)
     entries = ["".join(f"startjob user_job name='Customer.userJob1' uid='v{i:03d}';\n" for i in range(300))]
 
     class Prompt:  # what prompt_toolkit hands the loop: the entry, then Ctrl-D
