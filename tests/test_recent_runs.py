@@ -40,6 +40,10 @@ def test_recent_lists_the_runs_going_on_and_the_jobs_waiting_for_a_node_first(cl
     """getRecentJobs lists pending jobs (received, not started) and running ones (started, not
     ended) too, with user, priority, parallelism and received time: RECENT's rows RUNNING
     (newest start first), then PENDING (next to run first), then the ended runs."""
+    # An ended run of its own (the module's other test may run in another worker process)
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='ended';"
+                            "waitjob user_job 'Probe.noop' with uid='ended' timeout 20;")
+    assert r.returncode == 0, r.stderr
     starts = tmp_path / "starts.jsonl"
     args = json.dumps({"log": str(tmp_path / "runs.jsonl"), "seconds": 60, "starts": str(starts)})
     r = cluster.shell("-e", f"startjob user_job name='Probe.record' uid='going' priority=6 args='{args}';"
