@@ -305,6 +305,25 @@ def test_a_prepared_fire_starts_at_its_due_time_however_old_the_passes_now_is():
     assert other.start_time == pass_began
 
 
+def test_a_fire_given_back_before_its_due_time_and_claimed_by_another_node_starts_at_it():
+    """A node that stops gives back the fires it prepared; their due times are still ahead,
+    and no other node waits for a stopped owner. Claimed elsewhere, such a fire started at
+    once, up to a second early. A row due within FIRE_LEAD_MAX waits for its due time on
+    any node; one due later was prepared by no scheduler (a writer whose clock runs fast)."""
+
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.decisions import FIRE_LEAD_MAX, claim
+
+    clock = ManualClock()
+    for ahead, waits in ((0.4, True), (FIRE_LEAD_MAX, True), (FIRE_LEAD_MAX + 0.5, False)):
+        due = clock.now() + timedelta(seconds=ahead)
+        row = Job(JobKey("USER_JOB", "Customer.userJob1", "u"), Status.WAITING, clock.now(), next_run=due,
+                  worker_id="n1", epoch=3)
+        _, taken = claim(row, "n2", clock.now(), prepared=False)
+        assert taken.start_time == (due if waits else clock.now()), ahead
+
+
 def test_a_retry_stands_for_the_same_due_time():
     """A failed run goes back to WAITING with its due time kept: a recurring job's fixed rate
     stays anchored on its fire, and the retry's current_job().due says which fire it is. This
@@ -395,7 +414,7 @@ def test_prepared_fires_never_ride_on_trains_of_work_due_now_nor_take_more_than_
         claimed = {run.key.uid for run in node.executor.table.all()}
         assert {f"q{i}" for i in range(8)} <= claimed  # the work due now first: it fills the 8 slots
         assert not claimed & {row.key.uid for row in fires}  # no prepared fire rides on its trains
-        trains, _ = plan_trains(launched, node.executor.is_short, ahead=lambda run: run.facts.started > clock.now())
+        trains, _ = plan_trains(launched, node.executor.is_short)
         assert all(run.key.uid.startswith("q") for train in trains for run in train)
 
     (tmp_path / "full").mkdir()

@@ -181,3 +181,20 @@ def test_a_slot_holder_sent_back_from_behind_a_passenger_leaves_its_slot_to_it(t
     assert rider.holds_slot and not holder.holds_slot and executor.slots_used() == 1
     assert holder.outcome.kind == "released" and executor._bounced == []
     store.close()
+
+
+def test_prepared_fires_ride_their_train_even_when_its_holders_come_due_before_the_launch(tmp_path):
+    """Whether a run is a fire prepared ahead (riding apart from work due now) is decided once,
+    by its claim. Judged again at the launch, holders whose due time passed during the rest of
+    the pass (up to 0.5 s) went with work due now, and their 20 passengers, left without a
+    slot holder, were all given back unstarted."""
+    executor, clock, store, trains = _train_executor(tmp_path)
+    with executor.holding_starts():
+        for i in range(2):
+            executor.start(_claimed(clock, f"h{i}", 0.05), "ANY", False, 1, prepared=True)
+        for i in range(20):
+            executor.start(_claimed(clock, f"p{i:02d}", 0.3), "ANY", False, 1, passenger=True, prepared=True)
+        clock.advance(0.1)  # the pass goes on: the holders' due time passes before its claims are launched
+    assert sorted(run.key.uid for train in trains for run in train) == ["h0", "h1"] + [f"p{i:02d}" for i in range(20)]
+    assert len(trains) == 2 and all(run.prepared for train in trains for run in train)
+    store.close()

@@ -25,11 +25,11 @@ def row(uid: str, name: str = "Customer.short", job_type: str = "USER_JOB") -> J
 
 
 def run(uid: str, ahead: float = 0.0, *, pool: str = "ANY", passenger: bool = False, name: str = "Customer.short",
-        task: int | None = None) -> Run:
+        task: int | None = None, prepared: bool = False) -> Run:
     start = T0 + timedelta(seconds=ahead)
     return Run(task=task if task is not None else abs(hash(uid)) % 100_000, row=row(uid, name),
                facts=RunFacts("n1", 1, start, start), pool=pool, exceptional=False, generation=1, started_mono=0.0,
-               holds_slot=not passenger)
+               holds_slot=not passenger, prepared=prepared)
 
 
 def short_names(*names: str):
@@ -136,10 +136,9 @@ def test_a_passenger_whose_pools_slot_holder_lost_its_claim_takes_that_slot():
 def test_fires_prepared_ahead_ride_apart_from_runs_due_now_and_take_only_their_kinds_slots():
     """A passenger inherits a train-mate's slot: a fire waiting for its due time on a train of
     work due now would take that work's slot as soon as the work is done, and hold it."""
-    prepared = lambda r: r.facts.started > T0  # noqa: E731 (as the executor judges them)
-    runs = [run("n1"), run("n2"), run("f1", 0.5), run("f2", 0.5, passenger=True), run("n3", passenger=True),
-            run("f3", 0.6, passenger=True)]
-    trains, no_room = plan_trains(runs, short_names("Customer.short"), ahead=prepared)
+    runs = [run("n1"), run("n2"), run("f1", 0.5, prepared=True), run("f2", 0.5, passenger=True, prepared=True),
+            run("n3", passenger=True), run("f3", 0.6, passenger=True, prepared=True)]
+    trains, no_room = plan_trains(runs, short_names("Customer.short"))
     assert no_room == []
     assert sorted(sorted(t) for t in uids(trains)) == [["f1", "f2", "f3"], ["n1", "n3"], ["n2"]]
 

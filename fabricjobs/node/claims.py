@@ -13,12 +13,12 @@ import collections
 import logging
 import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..affinity import parse_affinity
 from ..config import ALL_PRIORITIES, AffinityLimit
 from ..logs import job_extra
-from ..model import Job, advance
+from ..model import Job, JobKey, advance
 from .decisions import claim
 from .lanes import Lanes
 from .parts import ReconcileParts, UsesParts
@@ -36,6 +36,10 @@ def write_failed(expected: Job) -> None:
     log.exception("write of '%s' failed; it is looked at again in a later pass", expected.key)
 
 
+def _member(keys: set[JobKey]) -> Callable[[Job], bool]:
+    return lambda row: row.key in keys
+
+
 class Claims(UsesParts):
     def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
         super().__init__(me, settings, parts)
@@ -44,6 +48,7 @@ class Claims(UsesParts):
         self._preferred: set = set()  # keys the last _choose preferred (lanes.py): passengers' pool
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
+        self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""
@@ -64,9 +69,14 @@ class Claims(UsesParts):
                 return
             began = time.perf_counter()
             batches = self.scheduler.batches_begun()
+            self._left_ahead = []
             chosen = None if full else self._choose_in_lane(free, now)
             if chosen is None:
                 chosen = self._choose_paged(free, now)
+            picked = {row.key for row, _, _ in chosen}
+            for row in self._left_ahead:
+                if row.key not in picked:  # no room on a train of prepared fires: claimed when due
+                    self._wake_at(row.next_run or now)
             if not reread and self.scheduler.batches_begun() != batches:
                 # A batch of fires began during the reads: they may hold part of it. Once per
                 # call: wait for it to be written, then read it whole (Scheduler.batches_begun).
@@ -82,13 +92,14 @@ class Claims(UsesParts):
             results = self.store.cas_each(pairs, on_error=write_failed)
             self.lanes.claimed(time.perf_counter() - began)
             lost = unwritten = 0
-            rides_now = riding(chosen, [res is not None and res.applied for res in results],
-                               ahead=lambda row: self._rides_ahead(row, now))
+            ahead = {row.key for row, _, _ in chosen if self._rides_ahead(row, now)}  # decided once
+            rides_now = riding(chosen, [res is not None and res.applied for res in results], ahead=_member(ahead))
             for (row, pool, _), res, rides in zip(chosen, results, rides_now):
                 if res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
-                    self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides)
+                    self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides,
+                                        prepared=row.key in ahead)
                 else:
                     lost += 1
                     if res is not None and res.current is None:  # an insert's index entry, ahead of its row
@@ -220,9 +231,7 @@ class Claims(UsesParts):
         for row in candidates:
             group = self._group(row) if self._rides_ahead(row, now) else None
             if group is not None and ahead.get(group, 0) <= 0:
-                # A passenger of the fires chosen (_passengers), or, with no room left there,
-                # claimed at its due time: the pass then is woken for it.
-                self._wake_at(row.next_run or now)
+                self._left_ahead.append(row)  # a passenger of the fires chosen, or woken for when due
                 continue
             pool = self.pool_for(row, now, taken)
             if pool is not None:

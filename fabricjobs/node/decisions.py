@@ -20,6 +20,7 @@ from ..model import Event, Job, JobKey, RunResult, Status
 from ..schedule import Schedule, ScheduleError, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
+FIRE_LEAD_MAX = 1.0  # seconds ahead of its due time a scheduler prepares a fire at most (scheduler.py)
 
 
 @dataclass(frozen=True)
@@ -177,13 +178,15 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
 
 
 def claim(row: Job, me: str, now: datetime, prepared: bool = False) -> tuple[Event, Job]:
-    """Take a WAITING row to run it. A fire this node's scheduler prepared ahead of its due
-    time starts at the due time: that is its start time, and its worker waits for it. (Only
-    those: a row whose due time merely looks ahead, written by a node whose clock runs fast,
-    starts now.) ``now`` may be older than the preparation (read when a long pass began), so
-    a prepared fire is never bounded by it: the scheduler prepares at most FIRE_LEAD_MAX ahead."""
+    """Take a WAITING row to run it. A fire prepared ahead of its due time starts at the due
+    time: that is its start time, and its worker waits for it. So does any row due within
+    FIRE_LEAD_MAX (a prepared fire given back by a node that stopped, claimed here); one due
+    later was not prepared by any scheduler (a writer whose clock runs fast) and starts now.
+    ``now`` may be older than the preparation (read when a long pass began), so a fire this
+    node's scheduler prepared is never bounded by it: it prepares at most FIRE_LEAD_MAX ahead."""
     due = row.next_run
-    start = due if prepared and due is not None and now < due else now
+    soon = due is not None and now < due and (prepared or due - now <= timedelta(seconds=FIRE_LEAD_MAX))
+    start = due if soon and due is not None else now
     return Event.CLAIM, row.replace(
         status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=start, hold_until=None,
     )

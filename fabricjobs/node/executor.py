@@ -178,13 +178,14 @@ class Executor:
     # -- starting runs -------------------------------------------------------------------------------
 
     def start(self, row: Job, pool: str, exceptional: bool, generation: int, passenger: bool = False,
-              taken_over: bool = False) -> Run:
+              taken_over: bool = False, prepared: bool = False) -> Run:
         """Start a run of ``row``, which this node has just claimed (status IN_PROCESS, ours)
         under lease ``generation``. Inside :meth:`holding_starts` the run counts against its
         pool at once but reaches a worker with the rest of its batch of claims. A ``passenger``
         (a known-short run claimed beyond the free slots) must be started in the same held
         batch as slot-holding short runs of its pool: it rides on one of their trains. A run
-        ``taken_over`` from a lost node is never probed (ShortJobs.lost)."""
+        ``taken_over`` from a lost node is never probed (ShortJobs.lost). A ``prepared`` fire
+        (claimed ahead of its due time to ride a train) rides only with such fires."""
         if taken_over:
             self.short_jobs.lost(row)
         run = Run(
@@ -197,6 +198,7 @@ class Executor:
             generation=generation,
             started_mono=self.clock.monotonic(),
             holds_slot=not passenger,
+            prepared=prepared,
         )
         self.table.add(run)
         if self._held is not None and self._holder == threading.get_ident():
@@ -239,9 +241,7 @@ class Executor:
                 self._finish_later(run, Outcome(OK, output=parallel.summary(self.store, run.row, self.output_max)))
             else:
                 ready.append(run)
-        now = self.clock.now()
-        trains, no_room = plan_trains(ready, self.short_jobs.is_short, self.short_jobs.is_new,
-                                      ahead=lambda run: run.facts.started > now)
+        trains, no_room = plan_trains(ready, self.short_jobs.is_short, self.short_jobs.is_new)
         for run in no_room:
             self._finish_later(run, Outcome(RELEASED, error=_NO_ROOM))
         for train in trains:

@@ -49,6 +49,7 @@ class Run:
     generation: int  # the lease generation it was claimed under
     started_mono: float
     holds_slot: bool = True  # False: a passenger on a train, until a train-mate hands it its slot
+    prepared: bool = False  # a fire claimed ahead of its due time to ride a train of such fires (trains.py)
     worker: Worker | None = None
     end_reason: EndReason | None = None
     end_note: str = ""

@@ -36,12 +36,11 @@ from ..errors import StoreError
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
 from ..store.base import JobStore, RunRecord
-from .decisions import calendar_fire, fire, late_fire, late_handler
+from .decisions import FIRE_LEAD_MAX, calendar_fire, fire, late_fire, late_handler
 
 log = logging.getLogger("fabricjobs.node.scheduler")
 
 FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared, at least (see above)
-FIRE_LEAD_MAX = 1.0  # ... and at most
 FIRE_WRITE_WAIT = 0.5  # seconds claims wait at most for a batch of fires being written (writing)
 _LEARN_FROM = 8  # fires measured before the lead moves from its minimum
 _LEARN_WINDOW = 30.0  # seconds of fires the lead learns from (a slow round is remembered that long)
@@ -337,6 +336,8 @@ class Scheduler:
             return
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
             self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
+        with self._cond:  # fires that never reached a worker here (stopped, claimed elsewhere)
+            self._riding = {key: entry for key, entry in self._riding.items() if entry[0] > now}
         shares = [self.slot_share(row) for row in rows]
         taken = self.clock.monotonic()
         with self._cond:

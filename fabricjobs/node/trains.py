@@ -84,8 +84,7 @@ class ShortJobs:
 
 
 def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool],
-                is_new: Callable[[Job], bool] = lambda row: False,
-                ahead: Callable[[Run], bool] = lambda run: False) -> tuple[list[list[Run]], list[Run]]:
+                is_new: Callable[[Job], bool] = lambda row: False) -> tuple[list[list[Run]], list[Run]]:
     """The trains to send (each a list of runs for one worker) and the passengers left with no
     room (not expected: claims leave them room; they are given back).
 
@@ -93,14 +92,15 @@ def plan_trains(runs: Iterable[Run], is_short: Callable[[Job], bool],
     in trains of up to TRAIN_RUNS, at least 2 (two workers start at once) and no more than they
     hold slots. Cut by start time (a prepared fire's is its due time), each train gets slot
     holders and passengers fill it up, and runs in start-time order. Fires prepared ahead of
-    their due time (``ahead``) never share a train with runs due now: a passenger inherits a
-    train-mate's slot, and a slot of work due now must not go to a fire that waits."""
+    their due time (``Run.prepared``, decided once, by the claim) never share a train with
+    runs due now: a passenger inherits a train-mate's slot, and a slot of work due now must
+    not go to a fire that waits."""
     trains: list[list[Run]] = []
     short: dict[tuple[str, bool], list[Run]] = {}
     new: dict[tuple[str, str, str], list[Run]] = {}
     for r in runs:
         if not r.holds_slot or is_short(r.row):
-            short.setdefault((r.pool, ahead(r)), []).append(r)
+            short.setdefault((r.pool, r.prepared), []).append(r)
         elif is_new(r.row):
             new.setdefault((r.pool, r.row.key.type, r.row.key.name), []).append(r)
         else:
