@@ -6,6 +6,11 @@ anything else is a bug and is logged with its traceback, never shown.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from .model import JobKey
+
 
 class FabricJobsError(Exception):
     """Base of every error fabricjobs reports to its users."""
@@ -36,23 +41,25 @@ class InsertInterrupted(StoreError):
 
     _SHOWN = 2000  # characters of keys in the message at most (a key may be 1.3 KB)
 
-    def __init__(self, failed: str, cause: Exception, written: list[str], also_failed: list[str],
+    def __init__(self, failed: JobKey, cause: Exception, written: Sequence[JobKey], also_failed: Sequence[JobKey],
                  position: int = 0) -> None:
-        """``position``: the failed job's index among the jobs of the bulk insert."""
-        self.failed, self.written, self.also_failed = failed, tuple(written), tuple(also_failed)
+        """The jobs by their keys (shown as text); ``position``: the failed job's index among
+        the jobs of the bulk insert."""
+        self.failed = str(failed)
+        self.written, self.also_failed = tuple(map(str, written)), tuple(map(str, also_failed))
+        self.written_keys = tuple(written)  # the keys themselves, for a caller that goes on
         self.position = position
         self.rest_of_group = 0  # statements after it whose inserts went out with it (set by the service)
-        self.written_keys: tuple = ()  # the JobKeys of ``written`` (set by the service)
         parts = [f"STARTJOB of {failed} failed ({cause}); it may or may not be written. The jobs before it "
                  f"in the script were written"]
         if written:
-            parts.append(f"{len(written)} after it were written all the same: {self._keys(written)}")
+            parts.append(f"{len(written)} after it were written all the same: {self._keys(self.written)}")
         if also_failed:
-            parts.append(f"{len(also_failed)} after it failed too: {self._keys(also_failed)}")
+            parts.append(f"{len(also_failed)} after it failed too: {self._keys(self.also_failed)}")
         super().__init__("; ".join(parts) + ". Nothing after this group ran")
 
     @classmethod
-    def _keys(cls, keys: list[str]) -> str:
+    def _keys(cls, keys: Sequence[str]) -> str:
         shown: list[str] = []
         width = 0
         for key in keys:

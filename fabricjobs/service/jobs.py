@@ -137,8 +137,6 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                 inserted = self.store.insert_many(rows)
             except InsertInterrupted as exc:  # a store without transactions wrote the jobs before it
                 exc.rest_of_group = len(rows) - exc.position - 1  # (a shell that goes on skips them)
-                written = set(exc.written)
-                exc.written_keys = tuple(row.key for row in rows[exc.position + 1:] if str(row.key) in written)
                 inserted, error = [CasResult(True, row=row) for row in rows[:exc.position]], exc
             for row, res in zip(rows, inserted):
                 try:

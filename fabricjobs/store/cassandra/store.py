@@ -287,12 +287,12 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             for k, error in errors.items():  # the refusal is what the caller reports: these only here
                 log.warning("STARTJOB of %s failed after a refusal before it in its group: %s", group[k].key, error)
             return done
-        after = [str(job.key) for job, res in zip(group[failed + 1:], done[failed + 1:]) if res.applied]
+        after = [job.key for job, res in zip(group[failed + 1:], done[failed + 1:]) if res.applied]
         if after:
-            log.info("STARTJOB of %s failed; written after it all the same: %s", group[failed].key, ", ".join(after))
-        raise InsertInterrupted(str(group[failed].key), errors[failed], after,
-                                [str(group[k].key) for k in sorted(errors) if k != failed],
-                                offset + failed) from errors[failed]
+            log.info("STARTJOB of %s failed; written after it all the same: %s", group[failed].key,
+                     ", ".join(map(str, after)))
+        raise InsertInterrupted(group[failed].key, errors[failed], after,
+                                [group[k].key for k in sorted(errors) if k != failed], offset + failed) from errors[failed]
 
     def _recheck_placement(self) -> None:
         """Before a write of a shell or web process, at most every PLACEMENT_RECHECK_SEC: the
