@@ -12,7 +12,7 @@ comment. Jobs come parents first, so DEPENDS_ON finds its parents when the scrip
 from __future__ import annotations
 
 import json
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from .model import Job, Status
 from .store.base import JobStore
@@ -54,10 +54,6 @@ def startjob(job: Job) -> str:
     return " ".join(parts) + " IF NOT EXISTS;"
 
 
-def live_jobs(store: JobStore) -> Iterator[Job]:
-    return store.each_live(_PAGE)
-
-
 def parents_first(jobs: Iterable[Job]) -> list[Job]:
     """Jobs ordered so that each comes after the live parents it names (a cycle cannot be:
     DEPENDS_ON refuses them)."""
@@ -83,7 +79,7 @@ def export_script(store: JobStore) -> str:
     for calendar in store.calendars():
         rules = " ".join(f"EXCLUDE {quoted(rule.text)}" for rule in calendar.rules)
         lines.append(f"CREATECALENDAR {quoted(calendar.name)} {rules};")
-    jobs = [j for j in live_jobs(store) if not j.task_of]
+    jobs = [j for j in store.each_live(_PAGE) if not j.task_of]
     lines += [f"-- left out: {j.key}, a parallel job (PARALLELISM={j.parallelism}) still running: a one-time job, "
               "start it again by hand if it must run" for j in jobs if j.parallelism]
     lines += [startjob(j) for j in parents_first(j for j in jobs if not j.parallelism)]

@@ -13,7 +13,7 @@ import collections
 import logging
 import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..affinity import parse_affinity
 from ..config import ALL_PRIORITIES, AffinityLimit
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .settings import NodeSettings
 
 log = logging.getLogger("fabricjobs.node.reconcile")
+T = TypeVar("T")
 
 MAX_PAGES = 10  # pages of rows one read goes through at most (claims, dependency checks)
 
@@ -181,9 +182,8 @@ class Claims(UsesParts):
         """``chosen`` as claims, and the passengers their short runs make room for (trains.py):
         from ``candidates``, and from the rows after a full ``page`` (of ``lane`` only, if the
         page was of one lane)."""
-        # Fires prepared ahead ride only on trains of such fires (trains.plan_trains).
-        rooms = {ahead: passenger_room([c for c in chosen if self._rides_ahead(c[0], now) == ahead],
-                                       self.executor.is_short) for ahead in (False, True)}
+        rooms = {ahead: passenger_room(part, self.executor.is_short)
+                 for ahead, part in self._apart(chosen, now, lambda c: c[0]).items()}
         wanted = sum(sum(room.values()) for room in rooms.values())
         if wanted and len(page) == size:
             seen = {j.key for j in candidates}
@@ -249,6 +249,14 @@ class Claims(UsesParts):
         return (self.scheduler.prepared(row) and row.next_run is not None and row.next_run > now
                 and self.executor.is_short(row))
 
+    def _apart(self, items: list[T], now: datetime, row_of: Callable[[T], Job]) -> dict[bool, list[T]]:
+        """``items`` by whether each is a fire prepared ahead: those ride only on trains of such
+        fires, the others on trains of work due now (trains.plan_trains)."""
+        out: dict[bool, list[T]] = {False: [], True: []}
+        for item in items:
+            out[self._rides_ahead(row_of(item), now)].append(item)
+        return out
+
     def _ahead_holders(self, candidates: list[Job], now: datetime) -> dict[str, int]:
         """The slots the prepared short fires may take, per pool they go to (``_group``): as
         few as seat them all on trains (those among ``candidates`` and those the scheduler is
@@ -292,8 +300,8 @@ class Claims(UsesParts):
                   if row.key not in picked
                   and (row.key in self._preferred or self.lanes.is_own(row, alive) or self.scheduler.prepared(row))
                   and ex.is_short(row) and self._may_claim(row, now)]
-        return [seat for ahead, room in rooms.items()
-                for seat in seat_passengers([r for r in riders if self._rides_ahead(r, now) == ahead], room, self._pools_of)]
+        apart = self._apart(riders, now, lambda row: row)
+        return [seat for ahead, room in rooms.items() for seat in seat_passengers(apart[ahead], room, self._pools_of)]
 
     def _pools_of(self, row: Job) -> list[AffinityLimit]:
         """The pools a run of ``row`` may count against here, in preference order."""

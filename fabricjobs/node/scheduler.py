@@ -135,10 +135,8 @@ class Scheduler:
     def preparing(self, now: datetime) -> collections.Counter[str]:
         """Fires of short jobs prepared ahead, due after ``now``, that have not reached a
         worker yet, by AFFINITY: the riders the claims seat on trains (claims.py)."""
-        with self._cond:
-            for key in [k for k, (due, _) in self._riding.items() if due <= now]:
-                del self._riding[key]  # due now: no longer ahead (the entries are of one lead)
-            return collections.Counter(affinity for _, affinity in self._riding.values())
+        with self._cond:  # (those left behind are dropped at the next batch of fires)
+            return collections.Counter(affinity for due, affinity in self._riding.values() if due > now)
 
     def writing(self) -> bool:
         """A batch of fires is being written WAITING, and a claim pass should wait for it: on
@@ -336,13 +334,13 @@ class Scheduler:
             return
         if len(self._prepared) > 4 * self.batch:  # bounded: only fires still ahead matter
             self._prepared = {key: entry for key, entry in self._prepared.items() if entry[0] > now}
-        with self._cond:  # fires that never reached a worker here (stopped, claimed elsewhere)
-            self._riding = {key: entry for key, entry in self._riding.items() if entry[0] > now}
         shares = [self.slot_share(row) for row in rows]
         taken = self.clock.monotonic()
         with self._cond:
             self._fired.append((taken, sum(shares)))
             self._forget_old_fires()
+            # fires that never reached a worker here (stopped, claimed elsewhere) are past
+            self._riding = {key: entry for key, entry in self._riding.items() if entry[0] > now}
         ahead = [(row.key, (new.next_run, taken)) for row, (_, new) in zip(rows, pairs)
                  if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]
         # Marked before the write, not after it: this node's loop may claim a row the moment it
@@ -353,7 +351,6 @@ class Scheduler:
             self._riding.update((row.key, (new.next_run, row.affinity)) for row, (_, new), share in zip(rows, pairs, shares)
                                 if share < 1.0 and new.status is Status.WAITING and new.next_run is not None
                                 and new.next_run > now)
-        with self._cond:
             self._writing_since = taken
             self._batches += 1
         try:
