@@ -231,6 +231,7 @@ class Event(StrEnum):
     START_SCHEDULED = "START_SCHEDULED"  # STARTJOB with a cron or timestamp
     DUE = "DUE"  # the owner's scheduler reached next_run
     CLAIM = "CLAIM"  # a node takes a WAITING job to run it
+    FIRE = "FIRE"  # the owner runs a due fire of its SCHEDULED job: DUE and CLAIM in one write
     DONE_ONCE = "DONE_ONCE"  # a run of a one-time job returned
     DONE_RECURRING = "DONE_RECURRING"  # a run of a recurring job returned
     FAIL_RETRY = "FAIL_RETRY"  # a run raised / exited non-zero / was killed; tries left
@@ -300,6 +301,7 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.START_SCHEDULED, _NEW, [Status.SCHEDULED]),
         _t(Event.DUE, [Status.SCHEDULED], [Status.WAITING]),
         _t(Event.CLAIM, [Status.WAITING], [Status.IN_PROCESS]),
+        _t(Event.FIRE, [Status.SCHEDULED], [Status.IN_PROCESS]),
         _t(Event.DONE_ONCE, [Status.IN_PROCESS], [Status.PROCESSED]),
         _t(Event.DONE_RECURRING, [Status.IN_PROCESS], [Status.SCHEDULED]),
         _t(Event.FAIL_RETRY, [Status.IN_PROCESS], [Status.WAITING]),

@@ -39,44 +39,62 @@ def test_a_fire_prepared_ahead_never_starts_before_its_due_time(monkeypatch):
     assert not worker_module.wait_until(due + 0.5, lambda: True)  # aborted while waiting: no start
 
 
-def test_a_fire_is_known_as_prepared_before_its_row_is_written(tmp_path):
-    """The node's loop may claim a row the moment the scheduler writes it WAITING, while the
-    rest of the batch is still being written (LWT by LWT on Cassandra). A claim that does not
-    know the fire was prepared ahead starts it at once, before its due time (chaos on
-    Cassandra saw runs start 2 ms early): the scheduler marks it before the write."""
+def _write_waiting(scheduler, rows):
+    """What the scheduler does with fires its node could not seat by their due time (and
+    before, with every fire): a batch of them written WAITING, for any node."""
+    from fabricjobs.model import advance
+    from fabricjobs.node.decisions import fire
 
-    from fabricjobs.clock import ManualClock
+    scheduler._write(rows, [(row, advance(row, *fire(row))) for row in rows], [])
+
+
+def test_a_due_fire_is_offered_to_its_nodes_claims_and_taken_in_one_write(tmp_path):
+    """A fire cost three writes: the scheduler marked the row WAITING, the loop claimed it,
+    the outcome made it SCHEDULED again. The scheduler now offers it to its own node's
+    claims, which take it straight from SCHEDULED to IN_PROCESS (docs/explanation/nodes.md):
+    nothing is written until then. A fire whose row changed meanwhile (taken by another
+    node) is not run and is read again; one blocked by its parents is not claimed; one the
+    node cannot seat is written WAITING at its due time plus the grace, for any node."""
     from fabricjobs.model import Job, JobKey, Status
-    from fabricjobs.node.scheduler import Scheduler
-    from fabricjobs.store.sqlite import SqliteStore
+    from fabricjobs.node.scheduler import OFFER_GRACE
 
-    store = SqliteStore(tmp_path / "jobs.db")
-    clock = ManualClock()
-    known_at_write: list[bool] = []
+    with one_slot_node(tmp_path, pool_size=2) as (node, store, clock):
+        due = clock.now() + timedelta(milliseconds=30)  # within the fire lead
+        rows = [store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                                 execution_interval="00:00:01", next_run=due, worker_id="a", epoch=1)).row
+                for uid in ("a", "b", "c")]
+        stale = store.get(rows[1].key)
+        store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node meanwhile
+        writes: list[int] = []
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each=lambda pairs, **kw: writes.append(len(pairs)) or store.cas_each(pairs, **kw))
+        node.scheduler._fire(rows[:2])
 
-    class LoopsView:  # what the node's loop would see at the instant each row is written
-        def __getattr__(self, name):
-            return getattr(store, name)
+        assert [store.get(row.key).status for row in rows[:2]] == [Status.SCHEDULED] * 2  # offered, not written
+        assert node.scheduler.prepared(rows[0])
+        claims.claim(clock.now())
+        mine = store.get(rows[0].key)
+        assert mine.status is Status.IN_PROCESS and mine.worker_id == "a" and mine.start_time == due
+        assert writes == [2]  # one claim each, no WAITING write before it
+        assert store.get(rows[1].key).worker_id == "n2"  # the other node's: left alone ...
+        assert node.scheduler._recheck == {rows[1].key}  # ... and read again by the scheduler
 
-        def cas_many(self, pairs, runs=None, **kw):
-            known_at_write.extend(scheduler.prepared(new) for _, new in pairs)
-            return store.cas_many(pairs, runs, **kw)
-
-    scheduler = Scheduler(LoopsView(), clock, "n1", on_ready=lambda: None)
-    due = clock.now() + timedelta(milliseconds=30)  # within the fire lead
-    rows = [Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
-                execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1) for uid in ("a", "b")]
-    for row in rows:
-        store.insert(row)
-    stale = store.get(rows[1].key)
-    store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node meanwhile
-    scheduler._fire([store.get(rows[0].key), stale])
-
-    assert known_at_write == [True, True]
-    fired, lost = store.get(rows[0].key), store.get(rows[1].key)
-    assert fired.status is Status.WAITING and scheduler.prepared(fired)
-    assert lost.status is Status.SCHEDULED and not scheduler.prepared(lost.replace(status=Status.WAITING))
-    store.close()
+        blocked = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "d"), Status.SCHEDULED, clock.now(),
+                                   execution_interval="00:00:01", next_run=due, worker_id="a", epoch=1, blocked=True,
+                                   depends_on="USER_JOB.Customer.userJob1.parent")).row
+        node.scheduler._fire([blocked])
+        claims.claim(clock.now())  # a slot is free, but its parent has not run
+        assert store.get(blocked.key).status is Status.SCHEDULED
+        node.scheduler.offers.take([blocked.key])
+        store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "w"), Status.WAITING, clock.now(), next_run=clock.now()))
+        claims.claim(clock.now())  # the other slot
+        node.scheduler._fire([rows[2]])  # no slot left: this fire waits on offer
+        claims.claim(clock.now())
+        assert store.get(rows[2].key).status is Status.SCHEDULED and len(node.scheduler.offers) == 1
+        clock.advance(0.03 + OFFER_GRACE)
+        node.scheduler._step()  # due + grace: given to any node
+        waiting = store.get(rows[2].key)
+        assert waiting.status is Status.WAITING and waiting.next_run == due and not node.scheduler.offers
 
 
 def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(tmp_path):
@@ -114,7 +132,7 @@ def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(t
     store.insert(row)
     stale = store.get(row.key)
     store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node: nothing becomes ready
-    scheduler._fire([stale])
+    _write_waiting(scheduler, [stale])
     assert during == [True, False]
     assert woken == [1]  # the pass that waited is woken
     assert not scheduler.writing()
@@ -139,7 +157,7 @@ def test_a_claim_pass_reads_again_when_a_batch_of_fires_began_during_its_reads(t
             top = store.waiting_by_priority(*args, **kwargs)
             reads.append(len(top))
             if len(reads) == 1:
-                node.scheduler._fire([urgent])
+                _write_waiting(node.scheduler, [urgent])
             return top
 
         claims = node.reconciler.claims
@@ -168,7 +186,7 @@ def test_a_claim_pass_reads_again_only_once_under_a_steady_stream_of_fires(tmp_p
             reads.append(len(page))
             row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", f"tick{len(reads)}"), Status.SCHEDULED,
                                    now, next_run=now, worker_id="a", epoch=1, execution_interval="00:00:01")).row
-            node.scheduler._fire([row])
+            _write_waiting(node.scheduler, [row])
             return page
 
         claims = node.reconciler.claims
@@ -207,7 +225,7 @@ def test_wait_written_returns_when_the_batch_is_written_or_after_fire_write_wait
             row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
                                    execution_interval="00:00:01", next_run=clock.now() + timedelta(seconds=1),
                                    worker_id="n1", epoch=1)).row
-            firing = threading.Thread(target=scheduler._fire, args=([row],))
+            firing = threading.Thread(target=_write_waiting, args=(scheduler, [row]))
             firing.start()
             assert entered.wait(10)
             if uid == "written":
@@ -234,7 +252,9 @@ def test_the_fire_lead_learns_how_long_this_node_takes_to_prepare_a_fire(tmp_pat
 
     from fabricjobs.clock import ManualClock
     from fabricjobs.model import Job, JobKey, Status
-    from fabricjobs.node.scheduler import _LEARN_WINDOW, FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
+    from fabricjobs.node.decisions import FIRE_LEAD_MAX
+    from fabricjobs.node.firelead import _LEARN_WINDOW, FIRE_LEAD
+    from fabricjobs.node.scheduler import Scheduler
     from fabricjobs.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "jobs.db")
@@ -430,7 +450,7 @@ def test_prepared_fires_never_ride_on_trains_of_work_due_now_nor_take_more_than_
         later = due + timedelta(seconds=0.05)
         fires = _prepare(node, store, clock, [f"c{i:03d}" for i in range(10)], later)
         claims.claim(clock.now())
-        assert all(store.get(row.key).status is Status.WAITING for row in fires)  # not ahead: no room left
+        assert all(store.get(row.key).status is Status.SCHEDULED for row in fires)  # not ahead: no room left
         assert node.executor.slots_used() == 4  # the other half stays free for work due now
         assert claims.next_wake == later  # ... and the pass is woken to claim them when due
 
@@ -475,37 +495,38 @@ def test_fires_of_short_jobs_take_a_share_of_a_slot_in_the_lead_cap(tmp_path):
     store.close()
 
 
-def test_before_fires_have_reached_workers_the_lead_learns_from_the_write_of_a_batch(tmp_path):
+def test_before_fires_have_reached_workers_the_lead_learns_from_the_claim_of_a_batch(tmp_path):
     """A node's first batch of fires on Cassandra took 0.9 s to reach its workers; the next
     second's fires were prepared with the 50 ms lead meanwhile, and started late too. The
-    write of the first batch (half of what a fire costs: the claims write as many rows again)
-    sets the least lead until enough fires have been measured whole."""
+    claim of the first batch (its one write) sets the least lead until enough fires have been
+    measured whole."""
 
     from fabricjobs.clock import ManualClock
     from fabricjobs.model import Job, JobKey, Status
-    from fabricjobs.node.scheduler import FIRE_LEAD, FIRE_LEAD_MAX, Scheduler
+    from fabricjobs.node.decisions import FIRE_LEAD_MAX
+    from fabricjobs.node.firelead import FIRE_LEAD
+    from fabricjobs.node.scheduler import Scheduler
     from fabricjobs.store.sqlite import SqliteStore
 
     store = SqliteStore(tmp_path / "jobs.db")
     clock = ManualClock()
     write_takes = [0.2]
-
-    def slow_write(pairs, runs=None, **kw):
-        clock.advance(write_takes[0])
-        return store.cas_many(pairs, runs, **kw)
-
-    scheduler = Scheduler(StoreWith(store, cas_many=slow_write), clock, "n1", on_ready=lambda: None)
+    scheduler = Scheduler(store, clock, "n1", on_ready=lambda: None)
 
     def fire(uid: str) -> Job:
+        """One fire offered, and claimed by the node's claims in ``write_takes`` seconds."""
         due = clock.now() + timedelta(seconds=0.02)
         row = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
                                execution_interval="00:00:01", next_run=due, worker_id="n1", epoch=1)).row
         scheduler._fire([row])
+        assert scheduler.offers.take([row.key]) == {row.key}
+        clock.advance(write_takes[0])
+        scheduler.claimed([(row, True)], write_takes[0])
         return row
 
     assert scheduler.lead == FIRE_LEAD
     fire("a0")
-    assert scheduler.lead == pytest.approx(0.6)  # 1.5 x (the write + as long again for the claims)
+    assert scheduler.lead == pytest.approx(0.3)  # 1.5 x the claim's write
     write_takes[0] = 2.0
     fire("a1")
     assert scheduler.lead == FIRE_LEAD_MAX
@@ -521,9 +542,9 @@ def test_before_fires_have_reached_workers_the_lead_learns_from_the_write_of_a_b
 
     # A node that fires now and then (fewer than 8 fires in the 30 s window): a slow first
     # write must not hold the lead at 1 s for good; its fires bring it down again.
-    sparse = Scheduler(StoreWith(store, cas_many=slow_write), clock, "n1", on_ready=lambda: None)
+    sparse = Scheduler(store, clock, "n1", on_ready=lambda: None)
     scheduler = sparse
-    write_takes[0] = 0.35
+    write_takes[0] = 0.7
     fire("s0")
     assert sparse.lead == FIRE_LEAD_MAX
     write_takes[0] = 0.0

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from ..affinity import parse_affinity
 from ..config import ALL_PRIORITIES, AffinityLimit
 from ..logs import job_extra
-from ..model import Job, JobKey, advance
+from ..model import Job, JobKey, Status, advance
 from .decisions import claim
 from .lanes import Lanes
 from .parts import ReconcileParts, UsesParts
@@ -86,11 +86,7 @@ class Claims(UsesParts):
                 continue
             if not chosen:
                 return
-            pairs = []
-            for row, _pool, _rides in chosen:
-                event, new = claim(row, self.me, now, prepared=self.scheduler.prepared(row))
-                pairs.append((row, advance(row, event, new)))
-            results = self.store.cas_each(pairs, on_error=write_failed)
+            results, tried = self._claim_each([row for row, _, _ in chosen], now)
             self.lanes.claimed(time.perf_counter() - began)
             lost = unwritten = 0
             ahead = {row.key for row, _, _ in chosen if self._rides_ahead(row, now)}  # decided once
@@ -105,12 +101,45 @@ class Claims(UsesParts):
                     lost += 1
                     if res is not None and res.current is None:  # an insert's index entry, ahead of its row
                         unwritten += 1
-            self.metrics.claims(len(pairs), lost - unwritten, unwritten)
+            self.metrics.claims(tried, lost - unwritten - (len(chosen) - tried), unwritten)
             if lost > unwritten and not full:
                 self._look_at_peers()
             self.executor.launch_held()
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
+
+    def _claim_each(self, rows: list[Job], now: datetime) -> tuple[list, int]:
+        """The compare-and-sets of the claims of ``rows``: a result each (None: not written),
+        and how many were sent.
+        A SCHEDULED row is a fire this node's scheduler offered (offers.py): claimed only if
+        the offer is still there to take (the scheduler writes WAITING those it took back)."""
+        offered = [row for row in rows if row.status is Status.SCHEDULED]
+        taken = self.scheduler.offers.take(row.key for row in offered) if offered else set()
+        kept = [i for i, row in enumerate(rows) if row.status is not Status.SCHEDULED or row.key in taken]
+        pairs = []
+        for i in kept:
+            event, new = claim(rows[i], self.me, now, prepared=self.scheduler.prepared(rows[i]))
+            pairs.append((rows[i], advance(rows[i], event, new)))
+        began = time.perf_counter()
+        written = self.store.cas_each(pairs, on_error=write_failed)
+        results: list = [None] * len(rows)
+        for i, res in zip(kept, written):
+            results[i] = res
+        if taken:
+            self.scheduler.claimed([(row, res is not None and res.applied) for row, res in zip(rows, results)
+                                    if row.key in taken and row.status is Status.SCHEDULED],
+                                   time.perf_counter() - began)
+        return results, len(pairs)
+
+    def _with_offers(self, page: list[Job]) -> list[Job]:
+        """``page`` and the fires this node's scheduler offers (offers.py) that it does not hold.
+        A row blocked by its parents is not claimable from an offer either: it goes WAITING
+        (blocked) when its offer expires, as every fire did before offers."""
+        offered = self.scheduler.offers.rows()
+        if not offered:
+            return page
+        seen = {row.key for row in page}
+        return page + [row for row in offered if row.key not in seen and not row.blocked]
 
     def _look_at_peers(self) -> None:
         """Another node won claims this claim pass (which reads no nodes) made: the live nodes
@@ -144,11 +173,11 @@ class Claims(UsesParts):
         page = self.store.waiting(size, priorities=self._served, lane=lane)
         if not self._oldest_are_first(page):
             return None
-        page.sort(key=self._order(now))
-        chosen = self._choose(page, free, now, alive=alive, every_lane=False)
+        candidates = sorted(self._with_offers(page), key=self._order(now))
+        chosen = self._choose(candidates, free, now, alive=alive, every_lane=False)
         if len(chosen) < free:
             return None
-        return self._with_passengers(chosen, page, page, size, now, lane)
+        return self._with_passengers(chosen, candidates, page, size, now, lane)
 
     def _order(self, now: datetime):
         """The claim order: effective priority, then longest due, then key."""
@@ -170,6 +199,8 @@ class Claims(UsesParts):
             if page_no == 0 and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
                 candidates = page + [j for j in self.store.waiting_by_priority(page_size, self._served) if j.key not in seen]
+            if page_no == 0:
+                candidates = self._with_offers(candidates)
             candidates.sort(key=self._order(now))
             chosen = self._choose(candidates, free, now)
             if chosen or len(page) < page_size:

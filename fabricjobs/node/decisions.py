@@ -183,11 +183,12 @@ def claim(row: Job, me: str, now: datetime, prepared: bool = False) -> tuple[Eve
     FIRE_LEAD_MAX (a prepared fire given back by a node that stopped, claimed here); one due
     later was not prepared by any scheduler (a writer whose clock runs fast) and starts now.
     ``now`` may be older than the preparation (read when a long pass began), so a fire this
-    node's scheduler prepared is never bounded by it: it prepares at most FIRE_LEAD_MAX ahead."""
+    node's scheduler prepared is never bounded by it: it prepares at most FIRE_LEAD_MAX ahead.
+    A SCHEDULED row is a fire its owner's scheduler offered (offers.py): taken in one write."""
     due, start = row.next_run, now
     if due is not None and now < due and (prepared or due - now <= timedelta(seconds=FIRE_LEAD_MAX)):
         start = due
-    return Event.CLAIM, row.replace(
+    return Event.FIRE if row.status is Status.SCHEDULED else Event.CLAIM, row.replace(
         status=Status.IN_PROCESS, worker_id=me, epoch=row.epoch + 1, start_time=start, hold_until=None,
     )
 

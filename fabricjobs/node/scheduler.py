@@ -1,23 +1,22 @@
 """The scheduler thread (docs/explanation/nodes.md, the seed's JobScheduler).
 
-A time-ordered heap of the SCHEDULED jobs this node owns that come due within a horizon; at
-the due time it moves them to WAITING by CAS ("marked as ready") and wakes the reconcile loop,
-which claims them first (owner precedence). Jobs due later than the horizon stay in the store
-and are loaded when their time approaches, so a node owning 100,000 far-future jobs holds
-none of them in memory.
+A time-ordered heap of the SCHEDULED jobs this node owns that come due within a horizon. At
+the due time a job is "marked as ready": offered to this node's claims, which take it
+straight from SCHEDULED to IN_PROCESS in one compare-and-set (offers.py); a fire they cannot
+seat by a moment after its due time is written WAITING, for any node (owner precedence then
+leaves it to this node a while longer). Jobs due later than the horizon stay in the store and
+are loaded when their time approaches, so a node owning 100,000 far-future jobs holds none of
+them in memory.
 
-A fire is prepared ``lead`` seconds before its due time: marked ready, claimed and handed
-to a worker, which starts the job at the due time itself, not before. So the store writes
-and the hand-over of a burst of fires happen ahead of the second they are due for, and the
-jobs start on time rather than one store round after it. The lead learns from the node's
-own fires: it is 1.5 x the 99th percentile of how long those of the last 30 s took from being
-taken here to reaching a worker, at least FIRE_LEAD (50 ms on a fast store) and at most
-FIRE_LEAD_MAX (1 s; on Cassandra a burst of fires takes several LWT rounds). A prepared fire
-holds a pool slot while its worker waits for the due time, so the lead is also kept short
-enough that the fires of one lead take at most ``max_ahead`` slots (half the pool) at the
-rate this node has been firing. A fire of a job known to be short takes a share of a slot
-(``slot_share``): it rides a train of such runs, and the claims hold only as many slots as
-seat them all (claims.py).
+A fire is prepared ``lead`` seconds before its due time (firelead.py): offered, claimed and
+handed to a worker, which starts the job at the due time itself, not before. So the store
+write and the hand-over of a burst of fires happen ahead of the second they are due for, and
+the jobs start on time rather than one store round after it. A prepared fire holds a pool
+slot while its worker waits for the due time, so the lead is also kept short enough that the
+fires of one lead take at most ``max_ahead`` slots (half the pool) at the rate this node has
+been firing. A fire of a job known to be short takes a share of a slot (``slot_share``): it
+rides a train of such runs, and the claims hold only as many slots as seat them all
+(claims.py).
 """
 
 from __future__ import annotations
@@ -36,17 +35,15 @@ from ..errors import StoreError
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
 from ..store.base import JobStore, RunRecord
-from .decisions import FIRE_LEAD_MAX, calendar_fire, fire, late_fire, late_handler
+from .decisions import calendar_fire, fire, late_fire, late_handler
+from .firelead import FIRE_LEAD, FireLead
+from .offers import Offers
 
 log = logging.getLogger("fabricjobs.node.scheduler")
 
-FIRE_LEAD = 0.05  # seconds before its due time a fire is prepared, at least (see above)
 FIRE_WRITE_WAIT = 0.5  # seconds claims wait at most for a batch of fires being written (writing)
-_LEARN_FROM = 8  # fires measured before the lead moves from its minimum
-_LEARN_WINDOW = 30.0  # seconds of fires the lead learns from (a slow round is remembered that long)
-_LEARN_MAX = 4096  # ... and how many of them at most
-_RELEARN_EVERY = 16  # fires measured between two computations of the lead
 _RATE_WINDOW = 2.0  # seconds of fires the firing rate is measured over
+OFFER_GRACE = 0.25  # seconds past its due time a fire waits for its own node's claims (offers.py)
 
 
 class Scheduler:
@@ -65,13 +62,9 @@ class Scheduler:
         slot_share: Callable[[Job], float] = lambda row: 1.0,
         calendars: CalendarCache | None = None,
     ) -> None:
-        self.lead = lead  # what the recent fires needed (see dispatched)
-        self.min_lead = lead
+        self._lead_of = FireLead(lead)  # what the recent fires needed (see dispatched)
         self.max_ahead = max_ahead
         self.slot_share = slot_share  # the part of a slot a prepared fire of a row holds while it waits
-        # (monotonic, seconds from take to worker) of the fires measured in the learning window
-        self._took: collections.deque[tuple[float, float]] = collections.deque(maxlen=_LEARN_MAX)
-        self._unlearned = 0  # fires measured since the lead was last computed
         # (monotonic, slots the fires hold while they wait) of the last 2 s
         self._fired: collections.deque[tuple[float, float]] = collections.deque()
         self.zone = zone
@@ -100,6 +93,8 @@ class Scheduler:
         self._claims_waited = False  # a claim pass waited for that batch (see writing)
         self._batches = 0  # batches of fires begun (see batches_begun)
         self._claims_held = False  # writing() held the last claim pass (see writing)
+        self.offers = Offers(OFFER_GRACE)  # due fires this node's claims take from SCHEDULED
+        self._recheck: set[JobKey] = set()  # offers whose claim did not apply: read again
 
     # -- feeding ---------------------------------------------------------------------------------
 
@@ -109,6 +104,8 @@ class Scheduler:
             return
         if row.next_run > self.clock.now() + self.horizon:
             return  # loaded by a refresh when it gets close
+        if not force and self.offers.holds(row):
+            return  # its fire is on offer to the claims (a refresh read it before that)
         with self._cond:
             known = self._rows.get(row.key)
             if known is not None and known.revision >= row.revision and not force:
@@ -201,39 +198,20 @@ class Scheduler:
             self._prepared[key] = (due, None)  # measured once: a run bounced from a train, or taken
             # back after a restart, goes to a worker again, but its preparation was not slower
             mono = self.clock.monotonic()
-            self._took.append((mono, mono - entry[1]))
-            self._unlearned += 1
-            if len(self._took) < 4 * _RELEARN_EVERY or self._unlearned >= _RELEARN_EVERY:
-                self._relearn(mono)
+            self._lead_of.measured(mono, mono - entry[1])
 
-    def _relearn(self, mono: float) -> None:
-        """The lead: 1.5 x the 99th percentile of the fires of the learning window, so that a
-        slow round of the store (on Cassandra a batch now and then takes three times the
-        usual) is covered for a while after it, not forgotten with the next batch (caller
-        holds the lock)."""
-        self._unlearned = 0
-        self._forget_old_took(mono)
-        ordered = sorted(took for _, took in self._took)
-        if len(ordered) >= _LEARN_FROM:
-            p99 = ordered[int(0.99 * (len(ordered) - 1))]
-            self.lead = min(FIRE_LEAD_MAX, max(self.min_lead, 1.5 * p99))
-        elif ordered:  # a node that fires now and then: a few fires may lower the lead, never raise it
-            self.lead = max(self.min_lead, min(self.lead, 1.5 * ordered[-1]))
-
-    def _forget_old_took(self, mono: float) -> None:
-        while self._took and self._took[0][0] < mono - _LEARN_WINDOW:
-            self._took.popleft()
-
-    def _learn_from_write(self, took: float) -> None:
-        """Before enough fires have reached a worker to learn from (:meth:`dispatched`), the
-        write of a batch says the least the lead needs: the claims that follow write as many
-        rows again. Without it a node's first second of fires on Cassandra waited a whole
-        batch for its first measurement, and the next second's fires went out with the
-        50 ms lead too."""
+    def _learn_from_write(self, took: float, rounds: int = 2) -> None:
         with self._cond:
-            self._forget_old_took(self.clock.monotonic())
-            if len(self._took) < _LEARN_FROM:
-                self.lead = min(FIRE_LEAD_MAX, max(self.lead, 1.5 * 2 * took))
+            self._lead_of.written(self.clock.monotonic(), took, rounds)
+
+    @property
+    def lead(self) -> float:
+        """Seconds ahead of its due time a fire is prepared now (before the pool's cap)."""
+        return self._lead_of.lead
+
+    @lead.setter
+    def lead(self, seconds: float) -> None:
+        self._lead_of.lead = seconds
 
     def size(self) -> int:
         with self._cond:
@@ -249,6 +227,7 @@ class Scheduler:
         with self._cond:
             self._stop = True
             self._cond.notify()
+        self.offers.clear()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -269,10 +248,16 @@ class Scheduler:
             if self._stop:
                 return True
             due = self._take_due()
+            expired = [] if self._held() else self.offers.expired(self.clock.now())
+            recheck, self._recheck = self._recheck, set()
             refresh = False
-            if not due:
+            if not (due or expired or recheck):
                 self._cond.wait(self._wait_time())
                 refresh = self.clock.monotonic() >= self._refresh_due
+        if recheck:
+            self._read_again(recheck)
+        if expired:  # fires this node could not seat in time: WAITING, for any node
+            self._write(expired, [(row, advance(row, *fire(row))) for row in expired], [])
         if due:
             self._fire(due)
         elif refresh and not self.paused:
@@ -295,13 +280,13 @@ class Scheduler:
     def _lead(self) -> float:
         """How far ahead to prepare fires now: what they need, within the slots they may hold
         (caller holds the lock)."""
-        lead = self.lead
+        lead = self._lead_of.lead
         self._forget_old_fires()
         if self.max_ahead is not None and self._fired:
             rate = sum(n for _, n in self._fired) / _RATE_WINDOW
             if rate > 0:
                 lead = min(lead, self.max_ahead / rate)
-        return max(self.min_lead, lead)
+        return max(self._lead_of.least, lead)
 
     def _take_due(self) -> list[Job]:
         """Pop the rows whose time has come (caller holds the lock)."""
@@ -322,6 +307,8 @@ class Scheduler:
             wait = min(wait, max(self._retry_at - self.clock.monotonic(), 0.05))
         elif self._heap:
             wait = min(wait, self._heap[0][0] - self._lead() - self.clock.now().timestamp())
+        if not self._held() and (expiry := self.offers.next_expiry()) is not None:
+            wait = min(wait, (expiry - self.clock.now()).total_seconds())
         return min(max(wait, 0.0), 1.0)
 
     def _fire(self, rows: list[Job]) -> None:
@@ -351,17 +338,32 @@ class Scheduler:
             self._riding.update((row.key, (new.next_run, row.affinity)) for row, (_, new), share in zip(rows, pairs, shares)
                                 if share < 1.0 and new.status is Status.WAITING and new.next_run is not None
                                 and new.next_run > now)
+        offered = [row for row, (_, new) in zip(rows, pairs) if new.status is Status.WAITING]
+        if offered:  # a plain fire: this node's claims take it straight from SCHEDULED (offers.py)
+            self.offers.put(offered)
+            if log.isEnabledFor(logging.INFO):
+                for row in offered:
+                    log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
+            self.on_ready()
+        kept = [(row, pair) for row, pair in zip(rows, pairs) if pair[1].status is not Status.WAITING]
+        if kept:
+            self._write([row for row, _ in kept], [pair for _, pair in kept], skipped)
+
+    def _write(self, rows: list[Job], pairs: list[tuple[Job, Job]], skipped: list[RunRecord]) -> None:
+        """Write a batch of fires: skips (rescheduled) and fires no claim took (WAITING)."""
+        taken = self.clock.monotonic()
+        with self._cond:
             self._writing_since = taken
             self._batches += 1
         try:
             results = self.store.cas_many(pairs)
         except Exception:
-            for key, _due in ahead:
-                self._prepared.pop(key, None)
+            for row in rows:
+                self._prepared.pop(row.key, None)
             with self._cond:
-                for key, _due in ahead:
-                    self._riding.pop(key, None)
-            log.exception("could not mark %d due jobs ready; retrying in 1 s", len(rows))
+                for row in rows:
+                    self._riding.pop(row.key, None)
+            log.exception("could not write %d due jobs; retrying in 1 s", len(rows))
             self._retry_later(rows)
             if self._written():
                 self.on_ready()
@@ -428,6 +430,30 @@ class Scheduler:
                 log.info("late handler '%s' started for '%s'", handler.key, row.key, extra=job_extra(row.key, row.epoch))
                 self.on_ready()
 
+    def claimed(self, offered: list[tuple[Job, bool]], took: float) -> None:
+        """The claims took these offered fires (``True``: the claim applied) in ``took``
+        seconds: learn the lead from it as from a batch's write, and read again those whose
+        claim did not apply (an UPDATEJOB, a STOPJOB or a takeover came first)."""
+        self._learn_from_write(took, rounds=1)
+        missed = {row.key for row, applied in offered if not applied}
+        if missed:
+            with self._cond:
+                self._recheck |= missed
+                self._cond.notify()
+
+    def _read_again(self, keys: set[JobKey]) -> None:
+        try:
+            rows = self.store.get_many(sorted(keys))
+        except Exception:
+            log.exception("cannot re-read %d jobs; trying again in 1 s", len(keys))
+            with self._cond:
+                self._recheck |= keys
+                self._retry_at = self.clock.monotonic() + 1.0
+            return
+        for row in rows:
+            if row is not None:
+                self.add(row, force=True)
+
     def _retry_later(self, rows: list[Job]) -> None:
         with self._cond:
             self._retry_at = self.clock.monotonic() + 1.0
@@ -447,7 +473,6 @@ class Scheduler:
                 self.add(res.stored)  # a skipped fire: its next due time
             elif res.applied:
                 ready += 1
-                log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
             else:
                 try:
                     current = self.store.get(row.key)
