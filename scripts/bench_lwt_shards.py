@@ -3,7 +3,7 @@
 (docs/explanation/cassandra-queue.md, "Other designs").
 
     .venv/bin/python scripts/bench_lwt_shards.py [--cassandra-nodes 1] [--shards 64] [--writers 3]
-        [--rows 6400] [--batch-sizes 1,10,50] [--json]
+        [--rows 6400] [--rounds 3] [--batch-sizes 1,10,50] [--json]
 
 scripts/bench_lwt_batch.py measures a batch of conditional UPDATEs of one partition (one Paxos
 round) from one client on distinct partitions. A sharded queue (jobs in --shards partitions) has
@@ -20,7 +20,8 @@ B rows of one shard (UPDATE ... SET v = 1, owner = ? ... IF v = 0), on fresh row
 
 A batch that fails with an unknown outcome (a CAS WriteTimeout) is settled by a SERIAL read of
 its rows, as a node must before it sends it again. At the end the table is read back: every row
-must have been claimed exactly once, by the writer that believes it claimed it.
+must have been claimed exactly once, by the writer that believes it claimed it. Each placement
+runs --rounds times, interleaved; the round with the median rows/s is shown.
 """
 
 from __future__ import annotations
@@ -301,6 +302,8 @@ def _warm(session, ks: str) -> None:
 
 
 def run_all(args, hosts, port) -> list[dict]:
+    """Every placement at every batch size, --rounds times interleaved (this machine's load
+    drifts), after a discarded warm-up of the writers' path at each batch size."""
     cluster, session = _session(hosts, port)
     try:
         ks = "lwtshards_" + uuid.uuid4().hex[:10]
@@ -308,18 +311,38 @@ def run_all(args, hosts, port) -> list[dict]:
                         f"{{'class': 'NetworkTopologyStrategy', 'datacenter1': {args.cassandra_nodes}}}")
         session.execute(f"CREATE TABLE {ks}.q (p int, c int, v int, owner text, PRIMARY KEY ((p), c))")
         _warm(session, ks)
-        rows_per_shard = -(-args.rows // args.shards)
-        out = []
-        for n, (placement, b) in enumerate(itertools.product(PLACEMENTS, args.batch_sizes)):
-            run = Run(tuple(hosts), port, f"{ks}.q", placement, b, n * args.shards, args.shards, rows_per_shard,
-                      args.writers)
-            out.append(measure(session, run))
-            f = out[-1]
-            print(f"  {placement}, {b} rows per batch: {f['rows_per_s']:,.0f} rows/s, "
-                  f"{f['not_applied']} not applied, {f['cas_timeouts']} CAS timeouts", flush=True)
-        return out
+        per_shard, fresh = -(-args.rows // args.shards), itertools.count()
+
+        def run(placement: str, b: int, rows_per_shard: int) -> Run:
+            return Run(tuple(hosts), port, f"{ks}.q", placement, b, next(fresh) * args.shards, args.shards,
+                       rows_per_shard, args.writers)
+
+        for b in args.batch_sizes:
+            measure(session, run("lanes", b, max(1, per_shard // 4)))
+        cells: dict[tuple[str, int], list[dict]] = {}
+        for n in range(args.rounds):
+            for placement, b in itertools.product(PLACEMENTS, args.batch_sizes):
+                f = measure(session, run(placement, b, per_shard))
+                cells.setdefault((placement, b), []).append(f)
+                print(f"  round {n + 1}, {placement}, {b} rows per batch: {f['rows_per_s']:,.0f} rows/s, "
+                      f"{f['not_applied']} not applied, {f['cas_timeouts']} CAS timeouts", flush=True)
+        return [_median(rounds) for rounds in cells.values()]
     finally:
         cluster.shutdown()
+
+
+def _median(rounds: list[dict]) -> dict:
+    """The round with the median rows/s, with every round's rows/s, and the failures and the
+    exactly-once check summed over all rounds."""
+    f = dict(sorted(rounds, key=lambda r: r["rows_per_s"])[len(rounds) // 2])
+    f["rows_per_s_rounds"] = [r["rows_per_s"] for r in rounds]
+    for key in ("cas_timeouts", "serial_reads", "given_up", "rows", "unclaimed", "two_owners", "wrong_owner",
+                "owner_unaware"):
+        f[key] = sum(r[key] for r in rounds)
+    f["errors"] = dict(sum((Counter(r["errors"]) for r in rounds), Counter()))
+    f["exactly_once"] = all(r["exactly_once"] for r in rounds)
+    f["rounds"] = rounds
+    return f
 
 
 def _errors(f: dict) -> str:
@@ -329,10 +352,11 @@ def _errors(f: dict) -> str:
 def table_of(figures: list[dict]) -> tuple[list[str], list[list[str]]]:
     base = next((f["rows_per_s"] for f in figures if f["placement"] == "lanes" and f["batch"] == 1), None)
     headers = ["placement", "rows per batch", "rows claimed", "seconds", "rows/s", "vs lanes, 1 row per LWT",
-               "Paxos rounds/s", "not applied", "CAS timeouts", "other errors", "p50 ms", "p99 ms",
-               "exactly once", "inserted rows/s"]
+               "rows/s each round", "Paxos rounds/s", "not applied", "CAS timeouts, all rounds",
+               "other errors, all rounds", "p50 ms", "p99 ms", "exactly once, all rounds", "inserted rows/s"]
     rows = [[f["placement"], str(f["batch"]), f"{f['rows_claimed']:,}", f"{f['seconds']:.2f}",
              f"{f['rows_per_s']:,.0f}", f"{f['rows_per_s'] / base:.1f}x" if base else "",
+             " / ".join(f"{r:,.0f}" for r in f["rows_per_s_rounds"]),
              f"{f['rounds_per_s']:,.0f}", f"{f['not_applied']:,}", f"{f['cas_timeouts']:,}", _errors(f),
              f"{f['p50_ms']:.1f}", f"{f['p99_ms']:.1f}", "yes" if f["exactly_once"] else "NO",
              f"{f['inserted_per_s']:,.0f}" if "inserted_per_s" in f else ""] for f in figures]
@@ -345,12 +369,13 @@ def main() -> int:
     p.add_argument("--shards", type=int, default=64)
     p.add_argument("--writers", type=int, default=3)
     p.add_argument("--rows", type=int, default=6400, help="rows claimed per placement and batch size")
+    p.add_argument("--rounds", type=int, default=3, help="times each placement runs; the median is shown")
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[1, 10, 50])
     p.add_argument("--json", action="store_true", help="write a result file under bench/results/")
     args = p.parse_args()
     if not (1 <= args.shards <= 10_000 and 1 <= args.writers <= 32 and 1 <= args.rows <= 1_000_000
-            and all(1 <= b <= 1000 for b in args.batch_sizes)):
-        p.error("--shards 1..10000, --writers 1..32, --rows 1..1000000, batch sizes 1..1000")
+            and 1 <= args.rounds <= 20 and all(1 <= b <= 1000 for b in args.batch_sizes)):
+        p.error("--shards 1..10000, --writers 1..32, --rows 1..1000000, --rounds 1..20, batch sizes 1..1000")
     with real_cassandra(args.cassandra_nodes, "fj-bench-lwt-shards-") as cassandra:
         if cassandra is None:
             return 2
@@ -365,15 +390,16 @@ def report(args, figures: list[dict]) -> None:
     n = args.cassandra_nodes
     where = f"Apache Cassandra 5.0, {n} node(s) on this host, RF {n}, QUORUM / SERIAL"
     title = (f"Claims by conditional batches of one shard, {args.writers} writer processes x {CONCURRENCY} in flight, "
-             f"{args.shards} shards, {args.rows:,} rows per run ({where})")
+             f"{args.shards} shards, {args.rows:,} rows per run, median of {args.rounds} rounds ({where})")
     headers, rows = table_of(figures)
     print(f"== {title}")
     print(tabulate(rows, headers=headers, disable_numparse=True))
     ok = all(f["exactly_once"] for f in figures)
-    measured = "; ".join(f"{f['placement']} x{f['batch']}: {f['rows']:,} rows, {f['unclaimed']} unclaimed, "
-                         f"{f['two_owners']} with two owners, {f['wrong_owner'] + f['owner_unaware']} owner mismatches"
-                         for f in figures)
-    print(f"every row claimed exactly once (read back): {'yes' if ok else 'NO'}")
+    runs = sum(len(f["rounds"]) for f in figures)
+    measured = (f"{sum(f['rows'] for f in figures):,} rows in {runs} runs: {sum(f['unclaimed'] for f in figures)} "
+                f"unclaimed, {sum(f['two_owners'] for f in figures)} claimed by two writers, "
+                f"{sum(f['wrong_owner'] + f['owner_unaware'] for f in figures)} owner mismatches")
+    print(f"every row claimed exactly once (read back): {'yes' if ok else 'NO'} ({measured})")
     if args.json:
         from testkit.benchresult import write_result
 
