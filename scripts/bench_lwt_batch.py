@@ -23,10 +23,16 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the test kit (testkit/)
+
+if TYPE_CHECKING:
+    from testkit.realcassandra import CassandraCluster
 
 CONCURRENCY = 16
 BATCHES = (10, 50)
@@ -43,6 +49,24 @@ def _session(hosts, port):
         retry_policy=FallthroughRetryPolicy(), request_timeout=60)
     cluster = Cluster(list(hosts), port=port, protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
     return cluster, cluster.connect()
+
+
+@contextmanager
+def real_cassandra(nodes: int, prefix: str) -> Iterator[CassandraCluster | None]:
+    """A fresh Apache Cassandra of ``nodes`` nodes in a temporary directory, stopped and wiped
+    at the end; None (the reason printed) where none can run."""
+    from testkit.realcassandra import CassandraCluster, available
+
+    if (why := available()) is not None:
+        print(f"no Apache Cassandra here: {why}")
+        yield None
+        return
+    cassandra = CassandraCluster(Path(tempfile.mkdtemp(prefix=prefix)) / "cassandra", nodes=nodes, heap="768m")
+    cassandra.start()
+    try:
+        yield cassandra
+    finally:
+        cassandra.stop(wipe=True)
 
 
 def _timed(session, statements) -> float:
@@ -123,14 +147,9 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=6000)
     p.add_argument("--json", action="store_true", help="write a result file under bench/results/")
     args = p.parse_args()
-    from testkit.realcassandra import CassandraCluster, available
-
-    if (why := available()) is not None:
-        print(f"no Apache Cassandra here: {why}")
-        return 2
-    tmp = Path(tempfile.mkdtemp(prefix="fj-bench-lwt-batch-"))
-    cassandra = CassandraCluster(tmp / "cassandra", nodes=args.cassandra_nodes, heap="768m").start()
-    try:
+    with real_cassandra(args.cassandra_nodes, "fj-bench-lwt-batch-") as cassandra:
+        if cassandra is None:
+            return 2
         cluster, session = _session(cassandra.hosts, cassandra.port)
         try:
             ks = "lwtbatch_" + uuid.uuid4().hex[:10]
@@ -140,8 +159,6 @@ def main() -> int:
             probe = all_or_nothing(session, ks)
         finally:
             cluster.shutdown()
-    finally:
-        cassandra.stop(wipe=True)
     single = figures[0]["rows_per_s"]
     table = [[f"{f['rows_per_round']}", f"{f['rows']:,}", f"{f['seconds']:.2f}", f"{f['rows_per_s']:,.0f}",
               f"{f['rounds_per_s']:,.0f}", f"{f['rows_per_s'] / single:.1f}x"] for f in figures]

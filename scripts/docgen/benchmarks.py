@@ -48,6 +48,13 @@ ABOUT = {
                                         "row is its own partition, as the queue claims today) against batches of "
                                         "conditional UPDATEs of one partition, each one Paxos round: the headroom of "
                                         "a queue that claims in batches.",
+    "LWT batches under contention (bench_lwt_shards.py)": "What contention costs a queue that claims in batches "
+                                                          "from shard partitions: writer processes (one per "
+                                                          "node) claim rows by conditional batches of one shard, "
+                                                          "each from its own shards, all racing for the same "
+                                                          "rows, or beside a process inserting new rows into "
+                                                          "the same shards; the table is read back to check "
+                                                          "every row was claimed exactly once.",
     "bulk submit (bench_bulk_submit.py)": "A script of one-time STARTJOBs through the shell's script runner (what "
                                           "`shell -f`, -e and piped stdin run): consecutive STARTJOBs written "
                                           "together, against one at a time.",
