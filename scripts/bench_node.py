@@ -78,7 +78,8 @@ def stamp(log):
     """Appends the start time of this run."""
     start = time.time()
     job = current_job()
-    _append(log, {"uid": job.key.uid, "node": job.node, "epoch": job.epoch, "start": start})
+    _append(log, {"uid": job.key.uid, "node": job.node, "epoch": job.epoch, "start": start,
+                  "due": job.due.timestamp() if job.due is not None else None})
 
 
 def hold(log, seconds=30.0):
