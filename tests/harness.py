@@ -167,6 +167,21 @@ class Cluster(Rig):
         return r.stdout
 
 
+    def start_pair(self, port: int) -> int:
+        """Start nodes "a" (this cluster's config, metrics on ``port``) and "b" (the same, on a
+        port of its own, returned) and wait until each counts the other alive: claim lanes go by
+        the live nodes each has seen."""
+        other = self.tmp / "b.ini"
+        port_b = free_port()
+        other.write_text(self.config_path.read_text().replace(f"PORT = {port}", f"PORT = {port_b}"))
+        self.start_node("a")
+        self.start_node("b", config=other)
+        for me, at, peer in (("a", port, "b"), ("b", port_b, "a")):
+            wait_for(lambda peer=peer, at=at: f'fabricjobs_peer_heartbeat_age_seconds{{node="{peer}"}}' in scrape_metrics(at), 10,
+                     f"{me} to see {peer} alive")
+        return port_b
+
+
 def two_nodes(tmp_path: Path, settings: dict | None = None, backend: str = "sqlite", request=None) -> Cluster:
     """A cluster of local-1 and local-2, started side by side (for a module's fixture; the
     caller stops it). ``request``: the fixture's, for a Cassandra backend. The calm heartbeat,

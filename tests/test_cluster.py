@@ -88,14 +88,7 @@ def test_two_nodes_woken_by_the_same_bursts_claim_different_rows_not_the_same_on
     lanes 25-50 % were lost on the CQL test server (on Cassandra each a wasted LWT), 6-8 % on
     SQLite (whose write lock lets one node claim a whole burst first); with them, 0-3 %, and up
     to 5 % on a machine loaded by other work."""
-    other = cluster.tmp / "b.ini"
-    port_b = free_port()
-    other.write_text(cluster.config_path.read_text().replace(f"PORT = {LANES_PORT}", f"PORT = {port_b}"))
-    cluster.start_node("a")
-    cluster.start_node("b", config=other)
-    for me, port, peer in (("a", LANES_PORT, "b"), ("b", port_b, "a")):  # each counts the other in
-        wait_for(lambda: f'fabricjobs_peer_heartbeat_age_seconds{{node="{peer}"}}' in scrape_metrics(port), 10,
-                 f"{me} to see {peer} alive")
+    port_b = cluster.start_pair(LANES_PORT)
     uids = [f"l{i:03d}" for i in range(400)]
     client = cluster.client()
     for chunk in range(0, 400, 100):

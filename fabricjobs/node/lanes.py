@@ -49,6 +49,8 @@ class Lanes:
         self.next_wake: float | None = None  # when the first row left to a peer is due here
         self._dead_since: dict[JobKey, float] = {}  # dead nodes' runs in other lanes: first seen (monotonic)
         self.takeover_wake: float | None = None  # when the first of those is due here
+        self._unowned_since: dict[JobKey, float] = {}  # other lanes' unowned SCHEDULED rows: first seen
+        self.adopt_wake: float | None = None  # when the first of those is due here
 
     def claimed(self, seconds: float) -> None:
         """A claim round here took ``seconds``. A peer's rounds take about as long (same store,
@@ -153,22 +155,34 @@ class Lanes:
         (contending with the winner's: a takeover of 20 runs on Apache Cassandra took 0.23 s
         instead of 0.12), and the winner started every run alone. :attr:`takeover_wake` is
         when the first row left to a peer is due here."""
+        out, self.takeover_wake, self._dead_since = self._in_turn(rows, alive, now, self._dead_since)
+        return out
+
+    def adoptable(self, rows: list[Job], alive: Sequence[str], now: float) -> list[Job]:
+        """Of the unowned SCHEDULED rows (a script's new cron jobs), those this node adopts now,
+        as :meth:`takeover` does: nodes that all adopted every new row lost half their LWTs to
+        each other. :attr:`adopt_wake` is when the first row left to a peer is due here."""
+        out, self.adopt_wake, self._unowned_since = self._in_turn(rows, alive, now, self._unowned_since)
+        return out
+
+    def _in_turn(self, rows: list[Job], alive: Sequence[str], now: float,
+                 seen_before: dict[JobKey, float]) -> tuple[list[Job], float | None, dict[JobKey, float]]:
+        """``rows`` of this node's lane, and of other lanes those first seen (``seen_before``)
+        at least :attr:`wait` ago; when the first of the others is due; the others' first sightings."""
         names = self._names(alive)
-        self.takeover_wake = None
         if len(names) == 1 or self.patience <= 0:
-            self._dead_since = {}
-            return rows
+            return rows, None, {}
         mine, wait = names.index(self.me), self.wait
         since: dict[JobKey, float] = {}
         out = []
+        wake: float | None = None
         for row in rows:
             if _lane(row, names) == mine:
                 out.append(row)
                 continue
-            since[row.key] = seen = self._dead_since.get(row.key, now)
+            since[row.key] = seen = seen_before.get(row.key, now)
             if now - seen >= wait:
                 out.append(row)
-            elif self.takeover_wake is None or seen + wait < self.takeover_wake:
-                self.takeover_wake = seen + wait
-        self._dead_since = since
-        return out
+            elif wake is None or seen + wait < wake:
+                wake = seen + wait
+        return out, wake, since

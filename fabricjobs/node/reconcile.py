@@ -71,9 +71,10 @@ class Reconciler(UsesParts):
 
     @property
     def next_takeover(self) -> float | None:
-        """When (monotonic) a dead node's run left to a peer's lane is due here: a full pass
-        then takes it if the peer did not (lanes.py)."""
-        return self.claims.lanes.takeover_wake
+        """When (monotonic) a dead node's run, or a new SCHEDULED row, left to a peer's lane is
+        due here: a full pass then takes it if the peer did not (lanes.py)."""
+        wakes = [w for w in (self.claims.lanes.takeover_wake, self.claims.lanes.adopt_wake) if w is not None]
+        return min(wakes, default=None)
 
     def ring_peers(self) -> None:
         """Wake the other nodes on this host (jobs became claimable)."""
@@ -311,8 +312,9 @@ class Reconciler(UsesParts):
     # -- 5. unowned scheduled jobs ------------------------------------------------------------------
 
     def _adopt_scheduled(self, now: datetime) -> None:
-        self._adopt([row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
-                     if self.affinity.can_run(parse_affinity(row.affinity))], now)
+        rows = [row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
+                if self.affinity.can_run(parse_affinity(row.affinity))]
+        self._adopt(self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic()), now)
 
     def _adopt(self, rows: list[Job], now: datetime) -> None:
         """Own SCHEDULED rows (unowned, or of a dead node) and hand them to the scheduler: one
