@@ -309,7 +309,7 @@ TRANSITIONS: dict[Event, Transition] = {
         _t(Event.STOP, [Status.IN_PROCESS, Status.RESTART], [Status.STOPPING]),
         _t(Event.STOP_IDLE, [*_IDLE, Status.HELD], [Status.TERMINATED]),
         _t(Event.STOPPED, [Status.STOPPING], [Status.TERMINATED]),
-        _t(Event.FINISH, [Status.WAITING, Status.IN_PROCESS, Status.RESTART]),
+        _t(Event.FINISH, [Status.WAITING, Status.SCHEDULED, Status.IN_PROCESS, Status.RESTART]),
         _t(Event.FINISH_IDLE, [Status.SCHEDULED], [Status.PROCESSED]),
         _t(Event.RUN_ONCE, [Status.SCHEDULED], [Status.WAITING]),
         _t(Event.RESTART, [Status.IN_PROCESS, Status.STOPPING], [Status.RESTART]),

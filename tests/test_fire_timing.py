@@ -97,6 +97,80 @@ def test_a_due_fire_is_offered_to_its_nodes_claims_and_taken_in_one_write(tmp_pa
         assert waiting.status is Status.WAITING and waiting.next_run == due and not node.scheduler.offers
 
 
+def test_an_offer_is_prepared_before_the_claims_see_it_and_their_write_sets_the_first_lead(tmp_path):
+    """The claims may take an offer the moment it is put: a claim that did not know the fire
+    was prepared ahead would seat it on a train of work due now. And before fires have
+    reached workers to learn from, the claim's write of the first batch says the least lead
+    (a node's first second of fires on Cassandra went out with the 50 ms lead)."""
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path, pool_size=4) as (node, store, clock):
+        due = clock.now() + timedelta(milliseconds=30)
+        rows = [store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                                 execution_interval="00:00:01", next_run=due, worker_id="a", epoch=1)).row
+                for uid in ("a", "b")]
+        scheduler, seen = node.scheduler, []
+        put = scheduler.offers.put
+        scheduler.offers.put = lambda offered, now: seen.extend(scheduler.prepared(r) for r in offered) or put(offered, now)
+
+        def slow_claims(pairs, **kw):
+            clock.advance(0.2)
+            return store.cas_each(pairs, **kw)
+
+        node.reconciler.claims.store = StoreWith(store, cas_each=slow_claims)
+        scheduler._fire(rows)
+        node.reconciler.claims.claim(clock.now())
+        assert seen == [True, True]
+        assert all(store.get(row.key).status is Status.IN_PROCESS for row in rows)
+        assert scheduler.lead == pytest.approx(0.3)  # 1.5 x the claim's 0.2 s
+
+
+def test_offers_late_gone_or_failed_to_write(tmp_path):
+    """Found in review: a fire offered after its due time (a node's start, a takeover, a
+    retry) was written WAITING at once, before the claims could take it; a refresh that read
+    a row before its offer was taken offered the fire again; a claim whose write failed (the
+    store down) was read again, fired and claimed again in a tight loop."""
+    from fabricjobs.clock import ManualClock
+    from fabricjobs.errors import StoreError
+    from fabricjobs.model import Job, JobKey, Status
+    from fabricjobs.node.scheduler import OFFER_GRACE, Scheduler
+    from fabricjobs.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    clock = ManualClock()
+    reads: list[int] = []
+
+    def down(keys):
+        reads.append(len(keys))
+        raise StoreError("store unreachable")
+
+    scheduler = Scheduler(StoreWith(store, get_many=down), clock, "n1", on_ready=lambda: None)
+    try:
+        late = store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", "late"), Status.SCHEDULED, clock.now(),
+                                execution_interval="00:00:01", next_run=clock.now() - timedelta(seconds=2),
+                                worker_id="n1", epoch=1)).row
+        scheduler._fire([late])
+        assert scheduler.offers.expired(clock.now()) == []  # its grace counts from the offer
+        clock.advance(OFFER_GRACE)
+        assert scheduler.offers.expired(clock.now()) == [late]
+
+        scheduler._fire([late])
+        assert scheduler.offers.take([late.key]) == {late.key}
+        scheduler.add(late)  # a refresh that read the row before the claim
+        assert scheduler.size() == 0 and not scheduler.offers
+
+        scheduler.claimed([(late, None)], 0.01)  # its write failed: the store is down
+        for _ in range(5):
+            scheduler._step()
+        assert reads == []  # not read again before a second has passed
+        clock.advance(1.1)
+        for _ in range(5):
+            scheduler._step()
+        assert reads == [1]  # once, then a second's rest again
+    finally:
+        store.close()
+
+
 def test_claims_wait_for_a_batch_of_fires_being_written_and_its_end_wakes_them(tmp_path):
     """On Cassandra each fire of a batch is its own LWT: a claim pass during the write saw
     eleven PRIORITY 4 fires and not the PRIORITY 9 one due the same second, and started them
@@ -365,8 +439,9 @@ def test_a_retry_stands_for_the_same_due_time():
 
 
 def _prepare(node, store, clock, uids, due, name="Customer.cron", affinity="ANY"):
-    """Short recurring jobs of node "a", due at ``due``, fired ahead by its scheduler: WAITING,
-    marked prepared (what the node's scheduler thread does one lead before ``due``)."""
+    """Short recurring jobs of node "a", due at ``due``, fired ahead by its scheduler: on
+    offer to its claims, marked prepared (what the node's scheduler thread does one lead
+    before ``due``)."""
     from fabricjobs.model import Job, JobKey, Status
 
     node.executor.short_jobs.learn(("USER_JOB", name), [0.001] * 3)

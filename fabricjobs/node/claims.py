@@ -101,7 +101,8 @@ class Claims(UsesParts):
                     lost += 1
                     if res is not None and res.current is None:  # an insert's index entry, ahead of its row
                         unwritten += 1
-            self.metrics.claims(tried, lost - unwritten - (len(chosen) - tried), unwritten)
+            lost -= len(chosen) - tried  # offers gone back to the store meanwhile were not sent
+            self.metrics.claims(tried, lost - unwritten, unwritten)
             if lost > unwritten and not full:
                 self._look_at_peers()
             self.executor.launch_held()
@@ -120,15 +121,15 @@ class Claims(UsesParts):
         for i in kept:
             event, new = claim(rows[i], self.me, now, prepared=self.scheduler.prepared(rows[i]))
             pairs.append((rows[i], advance(rows[i], event, new)))
-        began = time.perf_counter()
+        began = self.clock.monotonic()
         written = self.store.cas_each(pairs, on_error=write_failed)
         results: list = [None] * len(rows)
         for i, res in zip(kept, written):
             results[i] = res
         if taken:
-            self.scheduler.claimed([(row, res is not None and res.applied) for row, res in zip(rows, results)
+            self.scheduler.claimed([(row, None if res is None else res.applied) for row, res in zip(rows, results)
                                     if row.key in taken and row.status is Status.SCHEDULED],
-                                   time.perf_counter() - began)
+                                   self.clock.monotonic() - began)
         return results, len(pairs)
 
     def _with_offers(self, page: list[Job]) -> list[Job]:

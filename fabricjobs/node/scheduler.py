@@ -248,8 +248,11 @@ class Scheduler:
             if self._stop:
                 return True
             due = self._take_due()
-            expired = [] if self._held() else self.offers.expired(self.clock.now())
-            recheck, self._recheck = self._recheck, set()
+            held = self._held()
+            expired = [] if held else self.offers.expired(self.clock.now())
+            recheck: set[JobKey] = set()
+            if not held:  # after a store error: not before _retry_at
+                recheck, self._recheck = self._recheck, set()
             refresh = False
             if not (due or expired or recheck):
                 self._cond.wait(self._wait_time())
@@ -340,7 +343,7 @@ class Scheduler:
                                 and new.next_run > now)
         offered = [row for row, (_, new) in zip(rows, pairs) if new.status is Status.WAITING]
         if offered:  # a plain fire: this node's claims take it straight from SCHEDULED (offers.py)
-            self.offers.put(offered)
+            self.offers.put(offered, now)
             if log.isEnabledFor(logging.INFO):
                 for row in offered:
                     log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
@@ -430,15 +433,19 @@ class Scheduler:
                 log.info("late handler '%s' started for '%s'", handler.key, row.key, extra=job_extra(row.key, row.epoch))
                 self.on_ready()
 
-    def claimed(self, offered: list[tuple[Job, bool]], took: float) -> None:
-        """The claims took these offered fires (``True``: the claim applied) in ``took``
-        seconds: learn the lead from it as from a batch's write, and read again those whose
-        claim did not apply (an UPDATEJOB, a STOPJOB or a takeover came first)."""
+    def claimed(self, offered: list[tuple[Job, bool | None]], took: float) -> None:
+        """The claims took these offered fires (``True``: the claim applied; None: its write
+        failed) in ``took`` seconds: learn the lead from it as from a batch's write, and read
+        again those whose claim did not apply (an UPDATEJOB, a STOPJOB or a takeover came
+        first), after a second if a write failed (the store is down: no re-read, re-fire and
+        failed claim in a loop)."""
         self._learn_from_write(took, rounds=1)
         missed = {row.key for row, applied in offered if not applied}
         if missed:
             with self._cond:
                 self._recheck |= missed
+                if any(applied is None for _, applied in offered):
+                    self._retry_at = self.clock.monotonic() + 1.0
                 self._cond.notify()
 
     def _read_again(self, keys: set[JobKey]) -> None:

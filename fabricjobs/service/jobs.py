@@ -197,16 +197,17 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
 
     def finish_job(self, cmd: statements.FinishJob, session: Session) -> Result:
         """SMILA's finish (STOPJOB is its cancel): a recurring job's run going on, or its fire
-        already due (WAITING), completes; then the job is PROCESSED and fires no more. One
-        between fires (SCHEDULED) is PROCESSED at once. One-time jobs are left alone (their run
-        ends them anyway); a NAME with none but those is refused."""
+        already due (WAITING, or SCHEDULED past its due time: its owner is about to run it,
+        docs/explanation/nodes.md#the-scheduler), completes; then the job is PROCESSED and fires
+        no more. One between fires (SCHEDULED) is PROCESSED at once. One-time jobs are left alone
+        (their run ends them anyway); a NAME with none but those is refused."""
         now = self.clock.now()
         notes: dict[JobKey, str] = {}
 
         def decide(row: Job):
             if row.archived or row.finishing or row.status in (Status.STOPPING, Status.HELD):
                 return None
-            if row.status is Status.SCHEDULED:
+            if row.status is Status.SCHEDULED and not _due(row, now):
                 return Event.FINISH_IDLE, self._noted(row.replace(status=Status.PROCESSED, end_time=now),
                                                       "FINISHJOB", session)
             notes[row.key] = FINISH_NOTE
@@ -234,8 +235,9 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         notes: dict[JobKey, str] = {}
 
         def decide(row: Job):
-            if row.archived or row.status is not Status.SCHEDULED:
-                notes[row.key] = {Status.WAITING: RUN_DUE_NOTE, Status.HELD: RUN_HELD_NOTE}.get(row.status, RUN_GOING_NOTE)
+            if row.archived or row.status is not Status.SCHEDULED or _due(row, now):
+                status = Status.WAITING if _due(row, now) else row.status  # its fire is under way
+                notes[row.key] = {Status.WAITING: RUN_DUE_NOTE, Status.HELD: RUN_HELD_NOTE}.get(status, RUN_GOING_NOTE)
                 return None
             kept = row.next_run or now
             notes[row.key] = f"runs once now; its schedule goes on at {_shown(kept, self.zone)}"
@@ -431,3 +433,9 @@ def _created_at(row: Job, now: datetime) -> Job:
     if row.next_run == row.creation_time:
         return row.replace(creation_time=now, next_run=now)
     return row.replace(creation_time=now)
+
+
+def _due(row: Job, now: datetime) -> bool:
+    """A SCHEDULED row whose fire is due: its owner claims it from SCHEDULED (or writes it
+    WAITING when it has no room), so it is a due fire, not a job between fires."""
+    return row.status is Status.SCHEDULED and row.next_run is not None and row.next_run <= now

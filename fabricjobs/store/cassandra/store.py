@@ -8,7 +8,8 @@ superseded is tidied (index.py says why in that order, rows.py how an LWT's unkn
 settled).
 
 LWTs per job life cycle: a one-time job costs 3 (insert, claim, outcome); each fire of a
-recurring job costs 3 (due, claim, outcome). See docs/guides/cassandra.md#what-to-size for what that means in latency.
+recurring job costs 2 (its owner's claim from SCHEDULED, outcome; 3 when its owner has no room
+and writes it WAITING first). See docs/guides/cassandra.md#what-to-size for what that means in latency.
 """
 
 from __future__ import annotations
