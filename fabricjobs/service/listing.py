@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Callable
 
 from ..cluster import read_cluster
 from ..commands import values
@@ -71,14 +72,20 @@ class JobListing(JobViews):
 
     def _live_page(self, type: str | None, query: JobQuery) -> list[Job]:
         """The first ``limit`` + 1 wanted live jobs after the cursor (the one more says that a
-        next page exists), read from the store in pages from the cursor on: a page costs
-        about its size, not the number of live jobs. The first read is the page itself; a
-        filter that drops rows makes each next read twice the last (from LIVE_READ to
-        LIVE_READ_MAX rows), so a sparse one costs a few reads, not hundreds."""
+        next page exists)."""
+        return self._paged(lambda after, size: self.store.live_jobs(type=type, name=query.name, after=after, limit=size),
+                           query)
+
+    def _paged(self, read: Callable[[JobKey | None, int], list[Job]], query: JobQuery) -> list[Job]:
+        """The first ``limit`` + 1 wanted jobs after the cursor, ``read`` from the store in
+        pages from the cursor on: a page costs about its size, not the number of jobs. The
+        first read is the page itself; a filter that drops rows makes each next read twice
+        the last (from LIVE_READ to LIVE_READ_MAX rows), so a sparse one costs a few reads,
+        not hundreds."""
         want, after, size = query.limit + 1, query.after, query.limit + 1
         found: list[Job] = []
         while len(found) < want:
-            rows = self.store.live_jobs(type=type, name=query.name, after=after, limit=size)
+            rows = read(after, size)
             found += [j for j in rows if _wanted(j, query)]
             if len(rows) < size:
                 break
@@ -86,12 +93,16 @@ class JobListing(JobViews):
         return found[:want]
 
     def _with_archived(self, type: str | None, query: JobQuery) -> list[Job]:
-        """Archived jobs (and live ones with scope=all), all read: the time window bounds them."""
-        jobs = self.store.live_jobs(type=type, name=query.name) if query.live else []
+        """The page of archived jobs (and live ones with scope=all) after the cursor: each kind
+        read a page at a time from the cursor on, then merged by key (a job is one or the
+        other). The time window bounds the archived ones."""
         hours = self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR")
         since = query.since or self.clock.now() - timedelta(hours=hours)
-        jobs += [j for j in self.store.archived_since(since, type=type) if query.name in (None, j.name)]
-        return sorted((j for j in jobs if _wanted(j, query)), key=lambda j: j.key)
+        jobs = self._paged(lambda after, size: self.store.archived_since(since, type=type, name=query.name, after=after,
+                                                                          limit=size), query)
+        if query.live:
+            jobs += self._live_page(type, query)
+        return sorted(jobs, key=lambda j: j.key)[:query.limit + 1]
 
 
 def _wanted(job: Job, query: JobQuery) -> bool:

@@ -60,7 +60,7 @@ class JobViews(ServiceCore):
             jobs = self.store.live_jobs(type=cmd.type, name=cmd.name) if live else []
             if cmd.days_ago is not None:
                 since = self.clock.now() - timedelta(days=cmd.days_ago)
-                archived = [j for j in self.store.archived_since(since, type=cmd.type) if cmd.name in (None, j.name)]
+                archived = self.store.archived_since(since, type=cmd.type, name=cmd.name)
                 jobs = sorted(jobs + archived, key=lambda j: j.key)
             elif cmd.statuses & FINAL_STATUSES:  # FAILED without a window: the last ones kept
                 archived, notices = self._ended(cmd)

@@ -374,8 +374,12 @@ class JobStore(ABC):
             after = rows[-1].key
 
     @abstractmethod
-    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
-        """Archived rows whose ``end_time`` is at or after ``since``; ordered by key."""
+    def archived_since(self, since: datetime, type: str | None = None, *, name: str | None = None,
+                       after: JobKey | None = None, limit: int | None = None) -> list[Job]:
+        """Archived rows whose ``end_time`` is at or after ``since``, of ``type`` and ``name``;
+        ordered by key. ``after``/``limit``: a page, the first ``limit`` rows whose key is above
+        ``after``, reading about that many rows (the keys of the window are read whole where the
+        store files them by time, but not their rows)."""
 
     @abstractmethod
     def search_archived(self, query: ArchiveQuery) -> ArchivePage:

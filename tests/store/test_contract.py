@@ -346,6 +346,20 @@ def test_archived_since_is_bounded_by_end_time(store):
     assert all(r.archived for r in since)
 
 
+def test_archived_since_gives_a_page_by_key(store):
+    for i in range(6):
+        row = store.insert(job(uid=f"p{i}", name="A.x" if i < 5 else "B.y")).row
+        store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(hours=i)))
+    store.insert(job(uid="p9", name="A.x"))  # live: never in it
+    since = T0 + timedelta(hours=1)
+    assert [r.uid for r in store.archived_since(since, limit=2)] == ["p1", "p2"]
+    after = JobKey("USER_JOB", "A.x", "p2")
+    assert [r.uid for r in store.archived_since(since, after=after, limit=2)] == ["p3", "p4"]
+    assert [r.uid for r in store.archived_since(since, after=after)] == ["p3", "p4", "p5"]
+    assert [r.uid for r in store.archived_since(since, name="B.y")] == ["p5"]
+    assert [r.uid for r in store.archived_since(since, name="A.x", after=JobKey("USER_JOB", "A.x", "p4"))] == []
+
+
 def test_waiting_returns_claim_candidates_longest_due_first(store):
     for i in (3, 1, 2):
         store.insert(job(uid=f"w{i}", next_run=T0 + timedelta(seconds=i)))

@@ -122,6 +122,43 @@ def test_the_live_list_reads_a_page_from_the_store_not_every_live_job(request, t
         assert [r[2] for r in first.result.rows] == [f"j{i:04}" for i in range(500, 600)] and reads == [101]
 
 
+@pytest.mark.parametrize("backend", SEED_BACKENDS)
+def test_the_list_of_archived_and_live_jobs_reads_a_page_not_the_whole_window(request, tmp_path, monkeypatch, backend):
+    """scope=all: 300 ended jobs within the window and 300 live ones. Each page read every
+    live row and every archived row of the window (600 rows for a page of 25); now each kind
+    is read a page at a time from the cursor on, and the pages put together are every job."""
+    path = make_backend_config(request, backend, tmp_path)
+    add_sections(path, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs"}, "node": {"TIME_ZONE": "UTC"}})
+    cfg = load_config(path)
+    with Client(open_store(cfg), cfg, ManualClock(T0 + timedelta(minutes=5)), owns_store=True) as c:
+        store = c.store
+        store.insert_many([Job(JobKey("USER_JOB", "Customer.userJob1", f"j{i:04}"), Status.WAITING, T0, next_run=T0)
+                           for i in range(600)])
+        for i in range(0, 600, 2):
+            row = store.get(JobKey("USER_JOB", "Customer.userJob1", f"j{i:04}"))
+            store.cas(row, row.replace(status=Status.PROCESSED, archived=True, end_time=T0 + timedelta(seconds=i)))
+        reads: list[int] = []  # rows per read of the store, either kind
+        for method in ("live_jobs", "archived_since"):
+            def counted(*args, _read=getattr(store, method), **kwargs):
+                rows = _read(*args, **kwargs)
+                reads.append(len(rows))
+                return rows
+            monkeypatch.setattr(store, method, counted)
+        pages, after = [], None
+        while True:
+            page = c.service.list_jobs(JobQuery(archived=True, limit=25, after=after))
+            pages.append([r[2] for r in page.result.rows])
+            assert sum(reads) <= 2 * 26, reads  # a page of each kind
+            reads.clear()
+            if page.next is None:
+                break
+            after = page.next
+        assert sum(pages, []) == [f"j{i:04}" for i in range(600)] and len(pages) == 24
+        ended = c.service.list_jobs(JobQuery(live=False, archived=True, limit=10,
+                                             after=JobKey("USER_JOB", "Customer.userJob1", "j0100")))
+        assert [r[2] for r in ended.result.rows] == [f"j{i:04}" for i in range(102, 122, 2)] and reads == [11]
+
+
 @pytest.mark.parametrize("command, words", [
     (st.StartJob("USER_JOB", "Customer.userJob1", args="[1]"), "ARGS must be a JSON object, got a list"),
     (st.StartJob("USER_JOB", "Customer.userJob1", args="{\"a\": NaN}"), "NaN is not allowed"),

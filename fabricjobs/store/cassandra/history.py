@@ -231,17 +231,27 @@ class History(ByName, Recent):
         return _Write(stmt, (_day(job.end_time), _archive_shard(k), job.end_time, k.type, k.name, k.uid, job.owner,
                              job.status.value, self.archive_ttl), what=f"the archive entry of {k}")
 
-    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+    def archived_since(self, since: datetime, type: str | None = None, *, name: str | None = None,
+                       after: JobKey | None = None, limit: int | None = None) -> list[Job]:
         day = since.astimezone(UTC).date()
         today = self.store_time().date() + timedelta(days=1)
         if (today - day).days > self.archive_ttl // 86400 + 2:
             found = self._archive_scan(since)  # a window beyond the retention: what is kept, not each day
         else:
             found = self._archive_days(since, day, today)
-        keys = {k: None for k in found if type is None or k.type == type}
-        rows = self.get_many(list(keys))
-        return sorted((j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since),
-                      key=lambda j: j.key)
+        keys = sorted({k for k in found if type in (None, k.type) and name in (None, k.name)
+                       and (after is None or k > after)})
+        # The archive files keys by end time, not by key: the window's keys are read whole (a
+        # key is small), its rows only as far as the page goes (an entry's row may have moved
+        # on: started again, or expired).
+        out: list[Job] = []
+        chunk = max(limit or len(keys), 1)
+        for i in range(0, len(keys), chunk):
+            rows = self.get_many(keys[i:i + chunk])
+            out += [j for j in rows if j is not None and j.archived and j.end_time is not None and j.end_time >= since]
+            if limit is not None and len(out) >= limit:
+                return out[:limit]
+        return out
 
     def _archive_days(self, since: datetime, day, last) -> list[JobKey]:
         # A day's ARCHIVE_SHARDS partitions in one unpaged IN (read at once); and the day's

@@ -289,14 +289,22 @@ class SqliteStore(Connections, Search, JobStore):
         )
         return [_row_to_job(r) for r in rows]
 
-    def archived_since(self, since: datetime, type: str | None = None) -> list[Job]:
+    def archived_since(self, since: datetime, type: str | None = None, *, name: str | None = None,
+                       after: JobKey | None = None, limit: int | None = None) -> list[Job]:
         sql = f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_archive WHERE archived = 1 AND end_time >= ?"
         params: list = [_ts(since)]
-        if type is not None:
-            sql += " AND type = ?"
-            params.append(type)
-        rows = self._read(sql + " ORDER BY type, name, uid", params)
-        return [_row_to_job(r) for r in rows]
+        for column, value in (("type", type), ("name", name)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        if after is not None:
+            sql += " AND (type, name, uid) > (?, ?, ?)"
+            params += [after.type, after.name, after.uid]
+        sql += " ORDER BY type, name, uid"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [_row_to_job(r) for r in self._read(sql, params)]
 
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
                 priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:
