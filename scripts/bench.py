@@ -1103,8 +1103,11 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
     finally:
         rig.close()
         findings.extend((f"firelag/{name}", line) for name, line in rig.log_findings)
-    print(f"\n(firelag store: {backend.label()})", end="")
-    return firelag_report(args, rows, starts, t_submitted, t_stop, seconds, count)
+    print(f"\n(firelag store: {backend.label()}; the {count} STARTJOBs took {t_submitted - t_first:.2f} s to write)",
+          end="")
+    result = firelag_report(args, rows, starts, t_submitted, t_stop, seconds, count)
+    result["submit_seconds"] = round(t_submitted - t_first, 3)
+    return result
 
 
 def firelag_report(args, rows: dict, starts: dict[str, list[tuple[float, float | None]]], t_submitted: float,
