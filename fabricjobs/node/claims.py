@@ -114,8 +114,7 @@ class Claims(UsesParts):
         and how many were sent.
         A SCHEDULED row is a fire this node's scheduler offered (offers.py): claimed only if
         the offer is still there to take (the scheduler writes WAITING those it took back)."""
-        offered = [row for row in rows if row.status is Status.SCHEDULED]
-        taken = self.scheduler.offers.take(row.key for row in offered) if offered else set()
+        taken = self.scheduler.offers.take(row.key for row in rows if row.status is Status.SCHEDULED)
         kept = [i for i, row in enumerate(rows) if row.status is not Status.SCHEDULED or row.key in taken]
         pairs = []
         for i in kept:
@@ -128,7 +127,7 @@ class Claims(UsesParts):
             results[i] = res
         if taken:
             self.scheduler.claimed([(row, None if res is None else res.applied) for row, res in zip(rows, results)
-                                    if row.key in taken and row.status is Status.SCHEDULED],
+                                    if row.key in taken],
                                    self.clock.monotonic() - began)
         return results, len(pairs)
 

@@ -331,26 +331,25 @@ class Scheduler:
             self._forget_old_fires()
             # fires that never reached a worker here (stopped, claimed elsewhere) are past
             self._riding = {key: entry for key, entry in self._riding.items() if entry[0] > now}
-        ahead = [(row.key, (new.next_run, taken)) for row, (_, new) in zip(rows, pairs)
-                 if new.status is Status.WAITING and new.next_run is not None and new.next_run > now]
-        # Marked before the write, not after it: this node's loop may claim a row the moment it
-        # is written (the other rows of a batch are still being written), and a claim that does
-        # not know the fire was prepared ahead starts it at once, before its due time.
-        self._prepared.update(ahead)
-        with self._cond:
-            self._riding.update((row.key, (new.next_run, row.affinity)) for row, (_, new), share in zip(rows, pairs, shares)
-                                if share < 1.0 and new.status is Status.WAITING and new.next_run is not None
-                                and new.next_run > now)
+        # A plain fire is offered (this node's claims take it straight from SCHEDULED,
+        # offers.py); a fire skipped (a calendar, too late) is written, rescheduled.
         offered = [row for row, (_, new) in zip(rows, pairs) if new.status is Status.WAITING]
-        if offered:  # a plain fire: this node's claims take it straight from SCHEDULED (offers.py)
+        ahead = {row.key for row in offered if _due(row) > now}
+        # Marked before the offer: the claims may take it at once, and a claim that does not
+        # know the fire was prepared ahead seats it among work due now.
+        self._prepared.update((row.key, (_due(row), taken)) for row in offered if row.key in ahead)
+        with self._cond:
+            self._riding.update((row.key, (_due(row), row.affinity)) for row, share in zip(rows, shares)
+                                if share < 1.0 and row.key in ahead)
+        if offered:
             self.offers.put(offered, now)
             if log.isEnabledFor(logging.INFO):
                 for row in offered:
                     log.info("cron job '%s' marked as ready", row.key, extra=job_extra(row.key, row.epoch))
             self.on_ready()
-        kept = [(row, pair) for row, pair in zip(rows, pairs) if pair[1].status is not Status.WAITING]
-        if kept:
-            self._write([row for row, _ in kept], [pair for _, pair in kept], skipped)
+        skips = [(row, pair) for row, pair in zip(rows, pairs) if pair[1].status is not Status.WAITING]
+        if skips:
+            self._write([row for row, _ in skips], [pair for _, pair in skips], skipped)
 
     def _write(self, rows: list[Job], pairs: list[tuple[Job, Job]], skipped: list[RunRecord]) -> None:
         """Write a batch of fires: skips (rescheduled) and fires no claim took (WAITING)."""
