@@ -40,7 +40,8 @@ RECORD_GRACE_SEC = 2.0  # WAITJOB ... RUN n: how long a run that is over may tak
 NEXT_RUN_TEXT = {Status.IN_PROCESS: "Already running", Status.WAITING: "Ready to be executed",
                  Status.HELD: "Held: RELEASEJOB runs it"}
 FINISHING_TEXT = "None: finishing (FINISHJOB)"  # this run (or the due one) is the last
-ENDED_SHOWN, ENDED_PAGES = 1000, 20  # JOBSTATUS ... WHERE STATUS='FAILED': jobs shown, search pages read
+#: JOBSTATUS's ended jobs (n DAYS AGO, WHERE STATUS='FAILED'): shown at most, and search pages read for them
+ENDED_SHOWN, ENDED_PAGES = 1000, 20
 
 
 class JobViews(ServiceCore):
@@ -58,11 +59,7 @@ class JobViews(ServiceCore):
         else:
             live = not cmd.statuses or bool(cmd.statuses & LIVE_STATUSES)
             jobs = self.store.live_jobs(type=cmd.type, name=cmd.name) if live else []
-            if cmd.days_ago is not None:
-                since = self.clock.now() - timedelta(days=cmd.days_ago)
-                archived = self.store.archived_since(since, type=cmd.type, name=cmd.name)
-                jobs = sorted(jobs + archived, key=lambda j: j.key)
-            elif cmd.statuses & FINAL_STATUSES:  # FAILED without a window: the last ones kept
+            if cmd.days_ago is not None or cmd.statuses & FINAL_STATUSES:  # n DAYS AGO, or FAILED: the last ones kept
                 archived, notices = self._ended(cmd)
                 jobs = sorted(jobs + archived, key=lambda j: j.key)
         jobs = [j for j in jobs if cmd.owner in (None, j.owner) and cmd.requestor in (None, j.requestor)
@@ -75,12 +72,22 @@ class JobViews(ServiceCore):
         return Result(STATUS_COLUMNS, tuple(self._status_row(j, nodes) for j in jobs), notices=notices)
 
     def _ended(self, cmd: statements.JobStatus) -> tuple[list[Job], tuple[str, ...]]:
-        """JOBSTATUS ... WHERE STATUS with a final status and no n DAYS AGO: the archived jobs
-        in those statuses still kept, the ENDED_SHOWN that ended last (the store's search,
-        newest first, a bounded page at a time; ENDED_PAGES pages at most)."""
-        hours = self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR")
-        query = ArchiveQuery(since=self.clock.now() - timedelta(hours=hours), type=cmd.type, name=cmd.name or "",
-                             owner=cmd.owner, statuses=cmd.statuses & FINAL_STATUSES, limit=ENDED_SHOWN)
+        """The archived jobs of JOBSTATUS n DAYS AGO (those that ended in the window), or of
+        JOBSTATUS ... WHERE STATUS with a final status (those still kept): the ENDED_SHOWN
+        that ended last, through the store's search (newest first, a bounded page at a time,
+        ENDED_PAGES pages at most), with a notice when there were more. A window of a busy
+        cluster holds millions; the shell prints what a person reads, and says how to see the
+        rest (docs/guides/watching-jobs.md)."""
+        if cmd.days_ago is not None:
+            since = self.clock.now() - timedelta(days=cmd.days_ago)
+            statuses = cmd.statuses & FINAL_STATUSES  # empty: any final status
+        else:
+            since = self.clock.now() - timedelta(hours=self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
+            statuses = cmd.statuses & FINAL_STATUSES
+        if cmd.statuses and not statuses:
+            return [], ()  # only live statuses asked for
+        query = ArchiveQuery(since=since, type=cmd.type, name=cmd.name or "", owner=cmd.owner, statuses=statuses,
+                             limit=ENDED_SHOWN)
         found: list[Job] = []
         for _ in range(ENDED_PAGES):
             page = self.store.search_archived(query)
@@ -93,8 +100,14 @@ class JobViews(ServiceCore):
             cut = True
         if not cut:
             return found, ()
-        return found[:ENDED_SHOWN], (f"(the ended jobs down to {page.reached:%Y-%m-%d %H:%M} UTC; add n DAYS AGO "
-                                     "for a window)",)
+        shown = found[:ENDED_SHOWN]
+        down_to = f"{min(j.end_time for j in shown if j.end_time):%Y-%m-%d %H:%M}" if any(j.end_time for j in shown) \
+            else f"{page.reached:%Y-%m-%d %H:%M}"
+        if cmd.days_ago is not None:
+            return shown, (f"(the {len(shown):,} jobs that ended last, down to {down_to} UTC; there are more in "
+                           f"the window: name a <TYPE> '<NAME>', or page through them all with GET "
+                           f"/api/v1/jobs?scope=archived)",)
+        return shown, (f"(the ended jobs down to {down_to} UTC; add n DAYS AGO for a window)",)
 
     def status_rows(self, jobs: list[Job], nodes: list[NodeView]) -> Result:
         """JOBSTATUS's rows of jobs and nodes already read (the web console reads them once
