@@ -18,6 +18,7 @@ over live rows; nothing here reads history or another node's healthy scheduled w
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -48,6 +49,7 @@ _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass mov
 _TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
 _SLOW_PASS = 0.5  # seconds; a pass slower than this is logged with its steps' times
 _WHOLE_READ_RETRY = 5.0  # seconds between tries of a whole-table read of the nodes that keeps failing
+_READ_POLL = 0.02  # seconds: how often a pass waiting for a read of the nodes looks for claims to make
 #: A job given back is left to the others for at least this many of their full passes (a pass
 #: missed while busy, and the one after it), and at least this long.
 GIVE_BACK_PASSES, GIVE_BACK_MIN_SEC = 3, 1.0
@@ -63,6 +65,8 @@ class Reconciler(UsesParts):
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
         self.claims = Claims(me, settings, parts)
         self._born = self.clock.now()  # KILL requests from before are an earlier life's (_kill_requests)
+        # Reads of the nodes table run here while the pass serves claims (_meanwhile).
+        self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodes-read")
 
     @property
     def next_wake(self) -> datetime | None:
@@ -135,7 +139,7 @@ class Reconciler(UsesParts):
         if self._whole_read_failing is not None and read_at < self._whole_read_failing + _WHOLE_READ_RETRY:
             return self._observe_one_by_one(timeout, None)  # not another timeout per read meanwhile
         try:
-            peers = self.store.nodes(timeout=timeout)
+            peers = self._meanwhile(lambda: self.store.nodes(timeout=timeout))
         except StoreError as exc:
             return self._observe_one_by_one(timeout, exc)
         if self._whole_read_failing is not None:
@@ -164,19 +168,24 @@ class Reconciler(UsesParts):
                 log.warning("reading the nodes table failed (%s): judging the %d known nodes by their rows, read"
                             " one at a time, until it works again", failure, len(names))
             self._whole_read_failing = read_at
-        rows, asked, error = [], [], None
-        for name in names:
-            left = read_at + timeout - self.clock.monotonic()
-            if left <= 0:
-                break
-            try:
-                row = self.store.node(name, timeout=left)
-            except StoreError as exc:
-                error = exc
-                continue
-            asked.append(name)
-            if row is not None:
-                rows.append(row)
+
+        def read() -> tuple[list, list[str], StoreError | None]:
+            rows, asked, error = [], [], None
+            for name in names:
+                left = read_at + timeout - self.clock.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    row = self.store.node(name, timeout=left)
+                except StoreError as exc:
+                    error = exc
+                    continue
+                asked.append(name)
+                if row is not None:
+                    rows.append(row)
+            return rows, asked, error
+
+        rows, asked, error = self._meanwhile(read)
         if names and not asked:
             log.warning("reading the nodes table failed (nobody is judged this pass): %s; row by row: %s",
                         failure or "lately", error or "out of time")
@@ -184,6 +193,30 @@ class Reconciler(UsesParts):
         self.liveness.observe(rows, read_at, self.clock.monotonic(), asked=asked)
         self.peers = sorted([r for r in self.peers if r.name not in asked] + rows, key=lambda r: r.name)
         return True
+
+    def _meanwhile(self, read):
+        """``read()`` (of the nodes table) on the reader thread; meanwhile this thread serves
+        the claims asked for (a slot freed, a fire offered) as a claim pass would. On
+        Cassandra a read of the nodes waits out a replica that is down but not yet known to be,
+        up to its timeout (about 2 s), and it is read again before a takeover: a due fire
+        waited behind both, over 5 s, although its claim needs none of it
+        (docs/explanation/nodes.md, "The reconcile loop")."""
+        future = self._reader.submit(read)
+        while True:
+            try:
+                return future.result(timeout=_READ_POLL)
+            except concurrent.futures.TimeoutError:
+                if future.done():
+                    raise  # the read's own error
+            sig = self.signals
+            if sig.wakeup.is_set() and not (sig.fenced or sig.stopping):
+                sig.wakeup.clear()
+                try:
+                    self.executor.flush()  # the outcomes first: their slots are free for these claims
+                    self.claims.claim(self.clock.now(), False)
+                except StoreError as exc:
+                    log.warning("claims during a read of the nodes failed (the pass goes on): %s", exc)
+                self.executor.launch_held()
 
     def _still_dead(self, rows: list[Job]) -> list[Job]:
         """Rows of (apparently) dead owners, re-judged by a read of the nodes made *after* the
