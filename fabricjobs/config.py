@@ -281,7 +281,7 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "TLS_VERIFY", _bool, True, "Verify the server certificate and host name."),
     Key("cassandra", "CONNECT_TIMEOUT_SEC", _float(0.1), 10.0,
         "Connection timeout; also how long each read of opening the store (schema, the nodes' data centres) may wait."),
-    Key("cassandra", "REQUEST_TIMEOUT_SEC", _float(0.1), 10.0, "Client-side request timeout."),
+    Key("cassandra", "REQUEST_TIMEOUT_SEC", _float(0.1), 10.0, "Client-side request timeout. An LWT is waited for 4 s at most (less if this is less), then settled by a SERIAL read through another host: a coordinator that is paused or cut off never answers it."),
     Key("cassandra", "SPECULATIVE_DELAY_MS", _int(0), 300, "A read or plain write unanswered after this long is sent to a second host as well (0: never). LWTs are never sent twice."),
     Key("cassandra", "TOKEN_AWARE", _bool, True, "Send each statement to a replica of its partition (reads the token ring and schema metadata at connect)."),
     Key("cassandra", "CREATE_SCHEMA", _bool, True, "Create the keyspace and tables on first use."),

@@ -26,6 +26,7 @@ from testkit.realcassandra import C1_ONLY_JIT_FLAG, CassandraCluster, available
 from fabricjobs.client import Client
 from fabricjobs.errors import StoreError
 from fabricjobs.model import JobKey, Status
+from fabricjobs.store.cassandra.session import LWT_TIMEOUT
 from testkit import netns
 from testkit.rig import Rig, wait_for, write_config
 from harness import (FAST, LOG_TIME, RunWatch, assert_finished_by_newest_runs, assert_no_overlap, fence_times,
@@ -97,7 +98,7 @@ def _runs_by_key(records: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-THREE_NODE_TESTS = 5  # the tests below that use `three` with a keyspace made for them (one each)
+THREE_NODE_TESTS = 6  # the tests below that use `three` with a keyspace made for them (one each)
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +326,49 @@ def test_partition_one_isolated_replica_of_three_does_not_stop_the_cluster(three
     finally:
         client.close()
         rig.kill_all()
+
+
+def test_partition_an_lwt_sent_to_a_cut_off_coordinator_is_settled_through_another_host(three, tmp_path):
+    """A coordinator cut off (or paused) after an LWT reached it never answers, and the driver
+    never sends an LWT twice: the sender waited out the whole request timeout (10 s here, the
+    default), and a node's claim pass with it (the chaos soak saw 5.5 s behind a SIGSTOPped
+    Cassandra node). An LWT is waited for LWT_TIMEOUT (4 s) at most; its outcome is then
+    settled by a SERIAL read through another host. The LWTs here are a listener's file marks,
+    which send no plain write first (a plain write to the silent host would have it tried last
+    before any LWT got there): a dozen at once, a third of them to c3, each answered well
+    before the request timeout, and each answer the truth about its mark."""
+    net, dbs, keyspaces = three
+    config = _config(tmp_path, dbs, request_timeout=10, keyspace=keyspaces.pop())
+    client = Client.from_config(config)
+    listener = JobKey("INTERFACE_LISTENER", "Inbox.watch", "cut")
+    try:
+        store = client.store
+        assert store.mark_file(listener, "warm-up.csv", "seen")  # the statements are prepared before the cut
+        unknown = store.stats.unknown_outcomes
+        answers: dict[str, tuple[bool, float]] = {}
+
+        def mark(file: str) -> None:
+            began = time.monotonic()
+            answers[file] = (store.mark_file(listener, file, "seen"), time.monotonic() - began)
+
+        net.isolate("c3")
+        try:
+            # TOKEN_AWARE false: the hosts take turns as coordinators, so c3 gets about a third.
+            threads = [threading.Thread(target=mark, args=(f"f{i:02d}.csv",)) for i in range(12)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        finally:
+            net.heal()
+        assert len(answers) == 12, answers
+        slowest = max(took for _, took in answers.values())
+        assert store.stats.unknown_outcomes > unknown  # some went to c3 and were settled elsewhere
+        assert slowest < LWT_TIMEOUT + 3.0, f"a mark took {slowest:.1f} s (the request timeout is 10 s)"
+        marked = store.marked_files(listener)
+        assert {f for f, (ok, _) in answers.items() if ok} == marked - {"warm-up.csv"}  # each answer is the truth
+    finally:
+        client.close()
 
 
 def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_is_lost(three, tmp_path):

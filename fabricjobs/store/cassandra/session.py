@@ -36,6 +36,17 @@ _ENTRY_WRITES = 5  # attempts at an index entry write acknowledged within ENTRY_
 _BATCH = 8  # statements per unlogged batch (Cassandra warns from 10 partitions in one)
 
 
+#: The longest an LWT is waited for, whatever REQUEST_TIMEOUT_SEC says; then its outcome is
+#: unknown and settled by a SERIAL read through another host, and it is sent again there if it
+#: did not apply (rows.py). A live coordinator answers an LWT by itself within its own timeouts
+#: (cas_contention_timeout 1 s, then write_request_timeout 2 s, Cassandra's defaults); one that
+#: has not by then is paused or cut off, and an LWT sent to it held its sender, a node's whole
+#: claim pass with it, for the request timeout (10 s by default): the chaos soak on three
+#: Cassandra nodes saw a SIGSTOPped one hold a node's due fires for 5.5 s
+#: (docs/explanation/cassandra-data-model.md, "Unknown LWT outcomes").
+LWT_TIMEOUT = 4.0
+
+
 def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: str, token_aware: bool,
                        request_timeout: float, speculative_delay: float = 0.0,
                        unanswered: Unanswered | None = None) -> dict:
@@ -78,7 +89,8 @@ def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: s
         ),
         "lwt": ExecutionProfile(
             load_balancing_policy=lbp(), consistency_level=cl, serial_consistency_level=serial,
-            retry_policy=FallthroughRetryPolicy(), row_factory=dict_factory, request_timeout=request_timeout,
+            retry_policy=FallthroughRetryPolicy(), row_factory=dict_factory,
+            request_timeout=min(request_timeout, LWT_TIMEOUT),
         ),
         "serial": ExecutionProfile(
             load_balancing_policy=lbp(), consistency_level=serial, retry_policy=FallthroughRetryPolicy(),
