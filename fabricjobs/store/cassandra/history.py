@@ -294,12 +294,14 @@ class History(ByName, Recent):
         stmt = self._stmt(("mark",), "UPDATE k2_listener_files SET note = ?, marked_at = toTimestamp(now()) "
                                     "WHERE type = ? AND name = ? AND uid = ? AND file = ? IF note = null")
         params = (token, listener.type, listener.name, listener.uid, file)
+        # Prepared up front: an unknown outcome is a host that went silent, the worst moment to
+        # prepare a statement (the prepare itself may go to that host and wait it out).
+        read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
         try:
             return bool(self._session.execute(stmt, params, execution_profile="lwt").one()["[applied]"])
         except Exception as exc:
             _unknown_outcome(exc)  # raises unless the LWT may have applied
             self.stats.unknown_outcomes += 1
-        read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
         row = self._session.execute(read, params[1:], execution_profile="serial").one()
         return row is not None and row["note"] == token
 

@@ -192,6 +192,7 @@ class Rows(Session):
         replicas), the protocol-v5 CAS_WRITE_UNKNOWN, the client's own timeout, and a
         connection lost after the request may have been sent.
         """
+        self._get_stmt()  # the settling read's, prepared now: not when a host has just gone silent
         backoff = 0.01
         retried = False
         for attempt in range(_CONTENTION_RETRIES):
