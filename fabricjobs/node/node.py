@@ -429,6 +429,7 @@ class Node:
             self.signals.wakeup.wait(0.05)
             self.signals.wakeup.clear()
         self.executor.flush()
+        self.reconciler.close()
         self.executor.stop_collector()
         self.pool.shutdown(kill=True)  # nothing of ours may run once others see us 'stopped'
         self.live_log.stop()

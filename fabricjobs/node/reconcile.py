@@ -218,6 +218,10 @@ class Reconciler(UsesParts):
                     log.warning("claims during a read of the nodes failed (the pass goes on): %s", exc)
                 self.executor.launch_held()
 
+    def close(self) -> None:
+        """The node stops: a read of the nodes still under way is left to end on its own."""
+        self._reader.shutdown(wait=False, cancel_futures=True)
+
     def _still_dead(self, rows: list[Job]) -> list[Job]:
         """Rows of (apparently) dead owners, re-judged by a read of the nodes made *after* the
         rows were read: a verdict older than the row could take a live node's new run over."""

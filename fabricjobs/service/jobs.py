@@ -235,8 +235,9 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         notes: dict[JobKey, str] = {}
 
         def decide(row: Job):
-            if row.archived or row.status is not Status.SCHEDULED or _due(row, now):
-                status = Status.WAITING if _due(row, now) else row.status  # its fire is under way
+            due = _due(row, now)
+            if row.archived or row.status is not Status.SCHEDULED or due:
+                status = Status.WAITING if due else row.status  # a due fire is under way
                 notes[row.key] = {Status.WAITING: RUN_DUE_NOTE, Status.HELD: RUN_HELD_NOTE}.get(status, RUN_GOING_NOTE)
                 return None
             kept = row.next_run or now

@@ -80,10 +80,9 @@ class JobViews(ServiceCore):
         rest (docs/guides/watching-jobs.md)."""
         if cmd.days_ago is not None:
             since = self.clock.now() - timedelta(days=cmd.days_ago)
-            statuses = cmd.statuses & FINAL_STATUSES  # empty: any final status
         else:
             since = self.clock.now() - timedelta(hours=self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
-            statuses = cmd.statuses & FINAL_STATUSES
+        statuses = cmd.statuses & FINAL_STATUSES  # empty: any final status (n DAYS AGO without WHERE STATUS)
         if cmd.statuses and not statuses:
             return [], ()  # only live statuses asked for
         query = ArchiveQuery(since=since, type=cmd.type, name=cmd.name or "", owner=cmd.owner, statuses=statuses,
@@ -100,9 +99,8 @@ class JobViews(ServiceCore):
             cut = True
         if not cut:
             return found, ()
-        shown = found[:ENDED_SHOWN]
-        down_to = f"{min(j.end_time for j in shown if j.end_time):%Y-%m-%d %H:%M}" if any(j.end_time for j in shown) \
-            else f"{page.reached:%Y-%m-%d %H:%M}"
+        shown = found[:ENDED_SHOWN]  # newest End Time first: the last one shown ended earliest
+        down_to = f"{shown[-1].end_time or page.reached:%Y-%m-%d %H:%M}"
         if cmd.days_ago is not None:
             return shown, (f"(the {len(shown):,} jobs that ended last, down to {down_to} UTC; there are more in "
                            f"the window: name a <TYPE> '<NAME>', or page through them all with GET "
