@@ -44,10 +44,10 @@ def test_claims_another_node_won_ask_for_a_full_pass_that_reads_the_nodes_again(
         def cas_each(pairs, *args, **kwargs):  # node b wins the row first
             row = store.get(key)
             assert store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1)).applied
-            return store.cas_each(pairs, *args, **kwargs)
+            return store.cas_each_within(pairs, *args, **kwargs)
 
         claims = node.reconciler.claims
-        claims.store = StoreWith(store, cas_each=cas_each)
+        claims.store = StoreWith(store, cas_each_within=cas_each)
         node.signals.full.clear()
         with node.executor.holding_starts():
             claims.claim(clock.now(), full=False)

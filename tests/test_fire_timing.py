@@ -67,7 +67,7 @@ def test_a_due_fire_is_offered_to_its_nodes_claims_and_taken_in_one_write(tmp_pa
         store.cas(stale, stale.replace(worker_id="n2", epoch=2))  # taken by another node meanwhile
         writes: list[int] = []
         claims = node.reconciler.claims
-        claims.store = StoreWith(store, cas_each=lambda pairs, **kw: writes.append(len(pairs)) or store.cas_each(pairs, **kw))
+        claims.store = StoreWith(store, cas_each_within=lambda pairs, **kw: writes.append(len(pairs)) or store.cas_each_within(pairs, **kw))
         node.scheduler._fire(rows[:2])
 
         assert [store.get(row.key).status for row in rows[:2]] == [Status.SCHEDULED] * 2  # offered, not written
@@ -115,9 +115,9 @@ def test_an_offer_is_prepared_before_the_claims_see_it_and_their_write_sets_the_
 
         def slow_claims(pairs, **kw):
             clock.advance(0.2)
-            return store.cas_each(pairs, **kw)
+            return store.cas_each_within(pairs, **kw)
 
-        node.reconciler.claims.store = StoreWith(store, cas_each=slow_claims)
+        node.reconciler.claims.store = StoreWith(store, cas_each_within=slow_claims)
         scheduler._fire(rows)
         node.reconciler.claims.claim(clock.now())
         assert seen == [True, True]

@@ -43,10 +43,10 @@ def test_a_passenger_takes_the_slot_of_a_slot_holder_whose_claim_another_node_wo
             assert pairs[0][0].key == keys[0]
             oldest = store.get(keys[0])
             assert store.cas(oldest, oldest.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1)).applied
-            return store.cas_each(pairs, *args, **kwargs)
+            return store.cas_each_within(pairs, *args, **kwargs)
 
         claims = node.reconciler.claims
-        claims.store = StoreWith(store, cas_each=cas_each)
+        claims.store = StoreWith(store, cas_each_within=cas_each)
         with node.executor.holding_starts():
             claims.claim(clock.now())
             runs = {run.key.uid: run.holds_slot for run in node.executor.runs()}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -23,6 +25,7 @@ from .decisions import claim
 from .lanes import Lanes
 from .parts import ReconcileParts, UsesParts
 from .trains import holders_for, passenger_room, riding, seat_passengers
+from .writeback import PATIENCE
 
 if TYPE_CHECKING:
     from .settings import NodeSettings
@@ -41,6 +44,19 @@ def _member(keys: set[JobKey]) -> Callable[[Job], bool]:
     return lambda row: row.key in keys
 
 
+@dataclass(frozen=True)
+class PendingClaim:
+    """A claim whose write had not answered within PATIENCE: the store settles it meanwhile.
+    It holds a slot of its pool (unless it was to ride as a passenger) until it answers."""
+    row: Job
+    pool: tuple[AffinityLimit, bool]
+    rides: bool
+    prepared: bool
+    offered: bool  # a fire its scheduler offered (told how the claim went once it answers)
+    generation: int
+    write: Future
+
+
 class Claims(UsesParts):
     def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
         super().__init__(me, settings, parts)
@@ -50,6 +66,7 @@ class Claims(UsesParts):
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
+        self._pending: dict[JobKey, PendingClaim] = {}  # claims still being written (claimed_late)
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""
@@ -62,6 +79,7 @@ class Claims(UsesParts):
     def claim(self, now: datetime, full: bool = True) -> None:
         """Claim rows for the free slots. A claim pass (``full`` False: woken by ended runs)
         reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane."""
+        self.claimed_late()
         reread = False
         for _ in range(4):
             free = self.s.pool_size - self.executor.slots_used()
@@ -86,13 +104,17 @@ class Claims(UsesParts):
                 continue
             if not chosen:
                 return
-            results, tried = self._claim_each([row for row, _, _ in chosen], now)
+            results, tried, offered = self._claim_each([row for row, _, _ in chosen], now)
             self.lanes.claimed(time.perf_counter() - began)
             lost = unwritten = 0
             ahead = {row.key for row, _, _ in chosen if self._rides_ahead(row, now)}  # decided once
-            rides_now = riding(chosen, [res is not None and res.applied for res in results], ahead=_member(ahead))
+            # A claim still being written holds its slot: as if it applied (claimed_late).
+            rides_now = riding(chosen, [isinstance(res, Future) or (res is not None and res.applied) for res in results],
+                               ahead=_member(ahead))
             for (row, pool, _), res, rides in zip(chosen, results, rides_now):
-                if res is not None and res.applied:
+                if isinstance(res, Future):
+                    self._wait_for(PendingClaim(row, pool, rides, row.key in ahead, row.key in offered, generation, res))
+                elif res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
                     self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides,
@@ -109,9 +131,10 @@ class Claims(UsesParts):
             if not lost:
                 return  # everything chosen was claimed; a freed slot wakes the next pass
 
-    def _claim_each(self, rows: list[Job], now: datetime) -> tuple[list, int]:
-        """The compare-and-sets of the claims of ``rows``: a result each (None: not written),
-        and how many were sent.
+    def _claim_each(self, rows: list[Job], now: datetime) -> tuple[list, int, set[JobKey]]:
+        """The compare-and-sets of the claims of ``rows``: a result each (None: not written; a
+        Future: not answered within PATIENCE), how many were sent, and which of them were
+        offered fires.
         A SCHEDULED row is a fire this node's scheduler offered (offers.py): claimed only if
         the offer is still there to take (the scheduler writes WAITING those it took back)."""
         taken = self.scheduler.offers.take(row.key for row in rows if row.status is Status.SCHEDULED)
@@ -121,15 +144,65 @@ class Claims(UsesParts):
             event, new = claim(rows[i], self.me, now, prepared=self.scheduler.prepared(rows[i]))
             pairs.append((rows[i], advance(rows[i], event, new)))
         began = self.clock.monotonic()
-        written = self.store.cas_each(pairs, on_error=write_failed)
+        written = self.store.cas_each_within(pairs, on_error=write_failed, patience=PATIENCE)
         results: list = [None] * len(rows)
         for i, res in zip(kept, written):
             results[i] = res
-        if taken:
-            self.scheduler.claimed([(row, None if res is None else res.applied) for row, res in zip(rows, results)
-                                    if row.key in taken],
-                                   self.clock.monotonic() - began)
-        return results, len(pairs)
+        answered = [(row, None if res is None else res.applied) for row, res in zip(rows, results)
+                    if row.key in taken and not isinstance(res, Future)]
+        if answered:
+            self.scheduler.claimed(answered, self.clock.monotonic() - began)
+        return results, len(pairs), taken
+
+    # -- claims still being written ---------------------------------------------------------------
+
+    def _wait_for(self, claim: PendingClaim) -> None:
+        """Leave ``claim`` to the store to settle; the loop goes on with what did answer
+        (docs/explanation/nodes.md, "Writes that straggle")."""
+        if not claim.rides:
+            self.executor.reserve(claim.pool[0].name)
+        self._pending[claim.row.key] = claim
+        claim.write.add_done_callback(lambda _: self.signals.wake())
+
+    def pending(self) -> frozenset[JobKey]:
+        """The rows whose claims are still being written: no run here yet, but maybe ours."""
+        return frozenset(self._pending)
+
+    def claimed_late(self) -> None:
+        """Act on the pending claims that have answered: start the runs of those that applied
+        (in the slots they held), let the others' slots go. Called by the loop's passes."""
+        for key, pending in list(self._pending.items()):
+            if not pending.write.done():
+                continue
+            del self._pending[key]
+            if not pending.rides:
+                self.executor.reserve(pending.pool[0].name, -1)
+            try:
+                res = pending.write.result()
+            except Exception:
+                write_failed(pending.row)
+                res = None
+            if pending.offered:
+                self.scheduler.claimed([(pending.row, None if res is None else res.applied)], None)
+            if res is None or not res.applied:
+                unwritten = res is not None and res.current is None
+                self.metrics.claims(0, 0 if unwritten else 1, 1 if unwritten else 0)
+                continue
+            log.info("'%s' is now IN_PROCESS by %s (its claim answered late)", key, self.me,
+                     extra=job_extra(key, res.stored.epoch))
+            self.executor.start(res.stored, pending.pool[0].name, pending.pool[1], pending.generation,
+                                passenger=pending.rides, prepared=pending.prepared)
+
+    def settle(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the pending claims, and act on those that answered (the
+        node stops: a claim that applied must not be left without its run)."""
+        deadline = time.monotonic() + timeout
+        for pending in list(self._pending.values()):
+            try:
+                pending.write.exception(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:
+                break  # out of time: what is left is taken over as this node's orphans
+        self.claimed_late()
 
     def _with_offers(self, page: list[Job]) -> list[Job]:
         """``page`` and the fires this node's scheduler offers (offers.py) that it does not hold.
@@ -346,6 +419,8 @@ class Claims(UsesParts):
         return self.affinity.pools_for(affinity)
 
     def _may_claim(self, row: Job, now: datetime) -> bool:
+        if row.key in self._pending:  # its claim is still being written
+            return False
         if not self.affinity.serves(row.priority):  # node.id's PRIORITIES (RJM's rjmproc -p)
             return False
         owner = row.worker_id

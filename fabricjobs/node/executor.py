@@ -100,7 +100,7 @@ class Executor:
         self.writer = OutcomeWriter(
             store, self.table, clock, max_tries=max_tries, retry_delay=retry_delay, zone=zone,
             on_scheduled=on_scheduled, on_final=on_final, on_freed=on_freed, on_tasks_changed=on_tasks_changed,
-            metrics=metrics, catalog=catalog,
+            on_answered=on_outcome, metrics=metrics, catalog=catalog,
         )
         self._held: list[Run] | None = None
         self._holder: int | None = None  # the thread whose starts are held
@@ -138,6 +138,10 @@ class Executor:
     def per_pool(self) -> dict[str, int]:
         """Slots taken per affinity pool (what peers compare with the recommended counts)."""
         return self.table.per_pool()
+
+    def reserve(self, pool: str, count: int = 1) -> None:
+        """Hold (``count`` < 0: let go) a slot of ``pool`` for a claim still being written."""
+        self.table.reserve(pool, count)
 
     def is_short(self, row: Job) -> bool:
         """Whether runs of ``row``'s job are known to be short (they may ride on a train)."""

@@ -73,6 +73,7 @@ _PLACEMENT_EVERY = 30.0  # seconds between checks of this node's store settings 
 _PLACEMENT_FIRST = 3.0
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
+_SETTLE_CLAIMS_SEC = 15.0  # seconds a stopping node waits for claims still being written (an LWT, settled, sent again)
 
 log = logging.getLogger("fabricjobs.node")
 
@@ -419,6 +420,9 @@ class Node:
         if self._stop_doorbell is not None:
             self._stop_doorbell()
         self.scheduler.stop()
+        # A claim still being written may yet apply: its run starts and ends with the others
+        # (not left IN_PROCESS with nothing running it until a takeover).
+        self.reconciler.claims.settle(_SETTLE_CLAIMS_SEC)
         self.executor.shutting_down = True
         for run in self.executor.runs():
             self.executor.abort(run, EndReason.SHUTDOWN, s.shutdown_grace, "ended by node shutdown")

@@ -101,6 +101,7 @@ class Reconciler(UsesParts):
             mark = t
 
         try:
+            self.claims.claimed_late()  # claims that answered since the last pass (also while fenced)
             if full:
                 step("nodes", self._observe)
                 if not self._announced and self.peers:
@@ -250,7 +251,10 @@ class Reconciler(UsesParts):
         if any(r.worker_id != self.me and self.liveness.is_dead(r.worker_id) for r in rows):
             rows = [r for r in rows if r.worker_id == self.me] + self._still_dead(
                 [r for r in rows if r.worker_id != self.me])
+        pending = self.claims.pending()
         for row in rows:
+            if row.key in pending:
+                continue  # its run starts, or not, when its claim answers: looked at next pass
             if row.worker_id == self.me:
                 run = self.executor.run_for(row.key)
                 if run is not None and run.facts.epoch == row.epoch:
@@ -297,8 +301,9 @@ class Reconciler(UsesParts):
 
     def _take_over(self, now: datetime) -> None:
         dead = self.liveness.dead()
+        pending = self.claims.pending()  # ours, with runs to come once their claims answer
         rows = [r for r in self.store.by_owner([self.me], [Status.IN_PROCESS], limit=_CONTROL_BATCH)
-                if self.executor.run_for(r.key) is None]
+                if self.executor.run_for(r.key) is None and r.key not in pending]
         if dead:
             rows += self._still_dead(self.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH))
         generation = self.claims.claimable()

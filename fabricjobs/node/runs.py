@@ -126,6 +126,12 @@ class RunTable:
             if run.holds_slot:
                 self._slots[run.pool] = self._slots.get(run.pool, 0) + 1
 
+    def reserve(self, pool: str, count: int = 1) -> None:
+        """Hold a slot of ``pool`` for a claim whose write has not answered yet (a negative
+        ``count`` lets it go): its run, if the claim applies, must find it free."""
+        with self.lock:
+            self._slots[pool] = self._slots.get(pool, 0) + count
+
     def forget(self, run: Run) -> None:
         """Drop a run. Its slot goes to a train-mate still waiting without one, else back to
         the pool."""

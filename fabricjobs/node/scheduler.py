@@ -432,13 +432,15 @@ class Scheduler:
                 log.info("late handler '%s' started for '%s'", handler.key, row.key, extra=job_extra(row.key, row.epoch))
                 self.on_ready()
 
-    def claimed(self, offered: list[tuple[Job, bool | None]], took: float) -> None:
+    def claimed(self, offered: list[tuple[Job, bool | None]], took: float | None) -> None:
         """The claims took these offered fires (``True``: the claim applied; None: its write
-        failed) in ``took`` seconds: learn the lead from it as from a batch's write, and read
+        failed) in ``took`` seconds (None: a claim that straggled, which teaches nothing about
+        the usual write): learn the lead from it as from a batch's write, and read
         again those whose claim did not apply (an UPDATEJOB, a STOPJOB or a takeover came
         first), after a second if a write failed (the store is down: no re-read, re-fire and
         failed claim in a loop)."""
-        self._learn_from_write(took, rounds=1)
+        if took is not None:
+            self._learn_from_write(took, rounds=1)
         missed = {row.key for row, applied in offered if not applied}
         if missed:
             with self._cond:

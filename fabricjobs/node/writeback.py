@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable
 
@@ -34,6 +35,10 @@ log = logging.getLogger("fabricjobs.node.executor")
 
 _REDECIDE = 20  # rounds of write, re-read and decide again for outcomes that lost their write
 _RETRY_PAUSE = 0.2  # seconds: outcomes wait this long for a failing or contended store
+#: Seconds the loop waits for a group of writes (outcomes, claims) before it goes on without
+#: the ones that have not answered; the store settles those meanwhile, and the loop acts on
+#: each when it answers (docs/explanation/nodes.md, "Writes that straggle").
+PATIENCE = 0.5
 
 _Todo = list[tuple[Run, Outcome, Job | None]]  # an outcome and the row it is decided on
 
@@ -90,6 +95,7 @@ class OutcomeWriter:
         on_final: Callable[[Job], None],
         on_freed: Callable[[], None],
         on_tasks_changed: Callable[[], None],
+        on_answered: Callable[[], None] = lambda: None,
         metrics: Metrics | None = None,
         catalog: JobCatalog | None = None,  # DELETE_ON_SUCCESS's root (None: nothing deleted)
     ) -> None:
@@ -108,6 +114,8 @@ class OutcomeWriter:
         self.failing_since: float | None = None  # monotonic: writes of outcomes fail since then
         self.shutting_down = False
         self.metrics = metrics
+        self.on_answered = on_answered  # a straggling write answered (wakes the node's loop)
+        self._straggling: list[tuple[Run, Outcome, str, Future]] = []  # writes still being settled
 
     def due(self) -> bool:
         """Whether outcomes may be written now (not while waiting for a failing store)."""
@@ -121,11 +129,12 @@ class OutcomeWriter:
         """Write ``pending``: one cas_each for the batch, then each loser re-read and decided
         again; what cannot be written now goes back to the queue. Called by the node's loop
         only (one writer of outcomes)."""
-        if not pending:
+        retry: list[tuple[Run, Outcome]] = []
+        todo: _Todo = self._answered_late(retry)
+        if not pending and not todo and not retry:
             return
         now = self.clock.now()
-        todo: _Todo = [(run, outcome, run.row) for run, outcome in self._with_lease(pending)]
-        retry: list[tuple[Run, Outcome]] = []
+        todo += [(run, outcome, run.row) for run, outcome in self._with_lease(pending)]
         for _ in range(_REDECIDE):
             if not todo:
                 break
@@ -167,24 +176,55 @@ class OutcomeWriter:
             order.append((run, outcome))
             records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
         # Whole rows: a run's row as its claim returned it, or read again below.
-        results: list = self.store.cas_each(pairs, records, self._write_failed, whole=True)
+        results: list = self.store.cas_each_within(pairs, records, self._write_failed, whole=True, patience=PATIENCE)
         if self.failing_since is not None and any(res is not None for res in results):
             log.warning("the store takes outcomes again after %.1f s of failed writes",
                         self.clock.monotonic() - self.failing_since)
             self.failing_since = None
         again: _Todo = []
         for (run, outcome), record, res in zip(order, records, results):
-            if res is None:
-                retry.append((run, outcome))
-            elif res.applied:  # committed: cas_each returns once its writes have
-                self._applied(run, outcome, res.row, record.result)
+            if isinstance(res, Future):  # not answered yet: the run keeps its slot until it has
+                self._straggling.append((run, outcome, record.result, res))
+                res.add_done_callback(lambda _: self.on_answered())
             else:
-                try:
-                    again.append((run, outcome, self.store.get(run.key)))
-                except Exception:
-                    log.exception("cannot re-read '%s'; trying again", run.key)
-                    retry.append((run, outcome))
+                self._answer(run, outcome, record.result, res, retry, again)
         return again
+
+    def _answer(self, run: Run, outcome: Outcome, result: str, res, retry: list[tuple[Run, Outcome]],
+                again: _Todo) -> None:
+        """Act on the answer ``res`` to the write of ``run``'s outcome (None: not written)."""
+        if res is None:
+            retry.append((run, outcome))
+        elif res.applied:  # committed: the store answers once its writes have
+            self._applied(run, outcome, res.row, result)
+        else:
+            try:
+                again.append((run, outcome, self.store.get(run.key)))
+            except Exception:
+                log.exception("cannot re-read '%s'; trying again", run.key)
+                retry.append((run, outcome))
+
+    def _answered_late(self, retry: list[tuple[Run, Outcome]]) -> _Todo:
+        """Act on the straggling writes that have answered since; return the outcomes whose
+        write lost, with their rows read again, to be decided again."""
+        again: _Todo = []
+        still = []
+        for run, outcome, result, write in self._straggling:
+            if not write.done():
+                still.append((run, outcome, result, write))
+                continue
+            try:
+                res = write.result()
+            except Exception:
+                self._write_failed(run.row)
+                res = None
+            self._answer(run, outcome, result, res, retry, again)
+        self._straggling = still
+        return again
+
+    def straggling(self) -> bool:
+        """Whether outcome writes are still being settled by the store."""
+        return bool(self._straggling)
 
     def _write_failed(self, expected: Job) -> None:
         """A failing store (a full disk) fails every retry, every 0.2 s: the first failure of an

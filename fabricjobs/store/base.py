@@ -32,6 +32,7 @@ Reads for the reconcile loop
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -292,6 +293,19 @@ class JobStore(ABC):
                 on_error(pair[0])
                 out.append(None)
         return out
+
+    def cas_each_within(
+        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
+        on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False, patience: float,
+    ) -> "list[CasResult | None | Future[CasResult]]":
+        """``cas_each``, but a write still unanswered after ``patience`` seconds is returned as a
+        Future of its result (raising StoreError if it could not be written at all; ``on_error``
+        is then not called), which the store goes on settling meanwhile. The node's loop serves
+        the writes that answered instead of waiting for the slowest: on Cassandra one LWT sent
+        to a coordinator that froze waits out its timeout (docs/explanation/nodes.md, "Writes
+        that straggle"). A backend whose writes answer together (SQLite: one transaction)
+        returns no Futures."""
+        return list(self.cas_each(pairs, runs, on_error, whole=whole))
 
     @abstractmethod
     def runs(self, type: str, name: str, uid: str | None = None, limit: int | None = None) -> list[RunRecord]:

@@ -269,6 +269,24 @@ def test_cas_each_keeps_the_other_results_when_one_write_fails(store):
     assert [store.get(r.key).worker_id for r in rows] == ["n1", None, "n1"]
 
 
+def test_cas_each_within_answers_each_write_now_or_by_its_future(store):
+    """A write that has not answered by the patience given comes back as a Future of its
+    result; once settled, every answer is the one cas_each gives (with no patience at all, a
+    backend that sends writes concurrently returns Futures; SQLite answers them all at once)."""
+    from concurrent.futures import Future, wait
+
+    rows = [store.insert(job(uid=f"w{i}")).row for i in range(6)]
+    store.cas(rows[2], claim(rows[2], "thief"))
+    results = store.cas_each_within([(r, claim(r, "me")) for r in rows], patience=0)
+    wait([res for res in results if isinstance(res, Future)], timeout=60)
+    answers = [res.result() if isinstance(res, Future) else res for res in results]
+    assert [res.applied for res in answers] == [True, True, False, True, True, True]
+    assert answers[2].current.worker_id == "thief"
+    assert [store.get(r.key).worker_id for r in rows] == ["me", "me", "thief", "me", "me", "me"]
+    assert all(res.row == store.get(rows[i].key) for i, res in enumerate(answers) if res.applied)
+    assert store.cas_each_within([], patience=0) == []
+
+
 def test_get_many_reads_each_key_in_order_archived_or_not(store):
     live = store.insert(job("a")).row
     gone = store.insert(job("b")).row

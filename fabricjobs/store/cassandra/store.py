@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -124,7 +124,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                               token_aware=token_aware, profiles=profiles, timestamps=self._clock, **options)
         self._connect(cluster, f"{', '.join(hosts)}:{port}", unanswered, self._clock)
         self._placement = Placement(local_dc, consistency, serial_consistency)
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="cassandra-cas")
+        self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="cassandra-cas")  # (writes that straggle hold theirs)
         self._init_index(self._clock.now)
         self._unsettled: set[tuple] = set()  # outcome changes whose send raised: a later send is a re-send
         self._init_history()
@@ -372,21 +372,8 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         LWTs, concurrently; the writes that follow them (superseded entries deleted, a fenced
         run's history line taken back) in batches. A claim of 16 rows is then 2 batches and 16
         LWTs, not 32 plain writes and 16 LWTs."""
-        self._recheck_placement()
-        records = list(runs) if runs is not None else [None] * len(pairs)
-        results: list[CasResult | None] = [None] * len(pairs)
-        changes: list[tuple[int, _Change]] = []
-        for i, ((expected, new), record) in enumerate(zip(pairs, records)):
-            prepared = self._prepare(expected, new, record, whole)
-            if isinstance(prepared, CasResult):
-                results[i] = prepared
-            else:
-                changes.append((i, prepared))
-        before = [w for _, c in changes for w in c.before]
-        self._send(before, bounded=True)
-        for _, c in changes:
-            if c.new_bucket is not None:
-                self._seen[(c.new_bucket, c.key, c.revision)] = (None, self._monotonic())  # our own: fresh
+        results, changes = self._prepare_all(pairs, runs, whole)
+        self._write_intents(changes)
         if len(changes) > 1:
             applied = list(self._pool.map(lambda ic: self._attempt(ic[1]), changes))
         else:
@@ -405,6 +392,60 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             assert isinstance(res, CasResult)
             results[i] = res
         return results  # type: ignore[return-value]
+
+    def cas_each_within(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
+                        on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False,
+                        patience: float) -> "list[CasResult | None | Future[CasResult]]":
+        """As cas_many's rounds, but each change's LWT and the writes after it go out on the
+        store's pool as one task, and the answer waits for ``patience`` only: a change still
+        under way is returned as its task's Future (its LWT settles as any other, rows.py)."""
+        if not pairs:
+            return []
+        try:
+            results, changes = self._prepare_all(pairs, runs, whole)
+            self._write_intents(changes)
+        except Exception:  # a pair at a time, as cas_each does (nothing was sent)
+            return list(self.cas_each(pairs, runs, on_error, whole=whole))
+        out: list = list(results)
+        tasks = [(i, c, self._pool.submit(self._settle_change, c)) for i, c in changes]
+        wait([f for _, _, f in tasks], timeout=patience)
+        for i, c, f in tasks:
+            if not f.done():
+                out[i] = f
+                continue
+            try:
+                out[i] = f.result()
+            except Exception:
+                on_error(c.expected)
+        return out
+
+    def _settle_change(self, c: "_Change") -> CasResult:
+        try:
+            return self._apply(c)
+        finally:
+            self._send_quietly(c.after)
+
+    def _prepare_all(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None,
+                     whole: bool) -> tuple[list[CasResult | None], list[tuple[int, "_Change"]]]:
+        """The results known without an LWT (a row already changed), and the changes to send."""
+        self._recheck_placement()
+        records = list(runs) if runs is not None else [None] * len(pairs)
+        results: list[CasResult | None] = [None] * len(pairs)
+        changes: list[tuple[int, _Change]] = []
+        for i, ((expected, new), record) in enumerate(zip(pairs, records)):
+            prepared = self._prepare(expected, new, record, whole)
+            if isinstance(prepared, CasResult):
+                results[i] = prepared
+            else:
+                changes.append((i, prepared))
+        return results, changes
+
+    def _write_intents(self, changes: list[tuple[int, "_Change"]]) -> None:
+        """The writes that must precede the changes' LWTs, for all of them at once."""
+        self._send([w for _, c in changes for w in c.before], bounded=True)
+        for _, c in changes:
+            if c.new_bucket is not None:
+                self._seen[(c.new_bucket, c.key, c.revision)] = (None, self._monotonic())  # our own: fresh
 
     def _attempt(self, c: "_Change") -> "CasResult | StoreError":
         try:
