@@ -13,7 +13,6 @@ import collections
 import logging
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -21,8 +20,10 @@ from ..affinity import parse_affinity
 from ..config import ALL_PRIORITIES, AffinityLimit
 from ..logs import job_extra
 from ..model import Job, JobKey, Status, advance
+from ..store.base import CasResult
 from .decisions import claim
 from .lanes import Lanes
+from .stragglers import Stragglers
 from .parts import ReconcileParts, UsesParts
 from .trains import holders_for, passenger_room, riding, seat_passengers
 from .writeback import PATIENCE
@@ -44,19 +45,6 @@ def _member(keys: set[JobKey]) -> Callable[[Job], bool]:
     return lambda row: row.key in keys
 
 
-@dataclass(frozen=True)
-class PendingClaim:
-    """A claim whose write had not answered within PATIENCE: the store settles it meanwhile.
-    It holds a slot of its pool (unless it was to ride as a passenger) until it answers."""
-    row: Job
-    pool: tuple[AffinityLimit, bool]
-    rides: bool
-    prepared: bool
-    offered: bool  # a fire its scheduler offered (told how the claim went once it answers)
-    generation: int
-    write: Future
-
-
 class Claims(UsesParts):
     def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
         super().__init__(me, settings, parts)
@@ -66,7 +54,7 @@ class Claims(UsesParts):
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
-        self._pending: dict[JobKey, PendingClaim] = {}  # claims still being written (claimed_late)
+        self.stragglers = Stragglers(self.executor, self.signals.wake)  # writes still being settled
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""
@@ -79,7 +67,7 @@ class Claims(UsesParts):
     def claim(self, now: datetime, full: bool = True) -> None:
         """Claim rows for the free slots. A claim pass (``full`` False: woken by ended runs)
         reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane."""
-        self.claimed_late()
+        self.stragglers.act()
         reread = False
         for _ in range(4):
             free = self.s.pool_size - self.executor.slots_used()
@@ -108,12 +96,12 @@ class Claims(UsesParts):
             self.lanes.claimed(time.perf_counter() - began)
             lost = unwritten = 0
             ahead = {row.key for row, _, _ in chosen if self._rides_ahead(row, now)}  # decided once
-            # A claim still being written holds its slot: as if it applied (claimed_late).
+            # A claim still being written holds its slot: as if it applied (_claim_later).
             rides_now = riding(chosen, [isinstance(res, Future) or (res is not None and res.applied) for res in results],
                                ahead=_member(ahead))
             for (row, pool, _), res, rides in zip(chosen, results, rides_now):
                 if isinstance(res, Future):
-                    self._wait_for(PendingClaim(row, pool, rides, row.key in ahead, row.key in offered, generation, res))
+                    self._claim_later(row, pool, rides, row.key in ahead, row.key in offered, generation, res)
                 elif res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
@@ -154,55 +142,23 @@ class Claims(UsesParts):
             self.scheduler.claimed(answered, self.clock.monotonic() - began)
         return results, len(pairs), taken
 
-    # -- claims still being written ---------------------------------------------------------------
+    def _claim_later(self, row: Job, pool: tuple[AffinityLimit, bool], rides: bool, prepared: bool, offered: bool,
+                     generation: int, write: Future) -> None:
+        """A claim not answered within PATIENCE: it holds its slot (unless it rides as a
+        passenger) and its run starts when it applies (stragglers.py)."""
 
-    def _wait_for(self, claim: PendingClaim) -> None:
-        """Leave ``claim`` to the store to settle; the loop goes on with what did answer
-        (docs/explanation/nodes.md, "Writes that straggle")."""
-        if not claim.rides:
-            self.executor.reserve(claim.pool[0].name)
-        self._pending[claim.row.key] = claim
-        claim.write.add_done_callback(lambda _: self.signals.wake())
-
-    def pending(self) -> frozenset[JobKey]:
-        """The rows whose claims are still being written: no run here yet, but maybe ours."""
-        return frozenset(self._pending)
-
-    def claimed_late(self) -> None:
-        """Act on the pending claims that have answered: start the runs of those that applied
-        (in the slots they held), let the others' slots go. Called by the loop's passes."""
-        for key, pending in list(self._pending.items()):
-            if not pending.write.done():
-                continue
-            del self._pending[key]
-            if not pending.rides:
-                self.executor.reserve(pending.pool[0].name, -1)
-            try:
-                res = pending.write.result()
-            except Exception:
-                write_failed(pending.row)
-                res = None
-            if pending.offered:
-                self.scheduler.claimed([(pending.row, None if res is None else res.applied)], None)
+        def answered(res: CasResult | None) -> None:
+            if offered:
+                self.scheduler.claimed([(row, None if res is None else res.applied)], None)
             if res is None or not res.applied:
                 unwritten = res is not None and res.current is None
                 self.metrics.claims(0, 0 if unwritten else 1, 1 if unwritten else 0)
-                continue
-            log.info("'%s' is now IN_PROCESS by %s (its claim answered late)", key, self.me,
-                     extra=job_extra(key, res.stored.epoch))
-            self.executor.start(res.stored, pending.pool[0].name, pending.pool[1], pending.generation,
-                                passenger=pending.rides, prepared=pending.prepared)
+                return
+            log.info("'%s' is now IN_PROCESS by %s (its claim answered late)", row.key, self.me,
+                     extra=job_extra(row.key, res.stored.epoch))
+            self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides, prepared=prepared)
 
-    def settle(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for the pending claims, and act on those that answered (the
-        node stops: a claim that applied must not be left without its run)."""
-        deadline = time.monotonic() + timeout
-        for pending in list(self._pending.values()):
-            try:
-                pending.write.exception(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:
-                break  # out of time: what is left is taken over as this node's orphans
-        self.claimed_late()
+        self.stragglers.leave(row, write, answered, slot=None if rides else pool[0].name)
 
     def _with_offers(self, page: list[Job]) -> list[Job]:
         """``page`` and the fires this node's scheduler offers (offers.py) that it does not hold.
@@ -419,7 +375,7 @@ class Claims(UsesParts):
         return self.affinity.pools_for(affinity)
 
     def _may_claim(self, row: Job, now: datetime) -> bool:
-        if row.key in self._pending:  # its claim is still being written
+        if row.key in self.stragglers:  # its claim is still being written
             return False
         if not self.affinity.serves(row.priority):  # node.id's PRIORITIES (RJM's rjmproc -p)
             return False

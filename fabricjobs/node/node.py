@@ -422,7 +422,7 @@ class Node:
         self.scheduler.stop()
         # A claim still being written may yet apply: its run starts and ends with the others
         # (not left IN_PROCESS with nothing running it until a takeover).
-        self.reconciler.claims.settle(_SETTLE_CLAIMS_SEC)
+        self.reconciler.claims.stragglers.settle(_SETTLE_CLAIMS_SEC)
         self.executor.shutting_down = True
         for run in self.executor.runs():
             self.executor.abort(run, EndReason.SHUTDOWN, s.shutdown_grace, "ended by node shutdown")

@@ -20,24 +20,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
 import logging
 import time
 import random
 from datetime import datetime, timedelta
+from typing import Callable, Sequence
 
 from ..affinity import parse_affinity
 from ..errors import StoreError
 from .. import dependencies, parallel
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
-from ..store.base import Version
+from ..store.base import CasResult, Version
 from .claims import MAX_PAGES, Claims, write_failed
 from .decisions import lost_run_record, take_over
 from .executor import EndReason
 from .parts import ReconcileParts, UsesParts
 from .settings import NodeSettings
-from .writeback import start_on_failure
+from .writeback import PATIENCE, start_on_failure
 
 log = logging.getLogger("fabricjobs.node.reconcile")
 
@@ -101,7 +103,7 @@ class Reconciler(UsesParts):
             mark = t
 
         try:
-            self.claims.claimed_late()  # claims that answered since the last pass (also while fenced)
+            self.claims.stragglers.act()  # writes that answered since the last pass (also while fenced)
             if full:
                 step("nodes", self._observe)
                 if not self._announced and self.peers:
@@ -251,10 +253,10 @@ class Reconciler(UsesParts):
         if any(r.worker_id != self.me and self.liveness.is_dead(r.worker_id) for r in rows):
             rows = [r for r in rows if r.worker_id == self.me] + self._still_dead(
                 [r for r in rows if r.worker_id != self.me])
-        pending = self.claims.pending()
+        left = self.claims.stragglers
         for row in rows:
-            if row.key in pending:
-                continue  # its run starts, or not, when its claim answers: looked at next pass
+            if row.key in left:
+                continue  # its run starts, or not, when its write answers: looked at next pass
             if row.worker_id == self.me:
                 run = self.executor.run_for(row.key)
                 if run is not None and run.facts.epoch == row.epoch:
@@ -269,14 +271,15 @@ class Reconciler(UsesParts):
             elif not self.signals.fenced and self.liveness.is_dead(row.worker_id):
                 self._finish_orphan(row, now)
 
-    def _take(self, rows: list[Job], now: datetime) -> list:
+    def _take(self, rows: list[Job], now: datetime, then: Callable[[Job, CasResult], None],
+              slots: Sequence[str | None] | None = None) -> None:
         """Take ``rows`` over by CAS, each recording its lost run: one read and one round of
-        writes for all of them. A result per row: the CAS result, or None when the stored row
-        is no longer as ``row`` says (index rows carry no counters, so the full row is read)
-        or could not be written."""
-        results: list = [None] * len(rows)
+        writes for all of them; ``then(row, result)`` for each one taken, at once or, for a
+        write that straggles, when it answers (holding the pool slot ``slots[i]`` meanwhile,
+        stragglers.py). A row no longer as ``row`` says (index rows carry no counters, so the
+        full row is read) is left alone."""
         if not rows:
-            return results
+            return
         at, pairs, records = [], [], []
         for i, (row, full) in enumerate(zip(rows, self.store.get_many([r.key for r in rows]))):
             if full is None or Version.of(full) != Version.of(row):
@@ -286,26 +289,34 @@ class Reconciler(UsesParts):
             at.append(i)
             pairs.append((full, new))
             records.append(lost_run_record(full, new, now))
-        for i, res in zip(at, self.store.cas_each(pairs, records, write_failed)):
-            results[i] = res
-            if res is not None and res.applied and res.stored.status is Status.FAILED:
-                start_on_failure(self.store, res.stored, now)  # its node was lost, and no tries were left
-        return results
+        written = self.store.cas_each_within(pairs, records, write_failed, patience=PATIENCE)
+        for i, res in zip(at, written):
+            answered = functools.partial(self._taken, rows[i], then)
+            if isinstance(res, concurrent.futures.Future):
+                self.claims.stragglers.leave(rows[i], res, answered, slot=slots[i] if slots else None)
+            else:
+                answered(res)
+
+    def _taken(self, row: Job, then: Callable[[Job, CasResult], None], res: CasResult | None) -> None:
+        if res is None or not res.applied:
+            return
+        if res.stored.status is Status.FAILED:
+            start_on_failure(self.store, res.stored, self.clock.now())  # its node was lost, and no tries were left
+        then(row, res)
 
     def _finish_orphan(self, row: Job, now: datetime) -> None:
-        res = self._take([row], now)[0]
-        if res is not None and res.applied:
-            log.info("job %s status was updated to %s.", row.key, res.row.status.value)
+        self._take([row], now, lambda row, res: log.info("job %s status was updated to %s.", row.key, res.stored.status.value))
 
     # -- 3. dead nodes and orphans -------------------------------------------------------------------
 
     def _take_over(self, now: datetime) -> None:
         dead = self.liveness.dead()
-        pending = self.claims.pending()  # ours, with runs to come once their claims answer
+        left = self.claims.stragglers  # ours, with runs to come once their writes answer
         rows = [r for r in self.store.by_owner([self.me], [Status.IN_PROCESS], limit=_CONTROL_BATCH)
-                if self.executor.run_for(r.key) is None and r.key not in pending]
+                if self.executor.run_for(r.key) is None and r.key not in left]
         if dead:
-            rows += self._still_dead(self.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED], limit=_ADOPT_BATCH))
+            rows += [r for r in self._still_dead(self.store.by_owner(dead, [Status.IN_PROCESS, Status.SCHEDULED],
+                                                                     limit=_ADOPT_BATCH)) if r.key not in left]
         generation = self.claims.claimable()
         if generation is None:
             return
@@ -341,21 +352,25 @@ class Reconciler(UsesParts):
                 continue  # no room (or not allowed) here; another node or a later pass takes it
             taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
             chosen.append((row, pool))
-        for (row, pool), res in zip(chosen, self._take([row for row, _ in chosen], now)):
-            if res is None or not res.applied:
-                continue
+        pools = {row.key: pool for row, pool in chosen}
+
+        def started(row: Job, res: CasResult) -> None:
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
-            log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.row.epoch)
-            if res.row.status is Status.IN_PROCESS:
-                self.executor.start(res.row, pool[0].name, pool[1], generation, taken_over=True)
+            log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.stored.epoch)
+            if res.stored.status is Status.IN_PROCESS:
+                limit, exceptional = pools[row.key]
+                self.executor.start(res.stored, limit.name, exceptional, generation, taken_over=True)
             else:
-                log.info("job %s status was updated to %s.", row.key, res.row.status.value)
+                log.info("job %s status was updated to %s.", row.key, res.stored.status.value)
+
+        self._take([row for row, _ in chosen], now, started, slots=[pool[0].name for _, pool in chosen])
 
     # -- 5. unowned scheduled jobs ------------------------------------------------------------------
 
     def _adopt_scheduled(self, now: datetime) -> None:
+        left = self.claims.stragglers  # adoptions still being written
         rows = [row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
-                if self.affinity.can_run(parse_affinity(row.affinity))]
+                if row.key not in left and self.affinity.can_run(parse_affinity(row.affinity))]
         self._adopt(self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic()), now)
 
     def _adopt(self, rows: list[Job], now: datetime) -> None:
@@ -366,11 +381,18 @@ class Reconciler(UsesParts):
         for row in rows:
             event, new = take_over(row, self.me, now, max_tries=self.s.max_tries)
             pairs.append((row, advance(row, event, new)))
-        for row, res in zip(rows, self.store.cas_each(pairs, on_error=write_failed)):
-            if res is not None and res.applied:
-                note = f" (from dead node {row.worker_id})" if row.worker_id else ""
-                log.info("%s is managed to claim ownership on cron job '%s'%s", self.me, row.key, note)
-                self.scheduler.add(res.stored)
+        for row, res in zip(rows, self.store.cas_each_within(pairs, on_error=write_failed, patience=PATIENCE)):
+            answered = functools.partial(self._adopted, row)
+            if isinstance(res, concurrent.futures.Future):
+                self.claims.stragglers.leave(row, res, answered)
+            else:
+                answered(res)
+
+    def _adopted(self, row: Job, res: CasResult | None) -> None:
+        if res is not None and res.applied:
+            note = f" (from dead node {row.worker_id})" if row.worker_id else ""
+            log.info("%s is managed to claim ownership on cron job '%s'%s", self.me, row.key, note)
+            self.scheduler.add(res.stored)
 
     # -- dependencies --------------------------------------------------------------------------------
 

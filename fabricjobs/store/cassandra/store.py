@@ -14,6 +14,7 @@ and writes it WAITING first). See docs/guides/cassandra.md#what-to-size for what
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -396,9 +397,10 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
     def cas_each_within(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
                         on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False,
                         patience: float) -> "list[CasResult | None | Future[CasResult]]":
-        """As cas_many's rounds, but each change's LWT and the writes after it go out on the
-        store's pool as one task, and the answer waits for ``patience`` only: a change still
-        under way is returned as its task's Future (its LWT settles as any other, rows.py)."""
+        """cas_many's rounds, but the answer waits for the LWTs for ``patience`` only: a change
+        still under way is returned as its Future (its LWT settles as any other, rows.py), and
+        the writes after it go out when it is done. Those of the changes that answered go out
+        together, in batches, as cas_many's do."""
         if not pairs:
             return []
         try:
@@ -407,23 +409,24 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         except Exception:  # a pair at a time, as cas_each does (nothing was sent)
             return list(self.cas_each(pairs, runs, on_error, whole=whole))
         out: list = list(results)
-        tasks = [(i, c, self._pool.submit(self._settle_change, c)) for i, c in changes]
+        tasks = [(i, c, self._pool.submit(self._apply, c)) for i, c in changes]
         wait([f for _, _, f in tasks], timeout=patience)
+        after = []
         for i, c, f in tasks:
             if not f.done():
                 out[i] = f
+                f.add_done_callback(functools.partial(self._tidy_after, c))  # (at once if done by now)
                 continue
+            after += c.after
             try:
                 out[i] = f.result()
             except Exception:
                 on_error(c.expected)
+        self._send_quietly(after)
         return out
 
-    def _settle_change(self, c: "_Change") -> CasResult:
-        try:
-            return self._apply(c)
-        finally:
-            self._send_quietly(c.after)
+    def _tidy_after(self, c: "_Change", _done: Future) -> None:
+        self._send_quietly(c.after)
 
     def _prepare_all(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None,
                      whole: bool) -> tuple[list[CasResult | None], list[tuple[int, "_Change"]]]:

@@ -1,0 +1,84 @@
+"""Writes that straggle (docs/explanation/nodes.md, "Writes that straggle"): changes of rows
+the loop sent and stopped waiting for after PATIENCE, while the store goes on settling them.
+
+On Cassandra an LWT sent to a coordinator that froze is not answered until its timeout; the
+loop does not wait for it with the node's other due jobs. What the answer was for (a run to
+start, a schedule to take on) is done when it comes, on the loop's thread, by the callback the
+write was left with. A write for a run holds a slot of its pool meanwhile, so that the run has
+room if the write applies.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
+
+from ..logs import job_extra
+from ..model import Job, JobKey
+from ..store.base import CasResult
+from .executor import Executor
+
+log = logging.getLogger("fabricjobs.node.reconcile")
+
+
+@dataclass(frozen=True)
+class Straggler:
+    row: Job  # the row as the write expected it
+    write: "Future[CasResult]"
+    answered: Callable[[CasResult | None], None]  # what to do with the answer (None: not written)
+    slot: str | None  # the pool whose slot it holds until then
+
+
+class Stragglers:
+    def __init__(self, executor: Executor, wake: Callable[[], None]) -> None:
+        self.executor = executor
+        self.wake = wake  # the loop: a write answered
+        self._left: dict[JobKey, Straggler] = {}
+
+    def leave(self, row: Job, write: "Future[CasResult]", answered: Callable[[CasResult | None], None],
+              slot: str | None = None) -> None:
+        """Leave the write of ``row`` to the store; ``answered`` is called with its answer."""
+        if slot is not None:
+            self.executor.reserve(slot)
+        self._left[row.key] = Straggler(row, write, answered, slot)
+        write.add_done_callback(lambda _: self.wake())
+
+    def keys(self) -> frozenset[JobKey]:
+        """The rows whose writes have not answered: not to be acted on again meanwhile."""
+        return frozenset(self._left)
+
+    def __contains__(self, key: JobKey) -> bool:
+        return key in self._left
+
+    def __len__(self) -> int:
+        return len(self._left)
+
+    def act(self) -> None:
+        """Act on the writes that have answered since (on the loop's thread)."""
+        for key, straggler in list(self._left.items()):
+            if not straggler.write.done():
+                continue
+            del self._left[key]
+            if straggler.slot is not None:
+                self.executor.reserve(straggler.slot, -1)
+            try:
+                res: CasResult | None = straggler.write.result()
+            except Exception:
+                log.exception("write of '%s' failed; it is looked at again in a later pass", key,
+                              extra=job_extra(key, straggler.row.epoch))
+                res = None
+            straggler.answered(res)
+
+    def settle(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the writes left, and act on those that answered (the node
+        stops: a claim that applied must not be left without its run)."""
+        deadline = time.monotonic() + timeout
+        for straggler in list(self._left.values()):
+            try:
+                straggler.write.exception(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:
+                break  # out of time: what is left is taken over as this node's orphans
+        self.act()

@@ -1,0 +1,121 @@
+"""The bookkeeping of writes that straggle (docs/explanation/nodes.md, "Writes that straggle"),
+on an in-process node: a store that answers some writes only later, by a Future, as the
+Cassandra store does for an LWT not answered within the loop's patience. A claim still being
+written holds its slot and is not sent again; its run starts when it applies, under the epoch
+it wrote; one that lost gives its slot back; an outcome still being written keeps its run until
+it answers. (tests/test_straggling_writes.py shows the same on Apache Cassandra, end to end.)"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from node_parts import StoreWith, one_slot_node
+
+
+class LateAnswers:
+    """``cas_each_within`` of ``store`` that answers the writes of ``keys`` by a Future, written
+    to the store only when the test says (:meth:`answer`); every other write at once."""
+
+    def __init__(self, store, keys) -> None:
+        self.store, self.keys, self.left = store, set(keys), []
+
+    def __call__(self, pairs, runs=None, on_error=lambda expected: None, *, whole=False, patience):
+        out = []
+        for i, pair in enumerate(pairs):
+            record = runs[i] if runs else None
+            if pair[0].key in self.keys:
+                future: Future = Future()
+                self.left.append((future, pair, record, whole))
+                out.append(future)
+            else:
+                out.append(self.store.cas_each([pair], [record], on_error, whole=whole)[0])
+        return out
+
+    def answer(self) -> None:
+        left, self.left = self.left, []
+        for future, pair, record, whole in left:
+            future.set_result(self.store.cas_each([pair], [record], whole=whole)[0])
+
+
+def _job(uid, clock):
+    from fabricjobs.model import Job, JobKey, Status
+
+    return Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.WAITING, clock.now(), next_run=clock.now())
+
+
+def test_a_claim_still_being_written_holds_its_slot_and_its_run_starts_when_it_applies(tmp_path):
+    from fabricjobs.model import Status
+
+    with one_slot_node(tmp_path, pool_size=4) as (node, store, clock):  # room for a takeover, too
+        slow, quick = (store.insert(_job(uid, clock)).row for uid in ("slow", "quick"))
+        late = LateAnswers(store, {slow.key})
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each_within=late)
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert node.executor.run_for(quick.key) is not None  # the write that answered: its run starts now
+        assert node.executor.run_for(slow.key) is None and slow.key in claims.stragglers
+        assert node.executor.slots_used() == 2  # the quick run's, and the one held for the slow claim
+
+        store.insert(_job("third", clock))
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert len(late.left) == 1  # the slow claim is not sent again meanwhile
+        assert node.executor.slots_used() == 3
+
+        late.answer()  # it applied ...
+        node.reconciler._take_over(clock.now())  # ... and before the loop acts on that, this node's
+        row = store.get(slow.key)  # IN_PROCESS row without a run is not taken for an orphan
+        assert (row.status, row.worker_id, row.epoch) == (Status.IN_PROCESS, "a", 1)
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        run = node.executor.run_for(slow.key)
+        assert run is not None and run.facts.epoch == 1 and slow.key not in claims.stragglers
+        assert node.executor.slots_used() == 3  # the held slot became the run's
+
+
+def test_a_claim_still_being_written_that_loses_gives_its_slot_back(tmp_path):
+    from fabricjobs.model import Status
+
+    with one_slot_node(tmp_path, pool_size=2) as (node, store, clock):
+        slow = store.insert(_job("slow", clock)).row
+        late = LateAnswers(store, {slow.key})
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each_within=late)
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert node.executor.slots_used() == 1
+        store.cas(slow, slow.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1))  # another node won it
+        late.answer()
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert node.executor.run_for(slow.key) is None and not claims.stragglers
+        assert node.executor.slots_used() == 0
+        assert store.get(slow.key).worker_id == "b"
+
+
+def test_an_outcome_still_being_written_keeps_its_run_until_it_answers(tmp_path):
+    from fabricjobs.model import Event, Status, advance
+    from fabricjobs.node.decisions import claim
+    from fabricjobs.worker.protocol import OK, Outcome
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        row = store.insert(advance(None, Event.START, _job("u1", clock))).row
+        row = store.cas(row, advance(row, *claim(row, "a", clock.now()))).row
+        node.executor.start(row, "ANY", False, node.board.generation())
+        run = node.executor.run_for(row.key)
+        writer = node.executor.writer
+        late = LateAnswers(store, {row.key})
+        writer.store = StoreWith(store, cas_each_within=late)
+        answered: list[bool] = []
+        writer.on_answered = lambda: answered.append(True)
+        node.executor.table.finish(run, Outcome(OK, output="1"), clock.now())
+        node.executor.flush()
+        assert store.get(row.key).status is Status.IN_PROCESS and writer.straggling()
+        assert node.executor.run_for(row.key) is run and node.executor.slots_used() == 1  # kept
+        late.answer()
+        assert answered == [True]  # the answer wakes the loop ...
+        node.executor.flush()  # ... which acts on it
+        assert store.get(row.key).status is Status.PROCESSED
+        assert node.executor.run_for(row.key) is None and node.executor.slots_used() == 0
+        assert not writer.straggling()
