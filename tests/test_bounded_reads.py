@@ -1,7 +1,8 @@
-"""Reads bounded by what they return, not by how many jobs are live: 20,000 live jobs on
-Apache Cassandra, and a page of the HTTP API's job list, the next page, a filtered page and one
-job's JOBSTATUS each read about one page of rows (the store's own count of rows returned by
-every read it sent: StoreStats.rows_read). docs/explanation/cassandra-queue.md, "Listings".
+"""Reads bounded by what they return, not by how many jobs there are: 20,000 live jobs and
+20,000 archived ones on Apache Cassandra, and a page of the HTTP API's job list (live or
+archived), the next page, a filtered page and one job's JOBSTATUS each read about one page of
+rows (the store's own count of rows returned by every read it sent: StoreStats.rows_read).
+docs/explanation/cassandra-queue.md, "Listings"; docs/guides/http-api.md.
 
 The jobs are written the fastest way there is, plain writes of their rows, index entries and
 listing entries (what a STARTJOB writes, without its LWT), since what is measured is the reads.
@@ -26,6 +27,7 @@ pytestmark = [pytest.mark.real_cassandra,
               pytest.mark.skipif("cassandra-real" not in BACKENDS, reason="a read's cost on Apache Cassandra (real tier)")]
 
 LIVE = 20_000
+ARCHIVED = 20_000
 OTHER = 10  # jobs of another name among them
 PAGE = 50
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -48,6 +50,23 @@ def _bulk_load(store, jobs: list[Job]) -> None:
         assert ok, result
 
 
+def _bulk_archive(store, jobs: list[Job]) -> None:
+    """Archived rows with their archive entries (what an outcome that archives writes)."""
+    from cassandra.concurrent import execute_concurrent
+
+    row = store._stmt(("bulk-archived",), "UPDATE k2_jobs USING TTL ? SET status = ?, creation_time = ?, archived = ?, "
+                                          "end_time = ?, revision = ?, epoch = ? WHERE type = ? AND name = ? AND uid = ?")
+    writes = []
+    for job in jobs:
+        k = job.key
+        writes.append((row, (store.archive_ttl, job.status.value, job.creation_time, True, job.end_time, 3, 1,
+                             k.type, k.name, k.uid)))
+        entry = store._archive_write(job)
+        writes.append((entry.stmt, entry.params))
+    for ok, result in execute_concurrent(store._session._s, writes, concurrency=256, raise_on_first_error=True):
+        assert ok, result
+
+
 @pytest.fixture(scope="module")
 def api(request, tmp_path_factory):
     path = make_backend_config(request, "cassandra-real", tmp_path_factory.mktemp("bounded"))
@@ -57,6 +76,9 @@ def api(request, tmp_path_factory):
             for i in range(LIVE - OTHER)]
     jobs += [Job(JobKey("USER_JOB", "Bulk.other", f"o{i}"), Status.WAITING, T0, next_run=T0) for i in range(OTHER)]
     _bulk_load(store, jobs)
+    ended = datetime.now(timezone.utc) - timedelta(hours=1)  # within the retention, whenever the test runs
+    _bulk_archive(store, [Job(JobKey("USER_JOB", "Bulk.done", f"d{i:05d}"), Status.PROCESSED, T0, archived=True,
+                              end_time=ended - timedelta(milliseconds=i)) for i in range(ARCHIVED)])
     api = Api(store, cfg, TokenFile(cfg.get("web", "TOKENS_FILE")))
     token = api.tokens.create("viewer", Role.VIEWER)
     with warnings.catch_warnings():
@@ -97,3 +119,21 @@ def test_one_jobs_status_reads_its_row(api):
         "/api/v1/commands", headers=auth, json={"text": "jobstatus user_job 'Bulk.job' with uid='u12345';"}))
     assert answer.status_code == 200, answer.text
     assert read <= 50, read
+
+
+def test_a_page_of_archived_jobs_reads_about_a_page_whatever_the_number_of_archived_jobs(api):
+    """The archived list is the archive's search, newest end first: its first read of a day
+    asks for a few pages' worth of entries, not for all it may look at (80,000); it read every
+    archived key of the window before (20,000 here, millions on a busy cluster)."""
+    client, store, auth = api
+    one_page = 4 * (PAGE + 1) + 200 + 50  # the day's first read of entries, one read of their rows, the nodes
+    answer, read = _rows_read(store, lambda: client.get(f"/api/v1/jobs?scope=archived&limit={PAGE}", headers=auth))
+    assert answer.status_code == 200, answer.text
+    assert [j["uid"] for j in answer.json()["jobs"]] == [f"d{i:05d}" for i in range(PAGE)]  # newest end first
+    print(f"\na page of {PAGE} among {ARCHIVED} archived jobs: {read} rows read")
+    assert read <= one_page, f"{read} rows read for a page of {PAGE} among {ARCHIVED} archived jobs"
+    cursor = answer.json()["next_cursor"]
+    answer, read = _rows_read(store, lambda: client.get(f"/api/v1/jobs?scope=archived&limit={PAGE}&cursor={cursor}",
+                                                        headers=auth))
+    assert [j["uid"] for j in answer.json()["jobs"]] == [f"d{i:05d}" for i in range(PAGE, 2 * PAGE)]
+    assert read <= one_page, read

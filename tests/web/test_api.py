@@ -262,11 +262,13 @@ def test_the_list_pages_with_a_cursor_and_reads_history_only_when_asked(site):
     while True:
         page = api.get("/jobs", params={"name": "Probe.echo", "scope": "archived", "limit": 2,
                                         **({"cursor": cursor} if cursor else {})}).json()
-        seen.append([j["uid"] for j in page["jobs"] if j["uid"].startswith("page")])
+        seen.append([(j["uid"], j["end_time"]) for j in page["jobs"] if j["uid"].startswith("page")])
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    assert sum(seen, []) == [f"page{i}" for i in range(5)] and all(len(p) <= 2 for p in seen)
+    found = sum(seen, [])
+    assert sorted(uid for uid, _ in found) == [f"page{i}" for i in range(5)] and all(len(p) <= 2 for p in seen)
+    assert [end for _, end in found] == sorted((end for _, end in found), reverse=True)  # newest end first
     processed = api.get("/jobs", params={"scope": "all", "status": ["PROCESSED"], "type": "user_job",
                                          "since": "2000-01-01T00:00:00", "until": "2999-01-01T00:00:00Z"}).json()
     assert {f"page{i}" for i in range(5)} <= {j["uid"] for j in processed["jobs"]}

@@ -27,6 +27,7 @@ from .session import _result
 
 ROW_CHECKS = 2000  # rows a page reads at most to check owner and status
 _CHUNK = 200  # rows read at once
+_FIRST_READ, _MOST_READ = 200, 20_000  # archive entries a search asks for in its first read of a day, at most
 _SHARDS = list(range(ARCHIVE_SHARDS))
 _INDEX_SHARDS = list(range(SHARDS))
 
@@ -91,7 +92,10 @@ class Search:
                 if row is not None and query.wants(row) and row.end_time is not None and _ms(row.end_time) == cursor[0]]
 
     def _entries(self, query: ArchiveQuery) -> Iterator[tuple[Cursor, JobKey, str | None, str | None]]:
-        """Archive entries in the window, newest first, ``query.examine`` at most."""
+        """Archive entries in the window, newest first, ``query.examine`` at most: a day's
+        shards at once, in reads that start at a few pages' worth of entries and double, so
+        that a page found among the first entries read (the usual case: no filter, or one that
+        most entries pass) costs about its size, not EXAMINE entries."""
         if query.after is not None:
             end_ms, type, name, uid = query.after
             upper: tuple = (int(end_ms), type, name, uid)
@@ -101,14 +105,25 @@ class Search:
             upper = ()
         day = (_at(int(upper[0])) if upper else self.store_time() + timedelta(days=1)).astimezone(UTC).date()
         first, since, left = query.since.astimezone(UTC).date(), _ms(query.since), query.examine or EXAMINE["cassandra"]
+        chunk = max(_FIRST_READ, 4 * (query.limit + 1))
         while day >= first and left > 0:
-            rows = _result(self._day_entries(day, upper, left))
-            for r in rows:
-                end = _ms(r["end_time"])
-                if end < since:
-                    return
-                left -= 1
-                yield (end, r["type"], r["name"], r["uid"]), JobKey(r["type"], r["name"], r["uid"]), r["owner"], r["status"]
+            bound = upper
+            while left > 0:
+                asked = min(chunk, left)
+                rows = _result(self._day_entries(day, bound, asked))
+                got = 0
+                for r in rows:
+                    got += 1
+                    end = _ms(r["end_time"])
+                    if end < since:
+                        return
+                    left -= 1
+                    bound = (end, r["type"], r["name"], r["uid"])
+                    yield bound, JobKey(r["type"], r["name"], r["uid"]), r["owner"], r["status"]
+                if got < asked:
+                    break  # the day is done
+                chunk = min(2 * chunk, _MOST_READ)
+            upper = ()
             day -= timedelta(days=1)
 
     def _day_entries(self, day: date, upper: tuple, limit: int):

@@ -23,7 +23,7 @@ from ...result import Result
 from ...service import EXISTS_NOTE, JobQuery
 from ..app import API
 from ..auth import Need, requires
-from ..cursors import cursor_key, key_cursor
+from ..cursors import list_cursor, next_cursor
 from ..schemas import Change, JobDetail, JobList, StartBody, UpdateBody, WaitResult, record, records
 from ..tokens import TokenInfo
 from . import MAX_WAIT_SEC, api_of, capped, execute, job_key, long_request, segment
@@ -50,18 +50,22 @@ def list_jobs(
                               "through the API, the OS user for the shell's (JOBSTATUS ... BY '<owner>')"),
     requestor: str | None = Query(None, description="only the jobs for this requestor, as STARTJOB's REQUESTOR gave it "
                                   "(JOBSTATUS ... REQUESTOR '<requestor>')"),
-    scope: Literal["live", "archived", "all"] = Query("live", description="archived rows are read only when asked"),
+    scope: Literal["live", "archived", "all"] = Query(
+        "live", description="archived rows are read only when asked; live jobs come by key, archived ones newest end "
+                            "first, after the live ones (all)"),
     since: datetime | None = Query(None, description="live: created at or after; archived: ended at or after"),
     until: datetime | None = Query(None, description="... before (ISO 8601; no zone: UTC)"),
-    cursor: str | None = Query(None, description="next_cursor of the previous page"),
+    cursor: str | None = Query(None, description="next_cursor of the previous page (a page of archived jobs may "
+                               "hold fewer than limit, or none, when more follow: go on while next_cursor is given)"),
     limit: int = Query(100, ge=1, le=1000),
     who: TokenInfo = Viewer,
 ) -> dict[str, Any]:
-    query = JobQuery(type=type, name=name, owner=owner, requestor=requestor, statuses=frozenset(status), live=scope != "archived",
-                     archived=scope != "live", since=_utc(since), until=_utc(until), after=cursor_key(cursor),
-                     limit=limit)
+    live, archived = scope != "archived", scope != "live"
+    query = JobQuery(type=type, name=name, owner=owner, requestor=requestor, statuses=frozenset(status), live=live,
+                     archived=archived, since=_utc(since), until=_utc(until),
+                     after=list_cursor(cursor, live, archived), limit=limit)
     page = api_of(request).service().list_jobs(query)
-    return {"jobs": records(page.result), "next_cursor": key_cursor(page.next) if page.next else None}
+    return {"jobs": records(page.result), "next_cursor": next_cursor(page.next)}
 
 
 @router.get(JOB, response_model=JobDetail, summary="One job (JOBSTATUS ... WITH UID ... DETAILS)")
