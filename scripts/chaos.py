@@ -133,11 +133,12 @@ Checker (a failure prints the seed and the offending records, and exits 1)
     and the job's previous run, on the node that held it, already over 0.5 s late.
   * (5 only) a fault of a node that held the job that struck while the fire was pending and
     not yet overdue (between its due time and due + LATE_LIMIT, before it was served).
-  * (5 only) a network fault of the store (--partitions: a replica cut off, delay, loss) from
-    its start - 1 s to its ready + 10 s + the dead threshold + 2 s, when the fire was served,
-    or collapsed into a run, at most LATE_LIMIT + 10 s (the request timeout) after its due
-    time: such a fault slows every request that meets it up to the request timeout, from the
-    first fire on.
+  * (5 only) a network fault of the store (--partitions: a replica cut off, delay, loss), or a
+    Cassandra node SIGSTOPped (cassandra-stop), from its start - 1 s to its ready + 10 s + the
+    dead threshold + 2 s, when the fire was served, or collapsed into a run, at most
+    LATE_LIMIT + 10 s (the request timeout) after its due time: such a fault slows every
+    request that meets it up to the request timeout, from the first fire on (a claim's LWT sent
+    to a frozen coordinator waits for it; only that job's fire waits with it).
 
 usage: .venv/bin/python scripts/chaos.py [--duration 120] [--seed N] [--nodes 4] [--jobs 2000] [--partitions]
                                          [--recurring N] [--backend sqlite|cassandra|cassandra-real]
@@ -1475,14 +1476,16 @@ class Checker:
                        for f in self.faults):
                     explained += 1
                     continue
-                # A network fault of the store (a replica cut off, delay, loss: --partitions) slows
-                # every request that meets it, up to the request timeout, from the first one on:
-                # a fire served (or collapsed into a run) at most that much later than the usual
-                # limit is explained by it, with no need for a run before it to be late already.
+                # A network fault of the store (a replica cut off, delay, loss: --partitions), or a
+                # Cassandra node SIGSTOPped, slows every request that meets it, up to the request
+                # timeout, from the first one on (a claim's LWT sent to the frozen coordinator waits
+                # for it: docs/explanation/nodes.md, "Writes that straggle"): a fire served (or
+                # collapsed into a run) at most that much later than the usual limit is explained by
+                # it, with no need for a run before it to be late already.
                 waited = [r.start - r.due for r in mine] or [r.start - r.due for r in lst if fire_of(r.due, first) < k
                                                             and (r.start >= due or r.bound > due)]
                 if waited and min(waited) <= LATE_LIMIT + REAL_TIMEOUT and any(
-                        f.kind.startswith("net-") and f.start - EXPLAIN_BEFORE <= due
+                        (f.kind.startswith("net-") or f.kind == "cassandra-stop") and f.start - EXPLAIN_BEFORE <= due
                         <= (f.ready or math.inf) + REAL_TIMEOUT + EXPLAIN_AFTER for f in self.faults if f.of_store):
                     explained_store += 1
                     continue
