@@ -8,6 +8,7 @@ it answers. (tests/test_straggling_writes.py shows the same on Apache Cassandra,
 from __future__ import annotations
 
 from concurrent.futures import Future
+from contextlib import contextmanager
 
 from node_parts import StoreWith, one_slot_node
 
@@ -74,24 +75,44 @@ def test_a_claim_still_being_written_holds_its_slot_and_its_run_starts_when_it_a
         assert node.executor.slots_used() == 3  # the held slot became the run's
 
 
-def test_a_claim_still_being_written_that_loses_gives_its_slot_back(tmp_path):
-    from fabricjobs.model import Status
-
+@contextmanager
+def a_late_claim(tmp_path):
+    """A node with two slots that has claimed the job 'slow', whose claim has not answered:
+    yields (node, store, the row as claimed, its LateAnswers)."""
     with one_slot_node(tmp_path, pool_size=2) as (node, store, clock):
         slow = store.insert(_job("slow", clock)).row
         late = LateAnswers(store, {slow.key})
-        claims = node.reconciler.claims
-        claims.store = StoreWith(store, cas_each_within=late)
+        node.reconciler.claims.store = StoreWith(store, cas_each_within=late)
         with node.executor.holding_starts():
-            claims.claim(clock.now())
-        assert node.executor.slots_used() == 1
+            node.reconciler.claims.claim(clock.now())
+        assert node.executor.slots_used() == 1 and slow.key in node.reconciler.claims.stragglers
+        yield node, store, slow, late
+
+
+def test_a_claim_still_being_written_that_loses_gives_its_slot_back(tmp_path):
+    from fabricjobs.model import Status
+
+    with a_late_claim(tmp_path) as (node, store, slow, late):
         store.cas(slow, slow.replace(status=Status.IN_PROCESS, worker_id="b", epoch=1))  # another node won it
         late.answer()
         with node.executor.holding_starts():
-            claims.claim(clock.now())
-        assert node.executor.run_for(slow.key) is None and not claims.stragglers
+            node.reconciler.claims.claim(node.clock.now())
+        assert node.executor.run_for(slow.key) is None and not node.reconciler.claims.stragglers
         assert node.executor.slots_used() == 0
         assert store.get(slow.key).worker_id == "b"
+
+
+def test_a_claim_that_applies_after_the_node_lost_its_lease_starts_no_run(tmp_path):
+    """Fenced (a lost lease, another instance of its name) the node runs nothing new: a claim
+    that applies late leaves its row to be taken over, and its slot goes back."""
+    with a_late_claim(tmp_path) as (node, store, slow, late):
+        node.signals.fenced = True
+        late.answer()
+        with node.executor.holding_starts():
+            node.reconciler.run_pass(full=False)
+        assert node.executor.run_for(slow.key) is None and not node.reconciler.claims.stragglers
+        assert node.executor.slots_used() == 0
+        assert store.get(slow.key).worker_id == "a"  # claimed: its row is this node's to be taken over
 
 
 def test_an_outcome_still_being_written_keeps_its_run_until_it_answers(tmp_path):

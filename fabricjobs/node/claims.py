@@ -54,7 +54,7 @@ class Claims(UsesParts):
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
-        self.stragglers = Stragglers(self.executor, self.signals.wake)  # writes still being settled
+        self.stragglers = Stragglers(self.executor, lambda: self.signals.wake())  # writes still being settled
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""
@@ -138,8 +138,9 @@ class Claims(UsesParts):
             results[i] = res
         answered = [(row, None if res is None else res.applied) for row, res in zip(rows, results)
                     if row.key in taken and not isinstance(res, Future)]
-        if answered:
-            self.scheduler.claimed(answered, self.clock.monotonic() - began)
+        if answered:  # (a write that straggled held the call for PATIENCE: no usual write's time)
+            straggled = any(isinstance(res, Future) for res in written)
+            self.scheduler.claimed(answered, None if straggled else self.clock.monotonic() - began)
         return results, len(pairs), taken
 
     def _claim_later(self, row: Job, pool: tuple[AffinityLimit, bool], rides: bool, prepared: bool, offered: bool,
@@ -154,9 +155,16 @@ class Claims(UsesParts):
                 unwritten = res is not None and res.current is None
                 self.metrics.claims(0, 0 if unwritten else 1, 1 if unwritten else 0)
                 return
+            if self.claimable() != generation:  # fenced meanwhile: no new run (its row is taken over)
+                log.warning("the claim of '%s' applied after this node lost its lease; its row is left to be "
+                            "taken over", row.key, extra=job_extra(row.key, res.stored.epoch))
+                return
             log.info("'%s' is now IN_PROCESS by %s (its claim answered late)", row.key, self.me,
                      extra=job_extra(row.key, res.stored.epoch))
-            self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides, prepared=prepared)
+            # A passenger rode on the train of runs claimed with it, gone by now: it takes a slot
+            # of its own if there is one, else it is given back unstarted (trains.py).
+            alone = rides and self.pool_for(row, self.clock.now()) is None
+            self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=alone, prepared=prepared)
 
         self.stragglers.leave(row, write, answered, slot=None if rides else pool[0].name)
 

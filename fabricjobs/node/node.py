@@ -420,12 +420,13 @@ class Node:
         if self._stop_doorbell is not None:
             self._stop_doorbell()
         self.scheduler.stop()
-        # A claim still being written may yet apply: its run starts and ends with the others
-        # (not left IN_PROCESS with nothing running it until a takeover).
-        self.reconciler.claims.stragglers.settle(_SETTLE_CLAIMS_SEC)
         self.executor.shutting_down = True
-        for run in self.executor.runs():
-            self.executor.abort(run, EndReason.SHUTDOWN, s.shutdown_grace, "ended by node shutdown")
+        with self.executor.holding_starts():
+            # A claim still being written may yet apply: its run is ended before it begins, as
+            # the others are ended (not left IN_PROCESS with nothing running it until a takeover).
+            self.reconciler.claims.stragglers.settle(_SETTLE_CLAIMS_SEC)
+            for run in self.executor.runs():
+                self.executor.abort(run, EndReason.SHUTDOWN, s.shutdown_grace, "ended by node shutdown")
         deadline = self.clock.monotonic() + s.shutdown_grace + 5
         while self.executor.running() and self.clock.monotonic() < deadline:
             self.executor.enforce_deadlines()

@@ -46,6 +46,7 @@ log = logging.getLogger("fabricjobs.node.reconcile")
 _CONTROL = (Status.STOPPING, Status.RESTART)
 _ORPHANABLE = (Status.IN_PROCESS, Status.STOPPING, Status.RESTART)
 _ADOPT_BATCH = 1000
+_ADOPT_WRITES = 128  # adoptions sent at once (a script of 100 cron STARTJOBs: one round)
 _CONTROL_BATCH = 5000  # STOPPING/RESTART rows (and own runs lost in a restart) read per pass, at most
 _TAKEOVER_SLICE = 0.1  # seconds of takeover writes per pass before the pass moves on
 _TAKEOVER_BATCH = 32  # rows taken over in one round of concurrent writes
@@ -357,7 +358,10 @@ class Reconciler(UsesParts):
         def started(row: Job, res: CasResult) -> None:
             who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
             log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.stored.epoch)
-            if res.stored.status is Status.IN_PROCESS:
+            if res.stored.status is Status.IN_PROCESS and self.claims.claimable() != generation:
+                log.warning("the takeover of '%s' applied after this node lost its lease; its row is left to be "
+                            "taken over", row.key)  # (a takeover that answered late)
+            elif res.stored.status is Status.IN_PROCESS:
                 limit, exceptional = pools[row.key]
                 self.executor.start(res.stored, limit.name, exceptional, generation, taken_over=True)
             else:
@@ -371,7 +375,9 @@ class Reconciler(UsesParts):
         left = self.claims.stragglers  # adoptions still being written
         rows = [row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
                 if row.key not in left and self.affinity.can_run(parse_affinity(row.affinity))]
-        self._adopt(self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic()), now)
+        rows = self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic())
+        for i in range(0, len(rows), _ADOPT_WRITES):  # (the store's pool is not flooded: claims go out meanwhile)
+            self._adopt(rows[i:i + _ADOPT_WRITES], now)
 
     def _adopt(self, rows: list[Job], now: datetime) -> None:
         """Own SCHEDULED rows (unowned, or of a dead node) and hand them to the scheduler: one

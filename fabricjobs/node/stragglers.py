@@ -40,7 +40,10 @@ class Stragglers:
 
     def leave(self, row: Job, write: "Future[CasResult]", answered: Callable[[CasResult | None], None],
               slot: str | None = None) -> None:
-        """Leave the write of ``row`` to the store; ``answered`` is called with its answer."""
+        """Leave the write of ``row`` to the store; ``answered`` is called with its answer.
+        One write per row at a time: callers pass over the rows whose writes are left."""
+        if row.key in self._left:
+            raise ValueError(f"a write of '{row.key}' is left already")
         if slot is not None:
             self.executor.reserve(slot)
         self._left[row.key] = Straggler(row, write, answered, slot)
@@ -70,7 +73,11 @@ class Stragglers:
                 log.exception("write of '%s' failed; it is looked at again in a later pass", key,
                               extra=job_extra(key, straggler.row.epoch))
                 res = None
-            straggler.answered(res)
+            try:
+                straggler.answered(res)
+            except Exception:  # the others' answers are still acted on; the row is looked at again later
+                log.exception("acting on the answer to the write of '%s' failed", key,
+                              extra=job_extra(key, straggler.row.epoch))
 
     def settle(self, timeout: float) -> None:
         """Wait up to ``timeout`` for the writes left, and act on those that answered (the node

@@ -177,7 +177,7 @@ class OutcomeWriter:
             records.append(run_record(run.facts, run.key, outcome, decision, ended, self.zone))
         # Whole rows: a run's row as its claim returned it, or read again below.
         results: list = self.store.cas_each_within(pairs, records, self._write_failed, whole=True, patience=PATIENCE)
-        if self.failing_since is not None and any(res is not None for res in results):
+        if self.failing_since is not None and any(res is not None and not isinstance(res, Future) for res in results):
             log.warning("the store takes outcomes again after %.1f s of failed writes",
                         self.clock.monotonic() - self.failing_since)
             self.failing_since = None

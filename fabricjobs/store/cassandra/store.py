@@ -414,8 +414,9 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         after = []
         for i, c, f in tasks:
             if not f.done():
-                out[i] = f
-                f.add_done_callback(functools.partial(self._tidy_after, c))  # (at once if done by now)
+                answer: Future[CasResult] = Future()
+                f.add_done_callback(functools.partial(self._tidy_after, c, answer))  # (at once if done by now)
+                out[i] = answer
                 continue
             after += c.after
             try:
@@ -425,8 +426,16 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         self._send_quietly(after)
         return out
 
-    def _tidy_after(self, c: "_Change", _done: Future) -> None:
+    def _tidy_after(self, c: "_Change", answer: "Future[CasResult]", done: "Future[CasResult]") -> None:
+        """A straggling change is done: its writes after the LWT go out, then ``answer`` tells
+        the caller, who may write the same cells next (an outcome that lost is decided and its
+        history line written again: the line's take-back must land first)."""
         self._send_quietly(c.after)
+        exc = done.exception()
+        if exc is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(done.result())
 
     def _prepare_all(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None,
                      whole: bool) -> tuple[list[CasResult | None], list[tuple[int, "_Change"]]]:
