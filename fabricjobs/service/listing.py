@@ -70,7 +70,8 @@ class JobListing(JobViews):
             raise ValidationError(str(exc)) from None
         next: JobKey | Cursor | None = None
         jobs: list[Job] = []
-        if query.live and not isinstance(query.after, tuple):  # (a Cursor: the live jobs are done)
+        only_final = bool(query.statuses) and query.statuses <= FINAL_STATUSES  # (no live job has one)
+        if query.live and not only_final and not isinstance(query.after, tuple):  # (a Cursor: live jobs are done)
             jobs = self._live_page(type, query)
             if len(jobs) > query.limit:
                 jobs = jobs[:query.limit]

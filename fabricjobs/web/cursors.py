@@ -59,9 +59,14 @@ def cursor_archive(cursor: str | None) -> Cursor | None:
     return _archive(_decode(cursor, 4))
 
 
+#: The largest End Time a cursor may hold (as a backend stores it: ms since 1970 on Cassandra,
+#: well past any date; Infinity and the like never reach a store).
+_LATEST = 1e15
+
+
 def _archive(values: list[Any]) -> Cursor:
     end, type, name, uid = values
-    if isinstance(end, bool) or not isinstance(end, (int, float)):
+    if isinstance(end, bool) or not isinstance(end, (int, float)) or not -_LATEST < end < _LATEST:
         raise _forged()
     return (end, type, name, uid)
 

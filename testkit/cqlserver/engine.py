@@ -250,6 +250,7 @@ class SelectPlan(Plan):
     pk_filter: bool = False
     reverse: bool = False
     post_order: bool = False
+    order_len: int = 0  # clustering columns named in ORDER BY (the rows of an IN are merged by those alone)
     distinct: bool = False
     aggregate: bool = False
     limit: Any = None
@@ -463,6 +464,7 @@ class Engine:
         plan.reverse = flags.pop()
         pk_in = any(plan.restr[c.name].inn is not None for c in t.partition_key)
         plan.post_order = pk_in
+        plan.order_len = len(st.order_by)
 
     def _selection(self, t: Table, st: P.Select, binder: Binder) -> list:
         if st.selectors is None:
@@ -864,7 +866,9 @@ class Engine:
         rank = _partition_rank(t, keys)
         found = self._found(plan, ctx, data, keys, rank, now_s)
         if plan.post_order:
-            found.sort(key=lambda f: f[0][-1])
+            # As Cassandra does: the partitions' rows sorted by the ORDER BY columns alone, ties
+            # left in partition order (not by the clustering columns after them).
+            found.sort(key=lambda f: _leading(f[0][-1], plan.order_len))
         returned, in_part, last_kb = 0, 0, None
         if opts.paging_state and not plan.aggregate:
             token, last_kb, ckey, returned, in_part = self._decode_paging(t, opts.paging_state, plan.reverse)
@@ -1008,3 +1012,8 @@ def _pk_indexes(t: Table, r: dict) -> list:
             return []
         out.append(x.eq.index)
     return out
+
+
+def _leading(ckey, n: int):
+    """The first ``n`` components of a clustering sort key (kept reversed if it is)."""
+    return Desc(ckey.k[:n]) if isinstance(ckey, Desc) else ckey[:n]

@@ -129,3 +129,17 @@ def test_cassandra_archive_entries_of_before_version_17_are_checked_by_their_row
     found = store.search_archived(ArchiveQuery(since=NOW - timedelta(days=1), owner="bob",
                                                statuses=frozenset({Status.FAILED, Status.PROCESSED}), limit=50))
     assert sorted(j.uid for j in found.jobs) == sorted(j.uid for j in jobs if j.owner == "bob" and j.status is not Status.TERMINATED)
+
+
+def test_jobs_that_ended_in_the_same_millisecond_are_each_found_once_across_pages_and_reads(store):
+    """600 jobs ended together (a script's STARTJOBs, one statement's runs): a search reads the
+    archive in chunks and pages from a cursor, both bounds of (End Time, key). On Cassandra the
+    entries of one millisecond come from 16 partitions: merged by End Time alone they came in
+    partition order, and a read going on from a bound skipped some and repeated others."""
+    end = NOW - timedelta(minutes=5)
+    rows = [store.insert(Job(key=JobKey("USER_JOB", "Batch.load", f"b{i:03}"), status=Status.WAITING,
+                             creation_time=end - timedelta(minutes=1), next_run=end)).row for i in range(600)]
+    store.cas_many([(row, row.replace(status=Status.PROCESSED, archived=True, end_time=end)) for row in rows])
+    pages = _pages(store, limit=50, since=NOW - timedelta(hours=1))
+    found = [u for p in pages for u in p]
+    assert found == [f"b{i:03}" for i in range(599, -1, -1)]  # each once, by key (descending) within the ms

@@ -268,7 +268,8 @@ def test_the_list_pages_with_a_cursor_and_reads_history_only_when_asked(site):
             break
     found = sum(seen, [])
     assert sorted(uid for uid, _ in found) == [f"page{i}" for i in range(5)] and all(len(p) <= 2 for p in seen)
-    assert [end for _, end in found] == sorted((end for _, end in found), reverse=True)  # newest end first
+    ends = [datetime.fromisoformat(end) for _, end in found]
+    assert ends == sorted(ends, reverse=True)  # newest end first
     processed = api.get("/jobs", params={"scope": "all", "status": ["PROCESSED"], "type": "user_job",
                                          "since": "2000-01-01T00:00:00", "until": "2999-01-01T00:00:00Z"}).json()
     assert {f"page{i}" for i in range(5)} <= {j["uid"] for j in processed["jobs"]}

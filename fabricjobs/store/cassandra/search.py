@@ -103,7 +103,8 @@ class Search:
             upper = (_ms(query.until),)
         else:
             upper = ()
-        day = (_at(int(upper[0])) if upper else self.store_time() + timedelta(days=1)).astimezone(UTC).date()
+        latest = (self.store_time() + timedelta(days=1)).astimezone(UTC).date()  # (no entry is newer)
+        day = min(_at(int(upper[0])).astimezone(UTC).date(), latest) if upper else latest
         first, since, left = query.since.astimezone(UTC).date(), _ms(query.since), query.examine or EXAMINE["cassandra"]
         chunk = max(_FIRST_READ, 4 * (query.limit + 1))
         while day >= first and left > 0:
@@ -130,7 +131,10 @@ class Search:
         bound = {0: "", 1: " AND end_time < ?", 4: " AND (end_time, type, name, uid) < (?, ?, ?, ?)"}[len(upper)]
         stmt = self._stmt(("archsearch", len(upper)),
                           "SELECT end_time, type, name, uid, owner, status FROM k2_jobs_archived WHERE day = ? AND shard IN ?"
-                          f"{bound} ORDER BY end_time DESC LIMIT ?")
+                          # Every clustering column: over an IN, Cassandra merges the partitions by
+                          # the ORDER BY columns only, and a read that goes on from a (time, key)
+                          # bound must get the entries of one millisecond in key order too.
+                          f"{bound} ORDER BY end_time DESC, type DESC, name DESC, uid DESC LIMIT ?")
         values = [(_at(v) if i == 0 else v) for i, v in enumerate(upper)]
         return self._unpaged(stmt, [day.strftime("%Y-%m-%d"), _SHARDS, *values, limit])
 
