@@ -284,6 +284,13 @@ def test_a_cursor_the_api_did_not_give_is_a_400_and_never_reaches_the_store(site
         cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
         r = api.get("/jobs", params={"cursor": cursor})
         assert r.status_code == 400 and r.json()["error"] == "ValidationError", (raw, r.text)
+    # Archived jobs go on from an (End Time, key) cursor: one with no time a store can hold, or
+    # of the other kind (a live key's), is refused too.
+    for raw in [b'[Infinity, "USER_JOB", "A.b", "u"]', b'[NaN, "USER_JOB", "A.b", "u"]', b'[1e300, "USER_JOB", "A.b", "u"]',
+                b'["USER_JOB", "A.b", "u"]']:
+        cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        r = api.get("/jobs", params={"cursor": cursor, "scope": "archived"})
+        assert r.status_code == 400 and r.json()["error"] == "ValidationError", (raw, r.text)
 
 
 def test_a_name_or_uid_with_a_slash_is_one_path_segment(site):
