@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from datetime import datetime
 
 import pytest
 from testkit.realcassandra import C1_ONLY_JIT_FLAG, CassandraCluster, available
@@ -637,22 +638,26 @@ class _BeatWatch(threading.Thread):
         return sum(1 for r in self.reads if r[2] is None)
 
 
-_TAKEOVER = re.compile(r"took over '(?P<key>[^']+)' from dead node (?P<owner>\S+) \(epoch")
+_TAKEOVER = re.compile(r"took over '(?P<key>[^']+)' from dead node (?P<owner>\S+) \(epoch \d+; judged dead by "
+                       r"the read of the nodes at (?P<judged>[^)]+)\)")
 
 
 def _takeovers(node, owner: str) -> list[tuple[float, str]]:
-    """(when, key) of each job ``node`` took over from ``owner`` (judged dead), from its log."""
+    """(when, key) of each job ``node`` took over from ``owner``, ``when`` being the time of the
+    read of the nodes that judged ``owner`` dead (the line itself comes after the takeover's
+    write: a beat that landed in between was not there to be seen), from its log."""
     out = []
     for line in node.log().splitlines():
-        m, t = _TAKEOVER.search(line), LOG_TIME.match(line)
-        if m and t and m.group("owner") == owner:
-            out.append((log_time(t), m.group("key")))
+        m = _TAKEOVER.search(line)
+        assert m is not None or "from dead node" not in line, f"a takeover line of another form: {line}"
+        if m and m.group("owner") == owner:
+            out.append((datetime.fromisoformat(m.group("judged")).timestamp(), m.group("key")))
     return out
 
 
 def _early_takeovers(watch: _BeatWatch, takeovers: list[tuple[float, str]], threshold: float) -> list:
-    """Each takeover (when, key) made while a beat of the watched node can have landed less
-    than ``threshold`` before: a verdict of death that came too early. Empty when none did."""
+    """Each takeover (when judged, key) judged while a beat of the watched node can have landed
+    less than ``threshold`` before: a verdict of death that came too early. Empty when none did."""
     return [(when, key, earliest) for when, key in takeovers for earliest, latest in watch.landings()
             if latest <= when and when - earliest < threshold]
 

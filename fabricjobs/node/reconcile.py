@@ -62,6 +62,7 @@ class Reconciler(UsesParts):
     def __init__(self, me: str, settings: NodeSettings, parts: ReconcileParts) -> None:
         super().__init__(me, settings, parts)
         self.peers: list = []  # the nodes rows read by the last full pass
+        self.judged_at = self.clock.now()  # when the last read of the nodes began (liveness is judged as of then)
         self._whole_read_failing: float | None = None  # since when the nodes table is read row by row (_observe)
         self._next_dependency_check = 0.0
         self._announced = False  # whether this node has rung the nodes it first saw (run_pass)
@@ -139,6 +140,7 @@ class Reconciler(UsesParts):
         must not wait on it. A missed read judges nobody dead: liveness counts a beat standing
         still only between reads that returned."""
         timeout = min(self.s.dead_after, max(2 * self.s.heartbeat_interval, 1.0))
+        self.judged_at = self.clock.now()  # what a takeover's log line says its verdict is as of
         read_at = self.clock.monotonic()
         if self._whole_read_failing is not None and read_at < self._whole_read_failing + _WHOLE_READ_RETRY:
             return self._observe_one_by_one(timeout, None)  # not another timeout per read meanwhile
@@ -354,10 +356,15 @@ class Reconciler(UsesParts):
             taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
             chosen.append((row, pool))
         pools = {row.key: pool for row, pool in chosen}
+        judged = self.judged_at
 
         def started(row: Job, res: CasResult) -> None:
-            who = "this node before its restart" if row.worker_id == self.me else f"dead node {row.worker_id}"
-            log.warning("%s took over '%s' from %s (epoch %d)", self.me, row.key, who, res.stored.epoch)
+            if row.worker_id == self.me:
+                log.warning("%s took over '%s' from this node before its restart (epoch %d)", self.me, row.key,
+                            res.stored.epoch)
+            else:  # (the verdict's time: the write and this line come after it, by as long as the write took)
+                log.warning("%s took over '%s' from dead node %s (epoch %d; judged dead by the read of the nodes at %s)",
+                            self.me, row.key, row.worker_id, res.stored.epoch, judged.isoformat(timespec="milliseconds"))
             if res.stored.status is Status.IN_PROCESS and self.claims.claimable() != generation:
                 log.warning("the takeover of '%s' applied after this node lost its lease; its row is left to be "
                             "taken over", row.key)  # (a takeover that answered late)
