@@ -54,7 +54,9 @@ class Claims(UsesParts):
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
-        self.stragglers = Stragglers(self.executor, lambda: self.signals.wake())  # writes still being settled
+        # Writes still being settled: claims, and the reconciler's takeovers and adoptions.
+        self.stragglers = Stragglers(lambda: self.signals.wake(), write_failed,
+                                     lambda slot, count: self.executor.reserve(slot, count))
 
     def claimable(self) -> int | None:
         """The lease generation to claim under, or None while the lease is not valid."""

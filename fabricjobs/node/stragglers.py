@@ -3,9 +3,10 @@ the loop sent and stopped waiting for after PATIENCE, while the store goes on se
 
 On Cassandra an LWT sent to a coordinator that froze is not answered until its timeout; the
 loop does not wait for it with the node's other due jobs. What the answer was for (a run to
-start, a schedule to take on) is done when it comes, on the loop's thread, by the callback the
-write was left with. A write for a run holds a slot of its pool meanwhile, so that the run has
-room if the write applies.
+start, a schedule to take on, an outcome to finish) is done when it comes, on the loop's
+thread, by the callback the write was left with. A claim's write holds a slot of its pool
+meanwhile, so that the run has room if the write applies. The claims and the outcome writer
+each keep theirs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Callable
 from ..logs import job_extra
 from ..model import Job, JobKey
 from ..store.base import CasResult
-from .executor import Executor
 
 log = logging.getLogger("fabricjobs.node.reconcile")
 
@@ -33,9 +33,11 @@ class Straggler:
 
 
 class Stragglers:
-    def __init__(self, executor: Executor, wake: Callable[[], None]) -> None:
-        self.executor = executor
+    def __init__(self, wake: Callable[[], None], failed: Callable[[Job], None],
+                 reserve: Callable[[str, int], None] | None = None) -> None:
         self.wake = wake  # the loop: a write answered
+        self.failed = failed  # a write that could not be made at all (called while its error is handled)
+        self.reserve = reserve  # hold (1) or let go (-1) a slot of a pool (Executor.reserve)
         self._left: dict[JobKey, Straggler] = {}
 
     def leave(self, row: Job, write: "Future[CasResult]", answered: Callable[[CasResult | None], None],
@@ -45,13 +47,14 @@ class Stragglers:
         if row.key in self._left:
             raise ValueError(f"a write of '{row.key}' is left already")
         if slot is not None:
-            self.executor.reserve(slot)
+            self._hold(slot, 1)
         self._left[row.key] = Straggler(row, write, answered, slot)
         write.add_done_callback(lambda _: self.wake())
 
-    def keys(self) -> frozenset[JobKey]:
-        """The rows whose writes have not answered: not to be acted on again meanwhile."""
-        return frozenset(self._left)
+    def _hold(self, slot: str, count: int) -> None:
+        if self.reserve is None:
+            raise ValueError("these writes hold no slots")
+        self.reserve(slot, count)
 
     def __contains__(self, key: JobKey) -> bool:
         return key in self._left
@@ -66,12 +69,11 @@ class Stragglers:
                 continue
             del self._left[key]
             if straggler.slot is not None:
-                self.executor.reserve(straggler.slot, -1)
+                self._hold(straggler.slot, -1)
             try:
                 res: CasResult | None = straggler.write.result()
             except Exception:
-                log.exception("write of '%s' failed; it is looked at again in a later pass", key,
-                              extra=job_extra(key, straggler.row.epoch))
+                self.failed(straggler.row)
                 res = None
             try:
                 straggler.answered(res)

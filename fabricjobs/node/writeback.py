@@ -12,6 +12,7 @@ after ``retry_at``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from concurrent.futures import Future
@@ -24,9 +25,10 @@ from ..worker.runner import clean_text
 from ..jobs.registry import JobCatalog, JobResolutionError
 from ..logs import job_extra
 from ..model import Event, Job, Status, advance
-from ..store.base import JobStore
+from ..store.base import CasResult, JobStore
 from .decisions import after_run, failure_job, run_record
 from .runs import Run, RunTable
+from .stragglers import Stragglers
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -115,7 +117,8 @@ class OutcomeWriter:
         self.shutting_down = False
         self.metrics = metrics
         self.on_answered = on_answered  # a straggling write answered (wakes the node's loop)
-        self._straggling: list[tuple[Run, Outcome, str, Future]] = []  # writes still being settled
+        self._late = Stragglers(lambda: self.on_answered(), self._write_failed)  # writes still being settled
+        self._answers: list[tuple[Run, Outcome, str, CasResult | None]] = []  # theirs, once answered
 
     def due(self) -> bool:
         """Whether outcomes may be written now (not while waiting for a failing store)."""
@@ -184,8 +187,7 @@ class OutcomeWriter:
         again: _Todo = []
         for (run, outcome), record, res in zip(order, records, results):
             if isinstance(res, Future):  # not answered yet: the run keeps its slot until it has
-                self._straggling.append((run, outcome, record.result, res))
-                res.add_done_callback(lambda _: self.on_answered())
+                self._late.leave(run.row, res, functools.partial(self._answered, run, outcome, record.result))
             else:
                 self._answer(run, outcome, record.result, res, retry, again)
         return again
@@ -207,24 +209,19 @@ class OutcomeWriter:
     def _answered_late(self, retry: list[tuple[Run, Outcome]]) -> _Todo:
         """Act on the straggling writes that have answered since; return the outcomes whose
         write lost, with their rows read again, to be decided again."""
+        self._late.act()  # (each answer comes to _answered)
+        answers, self._answers = self._answers, []
         again: _Todo = []
-        still = []
-        for run, outcome, result, write in self._straggling:
-            if not write.done():
-                still.append((run, outcome, result, write))
-                continue
-            try:
-                res = write.result()
-            except Exception:
-                self._write_failed(run.row)
-                res = None
+        for run, outcome, result, res in answers:
             self._answer(run, outcome, result, res, retry, again)
-        self._straggling = still
         return again
+
+    def _answered(self, run: Run, outcome: Outcome, result: str, res: CasResult | None) -> None:
+        self._answers.append((run, outcome, result, res))
 
     def straggling(self) -> bool:
         """Whether outcome writes are still being settled by the store."""
-        return bool(self._straggling)
+        return bool(self._late)
 
     def _write_failed(self, expected: Job) -> None:
         """A failing store (a full disk) fails every retry, every 0.2 s: the first failure of an
