@@ -22,7 +22,7 @@ from ..errors import ValidationError
 from ..model import FINAL_STATUSES, Job, JobKey, Status
 from ..result import Result
 from ..store.search import ArchiveQuery, Cursor
-from .views import LIST_COLUMNS, JobViews
+from .views import LIST_COLUMNS, JobViews, archived_statuses
 
 MAX_PAGE = 1000
 LIVE_READ, LIVE_READ_MAX = 200, 5000  # rows per read of the live list once a filter drops some
@@ -88,13 +88,13 @@ class JobListing(JobViews):
     def _archived_page(self, type: str | None, query: JobQuery, limit: int) -> tuple[list[Job], Cursor | None]:
         """Up to ``limit`` archived jobs of the window, newest end first, from the cursor on,
         and where the next page goes on: one bounded search of the archive."""
-        statuses = query.statuses & FINAL_STATUSES
-        if query.statuses and not statuses:
-            return [], None  # only live statuses asked for
+        statuses = archived_statuses(query.statuses)
+        if statuses is None:
+            return [], None
         # Within what the store keeps: the search reads the window a day at a time, and the
         # archived jobs of 2000-01-01 ... 2999-01-01 are those of the last K2JOB_ARCHIVING_TIME_HOUR.
         now = self.clock.now()
-        kept = now - timedelta(hours=self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
+        kept = self._kept_since(now)
         since = max(query.since, kept) if query.since is not None else kept
         until = min(query.until, now + timedelta(days=1)) if query.until is not None else None
         if until is not None and until <= since:

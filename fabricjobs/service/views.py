@@ -78,13 +78,11 @@ class JobViews(ServiceCore):
         ENDED_PAGES pages at most), with a notice when there were more. A window of a busy
         cluster holds millions; the shell prints what a person reads, and says how to see the
         rest (docs/guides/watching-jobs.md)."""
-        if cmd.days_ago is not None:
-            since = self.clock.now() - timedelta(days=cmd.days_ago)
-        else:
-            since = self.clock.now() - timedelta(hours=self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
-        statuses = cmd.statuses & FINAL_STATUSES  # empty: any final status (n DAYS AGO without WHERE STATUS)
-        if cmd.statuses and not statuses:
-            return [], ()  # only live statuses asked for
+        now = self.clock.now()
+        since = now - timedelta(days=cmd.days_ago) if cmd.days_ago is not None else self._kept_since(now)
+        statuses = archived_statuses(cmd.statuses)
+        if statuses is None:
+            return [], ()
         query = ArchiveQuery(since=since, type=cmd.type, name=cmd.name or "", owner=cmd.owner, statuses=statuses,
                              limit=ENDED_SHOWN)
         found: list[Job] = []
@@ -106,6 +104,10 @@ class JobViews(ServiceCore):
                            f"the window: name a <TYPE> '<NAME>', or page through them all with GET "
                            f"/api/v1/jobs?scope=archived)",)
         return shown, (f"(the ended jobs down to {down_to} UTC; add n DAYS AGO for a window)",)
+
+    def _kept_since(self, now: datetime) -> datetime:
+        """The oldest End Time the store still keeps an archived job of."""
+        return now - timedelta(hours=self.config.get("jobs", "K2JOB_ARCHIVING_TIME_HOUR"))
 
     def status_rows(self, jobs: list[Job], nodes: list[NodeView]) -> Result:
         """JOBSTATUS's rows of jobs and nodes already read (the web console reads them once
@@ -265,3 +267,11 @@ def history_row(r: RunRecord) -> tuple:
 def run_summary(r: RunRecord) -> str:
     """JOBLOG's first line: which run, where, and how it ended."""
     return f"run {r.epoch} of {r.key} on {r.node}: {r.result} -> {r.status}" + (f" ({r.error})" if r.error else "")
+
+
+def archived_statuses(statuses: frozenset[Status]) -> frozenset[Status] | None:
+    """The statuses a search of the archive looks for when ``statuses`` are asked for: the final
+    ones among them (empty: any final one, as nothing was asked); None when only live statuses
+    were asked for, which no archived job has."""
+    final = statuses & FINAL_STATUSES
+    return None if statuses and not final else final
