@@ -25,7 +25,9 @@ def test_ps_shows_a_run_within_half_a_second_of_its_start(cluster, tmp_path):
         args = json.dumps({"log": str(tmp_path / "runs.jsonl"), "seconds": 30, "starts": str(starts)})
         client.fetch(f"startjob user_job name='Probe.record' uid='ps-{i}' args='{args}';")
         wait_for(lambda: _shown(client, i + 1, f"ps-{i}", seen), 10, f"PS ALL to show ps-{i}", interval=0.01)
-        started = read_records(starts)[0]["start"]
+        # The job writes its start once its worker runs it, which can come after PS shows the
+        # run (the node publishes a run it has dispatched): wait for the record, then compare.
+        started = wait_for(lambda: read_records(starts), 10, f"ps-{i}'s start record")[0]["start"]
         assert seen[f"ps-{i}"] - started < 0.5, (i, seen[f"ps-{i}"] - started)
         # The store's view, not only this process's: the node's published row says so too.
         row = client.store.node("ps1")
