@@ -140,3 +140,51 @@ def test_an_outcome_still_being_written_keeps_its_run_until_it_answers(tmp_path)
         assert store.get(row.key).status is Status.PROCESSED
         assert node.executor.run_for(row.key) is None and node.executor.slots_used() == 0
         assert not writer.straggling()
+
+
+def test_a_claim_still_being_written_is_not_published_as_a_run(tmp_path):
+    """Peers read a node's runs per pool from its heartbeat (the give-back rule compares them
+    with the recommended counts), and the node compares its own with them: a claim that has not
+    answered may still lose, so only its run, once it applies, is counted there."""
+    with a_late_claim(tmp_path) as (node, store, slow, late):
+        assert node.executor.per_pool() == {}  # published: no run yet
+        assert node.executor.slots_running("ANY") == 0
+        assert node.executor.slots_used() == 1  # but its slot is not claimed twice
+        late.answer()
+        with node.executor.holding_starts():
+            node.reconciler.claims.claim(node.clock.now())
+        assert node.executor.run_for(slow.key) is not None
+        assert node.executor.per_pool() == {"ANY": 1} and node.executor.slots_used() == 1
+
+
+def test_prepared_fires_whose_claims_straggle_count_in_the_half_of_the_pool_held_ahead(tmp_path):
+    """Fires prepared ahead of their due time hold at most half the pool; a prepared fire whose
+    claim has not answered holds its slot ahead as well, so fires prepared after it are not
+    claimed ahead beyond that half (they are claimed when due)."""
+    from datetime import timedelta
+
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path, pool_size=8) as (node, store, clock):
+        due = clock.now() + timedelta(seconds=0.9)
+        long_ones = [Job(JobKey("USER_JOB", "Customer.long", f"l{i}"), Status.SCHEDULED, clock.now(),
+                         execution_interval="* * * * * *", next_run=due, worker_id="a", epoch=1) for i in range(4)]
+        store.insert_many(long_ones)
+        late = LateAnswers(store, {row.key for row in long_ones})
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each_within=late)
+        node.scheduler._fire([store.get(row.key) for row in long_ones])
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert len(claims.stragglers) == 4 and node.executor.slots_used() == 4
+
+        later = due + timedelta(seconds=0.05)
+        node.executor.short_jobs.learn(("USER_JOB", "Customer.cron"), [0.001] * 3)
+        fires = [Job(JobKey("USER_JOB", "Customer.cron", f"c{i:03d}"), Status.SCHEDULED, clock.now(),
+                     execution_interval="* * * * * *", next_run=later, worker_id="a", epoch=1) for i in range(10)]
+        store.insert_many(fires)
+        node.scheduler._fire([store.get(row.key) for row in fires])
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert all(store.get(row.key).status is Status.SCHEDULED for row in fires)  # not ahead: no room left
+        assert node.executor.slots_used() == 4  # the other half stays free for work due now

@@ -54,6 +54,7 @@ class Claims(UsesParts):
         self._every_lane_read = float("-inf")  # monotonic: the last read of every lane's rows
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
+        self._ahead_unanswered: dict[JobKey, datetime] = {}  # prepared fires' claims still being written: due when
         # Writes still being settled: claims, and the reconciler's takeovers and adoptions.
         self.stragglers = Stragglers(lambda: self.signals.wake(), write_failed,
                                      lambda slot, count: self.executor.reserve(slot, count))
@@ -151,6 +152,7 @@ class Claims(UsesParts):
         passenger) and its run starts when it applies (stragglers.py)."""
 
         def answered(res: CasResult | None) -> None:
+            self._ahead_unanswered.pop(row.key, None)
             if offered:
                 self.scheduler.claimed([(row, None if res is None else res.applied)], None)
             if res is None or not res.applied:
@@ -168,6 +170,8 @@ class Claims(UsesParts):
             alone = rides and self.pool_for(row, self.clock.now()) is None
             self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=alone, prepared=prepared)
 
+        if offered and not rides and row.next_run is not None:  # a fire prepared ahead holds its slot till due
+            self._ahead_unanswered[row.key] = row.next_run
         self.stragglers.leave(row, write, answered, slot=None if rides else pool[0].name)
 
     def _with_offers(self, page: list[Job]) -> list[Job]:
@@ -341,7 +345,8 @@ class Claims(UsesParts):
             group = self._group_of(affinity)
             riders[group] = max(riders[group], count)
         cap = self.scheduler.max_ahead if self.scheduler.max_ahead is not None else self.s.pool_size
-        left = max(0, cap - self.executor.slots_ahead(now))
+        waiting = self.executor.slots_ahead(now) + sum(1 for due in self._ahead_unanswered.values() if due > now)
+        left = max(0, cap - waiting)
         holders: dict[str, int] = {}
         for group, count in riders.most_common():
             holders[group] = min(holders_for(count), left)

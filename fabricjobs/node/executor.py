@@ -131,12 +131,16 @@ class Executor:
         """Pool slots taken: what claims are limited by (passengers hold none)."""
         return self.table.slots_used(pool)
 
+    def slots_running(self, pool: str) -> int:
+        """Slots of ``pool`` held by runs (claims still being written not counted)."""
+        return self.table.slots_running(pool)
+
     def slots_ahead(self, now: datetime) -> int:
         """Slots held by prepared fires still waiting for their due time."""
         return self.table.slots_ahead(now)
 
     def per_pool(self) -> dict[str, int]:
-        """Slots taken per affinity pool (what peers compare with the recommended counts)."""
+        """Slots held by runs per affinity pool (what peers compare with the recommended counts)."""
         return self.table.per_pool()
 
     def reserve(self, pool: str, count: int = 1) -> None:

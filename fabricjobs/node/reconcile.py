@@ -458,7 +458,8 @@ class Reconciler(UsesParts):
                 extras.setdefault(run.pool, []).append(run)
         for pool, runs in extras.items():
             lim = self.affinity.limits.get(pool)
-            over = self.executor.slots_used(pool) - (lim.recommended if lim else 0)
+            # Runs only: a claim still being written may not apply, and is no run to give back for.
+            over = self.executor.slots_running(pool) - (lim.recommended if lim else 0)
             if over <= 0 or not self._peer_has_room(pool):
                 for run in runs:
                     self.executor.update_run(run, give_up_at=None)

@@ -73,6 +73,7 @@ class RunTable:
         self.lock = threading.RLock()  # held by callers for a step that reads and changes runs
         self._runs: dict[int, Run] = {}
         self._slots: dict[str, int] = {}  # pool -> runs holding a slot of it
+        self._reserved: dict[str, int] = {}  # pool -> slots held for claims still being written
         self._by_key: dict[JobKey, Run] = {}
         self._tasks = itertools.count(random.randrange(10_000, 60_000))
         self.pending: list[tuple[Run, Outcome]] = []  # outcomes the node's loop writes next
@@ -103,9 +104,18 @@ class RunTable:
             return sum(1 for r in self._runs.values() if r.pool == pool)
 
     def slots_used(self, pool: str | None = None) -> int:
-        """Pool slots taken: what claims are limited by (passengers hold none)."""
+        """Pool slots taken, by runs and by claims still being written: what claims are limited
+        by (passengers hold none)."""
         with self.lock:
-            return sum(self._slots.values()) if pool is None else self._slots.get(pool, 0)
+            if pool is None:
+                return sum(self._slots.values()) + sum(self._reserved.values())
+            return self._slots.get(pool, 0) + self._reserved.get(pool, 0)
+
+    def slots_running(self, pool: str) -> int:
+        """Slots of ``pool`` held by runs (not by claims still being written): what this node
+        has going on, which the give-back rule compares with the recommended count."""
+        with self.lock:
+            return self._slots.get(pool, 0)
 
     def slots_ahead(self, now: datetime) -> int:
         """Slots held by fires prepared ahead of their due time that are still waiting for it."""
@@ -113,7 +123,8 @@ class RunTable:
             return sum(1 for r in self._runs.values() if r.holds_slot and r.outcome is None and r.facts.started > now)
 
     def per_pool(self) -> dict[str, int]:
-        """Slots taken per affinity pool (what peers compare with the recommended counts)."""
+        """Slots held by runs per affinity pool (what peers compare with the recommended
+        counts): a claim still being written may not apply, so it is not counted."""
         with self.lock:
             return {pool: n for pool, n in self._slots.items() if n}
 
@@ -130,7 +141,7 @@ class RunTable:
         """Hold a slot of ``pool`` for a claim whose write has not answered yet (a negative
         ``count`` lets it go): its run, if the claim applies, must find it free."""
         with self.lock:
-            self._slots[pool] = self._slots.get(pool, 0) + count
+            self._reserved[pool] = self._reserved.get(pool, 0) + count
 
     def forget(self, run: Run) -> None:
         """Drop a run. Its slot goes to a train-mate still waiting without one, else back to
