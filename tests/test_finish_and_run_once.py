@@ -63,10 +63,13 @@ def test_finishjob_refuses_a_one_time_job_and_changes_nothing(cluster, tmp_path)
     cluster.shell("-e", "stopjob user_job name='Probe.started' uid='once';")
 
 
-def _next_run_cell(cluster, name):
-    out = cluster.shell("-e", f"jobstatus user_job '{name}';").stdout
+def _next_run_cell(cluster, name, uid):
+    """The Next Run cell JOBSTATUS shows for the job (other jobs of ``name`` may be listed too)."""
+    out = cluster.shell("-e", f"jobstatus user_job '{name}' with uid='{uid}';").stdout
     header, line = [x for x in out.splitlines() if x.startswith("| ")][:2]
-    return dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in line.strip("|").split("|")]))["Next Run"]
+    cells = dict(zip([c.strip() for c in header.strip("|").split("|")], [c.strip() for c in line.strip("|").split("|")]))
+    assert cells["UID"] == uid, out
+    return cells["Next Run"]
 
 
 def test_runjob_runs_a_fixed_rate_job_once_now_and_keeps_its_rhythm(cluster, tmp_path):
@@ -75,7 +78,7 @@ def test_runjob_runs_a_fixed_rate_job_once_now_and_keeps_its_rhythm(cluster, tmp
     assert r.returncode == 0, r.stderr
     wait_records(log, 1)
     before = cluster.wait_job("USER_JOB", "Probe.record", "rate", lambda j: j.status.name == "SCHEDULED" and j.runs == 1)
-    shown = _next_run_cell(cluster, "Probe.record")
+    shown = _next_run_cell(cluster, "Probe.record", "rate")
 
     r = cluster.shell("-e", "runjob user_job name='Probe.record' uid='rate';")
     assert r.returncode == 0, r.stderr
@@ -83,7 +86,7 @@ def test_runjob_runs_a_fixed_rate_job_once_now_and_keeps_its_rhythm(cluster, tmp
     wait_records(log, 2)
     after = cluster.wait_job("USER_JOB", "Probe.record", "rate", lambda j: j.status.name == "SCHEDULED" and j.runs == 2)
     assert after.next_run == before.next_run and after.resume_at is None  # the rhythm is the one it had
-    assert _next_run_cell(cluster, "Probe.record") == shown
+    assert _next_run_cell(cluster, "Probe.record", "rate") == shown
     history = cluster.shell("-e", "jobhistory user_job 'Probe.record' with uid='rate';").stdout
     assert "(2 rows)" in history and history.count("| OK ") == 2
     cluster.shell("-e", "stopjob user_job name='Probe.record' uid='rate';")
