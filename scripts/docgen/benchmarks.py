@@ -55,6 +55,13 @@ ABOUT = {
                                                           "rows, or beside a process inserting new rows into "
                                                           "the same shards; the table is read back to check "
                                                           "every row was claimed exactly once.",
+    "What a job's statements cost (bench_statement_mix.py)": "Each kind of statement a job costs on Apache "
+                                                              "Cassandra (one-row LWT, a conditional batch of 10 rows "
+                                                              "of one partition, plain writes, reads) run alone at "
+                                                              "the cluster's limit; added up over a job's statements "
+                                                              "(the cost-per-job counts), a bound on the jobs per "
+                                                              "second the store could serve today and with the LWTs "
+                                                              "in batches of 10.",
     "bulk submit (bench_bulk_submit.py)": "A script of one-time STARTJOBs through the shell's script runner (what "
                                           "`shell -f`, -e and piped stdin run): consecutive STARTJOBs written "
                                           "together, against one at a time.",
