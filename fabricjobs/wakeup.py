@@ -24,6 +24,9 @@ from typing import Callable, Iterable
 log = logging.getLogger(__name__)
 
 RING_INTERVAL = 0.02  # seconds: a node answers at most this many rings a second (50)
+#: The sockets bound on this host (in this network namespace), abstract ones as "@name".
+_BOUND = "/proc/net/unix"
+LISTENERS_FRESH = 1.0  # seconds one read of _BOUND is reused for: a shell's script of rings reads it once
 
 
 class Doorbell:
@@ -32,6 +35,7 @@ class Doorbell:
         self._prefix = "fabricjobs-" + hashlib.sha1((scope or "").encode()).hexdigest()[:16] + "-"
         self._send: socket.socket | None = None
         self._lock = threading.Lock()
+        self._listening: tuple[float, list[bytes]] | None = None  # (when read, addresses)
 
     @classmethod
     def for_store(cls, store) -> "Doorbell":
@@ -46,13 +50,46 @@ class Doorbell:
     def ring(self, nodes: Iterable[str]) -> None:
         if not self.enabled:
             return
+        self._ring_addresses(self._address(node) for node in nodes)
+
+    def ring_listening(self) -> bool:
+        """Ring every node of this store whose doorbell is bound on this host, found among the
+        host's sockets: no read of the store's nodes table (on Cassandra that read was a third of
+        the reads a STARTJOB cost). False where the host's sockets cannot be listed (the caller
+        rings by node name instead)."""
+        if not self.enabled:
+            return True
+        addresses = self._listeners()
+        if addresses is None:
+            return False
+        self._ring_addresses(addresses)
+        return True
+
+    def _listeners(self) -> list[bytes] | None:
+        now = time.monotonic()
+        with self._lock:
+            if self._listening is not None and now - self._listening[0] < LISTENERS_FRESH:
+                return self._listening[1]
+        try:
+            with open(_BOUND, "rb") as f:
+                table = f.read()
+        except OSError:
+            return None
+        ours = ("@" + self._prefix).encode()
+        found = sorted({b"\0" + path[1:] for path in (line.rsplit(b" ", 1)[-1] for line in table.splitlines())
+                        if path.startswith(ours)})
+        with self._lock:
+            self._listening = (now, found)
+        return found
+
+    def _ring_addresses(self, addresses: Iterable[bytes]) -> None:
         with self._lock:
             if self._send is None:
                 self._send = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self._send.setblocking(False)
-            for node in nodes:
+            for address in addresses:
                 try:
-                    self._send.sendto(b"!", self._address(node))
+                    self._send.sendto(b"!", address)
                 except OSError:  # nobody listening, or its queue is full: it will poll
                     pass
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -470,6 +471,7 @@ def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(c
     from fabricjobs.errors import StoreError
 
     client.service.doorbell.enabled = True
+    monkeypatch.setattr(client.service.doorbell, "ring_listening", lambda: False)  # rung by name: the nodes read
 
     def nodes_times_out(timeout=None):
         raise StoreError("Cassandra: ReadTimeout (QUORUM, received only 1 responses)")
@@ -480,6 +482,30 @@ def test_an_accepted_startjob_is_reported_accepted_when_waking_the_nodes_fails(c
                           "startjob user_job name='Customer.userJob1' uid='woken2';")  # rings at the end
     assert one.first_row()["Status"] == script.first_row()["Status"] == "WAITING"
     assert all(row(client, uid=u).status is Status.WAITING for u in ("woken", "in-a-script", "woken2"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the doorbell is Linux-only")
+def test_a_startjob_wakes_the_nodes_listening_on_this_host_without_reading_the_nodes_table(client, monkeypatch):
+    """The doorbells bound on this host are found among its sockets: a STARTJOB costs no read
+    of the nodes (on Cassandra, a third of the reads a submitted job cost)."""
+    from fabricjobs.wakeup import Doorbell
+    from harness import wait_for
+
+    bell = client.service.doorbell = Doorbell.for_store(client.store)
+    rings: list[str] = []
+    stops = [bell.listen(name, lambda name=name: rings.append(name)) for name in ("n1", "n2")]
+    try:
+        def no_read(timeout=None):
+            raise AssertionError("the nodes table was read to ring the nodes")
+
+        monkeypatch.setattr(client.store, "nodes", no_read)
+        assert client.fetch("startjob user_job name='Customer.userJob1' uid='rung';").first_row()["Status"] == "WAITING"
+        wait_for(lambda: sorted(rings) == ["n1", "n2"], 5, "both listening nodes to be rung")
+    finally:
+        for stop in stops:
+            if stop is not None:
+                stop()
+        bell.close()
 
 
 # -- the other seeds' features on every backend -----------------------------------------------------------------

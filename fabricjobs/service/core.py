@@ -113,9 +113,9 @@ class ServiceCore:
         were committed, so a store that fails here (a read timeout) must not turn a command
         that took effect into an error (a client would retry an accepted STARTJOB and be told
         "Job is running"). The nodes find the work at their next pass."""
-        if not self.doorbell.enabled:
+        if not self.doorbell.enabled or self.doorbell.ring_listening():
             return
-        try:
+        try:  # the host's sockets cannot be listed: ring every node by name
             names = [n.name for n in self.store.nodes()]
         except StoreError as exc:
             log.warning("could not wake the local nodes (%s); they see the change at their next pass", exc)
