@@ -19,6 +19,7 @@ from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
 from fabricjobs.store.cassandra import history as cassandra_history, index as cassandra_index, session as cassandra_session
 from fabricjobs.store.cassandra.schema import SCHEMA_VERSION
+from harness import wait_for
 from upgrades import assert_issue_22_columns_round_trip
 
 UTC = timezone.utc
@@ -561,6 +562,46 @@ def test_a_forgotten_node_leaves_the_owners_registry(server, keyspace):
         assert store._registry("owner") == ["n2"]
     finally:
         store.close()
+
+
+def test_a_node_restarted_under_a_forgotten_name_stays_in_the_owners_registry(server, keyspace):
+    """A peer forgets a dead node n1 (it owns nothing) just as a new node n1 starts and takes a
+    job: the peer's delete of n1 from the owners registry must not hide the new node's buckets
+    from listings for good. A delete stamped with the read beat leaves a later registration
+    alone; one that covers it anyway (the old node's clock was ahead) is undone by the new node's
+    renewals."""
+    from fabricjobs.store.base import NodeRow
+    from fabricjobs.store.cassandra.nodes import OWNER_RENEW_SEC
+
+    new, peer = open_store(server, keyspace), open_store(server, keyspace)
+    try:
+        peer.write_node(NodeRow("n1", "old", "DC1", "h", 1, T0, "v", 1))  # the old n1's last beat
+        stale = next(r for r in peer.nodes() if r.name == "n1")  # what the peer judged gone
+        clock = [1000.0]
+        new._monotonic = lambda: clock[0]
+        new.write_node(NodeRow("n1", "new", "DC1", "h", 2, T0, "v", 1))
+        row = new.insert(waiting_job("taken")).row
+        new.cas(row, claim(row, "n1"))
+
+        def listed() -> bool:
+            return [j.key.uid for j in peer.by_status([Status.IN_PROCESS])] == ["taken"]
+
+        assert listed()
+        peer.delete_node(stale)  # stamped with the old beat: the new registration stays
+        assert listed()
+        peer.delete_node(dataclasses.replace(stale, stamp=stale.stamp + 2 * 10**6))  # the old n1's clock 2 s ahead
+        assert not listed()
+        beats = iter(range(2, 10**6))
+
+        def renewed() -> bool:  # the new n1 beats; every OWNER_RENEW_SEC it registers its name again
+            clock[0] += OWNER_RENEW_SEC
+            new.write_node(NodeRow("n1", "new", "DC1", "h", 2, T0, "v", next(beats)))
+            return listed()
+
+        wait_for(renewed, 10, "the new n1's buckets to be listed again, once its clock passed the old beat")
+    finally:
+        new.close()
+        peer.close()
 
 
 def test_a_heartbeat_request_gives_up_after_its_own_timeout(server, keyspace):

@@ -16,14 +16,32 @@ from .topology import LIVE_WITHIN_SEC, Peer, Placement, check_placement
 from .rows import _aware, _when
 
 
+#: Seconds between a node's registrations of its name in the owners registry (k2_jobs_owners),
+#: made with its heartbeat: another node that forgets a dead node of the same name deletes the
+#: name there, and may do so just after a new node of that name registered it.
+OWNER_RENEW_SEC = 60.0
+
+
 class Nodes(Index):
     """Node rows and the KILL requests addressed to them."""
 
     _placement: Placement
     _placement_checked: float | None  # (store.py: None once this process checks itself as a node)
+    _owner_renewed: dict[str, float] = {}  # node name -> monotonic time this process last registered it
 
     def write_node(self, node: NodeRow, timeout: float | None = None) -> None:
-        """(With where this process writes from: its DC and levels, for topology.py's rules.)"""
+        """(With where this process writes from: its DC and levels, for topology.py's rules.)
+        Every OWNER_RENEW_SEC the node's name is written to the owners registry again, so that
+        its buckets are listed even where a peer's delete of the name (for a node of the same
+        name judged gone) covers its first registration: the old node's clock was ahead."""
+        now = self._monotonic()
+        if node.state != NodeState.STOPPED and now - self._owner_renewed.get(node.name, float("-inf")) >= OWNER_RENEW_SEC:
+            # Before the beat: a peer that forgets this node deletes the name stamped with the
+            # last beat it read, which then covers every registration of this node.
+            self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"),
+                      ("owner", node.name), timeout)
+            self._owner_renewed = {**self._owner_renewed, node.name: now}
+            self._owners_known.add(("owner", node.name))
         stmt = self._stmt(("node",),
             "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
             " info, tasks, store_dc, store_serial, store_consistency)"
@@ -77,7 +95,11 @@ class Nodes(Index):
         # owns nothing, so no bucket of its name is left to list (a node that comes back
         # under this name registers again with its first entry). The registry stays as small
         # as the set of nodes alive within the retention.
-        self._run(self._stmt(("odel",), "DELETE FROM k2_jobs_owners WHERE kind = 'owner' AND owner = ?"), (row.name,))
+        # Stamped like the row's delete, never by this host's clock: a node started under the
+        # name since keeps its registration (made after that beat), unless the old node's clock
+        # was ahead of its own; then its heartbeat registers it again (write_node).
+        self._run(self._stmt(("odel",), "DELETE FROM k2_jobs_owners USING TIMESTAMP ? WHERE kind = 'owner' AND owner = ?"),
+                  (row.stamp, row.name))
         self._owners_known.discard(("owner", row.name))
 
     def add_kill_request(self, request: KillRequest) -> None:
