@@ -294,6 +294,12 @@ def test_get_many_reads_each_key_in_order_archived_or_not(store):
     missing = JobKey("USER_JOB", "Customer.userJob1", "nope")
     assert store.get_many([gone.key, missing, live.key]) == [gone, None, live]
     assert store.get_many([]) == []
+    # Several job names, more keys of one name than one read may ask for, a key twice: each
+    # answer in its key's place.
+    more = [r.row for r in store.insert_many([job(f"m{i:03d}") for i in range(120)])]
+    other = store.insert(Job(JobKey("USER_JOB", "Customer.userJob3", "a"), Status.WAITING, T0, next_run=T0)).row
+    keys = [other.key, *(r.key for r in reversed(more)), missing, live.key, other.key]
+    assert store.get_many(keys) == [other, *reversed(more), None, live, other]
 
 
 def test_live_jobs_filters_and_never_returns_archived_rows(store):
