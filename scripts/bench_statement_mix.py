@@ -15,12 +15,15 @@ fresh real Cassandra (--rounds times, interleaved; the median round is kept):
 * plain write:           UPDATE of one row, QUORUM;
 * plain writes, batch 10: an unlogged batch of 10 rows of 10 partitions (as the nodes send
                          their index, history and listing writes);
-* read:                  SELECT of one row by key, QUORUM.
+* read:                  SELECT of one row by key, QUORUM;
+* read, 10 keys (IN):    SELECT of 10 rows of 10 partitions by one IN (as a claim's rows could
+                         be read back together).
 
 Rows per second of each give its cost on this cluster, 1/rate, when the cluster is the limit.
-Added up over a job's statements, that bounds the jobs per second the store could serve, today
-and with the LWTs in batches of 10 rows: a model (costs do not add exactly, and the nodes'
-own CPU shares the machine), meant to say which part of a job's cost batching removes.
+Added up over a job's statements, that bounds the jobs per second the store could serve: today,
+with the LWTs in batches of 10 rows, and with the reads by 10 keys too. A model (costs do not add
+exactly, and the nodes' own CPU shares the machine), meant to say which part of a job's cost
+batching removes.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from pathlib import Path
 
 from bench_lwt_batch import CONCURRENCY, ROOT, _session, real_cassandra  # (it puts the test kit on sys.path)
 
-KINDS = ("LWT, 1 row", "LWT, 10 rows", "plain write", "plain writes, batch 10", "read")
-ROWS_PER = {"LWT, 1 row": 1, "LWT, 10 rows": 10, "plain write": 1, "plain writes, batch 10": 10, "read": 1}
+KINDS = ("LWT, 1 row", "LWT, 10 rows", "plain write", "plain writes, batch 10", "read", "read, 10 keys (IN)")
+ROWS_PER = {"LWT, 1 row": 1, "LWT, 10 rows": 10, "plain write": 1, "plain writes, batch 10": 10, "read": 1,
+            "read, 10 keys (IN)": 10}
 READ_ROWS = 20_000  # rows the reads pick from (written first)
 START_TIMEOUT = 180.0
 
@@ -50,6 +54,7 @@ def _statements(session, table: str):
     lwt = session.prepare(f"UPDATE {table} SET v = 1 WHERE p = ? AND c = ? IF v = null")
     plain = session.prepare(f"UPDATE {table} SET v = 1 WHERE p = ? AND c = ?")
     read = session.prepare(f"SELECT v FROM {table} WHERE p = ? AND c = 0")
+    read_in = session.prepare(f"SELECT p, v FROM {table} WHERE p IN ? AND c = 0")
 
     def make(kind: str, p: int):
         if kind == "LWT, 1 row":
@@ -66,7 +71,9 @@ def _statements(session, table: str):
             for k in range(10):
                 batch.add(plain, (p * 10 + k, 0))
             return batch, ()
-        return read, (p % READ_ROWS,)
+        if kind == "read":
+            return read, (p % READ_ROWS,)
+        return read_in, ([(p * 10 + k) % READ_ROWS for k in range(10)],)
 
     return make
 
@@ -162,9 +169,10 @@ def job_mix() -> tuple[dict[str, dict[str, float]], str]:
     return mixes, files[-1].name
 
 
-def model(rates: dict[str, float], mix: dict[str, float], lwt_kind: str) -> float:
+def model(rates: dict[str, float], mix: dict[str, float], lwt_kind: str, read_kind: str = "read") -> float:
     """Jobs per second the store could serve if it were the only limit and costs added up."""
-    seconds = mix["LWTs"] / rates[lwt_kind] + mix["plain writes"] / rates["plain writes, batch 10"] + mix["reads"] / rates["read"]
+    seconds = (mix["LWTs"] / rates[lwt_kind] + mix["plain writes"] / rates["plain writes, batch 10"]
+               + mix["reads"] / rates[read_kind])
     return 1 / seconds
 
 
@@ -204,19 +212,21 @@ def report(args, by_kind: dict[str, list[dict]], mixes: dict[str, dict[str, floa
     model_title = (f"Jobs/s the store could serve by that cost (a bound: costs added, the nodes' CPU not counted), "
                    f"statements per job from {source}")
     model_headers = ["job", "LWTs", "plain writes", "reads", "LWT share of the cost", "jobs/s, 1 row per LWT",
-                     "jobs/s, LWTs in batches of 10", "gain"]
+                     "jobs/s, LWTs in batches of 10", "gain", "jobs/s, LWTs and reads by 10", "gain "]
     model_rows = []
     for job, mix in mixes.items():
         today, batched = model(median, mix, "LWT, 1 row"), model(median, mix, "LWT, 10 rows")
+        both = model(median, mix, "LWT, 10 rows", "read, 10 keys (IN)")
         share = (mix["LWTs"] / median["LWT, 1 row"]) * today
         model_rows.append([job, f"{mix['LWTs']:g}", f"{mix['plain writes']:g}", f"{mix['reads']:g}", f"{share:.0%}",
-                           f"{today:,.0f}", f"{batched:,.0f}", f"{batched / today:.1f}x"])
+                           f"{today:,.0f}", f"{batched:,.0f}", f"{batched / today:.1f}x", f"{both:,.0f}",
+                           f"{both / today:.1f}x"])
     print(f"== {model_title}")
     print(tabulate(model_rows, headers=model_headers, disable_numparse=True))
     if args.json:
         from testkit.benchresult import write_result
 
-        best = max(float(r[-1][:-1]) for r in model_rows)
+        best = max(float(r[7][:-1]) for r in model_rows)
         write_result(f"statement-mix-{n}n-cassandra-real", "What a job's statements cost (bench_statement_mix.py)",
                      f"cassandra-real, {n} node{'s' if n > 1 else ''}",
                      [{"goal": "LWTs in batches of 10 alone give 5x the jobs/s (the queue's goal)",
