@@ -58,6 +58,7 @@ class _Change:
     new_bucket: str | None
     record: RunRecord | None
     whole: bool = False  # expected is a whole row: an applied write's row is the target, not read back
+    read_later: bool = False  # an applied write's row is read back by the caller, with its group's (_read_back)
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
 
@@ -380,6 +381,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         else:
             applied = [self._attempt(c) for _, c in changes]
         self._send_quietly([w for _, c in changes for w in c.after])
+        self._read_back([(i, c) for i, (_, c) in enumerate(changes)], applied, None)
         failed = next((res for res in applied if isinstance(res, StoreError)), None)
         if failed is not None:
             # The caller sends the group again (cas_each: a pair at a time). The outcomes that
@@ -412,6 +414,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         tasks = [(i, c, self._pool.submit(self._apply, c)) for i, c in changes]
         wait([f for _, _, f in tasks], timeout=patience)
         after = []
+        answered: list[tuple[int, _Change]] = []
         for i, c, f in tasks:
             if not f.done():
                 answer: Future[CasResult] = Future()
@@ -421,21 +424,56 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             after += c.after
             try:
                 out[i] = f.result()
+                answered.append((i, c))
             except Exception:
                 on_error(c.expected)
+        self._read_back(answered, out, on_error)
         self._send_quietly(after)
         return out
 
+    def _read_back(self, changes: "list[tuple[int, _Change]]", results: list,
+                   on_error: Callable[[Job], None] | None) -> None:
+        """The rows of the applied changes that left theirs to be read (``read_later``), read
+        together (get_many: one request per 50 keys of a job name, not one per row); a row
+        whose read fails is read alone, and if that fails too its result becomes the error
+        (``on_error``: reported, and the result None)."""
+        wanted = [(i, c) for i, c in changes
+                  if c.read_later and isinstance(results[i], CasResult) and results[i].applied and results[i].row is None]
+        if not wanted:
+            return
+        try:
+            rows = self.get_many([c.key for _, c in wanted])
+        except StoreError:
+            rows = [None] * len(wanted)
+        for (i, c), row in zip(wanted, rows):
+            try:
+                row = row or self._select_job(c.key)
+                if row is None:
+                    raise StoreError(f"Cassandra: the row of {c.key} was not found after its change applied")
+                results[i] = CasResult(True, row=row)
+            except StoreError as exc:
+                if on_error is None:
+                    results[i] = exc
+                else:
+                    on_error(c.expected)
+                    results[i] = None
+
     def _tidy_after(self, c: "_Change", answer: "Future[CasResult]", done: "Future[CasResult]") -> None:
-        """A straggling change is done: its writes after the LWT go out, then ``answer`` tells
-        the caller, who may write the same cells next (an outcome that lost is decided and its
-        history line written again: the line's take-back must land first)."""
+        """A straggling change is done: its writes after the LWT go out (and an applied one's
+        row is read back), then ``answer`` tells the caller, who may write the same cells next
+        (an outcome that lost is decided and its history line written again: the line's
+        take-back must land first)."""
         self._send_quietly(c.after)
         exc = done.exception()
         if exc is not None:
             answer.set_exception(exc)
+            return
+        results: list = [done.result()]
+        self._read_back([(0, c)], results, None)
+        if isinstance(results[0], StoreError):
+            answer.set_exception(results[0])
         else:
-            answer.set_result(done.result())
+            answer.set_result(results[0])
 
     def _prepare_all(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None,
                      whole: bool) -> tuple[list[CasResult | None], list[tuple[int, "_Change"]]]:
@@ -449,6 +487,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if isinstance(prepared, CasResult):
                 results[i] = prepared
             else:
+                prepared.read_later = True  # the group's rows are read back together (_read_back)
                 changes.append((i, prepared))
         return results, changes
 
@@ -548,9 +587,11 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if c.new_bucket is not None:
                 self._seen.pop((c.new_bucket, key, revision), None)
             row = settled if c.full is False and settled is not None else None
-            if row is None:
-                row = as_stored(target) if c.full or c.whole else self._select_job(key)
-            return CasResult(True, row=row)
+            if row is None and (c.full or c.whole):
+                row = as_stored(target)
+            elif row is None and not c.read_later:
+                row = self._select_job(key)
+            return CasResult(True, row=row)  # (row None: read back with the group's, _read_back)
         # A re-sent one keeps its line: its first send may have applied before the row moved on,
         # and the line is then the run's own; a fenced run's line is the lesser wrong. So does
         # one whose unknown outcome a read found past the revision it makes (applied, then moved
