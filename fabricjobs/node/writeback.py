@@ -37,9 +37,10 @@ log = logging.getLogger("fabricjobs.node.executor")
 
 _REDECIDE = 20  # rounds of write, re-read and decide again for outcomes that lost their write
 _RETRY_PAUSE = 0.2  # seconds: outcomes wait this long for a failing or contended store
-#: Seconds the loop waits for a group of writes (outcomes, claims) before it goes on without
-#: the ones that have not answered; the store settles those meanwhile, and the loop acts on
-#: each when it answers (docs/explanation/nodes.md, "Writes that straggle").
+#: Seconds without an answer after which the loop stops waiting for a group of writes
+#: (outcomes, claims) and goes on without the ones that have not answered; the store settles
+#: those meanwhile, and the loop acts on each when it answers (docs/explanation/nodes.md,
+#: "Writes that straggle").
 PATIENCE = 0.5
 
 _Todo = list[tuple[Run, Outcome, Job | None]]  # an outcome and the row it is decided on

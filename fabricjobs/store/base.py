@@ -298,8 +298,8 @@ class JobStore(ABC):
         self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
         on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False, patience: float,
     ) -> "list[CasResult | None | Future[CasResult]]":
-        """``cas_each``, but a write still unanswered after ``patience`` seconds is returned as a
-        Future of its result (raising StoreError if it could not be written at all; ``on_error``
+        """``cas_each``, but a write still unanswered once the others have stopped answering for
+        ``patience`` seconds is returned as a Future of its result (raising StoreError if it could not be written at all; ``on_error``
         is then not called), which the store goes on settling meanwhile. The node's loop serves
         the writes that answered instead of waiting for the slowest: on Cassandra one LWT sent
         to a coordinator that froze waits out its timeout (docs/explanation/nodes.md, "Writes
