@@ -1764,7 +1764,9 @@ def main() -> int:
     if args.json == RESULTS_DIR:
         for name in names:
             if name in result and name not in failed:
-                path = write_result(name, args.backend, result[name], facts)
+                backend = args.backend + (f", {args.cassandra_nodes} nodes"
+                                          if args.backend == "cassandra-real" and args.cassandra_nodes > 1 else "")
+                path = write_result(name, backend, result[name], facts)
                 print(f"figures written to {path.relative_to(ROOT)}")
     elif args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, default=str) + "\n")
