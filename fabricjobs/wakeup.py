@@ -75,6 +75,8 @@ class Doorbell:
                 table = f.read()
         except OSError:
             return None
+        if table.count(b"\n") < 2:  # not even this host's own sockets are listed (a restricted /proc)
+            return None
         ours = ("@" + self._prefix).encode()
         found = sorted({b"\0" + path[1:] for path in (line.rsplit(b" ", 1)[-1] for line in table.splitlines())
                         if path.startswith(ours)})

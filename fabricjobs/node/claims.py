@@ -170,9 +170,9 @@ class Claims(UsesParts):
             alone = rides and self.pool_for(row, self.clock.now()) is None
             self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=alone, prepared=prepared)
 
+        self.stragglers.leave(row, write, answered, slot=None if rides else pool[0].name)
         if offered and not rides and row.next_run is not None:  # a fire prepared ahead holds its slot till due
             self._ahead_unanswered[row.key] = row.next_run
-        self.stragglers.leave(row, write, answered, slot=None if rides else pool[0].name)
 
     def _with_offers(self, page: list[Job]) -> list[Job]:
         """``page`` and the fires this node's scheduler offers (offers.py) that it does not hold.

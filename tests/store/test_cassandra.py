@@ -322,6 +322,46 @@ def test_the_rows_of_a_group_of_claims_are_read_back_together(server, keyspace):
         store.close()
 
 
+def test_a_read_back_that_does_not_answer_in_time_leaves_futures_and_one_that_fails_an_error(server, keyspace, monkeypatch):
+    """The group's read of its rows runs while the node's loop waits: a slow one must not hold
+    the loop (its claims come back as Futures answered by the read, as writes that straggle),
+    and a failed one reports the claims as not written (on_error), never as applied without
+    a row."""
+    import threading
+    from concurrent.futures import Future
+
+    from fabricjobs.errors import StoreError
+
+    store = open_store(server, keyspace)
+    try:
+        store.insert_many([waiting_job(f"s{i}") for i in range(3)])
+        release, reading = threading.Event(), store.get_many
+
+        def slow_get_many(keys):
+            release.wait(30)
+            return reading(keys)
+
+        monkeypatch.setattr(store, "get_many", slow_get_many)
+        results = store.cas_each_within([(c, claim(c, "n1")) for c in store.waiting(10)], patience=0.05)
+        assert all(isinstance(res, Future) and not res.done() for res in results)
+        release.set()
+        rows = [res.result(timeout=30).row for res in results]
+        assert all(row.worker_id == "n1" and row.arguments == '{"x": 1}' for row in rows)
+
+        def failing_get_many(keys):
+            raise StoreError("Cassandra: ReadTimeout")
+
+        monkeypatch.setattr(store, "get_many", reading)
+        store.insert_many([waiting_job(f"t{i}") for i in range(2)])
+        candidates = store.waiting(10)
+        monkeypatch.setattr(store, "get_many", failing_get_many)
+        failed: list = []
+        results = store.cas_each_within([(c, claim(c, "n1")) for c in candidates], on_error=failed.append, patience=5)
+        assert results == [None, None] and len(failed) == 2
+    finally:
+        store.close()
+
+
 class _Answers:
     """Futures answered at given times of a fake clock, and a ``wait`` that moves the clock to
     the next answer (or by its timeout): cas_each_within's wait, replayed without sleeping."""

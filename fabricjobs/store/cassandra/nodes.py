@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from ...errors import StoreError
 from ...model import NodeState
 from ..base import KillRequest, NodeRow
 from .index import Index
 from .topology import LIVE_WITHIN_SEC, Peer, Placement, check_placement
 from .rows import _aware, _when
+from .session import log
 
 
 #: Seconds between a node's registrations of its name in the owners registry (k2_jobs_owners),
@@ -38,10 +40,15 @@ class Nodes(Index):
         if node.state != NodeState.STOPPED and now - self._owner_renewed.get(node.name, float("-inf")) >= OWNER_RENEW_SEC:
             # Before the beat: a peer that forgets this node deletes the name stamped with the
             # last beat it read, which then covers every registration of this node.
-            self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"),
-                      ("owner", node.name), timeout)
-            self._owner_renewed = {**self._owner_renewed, node.name: now}
-            self._owners_known.add(("owner", node.name))
+            try:
+                self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"),
+                          ("owner", node.name), timeout)
+            except StoreError as exc:  # the beat matters more (the lease): registered at a later one
+                log.warning("could not register node %s in the owners registry (%s); trying again with its next "
+                            "heartbeat", node.name, exc)
+            else:
+                self._owner_renewed = {**self._owner_renewed, node.name: now}
+                self._owners_known.add(("owner", node.name))
         stmt = self._stmt(("node",),
             "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
             " info, tasks, store_dc, store_serial, store_consistency)"

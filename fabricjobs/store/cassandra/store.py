@@ -428,36 +428,64 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                 answered.append((i, c))
             except Exception:
                 on_error(c.expected)
-        self._read_back(answered, out, on_error)
+        self._read_back(answered, out, on_error, patience)
         self._send_quietly(after)
         return out
 
     def _read_back(self, changes: "list[tuple[int, _Change]]", results: list,
-                   on_error: Callable[[Job], None] | None) -> None:
+                   on_error: Callable[[Job], None] | None, patience: float | None = None) -> None:
         """The rows of the applied changes that left theirs to be read (``read_later``), read
-        together (get_many: one request per 50 keys of a job name, not one per row); a row
-        whose read fails is read alone, and if that fails too its result becomes the error
-        (``on_error``: reported, and the result None)."""
+        together (get_many: one request per 50 keys of a job name, not one per row). With
+        ``patience`` (cas_each_within: the node's loop waits) the read runs on the store's pool
+        and is waited for that long; if it has not answered by then, those results become
+        Futures answered when it does, as writes that straggle. A read that fails, or finds no
+        row, makes the result an error, as a failed write's (``on_error``: reported, and the
+        result None)."""
         wanted = [(i, c) for i, c in changes
                   if c.read_later and isinstance(results[i], CasResult) and results[i].applied and results[i].row is None]
         if not wanted:
             return
-        try:
-            rows = self.get_many([c.key for _, c in wanted])
-        except StoreError:
-            rows = [None] * len(wanted)
-        for (i, c), row in zip(wanted, rows):
+        keys = [c.key for _, c in wanted]
+        if patience is None:
             try:
-                row = row or self._select_job(c.key)
-                if row is None:
-                    raise StoreError(f"Cassandra: the row of {c.key} was not found after its change applied")
-                results[i] = CasResult(True, row=row)
+                rows: list[Job | None] | None = self.get_many(keys)
+                error: Exception | None = None
             except StoreError as exc:
-                if on_error is None:
-                    results[i] = exc
+                rows, error = None, exc
+            for (i, c), answer in zip(wanted, _read_answers(keys, rows, error)):
+                if isinstance(answer, CasResult):
+                    results[i] = answer
+                elif on_error is None:
+                    results[i] = answer
                 else:
                     on_error(c.expected)
                     results[i] = None
+            return
+        task = self._pool.submit(self.get_many, keys)
+        if wait([task], timeout=patience).done:
+            answers = _read_answers(keys, None if task.exception() else task.result(), task.exception())
+            for (i, c), answer in zip(wanted, answers):
+                if isinstance(answer, CasResult):
+                    results[i] = answer
+                else:
+                    if on_error is not None:
+                        on_error(c.expected)
+                    results[i] = None
+            return
+        late: list[Future[CasResult]] = []
+        for i, _ in wanted:
+            results[i] = Future()
+            late.append(results[i])
+
+        def answered(done: "Future[list[Job | None]]") -> None:
+            error = done.exception()
+            for future, answer in zip(late, _read_answers(keys, None if error else done.result(), error)):
+                if isinstance(answer, CasResult):
+                    future.set_result(answer)
+                else:
+                    future.set_exception(answer)
+
+        task.add_done_callback(answered)
 
     def _tidy_after(self, c: "_Change", answer: "Future[CasResult]", done: "Future[CasResult]") -> None:
         """A straggling change is done: its writes after the LWT go out (and an applied one's
@@ -470,8 +498,11 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             answer.set_exception(exc)
             return
         results: list = [done.result()]
-        self._read_back([(0, c)], results, None)
-        if isinstance(results[0], StoreError):
+        try:
+            self._read_back([(0, c)], results, None)
+        except Exception as exc:  # (a bug: the caller's answer must still come)
+            results[0] = exc
+        if isinstance(results[0], Exception):
             answer.set_exception(results[0])
         else:
             answer.set_result(results[0])
@@ -611,6 +642,21 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             self._tidy(c.new_bucket, key, target.next_run, revision, repair=False, later=c.after)
         self._repair(expected, current, later=c.after)
         return CasResult(False, current=current)
+
+
+def _read_answers(keys: Sequence[JobKey], rows: "Sequence[Job | None] | None",
+                  error: BaseException | None) -> "list[CasResult | Exception]":
+    """What each applied change whose row was read back answers: its row, or the error."""
+    out: list[CasResult | Exception] = []
+    for k, key in enumerate(keys):
+        row = rows[k] if rows is not None else None
+        if row is not None:
+            out.append(CasResult(True, row=row))
+        elif isinstance(error, Exception):
+            out.append(error if isinstance(error, StoreError) else StoreError(f"Cassandra: reading {key} back: {error}"))
+        else:
+            out.append(StoreError(f"Cassandra: the row of {key} was not found after its change applied"))
+    return out
 
 
 #: The longest cas_each_within waits for a group whose writes keep answering: an LWT sent to
