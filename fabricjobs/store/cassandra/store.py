@@ -412,8 +412,10 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         except Exception:  # a pair at a time, as cas_each does (nothing was sent)
             return list(self.cas_each(pairs, runs, on_error, whole=whole))
         out: list = list(results)
+        began = time.monotonic()
         tasks = [(i, c, self._pool.submit(self._apply, c)) for i, c in changes]
         _wait_while_answering([f for _, _, f in tasks], patience)
+        took = time.monotonic() - began
         after = []
         answered: list[tuple[int, _Change]] = []
         for i, c, f in tasks:
@@ -428,7 +430,9 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                 answered.append((i, c))
             except Exception:
                 on_error(c.expected)
-        self._read_back(answered, out, on_error, patience)
+        # The read is given as long as the writes took: on a cluster slow all over, claims whose
+        # rows are late to read back are not stragglers (their passengers would be given back).
+        self._read_back(answered, out, on_error, max(patience, took))
         self._send_quietly(after)
         return out
 
