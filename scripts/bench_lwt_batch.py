@@ -51,6 +51,14 @@ def _session(hosts, port):
     return cluster, cluster.connect()
 
 
+def new_keyspace(session, prefix: str, nodes: int) -> str:
+    """A fresh keyspace replicated to every node of the cluster (RF = ``nodes``); its name."""
+    ks = prefix + uuid.uuid4().hex[:10]
+    session.execute(f"CREATE KEYSPACE {ks} WITH replication = "
+                    f"{{'class': 'NetworkTopologyStrategy', 'datacenter1': {nodes}}}")
+    return ks
+
+
 @contextmanager
 def real_cassandra(nodes: int, prefix: str) -> Iterator[CassandraCluster | None]:
     """A fresh Apache Cassandra of ``nodes`` nodes in a temporary directory, stopped and wiped
@@ -152,9 +160,7 @@ def main() -> int:
             return 2
         cluster, session = _session(cassandra.hosts, cassandra.port)
         try:
-            ks = "lwtbatch_" + uuid.uuid4().hex[:10]
-            session.execute(f"CREATE KEYSPACE {ks} WITH replication = "
-                            f"{{'class': 'NetworkTopologyStrategy', 'datacenter1': {args.cassandra_nodes}}}")
+            ks = new_keyspace(session, "lwtbatch_", args.cassandra_nodes)
             figures = measure(session, ks, args.rows)
             probe = all_or_nothing(session, ks)
         finally:

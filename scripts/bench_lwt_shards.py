@@ -34,11 +34,10 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from bench_lwt_batch import CONCURRENCY, _session, real_cassandra  # (it puts the test kit on sys.path)
+from bench_lwt_batch import CONCURRENCY, _session, new_keyspace, real_cassandra  # (it puts the test kit on sys.path)
 
 PLACEMENTS = ("lanes", "shared", "lanes + inserts")
 INSERTED_FROM = 1_000_000  # clustering keys of the rows the inserter adds (never claimed here)
@@ -306,9 +305,7 @@ def run_all(args, hosts, port) -> list[dict]:
     drifts), after a discarded warm-up of the writers' path at each batch size."""
     cluster, session = _session(hosts, port)
     try:
-        ks = "lwtshards_" + uuid.uuid4().hex[:10]
-        session.execute(f"CREATE KEYSPACE {ks} WITH replication = "
-                        f"{{'class': 'NetworkTopologyStrategy', 'datacenter1': {args.cassandra_nodes}}}")
+        ks = new_keyspace(session, "lwtshards_", args.cassandra_nodes)
         session.execute(f"CREATE TABLE {ks}.q (p int, c int, v int, owner text, PRIMARY KEY ((p), c))")
         _warm(session, ks)
         per_shard, fresh = -(-args.rows // args.shards), itertools.count()

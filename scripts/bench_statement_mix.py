@@ -36,10 +36,9 @@ import statistics
 import sys
 import threading
 import time
-import uuid
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
-from bench_lwt_batch import CONCURRENCY, ROOT, _session, real_cassandra  # (it puts the test kit on sys.path)
+from bench_lwt_batch import CONCURRENCY, ROOT, _session, new_keyspace, real_cassandra  # (it puts the test kit on sys.path)
 
 KINDS = ("LWT, 1 row", "LWT, 10 rows", "plain write", "plain writes, batch 10", "read", "read, 10 keys (IN)")
 ROWS_PER = {"LWT, 1 row": 1, "LWT, 10 rows": 10, "plain write": 1, "plain writes, batch 10": 10, "read": 1,
@@ -85,32 +84,30 @@ def client(index: int, hosts, port: int, table: str, plan: list[str], seconds: f
     make = _statements(session, table)
     keys = itertools.count((index + 1) * 10**9)  # fresh partitions of this process
     lock = threading.Lock()
+
+    def send(kind: str, deadline: float) -> tuple[int, int]:
+        """One thread's statements of ``kind`` until ``deadline``: (done, failed)."""
+        sent = failed = 0
+        while time.monotonic() < deadline:
+            with lock:
+                p = next(keys)
+            stmt, params = make(kind, p)
+            try:
+                result = session.execute(stmt, params)
+                if kind.startswith("LWT") and not result.was_applied:
+                    raise RuntimeError("not applied")
+                sent += 1
+            except Exception:  # noqa: BLE001 - counted; a figure, not the end of the run
+                failed += 1
+        return sent, failed
+
     done: list[tuple[str, int, int, float]] = []
-    for step, kind in enumerate(plan):
-        counts, errors = [0] * CONCURRENCY, [0] * CONCURRENCY
-        barrier.wait(timeout=START_TIMEOUT)
-        deadline = time.monotonic() + seconds
-
-        def loop(t: int) -> None:
-            while time.monotonic() < deadline:
-                with lock:
-                    p = next(keys)
-                stmt, params = make(kind, p)
-                try:
-                    result = session.execute(stmt, params)
-                    if kind.startswith("LWT") and not result.was_applied:
-                        raise RuntimeError("not applied")
-                    counts[t] += 1
-                except Exception:  # noqa: BLE001 - counted; a figure, not the end of the run
-                    errors[t] += 1
-
-        began = time.monotonic()
-        threads = [threading.Thread(target=loop, args=(t,)) for t in range(CONCURRENCY)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
-        done.append((kind, sum(counts), sum(errors), time.monotonic() - began))
+    with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
+        for kind in plan:
+            barrier.wait(timeout=START_TIMEOUT)
+            began = time.monotonic()
+            tallies = list(pool.map(lambda _, kind=kind, end=began + seconds: send(kind, end), range(CONCURRENCY)))
+            done.append((kind, sum(n for n, _ in tallies), sum(e for _, e in tallies), time.monotonic() - began))
     cluster.shutdown()
     out.put((index, done))
 
@@ -126,9 +123,7 @@ def _fill_reads(session, table: str) -> None:
 def run_all(args, hosts, port) -> dict[str, list[dict]]:
     cluster, session = _session(hosts, port)
     try:
-        ks = "stmtmix_" + uuid.uuid4().hex[:10]
-        session.execute(f"CREATE KEYSPACE {ks} WITH replication = "
-                        f"{{'class': 'NetworkTopologyStrategy', 'datacenter1': {args.cassandra_nodes}}}")
+        ks = new_keyspace(session, "stmtmix_", args.cassandra_nodes)
         session.execute(f"CREATE TABLE {ks}.q (p bigint, c int, v int, PRIMARY KEY ((p), c))")
         session.cluster.control_connection.wait_for_schema_agreement()
         _fill_reads(session, f"{ks}.q")
