@@ -113,6 +113,11 @@ class Index(Rows):
         self._monotonic = time.monotonic
         self._sweeper = Sweeper(wall)
 
+    def _register(self, registry: str, tag: str, timeout: float | None = None) -> None:
+        """Write ``tag`` (an owner or a priority) to k2_jobs_owners: a full read visits its buckets."""
+        self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"), (registry, tag), timeout)
+        self._owners_known.add((registry, tag))
+
     def _entry_write(self, job: Job, revision: int) -> _Write | None:
         """The index entry of ``job`` at ``revision`` (None: a row in no bucket). Registers a new
         owner or priority in k2_jobs_owners first (once per process)."""
@@ -122,8 +127,7 @@ class Index(Rows):
         kind, _, tag = bucket.partition("|")
         registry = "priority" if kind == Status.WAITING.value else "owner"
         if tag and (registry, tag) not in self._owners_known:
-            self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"), (registry, tag))
-            self._owners_known.add((registry, tag))
+            self._register(registry, tag)
         stmt = self._stmt(("iput",),
             "INSERT INTO k2_jobs_index (bucket, shard, next_run, type, name, uid, revision, status, worker_id,"
             " hold_until, affinity, priority, epoch, tries, written_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, toTimestamp(now()))")

@@ -41,14 +41,12 @@ class Nodes(Index):
             # Before the beat: a peer that forgets this node deletes the name stamped with the
             # last beat it read, which then covers every registration of this node.
             try:
-                self._run(self._stmt(("owner",), "INSERT INTO k2_jobs_owners (kind, owner) VALUES (?, ?)"),
-                          ("owner", node.name), timeout)
+                self._register("owner", node.name, timeout)
             except StoreError as exc:  # the beat matters more (the lease): registered at a later one
                 log.warning("could not register node %s in the owners registry (%s); trying again with its next "
                             "heartbeat", node.name, exc)
             else:
                 self._owner_renewed = {**self._owner_renewed, node.name: now}
-                self._owners_known.add(("owner", node.name))
         stmt = self._stmt(("node",),
             "INSERT INTO nodes (name, incarnation, dc, host, pid, started, version, beat, beat_time, state, running,"
             " info, tasks, store_dc, store_serial, store_consistency)"

@@ -58,7 +58,6 @@ class _Change:
     new_bucket: str | None
     record: RunRecord | None
     whole: bool = False  # expected is a whole row: an applied write's row is the target, not read back
-    read_later: bool = False  # an applied write's row is read back by the caller, with its group's (_read_back)
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
 
@@ -438,48 +437,46 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
 
     def _read_back(self, changes: "list[tuple[int, _Change]]", results: list,
                    on_error: Callable[[Job], None] | None, patience: float | None = None) -> None:
-        """The rows of the applied changes that left theirs to be read (``read_later``), read
-        together (get_many: one request per 50 keys of a job name, not one per row). With
-        ``patience`` (cas_each_within: the node's loop waits) the read runs on the store's pool
-        and is waited for that long; if it has not answered by then, those results become
-        Futures answered when it does, as writes that straggle. A read that fails, or finds no
-        row, makes the result an error, as a failed write's (``on_error``: reported, and the
-        result None)."""
+        """The rows of the applied changes that came back without theirs (an LWT that applies
+        returns no row), read together once the group's writes have answered. With ``patience``
+        (cas_each_within: the node's loop waits) the read runs on the store's pool and is
+        waited for that long; if it has not answered by then, those results become Futures
+        answered when it does, as writes that straggle. A read that fails, or finds no row,
+        makes the result an error, as a failed write's (``on_error``: reported, and the result
+        None)."""
         wanted = [(i, c) for i, c in changes
-                  if c.read_later and isinstance(results[i], CasResult) and results[i].applied and results[i].row is None]
+                  if isinstance(results[i], CasResult) and results[i].applied and results[i].row is None]
         if not wanted:
             return
         keys = [c.key for _, c in wanted]
+        rows: list[Job | None] | None = None
+        error: BaseException | None = None
         if patience is None:
             try:
-                rows: list[Job | None] | None = self.get_many(keys)
-                error: Exception | None = None
+                rows = self.get_many(keys)
             except StoreError as exc:
-                rows, error = None, exc
-            for (i, c), answer in zip(wanted, _read_answers(keys, rows, error)):
-                if isinstance(answer, CasResult):
-                    results[i] = answer
-                elif on_error is None:
-                    results[i] = answer
-                else:
-                    on_error(c.expected)
-                    results[i] = None
-            return
-        task = self._pool.submit(self.get_many, keys)
-        if wait([task], timeout=patience).done:
-            answers = _read_answers(keys, None if task.exception() else task.result(), task.exception())
-            for (i, c), answer in zip(wanted, answers):
-                if isinstance(answer, CasResult):
-                    results[i] = answer
-                else:
-                    if on_error is not None:
-                        on_error(c.expected)
-                    results[i] = None
-            return
-        late: list[Future[CasResult]] = []
-        for i, _ in wanted:
-            results[i] = Future()
-            late.append(results[i])
+                error = exc
+        else:
+            task = self._pool.submit(self.get_many, keys)
+            if not wait([task], timeout=patience).done:
+                self._read_back_late(task, keys, [i for i, _ in wanted], results)
+                return
+            error = task.exception()
+            rows = None if error else task.result()
+        for (i, c), answer in zip(wanted, _read_answers(keys, rows, error)):
+            if isinstance(answer, CasResult) or on_error is None:
+                results[i] = answer
+            else:
+                on_error(c.expected)
+                results[i] = None
+
+    @staticmethod
+    def _read_back_late(task: "Future[list[Job | None]]", keys: list[JobKey], places: list[int],
+                        results: list) -> None:
+        """The results at ``places`` become Futures answered by ``task``, a read still going on."""
+        late: list[Future[CasResult]] = [Future() for _ in places]
+        for i, future in zip(places, late):
+            results[i] = future
 
         def answered(done: "Future[list[Job | None]]") -> None:
             error = done.exception()
@@ -523,7 +520,6 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             if isinstance(prepared, CasResult):
                 results[i] = prepared
             else:
-                prepared.read_later = True  # the group's rows are read back together (_read_back)
                 changes.append((i, prepared))
         return results, changes
 
@@ -625,8 +621,6 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             row = settled if c.full is False and settled is not None else None
             if row is None and (c.full or c.whole):
                 row = as_stored(target)
-            elif row is None and not c.read_later:
-                row = self._select_job(key)
             return CasResult(True, row=row)  # (row None: read back with the group's, _read_back)
         # A re-sent one keeps its line: its first send may have applied before the row moved on,
         # and the line is then the run's own; a fenced run's line is the lesser wrong. So does
