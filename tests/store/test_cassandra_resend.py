@@ -67,3 +67,39 @@ def test_a_change_another_writer_made_is_refused_even_with_the_same_status_owner
     assert sorted(r.applied for r in results) == [False, True]
     winner = next(r for r in results if r.applied)
     assert store.get(archived.key).arguments == winner.row.arguments
+
+
+MARK_LWT = r"UPDATE \w+\.k2_listener_files SET note .* IF note = null"
+
+
+@pytest.mark.parametrize("applied", [False, True], ids=["lost", "applied"])
+def test_a_file_mark_whose_lwt_timed_out_is_the_truth_not_a_rivals_mark(store, request, applied):
+    """A mark's LWT that timed out is settled by a SERIAL read: applied, it is ours; not applied
+    (nobody's mark there), it is sent again. Reported as not ours, the listener would skip a
+    file that nobody handled (a real 3-node Cassandra showed it once, right after a heal)."""
+    if request.node.callspec.params.get("store_config") != "cassandra":
+        pytest.skip("needs the CQL test server's faults: an LWT that times out")
+    server = request.getfixturevalue("cql_server")
+    listener = JobKey("INTERFACE_LISTENER", "Inbox.watch", f"mark-{applied}")
+    timed_out = server.faults.write_timeout(MARK_LWT, applied=applied, times=1)
+    try:
+        assert store.mark_file(listener, "a.csv", "seen")
+    finally:
+        server.faults.clear()
+    assert timed_out.fired == 1
+    assert store.marked_files(listener) == {"a.csv"}
+    assert not store.mark_file(listener, "a.csv", "seen")  # and a second mark is a rival's
+
+
+def test_a_file_mark_that_never_applies_is_an_error_not_a_rivals_mark(store, request):
+    if request.node.callspec.params.get("store_config") != "cassandra":
+        pytest.skip("needs the CQL test server's faults: an LWT that times out")
+    server = request.getfixturevalue("cql_server")
+    listener = JobKey("INTERFACE_LISTENER", "Inbox.watch", "never")
+    server.faults.write_timeout(MARK_LWT, applied=False, times=100)
+    try:
+        with pytest.raises(StoreError, match="did not apply"):
+            store.mark_file(listener, "a.csv", "seen")
+    finally:
+        server.faults.clear()
+    assert store.marked_files(listener) == set()

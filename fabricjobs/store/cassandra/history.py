@@ -28,6 +28,8 @@ from .rows import UTC, _aware, _unknown_outcome, _when
 from .schema import ARCHIVE_SHARDS, RUN_BUCKET
 from .session import _bound, _result, _Write, log
 
+MARK_ATTEMPTS = 3  # an LWT that did not apply, as a SERIAL read settled it, is sent again
+
 _BIG_VALUES = 2048  # characters of output and log above which a history line is sent alone
 _RUN_COLUMNS = ("type", "name", "uid", "epoch", "node", "due_time", "start_time", "end_time", "result", "status",
                 "tries", "error", "output", "exit_code", "log", "note")
@@ -297,13 +299,21 @@ class History(ByName, Recent):
         # Prepared up front: an unknown outcome is a host that went silent, the worst moment to
         # prepare a statement (the prepare itself may go to that host and wait it out).
         read = self._stmt(("markread",), "SELECT note FROM k2_listener_files WHERE type = ? AND name = ? AND uid = ? AND file = ?")
-        try:
-            return bool(self._session.execute(stmt, params, execution_profile="lwt").one()["[applied]"])
-        except Exception as exc:
-            _unknown_outcome(exc)  # raises unless the LWT may have applied
-            self.stats.unknown_outcomes += 1
-        row = self._session.execute(read, params[1:], execution_profile="serial").one()
-        return row is not None and row["note"] == token
+        why = ""
+        for _ in range(MARK_ATTEMPTS):
+            try:
+                row = self._session.execute(stmt, params, execution_profile="lwt").one()
+                return bool(row["[applied]"]) or row.get("note") == token
+            except Exception as exc:
+                why = _unknown_outcome(exc)  # raises unless the LWT may have applied
+                self.stats.unknown_outcomes += 1
+            found = self._session.execute(read, params[1:], execution_profile="serial").one()
+            if found is not None and found["note"] is not None:
+                return found["note"] == token
+            # The SERIAL read saw no mark at all: the LWT did not apply, and False would say a
+            # rival was first (the listener would then skip a file nobody handled). Again.
+            log.info("the mark of %s for %s did not apply (%s); trying again", file, listener, why)
+        raise StoreError(f"Cassandra: the mark of {file} did not apply after {MARK_ATTEMPTS} tries ({why})")
 
     def _marks_follow(self, listener: JobKey, ttl: int) -> None:
         """A listener's file marks share its row's TTL: rewritten with it when the row is
