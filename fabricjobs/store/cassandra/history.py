@@ -307,13 +307,19 @@ class History(ByName, Recent):
             except Exception as exc:
                 why = _unknown_outcome(exc)  # raises unless the LWT may have applied
                 self.stats.unknown_outcomes += 1
-            found = self._session.execute(read, params[1:], execution_profile="serial").one()
+            found = self._serially(lambda: self._read_mark(read, params[1:]))
             if found is not None and found["note"] is not None:
                 return found["note"] == token
             # The SERIAL read saw no mark at all: the LWT did not apply, and False would say a
             # rival was first (the listener would then skip a file nobody handled). Again.
             log.info("the mark of %s for %s did not apply (%s); trying again", file, listener, why)
         raise StoreError(f"Cassandra: the mark of {file} did not apply after {MARK_ATTEMPTS} tries ({why})")
+
+    def _read_mark(self, read, params: tuple) -> dict | None:
+        try:
+            return self._session.execute(read, params, execution_profile="serial").one()
+        except Exception as exc:
+            raise StoreError(f"Cassandra: cannot read a file mark: {type(exc).__name__}: {exc}") from None
 
     def _marks_follow(self, listener: JobKey, ttl: int) -> None:
         """A listener's file marks share its row's TTL: rewritten with it when the row is

@@ -20,7 +20,7 @@ import random
 import time
 from dataclasses import fields
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from ...errors import StoreError
 from ...model import Job, JobKey, Status
@@ -43,6 +43,7 @@ def _stored_ms(when: datetime) -> datetime:
     return when.replace(microsecond=when.microsecond // 1000 * 1000)
 
 
+_T = TypeVar("_T")
 _TIME_FIELDS = ("creation_time", "start_time", "end_time", "next_run", "hold_until", "resume_at")
 
 
@@ -227,15 +228,20 @@ class Rows(Session):
         raise StoreError(f"gave up on {key} after {_CONTENTION_RETRIES} contended attempts")
 
     def _settle_read(self, key: JobKey) -> Job | None:
-        """The row at SERIAL, to settle an unknown outcome. A lost connection may have taken
-        the only reachable host down with it: the read is tried again until the driver has
-        reconnected, for up to two request timeouts or 5 s (then the outcome stays unknown and the
-        caller's write fails; it is looked at again later)."""
+        """The row at SERIAL, to settle an unknown outcome (see :meth:`_serially`)."""
+        return self._serially(lambda: self._select_job(key, serial=True))
+
+    def _serially(self, read: Callable[[], _T]) -> _T:
+        """``read`` (a read at SERIAL, raising StoreError) to settle an unknown outcome. The
+        host that left the LWT unanswered may coordinate this read too, and a lost connection
+        may have taken the only reachable host down with it: the read is tried again, for up to
+        two request timeouts or 5 s (then the outcome stays unknown and the caller's write
+        fails; it is looked at again later)."""
         deadline = time.monotonic() + max(2 * self.request_timeout, 5.0)
         pause = 0.05
         while True:
             try:
-                return self._select_job(key, serial=True)
+                return read()
             except StoreError:
                 if time.monotonic() + pause > deadline:
                     raise
