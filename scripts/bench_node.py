@@ -197,7 +197,9 @@ class Rig(NodeRig):
     # -- processes ----------------------------------------------------------------------------------
 
     def start_node(self, name: str, log_level: str = "warning", config: Path | None = None) -> NodeProcess:
-        return self.spawn(name, config=config, log_level=log_level,
+        """A node process; FJ_BENCH_LOG=info (say) in the environment overrides its log level,
+        to see what the nodes did during a benchmark run kept with --keep."""
+        return self.spawn(name, config=config, log_level=os.environ.get("FJ_BENCH_LOG", log_level),
                           env={"TMPDIR": str(self.tmp), "PYTHONPATH": pythonpath_with(ROOT)})
 
     @property
