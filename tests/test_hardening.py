@@ -75,6 +75,22 @@ def _refused_then_nothing_stored(client, script, why):
     assert [j.key.uid for j in client.store.live_jobs()] == ["b"]
 
 
+def test_a_node_whose_store_does_not_answer_exits_1_so_that_it_is_started_again(tmp_path):
+    """Exit status 2 is for what waiting cannot change (the systemd unit leaves such a node
+    down); a store that does not answer may answer in a minute: status 1, and one line."""
+    with socket.socket() as closed:  # a port with nobody behind it
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    config = tmp_path / "config.ini"
+    config.write_text(f"[store]\nBACKEND = cassandra\n[cassandra]\nHOSTS = 127.0.0.1\nPORT = {port}\n"
+                      "CONNECT_TIMEOUT_SEC = 1\n")
+    run = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(config), "node", "--name", "n"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stderr
+    assert f"fabricjobs: cannot connect to Cassandra at 127.0.0.1:{port}" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_config):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -521,6 +521,24 @@ def test_scripts_run_starts_a_local_cluster_and_runs_piped_commands(tmp_path):
     assert bad.returncode == 1 and "Syntax error" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_node_whose_first_store_reads_time_out_waits_for_the_store_and_starts(tmp_path, request):
+    """A Cassandra host killed a moment ago is still thought alive by its peers, and a read sent
+    through it times out: a node starting then used to exit at its first read (exit status 2,
+    which the systemd unit does not restart). It tries again, saying so, and starts."""
+    server = request.getfixturevalue("cql_server")
+    cluster = Cluster(tmp_path, backend="cassandra", request=request)
+    rule = server.faults.read_timeout(r"SELECT .* FROM \w+\.nodes WHERE name", times=3, statements="read")
+    try:
+        node = cluster.start_node("patient")
+        assert rule.fired == 3
+        assert "node patient could not read its name's row in the store yet" in node.log()
+        cluster.fetch("startjob user_job name='Probe.noop' uid='after-timeouts';")
+        cluster.wait_job("USER_JOB", "Probe.noop", "after-timeouts", final)
+    finally:
+        server.faults.clear()
+        cluster.stop_all()
+
+
 def test_a_node_starts_when_its_first_heartbeat_write_is_slower_than_a_beat(tmp_path, request):
     """The first beat has no lease to protect yet: it waits the store's request timeout, not
     one beat's. A store slow to answer that one write (here 1.5 s, three beat intervals)

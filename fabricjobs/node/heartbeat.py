@@ -117,8 +117,9 @@ class Heartbeat:
 
     def beat_once(self, state: NodeState = NodeState.RUNNING, patient: bool = False) -> bool:
         """Write the row now; renew the lease if the write succeeded. ``patient``: wait the
-        store's own request timeout, not one beat's (the first beat at start-up, which has no
-        lease to protect yet: a store slow to answer one write must not stop the node)."""
+        store's own request timeout, not one beat's, and fence nothing on failure (the first
+        beat at start-up, which has no lease to protect yet: a store slow to answer one write
+        must not stop the node)."""
         with self._lock:
             self.beat += 1
             t0 = self.clock.monotonic()
@@ -134,7 +135,8 @@ class Heartbeat:
                 if not self._failing:
                     log.warning("heartbeat of %s failed: %s", self.name, exc)
                 self._failing = True
-                self._check_fence()
+                if not patient:  # at start-up there is no lease yet, and no run to fence
+                    self._check_fence()
                 return False
             self._last_write = t0
             if self._failing:

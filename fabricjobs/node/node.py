@@ -73,6 +73,9 @@ _PLACEMENT_EVERY = 30.0  # seconds between checks of this node's store settings 
 _PLACEMENT_FIRST = 3.0
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
+#: Seconds a starting node goes on trying the store's first reads and its first beat (a
+#: systemd unit of Type=notify waits 90 s for the node to say it is ready).
+START_PATIENCE_SEC = 60.0
 _SETTLE_CLAIMS_SEC = 15.0  # seconds a stopping node waits for claims still being written (an LWT, settled, sent again)
 
 log = logging.getLogger("fabricjobs.node")
@@ -267,19 +270,46 @@ class Node:
             if now is not None and (now.beat, now.incarnation) != (row.beat, row.incarnation):
                 raise NodeStartError(f"node {self.name!r} is alive on host {now.host}; choose another name")
 
+    def _patiently(self, what: str, step: Callable[[], object], deadline: float) -> None:
+        """``step`` of the start-up, tried again while the store fails it, until ``deadline``
+        (monotonic): a Cassandra host killed a moment ago is still thought alive by its peers
+        for seconds, and a read sent through it times out; the node then waits, it does not
+        exit (docs/guides/cluster.md, "Starting a node")."""
+        pause = 0.2
+        while True:
+            try:
+                if step() is not False:
+                    return
+                failure = "it did not answer"
+            except PlacementError:
+                raise
+            except StoreError as exc:
+                failure = str(exc)
+            if time.monotonic() + pause > deadline:
+                # A StoreError, not a NodeStartError: the store may answer again, and the
+                # node's exit status (1, not 2) lets a service manager start it again.
+                raise StoreError(f"node {self.name!r} cannot {what}: {failure} (tried for {START_PATIENCE_SEC:.0f} s)")
+            log.warning("node %s could not %s yet (%s); trying again", self.name, what, failure)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
     def start(self) -> None:
-        self._check_name()
-        if not self.heartbeat.beat_once(patient=True):
-            raise NodeStartError(f"node {self.name!r} cannot write its heartbeat to the store")
+        deadline = time.monotonic() + START_PATIENCE_SEC
+        self._patiently("read its name's row in the store", self._check_name, deadline)
+        self._patiently("write its heartbeat to the store", lambda: self.heartbeat.beat_once(patient=True), deadline)
         try:  # once its row is written: from here on the store judges this process as a node
             self.store.check_placement(self.name, self.heartbeat.started)
         except PlacementError as exc:
             raise NodeStartError(f"{exc}: node {self.name} does not start") from None
         except StoreError as exc:  # the store is away: judged at the loop's first check
             log.debug("could not check this node's placement: %s", exc)
-        for req in self.store.kill_requests(self.name):  # meant for an earlier life of this node
-            self.store.delete_kill_request(self.name, req.task)
-        self.liveness.observe(self.store.nodes())
+
+        def forget_old_kills() -> None:  # meant for an earlier life of this node
+            for req in self.store.kill_requests(self.name):
+                self.store.delete_kill_request(self.name, req.task)
+
+        self._patiently("read its kill requests", forget_old_kills, deadline)
+        self._patiently("read the nodes table", lambda: self.liveness.observe(self.store.nodes()), deadline)
         self.heartbeat.start()
         self.pool.prewarm()
         self.live_log.start()

@@ -218,9 +218,11 @@ def cli_page() -> str:
     parser = build_parser()
     out = header("The fabricjobs command", "fabricjobs/cli.py (its argparse parser)")
     out += ["`fabricjobs [--config PATH] COMMAND ...` (also `python -m fabricjobs`). An error in the",
-            "configuration or the arguments is one line on stderr and exit status 2; a command that",
-            "fails (an unknown task for `kill`) exits with 1. `fabricjobs COMMAND --help` prints the",
-            "same as this page.", "", "## Options", ""]
+            "configuration or the arguments is one line on stderr and exit status 2, as is a store",
+            "that a retry cannot help (a schema newer than this release, an unsafe placement); a",
+            "command that fails (an unknown task for `kill`, a store that does not answer) exits with",
+            "1. So a node that exits 2 is left down by the systemd unit, one that exits 1 is started",
+            "again. `fabricjobs COMMAND --help` prints the same as this page.", "", "## Options", ""]
     out += _arguments(parser)
     for name, text, sub in _subcommands(parser):
         out += [f"## {name}", "", text[:1].upper() + text[1:] + ("." if text and not text.endswith(".") else ""), "",

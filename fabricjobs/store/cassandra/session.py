@@ -124,6 +124,7 @@ def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, conne
     microseconds); the store passes Cassandra's time (clock.py), not the host's."""
     from cassandra.cluster import Cluster
 
+    _quiet_driver_tracebacks()
     return Cluster(
         list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
         # Routing by token needs the token ring and the keyspace's replication (schema metadata).
@@ -171,6 +172,39 @@ class _DriverWarningEcho(logging.Filter):
 
 
 _DRIVER_ECHO = _DriverWarningEcho()
+
+
+class _OneLineDriverWarnings(logging.Filter):
+    """The driver's lines about hosts it cannot reach (a connection refused while a Cassandra
+    host is down, a pool it could not open, a control connection that found no host) come
+    with a traceback: routine for a cluster, and printed to a shell user's terminal. Each
+    becomes one line, the exception's text appended. (Any other exception the driver logs as
+    an error keeps its traceback: that may be a bug.)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and (record.levelno <= logging.WARNING or _unreachable(exc)):
+            record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _unreachable(exc: BaseException) -> bool:
+    from cassandra import OperationTimedOut
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.connection import ConnectionException
+
+    return isinstance(exc, (OSError, ConnectionException, NoHostAvailable, OperationTimedOut))
+
+
+_ONE_LINE = _OneLineDriverWarnings()
+
+
+def _quiet_driver_tracebacks() -> None:
+    """(A filter on a logger does not apply to its children's records: one on each.)"""
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.split(".")[0] == "cassandra" and isinstance(logger, logging.Logger) and _ONE_LINE not in logger.filters:
+            logger.addFilter(_ONE_LINE)
 
 
 class _CountingSession:
