@@ -521,6 +521,37 @@ def test_scripts_run_starts_a_local_cluster_and_runs_piped_commands(tmp_path):
     assert bad.returncode == 1 and "Syntax error" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.timing
+def test_a_listeners_slow_store_request_does_not_hold_up_other_runs_ends(tmp_path, request):
+    """A listener's file mark is an LWT, and one whose outcome must be settled takes seconds
+    (here the store holds its answer 3.5 s). It used to be answered on the thread that reads
+    every worker's messages: no other run's end was seen until it was done."""
+    from harness import start_inbox_listener
+
+    server = request.getfixturevalue("cql_server")
+    root = tmp_path / "root"
+    (root / "inbox").mkdir(parents=True)
+    log = tmp_path / "handled.jsonl"
+    cluster = Cluster(tmp_path, backend="cassandra", request=request, settings={"jobs": {"LISTENER_ROOT": str(root)}})
+    held = 3.5
+    try:
+        cluster.start_node("a")
+        start_inbox_listener(cluster, log)
+        rule = server.faults.delay(r"UPDATE \w+\.k2_listener_files SET note .* IF note = null", held, times=1,
+                                   statements="lwt")
+        (root / "inbox" / "slow.csv").write_text("x")
+        wait_for(lambda: rule.fired == 1, 15, "the listener's mark of slow.csv")
+        marked = time.monotonic()
+        cluster.fetch("startjob user_job name='Probe.noop' uid='beside';")
+        cluster.wait_job("USER_JOB", "Probe.noop", "beside", final, timeout=15)
+        took = time.monotonic() - marked
+        assert took < held, f"a run beside the listener ended {took:.1f} s after the mark began: it waited for it"
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"slow.csv"}, 15, "slow.csv handled all the same")
+    finally:
+        server.faults.clear()
+        cluster.stop_all()
+
+
 def test_a_node_whose_first_store_reads_time_out_waits_for_the_store_and_starts(tmp_path, request):
     """A Cassandra host killed a moment ago is still thought alive by its peers, and a read sent
     through it times out: a node starting then used to exit at its first read (exit status 2,

@@ -20,6 +20,7 @@ import selectors
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..errors import FabricJobsError
@@ -36,6 +37,7 @@ log = logging.getLogger("fabricjobs.node.executor")
 
 NOT_STARTED = "not started: the worker of its train ended before reaching it"
 _PIPE, _EXIT = "pipe", "exit"  # what the collector waits on for each worker
+REQUEST_THREADS = 4  # listeners' store requests answered at once (one at a time per listener run)
 
 
 class Collector:
@@ -62,6 +64,7 @@ class Collector:
         self._selector: selectors.BaseSelector | None = None  # used by the collector thread only
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._requests = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="listener-requests")
 
     # -- the thread --------------------------------------------------------------------------------
 
@@ -74,6 +77,7 @@ class Collector:
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._requests.shutdown(wait=False, cancel_futures=True)
 
     def wake(self) -> None:
         """Look at the workers' pipes again now (a worker it does not watch yet was just given work)."""
@@ -176,20 +180,34 @@ class Collector:
                 self.finish(run, msg[2])
 
     def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple) -> None:
-        """Answer a listener run's store request (worker/node_link.py); anything else is refused."""
-        value: object
+        """Answer a listener run's store request (worker/node_link.py); anything else is refused.
+        Answered on a thread of its own: a store request may wait seconds (an LWT whose outcome
+        is settled by a SERIAL read), and every other run's end waits for this thread."""
         if run is None or run.worker is not worker or run.key.type != JobType.INTERFACE_LISTENER \
                 or self.answer_listener is None:
-            ok, value = False, "store requests are answered for a listener run on this worker only"
-        else:
-            try:
-                ok, value = True, self.answer_listener(run.row, op, args)
-            except Exception as exc:  # the listener's run reports it; the node goes on
-                log.warning("store request %s of listener %s failed: %s", op, run.key, exc,
-                            extra=job_extra(run.key, run.facts.epoch))
-                ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
-        with worker.send_lock:
-            worker.conn.send((LINK_ANSWER, ok, value))
+            self._send_answer(worker, False, "store requests are answered for a listener run on this worker only")
+            return
+        self._requests.submit(self._answer, worker, run, op, args)
+
+    def _answer(self, worker: Worker, run: Run, op: str, args: tuple) -> None:
+        assert self.answer_listener is not None
+        value: object
+        try:
+            ok, value = True, self.answer_listener(run.row, op, args)
+        except Exception as exc:  # the listener's run reports it; the node goes on
+            log.warning("store request %s of listener %s failed: %s", op, run.key, exc,
+                        extra=job_extra(run.key, run.facts.epoch))
+            ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
+        self._send_answer(worker, ok, value, run)
+
+    @staticmethod
+    def _send_answer(worker: Worker, ok: bool, value: object, run: Run | None = None) -> None:
+        try:
+            with worker.send_lock:
+                worker.conn.send((LINK_ANSWER, ok, value))
+        except OSError as exc:  # the worker ended while the request was answered (its run was stopped)
+            log.debug("the answer to a listener's store request found its worker gone (%s)", exc,
+                      extra=job_extra(run.key, run.facts.epoch) if run is not None else None)
 
     def on_bounced(self, worker: Worker, tasks: list[int], slow: int | None) -> None:
         """A train's runs sent back unstarted (the run ahead of them is taking long): the node's
