@@ -26,7 +26,7 @@ import os
 import sys
 
 from .config import KEYS, Config, find_config, load_config
-from .errors import CommandError, FabricJobsError, StoreError, message_of
+from .errors import CommandError, FabricJobsError, StoreUnavailable, message_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             print(version_text(load(args)))
             return 0
         return COMMANDS[args.command](args)
-    except StoreError as exc:
+    except StoreUnavailable as exc:  # it may answer again: a command that failed, not a refusal
         print(f"fabricjobs: {message_of(exc)}", file=sys.stderr)
-        return 2 if exc.lasting else 1  # a store that may answer again: a command that failed
+        return 1
     except FabricJobsError as exc:
         print(f"fabricjobs: {message_of(exc)}", file=sys.stderr)
         return 2

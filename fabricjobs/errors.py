@@ -25,19 +25,17 @@ class ScheduleError(FabricJobsError, ValueError):
 
 
 class StoreError(FabricJobsError):
-    """The store cannot be used (unreachable, schema too new, ...).
+    """The store cannot be used (unreachable, schema too new, ...)."""
 
-    ``lasting``: waiting cannot help (a schema too new, an unsafe placement): a command exits
-    with status 2 and the systemd unit leaves the node down; any other store error exits 1,
-    and the unit starts the node again (docs/guides/deployment.md)."""
 
-    lasting = False
+class StoreUnavailable(StoreError):
+    """The store did not answer (a timeout, too few replicas up, no host reachable): it may
+    answer again. A command exits with status 1 for it, not 2, so that the systemd unit
+    starts a node again that stopped on it (docs/guides/deployment.md)."""
 
 
 class SchemaVersionError(StoreError):
     """The store holds a schema newer than this code understands."""
-
-    lasting = True
 
 
 class InsertInterrupted(StoreError):
@@ -81,8 +79,6 @@ class InsertInterrupted(StoreError):
 class PlacementError(StoreError):
     """Writing from here beside the other live nodes could let two places claim one job (on
     Cassandra: local consistency levels with nodes in several data centres)."""
-
-    lasting = True
 
 
 class CommandError(FabricJobsError):

@@ -91,6 +91,16 @@ def test_a_node_whose_store_does_not_answer_exits_1_so_that_it_is_started_again(
     assert "Traceback" not in run.stderr
 
 
+def test_a_store_setting_that_waiting_cannot_fix_still_exits_2(tmp_path):
+    config = tmp_path / "config.ini"
+    config.write_text("[store]\nBACKEND = cassandra\n[cassandra]\nREPLICATION = bogus\n")
+    run = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(config), "cassandra-schema"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert "[cassandra] REPLICATION: expected SimpleStrategy:<n> or NetworkTopologyStrategy" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_a_metrics_port_in_use_stops_node_start_up_with_one_clear_line(store_config):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -552,6 +552,23 @@ def test_a_listeners_slow_store_request_does_not_hold_up_other_runs_ends(tmp_pat
         cluster.stop_all()
 
 
+def test_a_node_waiting_for_the_store_at_start_up_stops_at_sigterm(tmp_path, request):
+    """``systemctl stop`` while the node waits for its store: it ends at once (exit status 2,
+    not restarted), not after its minute of patience, when systemd would have killed it."""
+    server = request.getfixturevalue("cql_server")
+    cluster = Cluster(tmp_path, backend="cassandra", request=request)
+    server.faults.read_timeout(r"SELECT .* FROM \w+\.nodes WHERE name", times=1000, statements="read")
+    try:
+        node = cluster.start_node("stopped", wait=False)
+        wait_for(lambda: "could not read its name's row in the store yet" in node.log(), 30, "the node to wait for the store")
+        node.signal(signal.SIGTERM)
+        assert node.proc.wait(timeout=10) == 2
+        assert "node 'stopped' stopped while it waited for the store" in node.log()
+    finally:
+        server.faults.clear()
+        cluster.stop_all()
+
+
 def test_a_node_whose_first_store_reads_time_out_waits_for_the_store_and_starts(tmp_path, request):
     """A Cassandra host killed a moment ago is still thought alive by its peers, and a read sent
     through it times out: a node starting then used to exit at its first read (exit status 2,

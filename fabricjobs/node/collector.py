@@ -40,6 +40,13 @@ _PIPE, _EXIT = "pipe", "exit"  # what the collector waits on for each worker
 REQUEST_THREADS = 4  # listeners' store requests answered at once (one at a time per listener run)
 
 
+def _log_failure(future) -> None:
+    """(An error in answering a request would otherwise stay in its future, unseen.)"""
+    exc = future.exception() if not future.cancelled() else None
+    if exc is not None:
+        log.error("answering a listener's store request failed", exc_info=exc)
+
+
 class Collector:
     def __init__(
         self,
@@ -164,7 +171,7 @@ class Collector:
         task = msg[1]
         run = self.table.get(task)
         if kind == LINK_REQUEST:
-            self._on_link_request(worker, run, msg[2], msg[3])
+            self._on_link_request(worker, run, msg[2], msg[3], msg[4])
         elif kind == SPAWNED:
             worker.child_pid = msg[2]
             if run is None or run.outcome is not None or (run.end_reason is not None and run.stop_deadline is None):
@@ -179,17 +186,21 @@ class Collector:
                     self.short_jobs.observe(run.row, msg[2].elapsed)
                 self.finish(run, msg[2])
 
-    def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple) -> None:
+    def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple, seq: int) -> None:
         """Answer a listener run's store request (worker/node_link.py); anything else is refused.
         Answered on a thread of its own: a store request may wait seconds (an LWT whose outcome
         is settled by a SERIAL read), and every other run's end waits for this thread."""
         if run is None or run.worker is not worker or run.key.type != JobType.INTERFACE_LISTENER \
                 or self.answer_listener is None:
-            self._send_answer(worker, False, "store requests are answered for a listener run on this worker only")
+            self._send_answer(worker, (LINK_ANSWER, False, "store requests are answered for a listener run on this "
+                                                           "worker only", seq))
             return
-        self._requests.submit(self._answer, worker, run, op, args)
+        try:
+            self._requests.submit(self._answer, worker, run, op, args, seq).add_done_callback(_log_failure)
+        except RuntimeError:  # shutting down: the run is being ended
+            self._send_answer(worker, (LINK_ANSWER, False, "the node is stopping", seq))
 
-    def _answer(self, worker: Worker, run: Run, op: str, args: tuple) -> None:
+    def _answer(self, worker: Worker, run: Run, op: str, args: tuple, seq: int) -> None:
         assert self.answer_listener is not None
         value: object
         try:
@@ -198,16 +209,16 @@ class Collector:
             log.warning("store request %s of listener %s failed: %s", op, run.key, exc,
                         extra=job_extra(run.key, run.facts.epoch))
             ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
-        self._send_answer(worker, ok, value, run)
+        if run.worker is worker and run.outcome is None:  # (else it ended meanwhile: nobody asks any more)
+            self._send_answer(worker, (LINK_ANSWER, ok, value, seq))
 
     @staticmethod
-    def _send_answer(worker: Worker, ok: bool, value: object, run: Run | None = None) -> None:
+    def _send_answer(worker: Worker, answer: tuple) -> None:
         try:
             with worker.send_lock:
-                worker.conn.send((LINK_ANSWER, ok, value))
-        except OSError as exc:  # the worker ended while the request was answered (its run was stopped)
-            log.debug("the answer to a listener's store request found its worker gone (%s)", exc,
-                      extra=job_extra(run.key, run.facts.epoch) if run is not None else None)
+                worker.conn.send(answer)
+        except (OSError, ValueError) as exc:  # the worker ended while the request was answered
+            log.debug("the answer to a listener's store request found its worker gone (%s)", exc)
 
     def on_bounced(self, worker: Worker, tasks: list[int], slow: int | None) -> None:
         """A train's runs sent back unstarted (the run ahead of them is taking long): the node's

@@ -31,7 +31,7 @@ from ..calendar import CalendarCache
 from ..affinity import NodeAffinity
 from ..clock import Clock, following
 from ..config import Config, NodeId, load_node_id
-from ..errors import FabricJobsError, PlacementError, StoreError
+from ..errors import FabricJobsError, PlacementError, StoreError, StoreUnavailable
 from ..worker import cgroups
 from ..worker.board import Board
 from ..worker.spool import spool_dir
@@ -286,11 +286,13 @@ class Node:
             except StoreError as exc:
                 failure = str(exc)
             if time.monotonic() + pause > deadline:
-                # A StoreError, not a NodeStartError: the store may answer again, and the
-                # node's exit status (1, not 2) lets a service manager start it again.
-                raise StoreError(f"node {self.name!r} cannot {what}: {failure} (tried for {START_PATIENCE_SEC:.0f} s)")
+                # Not a NodeStartError: the store may answer again, and the node's exit status
+                # (1, not 2) lets a service manager start it again.
+                raise StoreUnavailable(f"node {self.name!r} cannot {what}: {failure} "
+                                       f"(tried for {START_PATIENCE_SEC:.0f} s)")
             log.warning("node %s could not %s yet (%s); trying again", self.name, what, failure)
-            time.sleep(pause)
+            if self.signals.stop.wait(pause):  # SIGTERM, or another instance took the name
+                raise NodeStartError(f"node {self.name!r} stopped while it waited for the store")
             pause = min(pause * 2, 5.0)
 
     def start(self) -> None:

@@ -30,16 +30,24 @@ class NodeLink:
         self._task = task
         self._send = send
         self._conn = conn
+        self._seq = 0
 
     def _ask(self, op: str, *args):
-        self._send((REQUEST, self._task, op, args))
+        """The node's answer to this request. Each carries a number: an answer that comes after
+        its request was given up on (TIMEOUT_SEC) is told from the next one's, and dropped."""
+        self._seq += 1
+        self._send((REQUEST, self._task, op, args, self._seq))
         deadline = time.monotonic() + TIMEOUT_SEC
-        while not self._conn.poll(0.1):
-            if time.monotonic() > deadline:
-                raise StoreError(f"the node did not answer {op} within {TIMEOUT_SEC:g} s")
-        kind, ok, value = self._conn.recv()
-        if kind != ANSWER:
-            raise StoreError(f"unexpected message from the node: {kind!r}")
+        while True:
+            while not self._conn.poll(0.1):
+                if time.monotonic() > deadline:
+                    raise StoreError(f"the node did not answer {op} within {TIMEOUT_SEC:g} s")
+            msg = self._conn.recv()
+            if not (isinstance(msg, tuple) and msg[:1] == (ANSWER,)):
+                raise StoreError(f"unexpected message from the node: {type(msg).__name__}")
+            _, ok, value, seq = msg
+            if seq == self._seq:
+                break
         if not ok:
             raise StoreError(value)
         return value

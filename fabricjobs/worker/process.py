@@ -50,7 +50,7 @@ from . import cgroups
 from .node_link import NodeLink
 from .output import StdCapture
 from .reaper import become_subreaper, kill_descendants, reap_children
-from .protocol import BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec, encode
+from .protocol import ANSWER, BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec, encode
 from .runner import run_job
 
 _WATCH_PERIOD = 0.02
@@ -151,6 +151,8 @@ class WorkerProcess:
                 msg: RunSpec | list[RunSpec] | None = self.conn.recv()
             except (EOFError, OSError):
                 return  # the node is gone
+            if isinstance(msg, tuple) and msg[:1] == (ANSWER,):
+                continue  # a listener's store request answered after its run gave up on it
             if msg is None or not self._run_train(msg if isinstance(msg, list) else [msg]):
                 return
 

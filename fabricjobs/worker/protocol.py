@@ -1,12 +1,12 @@
 """The pipe between a node and its workers: what goes each way, and the values on it.
 
     node -> worker   RunSpec | list[RunSpec] (a train: run in order) | None (exit)
-                     (ANSWER, ok, value)           the answer to a listener's REQUEST
+                     (ANSWER, ok, value, seq)      the answer to a listener's REQUEST ``seq``
     worker -> node   (SPAWNED, task, pid)          a PROCESS job's process group leader
                      (DONE, task, Outcome)
                      (BOUNCED, [task, ...], slow)  runs of a train it will not run (slow, ahead
                                                    of them, is taking long)
-                     (REQUEST, task, op, args)     a listener's store need (node_link.py)
+                     (REQUEST, task, op, args, seq) a listener's store need (node_link.py)
 
 Both sides import this module only for these: the worker side is worker/process.py, the node
 side worker/pool.py, node/collector.py and node/executor.py. Everything here is picklable.

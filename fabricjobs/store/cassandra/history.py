@@ -19,14 +19,14 @@ import zlib
 from datetime import datetime, timedelta
 from typing import Sequence
 
-from ...errors import StoreError
+from ...errors import StoreError, StoreUnavailable
 from ...model import Job, JobKey
 from ..base import RunRecord
 from .byname import ByName
 from .recent import Recent
 from .rows import UTC, _aware, _unknown_outcome, _when
 from .schema import ARCHIVE_SHARDS, RUN_BUCKET
-from .session import _bound, _result, _Write, log
+from .session import _bound, _result, _Write, driver_error, log
 
 MARK_ATTEMPTS = 3  # an LWT that did not apply, as a SERIAL read settled it, is sent again
 
@@ -279,7 +279,7 @@ class History(ByName, Recent):
             try:
                 rows = list(self._session.execute(stmt))  # every page
             except Exception as exc:
-                raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+                raise driver_error(exc, f"Cassandra: {type(exc).__name__}: {exc}") from None
             keys += [JobKey(r["type"], r["name"], r["uid"]) for r in rows
                      if r["end_time"] is not None and _when(r["end_time"]) >= since]
         return keys
@@ -313,13 +313,13 @@ class History(ByName, Recent):
             # The SERIAL read saw no mark at all: the LWT did not apply, and False would say a
             # rival was first (the listener would then skip a file nobody handled). Again.
             log.info("the mark of %s for %s did not apply (%s); trying again", file, listener, why)
-        raise StoreError(f"Cassandra: the mark of {file} did not apply after {MARK_ATTEMPTS} tries ({why})")
+        raise StoreUnavailable(f"Cassandra: the mark of {file} did not apply after {MARK_ATTEMPTS} tries ({why})")
 
     def _read_mark(self, read, params: tuple) -> dict | None:
         try:
             return self._session.execute(read, params, execution_profile="serial").one()
         except Exception as exc:
-            raise StoreError(f"Cassandra: cannot read a file mark: {type(exc).__name__}: {exc}") from None
+            raise driver_error(exc, f"Cassandra: cannot read a file mark: {type(exc).__name__}: {exc}") from None
 
     def _marks_follow(self, listener: JobKey, ttl: int) -> None:
         """A listener's file marks share its row's TTL: rewritten with it when the row is

@@ -22,10 +22,10 @@ from dataclasses import fields
 from datetime import datetime, timezone
 from typing import Callable, Sequence, TypeVar
 
-from ...errors import StoreError
+from ...errors import StoreError, StoreUnavailable
 from ...model import Job, JobKey, Status
 from .schema import COUNTERS as _COUNTERS
-from .session import Session, _result, log
+from .session import Session, _result, driver_error, log
 
 UTC = timezone.utc
 _EPOCH0 = datetime(1970, 1, 1, tzinfo=UTC)  # a missing due time; a candidate's creation_time
@@ -77,7 +77,7 @@ def _unknown_outcome(exc: Exception) -> str:
 
     if isinstance(exc, WriteTimeout):
         if exc.write_type not in (WriteType.CAS, WriteType.SIMPLE):
-            raise StoreError(f"Cassandra write timeout ({exc})") from None
+            raise StoreUnavailable(f"Cassandra write timeout ({exc})") from None
         return f"WriteTimeout({WriteType.value_to_name.get(exc.write_type, exc.write_type)})"
     if isinstance(exc, WriteFailure):
         return f"WriteFailure({exc})"
@@ -86,7 +86,7 @@ def _unknown_outcome(exc: Exception) -> str:
 
         if exc.consistency in (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL):
             # Too few replicas for the Paxos round itself: nothing was proposed.
-            raise StoreError(f"Cassandra: too few replicas for a lightweight transaction ({exc})") from None
+            raise StoreUnavailable(f"Cassandra: too few replicas for a lightweight transaction ({exc})") from None
         # At the commit's level it may come after a quorum accepted the proposal: settled
         # like the others, not taken for "not applied".
         return "Unavailable"
@@ -95,13 +95,13 @@ def _unknown_outcome(exc: Exception) -> str:
     if isinstance(exc, (ConnectionException, NoHostAvailable)):
         if isinstance(exc, NoHostAvailable) and not any(
                 isinstance(e, (ConnectionException, OperationTimedOut)) for e in exc.errors.values()):
-            raise StoreError(f"Cassandra: {exc}") from None  # refused before it was sent
+            raise driver_error(exc, f"Cassandra: {exc}") from None  # refused before it was sent
         return f"connection lost ({type(exc).__name__})"
     if isinstance(exc, ErrorMessage) and getattr(exc, "code", None) == _CAS_UNKNOWN:
         return "CAS_WRITE_UNKNOWN"
     if isinstance(exc, StoreError):
         raise exc
-    raise StoreError(f"Cassandra error: {exc}") from None
+    raise driver_error(exc, f"Cassandra error: {exc}") from None
 
 
 class Rows(Session):
@@ -161,7 +161,7 @@ class Rows(Session):
             else:
                 row = self._session.execute(stmt, (key.type, key.name, key.uid)).one()
         except Exception as exc:
-            raise StoreError(f"Cassandra: cannot read {key}: {type(exc).__name__}: {exc}") from None
+            raise driver_error(exc, f"Cassandra: cannot read {key}: {type(exc).__name__}: {exc}") from None
         return None if row is None or row.get("status") is None else self._job(row)
 
     def get(self, key: JobKey) -> Job | None:

@@ -43,7 +43,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from ...errors import SchemaVersionError, StoreError
+from ...errors import SchemaVersionError, StoreError, StoreUnavailable
 
 log = logging.getLogger("fabricjobs.store.cassandra")
 
@@ -383,7 +383,7 @@ class SchemaManager:
         if self.s.cluster.control_connection.wait_for_schema_agreement(wait_time=wait):
             return
         if required:
-            raise StoreError(f"Cassandra replicas did not agree on the schema of {self.keyspace!r} within "
+            raise StoreUnavailable(f"Cassandra replicas did not agree on the schema of {self.keyspace!r} within "
                              f"{wait:.0f} s; check that every node is up")
         log.warning("the Cassandra replicas do not agree on the schema yet (after %.0f s); going on", wait)
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, Callable, Sequence
 
 from ...clock import utc_from_timestamp
-from ...errors import StoreError
+from ...errors import StoreError, StoreUnavailable
 from ..base import StoreStats
 from .clock import ClusterClock
 from .hosts import Unanswered, policy_avoiding
@@ -159,7 +159,7 @@ def _result(future):
     try:
         return future.result()
     except Exception as exc:
-        raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+        raise driver_error(exc, f"Cassandra: {type(exc).__name__}: {exc}") from None
 
 
 class _DriverWarningEcho(logging.Filter):
@@ -184,7 +184,11 @@ class _OneLineDriverWarnings(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and (record.levelno <= logging.WARNING or _unreachable(exc)):
-            record.msg, record.args = f"{record.getMessage()} ({type(exc).__name__}: {exc})", None
+            try:
+                message = record.getMessage()
+            except Exception:  # a bad format: logging's own handling reports it, traceback kept
+                return True
+            record.msg, record.args = f"{message} ({type(exc).__name__}: {exc})", None
             record.exc_info, record.exc_text = None, None
         return True
 
@@ -195,6 +199,25 @@ def _unreachable(exc: BaseException) -> bool:
     from cassandra.connection import ConnectionException
 
     return isinstance(exc, (OSError, ConnectionException, NoHostAvailable, OperationTimedOut))
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """The cluster did not answer (unreachable, a timeout, too few replicas up, overloaded):
+    it may answer again; any other driver error is an answer (a refusal, a bad statement)."""
+    from cassandra import AuthenticationFailed, CoordinationFailure, Timeout, Unavailable
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
+
+    if isinstance(exc, NoHostAvailable):  # each host's own error: a wrong password is no outage
+        return not any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
+    return _unreachable(exc) or isinstance(exc, (Timeout, Unavailable, CoordinationFailure, OverloadedErrorMessage,
+                                                 IsBootstrappingErrorMessage))
+
+
+def driver_error(exc: BaseException, text: str) -> StoreError:
+    """``exc`` of the driver as the store's error saying ``text``: StoreUnavailable if the
+    cluster did not answer (a command then exits with status 1, not 2)."""
+    return (StoreUnavailable if _unanswered(exc) else StoreError)(text)
 
 
 _ONE_LINE = _OneLineDriverWarnings()
@@ -391,7 +414,7 @@ class Session:
             self._session = _CountingSession(session, self.stats, unanswered, clock)
         except Exception as exc:
             cluster.shutdown()
-            raise StoreError(f"cannot connect to Cassandra at {where}: {exc}") from None
+            raise driver_error(exc, f"cannot connect to Cassandra at {where}: {exc}") from None
         self._prepared = {}
         self._prep_lock = threading.Lock()
         self._latency_clock = time.monotonic
@@ -414,7 +437,7 @@ class Session:
                 return self._session.prepare(cql)
             except Exception as exc:
                 if attempt == 2 or type(exc).__name__ != "OperationTimedOut":
-                    raise StoreError(f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
+                    raise driver_error(exc, f"Cassandra: cannot prepare a statement: {type(exc).__name__}: {exc}") from None
 
     def _run(self, stmt, params=(), timeout: float | None = None):
         """Execute a plain statement; a driver error becomes a StoreError with its text."""
@@ -425,7 +448,7 @@ class Session:
         except Exception as exc:
             if isinstance(exc, StoreError):
                 raise
-            raise StoreError(f"Cassandra: {type(exc).__name__}: {exc}") from None
+            raise driver_error(exc, f"Cassandra: {type(exc).__name__}: {exc}") from None
 
     def _unpaged(self, stmt, params):
         """Send a read over several partitions unpaged: a paged one makes the coordinator read
@@ -463,7 +486,7 @@ class Session:
             try:
                 future.result()
             except Exception as exc:
-                raise StoreError(f"Cassandra: cannot write {chunk[0].what}: {type(exc).__name__}: {exc}") from None
+                raise driver_error(exc, f"Cassandra: cannot write {chunk[0].what}: {type(exc).__name__}: {exc}") from None
             if not bounded or (acked[0] if acked else self._latency_clock()) - started <= ENTRY_WRITE_BOUND:
                 break
             self.stats.slow_entry_writes += 1

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence, TypeVar
 
-from ...errors import StoreError
+from ...errors import StoreError, StoreUnavailable
 from ...model import claim_lane
 from ...private import private_file, tighten_if_present
 
@@ -106,14 +106,14 @@ class Connections:
                 if deadline is None:
                     deadline = now + self.busy_timeout_ms / 1000.0
                 elif now > deadline:
-                    raise StoreError(f"SQLite store {self.path!r} stayed locked ({what}): {exc}") from None
+                    raise StoreUnavailable(f"SQLite store {self.path!r} stayed locked ({what}): {exc}") from None
                 time.sleep(pause)
                 pause = min(pause * 2, 0.002)
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         """Take the write lock: this process's writer mutex, then BEGIN IMMEDIATE."""
         if not self._writer.acquire(timeout=self.busy_timeout_ms / 1000.0):
-            raise StoreError(f"SQLite store {self.path!r}: timed out waiting for this process's other writer")
+            raise StoreUnavailable(f"SQLite store {self.path!r}: timed out waiting for this process's other writer")
         try:
             self._busy_retry(lambda: conn.execute("BEGIN IMMEDIATE"), "BEGIN IMMEDIATE")
         except BaseException:
