@@ -29,6 +29,7 @@ from typing import Callable
 
 from .. import __version__
 from ..clock import Clock
+from ..errors import StoreError
 from ..model import NodeState
 from ..worker.board import Board
 from ..store.base import JobStore, NodeRow
@@ -117,9 +118,10 @@ class Heartbeat:
 
     def beat_once(self, state: NodeState = NodeState.RUNNING, patient: bool = False) -> bool:
         """Write the row now; renew the lease if the write succeeded. ``patient``: wait the
-        store's own request timeout, not one beat's, and fence nothing on failure (the first
-        beat at start-up, which has no lease to protect yet: a store slow to answer one write
-        must not stop the node)."""
+        store's own request timeout, not one beat's, fence nothing on failure, and raise the
+        store's error (the first beat at start-up, which has no lease to protect yet: a store
+        slow to answer one write must not stop the node, and its caller decides whether to
+        try again)."""
         with self._lock:
             self.beat += 1
             t0 = self.clock.monotonic()
@@ -132,10 +134,12 @@ class Heartbeat:
                 t1 = self.clock.monotonic()
                 lapsed = self.board.set_lease(t0 + self.lease, t1) if state is NodeState.RUNNING else False
             except Exception as exc:  # the store may fail in any way; the lease decides what follows
+                if patient and isinstance(exc, StoreError):  # at start-up: no lease yet, no run to fence
+                    raise
                 if not self._failing:
                     log.warning("heartbeat of %s failed: %s", self.name, exc)
                 self._failing = True
-                if not patient:  # at start-up there is no lease yet, and no run to fence
+                if not patient:
                     self._check_fence()
                 return False
             self._last_write = t0

@@ -271,19 +271,18 @@ class Node:
                 raise NodeStartError(f"node {self.name!r} is alive on host {now.host}; choose another name")
 
     def _patiently(self, what: str, step: Callable[[], object], deadline: float) -> None:
-        """``step`` of the start-up, tried again while the store fails it, until ``deadline``
-        (monotonic): a Cassandra host killed a moment ago is still thought alive by its peers
-        for seconds, and a read sent through it times out; the node then waits, it does not
-        exit (docs/guides/cluster.md, "Starting a node")."""
+        """``step`` of the start-up, tried again while the store does not answer it, until
+        ``deadline`` (monotonic): a Cassandra host killed a moment ago is still thought alive
+        by its peers for seconds, and a read sent through it times out; the node then waits,
+        it does not exit (docs/guides/cluster.md, "Starting a node"). Any other store error
+        (this host's clock beyond the bound, a full disk) ends the start-up at once."""
         pause = 0.2
         while True:
             try:
                 if step() is not False:
                     return
                 failure = "it did not answer"
-            except PlacementError:
-                raise
-            except StoreError as exc:
+            except StoreUnavailable as exc:
                 failure = str(exc)
             if time.monotonic() + pause > deadline:
                 # Not a NodeStartError: the store may answer again, and the node's exit status
