@@ -192,13 +192,12 @@ class Collector:
         is settled by a SERIAL read), and every other run's end waits for this thread."""
         if run is None or run.worker is not worker or run.key.type != JobType.INTERFACE_LISTENER \
                 or self.answer_listener is None:
-            self._send_answer(worker, (LINK_ANSWER, False, "store requests are answered for a listener run on this "
-                                                           "worker only", seq))
+            self._send_answer(worker, seq, False, "store requests are answered for a listener run on this worker only")
             return
         try:
             self._requests.submit(self._answer, worker, run, op, args, seq).add_done_callback(_log_failure)
         except RuntimeError:  # shutting down: the run is being ended
-            self._send_answer(worker, (LINK_ANSWER, False, "the node is stopping", seq))
+            self._send_answer(worker, seq, False, "the node is stopping")
 
     def _answer(self, worker: Worker, run: Run, op: str, args: tuple, seq: int) -> None:
         assert self.answer_listener is not None
@@ -210,13 +209,13 @@ class Collector:
                         extra=job_extra(run.key, run.facts.epoch))
             ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
         if run.worker is worker and run.outcome is None:  # (else it ended meanwhile: nobody asks any more)
-            self._send_answer(worker, (LINK_ANSWER, ok, value, seq))
+            self._send_answer(worker, seq, ok, value)
 
     @staticmethod
-    def _send_answer(worker: Worker, answer: tuple) -> None:
+    def _send_answer(worker: Worker, seq: int, ok: bool, value: object) -> None:
         try:
             with worker.send_lock:
-                worker.conn.send(answer)
+                worker.conn.send((LINK_ANSWER, ok, value, seq))
         except (OSError, ValueError) as exc:  # the worker ended while the request was answered
             log.debug("the answer to a listener's store request found its worker gone (%s)", exc)
 
