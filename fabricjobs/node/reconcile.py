@@ -107,6 +107,9 @@ class Reconciler(UsesParts):
         try:
             self.claims.stragglers.act()  # writes that answered since the last pass (also while fenced)
             if full:
+                # What the store keeps between reads (where WAITING rows may be) is read afresh
+                # here, and kept for this node's claim passes until the next full pass.
+                self.store.refresh(keep_for=self.s.reconcile_interval)
                 step("nodes", self._observe)
                 if not self._announced and self.peers:
                     # This node's first read of the nodes: ring them, so that they count it in

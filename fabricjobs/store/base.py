@@ -203,6 +203,15 @@ class JobStore(ABC):
         check where there is one place to write from (SQLite)."""
         return None
 
+    def refresh(self, keep_for: float = 0.0) -> None:
+        """Forget what this store object kept of the store's own bookkeeping (Cassandra: which
+        priorities and owners have index buckets), and from now on keep it up to ``keep_for``
+        seconds between reads (0: read it each time, the default). A node calls it at each
+        full pass (its poll, or a doorbell after a STARTJOB), so that the many claim passes
+        between two full passes do not each read it again; a priority first used by another
+        process meanwhile is seen at the next full pass. Nothing to keep on SQLite."""
+        return None
+
     def transaction(self) -> ContextManager[None]:
         """Group this thread's writes: a backend with multi-row transactions commits them
         together when the block ends (one fsync for a whole script of STARTJOBs) and keeps none

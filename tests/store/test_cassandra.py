@@ -844,3 +844,26 @@ def test_a_node_starting_beside_another_reads_the_schema_version_again_while_the
         assert store.schema_version() == SCHEMA_VERSION and store.node("n1") is None
     finally:
         store.close()
+
+
+def test_claim_passes_between_full_passes_read_the_priority_registry_once(server, keyspace):
+    """A node's claim passes, many a second, each named the WAITING buckets by a read of
+    k2_jobs_owners: as many reads per recurring fire as the index's own. Kept between full
+    passes (JobStore.refresh), a claim pass is one read: the index."""
+    store = open_store(server, keyspace)
+    try:
+        store.insert(Job(JobKey("USER_JOB", "A.b", "w"), Status.WAITING, T0, next_run=T0))
+
+        def reads_of_five_passes() -> int:
+            before = store.stats.reads
+            for _ in range(5):
+                assert [j.key.uid for j in store.waiting(10)] == ["w"]
+            return store.stats.reads - before
+
+        store.refresh()
+        each_time = reads_of_five_passes()
+        store.refresh(keep_for=3600)
+        kept = reads_of_five_passes()
+        assert each_time == 10 and kept == 6  # the index each pass; the registry each pass, or once
+    finally:
+        store.close()

@@ -906,6 +906,28 @@ def test_waiting_reads_only_the_priorities_asked_for(store):
     assert store.waiting(10, priorities=(7, 8)) == [] and store.waiting_by_priority(10, (2, 3)) == []
 
 
+def test_a_refresh_shows_a_priority_another_writer_used_first(store, store_config):
+    """A node keeps what its store knows of where WAITING rows may be between two full passes
+    (refresh(keep_for)); the refresh at a full pass (a doorbell after a STARTJOB) shows the
+    rows of a priority another process used first meanwhile, in priority order."""
+    from fabricjobs.config import load_config
+    from fabricjobs.store import open_store
+
+    store.refresh(keep_for=3600)
+    store.insert(job(uid="p4", next_run=T0))
+    assert [j.uid for j in store.waiting(10)] == ["p4"]
+    other = open_store(load_config(store_config))
+    try:
+        other.insert(job(uid="p9", priority=9, next_run=T0 + timedelta(seconds=1)))
+    finally:
+        other.close()
+    store.refresh(keep_for=3600)
+    assert [j.uid for j in store.waiting(10)] == ["p4", "p9"]
+    assert [j.uid for j in store.waiting_by_priority(10)] == ["p9", "p4"]
+    store.refresh()  # back to reading it each time (shells, the web)
+    assert [j.uid for j in store.waiting(10, priorities=(9, 9))] == ["p9"]
+
+
 def test_calendars_are_created_replaced_listed_and_deleted(store):
     """IPF's job calendars (docs/explanation/design-choices.md) live in the store so that every node agrees on them; a
     job names one by its CALENDAR column."""

@@ -97,6 +97,8 @@ class Index(Rows):
     """Keeping each live row's index entry where the row says, without a transaction."""
 
     _owners_known: set[tuple[str, str]]
+    _registry_read: dict[str, tuple[float, frozenset[str]]]
+    _registry_keep: float
     _seen: dict[tuple, tuple[datetime | None, float]]
     _ahead: set[tuple[str, JobKey, int]]
     _monotonic: Callable[[], float]
@@ -106,6 +108,8 @@ class Index(Rows):
         """This process's memory of the index: what it registered, when it first saw each
         possible intent, and what its sweeps may cover (dated by ``wall``: Cassandra's time)."""
         self._owners_known = set()
+        self._registry_read = {}  # kind -> (monotonic, tags): the last read of k2_jobs_owners
+        self._registry_keep = 0.0  # seconds it is used for (Queue.refresh)
         # When this process first saw each possible intent (its written_at as seen), on its own
         # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
         self._seen = {}

@@ -106,6 +106,7 @@ class Nodes(Index):
         self._run(self._stmt(("odel",), "DELETE FROM k2_jobs_owners USING TIMESTAMP ? WHERE kind = 'owner' AND owner = ?"),
                   (row.stamp, row.name))
         self._owners_known.discard(("owner", row.name))
+        self._registry_read.pop("owner", None)
 
     def add_kill_request(self, request: KillRequest) -> None:
         stmt = self._stmt(("kput",), "INSERT INTO kill_requests (node, task, requested_at, requested_by) VALUES (?, ?, ?, ?)")

@@ -170,8 +170,23 @@ class Queue(Index):
         return true_entry
 
     def _registry(self, kind: str) -> list[str]:
-        rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = ?"), (kind,))
-        return [r["owner"] for r in rows]
+        """The owners (or priorities) that have had index entries: read each time, or kept for
+        the time :meth:`refresh` allows. A node's every claim pass names the WAITING buckets:
+        read each time, the registry was as many reads per recurring fire as the index's own
+        (2.5 a fire with 20 jobs due every second). What this process registered itself is
+        always in (docs/explanation/cassandra-data-model.md)."""
+        at = self._monotonic()
+        read = self._registry_read.get(kind)
+        if read is None or not 0 <= at - read[0] < self._registry_keep:
+            rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = ?"), (kind,))
+            read = (at, frozenset(r["owner"] for r in rows))
+            self._registry_read[kind] = read
+        own = {tag for registry, tag in self._owners_known if registry == kind}
+        return sorted(read[1] | own)
+
+    def refresh(self, keep_for: float = 0.0) -> None:
+        self._registry_read = {}
+        self._registry_keep = keep_for
 
     def _owners(self) -> list[str]:
         return self._registry("owner")
