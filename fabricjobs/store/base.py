@@ -204,12 +204,14 @@ class JobStore(ABC):
         return None
 
     def refresh(self, keep_for: float = 0.0) -> None:
-        """Forget what this store object kept of the store's own bookkeeping (Cassandra: which
-        priorities and owners have index buckets), and from now on keep it up to ``keep_for``
-        seconds between reads (0: read it each time, the default). A node calls it at each
-        full pass (its poll, or a doorbell after a STARTJOB), so that the many claim passes
-        between two full passes do not each read it again; a priority first used by another
-        process meanwhile is seen at the next full pass. Nothing to keep on SQLite."""
+        """Forget what this store object kept of its reads, and from now on keep it up to
+        ``keep_for`` seconds between reads (0: read each time, the default). Cassandra keeps
+        which priorities and owners have index buckets, and (for at most a tenth of a second)
+        that :meth:`waiting` found no row, unless this object made a row WAITING since. A node
+        calls it at each full pass (its poll, or a doorbell after a STARTJOB), so that the many
+        claim passes between two full passes do not each read those again; what another process
+        changed meanwhile is seen at the next full pass or once the tenth of a second is over
+        (docs/explanation/cassandra-queue.md). Nothing to keep on SQLite."""
         return None
 
     def transaction(self) -> ContextManager[None]:

@@ -867,3 +867,28 @@ def test_claim_passes_between_full_passes_read_the_priority_registry_once(server
         assert each_time == 10 and kept == 6  # the index each pass; the registry each pass, or once
     finally:
         store.close()
+
+
+def test_an_empty_queue_is_read_once_per_tenth_of_a_second_between_full_passes(server, keyspace):
+    """A node's claim passes, woken by every run that ends and every fire offered, read an
+    empty WAITING queue dozens of times a second. Between full passes an empty read is kept
+    for EMPTY_WAITING_KEEP, unless this process made a row WAITING since; another process's
+    new row is seen once that time has passed (or at the next full pass)."""
+    from fabricjobs.store.cassandra import queue
+
+    store, other = open_store(server, keyspace), open_store(server, keyspace)
+    try:
+        now = [1000.0]
+        store._monotonic = lambda: now[0]
+        store.refresh(keep_for=3600)
+        before = store.stats.reads
+        for _ in range(5):
+            assert store.waiting(10) == []
+        assert store.stats.reads - before == 2  # the registry and the index, once
+        other.insert(Job(JobKey("USER_JOB", "A.b", "theirs"), Status.WAITING, T0, next_run=T0))
+        assert store.waiting(10) == []  # not read again yet
+        now[0] += queue.EMPTY_WAITING_KEEP
+        assert [j.key.uid for j in store.waiting(10)] == ["theirs"]
+    finally:
+        store.close()
+        other.close()

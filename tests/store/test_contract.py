@@ -928,6 +928,19 @@ def test_a_refresh_shows_a_priority_another_writer_used_first(store, store_confi
     assert [j.uid for j in store.waiting(10, priorities=(9, 9))] == ["p9"]
 
 
+def test_a_store_kept_between_refreshes_sees_its_own_new_waiting_rows_at_once(store):
+    """Between two refreshes a node's store may answer "nothing WAITING" from its last read;
+    never once this store itself has made a row WAITING since (an insert, a claim given back)."""
+    store.refresh(keep_for=3600)
+    assert store.waiting(10) == []
+    first = store.insert(job(uid="a", next_run=T0)).row
+    assert [j.uid for j in store.waiting(10)] == ["a"]
+    taken = store.cas(first, claim(first, "n1")).row
+    assert store.waiting(10) == []
+    store.cas(taken, taken.replace(status=Status.WAITING, worker_id=None, epoch=taken.epoch + 1))
+    assert [j.uid for j in store.waiting(10)] == ["a"]
+
+
 def test_calendars_are_created_replaced_listed_and_deleted(store):
     """IPF's job calendars (docs/explanation/design-choices.md) live in the store so that every node agrees on them; a
     job names one by its CALENDAR column."""

@@ -48,6 +48,7 @@ written the very same entry and still be before its LWT).
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
 from datetime import datetime, timedelta
@@ -99,6 +100,8 @@ class Index(Rows):
     _owners_known: set[tuple[str, str]]
     _registry_read: dict[str, tuple[float, frozenset[str]]]
     _registry_keep: float
+    _empty_waiting: tuple[float, int, tuple[int, int] | None] | None
+    _waiting_written: int
     _seen: dict[tuple, tuple[datetime | None, float]]
     _ahead: set[tuple[str, JobKey, int]]
     _monotonic: Callable[[], float]
@@ -110,6 +113,9 @@ class Index(Rows):
         self._owners_known = set()
         self._registry_read = {}  # kind -> (monotonic, tags): the last read of k2_jobs_owners
         self._registry_keep = 0.0  # seconds it is used for (Queue.refresh)
+        self._empty_waiting = None  # (monotonic, _waiting_written, priorities) of an empty read (Queue.waiting)
+        self._waiting_written = 0  # bumped by every entry this process writes to a WAITING bucket
+        self._waiting_lock = threading.Lock()
         # When this process first saw each possible intent (its written_at as seen), on its own
         # monotonic clock: an intent's age is never a comparison of two hosts' clocks.
         self._seen = {}
@@ -130,6 +136,8 @@ class Index(Rows):
             return None
         kind, _, tag = bucket.partition("|")
         registry = "priority" if kind == Status.WAITING.value else "owner"
+        if kind == Status.WAITING.value:
+            self._made_waiting()
         if tag and (registry, tag) not in self._owners_known:
             self._register(registry, tag)
         stmt = self._stmt(("iput",),
@@ -140,6 +148,14 @@ class Index(Rows):
             bucket, _shard(k), job.next_run or _EPOCH0, k.type, k.name, k.uid, revision, job.status.value,
             _bound(job.worker_id), _bound(job.hold_until), job.affinity, job.priority, job.epoch, job.tries,
         ), what=f"the index entry of {k}")
+
+    def _made_waiting(self) -> None:
+        """A row of this process's is (or is about to be) WAITING: an empty read of the queue
+        kept from before says nothing of it (Queue.waiting). Bumped when the entry is written
+        and again when the row's LWT has applied, so that a read between the two, which may
+        have missed the entry, is not kept either."""
+        with self._waiting_lock:
+            self._waiting_written += 1
 
     def _index_upsert(self, job: Job, revision: int) -> None:
         write = self._entry_write(job, revision)

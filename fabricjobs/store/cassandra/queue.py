@@ -30,6 +30,7 @@ _ALL_SHARDS = list(range(SHARDS))
 _SCAN_BUCKETS = 8  # buckets per index read: an IN over at most 8 x SHARDS partitions
 _CLUSTERING = ("next_run", "type", "name", "uid", "revision")  # of k2_jobs_index, in order
 _SHARED_CAP = 10_000  # entries per partition by_owner reads of a bucket every owner shares
+EMPTY_WAITING_KEEP = 0.1  # seconds an empty read of WAITING rows is kept between refreshes (Queue.waiting)
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
 
 
@@ -187,6 +188,17 @@ class Queue(Index):
     def refresh(self, keep_for: float = 0.0) -> None:
         self._registry_read = {}
         self._registry_keep = keep_for
+        self._empty_waiting = None
+
+    def _empty_waiting_holds(self, priorities: tuple[int, int] | None) -> bool:
+        """The last first page of WAITING rows (of these priorities) was empty, was read since
+        this process last made a row WAITING, and not longer ago than the time it is kept."""
+        empty = self._empty_waiting
+        if empty is None or self._registry_keep <= 0:
+            return False
+        at, written, of = empty
+        age = self._monotonic() - at
+        return of == priorities and written == self._waiting_written and 0 <= age < min(self._registry_keep, EMPTY_WAITING_KEEP)
 
     def _owners(self) -> list[str]:
         return self._registry("owner")
@@ -226,10 +238,23 @@ class Queue(Index):
 
     def waiting(self, limit: int, after: tuple[datetime, JobKey] | None = None,
                 priorities: tuple[int, int] | None = None, lane: Lane | None = None) -> list[Job]:
-        """(The index has no lane to read by: a lane's rows are the others' pages, filtered.)"""
+        """(The index has no lane to read by: a lane's rows are the others' pages, filtered.)
+
+        Kept between refreshes (:meth:`refresh`), a first page that came back empty stays so
+        for EMPTY_WAITING_KEEP unless this process made a row WAITING since: a node's claim
+        passes, woken by each run that ends and each fire offered, read an empty queue dozens
+        of times a second. Another process's new row is seen at the next full pass (a doorbell
+        on its host) or within that time."""
+        if after is None and self._empty_waiting_holds(priorities):
+            return []
         jobs: list[Job] = []
+        first = after is None
         while True:
+            read = (self._monotonic(), self._waiting_written, priorities)
             page = self._waiting_page(limit, after, priorities)
+            if first and not page and self._registry_keep > 0:
+                self._empty_waiting = read
+            first = False
             jobs += [j for j in page if in_lane(j, lane)]
             if lane is None or len(jobs) >= limit or len(page) < limit:
                 return jobs[:limit]
