@@ -120,3 +120,36 @@ def test_a_run_is_counted_as_ended_only_once_it_left_the_running_gauge(tmp_path)
     assert running_when_counted == [1, 0]
     assert all(store.get(JobKey("USER_JOB", "Customer.userJob1", uid)).archived for uid in ("a", "b"))
     store.close()
+
+
+def test_a_claim_pass_that_finds_nothing_waiting_reads_no_more(tmp_path):
+    """Most claim passes of a busy node (one per run that ends, per fire offered) find nothing
+    WAITING. An empty first page says there is nothing by priority either: on Cassandra the
+    second read was an index read per pass for nothing. With rows waiting, both are read."""
+    from fabricjobs.model import Job, JobKey, Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        asked: list[str] = []
+
+        def waiting(*args, **kwargs):
+            asked.append("waiting")
+            return store.waiting(*args, **kwargs)
+
+        def waiting_by_priority(*args, **kwargs):
+            asked.append("by priority")
+            return store.waiting_by_priority(*args, **kwargs)
+
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, waiting=waiting, waiting_by_priority=waiting_by_priority)
+        with node.executor.holding_starts():
+            claims.claim(clock.now(), full=False)
+        assert asked == ["waiting"]
+        now = clock.now()
+        for uid, priority in (("low", 2), ("high", 7)):
+            store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.WAITING, now, next_run=now,
+                             priority=priority))
+        asked.clear()
+        with node.executor.holding_starts():
+            claims.claim(clock.now(), full=False)
+        assert asked[:2] == ["waiting", "by priority"]
+        assert store.get(JobKey("USER_JOB", "Customer.userJob1", "high")).status is Status.IN_PROCESS

@@ -239,7 +239,9 @@ class Claims(UsesParts):
         for page_no in range(MAX_PAGES):
             page = self.store.waiting(page_size, after=after, priorities=self._served)
             candidates = page
-            if page_no == 0 and not self._oldest_are_first(page):
+            # An empty first page: no row is WAITING in these priorities, so none by priority
+            # either (on a busy Cassandra node, most claim passes; docs/explanation/cassandra-queue.md).
+            if page_no == 0 and page and not self._oldest_are_first(page):
                 seen = {j.key for j in page}
                 candidates = page + [j for j in self.store.waiting_by_priority(page_size, self._served) if j.key not in seen]
             if page_no == 0:

@@ -846,30 +846,50 @@ def test_a_node_starting_beside_another_reads_the_schema_version_again_while_the
         store.close()
 
 
-def test_claim_passes_between_full_passes_read_the_priority_registry_once(server, keyspace):
+class QueueReads:
+    """Counts a store's reads of the registry (k2_jobs_owners) and of the index (its scans),
+    not the clock's own queries, which a thread of the store sends now and then."""
+
+    def __init__(self, store, monkeypatch):
+        self.registry = self.index = 0
+        run, unpaged = store._run, store._unpaged
+
+        def counted_run(stmt, params=(), timeout=None):
+            self.registry += "k2_jobs_owners" in stmt.query_string
+            return run(stmt, params, timeout)
+
+        def counted_unpaged(stmt, params):
+            self.index += "k2_jobs_index" in stmt.query_string
+            return unpaged(stmt, params)
+
+        monkeypatch.setattr(store, "_run", counted_run)
+        monkeypatch.setattr(store, "_unpaged", counted_unpaged)
+
+    def __call__(self) -> tuple[int, int]:
+        return self.registry, self.index
+
+
+def test_claim_passes_between_full_passes_read_the_priority_registry_once(server, keyspace, monkeypatch):
     """A node's claim passes, many a second, each named the WAITING buckets by a read of
     k2_jobs_owners: as many reads per recurring fire as the index's own. Kept between full
     passes (JobStore.refresh), a claim pass is one read: the index."""
     store = open_store(server, keyspace)
     try:
         store.insert(Job(JobKey("USER_JOB", "A.b", "w"), Status.WAITING, T0, next_run=T0))
-
-        def reads_of_five_passes() -> int:
-            before = store.stats.reads
-            for _ in range(5):
-                assert [j.key.uid for j in store.waiting(10)] == ["w"]
-            return store.stats.reads - before
-
+        reads = QueueReads(store, monkeypatch)
         store.refresh()
-        each_time = reads_of_five_passes()
+        for _ in range(5):
+            assert [j.key.uid for j in store.waiting(10)] == ["w"]
+        assert reads() == (5, 5)
         store.refresh(keep_for=3600)
-        kept = reads_of_five_passes()
-        assert each_time == 10 and kept == 6  # the index each pass; the registry each pass, or once
+        for _ in range(5):
+            assert [j.key.uid for j in store.waiting(10)] == ["w"]
+        assert reads() == (6, 10)  # the registry once more; the index each pass (it is not empty)
     finally:
         store.close()
 
 
-def test_an_empty_queue_is_read_once_per_tenth_of_a_second_between_full_passes(server, keyspace):
+def test_an_empty_queue_is_read_once_per_tenth_of_a_second_between_full_passes(server, keyspace, monkeypatch):
     """A node's claim passes, woken by every run that ends and every fire offered, read an
     empty WAITING queue dozens of times a second. Between full passes an empty read is kept
     for EMPTY_WAITING_KEEP, unless this process made a row WAITING since; another process's
@@ -880,15 +900,50 @@ def test_an_empty_queue_is_read_once_per_tenth_of_a_second_between_full_passes(s
     try:
         now = [1000.0]
         store._monotonic = lambda: now[0]
+        reads = QueueReads(store, monkeypatch)
         store.refresh(keep_for=3600)
-        before = store.stats.reads
         for _ in range(5):
             assert store.waiting(10) == []
-        assert store.stats.reads - before == 2  # the registry and the index, once
+        assert reads() == (1, 1)
+        served = (0, 4)  # node.id's PRIORITIES: an empty read of every priority does not answer for them
+        assert store.waiting(10, priorities=served) == [] and reads() == (1, 2)
         other.insert(Job(JobKey("USER_JOB", "A.b", "theirs"), Status.WAITING, T0, next_run=T0))
-        assert store.waiting(10) == []  # not read again yet
+        assert store.waiting(10, priorities=served) == [] and reads() == (1, 2)  # not read again yet
         now[0] += queue.EMPTY_WAITING_KEEP
-        assert [j.key.uid for j in store.waiting(10)] == ["theirs"]
+        assert [j.key.uid for j in store.waiting(10, priorities=served)] == ["theirs"] and reads() == (1, 3)
     finally:
         store.close()
         other.close()
+
+
+def test_a_read_between_a_new_entry_and_its_lwt_is_not_kept(server, keyspace, monkeypatch):
+    """This process's new WAITING row: its entry is written, then its LWT. A read of the queue
+    that reached Cassandra before the entry did comes back empty; it must not be kept once the
+    LWT has applied, or the node's next claim passes would not see the row."""
+    import threading
+
+    store = open_store(server, keyspace)
+    try:
+        store.refresh(keep_for=3600)
+        at_lwt, release = threading.Event(), threading.Event()
+        lwt = store._execute_lwt
+
+        def held(*args, **kwargs):
+            at_lwt.set()
+            assert release.wait(10), "the test never released the held LWT"
+            return lwt(*args, **kwargs)
+
+        monkeypatch.setattr(store, "_execute_lwt", held)
+        row = Job(JobKey("USER_JOB", "A.b", "mine"), Status.WAITING, T0, next_run=T0)
+        writer = threading.Thread(target=store.insert, args=(row,))
+        writer.start()
+        assert at_lwt.wait(10)  # its entry is written, its LWT not yet sent
+        page = store._waiting_page
+        monkeypatch.setattr(store, "_waiting_page", lambda *args: [])  # a read that missed the entry
+        assert store.waiting(10) == []
+        monkeypatch.setattr(store, "_waiting_page", page)
+        release.set()
+        writer.join(10)
+        assert [j.key.uid for j in store.waiting(10)] == ["mine"]
+    finally:
+        store.close()

@@ -161,6 +161,8 @@ class Index(Rows):
         write = self._entry_write(job, revision)
         if write is not None:
             self._send([write], bounded=True)
+            if job.status is Status.WAITING:  # (no LWT may follow, as in the repair pass: bumped once it is there)
+                self._made_waiting()
 
     def _delete_write(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> _Write | None:
         """The delete of an index entry; once sent, the sweeper knows where a tombstone is."""

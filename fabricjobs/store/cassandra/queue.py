@@ -182,7 +182,7 @@ class Queue(Index):
             rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = ?"), (kind,))
             read = (at, frozenset(r["owner"] for r in rows))
             self._registry_read[kind] = read
-        own = {tag for registry, tag in self._owners_known if registry == kind}
+        own = {tag for registry, tag in frozenset(self._owners_known) if registry == kind}  # (a copy: others add)
         return sorted(read[1] | own)
 
     def refresh(self, keep_for: float = 0.0) -> None:
