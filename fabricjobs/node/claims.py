@@ -130,12 +130,16 @@ class Claims(UsesParts):
         the offer is still there to take (the scheduler writes WAITING those it took back)."""
         taken = self.scheduler.offers.take(row.key for row in rows if row.status is Status.SCHEDULED)
         kept = [i for i, row in enumerate(rows) if row.status is not Status.SCHEDULED or row.key in taken]
-        pairs = []
+        pairs, whole = [], []
         for i in kept:
-            event, new = claim(rows[i], self.me, now, prepared=self.scheduler.prepared(rows[i]))
-            pairs.append((rows[i], advance(rows[i], event, new)))
+            row = rows[i]
+            full = self.scheduler.whole_row(row) if row.key in taken else None
+            expected = full or row
+            event, new = claim(expected, self.me, now, prepared=self.scheduler.prepared(row))
+            pairs.append((expected, advance(expected, event, new)))
+            whole.append(full is not None)
         began = self.clock.monotonic()
-        written = self.store.cas_each_within(pairs, on_error=write_failed, patience=PATIENCE)
+        written = self._write(pairs, whole)
         results: list = [None] * len(rows)
         for i, res in zip(kept, written):
             results[i] = res
@@ -145,6 +149,21 @@ class Claims(UsesParts):
             straggled = any(isinstance(res, Future) for res in written)
             self.scheduler.claimed(answered, None if straggled else self.clock.monotonic() - began)
         return results, len(pairs), taken
+
+    def _write(self, pairs: list[tuple[Job, Job]], whole: list[bool]) -> list:
+        """The claims' compare-and-sets: those of whole rows (fires the scheduler had whole) as
+        such, which the store answers without reading the rows back, the others as candidates;
+        two writes only when a pass has both."""
+        if all(whole) or not any(whole):
+            return self.store.cas_each_within(pairs, on_error=write_failed, whole=all(whole) and bool(whole),
+                                              patience=PATIENCE)
+        results: list = [None] * len(pairs)
+        for kind in (True, False):  # fires first: they have a due time to keep
+            places = [i for i, w in enumerate(whole) if w is kind]
+            for i, res in zip(places, self.store.cas_each_within([pairs[i] for i in places], on_error=write_failed,
+                                                                  whole=kind, patience=PATIENCE)):
+                results[i] = res
+        return results
 
     def _claim_later(self, row: Job, pool: tuple[AffinityLimit, bool], rides: bool, prepared: bool, offered: bool,
                      generation: int, write: Future) -> None:

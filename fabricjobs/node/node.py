@@ -153,7 +153,7 @@ class Node:
             self.store, self.clock, self.pool, self.catalog, me=self.name, max_tries=s.max_tries,
             retry_delay=s.retry_delay, output_max=s.output_max, log_max=s.run_log_max, printed_max=s.max_output,
             zone=self.zone,
-            on_scheduled=self.scheduler.add, on_freed=self.signals.wake, on_tasks_changed=self.signals.publish_tasks,
+            on_scheduled=self.scheduler.add_whole, on_freed=self.signals.wake, on_tasks_changed=self.signals.publish_tasks,
             on_final=self.signals.job_final, on_outcome=self.signals.wake, on_dispatch=self.scheduler.dispatched,
             answer_listener=self._answer_listener, table=table, metrics=self.metrics,
         )

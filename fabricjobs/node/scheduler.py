@@ -34,7 +34,7 @@ from ..clock import Clock
 from ..errors import StoreError
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
-from ..store.base import JobStore, RunRecord
+from ..store.base import JobStore, RunRecord, Version
 from .decisions import calendar_fire, fire, late_fire, late_handler
 from .firelead import FIRE_LEAD, FireLead
 from .offers import Offers
@@ -82,6 +82,9 @@ class Scheduler:
         self._riding: dict[JobKey, tuple[datetime, str]] = {}
         self._handlers: dict[JobKey, Job] = {}  # late-handler jobs of the skips being written (LATE_ACTION)
         self._rows: dict[JobKey, Job] = {}
+        # Rows as a read or a whole write returned them (arguments and all), for the claims of
+        # their fires (whole_row); a row of the index (Cassandra's due_scheduled) lacks those.
+        self._whole: dict[JobKey, Job] = {}
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = False
@@ -113,6 +116,26 @@ class Scheduler:
             self._rows[row.key] = row
             heapq.heappush(self._heap, (row.next_run.timestamp(), next(self._seq), row.key))
             self._cond.notify()
+
+    def add_whole(self, row: Job) -> None:
+        """As :meth:`add`, ``row`` being the whole row as a read or a whole write returned it:
+        the claim of its fire then needs no read of it (whole_row)."""
+        if row.status is Status.SCHEDULED and row.worker_id == self.me:
+            with self._cond:
+                self._whole.pop(row.key, None)  # (re-inserted last: the oldest go first below)
+                self._whole[row.key] = row
+                while len(self._whole) > self.batch:  # jobs stopped or taken elsewhere meanwhile
+                    del self._whole[next(iter(self._whole))]
+        self.add(row)
+
+    def whole_row(self, row: Job) -> Job | None:
+        """The whole row of ``row`` (a fire the claims take from its offer), if this scheduler
+        was given it at the very revision ``row`` is at: the revision proves nothing else
+        changed since, so the claim's write returns the row without reading it back (on
+        Cassandra a read per fire, on the fire's way to its worker). Used once."""
+        with self._cond:
+            kept = self._whole.pop(row.key, None)
+        return kept if kept is not None and Version.of(kept) == Version.of(row) else None
 
     def refresh(self) -> None:
         """Load owned SCHEDULED rows due within the horizon from the store."""
