@@ -21,15 +21,17 @@ class LateAnswers:
         self.store, self.keys, self.left = store, set(keys), []
 
     def __call__(self, pairs, runs=None, on_error=lambda expected: None, *, whole=False, patience):
+        from fabricjobs.store.base import each_whole
+
         out = []
-        for i, pair in enumerate(pairs):
+        for i, (pair, flag) in enumerate(zip(pairs, each_whole(whole, len(pairs)))):
             record = runs[i] if runs else None
             if pair[0].key in self.keys:
                 future: Future = Future()
-                self.left.append((future, pair, record, whole))
+                self.left.append((future, pair, record, flag))
                 out.append(future)
             else:
-                out.append(self.store.cas_each([pair], [record], on_error, whole=whole)[0])
+                out.append(self.store.cas_each([pair], [record], on_error, whole=flag)[0])
         return out
 
     def answer(self) -> None:

@@ -139,7 +139,8 @@ class Claims(UsesParts):
             pairs.append((expected, advance(expected, event, new)))
             whole.append(full is not None)
         began = self.clock.monotonic()
-        written = self._write(pairs, whole)
+        # One write for all: those of whole rows are answered without reading the rows back.
+        written = self.store.cas_each_within(pairs, on_error=write_failed, whole=whole, patience=PATIENCE)
         results: list = [None] * len(rows)
         for i, res in zip(kept, written):
             results[i] = res
@@ -149,21 +150,6 @@ class Claims(UsesParts):
             straggled = any(isinstance(res, Future) for res in written)
             self.scheduler.claimed(answered, None if straggled else self.clock.monotonic() - began)
         return results, len(pairs), taken
-
-    def _write(self, pairs: list[tuple[Job, Job]], whole: list[bool]) -> list:
-        """The claims' compare-and-sets: those of whole rows (fires the scheduler had whole) as
-        such, which the store answers without reading the rows back, the others as candidates;
-        two writes only when a pass has both."""
-        if all(whole) or not any(whole):
-            return self.store.cas_each_within(pairs, on_error=write_failed, whole=all(whole) and bool(whole),
-                                              patience=PATIENCE)
-        results: list = [None] * len(pairs)
-        for kind in (True, False):  # fires first: they have a due time to keep
-            places = [i for i, w in enumerate(whole) if w is kind]
-            for i, res in zip(places, self.store.cas_each_within([pairs[i] for i in places], on_error=write_failed,
-                                                                  whole=kind, patience=PATIENCE)):
-                results[i] = res
-        return results
 
     def _claim_later(self, row: Job, pool: tuple[AffinityLimit, bool], rides: bool, prepared: bool, offered: bool,
                      generation: int, write: Future) -> None:

@@ -84,7 +84,7 @@ class Scheduler:
         self._rows: dict[JobKey, Job] = {}
         # Rows as a read or a whole write returned them (arguments and all), for the claims of
         # their fires (whole_row); a row of the index (Cassandra's due_scheduled) lacks those.
-        self._whole: dict[JobKey, Job] = {}
+        self._whole: dict[JobKey, tuple[float, Job]] = {}  # key -> (monotonic, row)
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = False
@@ -110,6 +110,9 @@ class Scheduler:
         if not force and self.offers.holds(row):
             return  # its fire is on offer to the claims (a refresh read it before that)
         with self._cond:
+            kept = self._whole.get(row.key)
+            if kept is not None and kept[1].revision != row.revision:
+                del self._whole[row.key]  # the row moved on: what was kept is not it
             known = self._rows.get(row.key)
             if known is not None and known.revision >= row.revision and not force:
                 return
@@ -119,23 +122,29 @@ class Scheduler:
 
     def add_whole(self, row: Job) -> None:
         """As :meth:`add`, ``row`` being the whole row as a read or a whole write returned it:
-        the claim of its fire then needs no read of it (whole_row)."""
-        if row.status is Status.SCHEDULED and row.worker_id == self.me:
+        the claim of its fire then needs no read of it (whole_row). Kept only while its fire is
+        within the horizon, as the heap's rows are (the far-future ones stay in the store)."""
+        if (row.status is Status.SCHEDULED and row.worker_id == self.me and row.next_run is not None
+                and row.next_run <= self.clock.now() + self.horizon):
             with self._cond:
                 self._whole.pop(row.key, None)  # (re-inserted last: the oldest go first below)
-                self._whole[row.key] = row
+                self._whole[row.key] = (self.clock.monotonic(), row)
                 while len(self._whole) > self.batch:  # jobs stopped or taken elsewhere meanwhile
                     del self._whole[next(iter(self._whole))]
         self.add(row)
 
     def whole_row(self, row: Job) -> Job | None:
         """The whole row of ``row`` (a fire the claims take from its offer), if this scheduler
-        was given it at the very revision ``row`` is at: the revision proves nothing else
-        changed since, so the claim's write returns the row without reading it back (on
-        Cassandra a read per fire, on the fire's way to its worker). Used once."""
+        was given it at the very revision ``row`` is at, within the horizon: the revision
+        proves nothing changed since, so the claim's write returns the row without reading it
+        back (on Cassandra a read per fire, on the fire's way to its worker). Used once."""
         with self._cond:
             kept = self._whole.pop(row.key, None)
-        return kept if kept is not None and Version.of(kept) == Version.of(row) else None
+        if kept is None:
+            return None
+        at, whole = kept
+        fresh = self.clock.monotonic() - at <= self.horizon.total_seconds()
+        return whole if fresh and Version.of(whole) == Version.of(row) else None
 
     def refresh(self) -> None:
         """Load owned SCHEDULED rows due within the horizon from the store."""

@@ -44,6 +44,18 @@ from .search import ArchivePage, ArchiveQuery
 from .stats import RepairPage, StoreStats
 
 
+#: ``whole`` of the CAS writes: for every pair, or one flag per pair (JobStore.cas_many).
+Whole = bool | Sequence[bool]
+
+
+def each_whole(whole: Whole, count: int) -> list[bool]:
+    """``whole`` as one flag per pair."""
+    flags = [whole] * count if isinstance(whole, bool) else list(whole)
+    if len(flags) != count:
+        raise ValueError(f"{len(flags)} whole flags for {count} pairs")
+    return flags
+
+
 @dataclass(frozen=True, slots=True)
 class Version:
     """The columns a compare-and-set is conditioned on, as currently stored."""
@@ -259,16 +271,17 @@ class JobStore(ABC):
 
     @abstractmethod
     def cas_many(
-        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *, whole: bool = False,
+        self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *, whole: Whole = False,
     ) -> list[CasResult]:
         """Several independent CAS writes; one result per pair, in order.
 
-        ``whole``: each expected row is a row as a read of the job returned it, not a claim
-        candidate of :meth:`waiting` (whose arguments and output are left out): then an
-        applied write's row is ``new`` at the next revision, which the store returns without
-        reading or decoding it back (the revision in the condition proves nothing else
-        changed). The node's outcome writes are such (profiled: decoding the rows returned
-        was a seventh of one node's loop).
+        ``whole`` (for every pair, or one flag per pair): the expected row is a row as a read
+        of the job returned it, not a claim candidate of :meth:`waiting` (whose arguments and
+        output are left out): then an applied write's row is ``new`` at the next revision,
+        which the store returns without reading or decoding it back (the revision in the
+        condition proves nothing else changed). The node's outcome writes are such (profiled:
+        decoding the rows returned was a seventh of one node's loop), and so are the claims of
+        fires whose rows the node has whole.
 
         Each is decided on its own (one failing does not undo the others). Backends make this
         cheaper than a loop: SQLite commits them in one transaction, Cassandra sends the LWTs
@@ -281,7 +294,7 @@ class JobStore(ABC):
 
     def cas_each(
         self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
-        on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False,
+        on_error: Callable[[Job], None] = lambda expected: None, *, whole: Whole = False,
     ) -> list[CasResult | None]:
         """``cas_many``, falling back to one pair at a time when the batch raises, so that one
         bad write does not hide the results of the others (on Cassandra they have applied,
@@ -290,16 +303,17 @@ class JobStore(ABC):
         if not pairs:
             return []
         records = list(runs) if runs is not None else [None] * len(pairs)
+        flags = each_whole(whole, len(pairs))
         try:
-            return list(self.cas_many(pairs, records, whole=whole))
+            return list(self.cas_many(pairs, records, whole=flags))
         except Exception:
             if len(pairs) == 1:
                 on_error(pairs[0][0])
                 return [None]
         out: list[CasResult | None] = []
-        for pair, record in zip(pairs, records):
+        for pair, record, flag in zip(pairs, records, flags):
             try:
-                out.append(self.cas_many([pair], [record], whole=whole)[0])
+                out.append(self.cas_many([pair], [record], whole=flag)[0])
             except Exception:
                 on_error(pair[0])
                 out.append(None)
@@ -307,7 +321,7 @@ class JobStore(ABC):
 
     def cas_each_within(
         self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
-        on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False, patience: float,
+        on_error: Callable[[Job], None] = lambda expected: None, *, whole: Whole = False, patience: float,
     ) -> "list[CasResult | None | Future[CasResult]]":
         """``cas_each``, but a write still unanswered once the others have stopped answering for
         ``patience`` seconds is returned as a Future of its result (raising StoreError if it could not be written at all; ``on_error``

@@ -211,6 +211,25 @@ def test_writes_of_whole_rows_return_the_rows_as_stored(store):
         assert (res.row.end_time, res.row.next_run, res.row.error_msg) == (stored.end_time, stored.next_run, stored.error_msg)
 
 
+def test_a_group_of_whole_rows_and_claim_candidates_returns_each_row_as_stored(store):
+    """A claim pass writes fires the node has whole (as its last outcome write returned them)
+    and WAITING candidates of :meth:`waiting` (no arguments) in one group, a ``whole`` flag per
+    pair: every applied write returns the row a read finds, arguments and all."""
+    scheduled = store.insert(job(uid="fire", status=Status.SCHEDULED, arguments='{"x": "fire"}', worker_id="n1",
+                                 next_run=T0, execution_interval="00:00:01")).row
+    store.insert(job(uid="new", arguments='{"x": "new"}', next_run=T0))
+    whole = store.get(scheduled.key)
+    candidate = next(j for j in store.waiting(10) if j.key.uid == "new")
+    at = T0 + timedelta(milliseconds=123)
+    pairs = [(whole, claim(whole, "n1", at)), (candidate, claim(candidate, "n1", at))]
+    results = store.cas_each_within(pairs, whole=[True, False], patience=5.0)
+    assert [r.applied for r in results] == [True, True]
+    for res in results:
+        stored = store.get(res.row.key)
+        assert res.row == stored and stored.status is Status.IN_PROCESS and stored.start_time == at
+    assert [r.row.arguments for r in results] == ['{"x": "fire"}', '{"x": "new"}']
+
+
 def test_writes_grouped_in_a_transaction_are_all_there_when_it_ends(store, store_config):
     """A script's STARTJOBs share one transaction: readable by their writer inside it (a later
     statement may depend on an earlier one), by everyone once it ends, nested blocks included."""

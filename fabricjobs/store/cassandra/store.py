@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from ...config import Config
 from ...errors import InsertInterrupted, StoreError
 from ...model import RUN_COUNTERS, Job, JobKey, JobType, Status
-from ..base import CasResult, JobStore, RunRecord, Version
+from ..base import CasResult, JobStore, RunRecord, Version, Whole, each_whole
 from . import topology
 from .calendars import Calendars
 from .clock import ClusterClock
@@ -369,7 +369,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         return self.cas_many([(expected, new)])[0]
 
     def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *,
-                 whole: bool = False) -> list[CasResult]:
+                 whole: Whole = False) -> list[CasResult]:
         """Each change in three rounds, each round for all changes at once: the writes that
         must precede the LWTs (index intents, archive entries, history lines) in batches; the
         LWTs, concurrently; the writes that follow them (superseded entries deleted, a fenced
@@ -398,7 +398,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         return results  # type: ignore[return-value]
 
     def cas_each_within(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None,
-                        on_error: Callable[[Job], None] = lambda expected: None, *, whole: bool = False,
+                        on_error: Callable[[Job], None] = lambda expected: None, *, whole: Whole = False,
                         patience: float) -> "list[CasResult | None | Future[CasResult]]":
         """cas_many's rounds, but the answer waits for the LWTs only while they answer (until
         none has for ``patience``, _wait_while_answering): a change still under way then is
@@ -511,14 +511,14 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             answer.set_result(results[0])
 
     def _prepare_all(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None,
-                     whole: bool) -> tuple[list[CasResult | None], list[tuple[int, "_Change"]]]:
+                     whole: Whole) -> tuple[list[CasResult | None], list[tuple[int, "_Change"]]]:
         """The results known without an LWT (a row already changed), and the changes to send."""
         self._recheck_placement()
         records = list(runs) if runs is not None else [None] * len(pairs)
         results: list[CasResult | None] = [None] * len(pairs)
         changes: list[tuple[int, _Change]] = []
-        for i, ((expected, new), record) in enumerate(zip(pairs, records)):
-            prepared = self._prepare(expected, new, record, whole)
+        for i, ((expected, new), record, flag) in enumerate(zip(pairs, records, each_whole(whole, len(pairs)))):
+            prepared = self._prepare(expected, new, record, flag)
             if isinstance(prepared, CasResult):
                 results[i] = prepared
             else:

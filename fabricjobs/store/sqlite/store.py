@@ -14,7 +14,7 @@ from typing import Iterable, Collection, Sequence
 
 from ...calendar import Calendar, from_text
 from ...model import Job, JobKey, JobType, Status
-from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, NodeRow, RunRecord, Version
+from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, NodeRow, RunRecord, Version, Whole, each_whole
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
 from .schema import migrate
@@ -87,7 +87,7 @@ class SqliteStore(Connections, Search, JobStore):
         return self.cas_many([(expected, new)])[0]
 
     def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *,
-                 whole: bool = False) -> list[CasResult]:
+                 whole: Whole = False) -> list[CasResult]:
         """Pairs that write the same columns go together in one UPDATE ... FROM (VALUES ...)
         statement of up to 64 rows, each row still conditioned on its own expected (status,
         epoch, worker_id, revision): a third of the cost of one statement per row, most of
@@ -103,7 +103,8 @@ class SqliteStore(Connections, Search, JobStore):
         for expected, new in pairs:
             if new.key != expected.key:
                 raise ValueError(f"CAS cannot change a key: {expected.key} -> {new.key}")
-        statements = cas_statements(pairs, returning_rows=not whole)
+        flags = each_whole(whole, len(pairs))
+        statements = cas_statements(pairs, returning_rows=not all(flags))
         records = [None if record is None else _run_params(record) for record in runs] if runs is not None \
             else [None] * len(pairs)
         results: list[CasResult | None] = [None] * len(pairs)
@@ -117,7 +118,7 @@ class SqliteStore(Connections, Search, JobStore):
                         applied[i] = by_key.get((expected.key.type, expected.key.name, expected.key.uid))
                 else:  # SQLite before 3.35.4: one row per statement, read back (unless whole: not used)
                     i, expected = items[0]
-                    applied[i] = None if written.rowcount != 1 else () if whole else self._row(conn, expected.key)
+                    applied[i] = None if written.rowcount != 1 else () if flags[i] else self._row(conn, expected.key)
                 for i, expected in items:
                     if applied[i] is None:  # read in the transaction: what the statement met
                         results[i] = self._refused(conn, expected.key)
@@ -127,7 +128,7 @@ class SqliteStore(Connections, Search, JobStore):
         for i, row in applied.items():
             if row is not None:
                 expected, new = pairs[i]
-                results[i] = CasResult(True, row=new.replace(revision=expected.revision + 1) if whole else _row_to_job(row))
+                results[i] = CasResult(True, row=new.replace(revision=expected.revision + 1) if flags[i] else _row_to_job(row))
         return results  # type: ignore[return-value]
 
     @staticmethod
