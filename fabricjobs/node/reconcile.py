@@ -408,7 +408,7 @@ class Reconciler(UsesParts):
         if res is not None and res.applied:
             note = f" (from dead node {row.worker_id})" if row.worker_id else ""
             log.info("%s is managed to claim ownership on cron job '%s'%s", self.me, row.key, note)
-            self.scheduler.add(res.stored)
+            self.scheduler.add_whole(res.stored)  # (read back whole: its first fire's claim needs no read)
 
     # -- dependencies --------------------------------------------------------------------------------
 

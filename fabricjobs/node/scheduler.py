@@ -120,7 +120,7 @@ class Scheduler:
             heapq.heappush(self._heap, (row.next_run.timestamp(), next(self._seq), row.key))
             self._cond.notify()
 
-    def add_whole(self, row: Job) -> None:
+    def add_whole(self, row: Job, force: bool = False) -> None:
         """As :meth:`add`, ``row`` being the whole row as a read or a whole write returned it:
         the claim of its fire then needs no read of it (whole_row). Kept only while its fire is
         within the horizon, as the heap's rows are (the far-future ones stay in the store)."""
@@ -131,7 +131,7 @@ class Scheduler:
                 self._whole[row.key] = (self.clock.monotonic(), row)
                 while len(self._whole) > self.batch:  # jobs stopped or taken elsewhere meanwhile
                     del self._whole[next(iter(self._whole))]
-        self.add(row)
+        self.add(row, force)
 
     def whole_row(self, row: Job) -> Job | None:
         """The whole row of ``row`` (a fire the claims take from its offer), if this scheduler
@@ -492,7 +492,7 @@ class Scheduler:
             return
         for row in rows:
             if row is not None:
-                self.add(row, force=True)
+                self.add_whole(row, force=True)  # (as read)
 
     def _retry_later(self, rows: list[Job]) -> None:
         with self._cond:
@@ -510,7 +510,7 @@ class Scheduler:
                 with self._cond:
                     self._riding.pop(row.key, None)
             if res.applied and res.stored.status is Status.SCHEDULED:
-                self.add(res.stored)  # a skipped fire: its next due time
+                self.add_whole(res.stored)  # a skipped fire: its next due time (the row as written, read back)
             elif res.applied:
                 ready += 1
             else:
@@ -521,7 +521,7 @@ class Scheduler:
                     self._retry_later([row])
                     continue
                 if current is not None:
-                    self.add(current)
+                    self.add_whole(current)
         return ready
 
 
