@@ -99,7 +99,7 @@ class Index(Rows):
 
     _owners_known: set[tuple[str, str]]
     _registry_read: dict[str, tuple[float, frozenset[str]]]
-    _registry_keep: float
+    _keep_for: float
     _empty_waiting: tuple[float, int, tuple[int, int] | None] | None
     _waiting_written: int
     _seen: dict[tuple, tuple[datetime | None, float]]
@@ -112,7 +112,7 @@ class Index(Rows):
         possible intent, and what its sweeps may cover (dated by ``wall``: Cassandra's time)."""
         self._owners_known = set()
         self._registry_read = {}  # kind -> (monotonic, tags): the last read of k2_jobs_owners
-        self._registry_keep = 0.0  # seconds it is used for (Queue.refresh)
+        self._keep_for = 0.0  # seconds what was read is kept (Queue.refresh)
         self._empty_waiting = None  # (monotonic, _waiting_written, priorities) of an empty read (Queue.waiting)
         self._waiting_written = 0  # bumped by every entry this process writes to a WAITING bucket
         self._waiting_lock = threading.Lock()
@@ -136,8 +136,7 @@ class Index(Rows):
             return None
         kind, _, tag = bucket.partition("|")
         registry = "priority" if kind == Status.WAITING.value else "owner"
-        if kind == Status.WAITING.value:
-            self._made_waiting()
+        self._made_waiting(bucket)
         if tag and (registry, tag) not in self._owners_known:
             self._register(registry, tag)
         stmt = self._stmt(("iput",),
@@ -149,20 +148,20 @@ class Index(Rows):
             _bound(job.worker_id), _bound(job.hold_until), job.affinity, job.priority, job.epoch, job.tries,
         ), what=f"the index entry of {k}")
 
-    def _made_waiting(self) -> None:
-        """A row of this process's is (or is about to be) WAITING: an empty read of the queue
-        kept from before says nothing of it (Queue.waiting). Bumped when the entry is written
-        and again when the row's LWT has applied, so that a read between the two, which may
-        have missed the entry, is not kept either."""
-        with self._waiting_lock:
-            self._waiting_written += 1
+    def _made_waiting(self, bucket: str | None) -> None:
+        """A row of this process's is (or is about to be) in ``bucket``: if that is a WAITING
+        bucket, an empty read of the queue kept from before says nothing of it (Queue.waiting).
+        Told when the entry is written and again when the row's LWT has applied, so that a
+        read between the two, which may have missed the entry, is not kept either."""
+        if bucket is not None and bucket.startswith(f"{Status.WAITING.value}|"):
+            with self._waiting_lock:
+                self._waiting_written += 1
 
     def _index_upsert(self, job: Job, revision: int) -> None:
         write = self._entry_write(job, revision)
         if write is not None:
             self._send([write], bounded=True)
-            if job.status is Status.WAITING:  # (no LWT may follow, as in the repair pass: bumped once it is there)
-                self._made_waiting()
+            self._made_waiting(_job_bucket(job))  # (no LWT may follow, as in the repair pass: told once it is there)
 
     def _delete_write(self, bucket: str | None, key: JobKey, next_run: datetime | None, revision: int) -> _Write | None:
         """The delete of an index entry; once sent, the sweeper knows where a tombstone is."""

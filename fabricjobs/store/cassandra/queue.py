@@ -178,7 +178,7 @@ class Queue(Index):
         always in (docs/explanation/cassandra-data-model.md)."""
         at = self._monotonic()
         read = self._registry_read.get(kind)
-        if read is None or not 0 <= at - read[0] < self._registry_keep:
+        if read is None or not 0 <= at - read[0] < self._keep_for:
             rows = self._run(self._stmt(("owners",), "SELECT owner FROM k2_jobs_owners WHERE kind = ?"), (kind,))
             read = (at, frozenset(r["owner"] for r in rows))
             self._registry_read[kind] = read
@@ -187,18 +187,18 @@ class Queue(Index):
 
     def refresh(self, keep_for: float = 0.0) -> None:
         self._registry_read = {}
-        self._registry_keep = keep_for
+        self._keep_for = keep_for
         self._empty_waiting = None
 
     def _empty_waiting_holds(self, priorities: tuple[int, int] | None) -> bool:
         """The last first page of WAITING rows (of these priorities) was empty, was read since
         this process last made a row WAITING, and not longer ago than the time it is kept."""
         empty = self._empty_waiting
-        if empty is None or self._registry_keep <= 0:
+        if empty is None or self._keep_for <= 0:
             return False
         at, written, of = empty
         age = self._monotonic() - at
-        return of == priorities and written == self._waiting_written and 0 <= age < min(self._registry_keep, EMPTY_WAITING_KEEP)
+        return of == priorities and written == self._waiting_written and 0 <= age < min(self._keep_for, EMPTY_WAITING_KEEP)
 
     def _owners(self) -> list[str]:
         return self._registry("owner")
@@ -252,7 +252,7 @@ class Queue(Index):
         while True:
             read = (self._monotonic(), self._waiting_written, priorities)
             page = self._waiting_page(limit, after, priorities)
-            if first and not page and self._registry_keep > 0:
+            if first and not page and self._keep_for > 0:
                 self._empty_waiting = read
             first = False
             jobs += [j for j in page if in_lane(j, lane)]

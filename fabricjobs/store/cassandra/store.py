@@ -345,8 +345,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         applied, lwt_row, settled = self._execute_lwt(stmt, params, job.key, ours, lambda row: row is None,
                                                       before_retry=lambda: self._index_upsert(new, 1))
         if applied:
-            if new.status is Status.WAITING:
-                self._made_waiting()
+            self._made_waiting(_job_bucket(new))
             return CasResult(True, row=settled or new)
         # A refused conditional UPDATE returns only the condition's column: read the row.
         existing = settled if settled is not None else self._select_job(job.key)
@@ -620,8 +619,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                 self._marks_follow(key, self.archive_ttl if target.archived else 0)
             if c.new_bucket is not None:
                 self._seen.pop((c.new_bucket, key, revision), None)
-                if c.new_bucket.startswith(f"{Status.WAITING.value}|"):
-                    self._made_waiting()
+                self._made_waiting(c.new_bucket)
             row = settled if c.full is False and settled is not None else None
             if row is None and (c.full or c.whole):
                 row = as_stored(target)
