@@ -61,7 +61,7 @@ from .rows import _EPOCH0, Rows, _stored_ms
 from .session import _bound, _Write
 from .sweep import Sweeper
 
-SHARDS = 8  # partitions per bucket: raise it past ~4,000 claims/s from one priority (docs/explanation/cassandra-data-model.md)
+SHARDS = 8  # partitions per bucket: raise it past ~2,700 claims/s from one priority (docs/explanation/cassandra-data-model.md)
 INTENT_GRACE = timedelta(seconds=60)
 _BLOCKED = "BLOCKED"
 

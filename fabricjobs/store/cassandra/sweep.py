@@ -39,7 +39,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Iterable, Sequence
 
-ENTRY_WRITE_BOUND = 1.0  # s: an index write acknowledged later than this is written again
+#: s: an index write acknowledged later than this is written again; as long as Cassandra's own
+#: write timeout. On a slow, lossy network (200 ms one way) QUORUM writes take 1-1.6 s, and with a 1 s
+#: bound every entry write was sent again until it failed: nodes there claimed nothing for
+#: 20 s. The price, a sweep lag 1 s longer, is in docs/explanation/cassandra-data-model.md.
+ENTRY_WRITE_BOUND = 2.0
 CLOCK_SKEW_BOUND = 0.5  # s: the clock difference between hosts the sweep tolerates
 SWEEP_LAG = ENTRY_WRITE_BOUND + CLOCK_SKEW_BOUND
 SWEEP_EVERY = 0.25  # s: per partition and process, at most
