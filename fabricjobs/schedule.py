@@ -103,8 +103,11 @@ class Schedule:
         after ``due``) collapse into the run that just happened. A fire that came due while
         the run was still going is, by ``overlap``:
 
-        * QUEUE (the default for HH:MM:SS intervals, as docs/guides/schedules.md says): the next run starts
-          right when this one ended; no burst of catch-up runs, never two runs at once;
+        * QUEUE (the default for HH:MM:SS intervals, as docs/guides/schedules.md says): the last
+          fire that came due runs right when this one ended, keeping its due time (already
+          past): no burst of catch-up runs, never two runs at once, and the runs after it stay
+          on the job's grid (a fixed rate; with the end as the next due time, one overrun
+          shifted every later fire);
         * SKIP (the default for cron): such fires are skipped (and counted); the next run is
           the first fire after the run ended.
         """
@@ -120,18 +123,22 @@ class Schedule:
             return None, 0
         if nxt >= ended:
             return nxt, 0
-        policy = (overlap or ("QUEUE" if self.kind is ScheduleKind.INTERVAL else "SKIP")).upper()
-        if policy == "QUEUE":
-            return ended, 0
-        skipped = 0
+        queue = (overlap or ("QUEUE" if self.kind is ScheduleKind.INTERVAL else "SKIP")).upper() == "QUEUE"
         if self.kind is ScheduleKind.INTERVAL:
-            skipped = (ended - nxt) // self.step + 1
-            nxt = nxt + self.step * skipped
-        else:
-            while nxt < ended and skipped < 100_000:
-                skipped += 1
-                nxt = self.next_fire_after(nxt)
-        return nxt, skipped
+            passed = (ended - nxt) // self.step  # fires after nxt that came due during the run
+            if queue:
+                return nxt + self.step * passed, 0
+            return nxt + self.step * (passed + 1), passed + 1
+        skipped = 0
+        while skipped < 100_000:
+            following = self.next_fire_after(nxt)
+            if queue and following >= ended:
+                return nxt, 0
+            skipped += 1
+            nxt = following
+            if nxt >= ended:
+                break
+        return nxt, 0 if queue else skipped
 
     def next_due_after(self, when: datetime, grid_from: datetime | None = None) -> datetime | None:
         """The first due time strictly after ``when`` (recurring schedules): the next cron fire,

@@ -82,11 +82,14 @@ def test_interval_is_fixed_rate_from_the_scheduled_start():
     assert s.next_after_run(due, due + timedelta(milliseconds=200), due + timedelta(seconds=5)) == due + timedelta(minutes=1)
 
 
-def test_interval_overrun_runs_next_right_after_without_a_burst():
+def test_interval_overrun_runs_next_right_after_without_a_burst_and_keeps_the_grid():
     s = parse_schedule("00:00:10", "UTC")
     due = datetime(2026, 1, 1, tzinfo=UTC)
     ended = due + timedelta(seconds=35)  # overran three due times
-    assert s.next_after_run(due, due, ended) == ended
+    # one run, due at once (the last fire that passed, 30 s): the next ones stay on the grid
+    queued = s.next_after_run(due, due, ended)
+    assert queued == due + timedelta(seconds=30)
+    assert s.next_after_run(queued, ended + timedelta(milliseconds=5), ended + timedelta(seconds=1)) == due + timedelta(seconds=40)
 
 
 def test_interval_missed_fires_after_downtime_collapse_into_one():
@@ -136,7 +139,7 @@ def test_cron_missed_fires_collapse_and_never_run_twice_at_once():
     ended = started + timedelta(seconds=2.5)
     # cron skips the fires that came due during the overrun (the default), or queues one:
     assert s.after_run(due, started, ended) == (started + timedelta(seconds=3), 2)
-    assert s.after_run(due, started, ended, "QUEUE") == (ended, 0)  # right after, once
+    assert s.after_run(due, started, ended, "QUEUE") == (started + timedelta(seconds=2), 0)  # right after, once
     assert s.next_after_run(due, started, started + timedelta(milliseconds=10)) == started + timedelta(seconds=1)
 
 
@@ -144,7 +147,7 @@ def test_interval_overlap_policy_skip_keeps_the_grid():
     s = parse_schedule("00:00:10", "UTC")
     due = datetime(2026, 1, 1, tzinfo=UTC)
     assert s.after_run(due, due, due + timedelta(seconds=35), "SKIP") == (due + timedelta(seconds=40), 3)
-    assert s.after_run(due, due, due + timedelta(seconds=35)) == (due + timedelta(seconds=35), 0)  # QUEUE: docs/guides/schedules.md
+    assert s.after_run(due, due, due + timedelta(seconds=35)) == (due + timedelta(seconds=30), 0)  # QUEUE: docs/guides/schedules.md
 
 
 def test_next_due_after_a_late_fire():

@@ -325,6 +325,29 @@ def test_overlap_skip_and_queue(cluster, tmp_path):
     hist = list(cluster.fetch("jobhistory user_job 'Probe.record' with uid='SKIP';"))
     assert any("fire(s) skipped while this run was still going (OVERLAP=SKIP)" in r["Note"] for r in hist)
     assert not any(r["Note"] for r in cluster.fetch("jobhistory user_job 'Probe.record' with uid='QUEUE';"))
+    # QUEUE: each queued run stands for the last fire that came due while the one before it ran,
+    # with that fire's due time: the job stays on its grid of whole seconds.
+    queued = [r for r in cluster.fetch("jobhistory user_job 'Probe.record' with uid='QUEUE' limit 100;") if r["Result"] == "OK"]
+    assert len(queued) >= 2 and all(r["Due"].microsecond == 0 for r in queued), queued
+
+
+@pytest.mark.slow
+def test_an_interval_job_that_overran_runs_the_fire_it_passed_and_stays_on_its_grid(cluster, tmp_path):
+    """OVERLAP QUEUE, the default for intervals (docs/guides/schedules.md): the first run of an
+    every-2-seconds job takes 2.5 s; the fire due at 2 s runs once, right after it, as the fire
+    due at 2 s; the fires after it are due at 4 s, 6 s, ... from the first (a fixed rate). When
+    the queued run was due at the overrun's end instead, every later fire was off the grid by
+    the overrun (0.5 s here), and the fire lag of a cluster's interval jobs grew with each."""
+    log = tmp_path / "runs.jsonl"
+    cluster.start_node("n1")
+    args = json.dumps({"log": str(log), "first": 2.5})
+    cluster.fetch(f"startjob user_job name='Probe.overrun_first' uid='grid' exec_interval='00:00:02' args='{args}';")
+    wait_for(lambda: len(read_records(log)) >= 4, 30, "four runs")
+    runs = read_records(log)[:4]
+    offsets = [r["due"] - runs[0]["due"] for r in runs]
+    assert offsets[1] == pytest.approx(2.0, abs=0.002), offsets  # the fire that passed: queued, once
+    assert all(o == pytest.approx(2 * round(o / 2), abs=0.002) for o in offsets), offsets  # on the grid
+    assert runs[1]["start"] >= runs[0]["end"]  # never two runs at once
 
 
 # -- directory listeners -------------------------------------------------------------------------

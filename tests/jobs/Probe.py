@@ -60,6 +60,16 @@ def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "",
     return {"node": job.node, "epoch": job.epoch}
 
 
+def overrun_first(log: str, first: float = 0.0):
+    """Appends its start, end and due time (the fire it stands for); its first run takes
+    ``first`` seconds, the others none: a recurring job whose first run overran."""
+    job = current_job()
+    start = time.time()
+    if first and not os.path.exists(log):
+        time.sleep(first)
+    _append(log, dict(key=str(job.key), start=start, end=time.time(), due=job.due.timestamp() if job.due else None))
+
+
 def record_again(log: str, seconds: float = 0.0, starts: str = ""):
     """``record`` under another name: a job the node has not seen run yet."""
     return record(log, seconds, starts=starts)
