@@ -303,6 +303,31 @@ def test_a_late_fire_is_skipped_and_shown_in_the_history_on_a_real_node(cluster,
 
 
 @pytest.mark.slow
+def test_a_late_fire_is_skipped_after_its_owner_restarts(cluster, tmp_path):
+    """The owner, SIGKILLed and started again 3 s later, reads its schedules from the store
+    (on Cassandra from the index, which does not hold a job's schedule, time zone, calendar
+    or late threshold): its first fire, 3 s late, is skipped by its LATE_THRESHOLD of 1 s as
+    it would have been before the restart, not run. Before, a schedule the scheduler had read
+    from the index fired with none of those, on Cassandra: every calendar and late threshold
+    of a job due more than a minute after its last run was ignored."""
+    log = tmp_path / "l"
+    cluster.start_node("n1")
+    cluster.fetch(f"startjob user_job name='Probe.stamp' uid='back' exec_interval='00:00:02' late_threshold='00:00:01' "
+                  f"args='{json.dumps({'log': str(log)})}';")
+    wait_for(lambda: len(read_records(log)) >= 1, 10, "a first run")
+    wait_for(lambda: cluster.job("USER_JOB", "Probe.stamp", "back").status.value == "SCHEDULED", 10, "the next fire's schedule")
+    cluster.nodes["n1"].signal_group(signal.SIGKILL)
+    due = cluster.job("USER_JOB", "Probe.stamp", "back").next_run
+    wait_for(lambda: time.time() > due.timestamp() + 3, 10, "the fire to be 3 s late")
+    cluster.start_node("n1")
+    wait_for(lambda: any(r["Result"] == "SKIPPED" for r in cluster.fetch("jobhistory user_job 'Probe.stamp' with uid='back' limit 100;")),
+             10, "the late fire to be skipped")
+    skipped = [r for r in cluster.fetch("jobhistory user_job 'Probe.stamp' with uid='back' limit 100;") if r["Result"] == "SKIPPED"]
+    assert [r["Due"] for r in skipped] == [due]
+    assert not any(due.timestamp() - 0.5 < r["start"] < due.timestamp() + 4 for r in read_records(log))
+
+
+@pytest.mark.slow
 @pytest.mark.timing  # a queued run must start right after the one before it
 def test_overlap_skip_and_queue(cluster, tmp_path):
     cluster.start_node("n1")

@@ -107,6 +107,9 @@ class Claims(UsesParts):
                     self._claim_later(row, pool, rides, row.key in ahead, row.key in offered, generation, res)
                 elif res is not None and res.applied:
                     if log.isEnabledFor(logging.INFO):  # the hot path: no log record built at WARNING
+                        if row.worker_id is None and row.status is Status.SCHEDULED:  # (Scheduler.take_unowned)
+                            log.info("%s is managed to claim ownership on cron job '%s' (with its first fire)", self.me,
+                                     row.key, extra=job_extra(row.key, res.stored.epoch))
                         log.info("'%s' is now IN_PROCESS by %s", row.key, self.me, extra=job_extra(row.key, res.stored.epoch))
                     self.executor.start(res.stored, pool[0].name, pool[1], generation, passenger=rides,
                                         prepared=row.key in ahead)

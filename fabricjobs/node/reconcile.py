@@ -386,6 +386,17 @@ class Reconciler(UsesParts):
         rows = [row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
                 if row.key not in left and self.affinity.can_run(parse_affinity(row.affinity))]
         rows = self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic())
+        # One due within a second is not adopted first: its fire's claim makes this node its
+        # owner in the same write (Scheduler.take_unowned), from the row read whole.
+        soon = [row for row in rows if self.scheduler.fires_unowned(row)]
+        if soon:
+            keys = {row.key for row in soon}
+            new = [row for row in soon if not self.scheduler.holds(row)]  # (not read again each pass)
+            whole = new if self.store.candidates_whole else self.store.get_many([row.key for row in new]) if new else []
+            for row in whole:
+                if row is not None:
+                    self.scheduler.take_unowned(row)  # (one moved on since is left to the next pass)
+            rows = [row for row in rows if row.key not in keys]
         for i in range(0, len(rows), _ADOPT_WRITES):  # (the store's pool is not flooded: claims go out meanwhile)
             self._adopt(rows[i:i + _ADOPT_WRITES], now)
 

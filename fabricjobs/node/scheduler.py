@@ -35,7 +35,7 @@ from ..errors import StoreError
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
 from ..store.base import JobStore, RunRecord, Version
-from .decisions import calendar_fire, fire, late_fire, late_handler
+from .decisions import FIRE_LEAD_MAX, calendar_fire, fire, late_fire, late_handler
 from .firelead import FIRE_LEAD, FireLead
 from .offers import Offers
 
@@ -101,9 +101,11 @@ class Scheduler:
 
     # -- feeding ---------------------------------------------------------------------------------
 
-    def add(self, row: Job, force: bool = False) -> None:
-        """A SCHEDULED row this node now owns (taken over, or back from a recurring run)."""
-        if row.status is not Status.SCHEDULED or row.worker_id != self.me or row.next_run is None:
+    def add(self, row: Job, force: bool = False, unowned: bool = False) -> None:
+        """A SCHEDULED row this node now owns (taken over, or back from a recurring run); with
+        ``unowned``, also a row nobody owns yet, which its fire's claim takes (take_unowned)."""
+        owner_ok = row.worker_id == self.me or (unowned and row.worker_id is None)
+        if row.status is not Status.SCHEDULED or not owner_ok or row.next_run is None:
             return
         if row.next_run > self.clock.now() + self.horizon:
             return  # loaded by a refresh when it gets close
@@ -120,18 +122,42 @@ class Scheduler:
             heapq.heappush(self._heap, (row.next_run.timestamp(), next(self._seq), row.key))
             self._cond.notify()
 
-    def add_whole(self, row: Job, force: bool = False) -> None:
+    def add_whole(self, row: Job, force: bool = False, unowned: bool = False) -> None:
         """As :meth:`add`, ``row`` being the whole row as a read or a whole write returned it:
         the claim of its fire then needs no read of it (whole_row). Kept only while its fire is
         within the horizon, as the heap's rows are (the far-future ones stay in the store)."""
-        if (row.status is Status.SCHEDULED and row.worker_id == self.me and row.next_run is not None
+        owner_ok = row.worker_id == self.me or (unowned and row.worker_id is None)
+        if (row.status is Status.SCHEDULED and owner_ok and row.next_run is not None
                 and row.next_run <= self.clock.now() + self.horizon):
             with self._cond:
                 self._whole.pop(row.key, None)  # (re-inserted last: the oldest go first below)
                 self._whole[row.key] = (self.clock.monotonic(), row)
                 while len(self._whole) > self.batch:  # jobs stopped or taken elsewhere meanwhile
                     del self._whole[next(iter(self._whole))]
-        self.add(row, force)
+        self.add(row, force, unowned)
+
+    def fires_unowned(self, row: Job) -> bool:
+        """Whether ``row`` is a SCHEDULED row nobody owns (a new cron job) due within
+        FIRE_LEAD_MAX: one this scheduler fires without adopting it first (take_unowned)."""
+        return (row.status is Status.SCHEDULED and row.worker_id is None and not row.blocked
+                and row.next_run is not None and row.next_run <= self.clock.now() + timedelta(seconds=FIRE_LEAD_MAX))
+
+    def holds(self, row: Job) -> bool:
+        """Whether this scheduler has ``row`` at its revision, to fire or on offer."""
+        with self._cond:
+            known = self._rows.get(row.key)
+        return (known is not None and known.revision >= row.revision) or self.offers.holds(row)
+
+    def take_unowned(self, row: Job) -> bool:
+        """Fire ``row``, a whole row that :meth:`fires_unowned`, without adopting it first: the
+        claim of its fire makes this node its owner in the same write (on Cassandra one LWT
+        where adopting and then firing took two). Nothing is written until then, so another
+        node may adopt it meanwhile: then this claim does not apply and the row, read again,
+        is not this node's (docs/explanation/nodes.md). False if ``row`` is not such a row."""
+        if not self.fires_unowned(row):
+            return False
+        self.add_whole(row, unowned=True)
+        return True
 
     def whole_row(self, row: Job) -> Job | None:
         """The whole row of ``row`` (a fire the claims take from its offer), if this scheduler
@@ -147,10 +173,22 @@ class Scheduler:
         return whole if fresh and Version.of(whole) == Version.of(row) else None
 
     def refresh(self) -> None:
-        """Load owned SCHEDULED rows due within the horizon from the store."""
+        """Load owned SCHEDULED rows due within the horizon from the store, whole: a fire is
+        decided by the row's schedule, time zone, calendar and late threshold, which a
+        candidate of Cassandra's index lacks (with none, a restarted node ran a fire its late
+        threshold skips, and every fire a calendar excludes). Rows not held at their revision
+        are read, once per revision."""
         rows = self.store.due_scheduled(self.me, self.clock.now() + self.horizon, self.batch)
-        for row in rows:
-            self.add(row)
+        if self.store.candidates_whole:
+            for row in rows:
+                self.add(row)
+        else:
+            with self._cond:
+                held = {key: row.revision for key, row in self._rows.items()}
+            unknown = [row.key for row in rows if held.get(row.key) != row.revision and not self.offers.holds(row)]
+            for whole in self.store.get_many(unknown) if unknown else []:
+                if whole is not None:
+                    self.add_whole(whole)
         with self._cond:
             # A full batch means more may be due soon: look again sooner.
             period = self.horizon.total_seconds() / (10 if len(rows) >= self.batch else 3)

@@ -183,6 +183,11 @@ class JobStore(ABC):
     #: True if the store keeps an index of live rows of its own, beside the rows, which
     #: :meth:`repair_index` checks (Cassandra); False if the database keeps its indexes (SQLite).
     keeps_index: bool = False
+    #: True if the candidates of the reconcile loop's reads (above) are whole rows (SQLite);
+    #: False if they lack the columns choosing does not need (Cassandra's index: no schedule,
+    #: time zone, calendar, late threshold or arguments). Read a row with :meth:`get_many`
+    #: before deciding by those.
+    candidates_whole: bool = True
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -481,6 +481,20 @@ def test_due_scheduled_is_per_owner_and_ordered_by_due_time(store):
     assert store.due_scheduled("n3", T0 + timedelta(days=1), 10) == []
 
 
+def test_a_store_whose_candidates_are_whole_says_so_truly(store):
+    """The scheduler decides a fire by its row's schedule, calendar and late threshold: it
+    reads the rows of due_scheduled and by_owner whole unless the store says they are
+    (``candidates_whole``). A store that says so must return every column."""
+    row = store.insert(job(uid="s", status=Status.SCHEDULED, worker_id="n1", next_run=T0, execution_interval="0 * * * *",
+                           calendar="holidays", late_threshold="00:00:30", time_zone="Europe/Paris",
+                           arguments='{"x": 1}')).row
+    store.insert(job(uid="u", status=Status.SCHEDULED, next_run=T0, execution_interval="0 * * * *", calendar="holidays"))
+    read = store.due_scheduled("n1", T0 + timedelta(seconds=1), 10) + store.by_owner([None], [Status.SCHEDULED])
+    whole = store.get_many([j.key for j in read])
+    assert [j.key for j in whole] == [row.key, JobKey("USER_JOB", "Customer.userJob1", "u")]
+    assert (read == whole) == store.candidates_whole  # (Cassandra's index holds none of those columns)
+
+
 def _needs_test_server_clock(store, request):
     if request.node.callspec.params.get("store_config") == "cassandra-real":
         pytest.skip("moves the CQL test server's clock; a real cluster's TTLs cannot be hurried")

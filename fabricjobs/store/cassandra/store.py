@@ -77,6 +77,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
     backend = "cassandra"
     deletes_archived = False  # archived rows expire by TTL
     keeps_index = True  # k2_jobs_index (index.py), checked by the repair pass (repair.py)
+    candidates_whole = False  # read from k2_jobs_index (queue.py)
 
     def __init__(
         self,
