@@ -312,12 +312,14 @@ def test_a_late_fire_is_skipped_after_its_owner_restarts(cluster, tmp_path):
     of a job due more than a minute after its last run was ignored."""
     log = tmp_path / "l"
     cluster.start_node("n1")
-    cluster.fetch(f"startjob user_job name='Probe.stamp' uid='back' exec_interval='00:00:02' late_threshold='00:00:01' "
+    cluster.fetch(f"startjob user_job name='Probe.stamp' uid='back' exec_interval='00:00:05' late_threshold='00:00:01' "
                   f"args='{json.dumps({'log': str(log)})}';")
     wait_for(lambda: len(read_records(log)) >= 1, 10, "a first run")
     wait_for(lambda: cluster.job("USER_JOB", "Probe.stamp", "back").status.value == "SCHEDULED", 10, "the next fire's schedule")
     cluster.nodes["n1"].signal_group(signal.SIGKILL)
-    due = cluster.job("USER_JOB", "Probe.stamp", "back").next_run
+    row = cluster.job("USER_JOB", "Probe.stamp", "back")
+    assert row.status.value == "SCHEDULED"  # (its next fire is 5 s after the first)
+    due = row.next_run
     wait_for(lambda: time.time() > due.timestamp() + 3, 10, "the fire to be 3 s late")
     cluster.start_node("n1")
     wait_for(lambda: any(r["Result"] == "SKIPPED" for r in cluster.fetch("jobhistory user_job 'Probe.stamp' with uid='back' limit 100;")),
