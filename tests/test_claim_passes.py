@@ -228,3 +228,83 @@ def test_a_new_cron_job_due_within_a_second_is_owned_by_its_first_fires_claim(tm
         assert writes == [[(soon, True)]]  # one write, of the whole row as the adoption read it
         row = store.get(soon)
         assert row.status is Status.IN_PROCESS and row.worker_id == "a" and row.epoch == before.epoch + 1
+
+
+def _unowned_cron(store, clock, uid: str, due_in: float, **kw):
+    from fabricjobs.model import Job, JobKey, Status
+
+    return store.insert(Job(JobKey("USER_JOB", "Customer.userJob1", uid), Status.SCHEDULED, clock.now(),
+                            execution_interval="* * * * * *", next_run=clock.now() + timedelta(seconds=due_in), **kw)).row
+
+
+def _fire_due(scheduler, row):
+    """What the scheduler's thread does when ``row`` comes due: take it from its heap, fire it."""
+    with scheduler._cond:
+        held = scheduler._rows.pop(row.key)
+    scheduler._fire([held])
+
+
+def test_an_unowned_fire_whose_claim_was_not_written_is_fired_again(tmp_path):
+    """A first fire taken unowned whose claim's write failed (the store away: no answer) is
+    not lost: the scheduler, reading the unchanged row again, fires it again; so does the next
+    adoption pass, if the scheduler let it go. Before, the row, still nobody's, was turned away
+    by the scheduler and left by the adoption pass as if the scheduler still held it: on a
+    node alone, that job never ran again."""
+    from fabricjobs.model import Status
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        row = _unowned_cron(store, clock, "flaky", 0.3)
+        node.reconciler._adopt_scheduled(clock.now())
+        assert node.scheduler.holds(row)
+        claims = node.reconciler.claims
+        claims.store = StoreWith(store, cas_each_within=lambda pairs, **kw: [None] * len(pairs))  # not written
+        _fire_due(node.scheduler, row)
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        assert store.get(row.key) == row and not node.scheduler.holds(row)  # (gone from the offers)
+        node.scheduler._read_again(node.scheduler._recheck)
+        assert node.scheduler.holds(row)  # read again, unchanged: to be fired again
+        node.scheduler._rows.clear()  # ... or let go: the next adoption pass takes it again
+        node.reconciler._adopt_scheduled(clock.now())
+        assert node.scheduler.holds(row)
+        claims.store = store
+        _fire_due(node.scheduler, row)
+        with node.executor.holding_starts():
+            claims.claim(clock.now())
+        taken = store.get(row.key)
+        assert taken.status is Status.IN_PROCESS and taken.worker_id == "a"
+
+
+def test_a_skipped_first_fire_of_an_unowned_job_makes_the_node_its_owner(tmp_path):
+    """A first fire taken unowned that its late threshold skips is written as a skip that also
+    makes this node the owner (one write), so the next fires are scheduled here; left nobody's,
+    each next fire waited for an adoption pass, late again. The history line names the node."""
+    with one_slot_node(tmp_path) as (node, store, clock):
+        row = _unowned_cron(store, clock, "late", -2.5, late_threshold="00:00:01")
+        node.reconciler._adopt_scheduled(clock.now())
+        _fire_due(node.scheduler, row)
+        skipped = store.get(row.key)
+        assert skipped.worker_id == "a" and skipped.epoch == row.epoch + 1 and skipped.next_run > clock.now()
+        assert [(str(r.result), r.node) for r in store.runs("USER_JOB", "Customer.userJob1", "late")] == [("SKIPPED", "a")]
+        assert node.scheduler.holds(skipped)  # its next fire is this node's
+
+
+def test_another_lanes_new_job_due_within_a_second_is_left_to_its_node_until_overdue(tmp_path):
+    """The node of a new job's lane writes nothing before its first fire, so another node
+    leaves it alone past the lane wait until the fire is overdue by that wait (its node gone
+    or slow), then fires it itself. Before, the other node took it after the wait alone and
+    both fired it (one claim lost, or an offer that expired into a WAITING write)."""
+    from fabricjobs.model import JobKey
+
+    with one_slot_node(tmp_path) as (node, store, clock):
+        node.liveness.alive = lambda: ["a", "b"]
+        node.reconciler.claims.lanes.patience = 0.2
+        uid = next(u for u in (f"u{i}" for i in range(100)) if JobKey("USER_JOB", "Customer.userJob1", u).lane(2) == 1)
+        row = _unowned_cron(store, clock, uid, 0.8)
+        node.reconciler._adopt_scheduled(clock.now())  # first seen: b's for the lane wait
+        clock.advance(0.3)
+        node.reconciler._adopt_scheduled(clock.now())  # past the wait, but not yet due
+        assert not node.scheduler.holds(row) and store.get(row.key) == row
+        clock.advance(0.5 + 0.3)  # overdue by the lane wait: b did not fire it
+        node.reconciler._adopt_scheduled(clock.now())
+        assert node.scheduler.holds(row) and store.get(row.key) == row  # fired here, nothing written yet

@@ -44,6 +44,12 @@ class Offers:
         with self._lock:
             return [row for row, _ in self._rows.values()]
 
+    def offering(self, row: Job) -> bool:
+        """Whether the fire of ``row`` (this revision or an older one) is on offer now."""
+        with self._lock:
+            known = self._rows.get(row.key)
+        return known is not None and known[0].revision >= row.revision
+
     def holds(self, row: Job) -> bool:
         """Whether the fire of ``row`` (this revision or an older one) is on offer, or was
         taken or expired: a refresh of the store that read it before its claim is not a new

@@ -385,13 +385,18 @@ class Reconciler(UsesParts):
         left = self.claims.stragglers  # adoptions still being written
         rows = [row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
                 if row.key not in left and self.affinity.can_run(parse_affinity(row.affinity))]
-        rows = self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic())
+        lanes, alive = self.claims.lanes, self.liveness.alive()
+        rows = lanes.adoptable(rows, alive, self.clock.monotonic())
         # One due within a second is not adopted first: its fire's claim makes this node its
-        # owner in the same write (Scheduler.take_unowned), from the row read whole.
+        # owner in the same write (Scheduler.take_unowned), from the row read whole. Its lane's
+        # node writes nothing before that fire, so the other nodes leave it to that node until
+        # it is overdue by the lane wait (that node is gone or slow), not for the wait alone.
         soon = [row for row in rows if self.scheduler.fires_unowned(row)]
         if soon:
             keys = {row.key for row in soon}
-            new = [row for row in soon if not self.scheduler.holds(row)]  # (not read again each pass)
+            overdue = self.clock.now() - timedelta(seconds=lanes.wait)
+            new = [row for row in soon if not self.scheduler.holds(row)  # (not read again each pass)
+                   and (lanes.is_own(row, alive) or (row.next_run is not None and row.next_run <= overdue))]
             whole = new if self.store.candidates_whole else self.store.get_many([row.key for row in new]) if new else []
             for row in whole:
                 if row is not None:

@@ -143,10 +143,12 @@ class Scheduler:
                 and row.next_run is not None and row.next_run <= self.clock.now() + timedelta(seconds=FIRE_LEAD_MAX))
 
     def holds(self, row: Job) -> bool:
-        """Whether this scheduler has ``row`` at its revision, to fire or on offer."""
+        """Whether this scheduler has ``row`` at its revision still to fire, or on offer now
+        (a fire already taken or expired whose row is unchanged was not written: it is not
+        held, and is taken again)."""
         with self._cond:
             known = self._rows.get(row.key)
-        return (known is not None and known.revision >= row.revision) or self.offers.holds(row)
+        return (known is not None and known.revision >= row.revision) or self.offers.offering(row)
 
     def take_unowned(self, row: Job) -> bool:
         """Fire ``row``, a whole row that :meth:`fires_unowned`, without adopting it first: the
@@ -156,7 +158,7 @@ class Scheduler:
         is not this node's (docs/explanation/nodes.md). False if ``row`` is not such a row."""
         if not self.fires_unowned(row):
             return False
-        self.add_whole(row, unowned=True)
+        self.add_whole(row, force=True, unowned=True)  # (a fire of it that went unwritten: again)
         return True
 
     def whole_row(self, row: Job) -> Job | None:
@@ -185,7 +187,7 @@ class Scheduler:
         else:
             with self._cond:
                 held = {key: row.revision for key, row in self._rows.items()}
-            unknown = [row.key for row in rows if held.get(row.key) != row.revision and not self.offers.holds(row)]
+            unknown = [row.key for row in rows if held.get(row.key, -1) < row.revision and not self.offers.holds(row)]
             for whole in self.store.get_many(unknown) if unknown else []:
                 if whole is not None:
                     self.add_whole(whole)
@@ -457,14 +459,17 @@ class Scheduler:
         pairs = []
         skipped: list[RunRecord] = []
         for row in rows:
-            excluded = calendar_fire(row, self._calendar(row), now, self.zone)
+            # A skip of a row nobody owns yet (take_unowned) makes this node its owner in the
+            # same write, as its fire's claim would: it is scheduled here from then on.
+            decided = row if row.worker_id is not None else row.replace(worker_id=self.me, epoch=row.epoch + 1)
+            excluded = calendar_fire(decided, self._calendar(row), now, self.zone)
             if excluded is not None:
                 new, record = excluded
                 pairs.append((row, advance(row, Event.UPDATE, new)))
                 skipped.append(record)
                 log.info("%s", record.note.replace("fire due", f"fire of '{row.key}' due"), extra=job_extra(row.key, row.epoch))
                 continue
-            late = late_fire(row, now, self.zone)
+            late = late_fire(decided, now, self.zone)
             if late is not None:
                 new, record = late
                 handler = late_handler(row, now)
@@ -530,13 +535,14 @@ class Scheduler:
             return
         for row in rows:
             if row is not None:
-                self.add_whole(row, force=True)  # (as read)
+                # (an unowned fire whose claim failed is fired again while due, else adopted)
+                self.add_whole(row, force=True, unowned=self.fires_unowned(row))  # (as read)
 
     def _retry_later(self, rows: list[Job]) -> None:
         with self._cond:
             self._retry_at = self.clock.monotonic() + 1.0
         for row in rows:
-            self.add(row, force=True)
+            self.add(row, force=True, unowned=self.fires_unowned(row))
 
     def _settle(self, rows: list[Job], results: list) -> int:
         """After the write: a skipped fire's next due time is scheduled, a row changed meanwhile
