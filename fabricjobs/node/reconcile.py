@@ -385,18 +385,16 @@ class Reconciler(UsesParts):
         left = self.claims.stragglers  # adoptions still being written
         rows = [row for row in self.store.by_owner([None], [Status.SCHEDULED], limit=_ADOPT_BATCH)
                 if row.key not in left and self.affinity.can_run(parse_affinity(row.affinity))]
-        lanes, alive = self.claims.lanes, self.liveness.alive()
-        rows = lanes.adoptable(rows, alive, self.clock.monotonic())
+        rows = self.claims.lanes.adoptable(rows, self.liveness.alive(), self.clock.monotonic())
         # One due within a second is not adopted first: its fire's claim makes this node its
-        # owner in the same write (Scheduler.take_unowned), from the row read whole. Its lane's
-        # node writes nothing before that fire, so the other nodes leave it to that node until
-        # it is overdue by the lane wait (that node is gone or slow), not for the wait alone.
+        # owner in the same write (Scheduler.take_unowned), from the row read whole. Another
+        # lane's is taken after the lane wait, as adoptions are: its node may be slow to fire
+        # it (in the burst of a script's first fires, one node's were 2.1 s late when the
+        # others left them to it until due), and of two claims of one fire one applies.
         soon = [row for row in rows if self.scheduler.fires_unowned(row)]
         if soon:
             keys = {row.key for row in soon}
-            overdue = self.clock.now() - timedelta(seconds=lanes.wait)
-            new = [row for row in soon if not self.scheduler.holds(row)  # (not read again each pass)
-                   and (lanes.is_own(row, alive) or (row.next_run is not None and row.next_run <= overdue))]
+            new = [row for row in soon if not self.scheduler.holds(row)]  # (not read again each pass)
             whole = new if self.store.candidates_whole else self.store.get_many([row.key for row in new]) if new else []
             for row in whole:
                 if row is not None:
