@@ -173,8 +173,12 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
             worker_id=me, epoch=row.epoch + 1, tries=tries, error_msg=note, start_time=now, hold_until=None,
             retries_lost=row.retries_lost + 1,
         )
-    # SCHEDULED (and WAITING): same status, new owner.
-    return Event.TAKEOVER, row.replace(worker_id=me, epoch=row.epoch + 1, hold_until=None)
+    return Event.TAKEOVER, adopted(row, me)
+
+
+def adopted(row: Job, me: str) -> Job:
+    """A SCHEDULED (or WAITING) row with ``me`` its new owner: same status, epoch + 1."""
+    return row.replace(worker_id=me, epoch=row.epoch + 1, hold_until=None)
 
 
 def claim(row: Job, me: str, now: datetime, prepared: bool = False) -> tuple[Event, Job]:

@@ -54,11 +54,10 @@ class Offers:
         """Whether the fire of ``row`` (this revision or an older one) is on offer, or was
         taken or expired: a refresh of the store that read it before its claim is not a new
         fire (added again, it would be offered again and claimed in vain)."""
-        with self._lock:
-            known = self._rows.get(row.key)
-            gone = self._gone.get(row.key)
-        if known is not None and known[0].revision >= row.revision:
+        if self.offering(row):
             return True
+        with self._lock:  # (an offer taken or expired meanwhile is in _gone by now)
+            gone = self._gone.get(row.key)
         return gone is not None and gone >= row.revision
 
     def take(self, keys: Iterable[JobKey]) -> set[JobKey]:

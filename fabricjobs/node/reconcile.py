@@ -395,7 +395,9 @@ class Reconciler(UsesParts):
         if soon:
             keys = {row.key for row in soon}
             new = [row for row in soon if not self.scheduler.holds(row)]  # (not read again each pass)
-            whole = new if self.store.candidates_whole else self.store.get_many([row.key for row in new]) if new else []
+            whole: Sequence[Job | None] = new
+            if new and not self.store.candidates_whole:
+                whole = self.store.get_many([row.key for row in new])
             for row in whole:
                 if row is not None:
                     self.scheduler.take_unowned(row)  # (one moved on since is left to the next pass)

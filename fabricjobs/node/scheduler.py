@@ -35,7 +35,7 @@ from ..errors import StoreError
 from ..logs import job_extra
 from ..model import Event, Job, JobKey, Status, advance
 from ..store.base import JobStore, RunRecord, Version
-from .decisions import FIRE_LEAD_MAX, calendar_fire, fire, late_fire, late_handler
+from .decisions import FIRE_LEAD_MAX, adopted, calendar_fire, fire, late_fire, late_handler
 from .firelead import FIRE_LEAD, FireLead
 from .offers import Offers
 
@@ -104,8 +104,7 @@ class Scheduler:
     def add(self, row: Job, force: bool = False, unowned: bool = False) -> None:
         """A SCHEDULED row this node now owns (taken over, or back from a recurring run); with
         ``unowned``, also a row nobody owns yet, which its fire's claim takes (take_unowned)."""
-        owner_ok = row.worker_id == self.me or (unowned and row.worker_id is None)
-        if row.status is not Status.SCHEDULED or not owner_ok or row.next_run is None:
+        if row.status is not Status.SCHEDULED or not self._takes(row, unowned) or row.next_run is None:
             return
         if row.next_run > self.clock.now() + self.horizon:
             return  # loaded by a refresh when it gets close
@@ -126,8 +125,7 @@ class Scheduler:
         """As :meth:`add`, ``row`` being the whole row as a read or a whole write returned it:
         the claim of its fire then needs no read of it (whole_row). Kept only while its fire is
         within the horizon, as the heap's rows are (the far-future ones stay in the store)."""
-        owner_ok = row.worker_id == self.me or (unowned and row.worker_id is None)
-        if (row.status is Status.SCHEDULED and owner_ok and row.next_run is not None
+        if (row.status is Status.SCHEDULED and self._takes(row, unowned) and row.next_run is not None
                 and row.next_run <= self.clock.now() + self.horizon):
             with self._cond:
                 self._whole.pop(row.key, None)  # (re-inserted last: the oldest go first below)
@@ -135,6 +133,10 @@ class Scheduler:
                 while len(self._whole) > self.batch:  # jobs stopped or taken elsewhere meanwhile
                     del self._whole[next(iter(self._whole))]
         self.add(row, force, unowned)
+
+    def _takes(self, row: Job, unowned: bool) -> bool:
+        """Whether ``row``'s owner is one this scheduler fires for: this node, or (``unowned``) nobody."""
+        return row.worker_id == self.me or (unowned and row.worker_id is None)
 
     def fires_unowned(self, row: Job) -> bool:
         """Whether ``row`` is a SCHEDULED row nobody owns (a new cron job) due within
@@ -461,7 +463,7 @@ class Scheduler:
         for row in rows:
             # A skip of a row nobody owns yet (take_unowned) makes this node its owner in the
             # same write, as its fire's claim would: it is scheduled here from then on.
-            decided = row if row.worker_id is not None else row.replace(worker_id=self.me, epoch=row.epoch + 1)
+            decided = row if row.worker_id is not None else adopted(row, self.me)
             excluded = calendar_fire(decided, self._calendar(row), now, self.zone)
             if excluded is not None:
                 new, record = excluded
