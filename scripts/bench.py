@@ -15,11 +15,14 @@ against, and with --json FILE writes its figures as JSON.
   firelag [--jobs 200] [--seconds 60]
         half EXEC_INTERVAL='00:00:01', half 6-field cron '* * * * * *', on 2 nodes (default
         settings, pool 25), each node warmed up with 9 runs of the job measured (a cluster that
-        has run it before: it knows the job's runs are short). Each run appends its start time. A fire's due time: creation + k s
+        has run it before: it knows the job's runs are short), and the store warmed with the same
+        load for --warm-seconds (20; a JVM's compiler that has seen the Paxos path, as in a cluster
+        that has been up a while; 0 measures a store just started). Each run appends its start time. A fire's due time: creation + k s
         for an interval job, each whole second for cron. Printed: p50 / p99 / max delay from due
         time to start, missed fires (a due time in the window with no run starting in
         [due, due + 1 s)) and doubled fires (two runs in one such second); also the delays
-        of the fires due 10 s or more after the submit (the start-up burst over).
+        of the fires due 10 s or more after the submit (the start-up burst over), and the host's
+        cores used meanwhile by the store, the nodes and the rest.
         Goal: p99 < 50 ms, zero missed and doubled.
   failover [--jobs 30]
         3 nodes (heartbeat --heartbeat-ms x --miss, RECONCILE_INTERVAL_MS 200), --jobs long jobs;
@@ -1067,6 +1070,43 @@ def print_lwt_bound(out: dict, goals: list, args) -> None:
 # Seconds after the submit from which fires count as settled: the first ones meet 200 new jobs'
 # writes and each node's fire lead still learning (on Cassandra, about 4 s of late fires).
 FIRELAG_SETTLED = 10.0
+# Seconds of the same load before the measured one. A Cassandra started seconds before has a cold
+# JIT: on this 2-core host it took 1.05-1.14 cores for the load that took 0.75-0.78 once warm, and
+# 100-312 fires were missed against none (bench/results/raw/2026-11-30-warm-store/).
+FIRELAG_WARM = 20.0
+
+
+def host_busy_seconds() -> float:
+    """CPU seconds the whole host has spent busy (all cores, every process: /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuShares:
+    """Where the host's cores went during a measurement: the store's JVMs (a real Cassandra),
+    the fabricjobs nodes (each node's process group: node, fork server, workers) and the rest
+    (this process, the host's other tenants). A lag that grows with a saturated host is the
+    host's queueing, not the scheduler's."""
+
+    def __init__(self, backend: Backend, rig, names: list[str]) -> None:
+        cluster = getattr(backend, "cluster", None)
+        self._store_pids = [p for p in (cluster.pid(i) for i in range(backend.nodes)) if p] if cluster else []
+        self._groups = [rig.nodes[n].pid for n in names]
+        self._start = self._sample()
+
+    def _sample(self) -> tuple[float, float, float, float]:
+        return (time.monotonic(), sum(process_cpu_seconds(p) for p in self._store_pids),
+                sum(group_cpu_seconds(g) for g in self._groups), host_busy_seconds())
+
+    def cores(self) -> dict:
+        """Cores used on average since this meter was made."""
+        end = self._sample()
+        wall = end[0] - self._start[0]
+        store, nodes, busy = ((end[i] - self._start[i]) / wall for i in (1, 2, 3))
+        return {"cores": os.cpu_count(), "host_busy": round(busy, 2), "store": round(store, 2),
+                "nodes": round(nodes, 2), "rest": round(max(0.0, busy - store - nodes), 2)}
 
 
 def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
@@ -1085,17 +1125,29 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
         # As in a cluster that has run this job before: each node knows how long its runs take
         # (short ones ride on trains, node/trains.py), also for the first fires of the jobs below.
         rig.warm_up(names, 9, timeout=120, job="Bench.stamp", args=json.dumps({"log": str(rig.tmp / "warm.jsonl")}))
-        statements = [f"startjob user_job name='Bench.stamp' uid='i{i:04d}' exec_interval='00:00:01' args='{a}';"
-                      for i in range(n_interval)]
-        statements += [f"startjob user_job name='Bench.stamp' uid='c{i:04d}' exec_interval='* * * * * *' args='{a}';"
-                       for i in range(n_cron)]
+
+        def recurring(prefix: str, args_json: str) -> list[str]:
+            return ([f"startjob user_job name='Bench.stamp' uid='{prefix}i{i:04d}' exec_interval='00:00:01' "
+                     f"args='{args_json}';" for i in range(n_interval)]
+                    + [f"startjob user_job name='Bench.stamp' uid='{prefix}c{i:04d}' exec_interval='* * * * * *' "
+                       f"args='{args_json}';" for i in range(n_cron)])
+
+        if args.warm_seconds > 0:
+            # The same load once before, not measured: a store that has served it (a JVM whose
+            # compiler has seen the Paxos path), as in a cluster that has been up a while.
+            progress(f"firelag: warming the store with the same load for {args.warm_seconds:g} s ...")
+            rig.submit(recurring("w", json.dumps({"log": str(rig.tmp / "warm-load.jsonl")})))
+            rig.run_then_stop("Bench.stamp", time.time() + args.warm_seconds, 60)
+        statements = recurring("", a)
         progress(f"firelag: {count} recurring jobs on 2 nodes for {seconds:g} s ...")
         store = rig.client.store
+        shares: list[dict] = []
+        cpu = CpuShares(backend, rig, names)
         t_first, t_submitted = rig.submit(statements)
         rows = {j.key.uid: j for j in store.live_jobs(type="USER_JOB", name="Bench.stamp")}
         if len(rows) != count:
             raise BenchError(f"expected {count} live recurring jobs after STARTJOB, found {len(rows)}")
-        t_stop = rig.run_then_stop("Bench.stamp", t_submitted + seconds, 60)
+        t_stop = rig.run_then_stop("Bench.stamp", t_submitted + seconds, 60, on_stop=lambda: shares.append(cpu.cores()))
         starts: dict[str, list[tuple[float, float | None]]] = {uid: [] for uid in rows}
         for rec in read_records(log):
             if rec.get("uid") in starts:
@@ -1107,6 +1159,11 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
           end="")
     result = firelag_report(args, rows, starts, t_submitted, t_stop, seconds, count)
     result["submit_seconds"] = round(t_submitted - t_first, 3)
+    result["warm_seconds"] = args.warm_seconds
+    c = result["cpu_cores"] = shares[0]
+    print(f"host CPU while they ran: {c['host_busy']:.2f} of {c['cores']} cores busy (store {c['store']:.2f}, "
+          f"fabricjobs nodes {c['nodes']:.2f}, the rest {c['rest']:.2f})"
+          + ("; warmed first with the same load for {:g} s".format(args.warm_seconds) if args.warm_seconds else ""))
     return result
 
 
@@ -1635,6 +1692,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--jobs", type=int, default=200, help="recurring jobs (200), half interval, half cron")
         p.add_argument("--seconds", type=float, default=60.0, help="how long they run (60)")
         p.add_argument("--pool", type=int, default=25, help="K2JOBS_POOL_SIZE (25)")
+        p.add_argument("--warm-seconds", type=float, default=FIRELAG_WARM,
+                       help=f"run the same load this long first, unmeasured ({FIRELAG_WARM:g}; 0: a store just started)")
 
     def add_failover(p):
         p.add_argument("--jobs", type=int, default=30, help="long jobs (30)")

@@ -262,12 +262,16 @@ class Rig(NodeRig):
             client.run_script(s)
         return t0, time.time()
 
-    def run_then_stop(self, name: str, until: float, timeout: float) -> float:
+    def run_then_stop(self, name: str, until: float, timeout: float,
+                      on_stop: Callable[[], None] | None = None) -> float:
         """Let the recurring jobs called ``name`` run until ``until`` (wall time), watching the
-        nodes; then STOPJOB them all and wait until none is live. Returns the STOPJOB time."""
+        nodes; then (after ``on_stop``) STOPJOB them all and wait until none is live. Returns
+        the STOPJOB time."""
         while time.time() < until:
             self.check_nodes()
             time.sleep(min(0.2, max(0.0, until - time.time())))
+        if on_stop is not None:
+            on_stop()
         t_stop = time.time()
         self.client.fetch(f"stopjob user_job name='{name}';")
         store = self.client.store

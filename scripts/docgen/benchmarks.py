@@ -107,6 +107,13 @@ def _section(latest: dict[str, Any], older: list[dict[str, Any]]) -> list[str]:
                       [[kind, v["runs_in_window"], f"{v['delay_p50_ms']:.1f}", f"{v['delay_p99_ms']:.1f}",
                         f"{v['delay_max_ms']:.1f}", "" if v.get("missed_fires") is None else v["missed_fires"],
                         "" if v.get("doubled_fires") is None else v["doubled_fires"]] for kind, v in by_kind.items()])
+    figures = latest.get("figures") or {}
+    if figures.get("warm_seconds"):
+        out += [f"The store was first warmed with the same load for {figures['warm_seconds']:g} s (not measured).", ""]
+    cpu = figures.get("cpu_cores")
+    if isinstance(cpu, dict):  # where the host's cores went while the measured load ran
+        out += [f"Host CPU while it ran: {cpu['host_busy']:.2f} of {cpu['cores']} cores busy: the store "
+                f"{cpu['store']:.2f}, the fabricjobs nodes {cpu['nodes']:.2f}, the rest {cpu['rest']:.2f}.", ""]
     for table in latest.get("tables", []):
         out += [f"*{table['title']}*", "", *_table(table["headers"], table["rows"])]
     if latest.get("notes"):
