@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from fabricjobs.model import JobKey, Status
 from fabricjobs.node.metrics import METRICS
 from fabricjobs.store import open_store
-from fabricjobs.config import load_config
+from fabricjobs.config import KEYS, load_config
 from testkit.rig import Rig, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 UNITS = sorted((ROOT / "deploy" / "systemd").glob("*.service"))
+KEYS_BY_NAME = {(k.section, k.name): k for k in KEYS}
 
 
 def test_the_systemd_units_verify_clean(tmp_path):
@@ -73,6 +75,61 @@ def test_a_node_tells_its_service_manager_ready_after_its_first_heartbeat_and_st
         if store is not None:
             store.close()
         rig.kill_all()
+
+
+def _unit_settings(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_a_store_down_at_boot_never_makes_systemd_give_up_on_the_node():
+    """systemd stops restarting a unit started StartLimitBurst times within
+    StartLimitIntervalSec. A node that cannot reach its store waits START_PATIENCE_SEC before
+    it exits (status 1), so that however long the store stays down, its restarts stay under
+    the limit and it comes up once the store does, without an operator."""
+    unit = _unit_settings(UNITS[0].read_text())
+    patience = KEYS_BY_NAME[("node", "START_PATIENCE_SEC")].default
+    cycle = patience + float(unit["RestartSec"])  # at least this between two starts while the store is down
+    starts_in_window = int(float(unit["StartLimitIntervalSec"]) // cycle) + 1
+    assert starts_in_window < int(unit["StartLimitBurst"]), (cycle, starts_in_window)
+    # ... and the wait (with the start-up's own patient steps after it) fits in TimeoutStartSec
+    assert 2 * patience < float(unit["TimeoutStartSec"])
+
+
+def test_a_node_started_before_its_store_waits_for_it_then_runs_jobs(tmp_path):
+    """A host that boots before Cassandra: its node says it waits, one warning a try, and
+    once the store answers it starts and runs jobs (no restart, no operator)."""
+    from fabricjobs.client import Client
+    from testkit.cqlserver import CqlTestServer
+    from testkit.rig import free_port, wait_for
+
+    port = free_port()
+    config = write_config(tmp_path / "config.ini", {
+        "node": {"START_PATIENCE_SEC": 120},
+        "store": {"BACKEND": "cassandra"},
+        "cassandra": {"HOSTS": "127.0.0.1", "PORT": port, "KEYSPACE": "fj_boot", "PROTOCOL_VERSION": 4,
+                      "CONNECT_TIMEOUT_SEC": 5, "REQUEST_TIMEOUT_SEC": 5, "TOKEN_AWARE": "false"},
+        "jobs": {"USER_JOBS_DIR": str(ROOT / "tests" / "jobs"), "RECONCILE_INTERVAL_MS": 200},
+    })
+    rig = Rig(tmp_path, config)
+    server = client = None
+    try:
+        node = rig.spawn("n1")
+        wait_for(lambda: node.log().count("could not connect to its store yet") >= 2, 60,
+                 "the node to say twice that it waits for its store", check=rig.check_nodes)
+        server = CqlTestServer(port=port).start()
+        rig.wait_started(node, timeout=90)
+        assert node.alive()
+        client = Client.from_config(config)
+        client.fetch("startjob user_job name='Probe.noop' uid='after-boot';")
+        wait_for(lambda: (j := client.store.get(JobKey("USER_JOB", "Probe.noop", "after-boot"))) is not None
+                 and j.status is Status.PROCESSED, 30, "the job to be PROCESSED", check=rig.check_nodes)
+        assert "Traceback" not in node.log()
+    finally:
+        if client is not None:
+            client.close()
+        rig.kill_all()
+        if server is not None:
+            server.stop()
 
 
 def test_the_example_alert_rules_parse_and_name_only_metrics_a_node_serves():

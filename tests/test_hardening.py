@@ -77,17 +77,21 @@ def _refused_then_nothing_stored(client, script, why):
 
 def test_a_node_whose_store_does_not_answer_exits_1_so_that_it_is_started_again(tmp_path):
     """Exit status 2 is for what waiting cannot change (the systemd unit leaves such a node
-    down); a store that does not answer may answer in a minute: status 1, and one line."""
+    down); a store that does not answer may answer in a minute: the node tries again for
+    START_PATIENCE_SEC, one warning a try, then exits with status 1 and one line."""
     with socket.socket() as closed:  # a port with nobody behind it
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     config = tmp_path / "config.ini"
-    config.write_text(f"[store]\nBACKEND = cassandra\n[cassandra]\nHOSTS = 127.0.0.1\nPORT = {port}\n"
-                      "CONNECT_TIMEOUT_SEC = 1\n")
+    config.write_text(f"[node]\nSTART_PATIENCE_SEC = 2\n[store]\nBACKEND = cassandra\n[cassandra]\n"
+                      f"HOSTS = 127.0.0.1\nPORT = {port}\nCONNECT_TIMEOUT_SEC = 1\n")
     run = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(config), "node", "--name", "n"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1, run.stderr
-    assert f"fabricjobs: cannot connect to Cassandra at 127.0.0.1:{port}" in run.stderr
+    assert "node n could not connect to its store yet (cannot connect to Cassandra" in run.stderr
+    assert (f"fabricjobs: node 'n' cannot connect to its store: cannot connect to Cassandra at 127.0.0.1:{port}"
+            in run.stderr), run.stderr
+    assert "(tried for 2 s)" in run.stderr
     assert "Traceback" not in run.stderr
 
 

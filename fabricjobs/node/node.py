@@ -25,7 +25,7 @@ import socket
 import sys
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..calendar import CalendarCache
 from ..affinity import NodeAffinity
@@ -73,9 +73,7 @@ _PLACEMENT_EVERY = 30.0  # seconds between checks of this node's store settings 
 _PLACEMENT_FIRST = 3.0
 _VERDICT_GAP = 0.002  # seconds after a possible death verdict that the nodes are read again
 _OWNED = (Status.IN_PROCESS, Status.SCHEDULED, Status.STOPPING, Status.RESTART)  # rows a node holds
-#: Seconds a starting node goes on trying the store's first reads and its first beat (a
-#: systemd unit of Type=notify waits 90 s for the node to say it is ready).
-START_PATIENCE_SEC = 60.0
+T = TypeVar("T")
 _SETTLE_CLAIMS_SEC = 15.0  # seconds a stopping node waits for claims still being written (an LWT, settled, sent again)
 
 log = logging.getLogger("fabricjobs.node")
@@ -120,10 +118,13 @@ class Node:
         self.affinity = NodeAffinity.from_node_id(self.name, self.dc, self.node_id, s.pool_size, config.node_addresses)
         self.catalog = JobCatalog.from_config(config)
         self.catalog.check_directories()  # before anything is opened: a refusal leaves nothing behind
-        self.store = store or open_store(config)
+        self.signals = Signals()
+        # A host may boot before its store: the node waits for it (docs/guides/cluster.md,
+        # "Starting a node") rather than exit at once, which a service manager restarting it
+        # every few seconds would soon give up on.
+        self.store = store or self._patiently("connect to its store", lambda: open_store(config), self._start_deadline())
         self.clock = following(clock, self.store.wall_time())  # the store's time on Cassandra
         self.doorbell = Doorbell.for_store(self.store)
-        self.signals = Signals()
         self._started = False
         self._stop_doorbell: Callable[[], None] | None = None
         self._listener_requests: ListenerRequests | None = None  # built at a listener's first request
@@ -270,17 +271,22 @@ class Node:
             if now is not None and (now.beat, now.incarnation) != (row.beat, row.incarnation):
                 raise NodeStartError(f"node {self.name!r} is alive on host {now.host}; choose another name")
 
-    def _patiently(self, what: str, step: Callable[[], object], deadline: float) -> None:
-        """``step`` of the start-up, tried again while the store does not answer it, until
-        ``deadline`` (monotonic): a Cassandra host killed a moment ago is still thought alive
-        by its peers for seconds, and a read sent through it times out; the node then waits,
-        it does not exit (docs/guides/cluster.md, "Starting a node"). Any other store error
-        (this host's clock beyond the bound, a full disk) ends the start-up at once."""
+    def _start_deadline(self) -> float:
+        return time.monotonic() + self.settings.start_patience
+
+    def _patiently(self, what: str, step: Callable[[], T], deadline: float) -> T:
+        """``step`` of the start-up (its result), tried again while the store does not answer
+        it, until ``deadline`` (monotonic): a store not up yet, or a Cassandra host killed a
+        moment ago, still thought alive by its peers for seconds, through which a read times
+        out; the node then waits, it does not exit (docs/guides/cluster.md, "Starting a node").
+        Any other store error (this host's clock beyond the bound, a full disk) ends the
+        start-up at once. A step's False is a store that did not answer."""
         pause = 0.2
         while True:
             try:
-                if step() is not False:
-                    return
+                result = step()
+                if result is not False:
+                    return result
                 failure = "it did not answer"
             except StoreUnavailable as exc:
                 failure = str(exc)
@@ -288,14 +294,14 @@ class Node:
                 # Not a NodeStartError: the store may answer again, and the node's exit status
                 # (1, not 2) lets a service manager start it again.
                 raise StoreUnavailable(f"node {self.name!r} cannot {what}: {failure} "
-                                       f"(tried for {START_PATIENCE_SEC:.0f} s)")
+                                       f"(tried for {self.settings.start_patience:.0f} s)")
             log.warning("node %s could not %s yet (%s); trying again", self.name, what, failure)
             if self.signals.stop.wait(pause):  # SIGTERM, or another instance took the name
                 raise NodeStartError(f"node {self.name!r} stopped while it waited for the store")
             pause = min(pause * 2, 5.0)
 
     def start(self) -> None:
-        deadline = time.monotonic() + START_PATIENCE_SEC
+        deadline = self._start_deadline()
         self._patiently("read its name's row in the store", self._check_name, deadline)
         self._patiently("write its heartbeat to the store", lambda: self.heartbeat.beat_once(patient=True), deadline)
         try:  # once its row is written: from here on the store judges this process as a node

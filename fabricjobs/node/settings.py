@@ -37,6 +37,7 @@ class NodeSettings:
     run_memory_mb: int = 0
     run_pids_max: int = 0
     max_output: int = 4 * 1024 * 1024  # [jobs] MAX_OUTPUT_BYTES: what a run prints, passed on live
+    start_patience: float = 60.0  # [node] START_PATIENCE_SEC: how long a start-up waits for the store
 
     @classmethod
     def from_config(cls, c: Config) -> "NodeSettings":
@@ -69,6 +70,7 @@ class NodeSettings:
             run_memory_mb=g("jobs", "RUN_MEMORY_MB"),
             run_pids_max=g("jobs", "RUN_PIDS_MAX"),
             max_output=g("jobs", "MAX_OUTPUT_BYTES"),
+            start_patience=g("node", "START_PATIENCE_SEC"),
         )
 
     @property
