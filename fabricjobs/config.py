@@ -211,7 +211,8 @@ KEYS: tuple[Key, ...] = (
     Key("node", "NODE_ID_FILE", _str, "node.id", "The node.id file with affinity limits (missing file: ANY only).", path=True),
     Key("node", "START_PATIENCE_SEC", _float(0.0), 60.0, "Seconds a starting node waits for its store to answer (the "
         "connection, its first reads, its first heartbeat) before it exits with status 1 for its service manager to "
-        "start it again. A node started before its store (a host booted before Cassandra) waits, one warning a try."),
+        "start it again. A node started before its store (a host booted before Cassandra, its DNS not up yet, Cassandra's "
+        "roles not readable yet) waits, with a warning each try."),
     # [jobs]
     Key("jobs", "K2JOBS_POOL_SIZE", _int(1), 25, "Runs at once on this node."),
     Key("jobs", "K2JOB_ARCHIVING_TIME_HOUR", _float(0.0), 720.0, "Hours an archived job row is kept before it is deleted."),

@@ -122,7 +122,9 @@ class Node:
         # A host may boot before its store: the node waits for it (docs/guides/cluster.md,
         # "Starting a node") rather than exit at once, which a service manager restarting it
         # every few seconds would soon give up on.
-        self.store = store or self._patiently("connect to its store", lambda: open_store(config), self._start_deadline())
+        # One budget for the whole start-up: connecting, then the first reads and beat (start()).
+        self._start_by = time.monotonic() + s.start_patience
+        self.store = store or self._patiently("connect to its store", lambda: open_store(config), self._start_by)
         self.clock = following(clock, self.store.wall_time())  # the store's time on Cassandra
         self.doorbell = Doorbell.for_store(self.store)
         self._started = False
@@ -271,9 +273,6 @@ class Node:
             if now is not None and (now.beat, now.incarnation) != (row.beat, row.incarnation):
                 raise NodeStartError(f"node {self.name!r} is alive on host {now.host}; choose another name")
 
-    def _start_deadline(self) -> float:
-        return time.monotonic() + self.settings.start_patience
-
     def _patiently(self, what: str, step: Callable[[], T], deadline: float) -> T:
         """``step`` of the start-up (its result), tried again while the store does not answer
         it, until ``deadline`` (monotonic): a store not up yet, or a Cassandra host killed a
@@ -301,7 +300,7 @@ class Node:
             pause = min(pause * 2, 5.0)
 
     def start(self) -> None:
-        deadline = self._start_deadline()
+        deadline = self._start_by
         self._patiently("read its name's row in the store", self._check_name, deadline)
         self._patiently("write its heartbeat to the store", lambda: self.heartbeat.beat_once(patient=True), deadline)
         try:  # once its row is written: from here on the store judges this process as a node

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fabricjobs.errors import SchemaVersionError, StoreError
+from fabricjobs.errors import SchemaVersionError, StoreError, StoreUnavailable
 from fabricjobs.model import Job, JobKey, Status
 from fabricjobs.store.base import RunRecord
 from fabricjobs.store.cassandra import CassandraStore, parse_replication
@@ -594,8 +594,36 @@ def test_username_and_password_from_config_ini_log_in(tmp_path):
             assert store.insert(Job(JobKey("USER_JOB", "A.b", "u"), Status.WAITING, T0, next_run=T0)).applied
         finally:
             store.close()
-        with pytest.raises(StoreError, match="cannot connect to Cassandra"):
+        with pytest.raises(StoreError, match="cannot connect to Cassandra") as refused:
             open_configured(config("wrong"))
+        assert not isinstance(refused.value, StoreUnavailable)  # waiting cannot fix it: a node exits 2
+
+
+def test_a_cassandra_that_cannot_read_its_roles_yet_is_waited_for_and_a_wrong_password_is_not():
+    """Cassandra answers a login it cannot check (system_auth's replicas not up: a cluster still
+    starting) as bad credentials, with this text; a starting node waits for that to pass
+    (docs/guides/cluster.md, "Starting a node"), not for a wrong password."""
+    from cassandra import AuthenticationFailed
+    from cassandra.cluster import NoHostAvailable
+
+    from fabricjobs.store.cassandra.session import driver_error
+
+    def login_failed(text: str):
+        return NoHostAvailable("Unable to connect to any servers", {"10.0.0.1:9042": AuthenticationFailed(
+            f'Failed to authenticate to 10.0.0.1:9042: Error from server: code=0100 [Bad credentials] message="{text}"')})
+
+    starting = driver_error(login_failed("Unable to perform authentication: Cannot achieve consistency level QUORUM"), "x")
+    wrong = driver_error(login_failed("Provided username fabric and/or password are incorrect"), "x")
+    assert isinstance(starting, StoreUnavailable)
+    assert isinstance(wrong, StoreError) and not isinstance(wrong, StoreUnavailable)
+
+
+def test_a_host_name_that_does_not_resolve_yet_is_a_store_that_does_not_answer():
+    """A host booted before its DNS: a node waits for the name to resolve, as for a store that
+    is down; the message names the setting."""
+    with pytest.raises(StoreUnavailable, match=r"cannot resolve any Cassandra host of \[cassandra\] HOSTS "
+                                               r"\(no-such-host\.invalid\)"):
+        CassandraStore(hosts=["no-such-host.invalid"], port=9042, connect_timeout=1.0)
 
 
 def test_replication_settings():

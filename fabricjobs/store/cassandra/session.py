@@ -122,25 +122,29 @@ def new_cluster(hosts: Sequence[str], port: int, *, protocol_version: int, conne
                 token_aware: bool, profiles: dict, timestamps: Callable[[], int] | None = None, **options):
     """The driver's Cluster, not yet connected. ``timestamps``: what stamps every write (in
     microseconds); the store passes Cassandra's time (clock.py), not the host's."""
+    from cassandra import UnresolvableContactPoints
     from cassandra.cluster import Cluster
 
     _quiet_driver_tracebacks()
-    return Cluster(
-        list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
-        # Routing by token needs the token ring and the keyspace's replication (schema metadata).
-        connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
-        # The control connection's own queries at connect (peers, schema) get the connect
-        # timeout too, not the driver's 2 s: a busy server otherwise fails the whole connect.
-        control_connection_timeout=connect_timeout,
-        # A statement is prepared on the host that answers; another host that meets it first
-        # answers UNPREPARED and the driver prepares it there. Preparing on every host at once
-        # (the driver's default) waited 10 s on each host cut off by a partition, on the
-        # node's main thread, for each statement first used after the cut: a takeover that
-        # needed three new statements came 30 s late (tests/test_partitions.py).
-        prepare_on_all_hosts=False,
-        **({"timestamp_generator": timestamps} if timestamps is not None else {}),
-        **options,
-    )
+    try:
+        return Cluster(
+            list(hosts), port=port, protocol_version=protocol_version, execution_profiles=profiles,
+            # Routing by token needs the token ring and the keyspace's replication (schema metadata).
+            connect_timeout=connect_timeout, schema_metadata_enabled=token_aware, token_metadata_enabled=token_aware,
+            # The control connection's own queries at connect (peers, schema) get the connect
+            # timeout too, not the driver's 2 s: a busy server otherwise fails the whole connect.
+            control_connection_timeout=connect_timeout,
+            # A statement is prepared on the host that answers; another host that meets it first
+            # answers UNPREPARED and the driver prepares it there. Preparing on every host at once
+            # (the driver's default) waited 10 s on each host cut off by a partition, on the
+            # node's main thread, for each statement first used after the cut: a takeover that
+            # needed three new statements came 30 s late (tests/test_partitions.py).
+            prepare_on_all_hosts=False,
+            **({"timestamp_generator": timestamps} if timestamps is not None else {}),
+            **options,
+        )
+    except UnresolvableContactPoints:  # DNS not up yet on a host that just booted, or a wrong name
+        raise StoreUnavailable(f"cannot resolve any Cassandra host of [cassandra] HOSTS ({', '.join(hosts)})") from None
 
 
 _NO_PROFILE = object()
@@ -209,9 +213,16 @@ def _unanswered(exc: BaseException) -> bool:
     from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
 
     if isinstance(exc, NoHostAvailable):  # each host's own error: a wrong password is no outage
-        return not any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
+        return not any(isinstance(e, AuthenticationFailed) and not _auth_unavailable(e) for e in exc.errors.values())
     return _unreachable(exc) or isinstance(exc, (Timeout, Unavailable, CoordinationFailure, OverloadedErrorMessage,
                                                  IsBootstrappingErrorMessage))
+
+
+def _auth_unavailable(exc: BaseException) -> bool:
+    """An authentication that failed because Cassandra could not read its roles (too few
+    replicas of system_auth up: a cluster still starting), which it reports as bad credentials
+    with this message. It may succeed in a moment, a wrong password never."""
+    return "Unable to perform authentication" in str(exc)
 
 
 def driver_error(exc: BaseException, text: str) -> StoreError:
