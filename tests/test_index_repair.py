@@ -71,7 +71,10 @@ def test_jobs_whose_index_entries_were_deleted_are_found_by_the_repair_pass_and_
     # the next pass gives it back.
     client.fetch("startjob user_job name='Probe.record' uid='later' exec_interval='2027-12-01 00:00:00';")
     cluster.wait_job("USER_JOB", "Probe.record", "later", lambda j: j.status is Status.SCHEDULED and j.worker_id, 15)
-    assert _drop_entries(cluster, ["later"]) == 1
-    wait_for(lambda: scrape_metrics(PORT)["fabricjobs_store_index_restored_total"] == 31, 20,
+    # Its entry, and maybe the one of its row as it was before the adoption: that one is deleted
+    # after the adoption's LWT has answered, which the row read above may come before.
+    assert _drop_entries(cluster, ["later"]) in (1, 2)
+    # (at least: a repair pass may restore it between the read and the delete above, and again)
+    wait_for(lambda: scrape_metrics(PORT)["fabricjobs_store_index_restored_total"] >= 31, 20,
              "the scheduled job's entry to be restored")
     assert _count_entries(cluster, "later") == 1
