@@ -1095,14 +1095,19 @@ class CpuShares:
         self._store_pids = [p for p in (cluster.pid(i) for i in range(backend.nodes)) if p] if cluster else []
         self._groups = [rig.nodes[n].pid for n in names]
         self._start = self._sample()
+        self._end: tuple[float, float, float, float] | None = None
 
     def _sample(self) -> tuple[float, float, float, float]:
         return (time.monotonic(), sum(process_cpu_seconds(p) for p in self._store_pids),
                 sum(group_cpu_seconds(g) for g in self._groups), host_busy_seconds())
 
+    def stop(self) -> None:
+        """The end of the measurement (the load still running: before its STOPJOB)."""
+        self._end = self._sample()
+
     def cores(self) -> dict:
-        """Cores used on average since this meter was made."""
-        end = self._sample()
+        """Cores used on average from when this meter was made until :meth:`stop`."""
+        end = self._end or self._sample()
         wall = end[0] - self._start[0]
         store, nodes, busy = ((end[i] - self._start[i]) / wall for i in (1, 2, 3))
         return {"cores": os.cpu_count(), "host_busy": round(busy, 2), "store": round(store, 2),
@@ -1141,13 +1146,12 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
         statements = recurring("", a)
         progress(f"firelag: {count} recurring jobs on 2 nodes for {seconds:g} s ...")
         store = rig.client.store
-        shares: list[dict] = []
         cpu = CpuShares(backend, rig, names)
         t_first, t_submitted = rig.submit(statements)
         rows = {j.key.uid: j for j in store.live_jobs(type="USER_JOB", name="Bench.stamp")}
         if len(rows) != count:
             raise BenchError(f"expected {count} live recurring jobs after STARTJOB, found {len(rows)}")
-        t_stop = rig.run_then_stop("Bench.stamp", t_submitted + seconds, 60, on_stop=lambda: shares.append(cpu.cores()))
+        t_stop = rig.run_then_stop("Bench.stamp", t_submitted + seconds, 60, on_stop=cpu.stop)
         starts: dict[str, list[tuple[float, float | None]]] = {uid: [] for uid in rows}
         for rec in read_records(log):
             if rec.get("uid") in starts:
@@ -1160,10 +1164,10 @@ def cmd_firelag(args, backend: Backend, facts: dict, findings: list) -> dict:
     result = firelag_report(args, rows, starts, t_submitted, t_stop, seconds, count)
     result["submit_seconds"] = round(t_submitted - t_first, 3)
     result["warm_seconds"] = args.warm_seconds
-    c = result["cpu_cores"] = shares[0]
+    c = result["cpu_cores"] = cpu.cores()
+    warmed = f"; warmed first with the same load for {args.warm_seconds:g} s" if args.warm_seconds else ""
     print(f"host CPU while they ran: {c['host_busy']:.2f} of {c['cores']} cores busy (store {c['store']:.2f}, "
-          f"fabricjobs nodes {c['nodes']:.2f}, the rest {c['rest']:.2f})"
-          + ("; warmed first with the same load for {:g} s".format(args.warm_seconds) if args.warm_seconds else ""))
+          f"fabricjobs nodes {c['nodes']:.2f}, the rest {c['rest']:.2f}){warmed}")
     return result
 
 

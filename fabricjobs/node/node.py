@@ -121,8 +121,8 @@ class Node:
         self.signals = Signals()
         # A host may boot before its store: the node waits for it (docs/guides/cluster.md,
         # "Starting a node") rather than exit at once, which a service manager restarting it
-        # every few seconds would soon give up on.
-        # One budget for the whole start-up: connecting, then the first reads and beat (start()).
+        # every few seconds would soon give up on. One budget for the whole start-up:
+        # connecting, then the first reads and beat (start()).
         self._start_by = time.monotonic() + s.start_patience
         self.store = store or self._patiently("connect to its store", lambda: open_store(config), self._start_by)
         self.clock = following(clock, self.store.wall_time())  # the store's time on Cassandra

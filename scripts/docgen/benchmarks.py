@@ -101,13 +101,13 @@ def _section(latest: dict[str, Any], older: list[dict[str, Any]]) -> list[str]:
     if latest.get("goals"):
         out += _table(["goal", "measured", ""],
                       [[g["goal"], g["measured"], "met" if g["met"] else "**not met**"] for g in latest["goals"]])
-    by_kind = (latest.get("figures") or {}).get("by_kind")
+    figures = latest.get("figures") or {}
+    by_kind = figures.get("by_kind")
     if isinstance(by_kind, dict):  # firelag: delays per kind of job
         out += _table(["jobs", "runs", "p50 ms", "p99 ms", "max ms", "missed", "doubled"],
                       [[kind, v["runs_in_window"], f"{v['delay_p50_ms']:.1f}", f"{v['delay_p99_ms']:.1f}",
                         f"{v['delay_max_ms']:.1f}", "" if v.get("missed_fires") is None else v["missed_fires"],
                         "" if v.get("doubled_fires") is None else v["doubled_fires"]] for kind, v in by_kind.items()])
-    figures = latest.get("figures") or {}
     if figures.get("warm_seconds"):
         out += [f"The store was first warmed with the same load for {figures['warm_seconds']:g} s (not measured).", ""]
     cpu = figures.get("cpu_cores")
