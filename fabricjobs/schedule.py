@@ -182,6 +182,11 @@ def _parse(text: str, tz: ZoneInfo) -> Schedule:
             at = datetime(year, month, day, hour, minute, second, int(fraction.ljust(3, "0")) * 1000)
         except ValueError as exc:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: {exc}") from None
+        try:  # at the ends of the calendar a zone's offset leaves the range of dates
+            _to_instant(at, tz)
+        except OverflowError:
+            raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: out of the range of dates in time zone "
+                                f"{tz.key}") from None
         return Schedule(text, ScheduleKind.ONCE_AT, tz, at_local=at)
     if ":" in raw and not raw.startswith("@"):
         raise ScheduleError(

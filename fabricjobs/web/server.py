@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
 from dataclasses import dataclass
 
@@ -47,6 +48,27 @@ def options(config: Config, bind: str | None, tls_cert: str | None, tls_key: str
     return ServeOptions(chosen, cert, key, log_level)
 
 
+class ListenError(Exception):
+    """The address cannot be listened on (in use, not this host's): the command failed, and
+    may succeed once the address is free (exit status 1, docs/reference/cli.md)."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything is announced or opened: uvicorn binds its
+    own only once serving starts, and ends the process with a status of its own on failure."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]" if ":" in host else host
+        raise ListenError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def clear_text_warning(host: str, tls: bool) -> str | None:
     """What to say when tokens and session cookies would cross a network in clear: plain
     HTTP on an address that is not loopback."""
@@ -78,7 +100,13 @@ def serve(config: Config, opts: ServeOptions) -> None:
 
     host, port = parse_bind(opts.bind)
     log.setLevel(opts.log_level.upper())  # its INFO lines (who changed what: audit.py) beside uvicorn's
-    store = open_store(config)
+    sock = listen(host, port)
+    port = sock.getsockname()[1]  # (port 0: the one the system chose)
+    try:
+        store = open_store(config)
+    except BaseException:
+        sock.close()
+        raise
     api = Api(store, config, TokenFile(config.get("web", "TOKENS_FILE")))
     fastapi_app = create_app(api)
     fastapi_app.state.live.start()  # the console's shared view samples the queue from the start
@@ -102,10 +130,11 @@ def serve(config: Config, opts: ServeOptions) -> None:
 
     async def main() -> None:
         await more_threads()
-        await server.serve()
+        await server.serve(sockets=[sock])
 
     try:
         asyncio.run(main())
     finally:
         fastapi_app.state.live.stop()
         store.close()
+        sock.close()

@@ -6,6 +6,7 @@ its token in the job's Notes and in the web process's log; the server's flags (-
 from __future__ import annotations
 
 import shutil
+import socket
 import ssl
 import stat
 import subprocess
@@ -77,6 +78,18 @@ def test_the_server_refuses_half_a_tls_pair_and_a_bad_bind(cluster):
     assert half.returncode == 2 and "needs both a certificate and its key" in half.stderr
     bad = cluster.cli("web", "--bind", "localhost", timeout=30)
     assert bad.returncode == 2 and "--bind: expected HOST:PORT" in bad.stderr
+
+
+def test_an_address_in_use_is_refused_before_anything_is_announced(cluster):
+    """A second web process on the same port: one line that says why, exit status 1 (a failed
+    command, which a service manager starts again), and no console address printed as if served."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cluster.cli("web", "--bind", f"127.0.0.1:{port}", timeout=30)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.strip() == f"fabricjobs web: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
