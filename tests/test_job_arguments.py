@@ -20,6 +20,7 @@ pytestmark = pytest.mark.slow
 JOBS = {
     "Typo.py": '''
         from pathlib import Path
+        from fabricjobs.jobs.context import current_job
         Path(__file__).with_name("imported").touch()  # what STARTJOB must never run
 
         def pay(amount: int, currency: str = "EUR", *, note: str = ""):
@@ -27,6 +28,15 @@ JOBS = {
 
         def anything(**kwargs):
             return sorted(kwargs)
+
+        def greet(who: str = "world"):
+            job = current_job()  # for its log and stop flag only: its ARGS are its parameters
+            if not job.is_aborted():
+                job.logger.info("hello, %s", who)
+            return who
+
+        def own_args():
+            return sorted(current_job().args)  # reads its ARGS itself: any key may come
         ''',
     "Edit.py": '''
         def which():
@@ -61,6 +71,17 @@ def test_an_args_key_that_names_no_parameter_is_refused_at_startjob(cluster):
     assert job.status is Status.PROCESSED and json.loads(job.output) == [5, "EUR", "x"], job.error_msg
     cluster.fetch("startjob user_job name='Typo.anything' uid='kw' args='{\"whatever\": 1}';")  # **kwargs takes any key
     assert json.loads(cluster.wait_job("USER_JOB", "Typo.anything", "kw", lambda j: j.archived).output) == ["whatever"]
+
+
+def test_a_function_that_uses_its_job_handle_only_to_log_is_still_checked(cluster):
+    """``current_job()`` for the log and the stop flag does not make a function take any key
+    (the example job of ``fabricjobs init`` is such a one); reading ``.args`` does."""
+    out = cluster.shell("-e", "startjob user_job name='Typo.greet' uid='g' args='{\"whom\": \"me\"}';")
+    assert out.returncode == 1 and "ARGS key 'whom' is not a parameter of greet() (its parameters: who)" in out.stderr, \
+        out.stderr
+    assert cluster.job("USER_JOB", "Typo.greet", "g") is None
+    cluster.fetch("startjob user_job name='Typo.own_args' uid='o' args='{\"any\": 1}';")
+    assert json.loads(cluster.wait_job("USER_JOB", "Typo.own_args", "o", lambda j: j.archived).output) == ["any"]
 
 
 def test_updatejob_args_are_checked_the_same_way(cluster):

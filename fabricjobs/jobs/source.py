@@ -109,9 +109,49 @@ def _parameters(path: str, mtime_ns: int) -> dict[str, Parameters | None]:
             out[node.name] = None  # another decorator may take other parameters
             continue
         a = node.args
-        reads_args = any(isinstance(n, ast.Name) and n.id == "current_job" for n in ast.walk(node))
-        out[node.name] = Parameters(tuple(p.arg for p in (*a.args, *a.kwonlyargs)), a.kwarg is not None or reads_args)
+        out[node.name] = Parameters(tuple(p.arg for p in (*a.args, *a.kwonlyargs)),
+                                    a.kwarg is not None or _may_read_args(node))
     return out
+
+
+#: What a job may use of its ``current_job()`` handle without reading its ARGS (jobs/context.py).
+_ATTRIBUTES_BESIDE_ARGS = frozenset({"logger", "is_aborted", "progress", "key", "epoch", "node", "due",
+                                     "task_index", "task_count"})
+
+
+def _may_read_args(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the function may read its ARGS through ``current_job()``: it does unless every
+    use of the job handle is one of the attributes above (``current_job().logger``, or
+    ``job = current_job()`` then ``job.is_aborted()``). A handle passed on or stored anywhere
+    else may be read by other code, so that counts as reading."""
+    parents = {child: parent for parent in ast.walk(func) for child in ast.iter_child_nodes(parent)}
+
+    def used_for_attributes_only(expr: ast.AST) -> bool:
+        parent = parents.get(expr)
+        return isinstance(parent, ast.Attribute) and parent.value is expr and parent.attr in _ATTRIBUTES_BESIDE_ARGS
+
+    handles: set[str] = set()  # names bound to current_job() by a plain assignment
+    calls = []
+    for n in ast.walk(func):
+        if isinstance(n, ast.Name) and n.id == "current_job":
+            call = parents.get(n)
+            if not (isinstance(call, ast.Call) and call.func is n and not call.args and not call.keywords):
+                return True  # the function itself handed on, or aliased
+            calls.append(call)
+    for call in calls:
+        if used_for_attributes_only(call):
+            continue
+        assign = parents.get(call)
+        if isinstance(assign, ast.Assign) and len(assign.targets) == 1 and isinstance(assign.targets[0], ast.Name):
+            handles.add(assign.targets[0].id)
+            continue
+        return True
+    for n in ast.walk(func):
+        if isinstance(n, ast.Name) and n.id in handles and isinstance(n.ctx, ast.Load) and not used_for_attributes_only(n):
+            return True
+        if isinstance(n, (ast.Global, ast.Nonlocal)) and handles & set(n.names):
+            return True
+    return False
 
 
 def _names_job(decorator: ast.expr) -> bool:
