@@ -109,6 +109,8 @@ def syntax_error(text: str, err: UnexpectedInput) -> CommandSyntaxError:
         reason += " (a quote inside a string is written '')"
     elif tok.value.startswith('"') and "STRING" in accepted:
         reason += " (strings take single quotes: '...'; \"\" alone is the empty string)"
+    elif tok.type.lower() in _STATEMENT_RULES and keyword is not None and "SEMI" in accepted:
+        reason += f" (a ';' missing at the end of the {keyword} before it?)"
     return CommandSyntaxError(reason, text=text, line=line, column=column, expected=expected)
 
 

@@ -14,18 +14,11 @@ from prompt_toolkit.history import FileHistory
 from ..client import Client
 from ..model import NodeState
 from ..private import private_file
-from ..commands import table as statement_table
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
+from .help import HELP, is_help
 from .script import run_text, shell_log_path
-
-HELP = f"""Statements end with ';' and may span lines. Tab completes keywords, job types, parameters
-and the names of existing jobs and nodes. Ctrl-C drops the input, Ctrl-D (or exit) leaves.
-
-{statement_table.usage()}
-See docs/guides/commands.md and docs/reference/statements.md for each statement."""
-
 
 def history_path() -> Path:
     return shell_log_path().with_name("history")
@@ -74,7 +67,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         word = text.strip().lower().rstrip(";")
         if word in ("exit", "quit", "\\q"):
             return 0
-        if word in ("help", "\\?"):
+        if is_help(text):
             print(HELP, file=out)
             continue
         width = shutil.get_terminal_size((120, 40)).columns

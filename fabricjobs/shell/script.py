@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, TextIO
 
 from ..client import Client
 from ..commands import lex, parse_script, statements
 from ..commands.parser import MAX_COMMAND_BYTES
+from ..logs import shell_log_path
 from ..errors import CommandSyntaxError, FabricJobsError, InsertInterrupted, message_of
 from ..private import private_file
 from ..service import STARTJOB_GROUP
 from .output import print_result
+from .help import HELP, is_help
 
 log = logging.getLogger("fabricjobs.shell")
 # Bugs, with their tracebacks, to the shell log alone: the CLI's handler would print them.
@@ -95,11 +95,6 @@ def split_statements(text: str) -> Iterator[Piece]:
         elif cat != "comment" and text[s:e].strip():
             spoken = True
     yield from piece(len(text))
-
-
-def shell_log_path() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "fabricjobs" / "shell.log"
 
 
 def report_internal_error(exc: BaseException, err: TextIO, context: str = "") -> None:
@@ -186,6 +181,13 @@ def run_text(
             return False
 
     for piece in split_statements(text):
+        if is_help(piece.text):  # a shell word, as at the prompt: the statements held so far run first
+            held, batch = batch, []
+            failed = not run_safely(held, grouped=True) or failed
+            if failed and not continue_on_error:
+                return 1
+            print(HELP, file=out)
+            continue
         try:
             parsed = piece.parse(text, limit)
         except Exception as exc:  # what came before the statement runs first, then its error shows

@@ -488,6 +488,11 @@ def test_unexpected_word_lists_what_may_come():
                             "LATE_THRESHOLD=", "OVERLAP=", "LATE_ACTION=", "ON_FAILURE=", "REQUESTOR=", "CALENDAR=", "DELETE_ON_SUCCESS=", "HOLD=", "PARALLELISM=", "IF", "';'")
 
 
+def test_a_statement_keyword_where_a_semicolon_may_come_asks_for_the_missing_semicolon():
+    exc = fails("startjob user_job name='A.b' uid='x'\nstopjob user_job name='A.b' uid='x'")
+    assert_rendered(exc, 2, 1, "unexpected 'stopjob'", "(a ';' missing at the end of the STARTJOB before it?)")
+
+
 def test_unknown_statement():
     exc = fails("ps;\n  shutdown now")
     assert_rendered(exc, 2, 3, "unexpected 'shutdown'", "expected STARTJOB, STOPJOB, FINISHJOB, RUNJOB, RELEASEJOB, RESTARTJOB, RESUMEJOB, UPDATEJOB, JOBSTATUS, PS, KILL, SET, NODES, JOBHISTORY, JOBLOG, WAITJOB, DELETEHISTORY, CREATECALENDAR, DROPCALENDAR, CALENDARS or ';'")
