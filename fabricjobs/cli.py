@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="write a new node directory: a commented config.ini, node.id, a jobs folder "
                                        "with an example job")
     init.add_argument("directory", metavar="DIR", help="made if missing; files already there are never overwritten")
+    init.add_argument("--examples", action="store_true",
+                      help="also write the example jobs the documentation uses (Customer.py, Files.py, echoArg.sh) "
+                           "and a directory for listeners to watch")
 
     shell = sub.add_parser("shell", help="the command shell (interactive on a terminal; else runs -e/-f/stdin)")
     src = shell.add_mutually_exclusive_group()
@@ -114,7 +117,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from .scaffold import init_directory
 
-    written = init_directory(args.directory)
+    written = init_directory(args.directory, examples=args.examples)
     config = written[0]
     print(f"fabricjobs: wrote {', '.join(str(p) for p in written)}")
     print("next:")
@@ -240,10 +243,14 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    from .web.server import options, serve
+    from .web.server import ListenError, options, serve
 
     cfg = load(args)
-    serve(cfg, options(cfg, args.bind, args.tls_cert, args.tls_key, args.log_level))
+    try:
+        serve(cfg, options(cfg, args.bind, args.tls_cert, args.tls_key, args.log_level))
+    except ListenError as exc:
+        print(f"fabricjobs web: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -303,6 +310,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    if args.command not in ("node", "web"):  # a user's command: its own messages on the terminal
+        from .logs import divert_driver_logs
+
+        divert_driver_logs()
     try:
         if args.version:
             from .about import version_text
@@ -323,3 +334,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        if args.command in ("node", "web"):
+            raise  # a service's traceback belongs in its log (its stderr)
+        from .shell.script import report_internal_error
+
+        report_internal_error(exc, sys.stderr, f"fabricjobs {args.command or '--version'}")
+        return 1

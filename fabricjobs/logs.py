@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import TextIO
 
 TEXT_FORMAT = "%(levelname)s %(asctime)s [%(threadName)s] %(name)s - %(message)s"
 
@@ -85,3 +88,42 @@ def setup_logging(level: str | int, fmt: str = "text", node: str = "", thread_na
 def job_extra(key, epoch: int | None = None) -> dict:
     """``extra=`` for a log call about a job."""
     return {"job": str(key), "epoch": epoch}
+
+
+def shell_log_path() -> Path:
+    """The log of a user's shell and other one-off commands: what is not for their terminal."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "fabricjobs" / "shell.log"
+
+
+class _PrivateFileHandler(logging.Handler):
+    """Appends records to a file made 0600 at the first one (a command that logs nothing leaves
+    no file). A file that cannot be written drops the record: never a logging traceback on the
+    user's terminal."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(logging.WARNING)
+        self.path = path
+        self._file: TextIO | None = None
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s - %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self._file is None:
+                from .private import private_file
+
+                self._file = open(private_file(self.path), "a", encoding="utf-8")
+            self._file.write(self.format(record) + "\n")
+            self._file.flush()
+        except Exception:  # (OSError, or a record that cannot be formatted)
+            pass
+
+
+def divert_driver_logs() -> None:
+    """For the shell and the other one-off commands: the Cassandra driver's own lines (a host
+    it cannot reach, a retry, a traceback it logs) go to the shell log, not to the terminal,
+    where the command's own message already says what failed. A node and the web process keep
+    them in their log."""
+    driver = logging.getLogger("cassandra")
+    driver.addHandler(_PrivateFileHandler(shell_log_path()))
+    driver.propagate = False

@@ -95,6 +95,22 @@ def test_a_node_whose_store_does_not_answer_exits_1_so_that_it_is_started_again(
     assert "Traceback" not in run.stderr
 
 
+def test_a_shell_that_cannot_reach_cassandra_says_so_in_one_line(tmp_path):
+    """The user's terminal gets the command's own message, with each host's reason in words;
+    the driver's lines about the hosts it tried go to the shell log."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    config = tmp_path / "config.ini"
+    config.write_text(f"[store]\nBACKEND = cassandra\n[cassandra]\nHOSTS = 127.0.0.1\nPORT = {port}\n"
+                      "CONNECT_TIMEOUT_SEC = 1\n")
+    run = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(config), "shell", "-e", "jobstatus;"],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    assert run.returncode == 1
+    assert run.stderr == f"fabricjobs: cannot connect to Cassandra at 127.0.0.1:{port}: connection refused\n"
+    assert "cassandra.cluster" in (tmp_path / "fabricjobs" / "shell.log").read_text()
+
+
 def test_a_store_setting_that_waiting_cannot_fix_still_exits_2(tmp_path):
     config = tmp_path / "config.ini"
     config.write_text("[store]\nBACKEND = cassandra\n[cassandra]\nREPLICATION = bogus\n")

@@ -47,6 +47,28 @@ def test_an_error_stops_the_script_goes_to_stderr_and_exits_non_zero(cluster):
     assert "uid='c'" not in r.stdout and cluster.job("USER_JOB", "Probe.noop", "c") is None
 
 
+def test_help_in_a_script_lists_the_statements_as_at_the_prompt(cluster):
+    """``help`` is a shell word, not a statement: from -e or stdin it prints the same list as
+    at the prompt, after the statements before it and before those after it."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='h1'; help; jobstatus user_job;")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.index("(1 row)") < r.stdout.index("Statements end with") < r.stdout.rindex("| h1 ")
+    assert "JOBSTATUS" in r.stdout and r.stdout.count("(1 row)") == 2
+    piped = cluster.shell(input="\\?\n")
+    assert piped.returncode == 0 and "Statements end with ';'" in piped.stdout, piped.stderr
+
+
+def test_a_timestamp_beyond_the_calendar_in_its_zone_is_refused_with_the_reason(cluster):
+    """9999-12-31 23:59:59 is a date in UTC, but past the last one in Honolulu (10 h behind):
+    a clear refusal, not an internal error, and no job."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.noop' uid='far' exec_interval='9999-12-31 23:59:59' "
+                            "tz='Pacific/Honolulu';")
+    assert r.returncode == 1
+    assert r.stderr.strip() == ("invalid EXEC_INTERVAL '9999-12-31 23:59:59': out of the range of dates in time zone "
+                                "Pacific/Honolulu")
+    assert cluster.job("USER_JOB", "Probe.noop", "far") is None
+
+
 def test_continue_on_error_runs_the_rest(cluster):
     r = cluster.shell("--continue-on-error", "-e", "stopjob user_job name='Probe.noop' uid='zz'; startjob user_job name='Probe.noop' uid='c';")
     assert r.returncode == 1
@@ -234,6 +256,22 @@ def test_a_bug_shows_one_line_and_its_traceback_goes_to_the_shell_log_only(tmp_p
         logging.getLogger().removeHandler(handler)
     assert err.getvalue().startswith("internal error: RuntimeError: a bug (details in ") and err.getvalue().count("\n") == 1
     assert "Traceback" not in terminal.getvalue() + err.getvalue()
+    assert "Traceback" in (tmp_path / "fabricjobs" / "shell.log").read_text()
+
+
+def test_a_bug_in_any_one_off_command_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Not only statements: a bug in ``fabricjobs nodes`` (or ps, export-jobs, ...) is one line
+    on stderr and exit status 1; its traceback is in the shell log."""
+    from fabricjobs import cli
+
+    def broken(args):
+        raise RuntimeError("a bug in a command")
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setitem(cli.COMMANDS, "nodes", broken)
+    assert cli.main(["--config", str(tmp_path / "none.ini"), "nodes"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("internal error: RuntimeError: a bug in a command (details in ") and err.count("\n") == 1, err
     assert "Traceback" in (tmp_path / "fabricjobs" / "shell.log").read_text()
 
 

@@ -13,6 +13,7 @@ an LWT's unknown outcome is settled by the store itself (rows.py).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import ssl
 import threading
@@ -231,6 +232,26 @@ def driver_error(exc: BaseException, text: str) -> StoreError:
     return (StoreUnavailable if _unanswered(exc) else StoreError)(text)
 
 
+def connect_failure(exc: BaseException) -> str:
+    """Why a connection failed, in a user's words: each host's last error ("127.0.0.1:9042:
+    connection refused"), not the driver's nested reprs."""
+    from cassandra.cluster import NoHostAvailable
+
+    errors = getattr(exc, "errors", None) if isinstance(exc, NoHostAvailable) else None
+    if not errors:
+        return str(exc)
+    if len(errors) == 1:
+        return _host_failure(next(iter(errors.values())))
+    return "; ".join(f"{host}: {_host_failure(error)}" for host, error in errors.items())
+
+
+def _host_failure(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno).lower()
+    text = str(error)
+    return text.rsplit("Last error: ", 1)[-1] if "Last error: " in text else text
+
+
 _ONE_LINE = _OneLineDriverWarnings()
 
 
@@ -425,7 +446,7 @@ class Session:
             self._session = _CountingSession(session, self.stats, unanswered, clock)
         except Exception as exc:
             cluster.shutdown()
-            raise driver_error(exc, f"cannot connect to Cassandra at {where}: {exc}") from None
+            raise driver_error(exc, f"cannot connect to Cassandra at {where}: {connect_failure(exc)}") from None
         self._prepared = {}
         self._prep_lock = threading.Lock()
         self._latency_clock = time.monotonic
