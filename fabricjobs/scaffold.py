@@ -2,7 +2,8 @@
 
 A commented ``config.ini`` (every key of :data:`~fabricjobs.config.KEYS` with what it does and
 its default, written from the table so that it cannot miss one), a ``node.id`` and a jobs
-folder with one example job. The paths it sets are relative to the directory, so the directory
+folder with one example job (with ``--examples``, also the jobs the documentation's examples
+use). The paths it sets are relative to the directory, so the directory
 may be moved. It writes into an existing directory only files that are not there yet, and
 refuses (changing nothing) when one is: an operator's config is never overwritten.
 """
@@ -112,20 +113,37 @@ class Scaffold:
     dirs: Mapping[str, int]
 
 
-def scaffold() -> Scaffold:
-    return Scaffold(
-        files={"config.ini": (render_config(), 0o600), "node.id": (NODE_ID, 0o644),
-               "jobs/Hello.py": (HELLO_JOB, 0o644)},
-        dirs={"": 0o755, "jobs": 0o755, "process_jobs": 0o755},
-    )
+#: The example jobs the documentation's statements use (``init --examples``), with their modes.
+EXAMPLES = {"jobs/Customer.py": 0o644, "jobs/Files.py": 0o644, "process_jobs/echoArg.sh": 0o755}
 
 
-def init_directory(directory: str | os.PathLike) -> list[Path]:
+def examples_path() -> Path:
+    """The packaged examples of a wheel install, else the repository's (editable install)."""
+    package = Path(__file__).resolve().parent
+    packaged = package / "_examples"
+    return packaged if packaged.is_dir() else package.parent / "examples"
+
+
+def scaffold(examples: bool = False) -> Scaffold:
+    """With ``examples``, also the example jobs of the guides and a directory for the
+    listener's (LISTENER_ROOT), so that every example in the documentation runs as written."""
+    files = {"node.id": (NODE_ID, 0o644), "jobs/Hello.py": (HELLO_JOB, 0o644)}
+    dirs = {"": 0o755, "jobs": 0o755, "process_jobs": 0o755}
+    values = dict(INIT_VALUES)
+    if examples:
+        source = examples_path()
+        files |= {name: ((source / name).read_text(encoding="utf-8"), mode) for name, mode in EXAMPLES.items()}
+        dirs["listen"] = 0o755
+        values[("jobs", "LISTENER_ROOT")] = "listen"
+    return Scaffold(files={"config.ini": (render_config(values), 0o600), **files}, dirs=dirs)
+
+
+def init_directory(directory: str | os.PathLike, examples: bool = False) -> list[Path]:
     """Write the scaffold into ``directory`` (made if missing); the files written. Refuses, with
     nothing written, when any of them exists. The jobs directories are writable by their owner
     only: a node refuses job directories others may write to."""
     root = Path(directory).expanduser().absolute()
-    plan = scaffold()
+    plan = scaffold(examples)
     clash = [name for name in plan.files if (root / name).exists()]
     if clash:
         raise ConfigError(f"{root} already holds {', '.join(clash)}: fabricjobs init writes a new node directory "

@@ -51,6 +51,7 @@ def test_the_sdist_and_wheel_pass_twine_check_and_the_wheel_holds_the_product_on
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"fabricjobs", f"fabricjobs-{__version__}.dist-info"}, tops
     assert "fabricjobs/_grammar/fabricjobs.lark" in names
+    assert {"fabricjobs/_examples/jobs/Customer.py", "fabricjobs/_examples/process_jobs/echoArg.sh"} <= set(names)
     assert not [n for n in names if "testing" in n or "testkit" in n or "cqlserver" in n or "__pycache__" in n]
 
 
@@ -73,7 +74,7 @@ def test_the_wheel_in_a_fresh_venv_outside_the_checkout_runs_the_quick_start(dis
     where = subprocess.run([str(py), "-c", "import fabricjobs; print(fabricjobs.__file__)"], capture_output=True,
                            text=True, cwd=home, env=env).stdout.strip()
     assert where.startswith(str(venv)), where  # the wheel's, not the checkout's
-    assert run("init", "fj").returncode == 0
+    assert run("init", "fj", "--examples").returncode == 0  # the guides' jobs too, from the wheel
     config = str(home / "fj" / "config.ini")
     version = run("--config", config, "--version")
     assert version.returncode == 0 and version.stdout.startswith(f"fabricjobs {__version__}\n"), version.stderr
@@ -92,6 +93,13 @@ def test_the_wheel_in_a_fresh_venv_outside_the_checkout_runs_the_quick_start(dis
                  60, "Hello.hello to run on the installed node")
         log = run("--config", config, "shell", "-e", "joblog user_job 'Hello.hello' with uid='h1';")
         assert "hello, the wheel (1 of 1)" in log.stdout, log.stdout + log.stderr
+        # The first recurring job of the docs (docs/get-started/first-recurring-job.md) runs as written.
+        recurring = run("--config", config, "shell", "-e", "startjob user_job name='Customer.userJob1' uid='every5' "
+                                                           "exec_interval='00:00:05' args='{\"loopsIterationCount\":\"3\"}';")
+        assert recurring.returncode == 0, recurring.stderr
+        wait_for(lambda: "Loop executed 3 times" in run("--config", config, "shell", "-e",
+                                                         "jobhistory user_job 'Customer.userJob1' with uid='every5';").stdout,
+                 60, "Customer.userJob1's first run on the installed node")
     finally:
         node.end()
     shutil.rmtree(venv, ignore_errors=True)
