@@ -6,6 +6,7 @@ the character, and for the service, which also takes commands built in code (Cli
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from .errors import INVISIBLE, ValidationError
@@ -18,6 +19,32 @@ FIELDS = (("name", "NAME"), ("uid", "UID"), ("affinity", "AFFINITY"))
 #: version in its UID) and the other names may have MAX_CHARS (docs/guides/run-isolation.md).
 MAX_NAME_CHARS = 256
 MAX_CHARS = 1024
+
+
+def derived_uid(base: str, suffix: str) -> str:
+    """A UID the product makes from a job's UID (its tasks', its failure or late job's, a
+    listener's file jobs'): ``base + suffix``, kept within MAX_CHARS so that every statement
+    can name it. A base too long for the suffix is cut, and a hash of the whole base, after
+    a ``~``, keeps two such UIDs apart."""
+    uid = base + suffix
+    if len(uid) <= MAX_CHARS:
+        return uid
+    mark = _cut_mark(base)
+    return (base[:max(MAX_CHARS - len(suffix) - len(mark), 0)] + mark + suffix)[-MAX_CHARS:]
+
+
+def derived_suffix(base: str, uid: str) -> str | None:
+    """The suffix :func:`derived_uid` added to ``base`` to make ``uid``; None if it did not."""
+    if uid.startswith(base):
+        return uid[len(base):]
+    at = uid.find(_cut_mark(base))
+    if at < 0 or not base.startswith(uid[:at]):
+        return None
+    return uid[at + len(_cut_mark(base)):]
+
+
+def _cut_mark(base: str) -> str:
+    return "~" + hashlib.blake2b(base.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def too_long(what: str, value: str) -> str | None:

@@ -22,11 +22,12 @@ from collections import Counter
 from datetime import datetime
 
 from .model import Event, Job, JobKey, Status
+from .names import derived_uid
 from .store.base import JobStore
 
 
 def task_keys(key: JobKey, n: int) -> list[JobKey]:
-    return [JobKey(key.type, key.name, f"{key.uid}/{i}") for i in range(n)]
+    return [JobKey(key.type, key.name, derived_uid(key.uid, f"/{i}")) for i in range(n)]
 
 
 def is_parent(job: Job) -> bool:

@@ -277,6 +277,9 @@ def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error(
     assert failure_job(row.replace(on_failure=""), t) is None
     owned = failure_job(row.replace(owner="alice", requestor="payments"), t)
     assert (owned.owner, owned.requestor) == ("alice", "payments")  # on behalf of the failed job's owner
+    # A UID at the limit: the failure job's UID stays within it, so that a statement can name it.
+    longest = failure_job(row.replace(key=JobKey("USER_JOB", "A.b", "u" * 1024)), t)
+    assert len(longest.key.uid) == 1024 and longest.key.uid.endswith(".failed.3")
 
 
 def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():

@@ -17,6 +17,7 @@ from ..jobs.context import FailMode
 from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, JobKey, RunResult, Status
+from ..names import derived_uid
 from ..schedule import Schedule, ScheduleError, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
@@ -287,7 +288,7 @@ def late_handler(row: Job, now: datetime) -> Job | None:
     due = row.next_run.astimezone(timezone.utc)
     args = {"late_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid,
             "due": due.isoformat(timespec="milliseconds"), "late_seconds": round((now - due).total_seconds(), 3)}
-    return Job(key=JobKey(job_type, name, f"{row.uid}.late.{due:%Y%m%dT%H%M%S.%f}"[:-3]), status=Status.WAITING,
+    return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".late.{due:%Y%m%dT%H%M%S.%f}"[:-3])), status=Status.WAITING,
                creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
 
@@ -301,7 +302,7 @@ def failure_job(row: Job, now: datetime) -> Job | None:
     job_type, _, name = row.on_failure.partition(".")
     args = {"failed_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid, "run": row.epoch,
             "error": row.error_msg}
-    return Job(key=JobKey(job_type, name, f"{row.uid}.failed.{row.epoch}"), status=Status.WAITING, creation_time=now,
+    return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".failed.{row.epoch}")), status=Status.WAITING, creation_time=now,
                arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
 

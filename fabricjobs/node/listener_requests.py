@@ -14,6 +14,7 @@ import dataclasses
 
 from typing import Any
 
+from .. import names
 from ..commands.statements import StartJob
 from ..errors import FabricJobsError, JobAlreadyRunning
 from ..model import Job, JobKey, JobType
@@ -61,6 +62,6 @@ class ListenerRequests:
     @staticmethod
     def _check_child(listener: Job, child: Any) -> None:
         if not (isinstance(child, JobKey) and child.type == JobType.USER_JOB.value and child.name == listener.key.name
-                and child.uid.startswith(listener.key.uid + "/")):
+                and (names.derived_suffix(listener.key.uid, child.uid) or "").startswith("/")):
             raise RequestRefused(f"listener {listener.key} may only touch its own files' jobs, not {child!r}")
 

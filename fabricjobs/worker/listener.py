@@ -51,7 +51,7 @@ log = logging.getLogger("fabricjobs.job.listener")
 def child_key(listener: JobKey, file: str, version: str | None = None) -> JobKey:
     """The job for a file: ``<listener uid>/F``; a later version of F (dropped again under the
     same name) gets ``<listener uid>/F/<version>``."""
-    uid = f"{listener.uid}/{file}" + (f"/{version}" if version is not None else "")
+    uid = names.derived_uid(listener.uid, f"/{file}" + (f"/{version}" if version is not None else ""))
     return JobKey(JobType.USER_JOB.value, listener.name, uid)
 
 
