@@ -12,6 +12,7 @@ from fabricjobs.client import Client
 from fabricjobs.clock import ManualClock
 from fabricjobs.config import load_config
 from fabricjobs.errors import (
+    CalendarNotFound,
     CommandSyntaxError, JobAlreadyRunning, JobNotFound, NodeNotFound, TaskNotFound, ValidationError,
 )
 from fabricjobs.model import JobKey, Status
@@ -104,6 +105,24 @@ def test_a_bulk_scripts_first_error_wins_whether_a_check_or_a_write(client):
     assert {j.key.uid for j in client.store.live_jobs()} == {"c1", "c4"}
 
 
+def test_a_bug_in_one_startjobs_check_keeps_the_ones_before_it(client, monkeypatch):
+    """Not only a refusal: whatever a STARTJOB's check raises, the STARTJOBs before it in the
+    group are written, as they would be one by one, and the error is the script's."""
+    real = client.service._new_job
+
+    def new_job(command, session):
+        if command.uid == "d2":
+            raise RuntimeError("a bug in a check")
+        return real(command, session)
+
+    monkeypatch.setattr(client.service, "_new_job", new_job)
+    with pytest.raises(RuntimeError):
+        client.run_script("startjob user_job name='Customer.userJob1' uid='d1';"
+                          "startjob user_job name='Customer.userJob1' uid='d2';"
+                          "startjob user_job name='Customer.userJob1' uid='d3';")
+    assert {j.key.uid for j in client.store.live_jobs()} == {"d1"}
+
+
 def test_a_script_statement_sees_the_jobs_started_earlier_in_it(client):
     client.run_script("startjob user_job name='Customer.userJob1' uid='parent';"
                       "startjob user_job name='Customer.userJob1' uid='child' "
@@ -139,11 +158,24 @@ def test_the_seeds_set_example_gives_its_session_scope_shape(client):
     assert (scope["SYNC"], scope["AUTO_MDB_SCOPE"], scope["k2_ws.ALPINIST"]) == ("off", "true", "10")
     assert len(scope["EXECUTION_ID"]) == 36 and scope["LOG_ID"].isdigit() and len(scope["LOG_ID"]) == 16
     # every STARTJOB of the session carries it, with a new EXECUTION_ID and the same LOG_ID
-    client.fetch("startjob user_job name='Customer.userJob1' uid='u2' args='{\"x\": 1}';")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='u2' args='{\"loopsIterationCount\": 1}';")
     other = json.loads(row(client, uid="u2").arguments)
-    assert other["x"] == 1
+    assert other["loopsIterationCount"] == 1
     assert other["session_scope"]["scope"]["LOG_ID"] == scope["LOG_ID"]
     assert other["session_scope"]["scope"]["EXECUTION_ID"] != scope["EXECUTION_ID"]
+
+
+@pytest.mark.parametrize("verb", ["startjob", "updatejob"])
+def test_a_session_scope_in_args_that_is_not_the_shape_set_makes_is_refused(client, verb):
+    """The job reads current_job().session_scope as an object: a string there broke every run."""
+    if verb == "updatejob":
+        client.fetch("startjob user_job name='Customer.userJob1' uid='sc1' exec_interval='0 0 * * *';")
+    before = row(client, uid="sc1")
+    with pytest.raises(ValidationError, match='ARGS key "session_scope" is the session.s SET values'):
+        client.fetch(f"{verb} user_job name='Customer.userJob1' uid='sc1' args='{{\"session_scope\": \"hijack\"}}';")
+    after = row(client, uid="sc1")
+    assert (after.arguments if after else None) == (before.arguments if before else None)
+    client.fetch(f"{verb} user_job name='Customer.userJob1' uid='sc1' args='{{\"session_scope\": {{\"scope\": {{\"A\": \"1\"}}}}}}';")
 
 
 def test_a_listener_may_only_watch_a_directory_under_listener_root(store_config, tmp_path):
@@ -207,10 +239,10 @@ def test_startjob_reuses_an_archived_key(client):
     client.fetch("startjob user_job name='Customer.userJob1' uid='r';")
     old = row(client, uid="r")
     client.store.cas(old, old.replace(status=Status.PROCESSED, archived=True, end_time=T0, output='"x"'))
-    again = client.fetch("startjob user_job name='Customer.userJob1' uid='r' args='{\"n\": 2}';")
+    again = client.fetch("startjob user_job name='Customer.userJob1' uid='r' args='{\"loopsIterationCount\": 2}';")
     assert again.first_row()["Status"] == "WAITING"
     new = row(client, uid="r")
-    assert not new.archived and new.epoch == old.epoch + 1 and json.loads(new.arguments)["n"] == 2
+    assert not new.archived and new.epoch == old.epoch + 1 and json.loads(new.arguments)["loopsIterationCount"] == 2
     assert len(client.fetch("jobstatus 30 days ago;").rows) == 1  # updated, not duplicated
 
 
@@ -288,14 +320,14 @@ NASTY = [
 @pytest.mark.parametrize("text", NASTY)
 def test_names_uids_and_args_are_stored_and_shown_exactly_as_given(client, text):
     quoted = text.replace("'", "''")
-    arg_json = json.dumps({"v": text}, ensure_ascii=False).replace("'", "''")
+    arg_json = json.dumps({"loopsIterationCount": text}, ensure_ascii=False).replace("'", "''")
     client.fetch(f"startjob user_job name='Customer.userJob1' uid='{quoted}' args='{arg_json}';")
     job = row(client, uid=text)
     assert job.uid == text
-    assert json.loads(job.arguments)["v"] == text
-    assert job.arguments.startswith(json.dumps({"v": text}, ensure_ascii=False)[:-1])  # the caller's text, verbatim
+    assert json.loads(job.arguments)["loopsIterationCount"] == text
+    assert job.arguments.startswith(json.dumps({"loopsIterationCount": text}, ensure_ascii=False)[:-1])  # the caller's text, verbatim
     shown = client.fetch(f"jobstatus user_job 'Customer.userJob1' with uid='{quoted}';").first_row()
-    assert shown["UID"] == text and json.loads(shown["Arguments"])["v"] == text
+    assert shown["UID"] == text and json.loads(shown["Arguments"])["loopsIterationCount"] == text
 
 
 # -- STOPJOB / RESTARTJOB / RESUMEJOB / UPDATEJOB ---------------------------------------------
@@ -325,6 +357,41 @@ def test_restartjob(client):
     assert {x["UID"]: x["Status"] for x in r} == {"a": "WAITING", "b": "RESTART"}
     a = row(client, uid="a")
     assert a.worker_id is None and a.next_run == T0
+
+
+def test_restartjob_of_a_job_being_stopped_leaves_the_stop_in_place(client):
+    """STOPJOB came first: a RESTARTJOB after it must not turn the stop into a new run."""
+    client.fetch("startjob user_job name='Customer.userJob1' uid='s';")
+    _running(client, "s")
+    assert client.fetch("stopjob user_job name='Customer.userJob1' uid='s';").first_row()["Status"] == "STOPPING"
+    shown = client.fetch("restartjob user_job name='Customer.userJob1' uid='s';").first_row()
+    assert shown["Status"] == "STOPPING" and row(client, uid="s").status is Status.STOPPING
+
+
+def test_resumejob_of_a_job_whose_calendar_was_dropped_meanwhile_is_refused(client):
+    """DROPCALENDAR checks the live jobs only: an ended job may still name the calendar. Its
+    RESUMEJOB is refused with the reason, and the job stays ended."""
+    client.fetch("createcalendar 'c2' exclude '2000-01-01';")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='cal5' calendar='c2' exec_interval='0 0 * * *';")
+    client.fetch("stopjob user_job name='Customer.userJob1' uid='cal5';")
+    client.fetch("dropcalendar 'c2';")
+    with pytest.raises(CalendarNotFound, match="No such calendar 'c2'"):
+        client.fetch("resumejob user_job name='Customer.userJob1' uid='cal5';")
+    assert row(client, uid="cal5").archived
+
+
+def test_the_tasks_of_a_job_whose_uid_is_at_the_limit_can_be_named(client):
+    """A task's UID is the job's with '/i' added: at the 1,024-character limit the job's part
+    is cut and a hash keeps the tasks of two such jobs apart; every statement can name them."""
+    uid = "u" * 1024
+    client.fetch(f"startjob user_job name='Customer.userJob1' uid='{uid}' parallelism=2;")
+    tasks = sorted((j for j in client.store.live_jobs() if j.task_of), key=lambda j: j.uid)
+    assert [len(t.uid) for t in tasks] == [1024, 1024] and [t.uid[-2:] for t in tasks] == ["/0", "/1"]
+    for task in tasks:
+        assert client.fetch(f"jobstatus user_job 'Customer.userJob1' with uid='{task.uid}';").first_row()["UID"] == task.uid
+    other = "u" * 1023 + "v"
+    client.fetch(f"startjob user_job name='Customer.userJob1' uid='{other}' parallelism=2;")
+    assert len({j.uid for j in client.store.live_jobs() if j.task_of}) == 4
 
 
 def test_restartjob_running_restarts_only_jobs_with_a_run_going_and_leaves_schedules_alone(client):
@@ -360,12 +427,12 @@ def test_resumejob_only_for_archived_jobs(client):
 def test_updatejob_changes_affinity_args_and_schedule(client):
     client.fetch("SET team = blue;")
     client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='0 * * * *';")
-    r = client.fetch("updatejob user_job name='Customer.userJob1' uid='a' affinity='HANDLE_MSG' args='{\"n\": 3}';")
+    r = client.fetch("updatejob user_job name='Customer.userJob1' uid='a' affinity='HANDLE_MSG' args='{\"loopsIterationCount\": 3}';")
     assert r.first_row()["Status"] == "SCHEDULED"
     job = row(client, uid="a")
     assert job.affinity == "HANDLE_MSG"
     args = json.loads(job.arguments)
-    assert args["n"] == 3 and args["session_scope"]["scope"]["TEAM"] == "blue"  # the session scope stays
+    assert args["loopsIterationCount"] == 3 and args["session_scope"]["scope"]["TEAM"] == "blue"  # the session scope stays
     client.fetch("updatejob user_job name='Customer.userJob1' uid='a' exec_interval='*/10 * * * *';")
     assert row(client, uid="a").next_run == datetime(2026, 3, 2, 9, 10, tzinfo=UTC)
     client.fetch("updatejob user_job name='Customer.userJob1' uid='a' reset_end_time=true;")
@@ -404,6 +471,16 @@ def test_updatejob_empty_interval_turns_a_recurring_job_into_a_one_time_job(clie
     assert r.first_row()["Status"] == "WAITING"
     job = row(client, uid="a")
     assert job.execution_interval == "" and job.next_run == T0
+
+
+def test_updatejob_with_an_empty_depends_on_removes_the_parents_and_unblocks(client):
+    """As the API's PATCH with "depends_on": [] does: the child is claimable at once."""
+    client.fetch("startjob user_job name='Customer.userJob1' uid='parent' exec_interval='0 0 * * *';")
+    client.fetch("startjob user_job name='Customer.userJob1' uid='child' depends_on='USER_JOB.Customer.userJob1.parent';")
+    assert row(client, uid="child").blocked
+    client.fetch("updatejob user_job name='Customer.userJob1' uid='child' depends_on='';")
+    child = row(client, uid="child")
+    assert not child.blocked and child.depends_on == ""
 
 
 def test_updatejob_on_a_running_job_keeps_the_run(client):

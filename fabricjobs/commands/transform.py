@@ -156,6 +156,8 @@ class ToCommand(Transformer):
     def depends_on(self, children: list[Token]) -> _Param:
         """The parents' keys, checked and read here once: the service takes them as they are."""
         param = self._string_param(children)
+        if not param.value.strip():  # no parents (UPDATEJOB: its parents are removed)
+            return _Param(param.name, param.token, ())
         keys = []
         for part in param.value.split(","):
             part = part.strip()
@@ -337,6 +339,8 @@ class ToCommand(Transformer):
             return JobHistory(recent=recent)
         job_type, name, uid, options = self._named(children)
         limit = self._option(options, "LIMIT", _MAX_LIMIT, "LIMIT needs a whole number of runs")
+        if limit == 0:
+            raise invalid(self._text, options["LIMIT"], "LIMIT needs at least 1 run")
         return JobHistory(type=job_type, name=name, uid=uid, limit=limit)
 
     def joblog(self, children: list[Any]) -> JobLog:

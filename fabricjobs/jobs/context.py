@@ -68,7 +68,9 @@ class JobContext:
 
     @property
     def session_scope(self) -> dict[str, Any]:
-        return (self.arguments.get("session_scope") or {}).get("scope", {})
+        given = self.arguments.get("session_scope")
+        scope = given.get("scope") if isinstance(given, dict) else None
+        return scope if isinstance(scope, dict) else {}
 
     def is_aborted(self) -> bool:
         """True once STOPJOB asked this run to end, or its node can no longer vouch for it

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .. import dependencies, parallel
 from ..commands import statements
-from ..errors import CommandError, InsertInterrupted, JobAlreadyRunning, JobNotFound, StoreError
+from ..errors import CommandError, InsertInterrupted, JobAlreadyRunning, JobNotFound
 from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
@@ -120,12 +120,12 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         Checks and rows first, outside the transaction: the store's write lock (which every
         node's claims and heartbeats wait for) is held for the inserts alone."""
         rows: list[Job] = []
-        error: CommandError | StoreError | None = None
+        error: Exception | None = None
         for command in group:
             assert isinstance(command, statements.StartJob)  # what the script groups
             try:
                 rows.append(self._new_job(command, session))
-            except CommandError as exc:  # the ones before it are kept, as one by one
+            except Exception as exc:  # the ones before it are kept, as one by one (a bug too)
                 error = exc
                 break
         # Created (and, run at once or on an interval, first due) when written: the
@@ -266,7 +266,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         now = self.clock.now()
 
         def decide(row: Job):
-            if row.archived or row.status in (Status.RESTART, Status.HELD):
+            # A job being stopped stays so: the stop was asked first (RESUMEJOB starts it again).
+            if row.archived or row.status in (Status.RESTART, Status.HELD, Status.STOPPING):
                 return None
             if cmd.running and row.status is not Status.IN_PROCESS:
                 return None
@@ -291,6 +292,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         def decide(row: Job):
             if not row.archived:
                 raise JobAlreadyRunning(f"Job is running {key.describe()}")
+            if row.calendar:  # dropped while the job was not live (DROPCALENDAR checks live jobs only)
+                self._stored_calendar(row.calendar)
             schedule = self._schedule(row.execution_interval, row.time_zone)
             status = schedule.initial_status
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED

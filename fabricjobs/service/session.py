@@ -7,6 +7,8 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
+from ..errors import ValidationError
+
 
 @dataclass
 class Session:
@@ -79,7 +81,8 @@ def with_session_scope(args_text: str | None, scope: dict) -> str:
     caller's text (formatting, number spelling, key order) is stored exactly as given."""
     text = (args_text or "").strip() or "{}"
     obj = json.loads(text)
-    if "session_scope" in obj:
+    if "session_scope" in obj:  # given in ARGS (a copy of another job's)
+        _check_given_scope(obj)
         return text
     extra = json.dumps({"session_scope": scope}, ensure_ascii=False, separators=(",", ":"))[1:-1]
     body = text[:-1].rstrip()
@@ -93,4 +96,16 @@ def keep_session_scope(new_args: str, old_args: str) -> str:
     except json.JSONDecodeError:
         return new_args
     scope = old.get("session_scope") if isinstance(old, dict) else None
-    return with_session_scope(new_args, scope) if scope is not None else new_args
+    if scope is None:
+        _check_given_scope(json.loads(new_args or "{}"))
+        return new_args
+    return with_session_scope(new_args, scope)
+
+
+def _check_given_scope(args: dict) -> None:
+    """A session scope given in ARGS has the shape SET makes: the job reads it as such."""
+    given = args.get("session_scope", {}) if isinstance(args, dict) else {}
+    if not (isinstance(given, dict) and isinstance(given.get("scope", {}), dict)):
+        raise ValidationError('ARGS key "session_scope" is the session\'s SET values: an object '
+                              '{"scope": {"NAME": "value", ...}} (SET makes it), got '
+                              f"{json.dumps(given, ensure_ascii=False)[:80]}")

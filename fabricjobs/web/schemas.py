@@ -109,7 +109,9 @@ def _json_safe(value: Any) -> Any:
 # -- bodies and envelopes ----------------------------------------------------------------------
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt parameter is an error, as in the language
+    # A misspelt parameter is an error, as in the language; and a value is taken as the JSON
+    # type it is, never converted (true is not PRIORITY 1, "yes" is not HOLD=true).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class StartBody(_Body):

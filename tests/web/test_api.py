@@ -225,6 +225,13 @@ def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(s
         (api.put("/calendars/c", json={"exclude": ["2026-02-30"]}), 400, "ValidationError", "is not a date"),
         (api.get("/calendars/nowhere"), 404, "CalendarNotFound", "No such calendar 'nowhere'"),
         (api.get("/runs", params={"recent": 0}), 400, "ValidationError", "RECENT must be a whole number of runs from 1"),
+        # Values are taken as the JSON types they are, as the language takes them: no conversion.
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "priority": True}), 400, "ValidationError",
+         "body.priority"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "hold": "yes"}), 400, "ValidationError",
+         "body.hold"),
+        (api.get("/jobs/USER_JOB/Probe.noop/x/runs/9223372036854775808"), 400, "ValidationError", "path.run"),
+        (api.get("/jobs/USER_JOB/Probe.noop/x/runs/9223372036854775808/log"), 400, "ValidationError", "path.run"),
     ]
     body = {"type": "USER_JOB", "name": "Probe.record", "uid": "busy", "args": {"log": str(tmp_path / "l"), "seconds": 60}}
     cases.append((api.post("/jobs", json=body), 201, None, ""))

@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.background import BackgroundTask
 
@@ -29,6 +29,8 @@ RUNS = "/jobs/{type}/{name}/{uid}/runs"
 Viewer = Depends(requires(Need.READ, "read runs"))
 Admin = Depends(requires(Need.ADMIN, "delete run data"))
 Waiter = Depends(requires(Need.OPERATE, "wait for runs"))
+#: A run's number in a path: an epoch, a 64-bit number in every store (RUN n's own bounds).
+RunNumber = Path(ge=0, le=2**63 - 1, description="the run's number (its epoch, as JOBHISTORY shows it)")
 
 
 @router.get("/runs", response_model=list[RecentRun],  # type: ignore[valid-type]
@@ -62,13 +64,13 @@ def delete_runs(request: Request, type: str, name: str, uid: str, who: TokenInfo
 
 
 @router.get(RUNS + "/{run}", response_model=Run, summary="One run of a job")
-def get_run(request: Request, type: str, name: str, uid: str, run: int, who: TokenInfo = Viewer) -> dict[str, Any]:
+def get_run(request: Request, type: str, name: str, uid: str, run: int = RunNumber, who: TokenInfo = Viewer) -> dict[str, Any]:
     return record(HISTORY_COLUMNS, history_row(_find(request, type, name, uid, run)))
 
 
 @router.get(RUNS + "/{run}/wait", response_model=RunWaitResult,
             summary="Long-poll until run n has ended, then that run (WAITJOB ... RUN n); 404 if it never will")
-def wait_run(request: Request, type: str, name: str, uid: str, run: int,
+def wait_run(request: Request, type: str, name: str, uid: str, run: int = RunNumber,
              timeout: float = Query(30.0, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),
              who: TokenInfo = Waiter) -> dict[str, Any]:
     key = job_key(type, name, uid)
@@ -82,7 +84,7 @@ def wait_run(request: Request, type: str, name: str, uid: str, run: int,
 
 
 @router.get(RUNS + "/{run}/log", response_model=RunLog, summary="One run's log (JOBLOG ... RUN n)")
-def get_run_log(request: Request, type: str, name: str, uid: str, run: int,
+def get_run_log(request: Request, type: str, name: str, uid: str, run: int = RunNumber,
                 who: TokenInfo = Viewer) -> dict[str, Any]:
     return _log(_find(request, type, name, uid, run))
 
