@@ -6,7 +6,9 @@ scope that STARTJOB adds, HOLD=true for a held job), each ``IF NOT EXISTS`` so t
 may run again on a store that has some of them (docs/guides/operations/backup.md). Run
 history, outcomes and archived jobs are left out, and so are parallel jobs (PARALLELISM): a
 one-time job that runs now, which STARTJOB cannot make IF NOT EXISTS; the script names them in a
-comment. Jobs come parents first, so DEPENDS_ON finds its parents when the script runs.
+comment. Jobs come parents first, so DEPENDS_ON finds its parents when the script runs; a parent
+that is not in the script (it has ended) is left out of its children's DEPENDS_ON, with a comment,
+and a child that it left waiting is made HELD.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from .model import Job, Status
+from .model import Job, JobKey, Status
 from .store.base import JobStore
 
 _PAGE = 1000
@@ -35,12 +37,13 @@ def definition_args(arguments: str) -> str:
     return json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
 
 
-def startjob(job: Job) -> str:
-    """The STARTJOB that makes ``job`` again, as it was defined."""
+def startjob(job: Job, depends_on: str | None = None, hold: bool = False) -> str:
+    """The STARTJOB that makes ``job`` again, as it was defined (``depends_on``: the parents
+    it names instead of its own; ``hold``: HOLD=true even if it is not held)."""
     k = job.key
     parts = [f"STARTJOB {k.type} NAME={quoted(k.name)} UID={quoted(k.uid)}"]
     text_params = (("AFFINITY", job.affinity), ("EXEC_INTERVAL", job.execution_interval),
-                   ("DEPENDS_ON", job.depends_on), ("TZ", job.time_zone), ("LATE_THRESHOLD", job.late_threshold),
+                   ("DEPENDS_ON", job.depends_on if depends_on is None else depends_on), ("TZ", job.time_zone), ("LATE_THRESHOLD", job.late_threshold),
                    ("OVERLAP", job.overlap), ("LATE_ACTION", job.late_action), ("ON_FAILURE", job.on_failure),
                    ("REQUESTOR", job.requestor), ("CALENDAR", job.calendar),
                    ("DELETE_ON_SUCCESS", job.delete_on_success))
@@ -49,7 +52,7 @@ def startjob(job: Job) -> str:
         parts.append(f"ARGS={quoted(args)}")
     parts += [f"{name}={quoted(value)}" for name, value in text_params if value]
     parts.append(f"PRIORITY={job.priority}")
-    if job.status is Status.HELD:
+    if hold or job.status is Status.HELD:
         parts.append("HOLD=true")
     return " ".join(parts) + " IF NOT EXISTS;"
 
@@ -82,5 +85,30 @@ def export_script(store: JobStore) -> str:
     jobs = [j for j in store.each_live(_PAGE) if not j.task_of]
     lines += [f"-- left out: {j.key}, a parallel job (PARALLELISM={j.parallelism}) still running: a one-time job, "
               "start it again by hand if it must run" for j in jobs if j.parallelism]
-    lines += [startjob(j) for j in parents_first(j for j in jobs if not j.parallelism)]
+    exported = [j for j in jobs if not j.parallelism]
+    keys = {str(j.key) for j in exported}
+    for job in parents_first(exported):
+        lines += _with_parents_left_out(store, job, keys)
     return "\n".join(lines) + "\n"
+
+
+def _with_parents_left_out(store: JobStore, job: Job, exported: set[str]) -> list[str]:
+    """The job's STARTJOB, naming only the parents the script makes too: an ended parent is
+    not exported, and the script must run on a store that never had it. A parent that ended
+    other than PROCESSED kept the job waiting: the job is made HELD, with a comment, so that
+    it does not run before someone has looked (RELEASEJOB runs it)."""
+    parents = [p.strip() for p in job.depends_on.split(",") if p.strip()]
+    left_out = [p for p in parents if p not in exported]
+    if not left_out:
+        return [startjob(job)]
+    ends = []
+    for parent in left_out:
+        type_, _, rest = parent.partition(".")
+        name, _, uid = rest.rpartition(".")
+        row = store.get(JobKey(type_, name, uid))
+        ends.append((parent, "gone" if row is None else row.status.value if row.archived else "still running (parallel)"))
+    held = any(end != Status.PROCESSED.value for _, end in ends)
+    said = ", ".join(f"{parent} ({end})" for parent, end in ends)
+    note = f"-- {job.key}: its parents {said} are not in this script" + (
+        "; made HELD, as it waited for them: RELEASEJOB runs it" if held and job.status is not Status.HELD else "")
+    return [note, startjob(job, ",".join(p for p in parents if p in exported), hold=held)]

@@ -60,6 +60,9 @@ def complaint(what: str, value: str) -> str | None:
     long = too_long(what, value)
     if long is not None:
         return long
+    if value.endswith("\\") or "\\'" in value:  # (\' is a quote in a string, docs/guides/commands.md)
+        return (f"{what} must not end with a backslash or have one right before a quote: no statement could name "
+                "it (an exported job could not be made again)")
     bad = UNSAFE.search(value)
     if bad is None:
         return None

@@ -11,6 +11,7 @@ import sys
 from fabricjobs.client import Client
 from fabricjobs.config import load_config
 from fabricjobs.export import export_script
+from fabricjobs.model import JobKey, Status
 from testkit.rig import write_config
 from harness import TESTS
 
@@ -72,3 +73,22 @@ def test_an_exported_script_makes_the_same_definitions_on_another_store_and_may_
                              capture_output=True, text=True, timeout=60)
     assert printed.returncode == 0 and printed.stdout == script, printed.stderr
     assert load_config(a_cfg)  # the config is untouched and still valid
+
+
+def test_a_child_whose_parent_has_ended_is_exported_without_it_and_held_if_it_waited(tmp_path):
+    """Ended parents are not exported, so the script names only the parents it makes: it runs on
+    an empty store. A child that an ended parent kept waiting (TERMINATED) comes back HELD, with
+    a comment that says why; one whose parent succeeded comes back as it was."""
+    a_cfg, b_cfg = _config(tmp_path, "a"), _config(tmp_path, "b")
+    with Client.from_config(str(a_cfg)) as a:
+        a.run_script("startjob user_job name='Probe.noop' uid='gone-parent' hold=true;"
+                     "startjob user_job name='Probe.noop' uid='waits' depends_on='USER_JOB.Probe.noop.gone-parent' "
+                     "exec_interval='01:00:00';"
+                     "stopjob user_job name='Probe.noop' uid='gone-parent';")
+        script = export_script(a.store)
+    assert ("-- USER_JOB.Probe.noop.waits: its parents USER_JOB.Probe.noop.gone-parent (TERMINATED) are not in this "
+            "script; made HELD, as it waited for them: RELEASEJOB runs it") in script
+    with Client.from_config(str(b_cfg)) as b:
+        b.run_script(script)
+        child = b.store.get(JobKey("USER_JOB", "Probe.noop", "waits"))
+        assert child.status is Status.HELD and child.depends_on == "" and child.execution_interval == "01:00:00"

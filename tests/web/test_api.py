@@ -231,6 +231,8 @@ def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(s
         (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "hold": "yes"}), 400, "ValidationError",
          "body.hold"),
         (api.get("/jobs/USER_JOB/Probe.noop/x/runs/9223372036854775808"), 400, "ValidationError", "path.run"),
+        (api.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "ex1\\"}), 400, "ValidationError",
+         "UID must not end with a backslash or have one right before a quote"),
         (api.get("/jobs/USER_JOB/Probe.noop/x/runs/9223372036854775808/log"), 400, "ValidationError", "path.run"),
     ]
     body = {"type": "USER_JOB", "name": "Probe.record", "uid": "busy", "args": {"log": str(tmp_path / "l"), "seconds": 60}}
