@@ -100,3 +100,15 @@ def test_joblog_follow_shows_the_output_as_it_comes_and_says_what_was_not_kept(c
     assert lines[0].endswith("following (ends with the run)") and lines[1] == "stdout: y", lines[:2]
     assert re.fullmatch(r"\.\.\. 3\d\d KB more not kept", lines[-2]), lines[-3:]  # 400 KB printed, 64 KiB kept
     assert lines[-1].endswith("OK -> PROCESSED"), lines[-1]
+
+
+def test_a_line_of_a_megabyte_is_shown_by_its_start_not_dropped(cluster):
+    """A 1 MB line: JOBLOG shows its first 2,000 characters, and the live lines keep their
+    MAX_OUTPUT_BYTES (64 KiB here) of it, shown in pieces: what is said not kept is the rest.
+    (The run's log showed an empty 'stdout: ', and none of it was kept live: '1 MB'.)"""
+    cluster.fetch("startjob user_job name='Isolation.chatter' uid='wide' args='{\"lines\": 1, \"width\": 1000000}';")
+    job = cluster.wait_job("USER_JOB", "Isolation.chatter", "wide", lambda j: j.archived, 60, "the run to end")
+    assert job.status is Status.PROCESSED, job.error_msg
+    lines = cluster.shell_ok("joblog user_job 'Isolation.chatter' with uid='wide';").rstrip("\n").split("\n")
+    assert lines[1] == "stdout: " + "y" * 2000, lines[1][:80]
+    assert re.fullmatch(r"\.\.\. 9\d\d KB more not kept", lines[-1]), lines[-1]  # 1 MB less the 64 KiB kept

@@ -70,13 +70,13 @@ class RunOutput:
             self.total += len(data)
             data = self._rest.pop(prefix, b"") + data
             end = data.rfind(b"\n") + 1
-            if len(data) - end > LINE_MAX:  # a line without an end: shown in pieces
-                end = len(data)
+            if len(data) - end > LINE_MAX:  # a line without an end yet: shown in pieces as it comes
                 data += b"\n"
+                end = len(data)
             elif end < len(data):
                 self._rest[prefix] = data[end:]
             if end:
-                self._lines(prefix, data[:end] if end < len(data) else data)
+                self._lines(prefix, data[:end])
 
     def finish(self) -> None:
         """The run has ended: lines not ended are shown, and what was not kept is said."""
@@ -90,13 +90,18 @@ class RunOutput:
     def _lines(self, prefix: bytes, block: bytes) -> None:
         """Complete lines: to the spool while it has room (the rest is counted there), and
         to the run's record. Only what the spool takes is looked at line by line."""
-        live = self._room_for(prefix, block)
+        if _LONG.match(block):  # a first line longer than is shown: in pieces, so that the room takes its start
+            first = block.find(b"\n")
+            block_live = _pieces(block[:first]) + block[first + 1:]
+        else:
+            block_live = block
+        live = self._room_for(prefix, block_live)
         if live:
             if _LONG.search(live):
                 live = b"".join(_pieces(line) for line in live.split(b"\n")[:-1])
             self.spool.write_block(prefix + live[:-1].replace(b"\n", b"\n" + prefix) + b"\n")
-        if len(live) < len(block):
-            self.spool.drop(len(block) - len(live))
+        if len(live) < len(block_live):
+            self.spool.drop(len(block_live) - len(live))
         self.run_log.add_block(block, prefix)
 
     def _room_for(self, prefix: bytes, block: bytes) -> bytes:

@@ -68,19 +68,24 @@ class RunLog(logging.Handler):
             cut = data.rfind(b"\n", 0, len(data) - half) + 1
             self.dropped += data.count(b"\n", 0, cut)
             data = data[cut:]
+            first = data.find(b"\n")
+            if first > LINE_MAX:  # a line longer than is ever shown: its start is kept, not all of it
+                data = data[:LINE_MAX] + data[first:]
         self._to_tail(prefix, data, _shown(prefix, data))
 
     def _to_head(self, data: bytes, prefix: bytes) -> bytes:
         """Lines of ``data`` into the head while it has room; the rest of ``data``."""
         half, pos, shown = self.limit // 2, 0, _decode(prefix)
-        end = data.rfind(b"\n", 0, half - self.head_bytes) + 1
-        for raw in data[:end].split(b"\n")[:-1]:
-            size = len(prefix) + min(len(raw), LINE_MAX) + 1
+        while self.head_bytes < half:  # (a line counts as much of it as is shown: LINE_MAX at most)
+            end = data.find(b"\n", pos)
+            if end < 0:
+                break
+            size = len(prefix) + min(end - pos, LINE_MAX) + 1
             if self.head_bytes + size > half:
                 break
-            self.head.append(shown + _decode(raw[:LINE_MAX]))
+            self.head.append(shown + _decode(data[pos:min(end, pos + LINE_MAX)]))
             self.head_bytes += size
-            pos += len(raw) + 1
+            pos = end + 1
         return data[pos:]
 
     def _to_tail(self, stream: bytes | None, item: str | bytes, size: int) -> None:
