@@ -257,6 +257,9 @@ def test_startjob_reuses_an_archived_key(client):
         ("startjob process name='../pyproject.toml';", "'..' is not allowed"),
         ("startjob process name='/etc/passwd';", "outside PROCESS_JOBS_DIR"),
         ("startjob process name='nothere.sh';", "no such file"),
+        ("startjob process name='echoArg.sh' args='{\"0\": \"a\", \"time_limit\": 30}';",
+         "PROCESS ARGS key 'time_limit' is neither an argument position (\"0\", \"1\", ...) nor one of memory_mb, "
+         "time_limit_sec"),
         ("startjob user_job name='Customer.userJob1' args='[1,2]';", "ARGS must be a JSON object"),
         ("startjob user_job name='Customer.userJob1' args='{oops}';", "ARGS is not valid JSON"),
         ("startjob user_job name='Customer.userJob1' exec_interval='61 * * * *';", "invalid cron expression"),

@@ -91,6 +91,10 @@ def _tighter(node: float, job: float) -> float:
     return min(node, job) if job else node
 
 
+#: What a PROCESS job's ARGS may hold besides argument positions: its limits, and the session
+#: scope STARTJOB adds.
+PROCESS_ARGS_KEYS = frozenset({"time_limit_sec", "memory_mb", "session_scope"})
+
 #: Longest argument Linux takes (MAX_ARG_STRLEN, 32 pages): a longer one fails exec with E2BIG.
 ARG_MAX_BYTES = 131072
 

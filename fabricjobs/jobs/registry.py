@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 from ..config import Config
 from ..model import JobType
 from .context import JOB_MARK
-from .limits import ARG_MAX_BYTES, ProcessLimits, check_arguments as check_limit_arguments, process_argv  # noqa: F401 (re-exported)
+from .limits import ARG_MAX_BYTES, PROCESS_ARGS_KEYS, ProcessLimits, check_arguments as check_limit_arguments, process_argv  # noqa: F401 (re-exported)
 from .source import (JobResolutionError, declares_job, defines_function as _defines_function, import_fresh,
                      module_source as _module_source, parameters)
 
@@ -138,6 +138,11 @@ class JobCatalog:
         except (ValueError, RecursionError):
             return  # the parser refused it already; the worker reports it if it got here
         if isinstance(args, dict):
+            unknown = sorted(k for k in args if not k.isdigit() and k not in PROCESS_ARGS_KEYS)
+            if unknown:  # a mistyped limit ("time_limit": 30) would run the job without it
+                raise JobResolutionError(
+                    f"PROCESS ARGS key {unknown[0]!r} is neither an argument position (\"0\", \"1\", ...) nor one of "
+                    f"{', '.join(sorted(PROCESS_ARGS_KEYS - {'session_scope'}))}")
             process_argv("", args)
             check_limit_arguments(args)
 
