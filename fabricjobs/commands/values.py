@@ -211,8 +211,8 @@ def checked(command: Any) -> Any:
             if fields.get(name) is not None:
                 changes[name] = rule(fields[name])
         for name in _NON_EMPTY:
-            if fields.get(name) == "":
-                raise ValueError(f"{name.upper()} must not be empty")
+            if isinstance(fields.get(name), str) and not fields[name].strip():
+                raise ValueError(f"{name.upper()} must not be empty" + (" or blank" if fields[name] else ""))
             what = name.upper()
             if isinstance(fields.get(name), str) and (why := complaint(what, fields[name])) is not None:
                 raise ValueError(why)
