@@ -222,6 +222,9 @@ class ErrorBody(BaseModel):
     failed: str | None = Field(None, description="InsertInterrupted: the job whose STARTJOB the store failed")
     written: list[str] | None = Field(None, description="InsertInterrupted: jobs after it written all the same")
     also_failed: list[str] | None = Field(None, description="InsertInterrupted: jobs after it that failed too")
+    statement: int | None = Field(None, description="POST /commands with several statements: the one that failed "
+                                  "(from 1)")
+    ran: int | None = Field(None, description="POST /commands: statements that ran before it (what they did stays)")
 
 
 def command_result(result: Result) -> CommandResult:

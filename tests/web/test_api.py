@@ -187,6 +187,13 @@ def test_commands_answer_what_client_fetch_returns(site):
         assert (datetime.fromisoformat(got) if isinstance(want, datetime) else got) == want
     assert api.post("/commands", json={"text": "-- nothing\n"}).json() == {
         "columns": [], "rows": [], "status": None, "notices": []}
+    # An error in the middle of a script: which statement, and that the ones before it ran.
+    failed = api.post("/commands", json={"text": "startjob user_job name='Probe.noop' uid='first';"
+                                                 "stopjob user_job name='Probe.noop' uid='nothing';"
+                                                 "startjob user_job name='Probe.noop' uid='third';"})
+    assert failed.status_code == 404 and (failed.json()["statement"], failed.json()["ran"]) == (2, 1), failed.text
+    assert site.cluster.job("USER_JOB", "Probe.noop", "first") is not None
+    assert site.cluster.job("USER_JOB", "Probe.noop", "third") is None
 
 
 def test_each_error_status_has_the_languages_type_and_message_and_no_traceback(site, tmp_path):

@@ -3,7 +3,8 @@
 For parity with the shell and for what has no route of its own (a statement's forms that name
 every UID of a NAME, SET, scripts of several statements). The whole script is parsed and
 checked against the token's role before any of it runs; it then runs as ``Client.fetch`` runs
-it, in a session of its own.
+it, in a session of its own. An error in a script of several statements says which one failed
+(``statement``, from 1) and how many ran before it (``ran``): what they did stays done.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 from fastapi import APIRouter, Depends, Request
 
 from ...commands import parse_script, statements as st
+from ...errors import FabricJobsError
 from ..audit import recorded
 from ..auth import Need, authorize, requires, script_needs
 from ..schemas import CommandBody, CommandResult, command_result
@@ -33,9 +35,15 @@ def commands(request: Request, body: CommandBody,
     with recorded(who, script):  # one line in the web process's log for a script that changes anything
         if any(_long(c) for c in script):
             with long_request(request, who):
-                results = api.service().run_script(script, api.session(who))
+                results, error = api.service().run_until_error(script, api.session(who))
         else:
-            results = api.service().run_script(script, api.session(who))
+            results, error = api.service().run_until_error(script, api.session(who))
+    if error is not None:
+        if isinstance(error, FabricJobsError) and len(script) > 1:
+            # Which statement failed, and that the ones before it ran (a STARTJOB's job stays).
+            error.statement = len(results) + 1  # type: ignore[attr-defined]
+            error.ran = len(results)  # type: ignore[attr-defined]
+        raise error
     return command_result(results[-1]) if results else CommandResult(columns=[], rows=[])
 
 
