@@ -38,8 +38,8 @@ def parse_key(text: str) -> JobKey:
 
 def parent_keys(parents: Iterable[JobKey | str]) -> list[JobKey]:
     """A command's DEPENDS_ON as keys. The parser hands over keys, read once; a command built
-    in code may still name its parents as TYPE.NAME.UID text."""
-    return [p if isinstance(p, JobKey) else parse_key(p) for p in parents]
+    in code may still name its parents as TYPE.NAME.UID text. A parent named twice is one."""
+    return list(dict.fromkeys(p if isinstance(p, JobKey) else parse_key(p) for p in parents))
 
 
 def parents_of(job: Job) -> list[JobKey]:
