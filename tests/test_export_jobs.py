@@ -92,3 +92,30 @@ def test_a_child_whose_parent_has_ended_is_exported_without_it_and_held_if_it_wa
         b.run_script(script)
         child = b.store.get(JobKey("USER_JOB", "Probe.noop", "waits"))
         assert child.status is Status.HELD and child.depends_on == "" and child.execution_interval == "01:00:00"
+
+
+def test_jobs_a_node_started_itself_are_exported_and_made_again(tmp_path):
+    """An ON_FAILURE or LATE_ACTION job and a listener's file job carry ARGS keys that the node
+    gives them, which their function need not take (nor a PROCESS handler): the exported
+    STARTJOBs of such live jobs must pass STARTJOB's checks when the script is restored."""
+    from datetime import datetime, timezone
+
+    from fabricjobs.model import Job
+    from fabricjobs.node.decisions import failure_job, late_handler
+
+    a_cfg, b_cfg = _config(tmp_path, "a"), _config(tmp_path, "b")
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=timezone.utc)
+    failed = Job(JobKey("USER_JOB", "Probe.noop", "f"), Status.FAILED, now, epoch=3, error_msg="no",
+                 on_failure="USER_JOB.Probe.noop")
+    late = Job(JobKey("USER_JOB", "Probe.noop", "l"), Status.SCHEDULED, now, next_run=now, late_action="PROCESS.fail.sh")
+    made = [failure_job(failed, now), late_handler(late, now)]
+    child = Job(JobKey("USER_JOB", "Probe.noop", "inbox/a.csv"), Status.WAITING, now, next_run=now,
+                arguments=json.dumps({"file": "/in/a.csv", "name": "a.csv", "listener": "USER_JOB.Probe.noop.inbox",
+                                      "version": "1-2-3"}))
+    with Client.from_config(str(a_cfg)) as a:
+        for job in [*made, child]:
+            assert a.store.insert(job).applied
+        script = export_script(a.store)
+    with Client.from_config(str(b_cfg)) as b:
+        b.run_script(script)
+        assert {str(j.key) for j in b.store.live_jobs()} == {str(j.key) for j in [*made, child]}

@@ -20,7 +20,6 @@ pytestmark = pytest.mark.slow
 JOBS = {
     "Typo.py": '''
         from pathlib import Path
-        from fabricjobs.jobs.context import current_job
         Path(__file__).with_name("imported").touch()  # what STARTJOB must never run
 
         def pay(amount: int, currency: str = "EUR", *, note: str = ""):
@@ -29,14 +28,25 @@ JOBS = {
         def anything(**kwargs):
             return sorted(kwargs)
 
+        ''',
+    "Own.py": '''
+        from fabricjobs.jobs.context import current_job
+
+        def own_args():
+            return sorted(current_job().args)  # reads its ARGS itself: any key may come
+
+        def beside(n: int = 1):  # takes any key too: code of its module reads ARGS (which is not known)
+            current_job().logger.info("beside")
+            return n
+        ''',
+    "Greet.py": '''
+        from fabricjobs.jobs.context import current_job
+
         def greet(who: str = "world"):
             job = current_job()  # for its log and stop flag only: its ARGS are its parameters
             if not job.is_aborted():
                 job.logger.info("hello, %s", who)
             return who
-
-        def own_args():
-            return sorted(current_job().args)  # reads its ARGS itself: any key may come
         ''',
     "Edit.py": '''
         def which():
@@ -75,13 +85,15 @@ def test_an_args_key_that_names_no_parameter_is_refused_at_startjob(cluster):
 
 def test_a_function_that_uses_its_job_handle_only_to_log_is_still_checked(cluster):
     """``current_job()`` for the log and the stop flag does not make a function take any key
-    (the example job of ``fabricjobs init`` is such a one); reading ``.args`` does."""
-    out = cluster.shell("-e", "startjob user_job name='Typo.greet' uid='g' args='{\"whom\": \"me\"}';")
+    (the example job of ``fabricjobs init`` is such a one); reading ``.args`` does, and so does
+    any code of the module that reads them (Own.py: which function calls it is not read)."""
+    out = cluster.shell("-e", "startjob user_job name='Greet.greet' uid='g' args='{\"whom\": \"me\"}';")
     assert out.returncode == 1 and "ARGS key 'whom' is not a parameter of greet() (its parameters: who)" in out.stderr, \
         out.stderr
-    assert cluster.job("USER_JOB", "Typo.greet", "g") is None
-    cluster.fetch("startjob user_job name='Typo.own_args' uid='o' args='{\"any\": 1}';")
-    assert json.loads(cluster.wait_job("USER_JOB", "Typo.own_args", "o", lambda j: j.archived).output) == ["any"]
+    assert cluster.job("USER_JOB", "Greet.greet", "g") is None
+    cluster.fetch("startjob user_job name='Own.own_args' uid='o' args='{\"any\": 1}';")
+    cluster.fetch("startjob user_job name='Own.beside' uid='b' args='{\"n\": 1, \"extra\": 2}';")
+    assert json.loads(cluster.wait_job("USER_JOB", "Own.own_args", "o", lambda j: j.archived).output) == ["any"]
 
 
 def test_updatejob_args_are_checked_the_same_way(cluster):

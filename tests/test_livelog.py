@@ -168,3 +168,27 @@ def test_a_failing_store_is_logged_once_per_outage_and_the_lines_are_passed_on_a
     assert store.live_log(KEY, 1) == [(0, "kept"), (1, "after")]
     spool.close()
     store.close()
+
+
+def test_a_long_line_anywhere_within_the_room_is_kept_by_its_start(tmp_path):
+    """Printed output, as a worker reads it: a 1 MB line after a short one, in the same read,
+    and a 1 MB line whose line break comes in a read of its own. The spool keeps each line's
+    pieces (LINE_MAX) up to its room, the run's log shows the start of each: none of it is
+    counted as dropped while there is room."""
+    (tmp_path / "b.live").mkdir()
+    for reads in ([b"start\n" + b"y" * 1_000_000 + b"\n"], [b"x" * 1_000_000, b"\n"]):
+        spool = Spool(spool_path(str(tmp_path / "b"), 1), keep=4 * 1024 * 1024)
+        run_log = RunLog(65536).reset(65536, spool)
+        output = RunOutput(spool, run_log)
+        for data in reads:
+            output.feed(b"stdout: ", data)
+        output.finish()
+        assert spool.dropped == 0 and spool.kept > 1_000_000, (spool.kept, spool.dropped)
+        shown = [line for line in run_log.text().split("\n") if len(line) > 1000]
+        assert shown and all(len(line) == len("stdout: ") + LINE_MAX for line in shown), [len(x) for x in shown]
+        spool.close()
+    small = Spool(spool_path(str(tmp_path / "b"), 2), keep=65536)
+    output = RunOutput(small, RunLog(65536).reset(65536, small))
+    output.feed(b"stdout: ", b"start\n" + b"y" * 1_000_000 + b"\n")
+    assert 60_000 < small.kept <= 65536 and small.dropped > 900_000, (small.kept, small.dropped)  # its start, to the room
+    small.close()

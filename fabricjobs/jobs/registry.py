@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable
 from ..config import Config
 from ..model import JobType
 from .context import JOB_MARK
+from .given_keys import given_by_node
 from .limits import ARG_MAX_BYTES, PROCESS_ARGS_KEYS, ProcessLimits, check_arguments as check_limit_arguments, process_argv  # noqa: F401 (re-exported)
 from .source import (JobResolutionError, declares_job, defines_function as _defines_function, import_fresh,
                      module_source as _module_source, parameters)
@@ -138,7 +139,7 @@ class JobCatalog:
         except (ValueError, RecursionError):
             return  # the parser refused it already; the worker reports it if it got here
         if isinstance(args, dict):
-            unknown = sorted(k for k in args if not k.isdigit() and k not in PROCESS_ARGS_KEYS)
+            unknown = sorted(k for k in args if not k.isdigit() and k not in PROCESS_ARGS_KEYS | given_by_node(args))
             if unknown:  # a mistyped limit ("time_limit": 30) would run the job without it
                 raise JobResolutionError(
                     f"PROCESS ARGS key {unknown[0]!r} is neither an argument position (\"0\", \"1\", ...) nor one of "
@@ -218,7 +219,7 @@ class JobCatalog:
             args = json.loads(args_text or "{}")
         except (ValueError, RecursionError):
             return  # the parser refused it already
-        keys = set(args) - {"session_scope", *given} if isinstance(args, dict) else set()
+        keys = set(args) - {"session_scope", *given, *given_by_node(args)} if isinstance(args, dict) else set()
         if not keys:
             return
         try:

@@ -87,11 +87,14 @@ def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
 
 def _function_defs(path: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     """A module's top-level function definitions, from its source (nothing is run)."""
+    return [n for n in _module(path).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _module(path: str) -> ast.Module:
     try:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+        return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     except (OSError, SyntaxError, ValueError) as exc:
         raise JobResolutionError(f"cannot read {path}: {exc}") from None
-    return [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 @functools.lru_cache(maxsize=256)
@@ -104,18 +107,44 @@ def _declared_functions(path: str, mtime_ns: int) -> frozenset[str]:
 @functools.lru_cache(maxsize=256)
 def _parameters(path: str, mtime_ns: int) -> dict[str, Parameters | None]:
     out: dict[str, Parameters | None] = {}
-    for node in _function_defs(path):
+    module = _module(path)
+    anywhere = _module_reads_args(module)
+    for node in module.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
         if not all(_names_job(d) for d in node.decorator_list):
             out[node.name] = None  # another decorator may take other parameters
             continue
         a = node.args
         out[node.name] = Parameters(tuple(p.arg for p in (*a.args, *a.kwonlyargs)),
-                                    a.kwarg is not None or _may_read_args(node))
+                                    a.kwarg is not None or anywhere or _may_read_args(node))
     return out
 
 
+_ARGS_ATTRIBUTES = frozenset({"args", "arguments", "session_scope"})
+
+
+def _module_reads_args(module: ast.Module) -> bool:
+    """Whether code anywhere in the module may read a run's ARGS other than through the job
+    function's own handle (a helper or a class method that asks ``current_job().args``, or
+    ``current_job`` reached under another name): then every job function of the module may
+    take any key, since which of them calls that code is not read here."""
+    mentions = False
+    for n in ast.walk(module):
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("fabricjobs"):
+            if any(alias.name == "current_job" and alias.asname not in (None, "current_job") for alias in n.names):
+                return True  # current_job under another name
+            if any(alias.name == "context" for alias in n.names):
+                return True  # the context module itself: ctx.current_job()
+        elif isinstance(n, ast.Import) and any(a.name.startswith("fabricjobs.jobs") for a in n.names):
+            return True
+        elif isinstance(n, ast.Name) and n.id == "current_job":
+            mentions = True
+    return mentions and any(isinstance(n, ast.Attribute) and n.attr in _ARGS_ATTRIBUTES for n in ast.walk(module))
+
+
 #: What a job may use of its ``current_job()`` handle without reading its ARGS (jobs/context.py).
-_ATTRIBUTES_BESIDE_ARGS = frozenset({"logger", "is_aborted", "progress", "key", "epoch", "node", "due",
+_ATTRIBUTES_BESIDE_ARGS = frozenset({"logger", "is_aborted", "isAborted", "progress", "key", "epoch", "node", "due",
                                      "task_index", "task_count"})
 
 

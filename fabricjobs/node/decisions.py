@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 from ..calendar import Calendar
 from ..jobs.context import FailMode
+from ..jobs.given_keys import FAILURE_KEYS, LATE_KEYS
 from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, JobKey, RunResult, Status
@@ -286,8 +287,8 @@ def late_handler(row: Job, now: datetime) -> Job | None:
         return None
     job_type, _, name = row.late_action.partition(".")
     due = row.next_run.astimezone(timezone.utc)
-    args = {"late_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid,
-            "due": due.isoformat(timespec="milliseconds"), "late_seconds": round((now - due).total_seconds(), 3)}
+    args = dict(zip(LATE_KEYS, (str(row.key), row.type, row.name, row.uid, due.isoformat(timespec="milliseconds"),
+                                round((now - due).total_seconds(), 3))))
     return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".late.{due:%Y%m%dT%H%M%S.%f}"[:-3])), status=Status.WAITING,
                creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
@@ -300,8 +301,7 @@ def failure_job(row: Job, now: datetime) -> Job | None:
     if row.status is not Status.FAILED or "." not in row.on_failure:
         return None
     job_type, _, name = row.on_failure.partition(".")
-    args = {"failed_job": str(row.key), "type": row.type, "name": row.name, "uid": row.uid, "run": row.epoch,
-            "error": row.error_msg}
+    args = dict(zip(FAILURE_KEYS, (str(row.key), row.type, row.name, row.uid, row.epoch, row.error_msg)))
     return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".failed.{row.epoch}")), status=Status.WAITING, creation_time=now,
                arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)

@@ -19,7 +19,7 @@ from ..commands.statements import StartJob
 from ..errors import FabricJobsError, JobAlreadyRunning
 from ..model import Job, JobKey, JobType
 from ..service import CommandService, Session
-from ..worker.listener import CHILD_KEYS
+from ..jobs.given_keys import CHILD_KEYS
 
 
 class RequestRefused(FabricJobsError):

@@ -23,7 +23,8 @@ from ..store.base import CasResult
 from .calendars import CalendarCommands
 from .hold import HoldCommands
 from .parallel import ParallelCommands
-from ..worker.listener import CHILD_KEYS, OWN_ARGS
+from ..jobs.given_keys import CHILD_KEYS
+from ..worker.listener import OWN_ARGS
 from .session import Session, keep_session_scope, owner_of, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")

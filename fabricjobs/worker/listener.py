@@ -184,8 +184,6 @@ class _Inbox:
 
 
 OWN_ARGS = ("path", "pattern", "settle_sec", "poll_sec", "session_scope")
-#: The keys a listener gives each file's job besides its own other ARGS (the function need not take them).
-CHILD_KEYS = ("file", "name", "listener", "version")
 
 
 def _unfit(name: str) -> str | None:

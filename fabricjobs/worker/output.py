@@ -90,19 +90,25 @@ class RunOutput:
     def _lines(self, prefix: bytes, block: bytes) -> None:
         """Complete lines: to the spool while it has room (the rest is counted there), and
         to the run's record. Only what the spool takes is looked at line by line."""
-        if _LONG.match(block):  # a first line longer than is shown: in pieces, so that the room takes its start
-            first = block.find(b"\n")
-            block_live = _pieces(block[:first]) + block[first + 1:]
-        else:
-            block_live = block
+        block_live = self._shown_in_pieces(block)
         live = self._room_for(prefix, block_live)
         if live:
-            if _LONG.search(live):
-                live = b"".join(_pieces(line) for line in live.split(b"\n")[:-1])
             self.spool.write_block(prefix + live[:-1].replace(b"\n", b"\n" + prefix) + b"\n")
         if len(live) < len(block_live):
             self.spool.drop(len(block_live) - len(live))
         self.run_log.add_block(block, prefix)
+
+    def _shown_in_pieces(self, block: bytes) -> bytes:
+        """``block`` with each line the spool's room reaches cut into the pieces it is shown in
+        (LINE_MAX), so that the room takes the start of a long line rather than none of it.
+        Only as far as the room reaches: a flood past it is not looked at line by line."""
+        room = self.spool.keep - self.spool.kept
+        if room <= 0:
+            return block
+        end = block.find(b"\n", min(room, len(block)) - 1) + 1 or len(block)
+        if not _LONG.search(block, 0, end):
+            return block
+        return b"".join(_pieces(line) for line in block[:end].split(b"\n")[:-1]) + block[end:]
 
     def _room_for(self, prefix: bytes, block: bytes) -> bytes:
         """The lines at the start of ``block`` that fit in the spool with their prefixes."""

@@ -69,8 +69,8 @@ class RunLog(logging.Handler):
             self.dropped += data.count(b"\n", 0, cut)
             data = data[cut:]
             first = data.find(b"\n")
-            if first > LINE_MAX:  # a line longer than is ever shown: its start is kept, not all of it
-                data = data[:LINE_MAX] + data[first:]
+            if first > 4 * LINE_MAX:  # a line longer than is ever shown: its start is kept, not all of it
+                data = data[:4 * LINE_MAX] + data[first:]  # (bytes enough for LINE_MAX characters)
         self._to_tail(prefix, data, _shown(prefix, data))
 
     def _to_head(self, data: bytes, prefix: bytes) -> bytes:
@@ -83,7 +83,7 @@ class RunLog(logging.Handler):
             size = len(prefix) + min(end - pos, LINE_MAX) + 1
             if self.head_bytes + size > half:
                 break
-            self.head.append(shown + _decode(data[pos:min(end, pos + LINE_MAX)]))
+            self.head.append(shown + _decode(data[pos:min(end, pos + 4 * LINE_MAX)])[:LINE_MAX])  # (characters)
             self.head_bytes += size
             pos = end + 1
         return data[pos:]

@@ -50,6 +50,8 @@ def test_token_create_list_revoke_and_what_the_file_and_the_log_hold(cluster):
         assert admin.post("/jobs/USER_JOB/Probe.noop/none/stop").status_code == 404
         script = "".join(f"startjob user_job name='Probe.noop' uid='s{i}';" for i in range(25))
         assert admin.post("/commands", json={"text": script}).status_code == 200
+        failing = "startjob user_job name='Probe.noop' uid='s0' if not exists; stopjob user_job name='Probe.noop' uid='no';"
+        assert admin.post("/commands", json={"text": failing}).status_code == 404
         assert admin.get("/jobs/USER_JOB/Probe.noop/t").status_code == 200  # a read: no line
         assert cluster.cli("token", "revoke", "operator-1").stdout.strip() == "token 'operator-1' revoked"
         refused = operator.get("/jobs")
@@ -70,6 +72,7 @@ def test_token_create_list_revoke_and_what_the_file_and_the_log_hold(cluster):
         # a script's line names its first 20 statements, then how many more
         "INFO audit: token 'admin-1' " + "; ".join(f"STARTJOB USER_JOB.Probe.noop.s{i}" for i in range(20))
         + "; and 5 more -> ok",
+        "INFO audit: token 'admin-1' STARTJOB USER_JOB.Probe.noop.s0; STOPJOB USER_JOB.Probe.noop.no -> JobNotFound",
     ], web.log()
 
 

@@ -38,12 +38,12 @@ def commands(request: Request, body: CommandBody,
                 results, error = api.service().run_until_error(script, api.session(who))
         else:
             results, error = api.service().run_until_error(script, api.session(who))
-    if error is not None:
-        if isinstance(error, FabricJobsError) and len(script) > 1:
-            # Which statement failed, and that the ones before it ran (a STARTJOB's job stays).
-            error.statement = len(results) + 1  # type: ignore[attr-defined]
-            error.ran = len(results)  # type: ignore[attr-defined]
-        raise error
+        if error is not None:  # (raised inside: the audit line says the script failed)
+            if isinstance(error, FabricJobsError) and len(script) > 1:
+                # Which statement failed, and that the ones before it ran (a STARTJOB's job stays).
+                error.statement = len(results) + 1  # type: ignore[attr-defined]
+                error.ran = len(results)  # type: ignore[attr-defined]
+            raise error
     return command_result(results[-1]) if results else CommandResult(columns=[], rows=[])
 
 
