@@ -37,8 +37,8 @@ def derived_suffix(base: str, uid: str) -> str | None:
     """The suffix :func:`derived_uid` added to ``base`` to make ``uid``; None if it did not."""
     if uid.startswith(base):
         return uid[len(base):]
-    at = uid.find(_cut_mark(base))
-    if at < 0 or not base.startswith(uid[:at]):
+    at = uid.find(_cut_mark(base))  # where derived_uid puts it: after the part of base kept, in a UID at the limit
+    if at < 0 or len(uid) != MAX_CHARS or at >= len(base) or not base.startswith(uid[:at]):
         return None
     return uid[at + len(_cut_mark(base)):]
 
@@ -57,17 +57,24 @@ def too_long(what: str, value: str) -> str | None:
 
 def complaint(what: str, value: str) -> str | None:
     """Why ``value`` may not be ``what`` (NAME, UID, AFFINITY), or None."""
-    long = too_long(what, value)
+    long = too_long(what, value) or unwritable(what, value)
     if long is not None:
         return long
-    if value.endswith("\\") or "\\'" in value:  # (\' is a quote in a string, docs/guides/commands.md)
-        return (f"{what} must not end with a backslash or have one right before a quote: no statement could name "
-                "it (an exported job could not be made again)")
     bad = UNSAFE.search(value)
     if bad is None:
         return None
     return (f"{what} must not contain control characters, line breaks, invisible or direction-changing "
             f"characters or lone surrogates (U+{ord(bad.group()):04X} at character {bad.start() + 1})")
+
+
+def unwritable(what: str, value: str) -> str | None:
+    """Why no statement could write ``value`` as a quoted string (``\\'`` is a quote there,
+    docs/guides/commands.md), or None: then a job holding it could be named by no statement,
+    and export-jobs could not write it back."""
+    if value.endswith("\\") or "\\'" in value:
+        return (f"{what} must not end with a backslash or have one right before a quote: no statement could name "
+                "it (an exported job could not be made again)")
+    return None
 
 
 def text_complaint(what: str, value: str) -> str | None:

@@ -396,6 +396,11 @@ def test_the_tasks_of_a_job_whose_uid_is_at_the_limit_can_be_named(client):
     other = "u" * 1023 + "v"
     client.fetch(f"startjob user_job name='Customer.userJob1' uid='{other}' parallelism=2;")
     assert len({j.uid for j in client.store.live_jobs() if j.task_of}) == 4
+    # What a listener checks of a file job its request names: made from its own UID, nothing else.
+    from fabricjobs.names import derived_suffix, derived_uid
+    assert derived_suffix(uid, tasks[0].uid) == "/0" and derived_suffix(other, tasks[0].uid) is None
+    assert derived_suffix("inbox", derived_uid("inbox", "/a.csv")) == "/a.csv"
+    assert derived_suffix("inbox", tasks[0].uid[tasks[0].uid.index("~") - 2:]) is None  # a mark, but not at the limit
 
 
 def test_restartjob_running_restarts_only_jobs_with_a_run_going_and_leaves_schedules_alone(client):

@@ -414,8 +414,9 @@ class ToCommand(Transformer):
         """A name, UID or affinity: shown in log lines, tables and file names, so not empty and
         free of what names.py refuses."""
         value = _string_value(tok)
-        if not value.strip() and not empty_ok:  # (blanks alone cannot be told apart in a table)
-            raise invalid(self._text, tok, f"{what} must not be empty" + (" or blank" if value else ""))
+        if not value.strip() and (value or not empty_ok):  # (blanks alone cannot be told apart in a table)
+            raise invalid(self._text, tok, f"{what} must not be " + ("blank" if empty_ok else "empty or blank"
+                                                                        if value else "empty"))
         why = complaint(what, value)
         if why is not None:
             raise invalid(self._text, tok, why)

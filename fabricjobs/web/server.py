@@ -56,16 +56,18 @@ class ListenError(Exception):
 def listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound before anything is announced or opened: uvicorn binds its
     own only once serving starts, and ends the process with a status of its own on failure."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # (as uvicorn chooses)
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:  # (no IPv6 on this host)
+        raise ListenError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from None
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        shown = f"[{host}]" if ":" in host else host
         raise ListenError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
     return sock
 
 
@@ -101,7 +103,6 @@ def serve(config: Config, opts: ServeOptions) -> None:
     host, port = parse_bind(opts.bind)
     log.setLevel(opts.log_level.upper())  # its INFO lines (who changed what: audit.py) beside uvicorn's
     sock = listen(host, port)
-    port = sock.getsockname()[1]  # (port 0: the one the system chose)
     try:
         store = open_store(config)
     except BaseException:
