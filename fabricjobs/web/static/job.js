@@ -58,7 +58,7 @@ FJ.views.job = (function () {
       FJ.send("PATCH", path, "UPDATEJOB " + key, body);
     }},
       field("exec_interval", "EXEC_INTERVAL", job.execution_interval || "", {placeholder: "'' : a one-time job"}),
-      field("priority", "PRIORITY", String(job.priority), {type: "number", min: "0", max: "9"}),
+      field("priority", "PRIORITY", String(job.priority), {type: "number", min: "0", max: "9", step: "1", required: true}),
       field("affinity", "AFFINITY", job.affinity === "ANY" ? "" : job.affinity, {placeholder: "ANY"}),
       el("button", {type: "submit", id: "update-submit", text: "Save"}));
     return f;
