@@ -54,7 +54,7 @@ def test_help_in_a_script_lists_the_statements_as_at_the_prompt(cluster):
     assert r.returncode == 0, r.stderr
     assert r.stdout.index("(1 row)") < r.stdout.index("Statements end with") < r.stdout.rindex("| h1 ")
     assert "JOBSTATUS" in r.stdout and r.stdout.count("(1 row)") == 2
-    piped = cluster.shell(input="\\?\n")
+    piped = cluster.shell(input="-- what is there?\n\\?\n")
     assert piped.returncode == 0 and "Statements end with ';'" in piped.stdout, piped.stderr
 
 
