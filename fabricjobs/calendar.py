@@ -64,8 +64,8 @@ class Calendar:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name):
-        raise CalendarError(f"bad calendar name {name!r}: 1-64 letters, digits, '_', '.' or '-'")
+    if not _NAME.match(name) or name in (".", ".."):  # (a URL path cannot name . or ..: /api/v1/calendars/..)
+        raise CalendarError(f"bad calendar name {name!r}: 1-64 letters, digits, '_', '.' or '-', not '.' or '..'")
     return name
 
 

@@ -69,11 +69,13 @@ def complaint(what: str, value: str) -> str | None:
 
 def unwritable(what: str, value: str) -> str | None:
     """Why no statement could write ``value`` as a quoted string (``\\'`` is a quote there,
-    docs/guides/commands.md), or None: then a job holding it could be named by no statement,
-    and export-jobs could not write it back."""
+    docs/guides/commands.md), or no URL path name it, or None: then a job holding it could be
+    named by no statement (export-jobs could not write it back) or no API route."""
     if value.endswith("\\") or "\\'" in value:
         return (f"{what} must not end with a backslash or have one right before a quote: no statement could name "
                 "it (an exported job could not be made again)")
+    if value in (".", ".."):
+        return f"{what} must not be '.' or '..': no URL path can name it (the API and the console could not)"
     return None
 
 

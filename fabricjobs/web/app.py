@@ -100,6 +100,7 @@ def install_console(app: FastAPI, api: Api) -> None:
     app.state.sessions = SessionKeys(web["SESSION_KEY_FILE"], web["SESSION_HOURS"], web["SECURE_COOKIE"])
     app.state.live = LiveView(api.store, api.service, web["CONSOLE_INTERVAL_SEC"])
     app.state.job_pages = console_data.PageCache(web["CONSOLE_INTERVAL_SEC"])
+    app.add_middleware(console_data.ForgetPagesOnChange, pages=app.state.job_pages)
     app.include_router(console.router)
     app.include_router(console_data.router)
 

@@ -28,6 +28,7 @@ from ..commands import statements as st
 from ..dependencies import parents_of, parse_key
 from ..errors import FabricJobsError, JobNotFound, ValidationError
 from ..model import JobKey, JobType
+from ..names import MAX_CHARS, MAX_NAME_CHARS
 from ..service import HISTORY_COLUMNS, Session, history_row, run_summary
 from ..store.base import RunRecord
 from . import plots
@@ -44,6 +45,7 @@ JOB_RUNS = 200
 CHILDREN_READ = 1000  # blocked jobs read for a job's page: its children still waiting for it
 _OUTPUT_CHARS = 1000
 _MAX_TEXT = 1000  # characters of a filter
+_MAX_CURSOR = 16_000  # characters of a page cursor: a key of 1,024-character UID in 4-byte characters, base64
 
 
 def live_of(request: Request) -> LiveView:
@@ -73,7 +75,7 @@ def _text() -> Any:
 
 @router.get("/jobs")
 def jobs(request: Request, status: str = _text(), type: str = _text(), name: str = _text(), node: str = _text(),
-         q: str = _text(), cursor: str = Query("", max_length=4 * _MAX_TEXT), limit: int = 100,
+         q: str = _text(), cursor: str = Query("", max_length=_MAX_CURSOR), limit: int = 100,
          who: TokenInfo = Viewer) -> Response:
     """A page of the live jobs in key order, from ``cursor`` on (the table's Next), with the
     counts of the live jobs by status (the chips) from the shared snapshot."""
@@ -96,7 +98,7 @@ def jobs(request: Request, status: str = _text(), type: str = _text(), name: str
 @router.get("/history")
 def history(request: Request, type: str = _text(), name: str = _text(), uid: str = _text(), owner: str = _text(),
             status: str = _text(), since: datetime | None = None, until: datetime | None = None,
-            cursor: str = Query("", max_length=4 * _MAX_TEXT), limit: int = 100, who: TokenInfo = Viewer) -> Response:
+            cursor: str = Query("", max_length=_MAX_CURSOR), limit: int = 100, who: TokenInfo = Viewer) -> Response:
     """A page of the archived jobs the form looks for, newest end first (the store's search:
     each page looks at a bounded number of them and says where the next goes on)."""
     api = request.app.state.api
@@ -141,7 +143,8 @@ def cluster_plots(request: Request, who: TokenInfo = Viewer) -> Response:
 
 
 @router.get("/job")
-def job(request: Request, type: str = _text(), name: str = _text(), uid: str = _text(), who: TokenInfo = Viewer) -> Response:
+def job(request: Request, type: str = _text(), name: str = Query("", max_length=MAX_NAME_CHARS),
+        uid: str = Query("", max_length=MAX_CHARS), who: TokenInfo = Viewer) -> Response:
     """One job's page: its row and counters, parents and children, running task, runs, last
     log and plots; 404 (JobNotFound) for a job there is not."""
     key = JobKey(type.upper(), name, uid)
@@ -218,6 +221,14 @@ class PageCache:
         self._pages: dict[Hashable, tuple[float, dict[str, Any]]] = {}
         self._reading: dict[Hashable, Future[dict[str, Any]]] = {}
         self._lock = threading.Lock()
+        self._changes = 0  # changes made through this process: a page read before one is not kept
+
+    def forget(self) -> None:
+        """A change went through this web process (a console button, the API): the page that
+        shows it must be read again, not served as it was up to an interval ago."""
+        with self._lock:
+            self._pages.clear()
+            self._changes += 1
 
     def get(self, key: Hashable, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         with self._lock:
@@ -227,6 +238,7 @@ class PageCache:
             reading = self._reading.get(key)
             if reading is None:
                 mine = self._reading[key] = Future()
+                changes = self._changes
         if reading is not None:
             try:
                 return reading.result(self.FOLLOW_WAIT_SEC)  # the reader's error is raised here too
@@ -241,9 +253,30 @@ class PageCache:
             raise
         with self._lock:  # kept and no longer being read at once: no request in between reads again
             del self._reading[key]
-            self._pages[key] = (time.monotonic(), page)
+            if changes == self._changes:
+                self._pages[key] = (time.monotonic(), page)
             if len(self._pages) > self.size:
                 oldest = min(self._pages, key=lambda k: self._pages[k][0])
                 del self._pages[oldest]
         mine.set_result(page)
         return page
+
+
+class ForgetPagesOnChange:
+    """ASGI middleware: a request that may change something (not GET or HEAD) empties the page
+    cache as its answer starts, so the console's read after a button shows the change."""
+
+    def __init__(self, app: Any, pages: PageCache) -> None:
+        self.app, self.pages = app, pages
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+
+        async def forgetting(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.pages.forget()
+            await send(message)
+
+        await self.app(scope, receive, forgetting)

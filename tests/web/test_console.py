@@ -153,6 +153,12 @@ def test_pages_allow_only_their_own_scripts_and_show_the_empty_state_data(consol
     data = client.get("/console/data/jobs").json()
     assert data["counts"] == {} and data["jobs"] == [] and data["error"] == "" and data["next_cursor"] is None
     assert client.get("/console/data/job", params={"type": "USER_JOB", "name": "x", "uid": "y"}).status_code == 404
+    # A UID as long as a job may have one, and a cursor of such a key in 4-byte characters: asked, not refused.
+    assert client.get("/console/data/job", params={"type": "USER_JOB", "name": "x", "uid": "é" * 1024}).status_code == 404
+    from fabricjobs.model import JobKey
+    from fabricjobs.web.cursors import key_cursor
+    cursor = key_cursor(JobKey("USER_JOB", "A." + "😀" * 254, "😀" * 1024))
+    assert client.get("/console/data/jobs", params={"cursor": cursor}).status_code == 200, len(cursor)
     assert "/console" not in str(client.get("/api/v1/openapi.json").json()["paths"])  # not part of the API
 
 

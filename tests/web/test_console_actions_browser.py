@@ -179,6 +179,42 @@ def test_the_console_no_longer_links_wrong_or_stays_on_loading(site: Site, brows
     site.cluster.fetch("stopjob user_job name='Probe.record' uid='v1.2'; stopjob user_job name='Probe.noop' uid='100%';")
 
 
+def test_refusals_keep_the_form_and_a_viewer_sees_no_stray_text(site: Site, browser):
+    """A search the server refuses is said beside the form, which stays to be mended (it
+    replaced the whole view, form and all, until the page was reloaded); an update that is
+    refused keeps the form and what was typed; a viewer's pages hold no stray 'null'."""
+    site.cluster.fetch(f"startjob user_job name='Probe.noop' uid='mend-me' exec_interval='{NEVER}';")
+    log_in(browser, site.web.url, site.tokens["operator"])
+    browser.get(site.web.url + "/#/history")
+    until(lambda: browser.find_element("id", "history-form"), "the search form")
+    browser.execute_script("document.getElementById('history-since').value = '2030-01-01T00:00:00';"
+                           "document.getElementById('history-until').value = '2029-01-01T00:00:00';")  # ends before it starts
+    click(browser, "#history-search")
+    text = until(lambda: browser.find_element("id", "history-refused").text, "the refusal beside the form")
+    assert "This search cannot be made" in text and browser.find_element("id", "history-form").is_displayed()
+    browser.execute_script("document.getElementById('history-until').value = ''")
+    click(browser, "#history-search")
+    until(lambda: browser.find_elements("id", "history-pager"), "the search once mended")
+
+    browser.get(site.web.url + "/#/job/USER_JOB/Probe.noop/mend-me")
+    click(browser, "#action-update")
+    fill(browser, "#update-exec_interval", "bogus")
+    click(browser, "#update-submit")
+    until(lambda: "UPDATEJOB" in browser.find_element("id", "banner").text and "refused" in
+          browser.find_element("id", "banner").text, "the refusal")
+    until(lambda: browser.find_element("id", "update-exec_interval").get_attribute("value") == "bogus",
+          "the form still open with what was typed")
+
+    log_in(browser, site.web.url, site.tokens["viewer"])
+    for page in ("/#/jobs", "/#/job/USER_JOB/Probe.noop/mend-me"):
+        browser.get(site.web.url + page)
+        until(lambda: browser.find_elements("css selector", "#main h1"), f"the page {page}")
+        stray = browser.execute_script("return Array.from(document.getElementById('main').childNodes)"
+                                       ".filter(n => n.nodeType === 3).map(n => n.textContent)")
+        assert "null" not in stray, (page, stray)
+    site.cluster.fetch("stopjob user_job name='Probe.noop' uid='mend-me';")
+
+
 def test_the_jobs_table_pages_through_10000_live_jobs(site: Site, browser):
     """10,000 live jobs (HELD: live, but no node reads them as work), written the fastest way
     the store allows: Next goes through all of them once, 1,000 a page; the count says 10,000.

@@ -61,3 +61,49 @@ def test_an_expired_page_is_read_again():
     cache = PageCache(ttl=0.0)
     assert cache.get("k", lambda: {"n": 1}) == {"n": 1}
     assert cache.get("k", lambda: {"n": 2}) == {"n": 2}
+
+
+def test_a_change_through_this_web_process_makes_every_page_be_read_again():
+    """A button's change is seen by the read right after it: not the page as it was up to an
+    interval ago (Release said 'now SCHEDULED' over a title still HELD). A read that began
+    before the change is not kept either."""
+    cache = PageCache(ttl=60.0)
+    reads = []
+
+    def read() -> dict:
+        reads.append(1)
+        return {"reads": len(reads)}
+
+    assert cache.get("job", read) == {"reads": 1} and cache.get("job", read) == {"reads": 1}
+    cache.forget()
+    assert cache.get("job", read) == {"reads": 2}
+
+    def read_across_a_change() -> dict:
+        cache.forget()  # (a change answered while this read was under way)
+        return read()
+
+    cache.get("other", read_across_a_change)
+    assert cache.get("other", read) == {"reads": 4}  # read again, not what was read across the change
+
+
+def test_a_request_that_may_change_something_empties_the_cache_before_its_answer_is_sent():
+    import asyncio
+
+    from fabricjobs.web.console_data import ForgetPagesOnChange
+
+    cache = PageCache(ttl=60.0)
+    seen: list = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message):
+        seen.append((message["type"], cache.get("job", lambda: {"read": len(seen)})))
+
+    middleware = ForgetPagesOnChange(app, cache)
+    cache.get("job", lambda: {"read": "before"})
+    asyncio.run(middleware({"type": "http", "method": "GET"}, None, send))
+    assert seen[0][1] == {"read": "before"}  # a read: the page stays
+    asyncio.run(middleware({"type": "http", "method": "POST"}, None, send))
+    assert seen[2][1] != {"read": "before"}  # a change: read again by the time its answer starts

@@ -28,6 +28,11 @@ var FJ = (function () {
     if (Array.isArray(child)) { child.forEach(function (c) { append(node, c); }); return; }
     node.appendChild(typeof child === "object" ? child : document.createTextNode(String(child)));
   }
+  function fill(node) {  // node's children replaced by the rest of the arguments (null ones left out, as el does)
+    node.replaceChildren();
+    for (var i = 1; i < arguments.length; i++) append(node, arguments[i]);
+    return node;
+  }
   function badge(status, blocked) {
     var label = blocked && status === "WAITING" ? "BLOCKED" : status;
     return el("span", {class: "badge s-" + label, text: blocked && status !== "WAITING" ? status + " · blocked" : label});
@@ -168,7 +173,10 @@ var FJ = (function () {
     }).catch(function (e) {
       if (mine !== generation) return;
       status("could not update: " + e.message);
-      if (lastBody === null || e.status === 404) failed(e);  // nothing shown yet (or the job is gone): say why
+      if (e.status === 400 && view.view.refused) {  // the view's own form asked it: shown beside the form
+        lastBody = "";
+        view.view.refused(document.getElementById("main"), e.body && e.body.message ? e.body.message : e.message);
+      } else if (lastBody === null || e.status === 404) failed(e);  // nothing shown yet (or the job is gone): say why
     }).then(function () {
       if (mine === generation) timer = setTimeout(refresh, document.hidden ? interval * 5 : interval);
     });
@@ -178,7 +186,7 @@ var FJ = (function () {
     var what = e.body && e.body.message ? e.body.message : e.message;
     document.getElementById("main").replaceChildren(el("div", {class: "card empty", id: "failed"},
       el("strong", {text: e.status === 404 ? "Not found" : "This page cannot be shown"}), el("p", {text: what}),
-      el("a", {href: "#/jobs", text: "← Jobs"})));
+      el("a", {href: "#/jobs", text: "← Jobs", onclick: function (ev) { ev.preventDefault(); go("#/jobs"); }})));
   }
   function rerender() { lastBody = null; refresh(); }
   function go(hash) { if (location.hash === hash) rerender(); else location.hash = hash; }
@@ -186,7 +194,7 @@ var FJ = (function () {
   window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", route);
 
-  return {el: el, badge: badge, progress: progress, table: table, kv: kv, when: when, duration: duration, jobHref: jobHref,
+  return {el: el, fill: fill, badge: badge, progress: progress, table: table, kv: kv, when: when, duration: duration, jobHref: jobHref,
     apiPath: apiPath, query: query, getJSON: getJSON, send: send, post: post, confirmThen: confirmThen, banner: banner,
     views: views, rerender: rerender, go: go, canChange: role === "operator" || role === "admin", isAdmin: role === "admin",
     role: role};

@@ -70,17 +70,30 @@ FJ.views.history = (function () {
       el("span", {class: "muted", id: "history-reached",
         text: "Searched back to " + FJ.when(body.reached) + (body.next_cursor ? "" : " (the oldest kept or asked for)")}));
   }
-  function render(main, body) {
-    if (!form) form = searchForm(body.types);
+  function layout(main) {
     if (!main.contains(form)) {
       main.replaceChildren(el("h1", {text: "History"}), el("p", {class: "muted",
         text: "Ended jobs (PROCESSED, FAILED, TERMINATED), newest first. Live ones are under Jobs."}), form,
         el("div", {id: "history"}), el("div", {id: "history-pager-box"}));
     }
+  }
+  function render(main, body) {
+    if (!form || form.partial) form = searchForm(body.types);
+    layout(main);
     document.getElementById("history").replaceChildren(results(body));
     document.getElementById("history-pager-box").replaceChildren(pager(body));
   }
-  return {load: load, render: render};
+  function refused(main, message) {
+    // The server refused this search (a window that ends before it starts, one beyond the
+    // retention): the form stays, to be mended, and the search starts again from the newest.
+    page = {cursor: "", before: []};
+    if (!form) { form = searchForm(search.type ? [search.type] : []); form.partial = true; }
+    layout(main);
+    document.getElementById("history").replaceChildren(el("div", {class: "card empty", id: "history-refused"},
+      el("strong", {text: "This search cannot be made"}), el("p", {text: message})));
+    document.getElementById("history-pager-box").replaceChildren();
+  }
+  return {load: load, render: render, refused: refused};
 })();
 
 FJ.views.calendars = (function () {

@@ -32,7 +32,7 @@ FJ.views.job = (function () {
     if (live && job.status === "HELD") buttons.push(button("release", "Release", "Release this job and its held children (RELEASEJOB)?", path + "/release"));
     if (live) {
       buttons.push(el("button", {type: "button", class: "act", id: "action-update", text: "Update…",
-        onclick: function () { state.editing = !state.editing; FJ.rerender(); }}));
+        onclick: function () { state.editing = !state.editing; state.draft = null; FJ.rerender(); }}));
     }
     if (live) buttons.push(button("stop", "Stop", "Stop this job (STOPJOB)?", path + "/stop"));
     if (live && job.status !== "HELD") buttons.push(button("restart", "Restart", "Restart this job (RESTARTJOB)?", path + "/restart"));
@@ -48,18 +48,23 @@ FJ.views.job = (function () {
     function field(name, label, value, attrs) {
       return el("label", null, label + " ", el("input", Object.assign({id: "update-" + name, name: name, value: value}, attrs || {})));
     }
+    var draft = state.draft || {exec_interval: job.execution_interval || "", priority: String(job.priority),
+                                affinity: job.affinity === "ANY" ? "" : job.affinity};
     var f = el("form", {class: "update card", id: "update-form", onsubmit: function (e) {
       e.preventDefault();
       var body = {}, given = {exec_interval: job.execution_interval || "", priority: String(job.priority), affinity: job.affinity === "ANY" ? "" : job.affinity};
       ["exec_interval", "affinity"].forEach(function (k) { if (f.elements[k].value !== given[k]) body[k] = f.elements[k].value; });
       if (f.elements.priority.value !== given.priority) body.priority = parseInt(f.elements.priority.value, 10);
       if (!Object.keys(body).length) { FJ.banner("Nothing changed.", ""); return; }
-      state.editing = false;
-      FJ.send("PATCH", path, "UPDATEJOB " + key, body);
+      // What was typed stays in the form until the change is made: a refusal is mended, not typed again.
+      state.draft = {exec_interval: f.elements.exec_interval.value, priority: f.elements.priority.value, affinity: f.elements.affinity.value};
+      FJ.send("PATCH", path, "UPDATEJOB " + key, body).then(function (done) {
+        if (done) { state.editing = false; state.draft = null; FJ.rerender(); }
+      });
     }},
-      field("exec_interval", "EXEC_INTERVAL", job.execution_interval || "", {placeholder: "'' : a one-time job"}),
-      field("priority", "PRIORITY", String(job.priority), {type: "number", min: "0", max: "9", step: "1", required: true}),
-      field("affinity", "AFFINITY", job.affinity === "ANY" ? "" : job.affinity, {placeholder: "ANY"}),
+      field("exec_interval", "EXEC_INTERVAL", draft.exec_interval, {placeholder: "'' : a one-time job"}),
+      field("priority", "PRIORITY", draft.priority, {type: "number", min: "0", max: "9", step: "1", required: true}),
+      field("affinity", "AFFINITY", draft.affinity, {placeholder: "ANY"}),
       el("button", {type: "submit", id: "update-submit", text: "Save"}));
     return f;
   }
@@ -154,7 +159,7 @@ FJ.views.job = (function () {
     var job = body.job, log = state.log || body.last_log;
     if (state.editing && document.activeElement && document.getElementById("update-form") &&
         document.getElementById("update-form").contains(document.activeElement)) return;  // not under the typing hand
-    main.replaceChildren(
+    FJ.fill(main,
       el("p", null, el("a", {href: job.is_archived ? "#/history" : "#/jobs", text: job.is_archived ? "← History" : "← Jobs"})),
       el("h1", {id: "job-title"}, job.type + " · " + job.name + " · " + job.uid + " ", FJ.badge(job.status, job.blocked)),
       actions(job, body.task, state),

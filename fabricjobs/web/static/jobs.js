@@ -114,13 +114,26 @@ FJ.views.jobs = (function () {
     } else {
       content = rows(body.jobs);
     }
-    if (!main.contains(form)) {  // the filters (and the start form) stay in place while rows change
-      main.replaceChildren(el("h1", {text: "Jobs"}), startForm(body), form, el("div", {id: "counts"}), el("div", {id: "jobs"}),
+    if (!main.contains(form) || (FJ.canChange && !document.getElementById("start"))) {
+      // (the filters, and the start form, stay in place while rows change)
+      FJ.fill(main, el("h1", {text: "Jobs"}), startForm(body), form, el("div", {id: "counts"}), el("div", {id: "jobs"}),
         el("div", {id: "pager-box"}));
     }
     document.getElementById("counts").replaceChildren(counts(body));
     document.getElementById("jobs").replaceChildren(content);
     document.getElementById("pager-box").replaceChildren(pager(body));
   }
-  return {load: load, render: render};
+  function refused(main, message) {
+    // The server refused this page's query (a filter too long, a cursor it cannot read): the
+    // filters stay, to be mended; the page goes back to the first, whose cursor is always good.
+    first();
+    if (!form) form = filterForm();
+    if (!main.contains(form)) {
+      FJ.fill(main, el("h1", {text: "Jobs"}), form, el("div", {id: "counts"}), el("div", {id: "jobs"}), el("div", {id: "pager-box"}));
+    }
+    document.getElementById("jobs").replaceChildren(el("div", {class: "card empty", id: "refused"},
+      el("strong", {text: "These filters cannot be used"}), el("p", {text: message})));
+    document.getElementById("pager-box").replaceChildren();
+  }
+  return {load: load, render: render, refused: refused};
 })();
