@@ -121,6 +121,35 @@ def test_nothing_a_sigkilled_node_started_outlives_the_dead_node_threshold(clust
         assert not [d for d in os.listdir(_cgroup_root()) if d.startswith(f"fabricjobs-{node.pid}-")]
 
 
+@pytest.mark.parametrize("cluster", [pytest.param("AUTO", id="cgroups", marks=needs_cgroups)], indirect=True)
+def test_daemons_of_a_stopped_node_end_before_their_runs_are_taken_over(cluster, tmp_path):
+    """A SIGSTOP of a node's whole process group (Ctrl-Z at its terminal) stops its workers,
+    which cannot end what their runs started into sessions of their own. A PROCESS job's guard,
+    in its own group, kills the rest of its run's cgroup when the lease runs out; a node of the
+    same host that takes the runs over kills what is left in the stopped node's run cgroups
+    first. No daemon of the stopped node runs beside the runs that took over (it ran on until
+    the node was woken)."""
+    frozen = cluster.start_node("frozen")
+    pids = {"u": tmp_path / "user.pid", "p": tmp_path / "process.pid"}
+    cluster.fetch(f"startjob user_job name='Isolation.escape' uid='u' "
+                  f"args='{json.dumps({'pidfile': str(pids['u']), 'cooperative': False})}';"
+                  f"startjob process name='escape.sh' uid='p' args='{json.dumps({'0': str(pids['p'])})}';")
+    daemons = {uid: _daemon(path) for uid, path in pids.items()}
+    cluster.pause(frozen, group=True)
+    try:
+        cluster.start_node("other")
+        taken = {"u": ("USER_JOB", "Isolation.escape"), "p": ("PROCESS", "escape.sh")}
+        for uid, (kind, name) in taken.items():
+            cluster.wait_job(kind, name, uid, lambda j: j.worker_id == "other" and j.status is Status.IN_PROCESS, 20,
+                             f"{name} to be taken over")
+        alive = [uid for uid, pid in daemons.items() if process_alive(pid)]
+        assert not alive, f"the stopped node's daemons of {alive} still run beside the takeover"
+        assert "what was left in its run cgroups is killed" in cluster.nodes["other"].log()
+    finally:
+        frozen.signal_group(signal.SIGCONT)
+    cluster.fetch("stopjob user_job name='Isolation.escape' uid='u'; stopjob process name='escape.sh' uid='p';")
+
+
 def _cgroup_root() -> str:
     from fabricjobs.worker import cgroups
 

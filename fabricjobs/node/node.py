@@ -36,7 +36,8 @@ from ..worker import cgroups
 from ..worker.board import Board
 from ..worker.spool import spool_dir
 from .livelog import LiveLogFlusher
-from ..worker.reaper import pid_alive as _pid_alive, stat_field
+from ..worker.reaper import pid_alive as _pid_alive
+from .same_host import process_start, same_process
 from .. import dependencies
 from ..jobs.registry import JobCatalog
 from ..model import NodeState, Status
@@ -185,7 +186,7 @@ class Node:
         info["running"] = self.executor.per_pool()
         info["zone"] = str(self.zone)
         info["isolation"] = self.isolation  # how its runs' processes are ended with them
-        ticks = _process_start(os.getpid())
+        ticks = process_start(os.getpid())
         if ticks is not None:
             info["pid_start"] = ticks  # with pid, names this process: a pid alone may be reused
         return info
@@ -254,7 +255,7 @@ class Node:
             return
         threshold = _row_threshold(row, self.settings.dead_after)
         if row.host == socket.gethostname() and row.pid != os.getpid():
-            if _pid_alive(row.pid) and _same_process(row.pid, row.info):
+            if _pid_alive(row.pid) and same_process(row.pid, row.info):
                 raise NodeStartError(
                     f"node {self.name!r} is already running (pid {row.pid} on {row.host}); "
                     "give this one another name (--name, or [node] NAME)"
@@ -514,22 +515,3 @@ def _task_pids(row) -> list[int]:
         return [int(t["thread"]) for t in json.loads(row.tasks or "[]") if t.get("thread")]
     except (ValueError, TypeError, AttributeError):
         return []
-
-
-def _process_start(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (Linux; None elsewhere)."""
-    return stat_field(pid, 19)
-
-
-def _same_process(pid: int, info: str | None) -> bool:
-    """Whether the live process ``pid`` is the node that wrote ``info``: the same start time,
-    when the row recorded one. A pid reused by another process (after a reboot, or a long
-    time) then no longer looks like the node, which could never restart under its name."""
-    try:
-        recorded = json.loads(info or "{}").get("pid_start")
-    except (ValueError, AttributeError):
-        recorded = None
-    if recorded is None:
-        return True  # a row from before pid_start was recorded: the pid is all there is
-    return _process_start(pid) == recorded
-

@@ -25,6 +25,7 @@ import json
 import logging
 import time
 import random
+import socket
 from datetime import datetime, timedelta
 from typing import Callable, Sequence
 
@@ -38,6 +39,7 @@ from .claims import MAX_PAGES, Claims, write_failed
 from .decisions import lost_run_record, take_over
 from .executor import EndReason
 from .parts import ReconcileParts, UsesParts
+from .same_host import end_dead_peer_runs
 from .settings import NodeSettings
 from .writeback import PATIENCE, start_on_failure
 
@@ -71,6 +73,8 @@ class Reconciler(UsesParts):
         self._born = self.clock.now()  # KILL requests from before are an earlier life's (_kill_requests)
         # Reads of the nodes table run here while the pass serves claims (_meanwhile).
         self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodes-read")
+        self._host = socket.gethostname()
+        self._ended_here: set[tuple[str, str]] = set()  # dead peers of this host whose run cgroups were killed
 
     @property
     def next_wake(self) -> datetime | None:
@@ -326,6 +330,8 @@ class Reconciler(UsesParts):
         generation = self.claims.claimable()
         if generation is None:
             return
+        if dead:
+            self._end_dead_peers_here(dead)
         budget = time.perf_counter() + _TAKEOVER_SLICE
         # Runs first (their jobs are down until taken), in batches: one round of concurrent
         # writes per batch, not one per job. Then the dead node's schedules.
@@ -346,6 +352,20 @@ class Reconciler(UsesParts):
                 self.signals.wake_full()
                 return
             self._adopt(schedules[i:i + _TAKEOVER_BATCH], now)
+
+    def _end_dead_peers_here(self, dead: list[str]) -> None:
+        """Before their runs are taken over: what a dead peer of this host left in its run
+        cgroups, stopped with it or running on (same_host.py), is killed."""
+        cgroups = getattr(getattr(self.executor, "pool", None), "cgroups", None)
+        if cgroups is None:
+            return
+        for row in self.peers:
+            if row.name in dead and (row.name, row.incarnation) not in self._ended_here:
+                self._ended_here.add((row.name, row.incarnation))
+                killed = end_dead_peer_runs(row, self._host, cgroups.home)
+                if killed:
+                    log.warning("node %s (pid %d on this host) is dead: what was left in its run cgroups is killed "
+                                "before its runs are taken over", row.name, row.pid)
 
     def _take_runs(self, rows: list[Job], now: datetime, generation: int) -> None:
         """Take over IN_PROCESS rows of dead owners, or of this node's previous life, that there

@@ -177,13 +177,14 @@ def kill(cgroup: str) -> None:
         pass
 
 
-def kill_others(cgroup: str) -> int:
-    """SIGKILL every process in ``cgroup`` but this one (a worker's, at its run's end), each
-    stopped first so that none starts another meanwhile; returns how many were found."""
-    me = os.getpid()
+def kill_others(cgroup: str, spare: tuple[int, ...] = ()) -> int:
+    """SIGKILL every process in ``cgroup`` but this one and ``spare`` (a worker's, at its run's
+    end; a PROCESS job's guard, at a lapse, spares its worker), each stopped first so that none
+    starts another meanwhile; returns how many were found."""
+    keep = {os.getpid(), *spare}
     seen: set[int] = set()
     for _ in range(_KILL_ROUNDS):
-        others = [p for p in procs(cgroup) if p != me]
+        others = [p for p in procs(cgroup) if p not in keep]
         if not others:
             break
         seen.update(others)
@@ -217,6 +218,25 @@ def _rmdir(path: str) -> None:
         os.rmdir(path)
     except OSError:
         pass
+
+
+def slot_of(proc: str = "/proc") -> str | None:
+    """This process's cgroup if it is a run slot of a node (``fabricjobs-<pid>-<n>/slot-<m>``),
+    else None: nothing outside a node's own cgroups is ever killed."""
+    path = here(proc)
+    if path is None:
+        return None
+    home, slot = os.path.split(path)
+    return path if slot.startswith("slot-") and _HOME.match(os.path.basename(home)) else None
+
+
+def kill_node(root: str, pid: int) -> int:
+    """Kill what is in the run cgroups of every node of process ``pid`` under ``root``, which
+    stay for it (or for the next node's start) to remove; returns how many there were."""
+    homes = _homes(root, lambda found, kind: found == pid and kind != "node")
+    for home in homes:
+        kill(home)
+    return len(homes)
 
 
 def end_node(root: str, pid: int) -> int:

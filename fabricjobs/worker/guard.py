@@ -7,8 +7,8 @@ the group (Ctrl-Z at the node's terminal) stops the worker that would end the jo
 SIGKILL of the group (a supervisor killing the node) kills that worker outright; either way
 the job ran on beside the run of the node that took it over. So the lease is also watched
 from inside the job's own group, by this small process, which maps the same board as the
-worker and kills its group (itself included) once the lease is gone or renewed under a new
-generation. Otherwise it waits for the job and exits as the job did, so the worker sees the
+worker and kills its group (itself included), and what the job started elsewhere in the run's
+cgroup, once the lease is gone or renewed under a new generation. Otherwise it waits for the job and exits as the job did, so the worker sees the
 job's own exit code or signal.
 
 It also applies the run's memory limit (limits.py) to the job alone, between fork and exec.
@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 
+from . import cgroups
 from .board import Board
 
 _PERIOD = 0.02  # how often the job is polled while the lease is far from its end
@@ -87,8 +88,14 @@ def main(argv: list[str]) -> int:
             lapsed_at = now
             os.killpg(0, signal.SIGTERM)  # the job's chance to end by itself
         elif now - lapsed_at >= _LAPSE_GRACE:
-            # The whole group, this process too: also what the job started, even if the job
-            # itself has already ended on the SIGTERM.
+            # What the job started into sessions of its own (a daemon) is not in this group but
+            # in the run's cgroup, where there is one: all of it but the worker, whose node may
+            # be stopped with it (a SIGSTOP of the node's group) and sees the run end when it
+            # wakes. Then the whole group, this process too: also what the job started, even if
+            # the job itself has already ended on the SIGTERM.
+            slot = cgroups.slot_of()
+            if slot is not None:
+                cgroups.kill_others(slot, spare=(os.getppid(),))
             os.killpg(0, signal.SIGKILL)
         time.sleep(0.005)
 
