@@ -140,6 +140,19 @@ class Schedule:
                 break
         return nxt, 0 if queue else skipped
 
+    def collapsed(self, due: datetime, started: datetime, most: int = 100_000) -> int:
+        """Fires after ``due`` that came due before a run of it started at ``started``: they
+        ran as that run (missed fires collapse, after_run). At most ``most`` are counted."""
+        if self.kind is ScheduleKind.INTERVAL:
+            return min(max((started - due) // self.step, 0), most)
+        if self.kind is not ScheduleKind.CRON or started - due < timedelta(seconds=1):
+            return 0  # (cron fires are whole seconds apart: none came due within one)
+        count, fire = 0, self.next_fire_after(due)
+        while fire < started and count < most:
+            count += 1
+            fire = self.next_fire_after(fire)
+        return count
+
     def next_due_after(self, when: datetime, grid_from: datetime | None = None) -> datetime | None:
         """The first due time strictly after ``when`` (recurring schedules): the next cron fire,
         or the next point of the interval grid that starts at ``grid_from``."""

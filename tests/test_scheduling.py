@@ -490,3 +490,25 @@ def test_after_runjobs_extra_run_the_schedule_goes_on_with_its_kept_fire():
     assert resumed_due(hourly, t, t + timedelta(minutes=5), "") == t + timedelta(hours=1)  # cron skips by default
     once = parse_schedule("2026-05-01 12:00:00", "UTC")
     assert resumed_due(once, t, t + timedelta(minutes=5), "SKIP") == t  # a one-time fire is never skipped
+
+
+def test_a_run_that_started_after_later_fires_came_due_says_how_many_it_stands_for():
+    """Fires missed while no node ran the job (its owner paused, or dead until taken over) run
+    as one: the run's history line says how many came due before it started, as it says how
+    many OVERLAP=SKIP skipped."""
+    from fabricjobs.node.decisions import run_record
+
+    due = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
+    for interval in ("*/1 * * * * *", "00:00:01"):
+        job = Job(JobKey("USER_JOB", "A.b", "c"), Status.SCHEDULED, due, execution_interval=interval, next_run=due,
+                  worker_id="n2", epoch=2)
+        late = RunFacts("n2", 2, due, due + timedelta(seconds=3.5))  # 12:00:01, :02 and :03 came due meanwhile
+        record = run_record(late, job.key, Outcome(OK), job, due + timedelta(seconds=4), Z_UTC)
+        assert record.note == "3 later fire(s) came due before this run started and ran as this one", (interval, record.note)
+        on_time = run_record(RunFacts("n2", 2, due, due + timedelta(milliseconds=30)), job.key, Outcome(OK), job,
+                             due + timedelta(seconds=0.5), Z_UTC)
+        assert on_time.note == ""
+    days = _cron_job("* * * * * *", due, Z_UTC)
+    record = run_record(RunFacts("n2", 2, due, due + timedelta(days=2)), days.key, Outcome(OK), days,
+                        due + timedelta(days=2, seconds=1), Z_UTC)
+    assert record.note.startswith("1,000+ later fire(s)")  # counted so far, no further

@@ -208,6 +208,9 @@ _RESULTS = {OutcomeKind.OK: RunResult.OK, OutcomeKind.ERROR: RunResult.ERROR, Ou
             OutcomeKind.LEASE_LOST: RunResult.LOST, RELEASED: RunResult.RELEASED}
 
 
+_COLLAPSED_COUNTED = 1_000  # fires a run's note counts at most (each a cron step: a job down for days costs no more)
+
+
 def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zone=None) -> RunRecord:
     """The history line of a run that ended with ``outcome`` and left the row as ``new``."""
     if new.status is Status.TERMINATED:
@@ -216,15 +219,21 @@ def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zo
         result = RunResult.RESTARTED
     else:
         result = _RESULTS.get(outcome.kind, RunResult.INTERRUPTED)
-    note = ""
-    if outcome.kind == OK and new.status is Status.SCHEDULED:
-        try:
-            _, skipped = parse_schedule(new.execution_interval, new.time_zone or zone).after_run(
-                run.due, run.started, now, new.overlap)
-        except ScheduleError:
-            skipped = 0
+    notes = []
+    try:
+        schedule = parse_schedule(new.execution_interval, new.time_zone or zone)
+    except ScheduleError:
+        schedule = None
+    if schedule is not None and schedule.is_recurring:
+        collapsed = schedule.collapsed(run.due, run.started, most=_COLLAPSED_COUNTED)
+        if collapsed:  # (its owner was down or paused, or the node had no room: one run stands for them)
+            notes.append(f"{collapsed:,}{'+' if collapsed >= _COLLAPSED_COUNTED else ''} later fire(s) came due "
+                         "before this run started and ran as this one")
+    if outcome.kind == OK and new.status is Status.SCHEDULED and schedule is not None:
+        _, skipped = schedule.after_run(run.due, run.started, now, new.overlap)
         if skipped:
-            note = f"{skipped} fire(s) skipped while this run was still going (OVERLAP=SKIP)"
+            notes.append(f"{skipped} fire(s) skipped while this run was still going (OVERLAP=SKIP)")
+    note = "; ".join(notes)
     return RunRecord(
         key=key, epoch=run.epoch, node=run.me, due=run.due, start=run.started, end=now, result=result,
         status=new.status.value, tries=new.tries, error=outcome.error, output=outcome.output,
