@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Callable
 
+from .names import unroutable
+
 MAX_RULES = 500
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -64,8 +66,8 @@ class Calendar:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name) or name in (".", ".."):  # (a URL path cannot name . or ..: /api/v1/calendars/..)
-        raise CalendarError(f"bad calendar name {name!r}: 1-64 letters, digits, '_', '.' or '-', not '.' or '..'")
+    if not _NAME.match(name):
+        raise CalendarError(f"bad calendar name {name!r}: 1-64 letters, digits, '_', '.' or '-'")
     return name
 
 
@@ -102,6 +104,9 @@ def _day(text: str, rule: str) -> date:
 
 def make_calendar(name: str, rules: list[str] | tuple[str, ...]) -> Calendar:
     """A calendar from its name and rule texts (a text may list dates separated by commas)."""
+    why = unroutable("a calendar name", name)  # (made, not named: one made before stays reachable)
+    if why is not None:
+        raise CalendarError(why)
     return Calendar(check_name(name), parse_rules(rules))
 
 

@@ -57,7 +57,7 @@ def too_long(what: str, value: str) -> str | None:
 
 def complaint(what: str, value: str) -> str | None:
     """Why ``value`` may not be ``what`` (NAME, UID, AFFINITY), or None."""
-    long = too_long(what, value) or unwritable(what, value)
+    long = too_long(what, value)
     if long is not None:
         return long
     bad = UNSAFE.search(value)
@@ -69,11 +69,18 @@ def complaint(what: str, value: str) -> str | None:
 
 def unwritable(what: str, value: str) -> str | None:
     """Why no statement could write ``value`` as a quoted string (``\\'`` is a quote there,
-    docs/guides/commands.md), or no URL path name it, or None: then a job holding it could be
-    named by no statement (export-jobs could not write it back) or no API route."""
+    docs/guides/commands.md), or None: a job defined with it could not be named by a
+    statement, nor written back by export-jobs. Checked where a job is defined, not where one
+    is named: a job made before the check stays reachable."""
     if value.endswith("\\") or "\\'" in value:
-        return (f"{what} must not end with a backslash or have one right before a quote: no statement could name "
-                "it (an exported job could not be made again)")
+        return (f"{what} must not end with a backslash or have one right before a quote: no statement could write it "
+                "(an exported job could not be made again)")
+    return None
+
+
+def unroutable(what: str, value: str) -> str | None:
+    """Why no URL path could name a job (or calendar) called ``value``, or None: a browser and
+    most HTTP clients drop a '.' or '..' path segment. Checked where it is made."""
     if value in (".", ".."):
         return f"{what} must not be '.' or '..': no URL path can name it (the API and the console could not)"
     return None

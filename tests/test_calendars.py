@@ -67,6 +67,7 @@ def test_fires_on_excluded_days_are_skipped_with_the_rule_until_the_calendar_cha
     ("createcalendar 'weekdays' exclude 'mondays';", "expected a date (YYYY-MM-DD)"),
     ("createcalendar 'weekdays' exclude '2026-02-30';", "is not a date"),
     ("dropcalendar 'nope';", "No such calendar 'nope'"),
+    ("createcalendar '..' exclude '2026-12-25';", "a calendar name must not be '.' or '..'"),
 ])
 def test_bad_calendar_input_says_why_and_changes_nothing(cluster, text, says):
     _ok(cluster, "createcalendar 'weekdays' exclude '* * * * sat,sun';")

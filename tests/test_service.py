@@ -258,6 +258,7 @@ def test_startjob_reuses_an_archived_key(client):
         ("startjob process name='../pyproject.toml';", "'..' is not allowed"),
         ("startjob process name='/etc/passwd';", "outside PROCESS_JOBS_DIR"),
         ("startjob process name='nothere.sh';", "no such file"),
+        ("startjob user_job name='Customer.userJob1' uid='..';", "UID must not be '.' or '..': no URL path can name it"),
         ("startjob process name='echoArg.sh' args='{\"0\": \"a\", \"time_limit\": 30}';",
          "PROCESS ARGS key 'time_limit' is neither an argument position (\"0\", \"1\", ...) nor one of memory_mb, "
          "time_limit_sec"),
@@ -677,3 +678,19 @@ def test_updatejob_hold_fences_a_scheduled_jobs_owner_and_release_makes_it_due_a
     assert held.worker_id is None and held.epoch == owned.row.epoch + 1 and held.next_run is None
     client.fetch("releasejob user_job name='Customer.userJob1' uid='every';")
     assert row(client, uid="every").status is Status.WAITING and row(client, uid="every").next_run == T0
+
+
+def test_what_is_refused_where_a_job_is_defined_stays_free_where_one_is_named(client):
+    """'.' and a trailing backslash are refused in a job's definition (no URL path, no
+    statement could name it then), not in a lookup nor in a SET value: a job made before the
+    rule stays reachable, and SET values are free text."""
+    client.fetch("set dir = '..'; set path = 'C:\\\\';")
+    with pytest.raises(JobNotFound):
+        client.fetch("stopjob user_job name='Customer.userJob1' uid='..';")
+    from fabricjobs.commands import StartJob, UpdateJob  # (as the API builds them: no statement can write these)
+
+    with pytest.raises(ValidationError, match="AFFINITY must not end with a backslash"):
+        client.execute(StartJob("USER_JOB", "Customer.userJob1", "ok", affinity="x\\"))
+    client.fetch("startjob user_job name='Customer.userJob1' uid='ok' exec_interval='0 0 * * *';")
+    with pytest.raises(ValidationError, match="REQUESTOR must not end with a backslash"):
+        client.execute(UpdateJob("USER_JOB", "Customer.userJob1", "ok", requestor="team\\"))

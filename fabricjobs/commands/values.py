@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..errors import ScheduleError, ValidationError
 from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType
-from ..names import complaint, text_complaint, unwritable
+from ..names import complaint, text_complaint
 from ..schedule import parse_schedule, resolve_zone
 from .messages import show as _show
 
@@ -208,8 +208,6 @@ def checked(command: Any) -> Any:
         for name, value in fields.items():  # the parser's check of every string it reads
             if isinstance(value, str) and (why := text_complaint(name.upper(), value)) is not None:
                 raise ValueError(why)
-            if isinstance(value, str) and name != "args" and (why := unwritable(name.upper(), value)) is not None:
-                raise ValueError(why)  # (ARGS come as JSON, which writes a backslash as two)
             if isinstance(value, str) and value and not value.strip() and name in _PLAIN_FIELDS:
                 raise ValueError(f"{name.upper()} must not be blank")
         if isinstance(fields.get("type"), str):

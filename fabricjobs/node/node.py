@@ -186,6 +186,8 @@ class Node:
         info["running"] = self.executor.per_pool()
         info["zone"] = str(self.zone)
         info["isolation"] = self.isolation  # how its runs' processes are ended with them
+        if self.pool.cgroups is not None:  # where they are: a peer of this host that takes them over ends them
+            info["run_cgroups"] = self.pool.cgroups.home
         ticks = process_start(os.getpid())
         if ticks is not None:
             info["pid_start"] = ticks  # with pid, names this process: a pid alone may be reused

@@ -74,7 +74,7 @@ class Reconciler(UsesParts):
         # Reads of the nodes table run here while the pass serves claims (_meanwhile).
         self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodes-read")
         self._host = socket.gethostname()
-        self._ended_here: set[tuple[str, str]] = set()  # dead peers of this host whose run cgroups were killed
+        self._ended_here: set[tuple[str, str, int]] = set()  # (name, incarnation, beat) of dead peers ended
 
     @property
     def next_wake(self) -> datetime | None:
@@ -330,8 +330,7 @@ class Reconciler(UsesParts):
         generation = self.claims.claimable()
         if generation is None:
             return
-        if dead:
-            self._end_dead_peers_here(dead)
+        self._end_dead_peers_here({r.worker_id for r in rows if r.worker_id and r.worker_id != self.me})
         budget = time.perf_counter() + _TAKEOVER_SLICE
         # Runs first (their jobs are down until taken), in batches: one round of concurrent
         # writes per batch, not one per job. Then the dead node's schedules.
@@ -353,17 +352,20 @@ class Reconciler(UsesParts):
                 return
             self._adopt(schedules[i:i + _TAKEOVER_BATCH], now)
 
-    def _end_dead_peers_here(self, dead: list[str]) -> None:
-        """Before their runs are taken over: what a dead peer of this host left in its run
-        cgroups, stopped with it or running on (same_host.py), is killed."""
-        cgroups = getattr(getattr(self.executor, "pool", None), "cgroups", None)
-        if cgroups is None:
+    def _end_dead_peers_here(self, owners: set[str]) -> None:
+        """Before their runs are taken over: what dead owners of this host left in their run
+        cgroups, stopped with them or running on (same_host.py), is killed. Judged by the read
+        of the nodes that also judged their rows (``peers``), and once per beat a node was
+        last seen at: a node frozen, woken and frozen again is ended again."""
+        if not owners:
             return
+        judged = {(r.name, r.incarnation, r.beat) for r in self.peers}
+        self._ended_here &= judged  # (what no longer describes a dead owner's row)
         for row in self.peers:
-            if row.name in dead and (row.name, row.incarnation) not in self._ended_here:
-                self._ended_here.add((row.name, row.incarnation))
-                killed = end_dead_peer_runs(row, self._host, cgroups.home)
-                if killed:
+            mark = (row.name, row.incarnation, row.beat)
+            if row.name in owners and self.liveness.is_dead(row.name) and mark not in self._ended_here:
+                self._ended_here.add(mark)
+                if end_dead_peer_runs(row, self._host):
                     log.warning("node %s (pid %d on this host) is dead: what was left in its run cgroups is killed "
                                 "before its runs are taken over", row.name, row.pid)
 

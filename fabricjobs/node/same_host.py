@@ -5,7 +5,8 @@ A run's processes end with its lease, by the worker and a PROCESS job's guard. W
 of a node is stopped (a SIGSTOP of its process group, Ctrl-Z at its terminal), its workers are
 stopped too, and what a job started into a session of its own runs on beside the run that takes
 over. A node that takes over a dead peer of its own host therefore kills the peer's run cgroups
-first: a peer judged dead has lost its lease, so nothing in them may run on.
+first (the one the peer's row names, wherever it is): a peer judged dead has lost its lease, so
+nothing in them may run on.
 """
 
 from __future__ import annotations
@@ -36,12 +37,20 @@ def same_process(pid: int, info: str | None) -> bool:
     return process_start(pid) == recorded
 
 
-def end_dead_peer_runs(peer: NodeRow, host: str, cgroups_home: str | None) -> int:
+def end_dead_peer_runs(peer: NodeRow, host: str) -> bool:
     """Kill what is left in the run cgroups of ``peer``, judged dead, if it ran on this host
-    (``host``) and this node has run cgroups beside them (``cgroups_home``, this node's own);
-    returns how many cgroups were killed. A pid that now names another process is left alone."""
-    if cgroups_home is None or peer.host != host or peer.pid == os.getpid():
-        return 0
-    if pid_alive(peer.pid) and not same_process(peer.pid, peer.info):
-        return 0
-    return cgroups.kill_node(os.path.dirname(cgroups_home), peer.pid)
+    (``host``): the cgroup its row names (each node of a process has its own), and only while
+    the row's pid and start time still name that node's process or no process at all. Whether
+    it did; a row that cannot say for sure is left alone."""
+    if peer.host != host or peer.pid == os.getpid():
+        return False
+    try:
+        info = json.loads(peer.info or "{}")
+    except ValueError:
+        return False
+    home, started = (info.get("run_cgroups"), info.get("pid_start")) if isinstance(info, dict) else (None, None)
+    if not isinstance(home, str) or started is None or not cgroups.is_home_of(home, peer.pid):
+        return False
+    if pid_alive(peer.pid) and process_start(peer.pid) != started:
+        return False  # the pid names another process now: its cgroups are not the dead node's
+    return cgroups.kill_home(home)

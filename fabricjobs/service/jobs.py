@@ -13,9 +13,9 @@ import uuid
 from datetime import datetime
 from typing import Sequence
 
-from .. import dependencies, parallel
+from .. import dependencies, names, parallel
 from ..commands import statements
-from ..errors import CommandError, InsertInterrupted, JobAlreadyRunning, JobNotFound
+from ..errors import CommandError, InsertInterrupted, JobAlreadyRunning, JobNotFound, ValidationError
 from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
 from ..result import Result
 from ..schedule import Schedule, resolve_zone
@@ -66,6 +66,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
     def _new_job(self, cmd: statements.StartJob, session: Session) -> Job:
         """STARTJOB's checks and its row; the store is read only for DEPENDS_ON."""
         self.check_size(cmd)
+        _check_definition(cmd)
         self.catalog.check(cmd.type, cmd.name)
         self._check_arguments(cmd.type, cmd.name, cmd.args, session)
         self._check_affinity(cmd.affinity)
@@ -360,6 +361,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         self._cleanup(cmd.delete_on_success)
 
     def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
+        _check_definition(cmd)
         self._check_update(cmd, session)
         now = self.clock.now()
         notes: dict[JobKey, str] = {}
@@ -444,3 +446,22 @@ def _due(row: Job, now: datetime) -> bool:
     """A SCHEDULED row whose fire is due: its owner claims it from SCHEDULED (or writes it
     WAITING when it has no room), so it is a due fire, not a job between fires."""
     return row.status is Status.SCHEDULED and row.next_run is not None and row.next_run <= now
+
+
+#: What export-jobs writes back of a job's definition as statement text (export.py).
+_DEFINITION_TEXT = ("name", "uid", "affinity", "exec_interval", "tz", "late_threshold", "late_action", "on_failure",
+                    "requestor", "calendar", "delete_on_success")
+
+
+def _check_definition(cmd: statements.StartJob | statements.UpdateJob) -> None:
+    """A job's definition must be one a statement could write (export-jobs writes it back as
+    one), and a new job's key one a URL path can name (the API, the console)."""
+    for field in _DEFINITION_TEXT:
+        value = getattr(cmd, field, None)
+        if isinstance(value, str) and (why := names.unwritable(field.upper(), value)) is not None:
+            raise ValidationError(why)
+    if isinstance(cmd, statements.StartJob):
+        for field in ("name", "uid"):
+            value = getattr(cmd, field)
+            if isinstance(value, str) and (why := names.unroutable(field.upper(), value)) is not None:
+                raise ValidationError(why)

@@ -228,6 +228,7 @@ class PageCache:
         shows it must be read again, not served as it was up to an interval ago."""
         with self._lock:
             self._pages.clear()
+            self._reading.clear()  # a read under way began before the change: no one joins it now
             self._changes += 1
 
     def get(self, key: Hashable, read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -248,11 +249,13 @@ class PageCache:
             page = read()
         except BaseException as exc:
             with self._lock:
-                del self._reading[key]
+                if self._reading.get(key) is mine:
+                    del self._reading[key]
             mine.set_exception(exc)
             raise
         with self._lock:  # kept and no longer being read at once: no request in between reads again
-            del self._reading[key]
+            if self._reading.get(key) is mine:
+                del self._reading[key]
             if changes == self._changes:
                 self._pages[key] = (time.monotonic(), page)
             if len(self._pages) > self.size:
@@ -263,19 +266,22 @@ class PageCache:
 
 
 class ForgetPagesOnChange:
-    """ASGI middleware: a request that may change something (not GET or HEAD) empties the page
-    cache as its answer starts, so the console's read after a button shows the change."""
+    """ASGI middleware: a request of the API that changed something (not a GET or HEAD, and
+    answered below 400) empties the page cache as its answer starts, so the console's read
+    after a button shows the change. A refused one does not: it changed nothing, and anyone
+    may send one."""
 
     def __init__(self, app: Any, pages: PageCache) -> None:
         self.app, self.pages = app, pages
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS")
+                or not scope.get("path", "").startswith("/api/")):
             await self.app(scope, receive, send)
             return
 
         async def forgetting(message: Any) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and message.get("status", 500) < 400:
                 self.pages.forget()
             await send(message)
 

@@ -230,13 +230,21 @@ def slot_of(proc: str = "/proc") -> str | None:
     return path if slot.startswith("slot-") and _HOME.match(os.path.basename(home)) else None
 
 
-def kill_node(root: str, pid: int) -> int:
-    """Kill what is in the run cgroups of every node of process ``pid`` under ``root``, which
-    stay for it (or for the next node's start) to remove; returns how many there were."""
-    homes = _homes(root, lambda found, kind: found == pid and kind != "node")
-    for home in homes:
-        kill(home)
-    return len(homes)
+def is_home_of(path: str, pid: int) -> bool:
+    """Whether ``path`` is a node's run cgroup home (``fabricjobs-<pid>-<n>``) of process ``pid``,
+    in a cgroup v2 hierarchy: nothing else is ever killed on another node's word."""
+    m = _HOME.match(os.path.basename(path.rstrip("/")))
+    return (m is not None and int(m.group(1)) == pid and m.group(2) != "node" and os.path.isabs(path)
+            and os.path.isfile(os.path.join(path, "cgroup.procs")))
+
+
+def kill_home(home: str) -> bool:
+    """Kill what is in a node's run cgroup ``home`` (its slots), which stays for that node (or
+    the next node's start) to remove; whether there was one."""
+    if not os.path.isdir(home):
+        return False
+    kill(home)
+    return True
 
 
 def end_node(root: str, pid: int) -> int:

@@ -71,6 +71,7 @@ def test_an_operator_starts_a_job_and_runs_updates_holds_releases_and_finishes_i
     fill(browser, "#start-args", '{"value": 1}')
     click(browser, "#start-submit")
     until(lambda: "from-the-form" in title(browser) and "SCHEDULED" in title(browser), "the new job's page")  # start
+    assert "STARTJOB Probe.echo: now SCHEDULED" in browser.find_element("id", "banner").text  # said on the page it leads to
     row = site.cluster.job(*key)
     assert row.status is Status.SCHEDULED and row.execution_interval == NEVER and row.owner == "operator-1"
     assert json.loads(row.arguments)["value"] == 1
@@ -213,6 +214,24 @@ def test_refusals_keep_the_form_and_a_viewer_sees_no_stray_text(site: Site, brow
                                        ".filter(n => n.nodeType === 3).map(n => n.textContent)")
         assert "null" not in stray, (page, stray)
     site.cluster.fetch("stopjob user_job name='Probe.noop' uid='mend-me';")
+
+
+def test_a_session_ended_under_the_page_says_so_and_comes_back_to_the_page(site: Site, browser):
+    """The token of an open console is revoked: the next read sends the browser to the login,
+    which says why; logged in again, the browser is back on the page it was on."""
+    made = site.cluster.cli("token", "create", "short-lived", "--role", "viewer")
+    assert made.returncode == 0, made.stderr
+    site.cluster.fetch("startjob user_job name='Probe.noop' uid='come-back' hold=true;")
+    log_in(browser, site.web.url, made.stdout.strip())
+    browser.get(site.web.url + "/#/job/USER_JOB/Probe.noop/come-back")
+    until(lambda: "come-back" in title(browser), "the job's page")
+    assert site.cluster.cli("token", "revoke", "short-lived").returncode == 0
+    text = until(lambda: browser.find_element("id", "message").text, "the login page saying why")
+    assert "Your session ended" in text and "/login" in browser.current_url
+    browser.find_element("id", "token").send_keys(site.tokens["viewer"])
+    browser.find_element("id", "login").click()
+    until(lambda: "come-back" in title(browser), "the page it was on, after the login")
+    site.cluster.fetch("stopjob user_job name='Probe.noop' uid='come-back';")
 
 
 def test_the_jobs_table_pages_through_10000_live_jobs(site: Site, browser):

@@ -103,7 +103,38 @@ def test_a_request_that_may_change_something_empties_the_cache_before_its_answer
 
     middleware = ForgetPagesOnChange(app, cache)
     cache.get("job", lambda: {"read": "before"})
-    asyncio.run(middleware({"type": "http", "method": "GET"}, None, send))
+    asyncio.run(middleware({"type": "http", "method": "GET", "path": "/api/v1/jobs"}, None, send))
     assert seen[0][1] == {"read": "before"}  # a read: the page stays
-    asyncio.run(middleware({"type": "http", "method": "POST"}, None, send))
+    asyncio.run(middleware({"type": "http", "method": "POST", "path": "/api/v1/jobs"}, None, send))
     assert seen[2][1] != {"read": "before"}  # a change: read again by the time its answer starts
+
+    async def refused(scope, receive, send):
+        await send({"type": "http.response.start", "status": 401, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    kept = cache.get("job", lambda: {"read": "kept"})
+    asyncio.run(ForgetPagesOnChange(refused, cache)({"type": "http", "method": "POST", "path": "/api/v1/jobs"}, None, send))
+    assert cache.get("job", lambda: {"read": "again"}) == kept  # a refused request changed nothing: anyone may send one
+
+
+def test_a_read_under_way_when_a_change_is_made_is_not_joined_after_it():
+    """A browser's poll is often being read while a button's change is answered: the read
+    after the change must not wait for that one and get the page as it was."""
+    cache = PageCache(ttl=60.0)
+    started, release = threading.Event(), threading.Event()
+    answers: list = []
+
+    def slow_read() -> dict:
+        started.set()
+        release.wait(5)
+        return {"v": "before"}
+
+    before = threading.Thread(target=lambda: answers.append(cache.get("job", slow_read)))
+    before.start()
+    started.wait(5)
+    cache.forget()  # the change is answered while that read goes on
+    after = cache.get("job", lambda: {"v": "after"})
+    release.set()
+    before.join(5)
+    assert after == {"v": "after"} and answers == [{"v": "before"}]
+    assert cache.get("job", lambda: {"v": "third"}) == {"v": "after"}

@@ -7,7 +7,7 @@ var FJ = (function () {
   function meta(name) { var m = document.querySelector('meta[name="' + name + '"]'); return m ? m.content : ""; }
   var csrf = meta("fj-csrf"), role = meta("fj-role");
   var interval = Math.max(200, 1000 * (parseFloat(meta("fj-interval")) || 2));
-  var views = {}, current = null, timer = null, lastBody = null, generation = 0;
+  var views = {}, current = null, timer = null, lastBody = null, generation = 0, keepBanner = false;
 
   // -- building elements ----------------------------------------------------------------------
   function el(tag, attrs) {
@@ -97,9 +97,14 @@ var FJ = (function () {
   }
 
   // -- talking to the server ------------------------------------------------------------------
+  function loggedOut() {
+    // The session ended under the page: the login says so, and the page comes back after it.
+    try { sessionStorage.setItem("fj-return", location.hash); } catch (e) { /* storage off: the jobs view then */ }
+    location.href = "/login?ended=1";
+  }
   function getJSON(url) {
     return fetch(url, {credentials: "same-origin", cache: "no-cache"}).then(function (r) {
-      if (r.status === 401) { location.href = "/login"; throw new Error("logged out"); }
+      if (r.status === 401) { loggedOut(); throw new Error("logged out"); }
       return r.json().catch(function () { return {}; }).then(function (body) {
         if (!r.ok) {
           var err = new Error((body.error || r.status) + ": " + (body.message || ""));
@@ -120,7 +125,7 @@ var FJ = (function () {
                        body: body === undefined ? undefined : JSON.stringify(body)})
       .then(function (r) {
         return r.json().catch(function () { return {}; }).then(function (answer) {
-          if (r.status === 401) { location.href = "/login"; return null; }
+          if (r.status === 401) { loggedOut(); return null; }
           if (!r.ok) { banner(label + " refused: " + (answer.error || r.status) + ": " + (answer.message || ""), "bad"); return null; }
           var first = Array.isArray(answer) ? answer[0] || {} : answer;
           banner(label + ": " + (first.status ? "now " + first.status : "done") + (first.notes ? " (" + first.notes + ")" : ""), "ok");
@@ -148,6 +153,12 @@ var FJ = (function () {
 
   // -- routing and polling --------------------------------------------------------------------
   function route() {
+    var back = null;
+    try { back = sessionStorage.getItem("fj-return"); sessionStorage.removeItem("fj-return"); } catch (e) { back = null; }
+    if (back && back !== location.hash && (!location.hash || location.hash === "#/" || location.hash === "#/jobs")) {
+      location.hash = back;  // (the hashchange routes there)
+      return;
+    }
     var parts = location.hash.replace(/^#\/?/, "").split("/").map(decode);
     var name = views[parts[0]] ? parts[0] : "jobs";
     document.querySelectorAll("#nav a").forEach(function (a) {
@@ -155,7 +166,7 @@ var FJ = (function () {
     });
     current = {view: views[name], args: parts.slice(1), state: {}};
     lastBody = null;
-    banner("");
+    if (keepBanner) keepBanner = false; else banner("");
     document.getElementById("main").replaceChildren(el("p", {class: "muted", text: "Loading…"}));
     refresh();
   }
@@ -189,7 +200,11 @@ var FJ = (function () {
       el("a", {href: "#/jobs", text: "← Jobs", onclick: function (ev) { ev.preventDefault(); go("#/jobs"); }})));
   }
   function rerender() { lastBody = null; refresh(); }
-  function go(hash) { if (location.hash === hash) rerender(); else location.hash = hash; }
+  function go(hash, keep) {  // keep: the banner stays (what the button did, said on the page it leads to)
+    if (location.hash === hash) { rerender(); return; }
+    keepBanner = !!keep;
+    location.hash = hash;
+  }
   document.addEventListener("visibilitychange", function () { if (!document.hidden) refresh(); });
   window.addEventListener("hashchange", route);
   document.addEventListener("DOMContentLoaded", route);

@@ -85,7 +85,7 @@ FJ.views.jobs = (function () {
         catch (err) { FJ.banner("ARGS is not valid JSON: " + err.message, "bad"); return; }
       }
       FJ.send("POST", "/api/v1/jobs", "STARTJOB " + values.name, values).then(function (made) {
-        if (made) FJ.go(FJ.jobHref(made.type, made.name, made.uid));
+        if (made) FJ.go(FJ.jobHref(made.type, made.name, made.uid), true);
       });
     }},
       el("div", {class: "fields"}, type, input("name", {placeholder: "NAME (Customer.userJob1)", required: true}),

@@ -4,11 +4,17 @@
 // login CSRF), so the user sees the form and presses "Log in".
 "use strict";
 document.addEventListener("DOMContentLoaded", function () {
+  var note = document.getElementById("message");
+  if (/[?&]ended=1/.test(location.search) && note.hidden) {  // the console sent this browser here
+    note.textContent = "Your session ended (logged out elsewhere, or its token was revoked or has expired): " +
+      "log in again to go back to the page you were on.";
+    note.className = "notice";
+    note.hidden = false;
+  }
   var match = /(?:^#|&)token=([^&]+)/.exec(location.hash);
   if (!match) return;
   history.replaceState(null, "", location.pathname);
   document.getElementById("token").value = decodeURIComponent(match[1]);
-  var note = document.getElementById("message");
   note.textContent = "A link filled in a token: press Log in to use it.";
   note.className = "notice";
   note.hidden = false;
