@@ -180,3 +180,36 @@ def test_the_nodes_cgroup_is_found_from_mountinfo_on_every_kind_of_host(mountinf
     from fabricjobs.worker.cgroups import locate
 
     assert locate(mountinfo, mine) == expected
+
+
+def test_a_peers_row_can_name_only_a_run_cgroup_home_of_this_hierarchy(tmp_path):
+    """A dead peer's row (in the store, written by any node) names the run cgroup a taking-over
+    node kills: a link, a '..', a path outside the cgroup v2 mount or a home of another pid is
+    never taken for one."""
+    from fabricjobs.worker import cgroups
+
+    target = tmp_path / "victim"
+    target.mkdir()
+    (target / "cgroup.procs").write_text("")
+    link = tmp_path / "fabricjobs-99999-1"
+    link.symlink_to(target)
+    assert not cgroups.is_home_of(str(link), 99999)  # a link (and outside the hierarchy)
+    assert not cgroups.is_home_of(str(tmp_path / "victim" / ".." / "fabricjobs-99999-1"), 99999)
+    real = tmp_path / "fabricjobs-99998-1"
+    real.mkdir()
+    (real / "cgroup.procs").write_text("")
+    assert not cgroups.is_home_of(str(real), 99998)  # named right, but not in the cgroup v2 mount
+    root = cgroups.here()
+    if root is not None:
+        assert not cgroups.is_home_of(os.path.join(root, "fabricjobs-99997-node"), 99997)  # a node's own, not runs
+        assert not cgroups.is_home_of(os.path.join(root, "fabricjobs-1-1"), 2)  # another pid's
+
+
+def test_a_listener_leaves_alone_a_file_whose_name_no_statement_could_write():
+    """Its job's UID ends with the file's name: one ending in a backslash (or with one before a
+    quote) is skipped with a warning, as a name with a control character is, instead of
+    failing the listener when the job is refused."""
+    from fabricjobs.worker.listener import _unfit
+
+    assert "backslash" in (_unfit("report\\") or "") and "backslash" in (_unfit("it\\'s.csv") or "")
+    assert _unfit("report.csv") is None

@@ -694,3 +694,10 @@ def test_what_is_refused_where_a_job_is_defined_stays_free_where_one_is_named(cl
     client.fetch("startjob user_job name='Customer.userJob1' uid='ok' exec_interval='0 0 * * *';")
     with pytest.raises(ValidationError, match="REQUESTOR must not end with a backslash"):
         client.execute(UpdateJob("USER_JOB", "Customer.userJob1", "ok", requestor="team\\"))
+    from fabricjobs.model import Job
+
+    made_before = Job(JobKey("USER_JOB", "Customer.userJob1", "old\\"), Status.SCHEDULED, T0,
+                      execution_interval="0 0 * * *", next_run=T0)
+    assert client.store.insert(made_before).applied  # (as a job made before the rule is in the store)
+    client.execute(UpdateJob("USER_JOB", "Customer.userJob1", "old\\", priority=3))  # its key is named, not defined
+    assert row(client, uid="old\\").priority == 3

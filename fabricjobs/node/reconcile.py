@@ -330,7 +330,8 @@ class Reconciler(UsesParts):
         generation = self.claims.claimable()
         if generation is None:
             return
-        self._end_dead_peers_here({r.worker_id for r in rows if r.worker_id and r.worker_id != self.me})
+        if dead:
+            self._end_dead_peers_here()
         budget = time.perf_counter() + _TAKEOVER_SLICE
         # Runs first (their jobs are down until taken), in batches: one round of concurrent
         # writes per batch, not one per job. Then the dead node's schedules.
@@ -352,18 +353,16 @@ class Reconciler(UsesParts):
                 return
             self._adopt(schedules[i:i + _TAKEOVER_BATCH], now)
 
-    def _end_dead_peers_here(self, owners: set[str]) -> None:
-        """Before their runs are taken over: what dead owners of this host left in their run
-        cgroups, stopped with them or running on (same_host.py), is killed. Judged by the read
-        of the nodes that also judged their rows (``peers``), and once per beat a node was
-        last seen at: a node frozen, woken and frozen again is ended again."""
-        if not owners:
-            return
+    def _end_dead_peers_here(self) -> None:
+        """Before a dead peer's runs are taken over, here or by any node: what a dead peer of
+        this host left in its run cgroups, stopped with it or running on (same_host.py), is
+        killed. Judged on the last read of the nodes (``peers``, the verdicts of the same read),
+        once per beat a peer was last seen at: one frozen, woken and frozen again is ended again."""
         judged = {(r.name, r.incarnation, r.beat) for r in self.peers}
-        self._ended_here &= judged  # (what no longer describes a dead owner's row)
+        self._ended_here &= judged  # (what no longer describes a dead peer's row)
         for row in self.peers:
             mark = (row.name, row.incarnation, row.beat)
-            if row.name in owners and self.liveness.is_dead(row.name) and mark not in self._ended_here:
+            if row.name != self.me and mark not in self._ended_here and self.liveness.is_dead(row.name):
                 self._ended_here.add(mark)
                 if end_dead_peer_runs(row, self._host):
                     log.warning("node %s (pid %d on this host) is dead: what was left in its run cgroups is killed "

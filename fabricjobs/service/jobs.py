@@ -448,14 +448,16 @@ def _due(row: Job, now: datetime) -> bool:
     return row.status is Status.SCHEDULED and row.next_run is not None and row.next_run <= now
 
 
-#: What export-jobs writes back of a job's definition as statement text (export.py).
-_DEFINITION_TEXT = ("name", "uid", "affinity", "exec_interval", "tz", "late_threshold", "late_action", "on_failure",
+#: What export-jobs writes back of a job's definition as statement text (export.py), besides
+#: a new job's key.
+_DEFINITION_TEXT = ("affinity", "exec_interval", "tz", "late_threshold", "late_action", "on_failure",
                     "requestor", "calendar", "delete_on_success")
 
 
 def _check_definition(cmd: statements.StartJob | statements.UpdateJob) -> None:
     """A job's definition must be one a statement could write (export-jobs writes it back as
-    one), and a new job's key one a URL path can name (the API, the console)."""
+    one), and a new job's key one a URL path can name (the API, the console). The key an
+    UPDATEJOB names is not checked: a job made before these rules stays reachable."""
     for field in _DEFINITION_TEXT:
         value = getattr(cmd, field, None)
         if isinstance(value, str) and (why := names.unwritable(field.upper(), value)) is not None:
@@ -463,5 +465,6 @@ def _check_definition(cmd: statements.StartJob | statements.UpdateJob) -> None:
     if isinstance(cmd, statements.StartJob):
         for field in ("name", "uid"):
             value = getattr(cmd, field)
-            if isinstance(value, str) and (why := names.unroutable(field.upper(), value)) is not None:
+            if isinstance(value, str) and (why := names.unwritable(field.upper(), value) or
+                                           names.unroutable(field.upper(), value)) is not None:
                 raise ValidationError(why)

@@ -230,11 +230,19 @@ def slot_of(proc: str = "/proc") -> str | None:
     return path if slot.startswith("slot-") and _HOME.match(os.path.basename(home)) else None
 
 
-def is_home_of(path: str, pid: int) -> bool:
-    """Whether ``path`` is a node's run cgroup home (``fabricjobs-<pid>-<n>``) of process ``pid``,
-    in a cgroup v2 hierarchy: nothing else is ever killed on another node's word."""
-    m = _HOME.match(os.path.basename(path.rstrip("/")))
-    return (m is not None and int(m.group(1)) == pid and m.group(2) != "node" and os.path.isabs(path)
+def is_home_of(path: str, pid: int, proc: str = "/proc") -> bool:
+    """Whether ``path`` is a node's run cgroup home (``fabricjobs-<pid>-<n>``) of process ``pid``
+    in this host's cgroup v2 hierarchy, named as it is (no link, no '..'): nothing else is ever
+    killed on another node's word (a row in the store)."""
+    m = _HOME.match(os.path.basename(path))
+    if m is None or int(m.group(1)) != pid or m.group(2) == "node" or os.path.realpath(path) != path:
+        return False
+    try:
+        with open(f"{proc}/self/mountinfo") as f:
+            mount = v2_mount(f.read())
+    except OSError:
+        return False
+    return (mount is not None and path.startswith(mount[0].rstrip("/") + "/")
             and os.path.isfile(os.path.join(path, "cgroup.procs")))
 
 

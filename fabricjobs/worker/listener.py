@@ -194,7 +194,7 @@ def _unfit(name: str) -> str | None:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "its name is not UTF-8"
-    why = names.complaint("its name", name)
+    why = names.complaint("its name", name) or names.unwritable("its name", name)  # (its job's UID ends with it)
     return None if why is None else why.replace("its name must not contain", "its name holds")
 
 
