@@ -156,7 +156,7 @@ var FJ = (function () {
     var back = null;
     try { back = sessionStorage.getItem("fj-return"); sessionStorage.removeItem("fj-return"); } catch (e) { back = null; }
     if (back && back !== location.hash && (!location.hash || location.hash === "#/" || location.hash === "#/jobs")) {
-      location.hash = back;  // (the hashchange routes there)
+      location.replace(back);  // (the hashchange routes there; no history entry for the page it left)
       return;
     }
     var parts = location.hash.replace(/^#\/?/, "").split("/").map(decode);
