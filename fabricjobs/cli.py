@@ -310,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    if args.command not in ("node", "web"):  # a user's command: its own messages on the terminal
+    service = args.command in ("node", "web")  # (a service logs; a user's command speaks on the terminal)
+    if not service:
         from .logs import divert_driver_logs
 
         divert_driver_logs()
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:
-        if args.command in ("node", "web"):
+        if service:
             raise  # a service's traceback belongs in its log (its stderr)
         from .shell.script import report_internal_error
 

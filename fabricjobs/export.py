@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from .model import Job, JobKey, Status
+from .dependencies import parents_of
+from .model import Job, Status
 from .store.base import JobStore
 
 _PAGE = 1000
@@ -97,18 +98,16 @@ def _with_parents_left_out(store: JobStore, job: Job, exported: set[str]) -> lis
     not exported, and the script must run on a store that never had it. A parent that ended
     other than PROCESSED kept the job waiting: the job is made HELD, with a comment, so that
     it does not run before someone has looked (RELEASEJOB runs it)."""
-    parents = [p.strip() for p in job.depends_on.split(",") if p.strip()]
-    left_out = [p for p in parents if p not in exported]
+    parents = parents_of(job)
+    left_out = [p for p in parents if str(p) not in exported]
     if not left_out:
         return [startjob(job)]
     ends = []
     for parent in left_out:
-        type_, _, rest = parent.partition(".")
-        name, _, uid = rest.rpartition(".")
-        row = store.get(JobKey(type_, name, uid))
+        row = store.get(parent)
         ends.append((parent, "gone" if row is None else row.status.value if row.archived else "still running (parallel)"))
     held = any(end != Status.PROCESSED.value for _, end in ends)
     said = ", ".join(f"{parent} ({end})" for parent, end in ends)
     note = f"-- {job.key}: its parents {said} are not in this script" + (
         "; made HELD, as it waited for them: RELEASEJOB runs it" if held and job.status is not Status.HELD else "")
-    return [note, startjob(job, ",".join(p for p in parents if p in exported), hold=held)]
+    return [note, startjob(job, ",".join(str(p) for p in parents if str(p) in exported), hold=held)]

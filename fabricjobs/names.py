@@ -47,6 +47,16 @@ def _cut_mark(base: str) -> str:
     return "~" + hashlib.blake2b(base.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
+def emptiness(what: str, value: str, empty_ok: bool = False) -> str | None:
+    """Why ``value`` may not be ``what`` for having nothing to show, or None: blanks alone
+    cannot be told apart in a table; '' is refused unless ``empty_ok`` (AFFINITY='': none)."""
+    if value.strip():
+        return None
+    if not value:
+        return None if empty_ok else f"{what} must not be empty"
+    return f"{what} must not be " + ("blank" if empty_ok else "empty or blank")
+
+
 def too_long(what: str, value: str) -> str | None:
     """Why ``value`` is too long to be ``what``, or None."""
     limit = MAX_NAME_CHARS if what == "NAME" else MAX_CHARS

@@ -19,7 +19,7 @@ from lark import Token, Transformer
 
 from ..calendar import MAX_RULES, CalendarError, check_name, make_calendar
 from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType, Status
-from ..names import complaint, text_complaint
+from ..names import complaint, emptiness, text_complaint
 from . import table, values
 from .grammar import param_name, token_start
 from .messages import invalid, invalid_at, show
@@ -414,10 +414,7 @@ class ToCommand(Transformer):
         """A name, UID or affinity: shown in log lines, tables and file names, so not empty and
         free of what names.py refuses."""
         value = _string_value(tok)
-        if not value.strip() and (value or not empty_ok):  # (blanks alone cannot be told apart in a table)
-            raise invalid(self._text, tok, f"{what} must not be " + ("blank" if empty_ok else "empty or blank"
-                                                                        if value else "empty"))
-        why = complaint(what, value)
+        why = emptiness(what, value, empty_ok) or complaint(what, value)
         if why is not None:
             raise invalid(self._text, tok, why)
         return value

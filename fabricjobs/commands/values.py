@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..errors import ScheduleError, ValidationError
 from ..model import MAX_PARALLELISM, MIN_PARALLELISM, JobKey, JobType
-from ..names import complaint, text_complaint
+from ..names import complaint, emptiness, text_complaint
 from ..schedule import parse_schedule, resolve_zone
 from .messages import show as _show
 
@@ -208,17 +208,17 @@ def checked(command: Any) -> Any:
         for name, value in fields.items():  # the parser's check of every string it reads
             if isinstance(value, str) and (why := text_complaint(name.upper(), value)) is not None:
                 raise ValueError(why)
-            if isinstance(value, str) and value and not value.strip() and name in _PLAIN_FIELDS:
-                raise ValueError(f"{name.upper()} must not be blank")
         if isinstance(fields.get("type"), str):
             changes["type"] = job_type(fields["type"])
         changes.update(_statement_rules(command))
         for name, rule in _RULES.items():
             if fields.get(name) is not None:
                 changes[name] = rule(fields[name])
+        for name in _PLAIN_FIELDS:  # as the parser's _plain: NAME and UID not empty, none of them blank
+            value = fields.get(name)
+            if isinstance(value, str) and (why := emptiness(name.upper(), value, name not in _NON_EMPTY)):
+                raise ValueError(why)
         for name in _NON_EMPTY:
-            if isinstance(fields.get(name), str) and not fields[name].strip():
-                raise ValueError(f"{name.upper()} must not be empty" + (" or blank" if fields[name] else ""))
             what = name.upper()
             if isinstance(fields.get(name), str) and (why := complaint(what, fields[name])) is not None:
                 raise ValueError(why)

@@ -87,7 +87,11 @@ def _top_level_functions(path: str, mtime_ns: int) -> frozenset[str]:
 
 def _function_defs(path: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     """A module's top-level function definitions, from its source (nothing is run)."""
-    return [n for n in _module(path).body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return _defs_in(_module(path))
+
+
+def _defs_in(module: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def _module(path: str) -> ast.Module:
@@ -109,9 +113,7 @@ def _parameters(path: str, mtime_ns: int) -> dict[str, Parameters | None]:
     out: dict[str, Parameters | None] = {}
     module = _module(path)
     anywhere = _module_reads_args(module)
-    for node in module.body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
+    for node in _defs_in(module):
         if not all(_names_job(d) for d in node.decorator_list):
             out[node.name] = None  # another decorator may take other parameters
             continue

@@ -53,4 +53,5 @@ def end_dead_peer_runs(peer: NodeRow, host: str) -> bool:
         return False
     if pid_alive(peer.pid) and process_start(peer.pid) != started:
         return False  # the pid names another process now: its cgroups are not the dead node's
-    return cgroups.kill_home(home)
+    cgroups.kill(home)  # (its slots; the home stays for that node, or the next node's start, to remove)
+    return True

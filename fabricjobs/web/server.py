@@ -57,18 +57,17 @@ def listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound before anything is announced or opened: uvicorn binds its
     own only once serving starts, and ends the process with a status of its own on failure."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET  # (as uvicorn chooses)
-    shown = f"[{host}]" if ":" in host else host
+    sock = None
     try:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:  # (no IPv6 on this host)
-        raise ListenError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from None
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)  # (fails where there is no IPv6)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        return sock
     except OSError as exc:
-        sock.close()
+        if sock is not None:
+            sock.close()
+        shown = f"[{host}]" if ":" in host else host
         raise ListenError(f"cannot listen on {shown}:{port}: {exc.strerror or exc}") from None
-    return sock
 
 
 def clear_text_warning(host: str, tls: bool) -> str | None:

@@ -246,15 +246,6 @@ def is_home_of(path: str, pid: int, proc: str = "/proc") -> bool:
             and os.path.isfile(os.path.join(path, "cgroup.procs")))
 
 
-def kill_home(home: str) -> bool:
-    """Kill what is in a node's run cgroup ``home`` (its slots), which stays for that node (or
-    the next node's start) to remove; whether there was one."""
-    if not os.path.isdir(home):
-        return False
-    kill(home)
-    return True
-
-
 def end_node(root: str, pid: int) -> int:
     """Kill and remove the run cgroups of every node of process ``pid`` under ``root`` (the
     fork server's last act once that process is gone); returns how many there were."""

@@ -8,8 +8,8 @@ SIGKILL of the group (a supervisor killing the node) kills that worker outright;
 the job ran on beside the run of the node that took it over. So the lease is also watched
 from inside the job's own group, by this small process, which maps the same board as the
 worker and kills its group (itself included), and what the job started elsewhere in the run's
-cgroup, once the lease is gone or renewed under a new generation. Otherwise it waits for the job and exits as the job did, so the worker sees the
-job's own exit code or signal.
+cgroup, once the lease is gone or renewed under a new generation. Otherwise it waits for the
+job and exits as the job did, so the worker sees the job's own exit code or signal.
 
 It also applies the run's memory limit (limits.py) to the job alone, between fork and exec.
 """
