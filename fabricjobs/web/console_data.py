@@ -35,6 +35,7 @@ from . import plots
 from .auth import Need, requires
 from .console_pages import PAGE_SIZES, HistoryFilters, LiveFilters, history_page, live_page, rows
 from .cursors import archive_cursor, cursor_archive, cursor_key, key_cursor
+from .errors import PARTLY_CHANGED
 from .live import COUNT_CAP, LiveView, iso
 from .schemas import record
 from .tokens import TokenInfo
@@ -266,9 +267,12 @@ class PageCache:
 
 
 class ForgetPagesOnChange:
-    """ASGI middleware: a request of the API that changed something (not a GET or HEAD, and
-    answered below 400) empties the page cache as its answer starts, so the console's read
-    after a button shows the change. A refused one does not: it changed nothing, and anyone
+    """ASGI middleware: a request of the API that may have changed something (not a GET or
+    HEAD) empties the page cache as its answer starts, so the console's read after a button
+    shows the change. That is an answer below 400, one of 500 or more (a change whose outcome
+    is not known), and a refusal that says part of it took effect (a script whose earlier
+    statements ran, a wait that ran out after its command took effect: the error handler marks
+    those in the request's state). Any other refusal does not: it changed nothing, and anyone
     may send one."""
 
     def __init__(self, app: Any, pages: PageCache) -> None:
@@ -279,10 +283,13 @@ class ForgetPagesOnChange:
                 or not scope.get("path", "").startswith("/api/")):
             await self.app(scope, receive, send)
             return
+        state = scope.setdefault("state", {})  # shared with the handlers' request.state
 
         async def forgetting(message: Any) -> None:
-            if message["type"] == "http.response.start" and message.get("status", 500) < 400:
-                self.pages.forget()
+            if message["type"] == "http.response.start":
+                status = message.get("status", 500)
+                if status < 400 or status >= 500 or state.get(PARTLY_CHANGED):
+                    self.pages.forget()
             await send(message)
 
         await self.app(scope, receive, forgetting)

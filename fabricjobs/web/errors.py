@@ -27,6 +27,11 @@ from ..errors import (
 
 log = logging.getLogger("fabricjobs.web")
 
+#: Set in a request's state when a refused request changed something before it failed (a
+#: script's earlier statements, a command whose wait ran out): its answer is an error, yet the
+#: console's cached pages are stale (console_data.ForgetPagesOnChange).
+PARTLY_CHANGED = "fabricjobs_partly_changed"
+
 #: Most specific first: the first class an error is an instance of gives its status.
 STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (CommandSyntaxError, 400),  # ValidationError too
@@ -98,6 +103,8 @@ def install(app: FastAPI) -> None:
         if status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, exc)
         body = body_of(exc)
+        if isinstance(exc, (WaitTimeout, InsertInterrupted)) or (body.get("ran") or 0) > 0:
+            setattr(request.state, PARTLY_CHANGED, True)
         body["message"] = public(request, body["message"])
         return JSONResponse(body, status_code=status)
 

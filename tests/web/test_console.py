@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import warnings
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -39,7 +40,9 @@ def console(request, tmp_path):
     token per role; returns (make_client, api, tokens, app)."""
     web = dict(getattr(request, "param", {}))
     backend = web.pop("backend", "sqlite")
-    path = add_sections(make_backend_config(request, backend, tmp_path), {"web": {"CONSOLE_INTERVAL_SEC": 30, **web}})
+    jobs = {"USER_JOBS_DIR": Path(__file__).parents[1] / "jobs"}
+    path = add_sections(make_backend_config(request, backend, tmp_path),
+                        {"web": {"CONSOLE_INTERVAL_SEC": 30, **web}, "jobs": jobs})
     cfg = load_config(path)
     api = Api(open_store(cfg), cfg, TokenFile(cfg.get("web", "TOKENS_FILE")))
     tokens = {role.value: api.tokens.create(f"{role.value}-1", role) for role in Role}
@@ -231,3 +234,21 @@ def test_the_run_feed_reads_only_the_runs_that_ended_since_it_last_looked():
                                  due=now))
     feed.update(now + timedelta(seconds=2))
     assert [p.run for p in feed.runs()][-1] == 7 and len(feed.runs()) == 4
+
+
+def test_a_script_refused_partway_still_shows_what_its_earlier_statements_did(console):
+    """POST /commands answers a script whose second statement fails with that error, but its
+    first statement's change stays: the console's cached page must show it at the next poll,
+    not up to an interval later (the interval is 30 s here)."""
+    make, api, tokens, app = console
+    browser = make()
+    log_in(browser, tokens["viewer"])
+    assert [j["uid"] for j in browser.get("/console/data/jobs").json()["jobs"]] == []
+    script = ("startjob user_job name='Probe.noop' uid='kept' affinity='nowhere';\n"
+              "stopjob user_job name='Probe.noop' uid='never-started';")
+    said = make().post("/api/v1/commands", json={"text": script}, headers={"Authorization": f"Bearer {tokens['operator']}"})
+    assert said.status_code == 404 and said.json()["ran"] == 1, said.text
+    assert [j["uid"] for j in browser.get("/console/data/jobs").json()["jobs"]] == ["kept"]
+    refused = make().post("/api/v1/commands", json={"text": "stopjob user_job name='Probe.noop' uid='nope';"},
+                          headers={"Authorization": f"Bearer {tokens['operator']}"})
+    assert refused.status_code == 404 and not refused.json().get("ran"), refused.text
