@@ -52,6 +52,25 @@ JOBS = {
         def which():
             return "old"
         ''',
+    "Shop/__init__.py": "",
+    "Shop/helpers.py": '''
+        from fabricjobs.jobs.context import current_job
+
+        def region():
+            return current_job().args.get("region", "eu")  # a helper that reads the run's ARGS
+        ''',
+    "Shop/orders.py": '''
+        from . import helpers
+
+        def ship(order: int = 0):  # takes any key: code it imports from beside it reads ARGS
+            return [order, helpers.region()]
+        ''',
+    "Shop/plain.py": '''
+        import json
+
+        def dump(n: int = 0):
+            return json.dumps(n)
+        ''',
 }
 
 
@@ -60,6 +79,7 @@ def cluster(request, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir(mode=0o755)
     for name, text in JOBS.items():
+        (jobs / name).parent.mkdir(mode=0o755, exist_ok=True)
         (jobs / name).write_text(textwrap.dedent(text).lstrip())
     c = Cluster(tmp_path, settings={"jobs": {"USER_JOBS_DIR": str(jobs)}}, request=request)
     c.jobs = jobs
@@ -94,6 +114,17 @@ def test_a_function_that_uses_its_job_handle_only_to_log_is_still_checked(cluste
     cluster.fetch("startjob user_job name='Own.own_args' uid='o' args='{\"any\": 1}';")
     cluster.fetch("startjob user_job name='Own.beside' uid='b' args='{\"n\": 1, \"extra\": 2}';")
     assert json.loads(cluster.wait_job("USER_JOB", "Own.own_args", "o", lambda j: j.archived).output) == ["any"]
+
+
+def test_a_function_whose_module_imports_a_helper_that_reads_args_takes_any_key(cluster):
+    """A helper beside the job's module (in its package) that reads ``current_job().args``
+    may be what the function calls, so the function is not checked; a module that imports
+    nothing of the kind still is."""
+    cluster.fetch("startjob user_job name='Shop.orders.ship' uid='s' args='{\"order\": 7, \"region\": \"us\"}';")
+    job = cluster.wait_job("USER_JOB", "Shop.orders.ship", "s", lambda j: j.archived)
+    assert job.status is Status.PROCESSED and json.loads(job.output) == [7, "us"], job.error_msg
+    out = cluster.shell("-e", "startjob user_job name='Shop.plain.dump' uid='d' args='{\"m\": 1}';")
+    assert out.returncode == 1 and "ARGS key 'm' is not a parameter of dump() (its parameters: n)" in out.stderr, out.stderr
 
 
 def test_updatejob_args_are_checked_the_same_way(cluster):

@@ -76,7 +76,56 @@ def declares_job(path: Path, func: str) -> bool:
 def parameters(path: Path, func: str) -> Parameters | None:
     """The parameters of top-level function ``func`` of the source at ``path``; None where
     the source cannot say (no such function, or a decorator that may change its signature)."""
-    return _parameters(str(path), _mtime(path)).get(func)
+    found = _parameters(str(path), _mtime(path)).get(func)
+    if found is not None and not found.any_key and _imports_a_reader(path):
+        return Parameters(found.names, True)
+    return found
+
+
+def _imports_a_reader(path: Path) -> bool:
+    """Whether the module imports, directly or through others, a module beside it (a helper
+    in the jobs folder) that may read a run's ARGS itself: then which job function calls that
+    code is not read here, and every one may take any key. Each file is read once per version."""
+    seen: set[Path] = {path}
+    todo = [path]
+    while todo:
+        module = todo.pop()
+        for sibling in _sibling_imports(str(module), _mtime(module)):
+            if sibling in seen or not sibling.is_file():
+                continue
+            seen.add(sibling)
+            if _reads_args(str(sibling), _mtime(sibling)):
+                return True
+            todo.append(sibling)
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _sibling_imports(path: str, mtime_ns: int) -> tuple[Path, ...]:
+    """The files beside the module at ``path`` (or in packages beside it) that it imports."""
+    here = Path(path).parent
+    names: list[str] = []
+    for n in ast.walk(_module(path)):
+        if isinstance(n, ast.Import):
+            names += [a.name for a in n.names]
+        elif isinstance(n, ast.ImportFrom) and n.level <= 1:
+            base = n.module or ""
+            names += [base] if base else []
+            names += [f"{base}.{a.name}" if base else a.name for a in n.names]
+    found: list[Path] = []
+    for name in names:
+        place = here.joinpath(*name.split("."))
+        found += [p for p in (place.with_suffix(".py"), place / "__init__.py") if p.is_file()]
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _reads_args(path: str, mtime_ns: int) -> bool:
+    """Whether code in the module at ``path`` may read a run's ARGS (see _module_reads_args)."""
+    try:
+        return _module_reads_args(_module(path))
+    except JobResolutionError:
+        return True  # a helper that cannot be read may do anything
 
 
 @functools.lru_cache(maxsize=256)
