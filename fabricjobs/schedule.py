@@ -74,6 +74,12 @@ class Schedule:
             return Status.WAITING
         return Status.SCHEDULED
 
+    def start_status(self, calendar: str) -> Status:
+        """A job's status as it starts (STARTJOB, RESUMEJOB, RELEASEJOB). With a calendar even
+        an interval job's first run is a fire, which the calendar may skip: SCHEDULED, due at
+        once (a node adopts it and its scheduler decides)."""
+        return Status.SCHEDULED if calendar else self.initial_status
+
     def first_due(self, now: datetime) -> datetime:
         """When a job started (or resumed) at ``now`` is first due."""
         if self.kind is ScheduleKind.ONCE_AT:

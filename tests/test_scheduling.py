@@ -451,7 +451,8 @@ def test_a_listener_handles_each_of_50_files_exactly_once_across_a_sigkill(tmp_p
 @pytest.mark.slow
 def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request, node_backend):
     """docs/guides/cluster.md: a listener only ends when asked to. A SIGTERM of its node hands it back
-    (WAITING, no try), and files dropped after the restart are handled."""
+    (WAITING, no try), and files dropped after the restart are handled; so are the files dropped
+    while it was stopped, once RESUMEJOB resumes it (docs/guides/writing-jobs.md)."""
     inbox = tmp_path / "root" / "inbox"
     inbox.mkdir(parents=True)
     log = tmp_path / "handled.jsonl"
@@ -471,6 +472,15 @@ def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request,
         (inbox / "after.csv").write_text("2")
         wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv", "after.csv"}, 15,
                  "after.csv handled after the restart")
+
+        # RESUMEJOB goes on where STOPJOB left it: files dropped while it was stopped are new.
+        stopped = cluster.fetch("stopjob interface_listener name='Probe.handle_file' uid='inbox' wait timeout 15;")
+        assert stopped.first_row()["Status"] == "TERMINATED"
+        (inbox / "while-stopped.csv").write_text("3")
+        cluster.fetch("resumejob interface_listener name='Probe.handle_file' uid='inbox';")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv", "after.csv", "while-stopped.csv"},
+                 15, "the file dropped while the listener was stopped handled after RESUMEJOB")
+        assert len(read_records(log)) == 3  # and nothing handled twice
     finally:
         cluster.stop_all()
 

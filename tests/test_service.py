@@ -493,6 +493,21 @@ def test_updatejob_with_an_empty_depends_on_removes_the_parents_and_unblocks(cli
     assert not child.blocked and child.depends_on == ""
 
 
+def test_updatejob_depends_on_of_a_parallel_job_or_its_task_is_refused(client):
+    """A parallel job's parents are its tasks (the parent collects their outputs once all are
+    PROCESSED): new ones would free it before its tasks end."""
+    client.fetch("startjob user_job name='Customer.userJob1' uid='other' exec_interval='0 0 * * *';"
+                 "startjob user_job name='Customer.userJob1' uid='par' parallelism=2;")
+    for uid in ("par", "par/0"):
+        with pytest.raises(ValidationError, match="a parallel job or one of its tasks"):
+            client.fetch(f"updatejob user_job name='Customer.userJob1' uid='{uid}' depends_on='';")
+        with pytest.raises(ValidationError, match="nothing was changed"):
+            client.fetch(f"updatejob user_job name='Customer.userJob1' uid='{uid}' "
+                         "depends_on='USER_JOB.Customer.userJob1.other';")
+    parent = row(client, uid="par")
+    assert parent.blocked and parent.depends_on == "USER_JOB.Customer.userJob1.par/0,USER_JOB.Customer.userJob1.par/1"
+
+
 def test_updatejob_on_a_running_job_keeps_the_run(client):
     client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='00:10:00';")
     running = _running(client, "a")

@@ -105,7 +105,7 @@ class HoldCommands(ServiceCore):
         now = self.clock.now()
         schedule = self._schedule(row.execution_interval, row.time_zone)
         blockers = dependencies.blocking(self.store, dependencies.parents_of(row))
-        new = row.replace(status=schedule.initial_status, next_run=schedule.first_due(now), blocked=bool(blockers),
+        new = row.replace(status=schedule.start_status(row.calendar), next_run=schedule.first_due(now), blocked=bool(blockers),
                           error_msg=dependencies.note(blockers), worker_id=None, epoch=row.epoch + 1, tries=0,
                           hold_until=None)
         return Event.UNHOLD, self._noted(new, "RELEASEJOB", session)

@@ -31,6 +31,8 @@ START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
 FINISH_NOTE = "finishing: this run completes, then no more fires"
+FINISH_BLOCKED_NOTE = ("blocked by its parents, so not finished: between fires it would end PROCESSED before "
+                       "they are, and free its own children (STOPJOB ends it; or FINISHJOB it once they are PROCESSED)")
 RUN_DUE_NOTE = "already due: its run starts now"
 RUN_GOING_NOTE = "a run is going on: not run again"
 RUN_HELD_NOTE = "held: RELEASEJOB runs it"
@@ -78,9 +80,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         blockers = dependencies.blocking(self.store, parents)
         job = Job(
             key=key,
-            # With a calendar even an interval job's first run is a fire, which the calendar
-            # may skip: SCHEDULED, due now (a node adopts it and its scheduler decides).
-            status=Status.SCHEDULED if cmd.calendar else schedule.initial_status,
+            status=schedule.start_status(cmd.calendar or ""),
             creation_time=now,
             affinity=cmd.affinity or "",
             arguments=with_session_scope(cmd.args, session.session_scope()),
@@ -210,6 +210,9 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             if row.archived or row.finishing or row.status in (Status.STOPPING, Status.HELD):
                 return None
             if row.status is Status.SCHEDULED and not _due(row, now):
+                if row.blocked:
+                    notes[row.key] = FINISH_BLOCKED_NOTE
+                    return None
                 return Event.FINISH_IDLE, self._noted(row.replace(status=Status.PROCESSED, end_time=now),
                                                       "FINISHJOB", session)
             notes[row.key] = FINISH_NOTE
@@ -222,10 +225,13 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                                "recurring job: FINISHJOB ends a recurring job after its run (a one-time job's run "
                                "ends it anyway; STOPJOB cancels it)")
         rows = [r for r in (self._change(j.key, decide) for j in recurring) if r is not None]
+        if rows and all(notes.get(r.key) == FINISH_BLOCKED_NOTE for r in rows):
+            raise CommandError(f"Job is blocked {rows[0].key.describe()}: {FINISH_BLOCKED_NOTE}; nothing was changed")
         self._ring()
         if cmd.wait:
             deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
-            rows = [self._await(r.key, lambda j: j.archived, deadline, "FINISHJOB WAIT") for r in rows]
+            rows = [r if notes.get(r.key) == FINISH_BLOCKED_NOTE else
+                    self._await(r.key, lambda j: j.archived, deadline, "FINISHJOB WAIT") for r in rows]
         return Result(CHANGE_COLUMNS, tuple(self._change_row(r, notes.get(r.key, "") if not r.archived else "")
                                             for r in rows))
 
@@ -297,13 +303,20 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             if row.calendar:  # dropped while the job was not live (DROPCALENDAR checks live jobs only)
                 self._stored_calendar(row.calendar)
             schedule = self._schedule(row.execution_interval, row.time_zone)
-            status = schedule.initial_status
+            status = schedule.start_status(row.calendar)
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
-            return event, self._noted(row.replace(
-                status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
-                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None,
-                blocked=row.blocked or parallel.is_parent(row),  # a parallel job waits for its tasks again
-            ), "RESUMEJOB", session)
+            # A listener resumed goes on from where it was stopped: its start (the line between
+            # files present at start and new ones) stays, so files dropped meanwhile are handled.
+            created = row.creation_time if row.type == JobType.INTERFACE_LISTENER else now
+            new = row.replace(
+                status=status, archived=False, creation_time=created, next_run=schedule.first_due(now),
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None)
+            if parallel.is_parent(row):  # a parallel job waits for its tasks again
+                new = new.replace(blocked=True)
+            else:  # as if started now: blocked while a parent is not PROCESSED (read now)
+                blockers = dependencies.blocking(self.store, dependencies.parents_of(row))
+                new = new.replace(blocked=bool(blockers), error_msg=dependencies.note(blockers) or row.error_msg)
+            return event, self._noted(new, "RESUMEJOB", session)
 
         row = self._change(key, decide)
         if row is None:
@@ -384,8 +397,12 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                 dependencies.check_new(self.store, row.key, parents)
                 blockers = dependencies.blocking(self.store, parents)
                 idle = row.status in (Status.WAITING, Status.SCHEDULED)
-                new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers) and idle,
+                # A run going on goes on; the job's next run (a fire, a retry) waits for the
+                # new parents: the row stays blocked through its outcome.
+                new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers),
                                   error_msg=dependencies.note(blockers) if idle else row.error_msg)
+                if blockers and not idle and row.status is not Status.HELD:
+                    notes[row.key] = f"running; its next run {dependencies.note(blockers)}"
             if cmd.hold and row.status is not Status.HELD:  # RJM: a queued job held again
                 return self._hold(row, new, notes, session)
             rescheduled = cmd.exec_interval is not None or cmd.tz is not None
@@ -410,8 +427,13 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                 return None
             return Event.UPDATE, self._noted(new, "UPDATEJOB", session)
 
-        rows = [r for r in (self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid))
-                if r is not None]
+        matching = self._matching(cmd.type, cmd.name, cmd.uid)
+        if parents is not None:
+            for j in matching:
+                if parallel.is_parent(j) or j.task_of:
+                    raise ValidationError(f"DEPENDS_ON: {j.key} is a parallel job or one of its tasks, whose "
+                                          "parents are the job's tasks; nothing was changed")
+        rows = [r for r in (self._change(j.key, decide) for j in matching) if r is not None]
         if cmd.hold:
             self._refuse_running_hold(rows, notes)
         self._ring()

@@ -13,11 +13,14 @@ _ORDER = "end_time DESC, type DESC, name DESC, uid DESC"  # the archive index re
 _ENTRIES = "SELECT end_time, type, name, uid FROM k2_jobs INDEXED BY k2_jobs_archive WHERE archived = 1"
 # Each count reads the index that holds exactly its rows, up to the cap (LIMIT inside: COUNT
 # stops there): WAITING rows that are not blocked, blocked ones, then each other live status.
+# A row is counted BLOCKED while it waits (WAITING or SCHEDULED); a run going on counts as
+# running even when its next run will wait for new parents (UPDATEJOB ... DEPENDS_ON).
 _COUNT = "SELECT count(*) FROM (SELECT 1 FROM k2_jobs INDEXED BY {index} WHERE {where} LIMIT ?)"
 _COUNTS = (
     (Status.WAITING.value, "k2_jobs_waiting", "status = 'WAITING' AND blocked = 0"),
-    (BLOCKED, "k2_jobs_blocked", "blocked = 1 AND archived = 0"),
-    *((s.value, "k2_jobs_live_status", f"archived = 0 AND status = '{s.value}' AND blocked = 0")
+    (BLOCKED, "k2_jobs_blocked", "blocked = 1 AND archived = 0 AND status IN ('WAITING', 'SCHEDULED')"),
+    *((s.value, "k2_jobs_live_status",
+       f"archived = 0 AND status = '{s.value}'" + (" AND blocked = 0" if s is Status.SCHEDULED else ""))
       for s in sorted(LIVE_STATUSES - {Status.WAITING})),
 )
 

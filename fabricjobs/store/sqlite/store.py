@@ -341,6 +341,7 @@ class SqliteStore(Connections, Search, JobStore):
         page = "AND next_run >= ? " if since is not None else ""
         params = (_ts(since), limit) if since is not None else (limit,)
         rows = self._read(f"SELECT {_COLS} FROM k2_jobs INDEXED BY k2_jobs_blocked WHERE blocked = 1 AND archived = 0 "
+                          "AND status IN ('WAITING', 'SCHEDULED') "
                           f"{page}ORDER BY next_run LIMIT ?", params)
         return [_row_to_job(r) for r in rows]
 
