@@ -26,7 +26,7 @@ import os
 import sys
 
 from .config import KEYS, Config, find_config, load_config
-from .errors import CommandError, FabricJobsError, StoreUnavailable, message_of
+from .errors import CommandError, ConfigError, FabricJobsError, StoreUnavailable, message_of
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,14 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     kill.add_argument("task", type=int, help="the task's number on that node (PS)")
     sub.add_parser("export-jobs", help="print the calendars and live jobs as statements that make them again "
                                        "(a backup of the job definitions: fabricjobs shell -f restores it)")
-    sub.add_parser("cassandra-schema", help="print the CQL that creates the Cassandra schema (for CREATE_SCHEMA = false)")
+    sub.add_parser("cassandra-schema", help="print the CQL that creates the Cassandra keyspace and schema (for "
+                                            "CREATE_SCHEMA = false; needs [cassandra] REPLICATION)")
     nodes = sub.add_parser("nodes", help="the cluster's nodes: state, last beat, running, capacity")
     nodes.add_argument("--format", choices=["table", "json", "csv"], default="table")
 
     web = sub.add_parser("web", help="serve the HTTP API and the web console (docs/guides/http-api.md); loopback unless --bind says otherwise")
     web.add_argument("--bind", metavar="HOST:PORT", help="default: [web] BIND (127.0.0.1:9470)")
     web.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate (default: [web] TLS_CERT_FILE)")
-    web.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (default: [web] TLS_KEY_FILE)")
+    web.add_argument("--tls-key", metavar="PEM", help="the certificate's private key, without a passphrase "
+                                                      "(default: [web] TLS_KEY_FILE); a pair that cannot be loaded "
+                                                      "exits 2 before anything is served")
     web.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     token = sub.add_parser("token", help="API tokens of fabricjobs web: create, list, revoke")
     actions = token.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -292,7 +295,12 @@ def cmd_cassandra_schema(args: argparse.Namespace) -> int:
     from .store.cassandra import schema_cql
 
     cfg = load(args)
-    print(schema_cql(cfg.get("cassandra", "KEYSPACE"), cfg.get("cassandra", "REPLICATION")))
+    replication = cfg.get("cassandra", "REPLICATION")
+    if not replication.strip():
+        raise ConfigError("cassandra-schema prints the CREATE KEYSPACE statement too, so it needs [cassandra] "
+                          "REPLICATION in the config it reads (e.g. REPLICATION = NetworkTopologyStrategy:DC1=3; "
+                          "the keyspace's replication when it exists already)")
+    print(schema_cql(cfg.get("cassandra", "KEYSPACE"), replication))
     return 0
 
 

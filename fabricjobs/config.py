@@ -372,6 +372,9 @@ def load_config(path: str | os.PathLike | None) -> Config:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config file {str(p)!r}: it is not UTF-8 text "
+                          f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
     return parse_config(text, source=p)
 
 

@@ -150,17 +150,21 @@ def init_directory(directory: str | os.PathLike, examples: bool = False) -> list
                           "and never overwrites one (move them away, or choose another directory)")
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} is not a directory")
-    written = []
-    for name, mode in plan.dirs.items():
-        path = root / name
-        if not path.exists():  # a directory that was there keeps its mode
-            path.mkdir(parents=True)
-            os.chmod(path, mode)
-    for name, (text, mode) in plan.files.items():
-        path = root / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(path, mode)  # whatever the umask
-        written.append(path)
+    written: list[Path] = []
+    try:
+        for name, mode in plan.dirs.items():
+            path = root / name
+            if not path.exists():  # a directory that was there keeps its mode
+                path.mkdir(parents=True)
+                os.chmod(path, mode)
+        for name, (text, mode) in plan.files.items():
+            path = root / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(path, mode)  # whatever the umask
+            written.append(path)
+    except OSError as exc:  # (a directory this user may not write, a read-only or full disk)
+        done = f"; written before it failed: {', '.join(str(p) for p in written)}" if written else ""
+        raise ConfigError(f"cannot write {exc.filename or root}: {exc.strerror or exc}{done}") from None
     return written

@@ -62,6 +62,23 @@ def test_init_never_overwrites_and_changes_nothing_when_a_file_is_there(tmp_path
     assert (home / "node.id").read_text() == "ANY:3\n"
 
 
+def test_a_directory_init_cannot_write_and_a_config_that_is_not_text_are_one_line_each(tmp_path):
+    """What an operator gets wrong on a fresh host: one line naming the file, exit status 2,
+    never an "internal error"."""
+    refused = fabricjobs("init", "/proc/fabricjobs-here")  # (no one may make a directory in /proc)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("fabricjobs: cannot write /proc/fabricjobs-here") and "internal" not in refused.stderr
+    binary = tmp_path / "config.ini"
+    binary.write_bytes(b"[node]\nNAME = \xff\xfe\n")
+    read = fabricjobs("--config", str(binary), "config")
+    assert read.returncode == 2, read.stderr
+    assert read.stderr == f"fabricjobs: cannot read config file '{binary}': it is not UTF-8 text (byte 0xff at offset 14)\n"
+    schema = tmp_path / "cassandra.ini"
+    schema.write_text("[store]\nBACKEND = cassandra\n")
+    printed = fabricjobs("--config", str(schema), "cassandra-schema")
+    assert printed.returncode == 2 and "needs [cassandra] REPLICATION" in printed.stderr, printed.stderr
+
+
 def test_version_names_the_release_python_store_and_schema_versions(tmp_path):
     cfg = tmp_path / "config.ini"
     db = tmp_path / "jobs.db"

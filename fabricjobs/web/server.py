@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import sys
 from dataclasses import dataclass
 
@@ -45,7 +46,28 @@ def options(config: Config, bind: str | None, tls_cert: str | None, tls_key: str
     if bool(cert) != bool(key):
         raise ConfigError("HTTPS needs both a certificate and its key (--tls-cert and --tls-key, "
                           "or [web] TLS_CERT_FILE and TLS_KEY_FILE)")
+    if cert:
+        _check_tls_pair(cert, key)
     return ServeOptions(chosen, cert, key, log_level)
+
+
+def _check_tls_pair(cert: str, key: str) -> None:
+    """Load the pair as the server will, before anything is announced: a file that is missing,
+    unreadable, not PEM, or a key that does not match is a ConfigError (one line, exit 2),
+    not a failure of the server after it said where it serves. A key under a passphrase is
+    refused rather than asked for (no one may be at a terminal)."""
+    def no_passphrase() -> bytes:
+        raise ConfigError(f"the TLS key {key} is encrypted: give a key without a passphrase")
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key, password=no_passphrase)
+    except OSError as exc:
+        if isinstance(exc, ssl.SSLError):
+            reason = exc.reason or "not a PEM certificate and key"
+            raise ConfigError(f"cannot use the TLS certificate {cert} with the key {key}: {reason} (both must be "
+                              "PEM files, the key the certificate's own)") from None
+        raise ConfigError(f"cannot read the TLS certificate or key ({cert}, {key}): "
+                          f"{exc.strerror or exc}") from None
 
 
 class ListenError(Exception):

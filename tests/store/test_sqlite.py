@@ -135,6 +135,28 @@ def test_a_write_lock_held_past_the_busy_timeout_is_a_clear_error_that_changes_n
     store.close()
 
 
+def test_a_store_this_process_may_not_write_is_a_store_error_that_says_so(tmp_path):
+    """A database file (or directory) the process may not write (a web process under a
+    read-only /etc, another user's file): a StoreError naming the file and what to do, which the
+    shell shows as one line and the API as 503, not an internal error. SQLite's read-only
+    answer is the same for PRAGMA query_only, which the test uses (root may write any file)."""
+    from fabricjobs.errors import StoreError
+
+    store = SqliteStore(tmp_path / "jobs.db")
+    assert store.insert(job("before")).applied
+    store._conn().execute("PRAGMA query_only = ON")  # (this thread's connection)
+    with pytest.raises(StoreError, match=r"SQLite store '.*jobs\.db' cannot be written by this process .*"
+                                         r"must be writable by every process that uses the store"):
+        store.insert(job("refused"))
+    with pytest.raises(StoreError, match="cannot be written"):
+        with store.transaction():
+            store.insert(job("refused"))
+    assert store.get(JobKey("USER_JOB", "A.b", "before")) is not None  # reads still work
+    store._conn().execute("PRAGMA query_only = OFF")
+    assert store.insert(job("after")).applied
+    store.close()
+
+
 @pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads the kernel's lock table (Linux)")
 def test_a_second_store_opened_in_the_process_keeps_the_first_ones_locks(tmp_path):
     """Opening a store once tightened the file's mode through a descriptor it then closed, and

@@ -83,6 +83,19 @@ def test_the_server_refuses_half_a_tls_pair_and_a_bad_bind(cluster):
     assert bad.returncode == 2 and "--bind: expected HOST:PORT" in bad.stderr
 
 
+def test_a_tls_pair_that_cannot_be_used_is_one_line_before_anything_is_announced(cluster):
+    """A missing file, a file that is not PEM: one line and exit status 2 (a configuration
+    error, which the shipped unit does not restart), no console address printed, no traceback."""
+    garbage = cluster.tmp / "garbage.pem"
+    garbage.write_text("garbage\n")
+    for cert, key, says in ((cluster.tmp / "none.pem", cluster.tmp / "none.key", "No such file or directory"),
+                            (garbage, garbage, "both must be PEM files")):
+        r = cluster.cli("web", "--tls-cert", str(cert), "--tls-key", str(key), timeout=30)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert says in r.stderr and "console" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_an_address_in_use_is_refused_before_anything_is_announced(cluster):
     """A second web process on the same port: one line that says why, exit status 1 (a failed
     command, which a service manager starts again), and no console address printed as if served."""

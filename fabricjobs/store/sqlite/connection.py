@@ -101,7 +101,7 @@ class Connections:
             except sqlite3.OperationalError as exc:
                 text = str(exc)
                 if "locked" not in text and "busy" not in text:
-                    raise StoreError(f"SQLite error: {exc}") from None
+                    raise self._failed(exc) from None
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + self.busy_timeout_ms / 1000.0
@@ -156,10 +156,21 @@ class Connections:
         self._begin(conn)
         try:
             yield conn
+        except sqlite3.OperationalError as exc:  # (a file it may not write, a full disk, ...)
+            self._end(conn, commit=False)
+            raise self._failed(exc) from None
         except BaseException:
             self._end(conn, commit=False)
             raise
         self._end(conn, commit=True)
+
+    def _failed(self, exc: sqlite3.OperationalError) -> StoreError:
+        """A write that SQLite refused, as a StoreError that says what to do about it."""
+        if "readonly" in str(exc):
+            return StoreError(f"SQLite store {self.path!r} cannot be written by this process (user id "
+                              f"{os.geteuid()}): {exc}; the file and its directory must be writable by every "
+                              "process that uses the store (nodes, shells, the web process)")
+        return StoreError(f"SQLite error: {exc}")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -171,6 +182,10 @@ class Connections:
         self._local.in_transaction = True
         try:
             yield
+        except sqlite3.OperationalError as exc:
+            self._local.in_transaction = False
+            self._end(conn, commit=False)
+            raise self._failed(exc) from None
         except BaseException:
             self._local.in_transaction = False
             self._end(conn, commit=False)
