@@ -156,6 +156,38 @@ def test_each_job_runs_on_a_node_whose_priority_range_includes_it(ranged, tmp_pa
     assert [r["node"] for r in read_records(log) if r["key"].endswith(".p9")] == ["high"]
 
 
+@pytest.mark.slow
+def test_a_dead_nodes_run_is_taken_over_only_by_a_node_whose_range_includes_it(tmp_path, node_backend, request):
+    """A node limited to PRIORITIES:0-4 never runs a priority-8 job, a takeover included: of a
+    dead node's two runs it takes over the priority-2 one, in the same pass leaves the other to
+    a node whose range has 8, which takes it over once it starts."""
+    import signal
+
+    from fabricjobs.model import Status
+
+    c = Cluster(tmp_path, backend=node_backend, request=request)
+    try:
+        wide = c.start_node("wide")
+        starts = tmp_path / "starts.log"
+        for p in (2, 8):
+            _ok(c, f"startjob user_job name='Probe.record' uid='p{p}' priority={p} "
+                   f"args='{{\"log\": \"{tmp_path / 'ran.log'}\", \"seconds\": 600, \"starts\": \"{starts}\"}}';")
+            c.wait_job("USER_JOB", "Probe.record", f"p{p}", lambda j: j.status is Status.IN_PROCESS)
+        c.start_node("low", node_id="PRIORITIES:0-4\n")
+        wide.signal_group(signal.SIGKILL)
+        c.wait_job("USER_JOB", "Probe.record", "p2", lambda j: j.status is Status.IN_PROCESS and j.worker_id == "low", 30)
+        row = c.job("USER_JOB", "Probe.record", "p8")
+        assert (row.status, row.worker_id, row.epoch) == (Status.IN_PROCESS, "wide", 1), row  # left alone
+        c.start_node("high", node_id="PRIORITIES:5-9\n")
+        c.wait_job("USER_JOB", "Probe.record", "p8", lambda j: j.status is Status.IN_PROCESS and j.worker_id == "high", 30)
+        ran = wait_for(lambda: (lambda r: r if len(r) == 4 else None)(
+            sorted((r["key"].rsplit(".", 1)[1], r["node"]) for r in read_records(starts))), 20, "high's run to start")
+        assert ran == [("p2", "low"), ("p2", "wide"), ("p8", "high"), ("p8", "wide")], ran
+        _ok(c, "stopjob user_job name='Probe.record';")
+    finally:
+        c.stop_all()
+
+
 def test_a_bad_priorities_line_stops_the_node_with_its_line_number():
     from fabricjobs.config import parse_node_id
     from fabricjobs.errors import ConfigError
