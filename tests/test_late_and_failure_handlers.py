@@ -94,3 +94,31 @@ def test_on_failure_starts_its_job_once_when_a_run_fails_for_good(cluster):
     echoes = cluster.shell("-e", "jobstatus user_job 'Probe.echo' 1 day ago;", "--format", "json")
     uids = sorted(e["UID"] for e in json.loads(echoes.stdout) if ".failed." in e["UID"])
     assert [u.split(".failed.")[0] for u in uids] == ["af", "nr"]  # one each: a retried try starts none
+
+
+@pytest.mark.slow
+def test_on_failure_after_a_lost_node_names_the_lost_run_as_jobhistory_numbers_it(tmp_path, request):
+    """MAX_TRIES=1 and the run's node SIGKILLed: the node that takes over writes the job FAILED
+    ("no tries left") with epoch + 1, and the failure job's ARGS and UID name the run that was
+    lost (run 1, JOBHISTORY's number), not the takeover's epoch."""
+    import signal
+
+    from fabricjobs.model import Status
+
+    c = Cluster(tmp_path, settings={"jobs": {"MAX_TRIES": 1}}, request=request)
+    try:
+        doomed = c.start_node("a")
+        c.fetch(f"startjob user_job name='Probe.record' uid='lost' on_failure='USER_JOB.Probe.echo' "
+                f"args='{json.dumps({'log': str(tmp_path / 'r'), 'seconds': 600})}';")
+        c.wait_job("USER_JOB", "Probe.record", "lost", lambda j: j.status is Status.IN_PROCESS)
+        c.start_node("b")
+        doomed.signal_group(signal.SIGKILL)
+        failed = c.wait_job("USER_JOB", "Probe.record", "lost", lambda j: j.status is Status.FAILED, 30)
+        assert failed.epoch == 2 and "no tries left" in failed.error_msg, failed
+        handler, args = _echoed(c, "lost.failed.1")
+        assert handler["Status"] == "PROCESSED" and args["run"] == 1, args
+        from fabricjobs.model import JobKey
+        lost = c.client().store.run(JobKey("USER_JOB", "Probe.record", "lost"), 1)
+        assert lost is not None and lost.result == "LOST", lost  # the run the ARGS name
+    finally:
+        c.stop_all()

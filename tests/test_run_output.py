@@ -112,3 +112,26 @@ def test_a_line_of_a_megabyte_is_shown_by_its_start_not_dropped(cluster):
     lines = cluster.shell_ok("joblog user_job 'Isolation.chatter' with uid='wide';").rstrip("\n").split("\n")
     assert lines[1] == "stdout: " + "y" * 2000, lines[1][:80]
     assert re.fullmatch(r"\.\.\. 9\d\d KB more not kept", lines[-1]), lines[-1]  # 1 MB less the 64 KiB kept
+
+
+def test_a_run_ended_by_stopjob_keeps_what_it_logged_and_its_exit_code(cluster, tmp_path):
+    """The node says why it ended the run (STOPPED), and what the worker reported stays: a
+    USER_JOB's log lines, a PROCESS job's output and exit code, as for a run that failed."""
+    from harness import wait_for
+
+    runs = tmp_path / "runs.jsonl"
+    talks, prints = JobKey("USER_JOB", "Probe.record", "talks"), JobKey("PROCESS", "log_and_wait.sh", "prints")
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='talks' "
+                  f"args='{json.dumps({'log': str(runs), 'seconds': 600, 'talk': 0.1})}';"
+                  f"startjob process name='log_and_wait.sh' uid='prints' args='{json.dumps({'0': str(tmp_path / 'never')})}';")
+    store = cluster.client().store
+    for key in (talks, prints):  # each has said something while it runs
+        wait_for(lambda: store.live_log(key, 1), 20, f"{key} to log a line")
+    cluster.fetch("stopjob user_job name='Probe.record' uid='talks' wait timeout 30;"
+                  "stopjob process name='log_and_wait.sh' uid='prints' wait timeout 30;")
+    told = cluster.shell_ok("joblog user_job 'Probe.record' with uid='talks';")
+    assert "STOPPED -> TERMINATED" in told and "still running" in told and "(no log lines)" not in told, told
+    printed = cluster.shell_ok("joblog process 'log_and_wait.sh' with uid='prints';")
+    assert "STOPPED -> TERMINATED" in printed and "stdout: out: before the gate" in printed, printed
+    record = store.run(prints, 1)
+    assert record.exit_code is not None and record.exit_code < 0, record  # ended by a signal

@@ -303,15 +303,18 @@ def late_handler(row: Job, now: datetime) -> Job | None:
                owner=row.owner, requestor=row.requestor)
 
 
-def failure_job(row: Job, now: datetime) -> Job | None:
+def failure_job(row: Job, now: datetime, run: int | None = None) -> Job | None:
     """The job ON_FAILURE='TYPE.NAME' names, for ``row`` just FAILED (IPF's failure command): a
-    one-time job to run now with the failed job's key, run (its epoch) and error in its ARGS.
-    Its UID is the failed job's and the run's, so a failure starts one. None: nothing to start."""
+    one-time job to run now with the failed job's key, run and error in its ARGS. The run is
+    the row's epoch, or ``run`` where the row moved past it (a takeover of a lost run writes
+    epoch + 1; the history numbers the lost run). Its UID is the failed job's and the run's, so
+    a failure starts one. None: nothing to start."""
     if row.status is not Status.FAILED or "." not in row.on_failure:
         return None
+    run = row.epoch if run is None else run
     job_type, _, name = row.on_failure.partition(".")
-    args = dict(zip(FAILURE_KEYS, (str(row.key), row.type, row.name, row.uid, row.epoch, row.error_msg)))
-    return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".failed.{row.epoch}")), status=Status.WAITING, creation_time=now,
+    args = dict(zip(FAILURE_KEYS, (str(row.key), row.type, row.name, row.uid, run, row.error_msg)))
+    return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".failed.{run}")), status=Status.WAITING, creation_time=now,
                arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
 

@@ -311,7 +311,9 @@ class Reconciler(UsesParts):
         if res is None or not res.applied:
             return
         if res.stored.status is Status.FAILED:
-            start_on_failure(self.store, res.stored, self.clock.now())  # its node was lost, and no tries were left
+            # Its node was lost, and no tries were left: the run that failed is the lost one,
+            # the epoch of the row as read (the takeover wrote epoch + 1).
+            start_on_failure(self.store, res.stored, self.clock.now(), run=row.epoch)
         then(row, res)
 
     def _finish_orphan(self, row: Job, now: datetime) -> None:

@@ -15,12 +15,13 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from ..worker.protocol import INTERRUPTED, KILLED, LEASE_LOST, OK, Outcome
+from ..jobs.context import FailMode
+from ..worker.protocol import INTERRUPTED, KILLED, LEASE_LOST, OK, Outcome, OutcomeKind
 from ..model import Job, JobKey, JobType
 from .decisions import RELEASED, RunFacts
 
@@ -274,19 +275,24 @@ def hand_slot(holder: Run, heir: Run) -> None:
 
 
 def explain(run: Run, outcome: Outcome, me: str) -> Outcome:
-    """Say why a run ended when node ``me`` ended it (the worker only sees that it died)."""
+    """Say why a run ended when node ``me`` ended it (the worker only sees that it died). What
+    the worker did report of the run stays: its log lines, exit code and time."""
     reason = run.end_reason
+
+    def ended(kind: OutcomeKind, error: str) -> Outcome:
+        return replace(outcome, kind=kind, error=error, output=None, mode=FailMode.RETRY_UNTIL_MAX)
+
     if reason == EndReason.KILL and outcome.kind != OK:
-        return Outcome(KILLED, error=run.end_note or "killed")
+        return ended(KILLED, run.end_note or "killed")
     if reason == EndReason.RELEASE and outcome.kind != OK:
-        return Outcome(RELEASED, error=run.end_note)
+        return ended(RELEASED, run.end_note)
     if reason == EndReason.SHUTDOWN and (outcome.kind != OK or run.key.type == JobType.INTERFACE_LISTENER):
         # docs/guides/cluster.md: a clean shutdown is not a failed try. The run goes back to WAITING for
         # the same due time (RELEASED: no try counted) and runs again here or elsewhere; a
         # listener, which only ends when asked to, resumes after the restart.
-        return Outcome(RELEASED, error=f"node {me} shut down during the run; it runs again (no try counted)")
+        return ended(RELEASED, f"node {me} shut down during the run; it runs again (no try counted)")
     if reason in (EndReason.STOP, EndReason.RESTART) and outcome.kind != OK:
-        return Outcome(INTERRUPTED, error=run.end_note or f"ended by {reason}")
+        return ended(INTERRUPTED, run.end_note or f"ended by {reason}")
     if reason == EndReason.LEASE and outcome.kind != OK:
-        return Outcome(LEASE_LOST, error=outcome.error or "run ended: lease lost")
+        return ended(LEASE_LOST, outcome.error or "run ended: lease lost")
     return outcome

@@ -46,9 +46,10 @@ PATIENCE = 0.5
 _Todo = list[tuple[Run, Outcome, Job | None]]  # an outcome and the row it is decided on
 
 
-def start_on_failure(store: JobStore, row: Job, now: datetime) -> None:
-    """ON_FAILURE: start the failure job of ``row``, which just FAILED (if it names one)."""
-    job = failure_job(row, now)
+def start_on_failure(store: JobStore, row: Job, now: datetime, run: int | None = None) -> None:
+    """ON_FAILURE: start the failure job of ``row``, which just FAILED (if it names one);
+    ``run``: the run that failed, where it is not the row's epoch (failure_job)."""
+    job = failure_job(row, now, run)
     if job is None:
         return
     try:
