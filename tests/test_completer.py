@@ -51,6 +51,30 @@ def test_uids_complete_with_the_languages_quote_escape(completer):
     assert ("'u1'", -len("'u")) in offered(completer, "resumejob user_job name='Customer.userJob1' uid='u")
 
 
+def test_names_and_uids_are_those_of_the_type_and_name_already_given(completer):
+    """A UID among the NAME's, a NAME among the type's (a PROCESS name is no USER_JOB's), and
+    a prefix matched whatever its case."""
+    assert offered(completer, "stopjob user_job name='Customer.userJob1' uid='") == [("'u1'", -1)]
+    assert offered(completer, "jobstatus user_job 'Customer.userJob3' with uid='") == [("'u2'", -1)]
+    assert ("'echoArg.sh'", 0) not in offered(completer, "startjob user_job name=")
+    assert offered(completer, "jobstatus process '") == [("'echoArg.sh'", -1)]
+    assert offered(completer, "jobstatus user_job 'cust") == [("'Customer.userJob1'", -5), ("'Customer.userJob3'", -5)]
+    # Each statement of a line by itself: the last one's NAME counts.
+    assert offered(completer, "jobstatus; stopjob user_job name='Customer.userJob3' uid='") == [("'u2'", -1)]
+
+
+def test_a_value_edited_before_its_closing_quote_is_not_given_a_second_one(completer):
+    """Tab with the cursor just before a value's closing quote completes up to it; in the middle
+    of a value (text after the cursor) nothing is offered rather than leaving that text behind."""
+    def at(before: str, after: str) -> list[tuple[str, int]]:
+        event = CompleteEvent(completion_requested=True)
+        document = Document(before + after, len(before))
+        return [(c.text, c.start_position) for c in completer.get_completions(document, event)]
+
+    assert at("stopjob user_job name='Customer.userJob1' uid='u", "';") == [("'u1", -2)]
+    assert at("stopjob user_job name='Customer.userJob1' uid='u", "x';") == []
+
+
 def test_live_nodes_complete_after_kill(completer):
     assert offered(completer, "kill ") == [("'node-a'", 0)]
 

@@ -383,11 +383,16 @@ def test_a_paste_of_startjobs_at_the_prompt_is_written_together(store_config, tm
         client.close()
 
 
+def _prompt(cluster, tmp_path) -> "pexpect.spawn":
+    """``fabricjobs shell`` at a terminal (a pty, 250 columns), its history under ``tmp_path``."""
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm")
+    return pexpect.spawn(sys.executable, ["-m", "fabricjobs", "--config", str(cluster.config_path), "shell"],
+                         env=env, cwd=str(tmp_path), encoding="utf-8", timeout=15, dimensions=(40, 250))
+
+
 def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_path):
     cluster.fetch("startjob user_job name='Probe.noop' uid='tty';")
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm")
-    child = pexpect.spawn(sys.executable, ["-m", "fabricjobs", "--config", str(cluster.config_path), "shell"],
-                          env=env, cwd=str(tmp_path), encoding="utf-8", timeout=15, dimensions=(40, 250))
+    child = _prompt(cluster, tmp_path)
     try:
         child.expect("fabric>")
         child.send("jobsta")
@@ -436,3 +441,42 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
     assert history.exists() and "startjob user_job nme=" in history.read_text()
     assert stat.S_IMODE(history.stat().st_mode) == 0o600  # it holds whatever ARGS were typed
     assert stat.S_IMODE(history.parent.stat().st_mode) == 0o700
+
+
+def test_interactive_history_search_help_of_a_statement_and_a_job_just_started(cluster, tmp_path):
+    """Ctrl-R finds an earlier entry and Enter takes it into the input (it is run by the next
+    Enter); ``help <statement>`` shows that statement; a job started at the prompt is offered by
+    the next Tab."""
+    child = _prompt(cluster, tmp_path)
+    try:
+        child.expect("fabric>")
+        child.send("calendars;\r")
+        child.expect(r"\(0 rows\)")
+        child.expect("fabric>")
+        child.send("nodes;\r")
+        child.expect(r"\(\d+ rows?\)")
+        child.expect("fabric>")
+        child.sendcontrol("r")
+        child.send("calen")
+        child.expect(r"I-search backward: .*calen")
+        child.send("\r")  # takes the match ...
+        child.send("\r")  # ... and this runs it
+        child.expect(r"\(0 rows\)")
+        child.expect("fabric>")
+        child.send("help waitjob;\r")
+        child.expect(r"WAITJOB <TYPE> '<NAME>' WITH UID='<UID>'")
+        child.expect("Waits until a job")
+        child.expect("fabric>")
+        child.send("startjob user_job name='Probe.noop' uid='just-now' affinity='nowhere';\r")
+        child.expect(r"\(1 row\)")
+        child.expect("fabric>")
+        child.send("jobstatus user_job 'Probe.noop' with uid='just")
+        child.send("\t")
+        child.expect("'just-now'")
+        child.send(";\r")
+        child.expect(r"\(1 row\)")
+        child.expect("fabric>")
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)

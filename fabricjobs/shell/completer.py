@@ -6,6 +6,7 @@ background thread refreshes from the store so typing never waits on it.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Callable, Iterable
@@ -13,7 +14,7 @@ from typing import Callable, Iterable
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
-from ..commands import expected_at
+from ..commands import expected_at, lex
 from ..model import JobType, Status
 
 
@@ -29,9 +30,11 @@ class Catalog:
         self._loaded_at = 0.0
         self._loading = False
 
-    def refresh(self, wait: bool = False) -> None:
+    def refresh(self, wait: bool = False, now: bool = False) -> None:
+        """Reload in the background, at most every ``period`` s; ``now``: whatever the period
+        (after a statement, which may have started the job the next Tab names)."""
         with self._lock:
-            if self._loading or time.monotonic() - self._loaded_at < self.period:
+            if self._loading or (not now and time.monotonic() - self._loaded_at < self.period):
                 return
             self._loading = True
 
@@ -57,6 +60,25 @@ def _quote(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+_TYPES = "|".join(t.value for t in JobType)
+_TYPE = re.compile(rf"\b({_TYPES})\b", re.IGNORECASE)
+_NAME = re.compile(rf"\bNAME\s*=\s*'((?:[^']|'')*)'|\b(?:{_TYPES})\s+'((?:[^']|'')*)'", re.IGNORECASE)
+
+
+def _statement_at_end(text: str) -> str:
+    """The statement being typed: what follows the last ';' that ends one (not one in a string)."""
+    ends = [e for _, e, category in lex(text) if category == "punct" and text[e - 1:e] == ";"]
+    return text[ends[-1]:] if ends else text
+
+
+def _named(statement: str) -> tuple[str | None, str | None]:
+    """The job type and NAME the statement has given so far (either may be missing)."""
+    typed = _TYPE.search(statement)
+    named = _NAME.search(statement)
+    name = next((g for g in named.groups() if g is not None), None) if named else None
+    return (typed.group(1).upper() if typed else None), (name.replace("''", "'") if name is not None else None)
+
+
 class CommandCompleter(Completer):
     def __init__(self, catalog: Catalog | None = None) -> None:
         self.catalog = catalog
@@ -69,11 +91,19 @@ class CommandCompleter(Completer):
         prefix = exp.prefix
         upper = prefix.upper()
         if exp.in_string:
-            # Inside an open quote: complete the value, replacing the quote and what follows it.
+            # Inside an open quote: complete the value, replacing the quote and what follows it
+            # up to the cursor. A closing quote right after the cursor (an edit of a value) is
+            # kept rather than doubled; in the middle of a value nothing is offered, since a
+            # completion would leave the rest of the value behind it.
+            after = document.text_after_cursor
+            closed = after.startswith("'") and not after.startswith("''")
+            if after and not closed and not after[0].isspace():
+                return
             start = -(len(prefix) + 1)
             for value in self._values(exp.string_for, text):
-                if value.startswith(prefix):
-                    yield Completion(_quote(value), start_position=start, display=value)
+                if value.lower().startswith(prefix.lower()):
+                    quoted = _quote(value)
+                    yield Completion(quoted[:-1] if closed else quoted, start_position=start, display=value)
             return
         start = -len(prefix)
         for kw in exp.keywords:
@@ -91,15 +121,18 @@ class CommandCompleter(Completer):
                 yield Completion(_quote(value), start_position=0, display=value)
 
     def _values(self, role: str | None, text: str) -> list[str]:
+        """The candidates for a quoted value: a job's NAME among the jobs of the type the
+        statement names, a UID among those of its type and NAME."""
         if role == "STATUS":
             return [s.value for s in Status]
         if self.catalog is None or role is None:
             return []
         jobs = self.catalog.jobs
+        job_type, name = _named(_statement_at_end(text))
         if role in ("NAME", "JOB_NAME"):
-            return sorted({name for _, name, _ in jobs})
+            return sorted({n for t, n, _ in jobs if job_type in (None, t)})
         if role == "UID":
-            return sorted({uid for _, _, uid in jobs})
+            return sorted({u for t, n, u in jobs if job_type in (None, t) and name in (None, n)})
         if role == "NODE":
             return list(self.catalog.nodes)
         return []

@@ -1,9 +1,11 @@
 """Key bindings: Enter runs the input once it ends with ';' (or is a bare shell word such as
 ``exit``); otherwise it starts a new line, so a statement can span lines. Ctrl-C drops the
-input, Ctrl-D on an empty line leaves."""
+input, Ctrl-D on an empty line leaves. During a history search (Ctrl-R), Enter is
+prompt_toolkit's own: it puts the match in the input."""
 
 from __future__ import annotations
 
+from prompt_toolkit.filters import is_searching
 from prompt_toolkit.key_binding import KeyBindings
 
 from ..commands import lex
@@ -25,7 +27,7 @@ def input_complete(text: str) -> bool:
 def key_bindings() -> KeyBindings:
     kb = KeyBindings()
 
-    @kb.add("enter")
+    @kb.add("enter", filter=~is_searching)  # (while Ctrl-R searches, Enter takes the match it found)
     def _(event):
         buffer = event.current_buffer
         if buffer.complete_state is not None and buffer.complete_state.current_completion:

@@ -68,9 +68,10 @@ def _table(result: Result, zone: tzinfo | None, width: int | None) -> str:
             lines.append(_vertical(result.columns, rows))
     else:
         table = tabulate(rows, headers=list(result.columns), tablefmt="psql", disable_numparse=True)
-        if width is not None and rows and max(len(line) for line in table.splitlines()) > width:
-            table = _vertical(result.columns, rows)
-        lines.append(table)
+        if width is not None and max(len(line) for line in table.splitlines()) > width:
+            table = _vertical(result.columns, rows)  # (no rows: the count alone, not a wrapped header)
+        if table:
+            lines.append(table)
     lines.append(_count(len(rows)))
     lines.extend(shown(notice) for notice in result.notices)
     if result.status:

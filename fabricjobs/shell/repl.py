@@ -17,7 +17,7 @@ from ..private import private_file
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
-from .help import HELP, is_help
+from .help import help_text
 from .script import run_text, shell_log_path
 
 def history_path() -> Path:
@@ -44,7 +44,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         history = None
     catalog = Catalog(lambda: _load_catalog(client))
     session: PromptSession = PromptSession(
-        message=[("class:prompt", "fabric>")],
+        message=[("class:prompt", "fabric> ")],
         multiline=True,
         prompt_continuation=lambda width, line_number, wrap_count: [("class:continuation", "-> ".rjust(width))],
         lexer=CommandLexer(),
@@ -67,8 +67,9 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         word = text.strip().lower().rstrip(";")
         if word in ("exit", "quit", "\\q"):
             return 0
-        if is_help(text):
-            print(HELP, file=out)
+        shown = help_text(text)
+        if shown is not None:
+            print(shown, file=out)
             continue
         width = shutil.get_terminal_size((120, 40)).columns
         try:
@@ -77,4 +78,4 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
             run_text(client, text, out, sys.stderr, fmt=fmt, zone=zone, width=width)
         except KeyboardInterrupt:
             print("cancelled", file=sys.stderr)
-        catalog.refresh()
+        catalog.refresh(now=True)  # (the job just started is one the next Tab may name)

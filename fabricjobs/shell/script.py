@@ -24,7 +24,7 @@ from ..errors import CommandSyntaxError, FabricJobsError, InsertInterrupted, mes
 from ..private import private_file
 from ..service import STARTJOB_GROUP
 from .output import print_result
-from .help import HELP, is_help
+from .help import help_text
 
 log = logging.getLogger("fabricjobs.shell")
 # Bugs, with their tracebacks, to the shell log alone: the CLI's handler would print them.
@@ -181,12 +181,13 @@ def run_text(
             return False
 
     for piece in split_statements(text):
-        if is_help(piece.text):  # a shell word, as at the prompt: the statements held so far run first
+        shown = help_text(piece.text)
+        if shown is not None:  # a shell word, as at the prompt: the statements held so far run first
             held, batch = batch, []
             failed = not run_safely(held, grouped=True) or failed
             if failed and not continue_on_error:
                 return 1
-            print(HELP, file=out)
+            print(shown, file=out)
             continue
         try:
             parsed = piece.parse(text, limit)
