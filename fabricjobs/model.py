@@ -8,6 +8,7 @@ node change it only through :func:`advance`, which refuses a transition that is 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import operator
 import zlib
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ class JobType(StrEnum):
             because = (f": {text.upper()} is a job type of the K2View Fabric platform ({why}); fabricjobs has no "
                        "such engine: it runs Python functions (USER_JOB), executables (PROCESS) and directory watches "
                        "(INTERFACE_LISTENER)") if why else ""
+            close = difflib.get_close_matches(text.upper(), [t.value for t in cls], n=1, cutoff=0.75)
+            if close and not why:
+                because = f"; did you mean {close[0]}?"
             raise ValueError(f"unknown job type {text!r} (known types: {known}){because}") from None
 
 

@@ -8,6 +8,8 @@ piece: the docs quote these messages.
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Iterable
 
 from lark import Token
@@ -105,13 +107,24 @@ def syntax_error(text: str, err: UnexpectedInput) -> CommandSyntaxError:
         return ValidationError(message, text=text, line=line, column=column, expected=expected)
     reason = f"unexpected {show(tok.value)}; expected {join_words(expected)}"
     start = tok.start_pos if tok.start_pos is not None else 0
-    if start > 0 and text[start - 1] == "'" and "STRING" not in accepted:
+    near = _near_miss(tok.value, expected)
+    if near is not None:
+        reason += f" (did you mean {near}?)"
+    elif start > 0 and text[start - 1] == "'" and "STRING" not in accepted:
         reason += " (a quote inside a string is written '')"
     elif tok.value.startswith('"') and "STRING" in accepted:
         reason += " (strings take single quotes: '...'; \"\" alone is the empty string)"
     elif tok.type.lower() in _STATEMENT_RULES and keyword is not None and "SEMI" in accepted:
         reason += f" (a ';' missing at the end of the {keyword} before it?)"
     return CommandSyntaxError(reason, text=text, line=line, column=column, expected=expected)
+
+
+def _near_miss(found: str, expected: tuple[str, ...]) -> str | None:
+    """The keyword or job type a mistyped word was most likely meant to be (jobstaus, userjob)."""
+    words = [w for w in expected if re.fullmatch(r"[A-Z][A-Z_]+=?", w)]
+    bare = {w.rstrip("="): w for w in words}  # (a parameter NAME= matched as NAME)
+    close = difflib.get_close_matches(found.upper(), list(bare), n=1, cutoff=0.75)
+    return bare[close[0]] if close and close[0] != found.upper() else None
 
 
 def _bad_character(text: str, err: UnexpectedCharacters, expected: tuple[str, ...]) -> CommandSyntaxError:

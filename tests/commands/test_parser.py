@@ -309,6 +309,21 @@ def test_unknown_job_type():
     assert_rendered(exc, 2, 10, f"unknown job type 'FOO' (known types: {known})")
 
 
+@pytest.mark.parametrize("text, column, hint", [
+    ("jobstaus;", 1, "(did you mean JOBSTATUS?)"),
+    ("strtjob user_job name='x';", 1, "(did you mean STARTJOB?)"),
+    ("startjob user_job nme='x';", 19, "(did you mean NAME=?)"),
+    ("jobstatus user_job 'x' wiht uid='y';", 24, "(did you mean WITH?)"),
+    ("startjob userjob name='x';", 10, "; did you mean USER_JOB?"),
+])
+def test_a_near_miss_of_a_keyword_parameter_or_type_is_named(text, column, hint):
+    """A mistyped word is answered with the one it most likely meant, beside the full list."""
+    with pytest.raises(CommandSyntaxError) as info:  # (ValidationError is one too)
+        parse_script(text)
+    assert_rendered(info.value, 1, column, hint)
+    assert "did you mean" not in str(fails("job status;", CommandSyntaxError))  # (nothing close enough)
+
+
 def test_duplicate_parameter():
     exc = fails("startjob user_job name='x' uid='u' NAME='y'", ValidationError)
     assert_rendered(exc, 1, 36, "NAME is given twice")
