@@ -113,6 +113,7 @@ def test_on_failure_after_a_lost_node_names_the_lost_run_as_jobhistory_numbers_i
         c.wait_job("USER_JOB", "Probe.record", "lost", lambda j: j.status is Status.IN_PROCESS)
         c.start_node("b")
         doomed.signal_group(signal.SIGKILL)
+        killed = datetime.now(timezone.utc)
         failed = c.wait_job("USER_JOB", "Probe.record", "lost", lambda j: j.status is Status.FAILED, 30)
         assert failed.epoch == 2 and "no tries left" in failed.error_msg, failed
         handler, args = _echoed(c, "lost.failed.1")
@@ -120,5 +121,8 @@ def test_on_failure_after_a_lost_node_names_the_lost_run_as_jobhistory_numbers_i
         from fabricjobs.model import JobKey
         lost = c.client().store.run(JobKey("USER_JOB", "Probe.record", "lost"), 1)
         assert lost is not None and lost.result == "LOST", lost  # the run the ARGS name
+        # It ended when its node was last seen (its last beat, before the kill), not when the
+        # takeover came a dead threshold (4 s here) later.
+        assert lost.end <= killed < failed.end_time and (failed.end_time - killed).total_seconds() > 2, (lost, killed)
     finally:
         c.stop_all()

@@ -319,12 +319,17 @@ def failure_job(row: Job, now: datetime, run: int | None = None) -> Job | None:
                owner=row.owner, requestor=row.requestor)
 
 
-def lost_run_record(row: Job, new: Job, now: datetime) -> RunRecord | None:
-    """The history line of a run whose node was lost (written by the node that takes over)."""
+def lost_run_record(row: Job, new: Job, now: datetime, last_seen: datetime | None = None) -> RunRecord | None:
+    """The history line of a run whose node was lost (written by the node that takes over).
+    It ended, as far as anyone knows, when its node was last seen (``last_seen``: the time of
+    the node's last heartbeat), not when the takeover came, a dead threshold later."""
     if row.status not in (Status.IN_PROCESS, Status.STOPPING, Status.RESTART):
         return None
+    end = now
+    if last_seen is not None:
+        end = min(now, max(last_seen, row.start_time or last_seen))
     return RunRecord(
-        key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=row.start_time, end=now,
+        key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=row.start_time, end=end,
         result=RunResult.LOST, status=new.status.value, tries=new.tries,
         error=f"node {row.worker_id} was lost while running this job",
     )

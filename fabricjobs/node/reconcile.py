@@ -291,6 +291,7 @@ class Reconciler(UsesParts):
         if not rows:
             return
         at, pairs, records = [], [], []
+        seen = {p.name: p.beat_time for p in self.peers if p.name != self.me}  # (a dead peer's last beat)
         for i, (row, full) in enumerate(zip(rows, self.store.get_many([r.key for r in rows]))):
             if full is None or Version.of(full) != Version.of(row):
                 continue
@@ -298,7 +299,7 @@ class Reconciler(UsesParts):
             new = advance(full, event, new)
             at.append(i)
             pairs.append((full, new))
-            records.append(lost_run_record(full, new, now))
+            records.append(lost_run_record(full, new, now, seen.get(full.worker_id or "")))
         written = self.store.cas_each_within(pairs, records, write_failed, patience=PATIENCE)
         for i, res in zip(at, written):
             answered = functools.partial(self._taken, rows[i], then)
