@@ -258,7 +258,7 @@ def calendar_fire(row: Job, calendar: Calendar | None, now: datetime, zone) -> t
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None,
         end=max(now, row.next_run),  # (a fire is taken a little ahead of its due time)
         result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
-        note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: calendar '{calendar.name}' "
+        note=f"fire due at {row.next_run.isoformat(timespec='milliseconds')} skipped: calendar '{calendar.name}' "
              f"excludes it ({rule.text})",
     )
     return row.replace(next_run=nxt), record
@@ -281,7 +281,7 @@ def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
     record = RunRecord(
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None, end=now,
         result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
-        note=f"fire due at {row.next_run.isoformat(timespec='seconds')} skipped: {late.total_seconds():.0f} s late "
+        note=f"fire due at {row.next_run.isoformat(timespec='milliseconds')} skipped: {late.total_seconds():.0f} s late "
              f"(LATE_THRESHOLD {row.late_threshold})" + (f"; started {row.late_action}" if "." in row.late_action else ""),
     )
     return row.replace(next_run=nxt), record
