@@ -195,6 +195,12 @@ class Job:
     def uid(self) -> str:
         return self.key.uid
 
+    @property
+    def waits_for_parents(self) -> bool:
+        """Blocked and not running: what listings and counts call BLOCKED. A run going on whose
+        job was given new parents is running; its next run is what they hold back."""
+        return self.blocked and self.status in (Status.WAITING, Status.SCHEDULED)
+
     def replace(self, **changes) -> "Job":
         # dataclasses.replace, at half its cost: every transition of every run makes a few.
         values = list(_JOB_VALUES(self))
@@ -351,11 +357,15 @@ def check_transition(event: Event, source: Status | None, target: Status) -> Non
 def advance(job: Job | None, event: Event, new: Job) -> Job:
     """Check that going from ``job`` to ``new`` is the transition ``event`` and return ``new``.
 
-    ``archived`` follows the status: set exactly when the new status is final.
+    ``archived`` follows the status: set exactly when the new status is final. An ended job
+    is blocked by nothing (parents given to it while its last run went on have no run left
+    to hold back; RESUMEJOB reads them again).
     """
     source = None if job is None else job.status
     check_transition(event, source, new.status)
     archived = new.status.is_final
     if new.archived != archived:
         new = new.replace(archived=archived)
+    if archived and new.blocked:
+        new = new.replace(blocked=False)
     return new

@@ -69,6 +69,10 @@ def test_new_parents_of_a_running_recurring_job_hold_back_its_next_run(cluster, 
     said = cluster.fetch("updatejob user_job name='Probe.record' uid='R' depends_on='USER_JOB.Probe.record.L';").first_row()
     going = cluster.job("USER_JOB", "Probe.record", "R").epoch  # the run going on when it changed
     assert said["Notes"].startswith("running; its next run waiting for USER_JOB.Probe.record.L"), said
+    # Finishing it now would end it PROCESSED before its new parent: refused, as between fires.
+    refused = cluster.shell("-e", "finishjob user_job name='Probe.record' uid='R';")
+    assert refused.returncode == 1 and "Job is blocked" in refused.stderr, refused.stderr
+    assert not cluster.job("USER_JOB", "Probe.record", "R").finishing
     parent = cluster.wait_job("USER_JOB", "Probe.record", "L", lambda j: j.archived, 20)
     assert parent.status is Status.PROCESSED
     ended = [r["end"] for r in read_records(log) if r["key"].endswith(".L")][0]  # (this host's clock, as starts')

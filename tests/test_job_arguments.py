@@ -65,6 +65,12 @@ JOBS = {
         def ship(order: int = 0):  # takes any key: code it imports from beside it reads ARGS
             return [order, helpers.region()]
         ''',
+    "Shop/named.py": '''
+        from .helpers import region
+
+        def pack(box: int = 0):  # takes any key: the helper function it imports reads ARGS
+            return [box, region(), region()]
+        ''',
     "Shop/plain.py": '''
         import json
 
@@ -123,6 +129,9 @@ def test_a_function_whose_module_imports_a_helper_that_reads_args_takes_any_key(
     cluster.fetch("startjob user_job name='Shop.orders.ship' uid='s' args='{\"order\": 7, \"region\": \"us\"}';")
     job = cluster.wait_job("USER_JOB", "Shop.orders.ship", "s", lambda j: j.archived)
     assert job.status is Status.PROCESSED and json.loads(job.output) == [7, "us"], job.error_msg
+    cluster.fetch("startjob user_job name='Shop.named.pack' uid='a' args='{\"box\": 2, \"region\": \"ap\"}';")
+    job = cluster.wait_job("USER_JOB", "Shop.named.pack", "a", lambda j: j.archived)
+    assert job.status is Status.PROCESSED and json.loads(job.output) == [2, "ap", "ap"], job.error_msg
     out = cluster.shell("-e", "startjob user_job name='Shop.plain.dump' uid='d' args='{\"m\": 1}';")
     assert out.returncode == 1 and "ARGS key 'm' is not a parameter of dump() (its parameters: n)" in out.stderr, out.stderr
 

@@ -263,6 +263,22 @@ def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_a
     assert late_handler(row.replace(late_action="SKIP"), outage[1]) is None
 
 
+def test_a_lost_run_whose_job_has_new_parents_is_not_run_again_until_they_are_processed():
+    """UPDATEJOB DEPENDS_ON during a run holds back the next try: the node that takes over a
+    lost run of such a job writes it WAITING (blocked, a try counted), not running on itself."""
+    from fabricjobs.node.decisions import take_over
+
+    t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    running = Job(JobKey("USER_JOB", "A.b", "c"), Status.IN_PROCESS, t, worker_id="dead", epoch=4, blocked=True,
+                  depends_on="USER_JOB.A.b.parent")
+    event, new = take_over(running, "me", t, max_tries=3)
+    taken = advance(running, event, new)
+    assert (taken.status, taken.worker_id, taken.epoch, taken.tries, taken.blocked) == (Status.WAITING, None, 5, 1, True)
+    free = running.replace(blocked=False)
+    event, new = take_over(free, "me", t, max_tries=3)
+    assert (new.status, new.worker_id) == (Status.IN_PROCESS, "me")  # (as before: run again here)
+
+
 def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error():
     """ON_FAILURE (IPF's failure command): one job per failed run, nothing before."""
     from fabricjobs.node.decisions import failure_job

@@ -508,6 +508,27 @@ def test_updatejob_depends_on_of_a_parallel_job_or_its_task_is_refused(client):
     assert parent.blocked and parent.depends_on == "USER_JOB.Customer.userJob1.par/0,USER_JOB.Customer.userJob1.par/1"
 
 
+def test_new_parents_of_a_running_or_held_job(client):
+    """A one-time job's run going on: its retry would wait (and an ended job is blocked by
+    nothing); a held job is never blocked (RELEASEJOB reads its parents)."""
+    from fabricjobs.model import Event, advance
+
+    client.fetch("startjob user_job name='Customer.userJob1' uid='parent' exec_interval='0 0 * * *';"
+                 "startjob user_job name='Customer.userJob1' uid='once';"
+                 "startjob user_job name='Customer.userJob1' uid='held' hold=true;")
+    running = _running(client, "once")
+    said = client.fetch("updatejob user_job name='Customer.userJob1' uid='once' "
+                        "depends_on='USER_JOB.Customer.userJob1.parent';").first_row()
+    assert said["Notes"] == "running; should this run fail, its retry waiting for USER_JOB.Customer.userJob1.parent (SCHEDULED)"
+    now = row(client, uid="once")
+    assert now.blocked and now.status is Status.IN_PROCESS and now.epoch == running.epoch
+    done = advance(now, Event.DONE_ONCE, now.replace(status=Status.PROCESSED, end_time=T0))
+    assert done.archived and not done.blocked  # ended: nothing left to hold back
+    client.fetch("updatejob user_job name='Customer.userJob1' uid='held' depends_on='USER_JOB.Customer.userJob1.parent';")
+    held = row(client, uid="held")
+    assert held.status is Status.HELD and not held.blocked and held.depends_on == "USER_JOB.Customer.userJob1.parent"
+
+
 def test_updatejob_on_a_running_job_keeps_the_run(client):
     client.fetch("startjob user_job name='Customer.userJob1' uid='a' exec_interval='00:10:00';")
     running = _running(client, "a")

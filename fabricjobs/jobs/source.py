@@ -102,20 +102,30 @@ def _imports_a_reader(path: Path) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _sibling_imports(path: str, mtime_ns: int) -> tuple[Path, ...]:
-    """The files beside the module at ``path`` (or in packages beside it) that it imports."""
+    """The files of the jobs folder that the module at ``path`` imports: beside it, in its
+    package (``from . import``, ``from .. import``) or from the folder's top (``import
+    pkg.helpers`` in ``pkg/job.py``)."""
     here = Path(path).parent
-    names: list[str] = []
+    top = here
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent  # the jobs folder: the first directory above the packages
+    wanted: list[tuple[Path, str]] = []  # (where the name is looked up, dotted name)
     for n in ast.walk(_module(path)):
         if isinstance(n, ast.Import):
-            names += [a.name for a in n.names]
-        elif isinstance(n, ast.ImportFrom) and n.level <= 1:
-            base = n.module or ""
-            names += [base] if base else []
-            names += [f"{base}.{a.name}" if base else a.name for a in n.names]
+            wanted += [(base, a.name) for a in n.names for base in (here, top)]
+        elif isinstance(n, ast.ImportFrom):
+            up = here
+            for _ in range(max(n.level - 1, 0)):
+                up = up.parent  # (from .. import: the package above)
+            bases = (here, top) if n.level == 0 else (up,)
+            module = n.module or ""
+            for base in bases:
+                wanted += [(base, module)] if module else []
+                wanted += [(base, f"{module}.{a.name}" if module else a.name) for a in n.names]
     found: list[Path] = []
-    for name in names:
-        place = here.joinpath(*name.split("."))
-        found += [p for p in (place.with_suffix(".py"), place / "__init__.py") if p.is_file()]
+    for base, name in wanted:
+        place = base.joinpath(*name.split("."))
+        found += [p for p in (place.with_suffix(".py"), place / "__init__.py") if p.is_file() and p not in found]
     return tuple(found)
 
 

@@ -421,11 +421,7 @@ class Claims(UsesParts):
 
     def pool_for(self, row: Job, now: datetime, taken: dict[str, int] | None = None) -> tuple[AffinityLimit, bool] | None:
         """The affinity limit a run of ``row`` would count against here and whether the claim
-        is exceptional (beyond the recommended count); None if there is no room, or the row's
-        priority is outside node.id's PRIORITIES (a takeover included: such a node never runs
-        another priority's job, docs/guides/cluster.md)."""
-        if not self.affinity.serves(row.priority):
-            return None
+        is exceptional (beyond the recommended count); None if there is no room."""
         if self.executor.slots_used() + sum((taken or {}).values()) >= self.s.pool_size:
             return None
         waited = (now - (row.next_run or now)).total_seconds()

@@ -377,6 +377,8 @@ class Reconciler(UsesParts):
         taken: dict[str, int] = {}
         chosen = []
         for row in rows:
+            if row.worker_id != self.me and not self.affinity.serves(row.priority):
+                continue  # node.id's PRIORITIES: a dead peer's run of another priority is another node's
             pool = self.claims.pool_for(row, now, taken)
             if pool is None:
                 continue  # no room (or not allowed) here; another node or a later pass takes it

@@ -20,7 +20,7 @@ from ..commands.table import STATEMENTS
 from ..config import Config
 from ..errors import CommandError, JobEnded, JobNotFound, PriorityAboveCeiling, ScheduleError, StoreError, ValidationError, WaitTimeout
 from ..jobs.registry import JobCatalog
-from ..model import DEFAULT_PRIORITY, Event, Job, JobKey, Status, advance
+from ..model import DEFAULT_PRIORITY, Event, Job, JobKey, advance
 from ..result import Result
 from ..schedule import Schedule, parse_schedule
 from ..store.base import JobStore
@@ -167,7 +167,7 @@ class ServiceCore:
     def _noted(row: Job, verb: str, session: Session) -> Job:
         """``row`` with who asked in its Notes, when the session names its actor (the HTTP
         API's token), as a KILL's request names its sender: a change leaves its author."""
-        if session.actor is None or (row.blocked and row.status in (Status.WAITING, Status.SCHEDULED)):
+        if session.actor is None or row.waits_for_parents:
             return row  # a blocked job's Notes say what it waits for
         return row.replace(error_msg=f"{verb} by {requester(session)}")
 

@@ -24,15 +24,15 @@ from .calendars import CalendarCommands
 from .hold import HoldCommands
 from .parallel import ParallelCommands
 from ..jobs.given_keys import CHILD_KEYS
-from ..worker.listener import OWN_ARGS
+from ..worker.listener import OWN_ARGS, resumed_mark
 from .session import Session, keep_session_scope, owner_of, with_session_scope
 
 START_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 CHANGE_COLUMNS = ("Type", "Name", "UID", "Status", "Notes")
 DELETED_COLUMNS = ("Type", "Name", "UID", "Deleted Runs")
 FINISH_NOTE = "finishing: this run completes, then no more fires"
-FINISH_BLOCKED_NOTE = ("blocked by its parents, so not finished: between fires it would end PROCESSED before "
-                       "they are, and free its own children (STOPJOB ends it; or FINISHJOB it once they are PROCESSED)")
+FINISH_BLOCKED_NOTE = ("blocked by its parents, so not finished: it would end PROCESSED before they are, and free "
+                       "its own children (STOPJOB ends it; or FINISHJOB it once they are PROCESSED)")
 RUN_DUE_NOTE = "already due: its run starts now"
 RUN_GOING_NOTE = "a run is going on: not run again"
 RUN_HELD_NOTE = "held: RELEASEJOB runs it"
@@ -209,10 +209,12 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         def decide(row: Job):
             if row.archived or row.finishing or row.status in (Status.STOPPING, Status.HELD):
                 return None
-            if row.status is Status.SCHEDULED and not _due(row, now):
-                if row.blocked:
-                    notes[row.key] = FINISH_BLOCKED_NOTE
-                    return None
+            idle = row.status is Status.SCHEDULED and not _due(row, now)
+            if row.blocked and (idle or row.status in RUNNING_STATUSES):
+                # (A due fire, WAITING, is finished: it runs once its parents are PROCESSED.)
+                notes[row.key] = FINISH_BLOCKED_NOTE
+                return None
+            if idle:
                 return Event.FINISH_IDLE, self._noted(row.replace(status=Status.PROCESSED, end_time=now),
                                                       "FINISHJOB", session)
             notes[row.key] = FINISH_NOTE
@@ -305,11 +307,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             schedule = self._schedule(row.execution_interval, row.time_zone)
             status = schedule.start_status(row.calendar)
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
-            # A listener resumed goes on from where it was stopped: its start (the line between
-            # files present at start and new ones) stays, so files dropped meanwhile are handled.
-            created = row.creation_time if row.type == JobType.INTERFACE_LISTENER else now
             new = row.replace(
-                status=status, archived=False, creation_time=created, next_run=schedule.first_due(now),
+                status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
                 tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None)
             if parallel.is_parent(row):  # a parallel job waits for its tasks again
                 new = new.replace(blocked=True)
@@ -318,6 +317,12 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                 new = new.replace(blocked=bool(blockers), error_msg=dependencies.note(blockers) or row.error_msg)
             return event, self._noted(new, "RESUMEJOB", session)
 
+        if key.type == JobType.INTERFACE_LISTENER:
+            # Before its new life can run: it goes on where the stopped one was, so the files
+            # dropped meanwhile are new to it (worker/listener.py; an unused mark if refused).
+            stopped = self.store.get(key)
+            if stopped is not None and stopped.archived:
+                self.store.mark_file(key, resumed_mark(now), "RESUMEJOB: the files not handled yet are new")
         row = self._change(key, decide)
         if row is None:
             raise JobNotFound(f"No such job {key.describe()}")
@@ -398,11 +403,15 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                 blockers = dependencies.blocking(self.store, parents)
                 idle = row.status in (Status.WAITING, Status.SCHEDULED)
                 # A run going on goes on; the job's next run (a fire, a retry) waits for the
-                # new parents: the row stays blocked through its outcome.
-                new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers),
+                # new parents: the row stays blocked through its outcome. A held job is never
+                # blocked: RELEASEJOB reads its parents.
+                held = row.status is Status.HELD
+                new = new.replace(depends_on=",".join(str(p) for p in parents), blocked=bool(blockers) and not held,
                                   error_msg=dependencies.note(blockers) if idle else row.error_msg)
-                if blockers and not idle and row.status is not Status.HELD:
-                    notes[row.key] = f"running; its next run {dependencies.note(blockers)}"
+                if blockers and not idle and not held:
+                    recurring = self._schedule(row.execution_interval, row.time_zone).is_recurring
+                    notes[row.key] = (f"running; its next run {dependencies.note(blockers)}" if recurring else
+                                      f"running; should this run fail, its retry {dependencies.note(blockers)}")
             if cmd.hold and row.status is not Status.HELD:  # RJM: a queued job held again
                 return self._hold(row, new, notes, session)
             rescheduled = cmd.exec_interval is not None or cmd.tz is not None

@@ -50,9 +50,9 @@ class LiveFilters:
             _job_type(self.type)
 
     def keeps(self, job: Job) -> bool:
-        if self.status == BLOCKED and not job.blocked:
+        if self.status == BLOCKED and not job.waits_for_parents:
             return False
-        if self.status not in ("", BLOCKED) and (job.status.value != self.status or job.blocked):
+        if self.status not in ("", BLOCKED) and (job.status.value != self.status or job.waits_for_parents):
             return False
         if (self.type and job.type != self.type) or (self.node and job.worker_id != self.node):
             return False

@@ -37,6 +37,7 @@ import os
 import stat
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -58,6 +59,28 @@ def child_key(listener: JobKey, file: str, version: str | None = None) -> JobKey
 def file_version(st: os.stat_result) -> str:
     """What tells one file under a name from the next one dropped under it."""
     return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+
+
+#: The mark RESUMEJOB writes for the life it starts: that listener goes on where the stopped
+#: one was, so the files not handled yet (dropped while it was stopped) are new to it.
+RESUMED = "/resumed at "
+
+
+def resumed_mark(started: datetime) -> str:
+    """The mark of a listener's life resumed at ``started`` (its row's new Creation Time)."""
+    return RESUMED + started.isoformat()
+
+
+def _resumed(ids: set[str], started: datetime) -> bool:
+    """Whether RESUMEJOB started this life (a store keeps times to the millisecond or so)."""
+    for mark in ids:
+        if mark.startswith(RESUMED):
+            try:
+                if abs((datetime.fromisoformat(mark[len(RESUMED):]) - started).total_seconds()) < 0.002:
+                    return True
+            except ValueError:
+                continue
+    return False
 
 
 class _Marks:
@@ -128,6 +151,8 @@ class _Inbox:
         self.refused: set[str] = set()  # names no job could carry, already logged
         self.marks = _Marks(store, listener.key)
         self.baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
+        # A resumed life marks nothing as present at its start: what is not marked is new.
+        self.resumed = _resumed(self.marks.ids, listener.creation_time)
 
     def scan(self, is_aborted: Callable[[], bool]) -> None:
         """Start the jobs of the new files that have settled."""
@@ -173,7 +198,7 @@ class _Inbox:
         if self.marks.legacy(name) and _old_enough(self.store, self.listener, name, st):
             self.marks.add(mark, "handled (marked before marks carried versions)")
             return False
-        if self.baseline not in self.marks and st.st_mtime < self.started_at:
+        if self.baseline not in self.marks and not self.resumed and st.st_mtime < self.started_at:
             self.marks.add(mark, "present when the listener started")
             return False
         first = self.seen.get(name)

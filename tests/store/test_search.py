@@ -94,9 +94,14 @@ def test_live_counts_count_each_status_up_to_the_cap(store):
     store.insert(Job(key=JobKey("USER_JOB", "Count.me", "b"), status=Status.WAITING, creation_time=NOW, blocked=True))
     row = store.insert(Job(key=JobKey("USER_JOB", "Count.me", "r"), status=Status.WAITING, creation_time=NOW)).row
     store.cas(row, row.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=1))
+    # A run going on whose job was given new parents (UPDATEJOB DEPENDS_ON) counts as running,
+    # and is no blocked row to free (the dependency check reads waiting rows only).
+    going = store.insert(Job(key=JobKey("USER_JOB", "Count.me", "rb"), status=Status.WAITING, creation_time=NOW)).row
+    store.cas(going, going.replace(status=Status.IN_PROCESS, worker_id="n1", epoch=1, blocked=True))
     _ended(store, "gone", "Count.me", "ann", Status.PROCESSED, NOW)
     counts = store.live_counts(100)
-    assert {k: v for k, v in counts.items() if v} == {"WAITING": 7, "SCHEDULED": 3, BLOCKED: 1, "IN_PROCESS": 1}
+    assert {k: v for k, v in counts.items() if v} == {"WAITING": 7, "SCHEDULED": 3, BLOCKED: 1, "IN_PROCESS": 2}
+    assert [j.key.uid for j in store.blocked_jobs(10)] == ["b"]
     capped = store.live_counts(5)
     assert capped["WAITING"] == 6 and capped["SCHEDULED"] == 3  # more than 5: counted as 6
 

@@ -281,7 +281,7 @@ class Queue(Index):
 
     def blocked_jobs(self, limit: int, since: datetime | None = None) -> list[Job]:
         keys = [e.key for e in self._latest(self._scan(_BLOCKED, since=since, limit=limit))][:limit]
-        return [j for j in self.get_many(keys) if j is not None and j.blocked and not j.archived]
+        return [j for j in self.get_many(keys) if j is not None and j.waits_for_parents and not j.archived]
 
     def due_scheduled(self, worker_id: str, before: datetime, limit: int) -> list[Job]:
         entries = self._scan(f"{Status.SCHEDULED.value}|{worker_id}", before=before, limit=limit)

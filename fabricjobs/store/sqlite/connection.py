@@ -165,8 +165,12 @@ class Connections:
         self._end(conn, commit=True)
 
     def _failed(self, exc: sqlite3.OperationalError) -> StoreError:
-        """A write that SQLite refused, as a StoreError that says what to do about it."""
-        if "readonly" in str(exc):
+        """A write that SQLite refused, as a StoreError that says what to do about it; one that
+        may succeed when tried again (a lock, an I/O error) as StoreUnavailable."""
+        text = str(exc)
+        if "locked" in text or "busy" in text or "disk I/O" in text:
+            return StoreUnavailable(f"SQLite store {self.path!r}: {exc}")
+        if "readonly" in text:
             return StoreError(f"SQLite store {self.path!r} cannot be written by this process (user id "
                               f"{os.geteuid()}): {exc}; the file and its directory must be writable by every "
                               "process that uses the store (nodes, shells, the web process)")
