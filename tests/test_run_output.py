@@ -135,3 +135,23 @@ def test_a_run_ended_by_stopjob_keeps_what_it_logged_and_its_exit_code(cluster, 
     assert "STOPPED -> TERMINATED" in printed and "stdout: out: before the gate" in printed, printed
     record = store.run(prints, 1)
     assert record.exit_code is not None and record.exit_code < 0, record  # ended by a signal
+
+
+def test_a_run_killed_by_its_node_keeps_what_it_logged(cluster):
+    """A run that ignores STOPJOB is killed at the end of the grace, as is one that KILL ends:
+    its worker dies before it could report, and the node keeps the lines it had written."""
+    from harness import wait_for
+
+    store = cluster.client().store
+    for uid in ("stopped", "killed"):
+        key = JobKey("USER_JOB", "Probe.logs_then_sleeps", uid)
+        cluster.fetch(f"startjob user_job name='Probe.logs_then_sleeps' uid='{uid}';")
+        wait_for(lambda: store.live_log(key, 1), 20, f"{key} to log its line")
+    cluster.fetch("stopjob user_job name='Probe.logs_then_sleeps' uid='stopped' wait timeout 30;")
+    task = wait_for(lambda: next((r["task"] for r in cluster.fetch("ps;") if r["description"].endswith("Probe.logs_then_sleeps")),
+                                 None), 10, "the run in PS")
+    cluster.fetch(f"kill 'a' {task};")
+    cluster.wait_job("USER_JOB", "Probe.logs_then_sleeps", "killed", lambda j: j.status is not Status.IN_PROCESS, 30)
+    for uid, says in (("stopped", "STOPPED -> TERMINATED"), ("killed", "KILLED")):
+        shown = cluster.shell_ok(f"joblog user_job 'Probe.logs_then_sleeps' with uid='{uid}' run 1;")
+        assert says in shown and "a line before the long sleep" in shown and "(no log lines)" not in shown, shown

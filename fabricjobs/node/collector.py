@@ -32,6 +32,8 @@ from .decisions import RELEASED
 from .runs import Run, RunTable
 from .trains import ShortJobs
 from ..worker.pool import Worker, WorkerPool
+from ..worker.runlog import RunLog
+from ..worker.spool import spool_path
 
 log = logging.getLogger("fabricjobs.node.executor")
 
@@ -58,8 +60,10 @@ class Collector:
         on_tasks_changed: Callable[[], None],
         on_outcome: Callable[[], None],
         answer_listener: Callable[[Job, str, tuple], object] | None,
+        log_max: int = 65536,
     ) -> None:
         self.table = table
+        self.log_max = log_max  # bytes of a run's log kept for its history (RUN_LOG_MAX_BYTES)
         self.pool = pool
         self.short_jobs = short_jobs
         self.finish = finish  # a run ended: explain it and queue its outcome (Executor)
@@ -250,12 +254,29 @@ class Collector:
                     continue
                 if i == 0 and worker.killed_for in (None, task):
                     code = worker.process.exitcode
-                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})")
+                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})", log=self._spooled(task))
                 elif i == 0:  # killed to end a train-mate that had just ended: this one is innocent
                     outcome = Outcome(RELEASED, error="its worker was killed to end the run before it")
                 else:
                     outcome = Outcome(RELEASED, error=NOT_STARTED)
                 self.finish(run, outcome)
+
+    def _spooled(self, task: int) -> str:
+        """The log of a run whose worker died (killed at the end of a stop's grace, by KILL, a
+        crash): what it wrote to its spool file (worker/spool.py), bounded as a run's log is.
+        The worker that would have sent it is gone."""
+        board = getattr(self.pool, "board", None)
+        if board is None:
+            return ""
+        try:
+            with open(spool_path(board.path, task), "rb") as f:
+                data = f.read()
+        except OSError:  # (it logged nothing: no file was made)
+            return ""
+        kept = RunLog(self.log_max)
+        for line in data.decode("utf-8", "replace").splitlines():
+            kept.add(line, live=False)
+        return kept.text()
 
 
 def _readable(fd: int) -> bool:

@@ -94,7 +94,7 @@ class Executor:
         self.short_jobs = ShortJobs()
         self.collector = Collector(
             self.table, pool, self.short_jobs, finish=lambda run, outcome: self._finish_later(run, explain(run, outcome, me)),
-            on_tasks_changed=on_tasks_changed, on_outcome=on_outcome, answer_listener=answer_listener,
+            on_tasks_changed=on_tasks_changed, on_outcome=on_outcome, answer_listener=answer_listener, log_max=log_max,
         )
         self.endings = Endings(self.table, pool, clock)
         self.writer = OutcomeWriter(

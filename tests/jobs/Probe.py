@@ -212,3 +212,10 @@ def part(log: str, task_index: int, task_count: int, fail_index: int = -1, gate:
     if task_index == fail_index and not (mended and Path(mended).exists()):
         fail_job_no_retry(f"part {task_index} broke")
     return {"index": task_index, "node": job.node}
+
+
+def logs_then_sleeps(seconds: float = 3600.0):
+    """Logs a line, then blocks in one sleep (ignores STOPJOB: its node kills it after the grace)."""
+    current_job().logger.info("a line before the long sleep")
+    time.sleep(seconds)
+    return "woke up"
