@@ -37,3 +37,17 @@ def test_each_warning_is_counted_and_one_line_a_kind_is_logged(store, caplog):
     assert store.stats.server_warnings - before == 3  # every warning counted
     lines = [r.getMessage() for r in caplog.records if "Batch" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith("Cassandra warned: "), lines
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.startswith("cassandra")])
+def test_an_empty_local_dc_on_one_data_centre_draws_no_advice_to_set_it(backend, request, tmp_path, caplog):
+    """The driver logs "Using datacenter ...; if incorrect, please specify a local_dc" for each
+    policy when LOCAL_DC is empty, which one data centre allows (docs/guides/cassandra.md):
+    that line is not passed on, several times over, into every node's log."""
+    with caplog.at_level(logging.INFO):
+        s = open_store(load_config(make_backend_config(request, backend, tmp_path)))
+        try:
+            s.get_many([])  # (connected: the policies have chosen their data centre)
+        finally:
+            s.close()
+    assert not [r for r in caplog.records if "Using datacenter" in r.getMessage()], caplog.text

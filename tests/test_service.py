@@ -427,9 +427,14 @@ def test_resumejob_only_for_archived_jobs(client):
     with pytest.raises(JobAlreadyRunning):
         client.fetch("resumejob user_job name='Customer.userJob1' uid='a';")
     client.fetch("stopjob user_job name='Customer.userJob1' uid='a';")
+    stopped = row(client, uid="a")
+    assert stopped.end_time is not None
     r = client.fetch("resumejob user_job name='Customer.userJob1' uid='a';")
     assert r.first_row()["Status"] == "SCHEDULED"
-    assert not row(client, uid="a").archived
+    resumed = row(client, uid="a")
+    # A new life: created now, not started or ended yet (no Start Time before its Creation Time).
+    assert not resumed.archived and (resumed.start_time, resumed.end_time) == (None, None)
+    assert resumed.creation_time >= stopped.end_time
     with pytest.raises(JobNotFound):
         client.fetch("resumejob user_job name='Customer.userJob1' uid='zz';")
 

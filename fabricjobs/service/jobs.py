@@ -309,7 +309,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             event = Event.RESUME if status is Status.WAITING else Event.RESUME_SCHEDULED
             new = row.replace(
                 status=status, archived=False, creation_time=now, next_run=schedule.first_due(now),
-                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None)
+                tries=0, hold_until=None, worker_id=None, epoch=row.epoch + 1, finishing=False, resume_at=None,
+                start_time=None, end_time=None)  # (a new life: no run of it has started or ended yet)
             if parallel.is_parent(row):  # a parallel job waits for its tasks again
                 new = new.replace(blocked=True)
             else:  # as if started now: blocked while a parent is not PROCESSED (read now)

@@ -48,6 +48,23 @@ _BATCH = 8  # statements per unlogged batch (Cassandra warns from 10 partitions 
 LWT_TIMEOUT = 4.0
 
 
+class _DcGuess(logging.Filter):
+    """The driver's "Using datacenter ... if incorrect, please specify a local_dc" line, which
+    it logs once per policy (several per process) when LOCAL_DC is empty. That is allowed on a
+    cluster of one data centre, and checked on one of several (refused: see
+    docs/explanation/cassandra-queue.md, "Settings per topology"), so the advice only misleads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)  # (the driver formats it itself)
+        return not (text.startswith("Using datacenter ") and "for DCAwareRoundRobinPolicy" in text)
+
+
+def _quiet_dc_guess() -> None:
+    policies = logging.getLogger("cassandra.policies")
+    if not any(isinstance(f, _DcGuess) for f in policies.filters):
+        policies.addFilter(_DcGuess())
+
+
 def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: str, token_aware: bool,
                        request_timeout: float, speculative_delay: float = 0.0,
                        unanswered: Unanswered | None = None) -> dict:
@@ -70,6 +87,8 @@ def execution_profiles(*, consistency: str, serial_consistency: str, local_dc: s
 
     cl = ConsistencyLevel.name_to_value[consistency]
     serial = ConsistencyLevel.name_to_value[serial_consistency]
+    if not local_dc:
+        _quiet_dc_guess()
 
     def lbp():
         # Token-aware: a statement goes to a replica of its partition, saving the hop from a
