@@ -4,7 +4,9 @@
   is read (its Content-Length says so; a chunked one is read up to the limit, no further).
 * An API request with a body and no valid token (or console session) is answered 401 before
   any of its body is read, so an anonymous client cannot make the process read, hold or
-  parse anything.
+  parse anything. Elsewhere (the console's login form) a request without one may send
+  ``ANONYMOUS_BODY_BYTES`` at most. A body sent in chunks must arrive within
+  ``BODY_READ_SEC``: a client that stops sending does not hold what it sent.
 * Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) each hold a server thread while
   they wait: one token may have ``[web] MAX_WAITS_PER_TOKEN`` of them open, all tokens
   together ``[web] MAX_WAITS`` (fewer than the threads), and one more is answered 429. /healthz
@@ -13,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import Counter
@@ -28,6 +31,8 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 _CHALLENGE = (b"www-authenticate", b'Bearer realm="fabricjobs"')
+ANONYMOUS_BODY_BYTES = 16 * 1024  # a login form's nonce and token, with room to spare
+BODY_READ_SEC = 30.0
 
 
 class BodyGate:
@@ -49,32 +54,41 @@ class BodyGate:
             await _answer(send, 400, "ValidationError", "Content-Length is not a number")
             return
         length = int(length_text or 0)
-        if (length or chunked) and scope["path"].startswith("/api/"):
+        limit = self.max_bytes
+        if length or chunked:
             try:
                 known = self.authenticated(scope, headers)
             except FabricJobsError as exc:  # the tokens file cannot be read: no one is known
                 await _answer(send, 500, type(exc).__name__, without_paths(str(exc)))
                 return
-            if not known:
+            if not known and scope["path"].startswith("/api/"):
                 await _answer(send, 401, "Unauthorized", "send an API token: Authorization: Bearer <token>",
                               [_CHALLENGE])
                 return
-        if length > self.max_bytes:
-            await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long"))
+            if not known:
+                limit = min(limit, ANONYMOUS_BODY_BYTES)
+        if length > limit:
+            await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long", limit))
             return
         if chunked:
-            body = await self._read_bounded(receive)
+            try:
+                body = await asyncio.wait_for(self._read_bounded(receive, limit), BODY_READ_SEC)
+            except asyncio.TimeoutError:
+                await _answer(send, 408, "RequestTimeout", f"the request body did not arrive within {BODY_READ_SEC:g} s")
+                return
             if body is None:
-                await _answer(send, 413, "PayloadTooLarge", self._too_large("longer than that"))
+                await _answer(send, 413, "PayloadTooLarge", self._too_large("longer than that", limit))
                 return
             receive = _replay(body)
         await self.app(scope, receive, send)
 
-    def _too_large(self, what: str) -> str:
-        return f"the request body is {what}; at most {self.max_bytes:,} bytes are allowed ([web] MAX_BODY_BYTES)"
+    def _too_large(self, what: str, limit: int) -> str:
+        where = "[web] MAX_BODY_BYTES" if limit == self.max_bytes else "without a token or session"
+        return f"the request body is {what}; at most {limit:,} bytes are allowed ({where})"
 
-    async def _read_bounded(self, receive: Receive) -> bytes | None:
-        """A chunked body, or None once it is past the limit (the rest is not read)."""
+    @staticmethod
+    async def _read_bounded(receive: Receive, limit: int) -> bytes | None:
+        """A chunked body, or None once it is past ``limit`` (the rest is not read)."""
         parts: list[bytes] = []
         size = 0
         while True:
@@ -83,7 +97,7 @@ class BodyGate:
                 return b"".join(parts)
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
+            if size > limit:
                 return None
             parts.append(chunk)
             if not message.get("more_body", False):

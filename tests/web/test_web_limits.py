@@ -89,6 +89,52 @@ def test_a_100_mb_body_is_answered_before_it_is_read_and_the_process_does_not_gr
     assert _rss_kb(pid) - before < 20 * 1024, f"the web process grew from {before} kB to {_rss_kb(pid)} kB"
 
 
+def _chunked(url: str, path: str, chunks: int) -> tuple[int, dict]:
+    """POST ``chunks`` chunks of 1 MB without a token."""
+    where = urlsplit(url)
+    head = [f"POST {path} HTTP/1.1", f"Host: {where.netloc}", "Content-Type: application/x-www-form-urlencoded",
+            "Transfer-Encoding: chunked"]
+    sock = socket.create_connection((where.hostname, where.port), timeout=60)
+    try:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        for _ in range(chunks):
+            if select.select([sock], [], [], 0)[0]:
+                break  # answered already
+            try:
+                sock.sendall(b"%x\r\n" % MB + b"a" * MB + b"\r\n")
+            except OSError:
+                break
+        try:
+            sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # answered and closed already
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < _length(answer):
+            part = sock.recv(65536)
+            if not part:
+                break
+            answer += part
+    finally:
+        sock.close()
+    return int(answer.split(b" ", 2)[1]), json.loads(answer.split(b"\r\n\r\n", 1)[1])
+
+
+def test_an_anonymous_body_outside_the_api_is_small_and_a_stalled_one_is_not_held(site):
+    """The login form takes a few hundred bytes: a client without a token or session may send
+    16 KiB there, not the API's 16 MiB, and one that stops sending part way is answered (408)
+    rather than held (BODY_READ_SEC, 30 s, is the deadline)."""
+    status, body = _chunked(site.web.url, "/login", 15)
+    assert status == 413 and "at most 16,384 bytes are allowed (without a token or session)" in body["message"], body
+    began = time.monotonic()
+    where = urlsplit(site.web.url)
+    with socket.create_connection((where.hostname, where.port), timeout=60) as sock:
+        sock.sendall((f"POST /login HTTP/1.1\r\nHost: {where.netloc}\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      "5\r\nnonce\r\n").encode())  # and nothing more
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 30 s" in answer, answer
+    assert 25 < time.monotonic() - began < 50
+
+
 def test_a_uid_of_100k_characters_is_refused_in_words(site):
     answer = site.client("operator").post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "u" * 100_000})
     assert answer.status_code == 400, answer.text
