@@ -234,3 +234,33 @@ def test_a_job_file_others_may_write_to_is_refused_where_it_is_loaded(tmp_path, 
     assert catalog.load_user_job("Ops.ok")(n=3) == {"n": 3}
     assert catalog.load_user_job("jobpkg.tasks:ok")() == {"n": 1}
     assert catalog.process_path("hello.sh") == (procs / "hello.sh").resolve()
+
+
+def test_a_job_under_a_subdirectory_others_may_write_to_is_refused(tmp_path):
+    """A safe jobs directory with a shared folder in it: whoever may write the folder may put
+    any file there (or swap one), so its jobs are refused, and so are a package's whose
+    ``__init__.py`` (which the import runs first) others may write."""
+    jobs, procs = tmp_path / "nodejobs", tmp_path / "procs"
+    (jobs / "shared").mkdir(parents=True)
+    (procs / "shared").mkdir(parents=True)
+    (jobs / "shared" / "__init__.py").write_text("")
+    (jobs / "shared" / "Evil.py").write_text(TASKS)
+    (procs / "shared" / "evil.sh").write_text("#!/bin/sh\necho evil\n")
+    for path in (jobs / "shared" / "Evil.py", jobs / "shared" / "__init__.py"):
+        path.chmod(0o644)
+    (procs / "shared" / "evil.sh").chmod(0o755)
+    catalog = JobCatalog(str(jobs), (), str(procs))
+    for folder in (jobs / "shared", procs / "shared"):
+        folder.chmod(0o777)
+    with pytest.raises(JobResolutionError, match=f"{jobs / 'shared'} is writable by its group and every user"):
+        catalog.check("USER_JOB", "shared.Evil.ok")
+    with pytest.raises(JobResolutionError, match=f"{(procs / 'shared').resolve()} is writable by its group and every user"):
+        catalog.process_path("shared/evil.sh")
+    for folder in (jobs / "shared", procs / "shared"):
+        folder.chmod(0o755)
+    (jobs / "shared" / "__init__.py").chmod(0o666)
+    with pytest.raises(JobResolutionError, match="__init__.py is writable by its group and every user"):
+        catalog.load_user_job("shared.Evil.ok")
+    (jobs / "shared" / "__init__.py").chmod(0o644)
+    assert catalog.load_user_job("shared.Evil.ok")(n=2) == {"n": 2}
+    assert catalog.process_path("shared/evil.sh") == (procs / "shared" / "evil.sh").resolve()

@@ -273,7 +273,7 @@ class JobCatalog:
         candidate = _dir_module_file(root, ".".join(mod_parts))
         if candidate is None:
             raise JobResolutionError(f"unknown USER_JOB {name!r}: no {'/'.join(mod_parts)}.py in USER_JOBS_DIR ({root})")
-        _refuse_shared(f"USER_JOB {name!r}", candidate)
+        _refuse_shared(f"USER_JOB {name!r}", candidate, root)
         if verify:
             if not _defines_function(candidate, func):
                 raise JobResolutionError(f"unknown USER_JOB {name!r}: {candidate} defines no top-level "
@@ -296,7 +296,7 @@ class JobCatalog:
             raise JobResolutionError(f"PROCESS {name!r}: no such file in PROCESS_JOBS_DIR ({root})")
         if not os.access(target, os.X_OK):
             raise JobResolutionError(f"PROCESS {name!r}: {target} is not executable")
-        _refuse_shared(f"PROCESS {name!r}", target)
+        _refuse_shared(f"PROCESS {name!r}", target, root)
         return target
 
     # -- loading (worker side) -----------------------------------------------------------------
@@ -398,16 +398,26 @@ def _writable_by(mode: int) -> str:
     return f"writable by {who} (mode {mode & 0o7777:o})"
 
 
-def _refuse_shared(what: str, path: Path) -> None:
-    """Refuse (``what``: the job, as a message names it) a job file that others may write to, as the node refuses such a job directory
-    (check_directories): whoever can change it chooses what this node runs."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return  # gone: the caller's own checks say so
-    if mode & 0o022:
-        raise JobResolutionError(f"{what} refused: {path} is {_writable_by(mode)}: anyone who can write it "
-                                 f"could make this node run code; chmod go-w {path}")
+def _refuse_shared(what: str, path: Path, root: Path | None = None) -> None:
+    """Refuse (``what``: the job, as a message names it) a job file that others may write to, as
+    the node refuses such a job directory (check_directories): whoever can change it chooses
+    what this node runs. Under ``root`` (the jobs directory) so may whoever can write a
+    directory on the way to it (they could put another file in its place), or a package's
+    ``__init__.py`` that importing the job runs first."""
+    places = [path]
+    if root is not None:
+        for parent in path.parents:
+            if parent == root or root not in parent.parents:
+                break
+            places += [parent, parent / "__init__.py"]
+    for place in places:
+        try:
+            mode = place.stat().st_mode
+        except OSError:
+            continue  # gone, or no __init__.py: the caller's own checks say what that means
+        if mode & 0o022:
+            raise JobResolutionError(f"{what} refused: {place} is {_writable_by(mode)}: anyone who can write it "
+                                     f"could make this node run code; chmod go-w {place}")
 
 
 def _refuse_private(name: str, func: str) -> None:
