@@ -144,6 +144,12 @@ def _visible(text: str) -> str:
     return text if text.isprintable() else text.translate(_SHOWN)
 
 
+def one_line(text: str) -> str:
+    """``text`` with every control character and line break made visible: one line of a log,
+    whatever a job put in it (a line break could forge a line of its own)."""
+    return _visible(text)
+
+
 def message_of(exc: BaseException) -> str:
     """What a terminal user is shown for ``exc``: a syntax error's lines (its quote of the input
     already visible), anything else as one line with every control character visible. A

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, deque
 
+from ..errors import one_line
 from .spool import LINE_MAX, Spool
 
 _RUN_LOG_FORMAT = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
@@ -166,3 +167,34 @@ def clean_text(text: str, limit: int) -> str:
     """Valid UTF-8 (lone surrogates replaced), at most ``limit`` characters."""
     text = text.encode("utf-8", "replace").decode("utf-8")
     return text if len(text) <= limit else text[: limit - 20] + "... [truncated]"
+
+
+class NodeLogShare(logging.Handler):
+    """What of a job's own log lines (``current_job().logger``) also goes to its node's log, as
+    Fabric's job lines go to the server log: each as one line (a line break in a message cannot
+    forge a line of the node's own), and ``limit`` bytes of them per run; then one line says
+    the rest is in the run's log only. The run's log (JOBLOG) has every line, bounded as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reset(0)
+
+    def reset(self, limit: int) -> "NodeLogShare":
+        self.limit, self.used, self.closed = limit, 0, False
+        return self
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.closed:
+            return
+        try:
+            text = one_line(record.getMessage())
+            self.used += len(text) + 1
+            if self.used > self.limit:
+                self.closed = True
+                text = (f"[{self.limit:,} bytes of this run's log lines are in the node's log; the rest are in the "
+                        "run's log only (JOBLOG)]")
+            copy = logging.makeLogRecord({**record.__dict__, "msg": text, "args": None, "exc_info": None,
+                                          "exc_text": None})
+            logging.getLogger().handle(copy)  # the worker's handlers: the node's log
+        except Exception:  # a log line must never fail a job
+            pass

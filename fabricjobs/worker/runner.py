@@ -26,12 +26,13 @@ from .guard import JOB_ENV as GUARDED_JOB_ENV
 from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
 from .output import ProcessStream, RunOutput, StdCapture
-from .runlog import RunLog, clean_text
+from .runlog import NodeLogShare, RunLog, clean_text
 from .spool import Spool
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
 from ..jobs.registry import JobResolutionError, process_argv
 
 _run_log: RunLog | None = None  # this worker's (one run at a time)
+_node_share = NodeLogShare()  # what of a run's log lines also goes to the node's log
 
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
@@ -56,7 +57,9 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     run_log = _run_log.reset(spec.log_max, Spool(spool, spec.printed_max))
     output = RunOutput(run_log.spool, run_log)
     job_log = logging.getLogger(f"{log.name}.run")  # one run at a time per worker: one logger
+    job_log.propagate = False  # to the node's log only through its share (NodeLogShare)
     job_log.addHandler(run_log)
+    job_log.addHandler(_node_share.reset(spec.log_max))
     try:
         if spec.key.type == JobType.PROCESS:
             outcome = _run_process(spec, arguments, is_aborted, on_spawn, output, end_leftovers)
@@ -80,6 +83,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
         outcome = Outcome(ERROR, error=f"could not run: {_describe(exc)}", mode=FailMode.NO_RETRY)
     finally:
         job_log.removeHandler(run_log)
+        job_log.removeHandler(_node_share)
         output.finish()
         run_log.spool.close()
     if outcome.kind != OK and outcome.error:

@@ -219,3 +219,11 @@ def logs_then_sleeps(seconds: float = 3600.0):
     current_job().logger.info("a line before the long sleep")
     time.sleep(seconds)
     return "woke up"
+
+
+def logs(text: str, times: int = 1):
+    """Logs ``text`` ``times`` times with its logger."""
+    logger = current_job().logger
+    for i in range(times):
+        logger.info("%s", text)
+    return times
