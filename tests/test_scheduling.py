@@ -538,3 +538,24 @@ def test_a_run_that_started_after_later_fires_came_due_says_how_many_it_stands_f
     record = run_record(RunFacts("n2", 2, due, due + timedelta(days=2)), days.key, Outcome(OK), days,
                         due + timedelta(days=2, seconds=1), Z_UTC)
     assert record.note.startswith("1,000+ later fire(s)")  # counted so far, no further
+
+
+def test_a_listeners_file_swapped_after_it_was_seen_is_not_handed_to_the_job(tmp_path):
+    """Between the listener's look and its job's run, whoever may write the drop directory could
+    swap the file for a symlink (to /etc/passwd) or another file: the run is refused (FAILED, no
+    retry) rather than handed it. A file gone is left to the job (a retry after it moved it)."""
+    from fabricjobs.worker.listener import changed_since_seen, file_version
+
+    seen = tmp_path / "r.csv"
+    seen.write_text("a,b\n")
+    args = {"listener": "INTERFACE_LISTENER.Files.count.race", "file": str(seen), "name": "r.csv",
+            "version": file_version(os.lstat(seen))}
+    assert changed_since_seen(args) is None
+    assert changed_since_seen({"file": str(seen)}) is None  # not a listener's job
+    seen.unlink()
+    assert changed_since_seen(args) is None  # gone: the job decides
+    seen.symlink_to("/etc/passwd")
+    assert "is no longer a regular file (a symlink?)" in changed_since_seen(args)
+    seen.unlink()
+    seen.write_text("another file under the same name\n")
+    assert "changed since its listener saw it" in changed_since_seen(args)

@@ -61,6 +61,27 @@ def file_version(st: os.stat_result) -> str:
     return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
 
 
+def changed_since_seen(arguments: dict) -> str | None:
+    """Why the file a listener started this job for is not the file it saw (None: it is, or
+    the job is no listener's). Checked as its run begins: a file swapped for a symlink (to
+    /etc/shadow, say) or for another file after the listener looked must not be what the job
+    is handed. A file gone is left to the job (a retry may follow a run that moved it)."""
+    if not isinstance(arguments.get("listener"), str) or not isinstance(arguments.get("file"), str) \
+            or not isinstance(arguments.get("version"), str):
+        return None
+    path = arguments["file"]
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return f"the file {ascii(path)} is no longer a regular file (a symlink?) since its listener saw it: not run"
+    if file_version(st) != arguments["version"]:
+        return (f"the file {ascii(path)} changed since its listener saw it (version {arguments['version']}, now "
+                f"{file_version(st)}): not run; the new version is a new file to the listener")
+    return None
+
+
 #: The mark RESUMEJOB writes for the life it starts: that listener goes on where the stopped
 #: one was, so the files not handled yet (dropped while it was stopped) are new to it.
 RESUMED = "/resumed at "

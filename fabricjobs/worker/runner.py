@@ -95,6 +95,11 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
 
 def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool], log: logging.Logger,
                   progress: Callable[[float, float], None]) -> Outcome:
+    from .listener import changed_since_seen
+
+    changed = changed_since_seen(arguments)
+    if changed is not None:  # (a listener's file job: the file it was started for, or none)
+        return Outcome(ERROR, error=changed, mode=FailMode.NO_RETRY)
     fn = spec.catalog.load_user_job(spec.key.name)
     ctx = JobContext(
         key=spec.key,
