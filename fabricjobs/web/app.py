@@ -77,6 +77,7 @@ def create_app(api: Api) -> FastAPI:
     app.state.api = api
     install_console(app, api)
     install_limits(app, api)
+    app.add_middleware(NoSniff)
     errors.install(app)
     for module in (jobs, runs, calendars, cluster, commands):
         app.include_router(module.router, prefix=API, responses=errors_documented())
@@ -142,6 +143,29 @@ def errors_documented() -> dict[int | str, dict[str, Any]]:
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class NoSniff:
+    """Every answer's Content-Type is to be taken as it says (``X-Content-Type-Options:
+    nosniff``): a JSON answer quoting a job's name or log line is never read as a page or a
+    script by a browser. (The console's pages carry it and the rest of their headers already.)"""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if not any(k.lower() == b"x-content-type-options" for k, _ in headers):
+                    message = dict(message, headers=[*headers, (b"x-content-type-options", b"nosniff")])
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
 class KeepSegments:

@@ -252,3 +252,16 @@ def test_a_script_refused_partway_still_shows_what_its_earlier_statements_did(co
     refused = make().post("/api/v1/commands", json={"text": "stopjob user_job name='Probe.noop' uid='nope';"},
                           headers={"Authorization": f"Bearer {tokens['operator']}"})
     assert refused.status_code == 404 and not refused.json().get("ran"), refused.text
+
+
+def test_every_answer_says_its_content_type_is_to_be_taken_as_it_is(console):
+    """X-Content-Type-Options: nosniff on the API's answers (a job's name or log line in JSON is
+    never read as a page), its refusals (401 before a body is read) and the console's pages."""
+    make, api, tokens, app = console
+    client = make()
+    answers = [client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {tokens['viewer']}"}),
+               client.post("/api/v1/jobs", content=b"{}", headers={"Content-Type": "application/json"}),
+               client.get("/login"), client.get("/healthz")]
+    assert [a.status_code for a in answers] == [200, 401, 200, 200]
+    assert all(a.headers.get("x-content-type-options") == "nosniff" for a in answers), [dict(a.headers) for a in answers]
+    assert client.get("/login").headers.get_list("x-content-type-options") == ["nosniff"]  # (once, not twice)
