@@ -32,6 +32,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from ..errors import ConfigError
+from ..private import tighten_if_present
 from .errors import ApiError
 from .tokens import TokenFile, TokenInfo
 
@@ -181,6 +182,7 @@ def _load_or_create(path: Path) -> bytes:
                 pass
             finally:
                 os.unlink(tmp)
+        tighten_if_present(path)  # whoever reads the key can sign a session of any token's
         text = path.read_text().strip()
     except OSError as exc:
         raise ConfigError(f"cannot read or create the session key file {str(path)!r}: {exc.strerror}") from None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import ConfigError
+from ..private import tighten_if_present
 
 PREFIX = "fjt_"  # says what a leaked string is (secret scanners match on it)
 _NAME = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
@@ -113,6 +114,7 @@ class TokenFile:
             raise
 
     def _read(self) -> list[TokenInfo]:
+        tighten_if_present(self.path)  # (hashes only, but a 0644 copy is still not everyone's)
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             return [TokenInfo(t["name"], Role(t["role"]), t["sha256"], t.get("created", "")) for t in data["tokens"]]

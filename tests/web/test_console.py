@@ -265,3 +265,21 @@ def test_every_answer_says_its_content_type_is_to_be_taken_as_it_is(console):
     assert [a.status_code for a in answers] == [200, 401, 200, 200]
     assert all(a.headers.get("x-content-type-options") == "nosniff" for a in answers), [dict(a.headers) for a in answers]
     assert client.get("/login").headers.get_list("x-content-type-options") == ["nosniff"]  # (once, not twice)
+
+
+def test_a_session_key_or_tokens_file_others_may_read_is_made_private(console):
+    """Whoever reads the session key can sign a session of any token's: an existing key file
+    or tokens file of mode 0644 (a copy under a loose umask) is made 0600 when it is read."""
+    import os
+    import stat
+
+    make, api, tokens, app = console
+    key_file, tokens_file = app.state.sessions.path, api.tokens.path
+    app.state.sessions.key()
+    for path in (key_file, tokens_file):
+        os.chmod(path, 0o644)
+    app.state.sessions._key = None  # (read again, as a restarted web process would)
+    app.state.sessions.key()
+    api.tokens._seen = None
+    api.tokens.find(tokens["viewer"])
+    assert [stat.S_IMODE(os.stat(p).st_mode) for p in (key_file, tokens_file)] == [0o600, 0o600]
