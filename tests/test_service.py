@@ -302,6 +302,9 @@ def test_a_job_function_removed_after_startjob_fails_its_run_with_a_clear_error(
     catalog.check("USER_JOB", "Gone.here")
     with pytest.raises(JobResolutionError, match="defines no top-level function 'away'"):
         catalog.check("USER_JOB", "Gone.away")
+    with pytest.raises(JobResolutionError, match="^INTERFACE_LISTENER 'Gone.away': its NAME is the USER_JOB each file "
+                                                 "runs; unknown USER_JOB 'Gone.away'"):
+        catalog.check("INTERFACE_LISTENER", "Gone.away")  # (which type is unknown: said, not left to guess)
     assert catalog.load_user_job("Gone.here")() == 1
     with pytest.raises(JobResolutionError, match="has no function 'away'"):
         catalog.load_user_job("Gone.away")

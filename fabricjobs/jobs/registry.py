@@ -106,8 +106,14 @@ class JobCatalog:
         _checked[key] = now + _CHECK_TRUST_SEC
 
     def _check(self, type: str, name: str) -> None:
-        if type in (JobType.USER_JOB, JobType.INTERFACE_LISTENER):  # a listener's NAME is the user job it starts
+        if type == JobType.USER_JOB:
             self._user_job_origin(name)
+        elif type == JobType.INTERFACE_LISTENER:  # a listener's NAME is the user job it starts per file
+            try:
+                self._user_job_origin(name)
+            except JobResolutionError as exc:
+                raise JobResolutionError(f"INTERFACE_LISTENER {name!r}: its NAME is the USER_JOB each file runs; "
+                                         f"{exc}") from None
         elif type == JobType.PROCESS:
             self.process_path(name)
 
