@@ -48,6 +48,11 @@ def tighten_if_present(path: str | os.PathLike) -> None:
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or not st.st_mode & 0o077:
         return  # not ours to change, or already private
     mode = stat.S_IMODE(st.st_mode) & 0o700
-    os.chmod(path, mode)
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:  # (a read-only mount of it: say so, and go on using it)
+        log.warning("%s is readable by other users (mode %o) and cannot be made private: %s",
+                    path, stat.S_IMODE(st.st_mode), exc.strerror or exc)
+        return
     log.warning("%s was readable by other users (mode %o); it is now %o: what it held may have been read",
                 path, stat.S_IMODE(st.st_mode), mode)

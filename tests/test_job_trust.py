@@ -236,7 +236,7 @@ def test_a_job_file_others_may_write_to_is_refused_where_it_is_loaded(tmp_path, 
     assert catalog.process_path("hello.sh") == (procs / "hello.sh").resolve()
 
 
-def test_a_job_under_a_subdirectory_others_may_write_to_is_refused(tmp_path):
+def test_a_job_under_a_subdirectory_others_may_write_to_is_refused(tmp_path, caplog):
     """A safe jobs directory with a shared folder in it: whoever may write the folder may put
     any file there (or swap one), so its jobs are refused, and so are a package's whose
     ``__init__.py`` (which the import runs first) others may write."""
@@ -252,6 +252,10 @@ def test_a_job_under_a_subdirectory_others_may_write_to_is_refused(tmp_path):
     catalog = JobCatalog(str(jobs), (), str(procs))
     for folder in (jobs / "shared", procs / "shared"):
         folder.chmod(0o777)
+    with caplog.at_level("WARNING", logger="fabricjobs.node"):
+        catalog.check_directories()  # (at node start: the node starts, and says so once)
+    assert f"[jobs] USER_JOBS_DIR has folders others may write to ({jobs / 'shared'})" in caplog.text
+    assert f"[jobs] PROCESS_JOBS_DIR has folders others may write to ({procs / 'shared'})" in caplog.text
     with pytest.raises(JobResolutionError, match=f"{jobs / 'shared'} is writable by its group and every user"):
         catalog.check("USER_JOB", "shared.Evil.ok")
     with pytest.raises(JobResolutionError, match=f"{(procs / 'shared').resolve()} is writable by its group and every user"):

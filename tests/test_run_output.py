@@ -175,3 +175,10 @@ def test_a_jobs_log_lines_reach_the_node_log_one_line_each_and_a_run_log_worth_a
     assert len(grown) < 4 * LOG_MAX, f"the node's log grew by {len(grown):,} bytes for 2 MB of log lines"
     joblog = cluster.shell_ok("joblog user_job 'Probe.logs' with uid='forge';")
     assert "FORGED: node a lost its lease" in joblog
+    # How a run ended is the node's own word: in its log whatever the run's share.
+    cluster.fetch(f"startjob user_job name='Probe.logs_then_raises' uid='loud' "
+                  f"args='{json.dumps({'text': 'z' * 1000, 'times': 200})}';")
+    from harness import wait_for
+    wait_for(lambda: "Probe.logs_then_raises.loud raised ValueError: the end of a chatty run" in node.log_path.read_text(),
+             20, "the line saying the run raised, after its share was used up")
+    cluster.fetch("stopjob user_job name='Probe.logs_then_raises' uid='loud';")

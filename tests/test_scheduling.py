@@ -548,6 +548,7 @@ def test_a_listeners_file_swapped_after_it_was_seen_is_not_handed_to_the_job(tmp
 
     seen = tmp_path / "r.csv"
     seen.write_text("a,b\n")
+    os.link(seen, tmp_path / "kept")  # (its inode stays taken: a new file cannot be given the same number)
     args = {"listener": "INTERFACE_LISTENER.Files.count.race", "file": str(seen), "name": "r.csv",
             "version": file_version(os.lstat(seen))}
     assert changed_since_seen(args) is None
@@ -557,5 +558,33 @@ def test_a_listeners_file_swapped_after_it_was_seen_is_not_handed_to_the_job(tmp
     seen.symlink_to("/etc/passwd")
     assert "is no longer a regular file (a symlink?)" in changed_since_seen(args)
     seen.unlink()
-    seen.write_text("another file under the same name\n")
-    assert "changed since its listener saw it" in changed_since_seen(args)
+    other = tmp_path / "other.csv"
+    other.write_text("another file under the same name\n")
+    other.rename(seen)  # (a new inode under the name)
+    assert "was replaced since its listener saw it" in changed_since_seen(args)
+    args["version"] = file_version(os.lstat(seen))
+    with open(seen, "a") as f:
+        f.write("appended by the job's first try\n")
+    assert changed_since_seen(args) is None  # the same file, changed in place: its retry runs
+
+
+def test_a_listeners_job_whose_file_became_a_symlink_fails_without_running(cluster, tmp_path):
+    """The check runs as the run begins, on a real node: the job's function never sees the file."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    seen = inbox / "r.csv"
+    seen.write_text("a,b\n")
+    from fabricjobs.worker.listener import file_version
+
+    version = file_version(os.lstat(seen))
+    os.link(seen, tmp_path / "kept")
+    seen.unlink()
+    seen.symlink_to("/etc/passwd")
+    log = tmp_path / "handled.jsonl"
+    args = {"file": str(seen), "name": "r.csv", "listener": "INTERFACE_LISTENER.Probe.handle_file.inbox",
+            "version": version, "log": str(log)}
+    cluster.start_node("n1")
+    cluster.fetch(f"startjob user_job name='Probe.handle_file' uid='inbox/r.csv' args='{json.dumps(args)}';")
+    job = cluster.wait_job("USER_JOB", "Probe.handle_file", "inbox/r.csv", lambda j: j.archived, 20)
+    assert job.status is Status.FAILED and "is no longer a regular file (a symlink?)" in job.error_msg, job
+    assert job.tries <= 1 and not log.exists()  # no retry, and the function never ran

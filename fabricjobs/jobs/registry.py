@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import logging
 import os
 import re
 import sys
@@ -91,6 +92,12 @@ class JobCatalog:
             if mode & 0o022:
                 raise ConfigError(f"[jobs] {key} = {directory} is {_writable_by(mode)}: anyone who can write "
                                   f"there could make this node run code; chmod go-w {directory}")
+            loose = _shared_folders(Path(directory))
+            if loose:  # their jobs are refused when started: said once here, where an operator looks
+                shown = ", ".join(str(p) for p in loose[:5]) + (f" and {len(loose) - 5} more" if len(loose) > 5 else "")
+                logging.getLogger("fabricjobs.node").warning(
+                    "[jobs] %s has folders others may write to (%s): the jobs in them are refused; chmod go-w them",
+                    key, shown)
 
     def check(self, type: str, name: str) -> None:
         """Raise JobResolutionError unless ``name`` resolves. A name that resolved is trusted
@@ -402,6 +409,22 @@ def _forget_module(module: str) -> None:
 def _writable_by(mode: int) -> str:
     who = " and ".join(w for w, bit in (("its group", 0o020), ("every user", 0o002)) if mode & bit)
     return f"writable by {who} (mode {mode & 0o7777:o})"
+
+
+def _shared_folders(root: Path, most: int = 10_000) -> list[Path]:
+    """Folders under ``root`` (looked at up to ``most`` of them) that their group or every user
+    may write: _refuse_shared refuses the jobs in them."""
+    found: list[Path] = []
+    for n, (folder, subfolders, _files) in enumerate(os.walk(root)):
+        subfolders[:] = [d for d in subfolders if d != "__pycache__"]
+        if n >= most:
+            break
+        try:
+            if n and os.stat(folder).st_mode & 0o022:
+                found.append(Path(folder))
+        except OSError:
+            continue
+    return found
 
 
 def _refuse_shared(what: str, path: Path, root: Path | None = None) -> None:

@@ -15,6 +15,7 @@ wrote before it died is read first.
 from __future__ import annotations
 
 import logging
+import os
 import select
 import selectors
 import socket
@@ -32,7 +33,7 @@ from .decisions import RELEASED
 from .runs import Run, RunTable
 from .trains import ShortJobs
 from ..worker.pool import Worker, WorkerPool
-from ..worker.runlog import RunLog
+from ..worker.runlog import clean_text
 from ..worker.spool import spool_path
 
 log = logging.getLogger("fabricjobs.node.executor")
@@ -247,6 +248,9 @@ class Collector:
         left = self.pool.kill_orphans(worker)  # a worker the kernel ended left its run's children
         if left:
             log.info("a dead worker left %d process(es) running; killed", left)
+        # What the run going on had logged, read before the table is locked (the spool file
+        # stays until the run leaves the table): the worker that would have sent it is gone.
+        spooled = self._spooled(tasks[0]) if tasks and worker.killed_for in (None, tasks[0]) else ""
         for i, task in enumerate(tasks):
             with self.table.lock:  # nothing ends the run between this look and its outcome
                 run = self.table.get(task)
@@ -254,7 +258,7 @@ class Collector:
                     continue
                 if i == 0 and worker.killed_for in (None, task):
                     code = worker.process.exitcode
-                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})", log=self._spooled(task))
+                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})", log=spooled)
                 elif i == 0:  # killed to end a train-mate that had just ended: this one is innocent
                     outcome = Outcome(RELEASED, error="its worker was killed to end the run before it")
                 else:
@@ -263,20 +267,29 @@ class Collector:
 
     def _spooled(self, task: int) -> str:
         """The log of a run whose worker died (killed at the end of a stop's grace, by KILL, a
-        crash): what it wrote to its spool file (worker/spool.py), bounded as a run's log is.
-        The worker that would have sent it is gone."""
+        crash): what it wrote to its spool file (worker/spool.py), its head and its tail as a
+        run's log keeps them, whatever the file's size (only those are read)."""
         board = getattr(self.pool, "board", None)
         if board is None:
             return ""
+        half = max(self.log_max // 2, 1)
         try:
             with open(spool_path(board.path, task), "rb") as f:
-                data = f.read()
+                size = os.fstat(f.fileno()).st_size
+                if size <= 2 * half:
+                    text = f.read().decode("utf-8", "replace").rstrip("\n")
+                else:
+                    head = f.read(half)
+                    head = head[:head.rfind(b"\n") + 1]
+                    f.seek(size - half)
+                    tail = f.read(half)
+                    tail = tail[tail.find(b"\n") + 1:]
+                    dropped = size - len(head) - len(tail)
+                    text = (head.decode("utf-8", "replace") + f"... [{dropped:,} bytes of lines dropped] ...\n"
+                            + tail.decode("utf-8", "replace")).rstrip("\n")
         except OSError:  # (it logged nothing: no file was made)
             return ""
-        kept = RunLog(self.log_max)
-        for line in data.decode("utf-8", "replace").splitlines():
-            kept.add(line, live=False)
-        return kept.text()
+        return clean_text(text, self.log_max + 200)
 
 
 def _readable(fd: int) -> bool:

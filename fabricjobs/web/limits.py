@@ -5,7 +5,7 @@
 * An API request with a body and no valid token (or console session) is answered 401 before
   any of its body is read, so an anonymous client cannot make the process read, hold or
   parse anything. Elsewhere (the console's login form) a request without one may send
-  ``ANONYMOUS_BODY_BYTES`` at most. A body sent in chunks must arrive within
+  ``ANONYMOUS_BODY_BYTES`` at most, and a body it sends in chunks must arrive within
   ``BODY_READ_SEC``: a client that stops sending does not hold what it sent.
 * Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) each hold a server thread while
   they wait: one token may have ``[web] MAX_WAITS_PER_TOKEN`` of them open, all tokens
@@ -71,8 +71,9 @@ class BodyGate:
             await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long", limit))
             return
         if chunked:
-            try:
-                body = await asyncio.wait_for(self._read_bounded(receive, limit), BODY_READ_SEC)
+            try:  # (a client with a token may take its time: a big upload over a slow link)
+                body = await asyncio.wait_for(self._read_bounded(receive, limit),
+                                              BODY_READ_SEC if limit < self.max_bytes else None)
             except asyncio.TimeoutError:
                 await _answer(send, 408, "RequestTimeout", f"the request body did not arrive within {BODY_READ_SEC:g} s")
                 return

@@ -65,7 +65,10 @@ def changed_since_seen(arguments: dict) -> str | None:
     """Why the file a listener started this job for is not the file it saw (None: it is, or
     the job is no listener's). Checked as its run begins: a file swapped for a symlink (to
     /etc/shadow, say) or for another file after the listener looked must not be what the job
-    is handed. A file gone is left to the job (a retry may follow a run that moved it)."""
+    is handed. The same file changed in place (a retry after the job appended to it) is the
+    same file: only its kind and inode are compared. A file gone is left to the job (a retry
+    may follow a run that moved it). This narrows the window to the job's own open of the path;
+    a job that must be sure opens it with O_NOFOLLOW."""
     if not isinstance(arguments.get("listener"), str) or not isinstance(arguments.get("file"), str) \
             or not isinstance(arguments.get("version"), str):
         return None
@@ -76,9 +79,9 @@ def changed_since_seen(arguments: dict) -> str | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return f"the file {ascii(path)} is no longer a regular file (a symlink?) since its listener saw it: not run"
-    if file_version(st) != arguments["version"]:
-        return (f"the file {ascii(path)} changed since its listener saw it (version {arguments['version']}, now "
-                f"{file_version(st)}): not run; the new version is a new file to the listener")
+    if arguments["version"].partition("-")[0] != str(st.st_ino):
+        return (f"the file {ascii(path)} was replaced since its listener saw it (version {arguments['version']}, now "
+                f"{file_version(st)}): not run; the new file is a new file to the listener")
     return None
 
 

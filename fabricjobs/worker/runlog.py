@@ -169,6 +169,10 @@ def clean_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 20] + "... [truncated]"
 
 
+#: ``extra={ALWAYS: True}``: a line the node's log gets whatever the run's share (runner.py).
+ALWAYS = "fabricjobs_node_log_always"
+
+
 class NodeLogShare(logging.Handler):
     """What of a job's own log lines (``current_job().logger``) also goes to its node's log, as
     Fabric's job lines go to the server log: each as one line (a line break in a message cannot
@@ -184,17 +188,20 @@ class NodeLogShare(logging.Handler):
         return self
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.closed:
+        always = getattr(record, ALWAYS, False)  # (the node's own word on the run: how it ended)
+        if self.closed and not always:
             return
         try:
             text = one_line(record.getMessage())
-            self.used += len(text) + 1
-            if self.used > self.limit:
+            if record.exc_info:  # its traceback, on the same line
+                text += " " + one_line(logging.Formatter().formatException(record.exc_info))
+            self.used += len(text.encode("utf-8", "replace")) + 1
+            if self.used > self.limit and not always:
                 self.closed = True
                 text = (f"[{self.limit:,} bytes of this run's log lines are in the node's log; the rest are in the "
                         "run's log only (JOBLOG)]")
             copy = logging.makeLogRecord({**record.__dict__, "msg": text, "args": None, "exc_info": None,
-                                          "exc_text": None})
+                                          "exc_text": None, "stack_info": None})
             logging.getLogger().handle(copy)  # the worker's handlers: the node's log
         except Exception:  # a log line must never fail a job
             pass

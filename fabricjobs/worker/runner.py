@@ -26,7 +26,7 @@ from .guard import JOB_ENV as GUARDED_JOB_ENV
 from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
 from .output import ProcessStream, RunOutput, StdCapture
-from .runlog import NodeLogShare, RunLog, clean_text
+from .runlog import ALWAYS, NodeLogShare, RunLog, clean_text
 from .spool import Spool
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
 from ..jobs.registry import JobResolutionError, process_argv
@@ -126,7 +126,7 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
         except JobFailure as exc:
             return Outcome(ERROR, error=_describe(exc.cause) if exc.cause is not None else "failed", mode=exc.mode)
         except BaseException as exc:  # noqa: BLE001 - a job may raise anything, even SystemExit
-            log.info("job %s raised %s", spec.key, _describe(exc))
+            log.info("job %s raised %s", spec.key, _describe(exc), extra={ALWAYS: True})
             log.debug("job %s traceback:\n%s", spec.key, traceback.format_exc())
             if is_aborted():
                 return Outcome(INTERRUPTED, error=_describe(exc))

@@ -227,3 +227,9 @@ def logs(text: str, times: int = 1):
     for i in range(times):
         logger.info("%s", text)
     return times
+
+
+def logs_then_raises(text: str, times: int = 1):
+    """Logs ``text`` ``times`` times, then raises (after its share of the node's log is used up)."""
+    logs(text, times)
+    raise ValueError("the end of a chatty run")
