@@ -58,8 +58,11 @@ def keyspace():
 
 @pytest.fixture
 def pair(server, keyspace):
-    """Two stores on one keyspace: two nodes racing for the same row."""
-    a = open_store(server, keyspace, request_timeout=1.0)
+    """Two stores on one keyspace: two nodes racing for the same row. ``a``'s request timeout
+    is short enough for the "delay" fault to outlast it, long enough for the driver to connect
+    again after the "disconnect" one (its first try comes after 1 s; a fresh run's loaded
+    machine once took longer than a 1 s timeout, and the next write failed)."""
+    a = open_store(server, keyspace, request_timeout=3.0)
     b = open_store(server, keyspace)
     yield a, b
     a.close()
@@ -82,7 +85,7 @@ UNKNOWN = [
     ("cas_write_unknown", {}),
     ("write_failure", dict(write_type="CAS")),
     ("disconnect", {}),  # the connection is lost with the LWT in flight
-    ("delay", dict(delay=2.0)),  # longer than the client's 1 s request timeout: OperationTimedOut
+    ("delay", dict(delay=4.0)),  # longer than the client's 3 s request timeout: OperationTimedOut
     ("unavailable", {}),  # Cassandra also raises it at the commit of an accepted proposal
 ]
 UNKNOWN_IDS = ["WriteTimeout-CAS", "WriteTimeout-SIMPLE", "0x1700", "WriteFailure", "connection-lost", "OperationTimedOut",
