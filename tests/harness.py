@@ -274,12 +274,15 @@ class RunWatch(threading.Thread):
         self.finish()
 
 
-def merge_runs(started: list[dict], ended: list[dict], gone: dict[int, float] | None = None) -> list[dict]:
+def merge_runs(started: list[dict], ended: list[dict], gone: dict[int, float] | None = None,
+               died: dict[tuple[str, str], list[float]] | None = None) -> list[dict]:
     """Each run from its start record (Probe.record with ``starts``), with the end its end
     record gave; one without (killed before it could write one) ends when its worker was seen
     gone (``gone``: RunWatch.gone), marked killed; one with neither has no end (still going).
-    A run that ended but whose node lost its lease before the outcome was written is run
-    again: at least once after a fault, never two at once."""
+    RunWatch looks every 50 ms, so its time is late by up to that: where the node that ran it
+    logged its worker's death (``died``: worker_deaths), the first such line after its start
+    is the earlier bound. A run that ended but whose node lost its lease before the outcome was
+    written is run again: at least once after a fault, never two at once."""
     ends = {(r["key"], r["epoch"]): r for r in ended}
     out = []
     for r in started:
@@ -287,9 +290,24 @@ def merge_runs(started: list[dict], ended: list[dict], gone: dict[int, float] | 
         if end is not None:
             out.append(dict(r, end=end["end"], aborted=end["aborted"]))
         elif gone is not None and r["pid"] in gone:
-            out.append(dict(r, end=gone[r["pid"]], aborted=True, killed=True))
+            seen = [t for t in (died or {}).get((r["node"], r["key"]), []) if t >= r["start"] - 0.001]
+            out.append(dict(r, end=min([gone[r["pid"]], *seen[:1]]), aborted=True, killed=True))
         else:
             out.append(dict(r))
+    return out
+
+
+def worker_deaths(nodes: dict) -> dict[tuple[str, str], list[float]]:
+    """(node name, job key) -> when that node logged a run's worker dead, in order: the node
+    sees a worker's death from the process itself, so its run had ended by then (the log time
+    is cut to the millisecond: at most that early)."""
+    out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    pattern = re.compile(r"job (\S+) failed \(error\): worker process died")
+    for name, node in nodes.items():
+        for line in node.log().splitlines():
+            m, found = LOG_TIME.match(line), pattern.search(line)
+            if m and found:
+                out[(name, found.group(1))].append(log_time(m) + 0.001)  # (the line's time, cut to the ms)
     return out
 
 

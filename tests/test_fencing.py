@@ -22,7 +22,7 @@ import pytest
 from fabricjobs.config import load_config
 from fabricjobs.model import Status
 from harness import (LOG_TIME, Cluster, NodeProcess, RunWatch, assert_no_overlap, fence_times, fill_up,
-                     merge_runs, process_alive, read_records, unexplained_reruns, wait_for)
+                     merge_runs, process_alive, read_records, unexplained_reruns, wait_for, worker_deaths)
 
 pytestmark = pytest.mark.slow
 
@@ -176,7 +176,7 @@ def test_partition_sqlite_a_writer_holding_the_store_lock_from_outside_stalls_th
         wait_for(lambda: all(cluster.job("USER_JOB", "Probe.record", u).status is Status.PROCESSED for u in uids),
                  60, "every job to be PROCESSED", check=cluster.check_nodes)
     started, ended = read_records(starts), read_records(log)
-    runs = merge_runs(started, ended, workers.gone)
+    runs = merge_runs(started, ended, workers.gone, worker_deaths(nodes))
     assert_no_overlap(runs)
     assert {r["key"] for r in ended if not r["aborted"]} == {f"USER_JOB.Probe.record.{u}" for u in uids}
     lease, dead = 3.0, 4.0  # 500 ms x 8
@@ -340,7 +340,7 @@ def test_partition_sqlite_a_store_whose_disk_fills_up_fences_the_nodes_and_loses
             freed = time.time()
             wait_for(lambda: all(cluster.job("USER_JOB", "Probe.record", u).status is Status.PROCESSED for u in uids),
                      30, "every job to be PROCESSED", check=cluster.check_nodes)
-        runs = merge_runs(read_records(starts), read_records(log), workers.gone)
+        runs = merge_runs(read_records(starts), read_records(log), workers.gone, worker_deaths(nodes))
         assert_no_overlap(runs)
         # Their lease lapsed by then; ended (their worker killed) within 0.2 s, all before any
         # other node could take them over.

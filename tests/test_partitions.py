@@ -31,7 +31,7 @@ from fabricjobs.store.cassandra.session import LWT_TIMEOUT
 from testkit import netns
 from testkit.rig import Rig, wait_for, write_config
 from harness import (FAST, LOG_TIME, RunWatch, assert_finished_by_newest_runs, assert_no_overlap, fence_times,
-                     log_time, merge_runs, read_records, unexplained_reruns)
+                     log_time, merge_runs, read_records, unexplained_reruns, worker_deaths)
 
 _why = netns.unavailable() or available()
 pytestmark = [pytest.mark.partition, pytest.mark.soak, pytest.mark.skipif(_why is not None, reason=f"partition tests: {_why}")]
@@ -236,7 +236,7 @@ def test_partition_a_node_cut_from_the_store_ends_its_runs_before_another_takes_
         workers.finish()
 
         started = read_records(starts)
-        runs = merge_runs(started, read_records(log), workers.gone)
+        runs = merge_runs(started, read_records(log), workers.gone, worker_deaths(nodes))
         # n1's runs ended, aborted (or killed), before n2 began the same key; no two runs of a
         # key overlap, and each run again follows n1's self-fence.
         ended_on_n1 = {r["key"]: r for r in runs if r["node"] == "n1" and "end" in r}
@@ -415,7 +415,7 @@ def test_partition_a_node_with_a_minority_of_replicas_fences_itself_and_nothing_
                  not_yet=(StoreError,))
         workers.finish()
         started = read_records(starts)
-        runs = merge_runs(started, read_records(log), workers.gone)
+        runs = merge_runs(started, read_records(log), workers.gone, worker_deaths(nodes))
         assert_no_overlap(runs)
         # Each ended on its own (aborted) or was killed with its worker (CI: 3 of 6 once).
         on_n1 = [r for r in runs if r["node"] == "n1"]
@@ -562,7 +562,7 @@ def test_partition_delay_and_loss_on_every_path_slow_the_cluster_but_break_nothi
         drained_at = time.time()
         workers.finish()
         started, ended = read_records(starts), read_records(log)
-        runs = merge_runs(started, ended, workers.gone)
+        runs = merge_runs(started, ended, workers.gone, worker_deaths(nodes))
         assert_no_overlap(runs)
         assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys}
         fences = {name: fence_times(node) for name, node in nodes.items()}
@@ -729,7 +729,7 @@ def test_partition_a_slow_heartbeat_path_fences_the_node_and_a_takeover_waits_fo
         workers.finish()
 
         started, ended = read_records(starts), read_records(log)
-        runs = merge_runs(started, ended, workers.gone)
+        runs = merge_runs(started, ended, workers.gone, worker_deaths(nodes))
         assert_no_overlap(runs)
         assert {r["key"] for r in ended if not r["aborted"]} == {str(k) for k in keys + more}
         fences = {name: fence_times(node) for name, node in nodes.items()}
