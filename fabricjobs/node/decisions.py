@@ -171,15 +171,11 @@ def take_over(row: Job, me: str, now: datetime, *, max_tries: int) -> tuple[Even
                 status=Status.FAILED, tries=tries, error_msg=note + "; no tries left", end_time=now,
                 worker_id=me, epoch=row.epoch + 1,
             )
+        retried = lost.replace(epoch=row.epoch + 1, tries=tries, error_msg=note, hold_until=None,
+                               retries_lost=row.retries_lost + 1)
         if row.blocked:  # parents given to it while the run went on hold back its next try
-            return Event.FAIL_RETRY, lost.replace(
-                status=Status.WAITING, worker_id=None, epoch=row.epoch + 1, tries=tries, error_msg=note, next_run=now,
-                hold_until=None, retries_lost=row.retries_lost + 1,
-            )
-        return Event.TAKEOVER, lost.replace(
-            worker_id=me, epoch=row.epoch + 1, tries=tries, error_msg=note, start_time=now, hold_until=None,
-            retries_lost=row.retries_lost + 1,
-        )
+            return Event.FAIL_RETRY, retried.replace(status=Status.WAITING, worker_id=None, next_run=now)
+        return Event.TAKEOVER, retried.replace(worker_id=me, start_time=now)
     return Event.TAKEOVER, adopted(row, me)
 
 
