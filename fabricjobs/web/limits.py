@@ -54,7 +54,7 @@ class BodyGate:
             await _answer(send, 400, "ValidationError", "Content-Length is not a number")
             return
         length = int(length_text or 0)
-        limit = self.max_bytes
+        limit, anonymous = self.max_bytes, False
         if length or chunked:
             try:
                 known = self.authenticated(scope, headers)
@@ -66,25 +66,24 @@ class BodyGate:
                               [_CHALLENGE])
                 return
             if not known:
-                limit = min(limit, ANONYMOUS_BODY_BYTES)
+                limit, anonymous = min(limit, ANONYMOUS_BODY_BYTES), True
         if length > limit:
-            await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long", limit))
+            await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long", limit, anonymous))
             return
         if chunked:
             try:  # (a client with a token may take its time: a big upload over a slow link)
-                body = await asyncio.wait_for(self._read_bounded(receive, limit),
-                                              BODY_READ_SEC if limit < self.max_bytes else None)
+                body = await asyncio.wait_for(self._read_bounded(receive, limit), BODY_READ_SEC if anonymous else None)
             except asyncio.TimeoutError:
                 await _answer(send, 408, "RequestTimeout", f"the request body did not arrive within {BODY_READ_SEC:g} s")
                 return
             if body is None:
-                await _answer(send, 413, "PayloadTooLarge", self._too_large("longer than that", limit))
+                await _answer(send, 413, "PayloadTooLarge", self._too_large("longer than that", limit, anonymous))
                 return
             receive = _replay(body)
         await self.app(scope, receive, send)
 
-    def _too_large(self, what: str, limit: int) -> str:
-        where = "[web] MAX_BODY_BYTES" if limit == self.max_bytes else "without a token or session"
+    def _too_large(self, what: str, limit: int, anonymous: bool) -> str:
+        where = "without a token or session" if anonymous and limit < self.max_bytes else "[web] MAX_BODY_BYTES"
         return f"the request body is {what}; at most {limit:,} bytes are allowed ({where})"
 
     @staticmethod
