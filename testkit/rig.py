@@ -11,6 +11,7 @@ conditions with deadlines (:func:`wait_for`), never sleeps that hope.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -173,10 +174,38 @@ def pythonpath_with(directory: Path | str, env: Mapping[str, str] = os.environ) 
     return os.pathsep.join(filter(None, [str(directory), env.get("PYTHONPATH")]))
 
 
+#: The ports free_port hands out: below Linux's ephemeral range (32768 up), where no outgoing
+#: connection takes one between the check and the server's bind, and below the real
+#: Cassandra's (realcassandra/cluster.py).
+TEST_PORTS = range(10000, 20000)
+_claimed: list[socket.socket] = []  # held open until this process ends
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port of 127.0.0.1 that no other process of the test run is handed, for a server a test
+    starts. Each port is claimed by an abstract Unix socket named after it, which this process
+    holds until it ends (and the kernel lets go of, however it ends): two pytest workers can
+    otherwise be given the same port, and a test whose server failed to bind it then talks to
+    the other's."""
+    start = random.randrange(len(TEST_PORTS))
+    for i in range(len(TEST_PORTS)):
+        port = TEST_PORTS[(start + i) % len(TEST_PORTS)]
+        claim = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            claim.bind(f"\0fabricjobs-test-port-{port}")
+        except OSError:
+            claim.close()
+            continue  # another process of the run has it
+        with socket.socket() as probe:  # and nothing else listens on it
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                claim.close()
+                continue
+        _claimed.append(claim)
+        return port
+    raise RigError(f"no free port left in {TEST_PORTS.start}-{TEST_PORTS.stop - 1}")
 
 
 def scrape_metrics(port: int) -> dict[str, float]:
