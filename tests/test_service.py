@@ -367,6 +367,24 @@ def test_restartjob(client):
     assert a.worker_id is None and a.next_run == T0
 
 
+def test_a_change_answers_with_what_it_did_even_when_a_node_acts_on_it_at_once(client, monkeypatch):
+    """RESTARTJOB of a running job says RESTART, even if the node has restarted the run by the
+    time the answer is made (on a busy Cassandra cluster, what a read after the write finds)."""
+    client.fetch("startjob user_job name='Customer.userJob1' uid='r';")
+    running = _running(client, "r")
+    store, read_many = client.store, client.store.get_many
+
+    def the_node_acts_first(keys):
+        now = store.get(running.key)
+        if now.status is Status.RESTART:  # the run restarted before anyone reads the row back
+            store.cas(now, now.replace(status=Status.IN_PROCESS, epoch=now.epoch + 1))
+        return read_many(keys)
+
+    monkeypatch.setattr(store, "get_many", the_node_acts_first)
+    shown = client.fetch("restartjob user_job name='Customer.userJob1' uid='r';").first_row()
+    assert shown["Status"] == "RESTART"
+
+
 def test_restartjob_of_a_job_being_stopped_leaves_the_stop_in_place(client):
     """STOPJOB came first: a RESTARTJOB after it must not turn the stop into a new run."""
     client.fetch("startjob user_job name='Customer.userJob1' uid='s';")

@@ -135,7 +135,7 @@ class ServiceCore:
     def _change(self, key: JobKey, decide: Callable[[Job], tuple[Event, Job] | None]) -> Job | None:
         """Read-decide-CAS until the CAS applies or ``decide`` says there is nothing to do.
 
-        Returns the row as it stands afterwards (None if the row vanished).
+        Returns the row as this command left it (None if the row vanished).
         """
         row = self.store.get(key)
         for _ in range(_CAS_ATTEMPTS):
@@ -145,7 +145,9 @@ class ServiceCore:
             if decision is None:
                 return row
             event, new = decision
-            res = self.store.cas(row, advance(row, event, new))
+            # (``row`` was read whole: the answer is the row this change left, not what a
+            # node that acted on it at once has made of it since.)
+            res = self.store.cas(row, advance(row, event, new), whole=True)
             if res.applied:
                 return res.row
             row = self.store.get(key)

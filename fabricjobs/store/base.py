@@ -265,13 +265,15 @@ class JobStore(ABC):
         return results
 
     @abstractmethod
-    def cas(self, expected: Job, new: Job) -> CasResult:
+    def cas(self, expected: Job, new: Job, *, whole: bool = False) -> CasResult:
         """Write ``new`` if the stored row still matches ``expected`` (see the module docstring).
 
         Only the columns in which ``new`` differs from ``expected`` are written (so a candidate
         row can be passed as ``expected``); the applied result's ``row`` is the full stored
         row. ``new.revision`` is ignored: the stored revision becomes ``expected.revision + 1``.
-        ``new.key`` must equal ``expected.key``.
+        ``new.key`` must equal ``expected.key``. ``whole``: as cas_many's; the row returned is
+        then exactly the one this write left, even if another change follows it at once (a
+        candidate's is read back, and such a read may already find the next change).
         """
 
     @abstractmethod

@@ -365,8 +365,8 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             return reused
         return CasResult(False, row=self._select_job(job.key))
 
-    def cas(self, expected: Job, new: Job) -> CasResult:
-        return self.cas_many([(expected, new)])[0]
+    def cas(self, expected: Job, new: Job, *, whole: bool = False) -> CasResult:
+        return self.cas_many([(expected, new)], whole=whole)[0]
 
     def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *,
                  whole: Whole = False) -> list[CasResult]:

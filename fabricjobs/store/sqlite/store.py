@@ -83,8 +83,8 @@ class SqliteStore(Connections, Search, JobStore):
                         return results
         return results
 
-    def cas(self, expected: Job, new: Job) -> CasResult:
-        return self.cas_many([(expected, new)])[0]
+    def cas(self, expected: Job, new: Job, *, whole: bool = False) -> CasResult:
+        return self.cas_many([(expected, new)], whole=whole)[0]
 
     def cas_many(self, pairs: Sequence[tuple[Job, Job]], runs: Sequence[RunRecord | None] | None = None, *,
                  whole: Whole = False) -> list[CasResult]:
