@@ -42,6 +42,8 @@ class WebProcess:
 
         if self.proc.poll() is not None:
             raise RuntimeError(f"fabricjobs web exited: {self.log.read_text()}")
+        if "fabricjobs web: console " not in self.log.read_text(errors="replace"):
+            return False  # (announced once its port is bound: until then /healthz may be another's)
         try:
             return self.http.get("/healthz").status_code == 200
         except httpx.TransportError:

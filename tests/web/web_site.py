@@ -49,8 +49,11 @@ class WebProcess:
         return web
 
     def healthy(self) -> bool:
+        """Answering /healthz, and this process does: it announces itself once its port is bound."""
         if self.proc.poll() is not None:
             raise AssertionError(f"fabricjobs web exited ({self.proc.returncode}):\n{self.log()}")
+        if "fabricjobs web: console " not in self.log():
+            return False
         try:
             return httpx.get(self.url + "/healthz", timeout=2, verify=False).status_code == 200
         except httpx.TransportError:
