@@ -300,7 +300,8 @@ class Reconciler(UsesParts):
             at.append(i)
             pairs.append((full, new))
             records.append(lost_run_record(full, new, now, seen.get(full.worker_id or "")))
-        written = self.store.cas_each_within(pairs, records, write_failed, patience=PATIENCE)
+        # (Rows read whole: each answer is the row the takeover left, not a later one.)
+        written = self.store.cas_each_within(pairs, records, write_failed, whole=True, patience=PATIENCE)
         for i, res in zip(at, written):
             answered = functools.partial(self._taken, rows[i], then)
             if isinstance(res, concurrent.futures.Future):
@@ -478,7 +479,7 @@ class Reconciler(UsesParts):
                     else (Event.UPDATE, row.replace(blocked=bool(blockers), error_msg=dependencies.note(blockers))))
                 if decision is None:
                     continue
-                res = self.store.cas(row, advance(row, *decision))
+                res = self.store.cas(row, advance(row, *decision), whole=True)  # (blocked_jobs: whole rows)
                 if res.applied and res.stored.archived:  # a parallel job whose task failed for good
                     log.info("'%s' failed: %s", row.key, res.stored.error_msg, extra=job_extra(row.key, row.epoch))
                     start_on_failure(self.store, res.stored, now)

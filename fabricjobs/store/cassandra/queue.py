@@ -32,6 +32,9 @@ _CLUSTERING = ("next_run", "type", "name", "uid", "revision")  # of k2_jobs_inde
 _SHARED_CAP = 10_000  # entries per partition by_owner reads of a bucket every owner shares
 EMPTY_WAITING_KEEP = 0.1  # seconds an empty read of WAITING rows is kept between refreshes (Queue.waiting)
 _INDEX_COLUMNS = ("status", "worker_id", "hold_until", "affinity", "priority", "epoch", "tries")
+#: What a claim candidate read from the index carries of its row (Queue.waiting), besides its
+#: key and revision: the rest (arguments, counters, ...) is not known without reading the row.
+CANDIDATE_FIELDS = (*_INDEX_COLUMNS, "next_run", "blocked")
 
 
 @dataclass(frozen=True)

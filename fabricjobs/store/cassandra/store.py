@@ -32,7 +32,7 @@ from .history import History
 from .index import _bucket, _job_bucket, _slot
 from .livelog import LiveLog
 from .nodes import Nodes
-from .queue import Queue
+from .queue import CANDIDATE_FIELDS, Queue
 from .repair import Repair
 from .rows import _EPOCH0, _JOB_COLUMNS, _STATUS, _when, as_stored
 from .schema import SchemaManager, check_keyspace_name
@@ -58,6 +58,7 @@ class _Change:
     new_bucket: str | None
     record: RunRecord | None
     whole: bool = False  # expected is a whole row: an applied write's row is the target, not read back
+    written: tuple[str, ...] = ()  # the columns its UPDATE sets (besides the revision)
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
 
@@ -461,11 +462,11 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         else:
             task = self._pool.submit(self.get_many, keys)
             if not wait([task], timeout=patience).done:
-                self._read_back_late(task, keys, [i for i, _ in wanted], results)
+                self._read_back_late(task, [c for _, c in wanted], [i for i, _ in wanted], results)
                 return
             error = task.exception()
             rows = None if error else task.result()
-        for (i, c), answer in zip(wanted, _read_answers(keys, rows, error)):
+        for (i, c), answer in zip(wanted, _read_answers([c for _, c in wanted], rows, error)):
             if isinstance(answer, CasResult) or on_error is None:
                 results[i] = answer
             else:
@@ -473,7 +474,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                 results[i] = None
 
     @staticmethod
-    def _read_back_late(task: "Future[list[Job | None]]", keys: list[JobKey], places: list[int],
+    def _read_back_late(task: "Future[list[Job | None]]", changes: "list[_Change]", places: list[int],
                         results: list) -> None:
         """The results at ``places`` become Futures answered by ``task``, a read still going on."""
         late: list[Future[CasResult]] = [Future() for _ in places]
@@ -482,7 +483,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
 
         def answered(done: "Future[list[Job | None]]") -> None:
             error = done.exception()
-            for future, answer in zip(late, _read_answers(keys, None if error else done.result(), error)):
+            for future, answer in zip(late, _read_answers(changes, None if error else done.result(), error)):
                 if isinstance(answer, CasResult):
                     future.set_result(answer)
                 else:
@@ -576,7 +577,7 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
                                     expected.worker_id, expected.revision)
         change = _Change(expected, target, revision, full, stmt, params, _job_bucket(target), record,
                          # An index candidate (no creation time) is never whole, whatever the caller says.
-                         whole=whole and expected.creation_time != _EPOCH0)
+                         whole=whole and expected.creation_time != _EPOCH0, written=tuple(columns))
         # Before the LWT: the intent; the archive entry, so that the moment the row is archived
         # JOBSTATUS n DAYS AGO can find it (readers check the row, so an entry whose LWT fails
         # is inert); the history line, so that whoever sees the outcome (WAITJOB, then JOBLOG)
@@ -645,19 +646,30 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         return CasResult(False, current=current)
 
 
-def _read_answers(keys: Sequence[JobKey], rows: "Sequence[Job | None] | None",
+def _read_answers(changes: "Sequence[_Change]", rows: "Sequence[Job | None] | None",
                   error: BaseException | None) -> "list[CasResult | Exception]":
-    """What each applied change whose row was read back answers: its row, or the error."""
+    """What each applied change whose row was read back answers: its row as the change left
+    it, or the error."""
     out: list[CasResult | Exception] = []
-    for k, key in enumerate(keys):
-        row = rows[k] if rows is not None else None
+    for k, c in enumerate(changes):
+        key, row = c.key, rows[k] if rows is not None else None
         if row is not None:
-            out.append(CasResult(True, row=row))
+            out.append(CasResult(True, row=row if row.revision == c.revision else _as_left(row, c)))
         elif isinstance(error, Exception):
             out.append(error if isinstance(error, StoreError) else StoreError(f"Cassandra: reading {key} back: {error}"))
         else:
             out.append(StoreError(f"Cassandra: the row of {key} was not found after its change applied"))
     return out
+
+
+def _as_left(read: Job, c: "_Change") -> Job:
+    """The row as ``c`` left it, from a read that found another change after it (a node quick
+    to stop, restart or update a job it has just seen claimed): the cells ``c`` wrote and those
+    its expected row carried, as ``c`` had them; only the rest (arguments, counters: what a
+    claim candidate does not carry) as read. The run of a claim is then the one claimed: its
+    due time and epoch, and not a later change's (which the run sees as any other)."""
+    kept = {name: getattr(c.target, name) for name in (*c.written, *CANDIDATE_FIELDS)}
+    return as_stored(read.replace(**kept, revision=c.revision))
 
 
 #: The longest cas_each_within waits for a group whose writes keep answering: an LWT sent to
