@@ -93,6 +93,30 @@ def test_a_store_that_fails_leaves_the_names_as_they_were():
     assert offered(CommandCompleter(catalog), "jobstatus user_job '") == []
 
 
+def test_a_refresh_asked_for_during_a_load_runs_after_it():
+    """A statement's refresh(now=True) while a load is under way (one that may have read the
+    store before the statement): the names it made are loaded right after, not 5 s later."""
+    import threading
+
+    from harness import wait_for
+
+    store, first_read, go_on = ["old-job"], threading.Event(), threading.Event()
+
+    def load():
+        jobs = [("USER_JOB", "A.b", uid) for uid in store]  # read, then slow to come back
+        first_read.set()
+        go_on.wait(10)
+        return jobs, []
+
+    catalog = Catalog(load, period=3600)
+    catalog.refresh(now=True)
+    assert first_read.wait(10)
+    store.append("just-now")  # a STARTJOB the load under way did not see
+    catalog.refresh(now=True)
+    go_on.set()
+    wait_for(lambda: ("USER_JOB", "A.b", "just-now") in catalog.jobs, 10, "the job just started to be offered")
+
+
 def test_the_catalog_holds_a_bounded_page_of_the_live_jobs(store_config):
     """Its refresh runs after every statement: on a big cluster it reads one page, not every job."""
     from fabricjobs.model import Job, JobKey, Status

@@ -29,26 +29,34 @@ class Catalog:
         self._lock = threading.Lock()
         self._loaded_at = 0.0
         self._loading = False
+        self._again = False  # asked for ``now`` while a load was under way
 
     def refresh(self, wait: bool = False, now: bool = False) -> None:
         """Reload in the background, at most every ``period`` s; ``now``: whatever the period
-        (after a statement, which may have started the job the next Tab names)."""
+        (after a statement, which may have started the job the next Tab names), and once more
+        after a load under way, which may have read the store before that statement."""
         with self._lock:
-            if self._loading or (not now and time.monotonic() - self._loaded_at < self.period):
+            if self._loading:
+                self._again = self._again or now
+                return
+            if not now and time.monotonic() - self._loaded_at < self.period:
                 return
             self._loading = True
 
         def work():
-            try:
-                jobs, nodes = self._load()
-                with self._lock:
-                    self.jobs, self.nodes = jobs, nodes
-            except Exception:
-                pass  # completion data is a convenience; a store hiccup must not disturb typing
-            finally:
-                with self._lock:
-                    self._loading = False
-                    self._loaded_at = time.monotonic()
+            again = True
+            while again:
+                try:
+                    jobs, nodes = self._load()
+                    with self._lock:
+                        self.jobs, self.nodes = jobs, nodes
+                except Exception:
+                    pass  # completion data is a convenience; a store hiccup must not disturb typing
+                finally:
+                    with self._lock:
+                        again, self._again = self._again, False
+                        self._loading = again
+                        self._loaded_at = time.monotonic()
 
         if wait:
             work()
