@@ -53,5 +53,7 @@ def end_dead_peer_runs(peer: NodeRow, host: str) -> bool:
         return False
     if pid_alive(peer.pid) and process_start(peer.pid) != started:
         return False  # the pid names another process now: its cgroups are not the dead node's
-    cgroups.kill(home)  # (its slots; the home stays for that node, or the next node's start, to remove)
+    # Its slots (the home stays for that node, or the next node's start, to remove); ended
+    # before the takeover that follows, not only signalled.
+    cgroups.kill(home, wait=cgroups.EMPTY_WAIT)
     return True

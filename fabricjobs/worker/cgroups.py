@@ -37,7 +37,7 @@ from dataclasses import dataclass
 _PREFIX = "fabricjobs-"
 _HOME = re.compile(r"^fabricjobs-(\d+)-(\d+|node)$")
 _KILL_ROUNDS = 50  # a process may fork while its cgroup is emptied: look again until none is left
-_EMPTY_WAIT = 2.0  # seconds a killed cgroup may take to empty before it is removed
+EMPTY_WAIT = 2.0  # seconds a killed cgroup may take to empty before it is removed
 _counter = [0]
 
 
@@ -151,9 +151,18 @@ def join(cgroup: str) -> bool:
         return False
 
 
-def kill(cgroup: str) -> None:
+def kill(cgroup: str, wait: float = 0.0) -> None:
     """SIGKILL every process in ``cgroup`` and below it, including those forking meanwhile
-    (``cgroup.kill``; before Linux 5.14, frozen first and killed one by one)."""
+    (``cgroup.kill``; before Linux 5.14, frozen first and killed one by one); then wait up to
+    ``wait`` s for them to be gone (a SIGKILL is delivered at once, but a process ends only
+    once it is next scheduled: on a loaded host, a while later)."""
+    _kill(cgroup)
+    deadline = time.monotonic() + wait
+    while wait and populated(cgroup) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _kill(cgroup: str) -> None:
     try:
         _write(os.path.join(cgroup, "cgroup.kill"), "1")
         return
@@ -201,12 +210,9 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def remove(cgroup: str, wait: float = _EMPTY_WAIT) -> None:
+def remove(cgroup: str, wait: float = EMPTY_WAIT) -> None:
     """Kill what is left in ``cgroup`` and remove it with the cgroups below it."""
-    kill(cgroup)
-    deadline = time.monotonic() + wait
-    while populated(cgroup) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    kill(cgroup, wait)
     for root, dirs, _files in os.walk(cgroup, topdown=False):
         for d in dirs:
             _rmdir(os.path.join(root, d))
