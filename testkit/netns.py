@@ -27,6 +27,7 @@ gone) are removed by the next :class:`Network` made.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import tempfile
@@ -293,16 +294,24 @@ def _owner_alive(claim: Path) -> bool:
 
 
 def _claim_id() -> int:
+    """A free id, tried from a random one: an id just freed is not handed straight to another
+    process while the test that freed it still looks for what it left. The claim appears with
+    its owner's pid in it (linked into place whole), so remove_stale never reads an empty one."""
     claims = _claims_dir()
-    for candidate in range(1, 254):
-        path = claims / str(candidate)
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            continue
+    first = random.randrange(253)
+    fd, written = tempfile.mkstemp(prefix=".claim-", dir=claims)
+    try:
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
-        return candidate
+        for i in range(253):
+            candidate = 1 + (first + i) % 253
+            try:
+                os.link(written, claims / str(candidate))
+            except FileExistsError:
+                continue
+            return candidate
+    finally:
+        os.unlink(written)
     raise NetnsUnavailable("no free test subnet: 253 test networks are claimed")
 
 

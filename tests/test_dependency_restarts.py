@@ -19,10 +19,12 @@ from harness import read_records, wait_for
 pytestmark = pytest.mark.slow
 
 
-def rec(log, seconds=0.2, starts=None) -> str:
+def rec(log, seconds=0.2, starts=None, until=None) -> str:
     args = {"log": str(log), "seconds": seconds}
     if starts:
         args["starts"] = str(starts)
+    if until:
+        args["until"] = str(until)
     return json.dumps(args)
 
 
@@ -61,9 +63,13 @@ def test_finishjob_of_a_blocked_recurring_job_is_refused_and_frees_nothing(clust
 
 def test_new_parents_of_a_running_recurring_job_hold_back_its_next_run(cluster, tmp_path):
     log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    gate_r, gate_l = tmp_path / "R-may-end", tmp_path / "L-may-end"
     cluster.start_node("n1")
-    cluster.fetch(f"startjob user_job name='Probe.record' uid='L' args='{rec(log, 4.0)}';"
-                  f"startjob user_job name='Probe.record' uid='R' exec_interval='00:00:01' args='{rec(log, 0.5, starts)}';")
+    # R's first run lasts until the test has changed it (its runs after that end at once); L's,
+    # until R has had the time to fire twice more, were its new parent not holding it back.
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='L' args='{rec(log, 60, until=gate_l)}';"
+                  f"startjob user_job name='Probe.record' uid='R' exec_interval='00:00:01' "
+                  f"args='{rec(log, 60, starts, until=gate_r)}';")
     cluster.wait_job("USER_JOB", "Probe.record", "L", lambda j: j.status is Status.IN_PROCESS, 20)
     cluster.wait_job("USER_JOB", "Probe.record", "R", lambda j: j.status is Status.IN_PROCESS, 20)
     said = cluster.fetch("updatejob user_job name='Probe.record' uid='R' depends_on='USER_JOB.Probe.record.L';").first_row()
@@ -73,6 +79,10 @@ def test_new_parents_of_a_running_recurring_job_hold_back_its_next_run(cluster, 
     refused = cluster.shell("-e", "finishjob user_job name='Probe.record' uid='R';")
     assert refused.returncode == 1 and "Job is blocked" in refused.stderr, refused.stderr
     assert not cluster.job("USER_JOB", "Probe.record", "R").finishing
+    gate_r.touch()
+    wait_for(lambda: any(r["key"].endswith(".R") for r in read_records(log)), 20, "R's run to end")
+    time.sleep(2.0)  # (R fires every second: held back by L, it does not fire meanwhile)
+    gate_l.touch()
     parent = cluster.wait_job("USER_JOB", "Probe.record", "L", lambda j: j.archived, 20)
     assert parent.status is Status.PROCESSED
     ended = [r["end"] for r in read_records(log) if r["key"].endswith(".L")][0]  # (this host's clock, as starts')

@@ -205,7 +205,8 @@ def test_metrics_are_served_and_change_as_jobs_run(cluster, tmp_path):
     # The store's own work: each claim and each outcome is an LWT on Cassandra, none on SQLite.
     lwts = after["fabricjobs_store_lwt_attempts_total"]
     assert lwts == 0 if cluster.backend == "sqlite" else lwts >= 6
-    assert after["fabricjobs_store_lwt_unknown_outcomes_total"] == 0  # nothing timed out here
+    if cluster.backend != "cassandra-real":  # (a real JVM may stall past an LWT's timeout under load)
+        assert after["fabricjobs_store_lwt_unknown_outcomes_total"] == 0  # nothing timed out here
     # A peer, on this node's own clock: its beat's age grows while it stands still.
     quiet = cluster.tmp / "quiet.ini"
     quiet.write_text(cluster.config_path.read_text().replace(f"PORT = {METRICS_PORT}", "PORT = 0"))

@@ -105,6 +105,7 @@ def test_a_time_limit_ends_a_process_run_and_its_daemon(cluster, tmp_path):
     wait_for(lambda: not process_alive(daemon), 5, "the daemon of the timed-out run to be ended with it")
 
 
+@pytest.mark.timing  # (the run notices its lease gone within the threshold's last second)
 def test_nothing_a_sigkilled_node_started_outlives_the_dead_node_threshold(cluster, tmp_path):
     node = cluster.start_node("a")
     pidfile = tmp_path / "daemon.pid"

@@ -150,14 +150,18 @@ def test_cycles_self_dependencies_and_unknown_parents_are_rejected(tmp_path, req
 @pytest.mark.slow
 @pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 1}}], indirect=True)
 def test_with_a_pool_of_one_waiting_jobs_run_in_priority_order(cluster, tmp_path):
-    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    log, starts, gate = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl", tmp_path / "all-queued"
     cluster.start_node("n1")
     client = cluster.client()
-    client.fetch(f"startjob user_job name='Probe.record' uid='blocker' args='{rec(log, 1.5, starts)}';")
+    # The blocker holds the one slot until all 20 are queued (on Cassandra a script's STARTJOBs
+    # are not written at once: the node could otherwise claim the first before the last is in).
+    blocker = json.dumps({"log": str(log), "seconds": 60, "starts": str(starts), "until": str(gate)})
+    client.fetch(f"startjob user_job name='Probe.record' uid='blocker' args='{blocker}';")
     wait_for(lambda: len(read_records(starts)) == 1, 10, "the blocker to hold the one slot")
     prios = [3, 9, 0, 5, 7, 1, 9, 4, 6, 2, 8, 0, 5, 3, 7, 6, 1, 4, 2, 8]
     client.fetch("".join(f"startjob user_job name='Probe.record' uid='p{i:02d}' priority={p} args='{rec(log, 0.02, starts)}';"
                          for i, p in enumerate(prios)))
+    gate.touch()
     wait_for(lambda: len(read_records(starts)) == 21, 30, "all 20 to run")
     order = [r["key"].rsplit(".", 1)[1] for r in sorted(read_records(starts), key=lambda r: r["start"])][1:]
     ran = [prios[int(uid[1:])] for uid in order]
@@ -316,8 +320,9 @@ def test_a_late_fire_is_skipped_and_shown_in_the_history_on_a_real_node(cluster,
     cluster.start_node("n1")
     wait_for(lambda: len(read_records(tmp_path / "l")) >= 2, 10, "runs after the skip")
     hist = list(cluster.fetch("jobhistory user_job 'Probe.stamp' with uid='late' limit 100;"))
-    skipped = [r for r in hist if r["Result"] == "SKIPPED"]
-    assert len(skipped) == 1 and skipped[0]["Due"] == first_due
+    # (a later fire a loaded node starts over a second late is skipped too: only the first counts)
+    skipped = [r for r in hist if r["Result"] == "SKIPPED" and r["Due"] == first_due]
+    assert len(skipped) == 1
     assert all(r["start"] > first_due.timestamp() + 3 for r in read_records(tmp_path / "l"))
 
 

@@ -325,7 +325,7 @@ def fuzz_client(tmp_path_factory):
     c.close()
 
 
-@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=30000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_input_ends_in_results_or_one_clean_error(fuzz_client, data):
     base = data.draw(st.one_of(st.sampled_from(SEED_COMMANDS), st.text(max_size=80)))

@@ -411,13 +411,13 @@ def script(draw) -> str:
     return text
 
 
-@settings(max_examples=600, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=timedelta(seconds=30), suppress_health_check=[HealthCheck.too_slow])
 @given(script())
 def test_prepared_statements_agree_with_the_plain_parse(text):
     assert_same(text)
 
 
-@settings(max_examples=200, deadline=timedelta(seconds=5), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=timedelta(seconds=30), suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(script(), st.text(alphabet="';=-/*\\\" \n\tabcps01", max_size=30)), min_size=1, max_size=4))
 def test_scripts_glued_together_agree(pieces):
     assert_same(";".join(pieces))

@@ -32,20 +32,21 @@ def echo(value=None):
 
 
 def record(log: str, seconds: float = 0.0, step: float = 0.01, starts: str = "", talk: float = 0.0,
-           seconds_on: dict[str, float] | None = None):
+           seconds_on: dict[str, float] | None = None, until: str = ""):
     """Runs ``seconds`` while watching is_aborted(); appends one record when it ends, marked
     aborted if it ended early or its node can no longer vouch for it (so tests can check that
     runs of one key never overlap). With ``starts``, also appends a record when it starts.
     With ``talk``, logs a line every ``talk`` seconds (its live log). ``seconds_on`` maps node
     names to how long runs take there instead: a test can make one node's runs outlast any
-    fault while the runs of the node that takes them over end soon."""
+    fault while the runs of the node that takes them over end soon. With ``until``, a run
+    ends early once that file exists (the test makes it when it has seen the run going)."""
     job = current_job()
     seconds = (seconds_on or {}).get(job.node, seconds)
     start = said = time.time()
     if starts:
         _append(starts, dict(key=str(job.key), node=job.node, epoch=job.epoch, start=start, pid=os.getpid()))
     aborted = False
-    while time.time() - start < seconds:
+    while time.time() - start < seconds and not (until and os.path.exists(until)):
         if job.is_aborted():
             aborted = True
             break

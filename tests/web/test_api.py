@@ -85,8 +85,10 @@ def test_every_endpoint_under_every_role_and_without_a_valid_token(site):
 @on_every_backend  # the real Cassandra's representative: list, a job, start, stop, runs, logs, nodes, commands
 def test_a_job_through_its_life_on_a_real_node(site, tmp_path):
     api = site.client("operator")
-    nodes = api.get("/nodes").json()
-    assert [(n["node"], n["state"]) for n in nodes] == [("w1", "alive")] and nodes[0]["capacity"], nodes
+    # (alive: a beat at most two intervals old; a late one under load shows it suspect a while)
+    nodes = wait_for(lambda: (lambda n: n if [(x["node"], x["state"]) for x in n] == [("w1", "alive")] else None)(
+        api.get("/nodes").json()), 20, "w1 to be listed alive")
+    assert nodes[0]["capacity"], nodes
     log = tmp_path / "runs.jsonl"
     body = {"type": "user_job", "name": "Probe.record", "uid": "life", "args": {"log": str(log), "seconds": 60}}
     started = api.post("/jobs", json=body)

