@@ -159,6 +159,36 @@ def test_a_claim_answers_with_the_row_it_claimed_though_it_moved_on_at_once(stor
     assert (store.get(candidate.key).status, store.get(candidate.key).next_run) == (Status.STOPPING, later)
 
 
+def test_a_claim_whose_row_cannot_be_read_back_at_once_still_answers_with_its_row(store, monkeypatch):
+    """A backend that reads an applied write's row back, whose first read fails (a timeout on a
+    host under load), reads it again: the claim applied, and its run must not be left
+    unstarted (its row would stay IN_PROCESS with no run, then be taken for a lost one)."""
+    from concurrent.futures import Future
+
+    from fabricjobs.errors import StoreError
+
+    for uid in ("now", "group"):
+        store.insert(job(uid=uid, arguments='{"x": 1}', next_run=T0))
+    read_many, failures = store.get_many, []
+
+    def fails_once(keys):
+        monkeypatch.setattr(store, "get_many", read_many)
+        failures.append(keys)
+        raise StoreError("a read timed out")
+
+    candidates = {j.key.uid: j for j in store.waiting(10)}
+    monkeypatch.setattr(store, "get_many", fails_once)
+    res = store.cas(candidates["now"], claim(candidates["now"], "n1"))
+    assert res.applied and (res.row.status, res.row.arguments) == (Status.IN_PROCESS, '{"x": 1}')
+    monkeypatch.setattr(store, "get_many", fails_once)
+    errors: list = []
+    (answer,) = store.cas_each_within([(candidates["group"], claim(candidates["group"], "n1"))],
+                                      on_error=errors.append, patience=5.0)
+    res = answer.result(10) if isinstance(answer, Future) else answer
+    assert errors == [] and res.applied and (res.row.status, res.row.arguments) == (Status.IN_PROCESS, '{"x": 1}')
+    assert len(failures) == (0 if store.candidates_whole else 2)  # (SQLite answers without a read)
+
+
 def test_cas_on_a_missing_row_reports_no_row(store):
     ghost = job(uid="ghost").replace(revision=1)
     res = store.cas(ghost, claim(ghost, "n1"))

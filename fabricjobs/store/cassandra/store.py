@@ -444,9 +444,10 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         returns no row), read together once the group's writes have answered. With ``patience``
         (cas_each_within: the node's loop waits) the read runs on the store's pool and is
         waited for that long; if it has not answered by then, those results become Futures
-        answered when it does, as writes that straggle. A read that fails, or finds no row,
-        makes the result an error, as a failed write's (``on_error``: reported, and the result
-        None)."""
+        answered when it does, as writes that straggle. A read that fails is tried again
+        (_read_again: the change applied, and a run waits for its row); one that fails still,
+        or finds no row, makes the result an error, as a failed write's (``on_error``:
+        reported, and the result None)."""
         wanted = [(i, c) for i, c in changes
                   if isinstance(results[i], CasResult) and results[i].applied and results[i].row is None]
         if not wanted:
@@ -456,12 +457,14 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
         error: BaseException | None = None
         if patience is None:
             try:
-                rows = self.get_many(keys)
+                rows = self._read_again(keys)
             except StoreError as exc:
                 error = exc
         else:
             task = self._pool.submit(self.get_many, keys)
-            if not wait([task], timeout=patience).done:
+            if not wait([task], timeout=patience).done or isinstance(task.exception(), StoreError):
+                if task.done():  # failed: tried again meanwhile, its answer as late as a straggler's
+                    task = self._pool.submit(self._read_again, keys)
                 self._read_back_late(task, [c for _, c in wanted], [i for i, _ in wanted], results)
                 return
             error = task.exception()
@@ -472,6 +475,16 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             else:
                 on_error(c.expected)
                 results[i] = None
+
+    def _read_again(self, keys: list[JobKey]) -> "list[Job | None]":
+        """get_many, tried again after a pause while it fails (a read timed out on a host under
+        load): the rows of changes that applied, whose runs must not be left unstarted for it."""
+        for pause in _READ_AGAIN_PAUSES:
+            try:
+                return self.get_many(keys)
+            except StoreError:
+                time.sleep(pause)
+        return self.get_many(keys)
 
     @staticmethod
     def _read_back_late(task: "Future[list[Job | None]]", changes: "list[_Change]", places: list[int],
@@ -660,6 +673,10 @@ def _read_answers(changes: "Sequence[_Change]", rows: "Sequence[Job | None] | No
         else:
             out.append(StoreError(f"Cassandra: the row of {key} was not found after its change applied"))
     return out
+
+
+#: The pauses before a failed read of applied changes' rows is tried again (_read_again).
+_READ_AGAIN_PAUSES = (0.2, 1.0)
 
 
 def _as_left(read: Job, c: "_Change") -> Job:
