@@ -228,7 +228,7 @@ def test_a_prepare_left_unanswered_gives_up_after_the_request_timeout_not_the_dr
         began = time.monotonic()
         with pytest.raises(StoreError, match="cannot prepare"):
             store.node("n1")
-        assert time.monotonic() - began < 5.0  # two tries of 0.5 s each, not 10 s or more
+        assert time.monotonic() - began < 8.0  # two tries of 0.5 s each (slower under load), not 10 s or more
         assert store.node("n1") is None  # answered once the host answers again
     finally:
         store.close()
@@ -758,11 +758,11 @@ def test_a_heartbeat_request_gives_up_after_its_own_timeout(server, keyspace):
         row = NodeRow("n1", "i", "DC1", "h", 1, T0, "v", 1)
         store.write_node(row)
         for call in (lambda: store.write_node(row, timeout=0.3), lambda: store.nodes(timeout=0.3)):
-            server.faults.add("delay", r"\w+\.nodes", delay=3.0, times=1)
+            server.faults.add("delay", r"\w+\.nodes", delay=10.0, times=1)
             began = time.monotonic()
             with pytest.raises(StoreError):
                 call()
-            assert time.monotonic() - began < 1.5
+            assert time.monotonic() - began < 5.0  # 0.3 s (slower under load), not the 10 s the host holds it
     finally:
         store.close()
 
@@ -863,7 +863,9 @@ def test_a_node_starting_just_after_a_heal_reads_the_schema_version_again_when_a
     began = time.monotonic()
     store = open_store(server, keyspace, request_timeout=0.5)
     try:
-        assert time.monotonic() - began < 5.0
+        # Read again after its 0.5 s timeout, not after the 30 s the first read was held (a
+        # loaded machine took 5.9 s once: open_store's other reads go on meanwhile).
+        assert time.monotonic() - began < 20.0
         assert store.node("n1") is None  # open, on the schema it found
     finally:
         store.close()
