@@ -152,7 +152,7 @@ def _zone(text: str) -> str:
     if t:
         try:
             ZoneInfo(t)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # (OSError: 'America', a folder; a name too long)
             raise ValueError(f"unknown time zone {t!r} (expected an IANA name such as Europe/Paris)") from None
     return t
 

@@ -288,7 +288,7 @@ def resolve_zone(zone: ZoneInfo | str | None) -> ZoneInfo:
         return host_zone()
     try:
         return ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (OSError: 'America', a folder; a name too long)
         raise ScheduleError(f"unknown time zone {zone!r} (expected an IANA name such as 'Europe/Paris')") from None
 
 
@@ -311,6 +311,6 @@ def host_zone() -> ZoneInfo:
             continue
         try:
             return ZoneInfo(name)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
             continue
     return ZoneInfo("UTC")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..calendar import make_calendar
 from ..commands import statements
-from ..errors import CalendarNotFound, CommandError
+from ..errors import CalendarNotFound, CommandError, ValidationError
 from ..result import Result
 from ..schedule import Schedule
 from .core import ServiceCore
@@ -50,7 +50,7 @@ class CalendarCommands(ServiceCore):
             return ""
         self._stored_calendar(name)
         if not schedule.is_recurring:
-            raise CommandError(f"CALENDAR='{name}' needs a recurring job: EXEC_INTERVAL='HH:MM:SS' or a cron "
+            raise ValidationError(f"CALENDAR='{name}' needs a recurring job: EXEC_INTERVAL='HH:MM:SS' or a cron "
                                "expression (a calendar skips fires; a one-time job has one)")
         return name
 

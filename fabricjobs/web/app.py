@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, MutableMapping
 from urllib.parse import unquote
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 
 from .. import __version__
 from ..clock import Clock, SystemClock, following
@@ -65,7 +65,7 @@ def create_app(api: Api) -> FastAPI:
 
     No interactive docs pages: FastAPI's load their scripts from a CDN, and nothing here may be
     fetched from outside at run time."""
-    from .routes import calendars, cluster, commands, health, jobs, runs
+    from .routes import calendars, cluster, commands, health, jobs, known_query, runs
 
     needs_token = api.config.get("web", "OPENAPI_NEEDS_TOKEN")
     app = FastAPI(
@@ -80,8 +80,10 @@ def create_app(api: Api) -> FastAPI:
     app.add_middleware(NoSniff)
     errors.install(app)
     for module in (jobs, runs, calendars, cluster, commands):
-        app.include_router(module.router, prefix=API, responses=errors_documented())
+        app.include_router(module.router, prefix=API, responses=errors_documented(),
+                           dependencies=[Depends(known_query)])
     app.include_router(health.router)
+    _without_422(app)
     if needs_token:
         @app.get(f"{API}/openapi.json", include_in_schema=False)
         def openapi(request: Request) -> dict[str, Any]:
@@ -128,12 +130,32 @@ def install_limits(app: FastAPI, api: Api) -> None:
     app.add_middleware(BodyGate, max_bytes=web["MAX_BODY_BYTES"], authenticated=authenticated)
 
 
+def _without_422(app: FastAPI) -> None:
+    """The OpenAPI document as the API answers: FastAPI lists its own 422 validation shape for
+    every operation with parameters, but bad input is answered 400 with the error body every
+    other error has (errors.py); a client made from the document must decode what comes."""
+    made = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = made()
+            for operations in doc.get("paths", {}).values():
+                for op in operations.values():
+                    op.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):  # (FastAPI's, used by 422 alone)
+                doc.get("components", {}).get("schemas", {}).pop(name, None)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def errors_documented() -> dict[int | str, dict[str, Any]]:
     from .schemas import ErrorBody
 
     words = {400: "bad input (ValidationError, CommandSyntaxError)", 401: "no token, or an unknown or revoked one",
              403: "the token's role does not allow this", 404: "no such job, run, node or task",
              409: "Job is running, or the job changed under the command",
+             413: "the request body is too long ([web] MAX_BODY_BYTES)",
              410: "the job named has ended (JobEnded): a change of a running or waiting job came too late",
              502: "the store failed partway through a script's STARTJOBs (InsertInterrupted): part of it took effect",
              503: "the store cannot be reached", 504: "a wait ran out (WaitTimeout); the command took effect"}

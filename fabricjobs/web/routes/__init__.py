@@ -5,11 +5,12 @@ never a meaning of its own."""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from fastapi import Request
 
 from ...commands import statements, values
+from ...errors import ValidationError
 from ...model import JobKey
 from ...result import Result
 from ..app import Api, segment  # noqa: F401  (segment: for the route modules)
@@ -19,6 +20,10 @@ from ..tokens import TokenInfo
 #: The longest a request waits (WAITJOB, STOPJOB ... WAIT): a wait holds a server thread, and
 #: proxies drop requests idle for about a minute. Ask again to wait longer.
 MAX_WAIT_SEC = 60.0
+#: What a route that may hold a long request (a wait, a follow) answers besides its own.
+LONG: dict[int | str, dict[str, Any]] = {429: {
+    "description": "too many long requests (waits, follows) open: the token's [web] MAX_WAITS_PER_TOKEN, or "
+                   "the process's MAX_WAITS; ask again later (Retry-After)"}}
 
 
 def api_of(request: Request) -> Api:
@@ -61,3 +66,24 @@ def take_long_request(request: Request, who: TokenInfo) -> Callable[[], None]:
     """As :func:`long_request`, for a response that goes on after its route returns (a
     stream): what gives the slot back."""
     return request.app.state.waits.take(who.name)
+
+
+def known_query(request: Request) -> None:
+    """Refuse a query parameter the route does not take: a misspelt one would be ignored, and
+    a list come back unfiltered or a stop not wait (``?statuses=``, ``?wiat=``)."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None or not request.query_params:
+        return
+    known = _query_names(dependant)
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise ValidationError(f"unknown query parameter {', '.join(repr(u[:64]) for u in unknown[:5])} "
+                              f"(this route takes: {', '.join(sorted(known)) or 'none'})")
+
+
+def _query_names(dependant: Any) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names

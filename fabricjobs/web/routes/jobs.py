@@ -17,8 +17,9 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from ...commands import statements as st
-from ...errors import JobNotFound, WaitTimeout
+from ...errors import JobNotFound, ValidationError, WaitTimeout
 from ...model import JobKey, Status
+from ...names import complaint
 from ...result import Result
 from ...service import EXISTS_NOTE, JobQuery
 from ..app import API
@@ -26,7 +27,7 @@ from ..auth import Need, requires
 from ..cursors import list_cursor, next_cursor
 from ..schemas import Change, JobDetail, JobList, StartBody, UpdateBody, WaitResult, record, records
 from ..tokens import TokenInfo
-from . import MAX_WAIT_SEC, api_of, capped, execute, job_key, long_request, segment
+from . import LONG, MAX_WAIT_SEC, api_of, capped, execute, job_key, long_request, segment
 
 router = APIRouter(tags=["jobs"])
 JOB = "/jobs/{type}/{name}/{uid}"
@@ -60,6 +61,9 @@ def list_jobs(
     limit: int = Query(100, ge=1, le=1000),
     who: TokenInfo = Viewer,
 ) -> dict[str, Any]:
+    for what, value in (("TYPE", type), ("NAME", name), ("BY", owner), ("REQUESTOR", requestor)):
+        if value is not None and (why := complaint(what, value)) is not None:  # (as the statement's words)
+            raise ValidationError(why)
     live, archived = scope != "archived", scope != "live"
     query = JobQuery(type=type, name=name, owner=owner, requestor=requestor, statuses=frozenset(status), live=live,
                      archived=archived, since=_utc(since), until=_utc(until),
@@ -74,6 +78,7 @@ def get_job(request: Request, type: str, name: str, uid: str, who: TokenInfo = V
 
 
 @router.post("/jobs", response_model=Change, status_code=201,
+             responses={200: {"model": Change, "description": "if_not_exists met the job: the job as it is"}},
              summary="Start a job (STARTJOB): 201 when it was created, 200 when if_not_exists met the job")
 def start_job(request: Request, response: Response, body: StartBody, who: TokenInfo = Operator) -> dict[str, Any]:
     command = st.StartJob(
@@ -92,13 +97,13 @@ def start_job(request: Request, response: Response, body: StartBody, who: TokenI
 WaitTimeoutQuery = Query(None, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}")
 
 
-@router.post(f"{JOB}/stop", response_model=Change, summary="Stop a job (STOPJOB; wait=true: STOPJOB ... WAIT)")
+@router.post(f"{JOB}/stop", response_model=Change, responses=LONG, summary="Stop a job (STOPJOB; wait=true: STOPJOB ... WAIT)")
 def stop_job(request: Request, type: str, name: str, uid: str, wait: bool = False,
              timeout: float | None = WaitTimeoutQuery, who: TokenInfo = Operator) -> dict[str, Any]:
     return _end(request, who, st.StopJob, job_key(type, name, uid), wait, timeout)
 
 
-@router.post(f"{JOB}/finish", response_model=Change,
+@router.post(f"{JOB}/finish", response_model=Change, responses=LONG,
              summary="Finish a recurring job: its run going on completes, then no more fires (FINISHJOB; "
                      "wait=true: FINISHJOB ... WAIT)")
 def finish_job(request: Request, type: str, name: str, uid: str, wait: bool = False,
@@ -164,7 +169,7 @@ def update_job(request: Request, type: str, name: str, uid: str, body: UpdateBod
     return _one(result, key) if result.rows else _detail_as_change(request, who, key)
 
 
-@router.get(f"{JOB}/wait", response_model=WaitResult,
+@router.get(f"{JOB}/wait", response_model=WaitResult, responses=LONG,
             summary="Long-poll until the job is final, or its current or next run ended (WAITJOB)")
 def wait_job(request: Request, type: str, name: str, uid: str,
              timeout: float = Query(30.0, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),

@@ -22,7 +22,7 @@ from ..auth import Need, requires
 from ..errors import body_of
 from ..schemas import DeletedRuns, RecentRun, Run, RunLog, RunWaitResult, record, records
 from ..tokens import TokenInfo
-from . import MAX_WAIT_SEC, api_of, capped, checked, execute, job_key, long_request, take_long_request
+from . import LONG, MAX_WAIT_SEC, api_of, capped, checked, execute, job_key, long_request, take_long_request
 
 router = APIRouter(tags=["runs"])
 RUNS = "/jobs/{type}/{name}/{uid}/runs"
@@ -68,7 +68,7 @@ def get_run(request: Request, type: str, name: str, uid: str, run: int = RunNumb
     return record(HISTORY_COLUMNS, history_row(_find(request, type, name, uid, run)))
 
 
-@router.get(RUNS + "/{run}/wait", response_model=RunWaitResult,
+@router.get(RUNS + "/{run}/wait", response_model=RunWaitResult, responses=LONG,
             summary="Long-poll until run n has ended, then that run (WAITJOB ... RUN n); 404 if it never will")
 def wait_run(request: Request, type: str, name: str, uid: str, run: int = RunNumber,
              timeout: float = Query(30.0, ge=0, description=f"seconds, at most {MAX_WAIT_SEC:.0f}"),
@@ -96,12 +96,14 @@ _FOLLOWED: dict[int | str, dict[str, Any]] = {200: {"description": "With ``follo
                         "line": {"type": "string"}, "error": {"type": "string"}, "message": {"type": "string"}}}}}}}
 
 
-@router.get("/jobs/{type}/{name}/{uid}/log", response_model=RunLog, responses=_FOLLOWED,
+@router.get("/jobs/{type}/{name}/{uid}/log", response_model=RunLog, responses={**_FOLLOWED, **LONG},
             summary="The last run's log (JOBLOG); follow=true: the running run's lines as they come (JOBLOG ... FOLLOW)")
 def get_last_log(request: Request, type: str, name: str, uid: str,
                  follow: bool = Query(False, description="Stream the lines of the run going on (or of the next one) "
                                                          "until it ends, as NDJSON; a final job: its last run's log"),
-                 timeout: int | None = Query(None, ge=0, le=10_000_000, description="Seconds the whole follow may take (at most 60: ask again to follow longer)"),
+                 timeout: float | None = Query(None, ge=0, allow_inf_nan=False,
+                                               description="Seconds the whole follow may take (at most 60: ask again "
+                                                           "to follow longer)"),
                  who: TokenInfo = Viewer) -> Any:
     if not follow:
         return _log(_find(request, type, name, uid, None))
