@@ -35,6 +35,7 @@ from .. import dependencies, parallel
 from ..model import Event, Job, Status, advance
 from ..logs import job_extra
 from ..store.base import CasResult, Version
+from ..worker import cgroups
 from .claims import MAX_PAGES, Claims, write_failed
 from .decisions import lost_run_record, take_over
 from .executor import EndReason
@@ -300,8 +301,8 @@ class Reconciler(UsesParts):
             at.append(i)
             pairs.append((full, new))
             records.append(lost_run_record(full, new, now, seen.get(full.worker_id or "")))
-        # (Rows read whole: each answer is the row the takeover left, not a later one.)
-        written = self.store.cas_each_within(pairs, records, write_failed, whole=True, patience=PATIENCE)
+        # (Not whole: that would make a failed send a re-send, keeping its lost-run line.)
+        written = self.store.cas_each_within(pairs, records, write_failed, patience=PATIENCE)
         for i, res in zip(at, written):
             answered = functools.partial(self._taken, rows[i], then)
             if isinstance(res, concurrent.futures.Future):
@@ -364,13 +365,19 @@ class Reconciler(UsesParts):
         once per beat a peer was last seen at: one frozen, woken and frozen again is ended again."""
         judged = {(r.name, r.incarnation, r.beat) for r in self.peers}
         self._ended_here &= judged  # (what no longer describes a dead peer's row)
+        killed = []
         for row in self.peers:
             mark = (row.name, row.incarnation, row.beat)
             if row.name != self.me and mark not in self._ended_here and self.liveness.is_dead(row.name):
                 self._ended_here.add(mark)
-                if end_dead_peer_runs(row, self._host):
+                home = end_dead_peer_runs(row, self._host)
+                if home is not None:
+                    killed.append(home)
                     log.warning("node %s (pid %d on this host) is dead: what was left in its run cgroups is killed "
                                 "before its runs are taken over", row.name, row.pid)
+        # Gone, not only signalled, before the takeover (a SIGKILL ends a process once it is
+        # next scheduled: on a loaded host, a while later); all waited for at once.
+        cgroups.wait_empty(killed, cgroups.EMPTY_WAIT)
 
     def _take_runs(self, rows: list[Job], now: datetime, generation: int) -> None:
         """Take over IN_PROCESS rows of dead owners, or of this node's previous life, that there

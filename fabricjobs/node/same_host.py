@@ -37,23 +37,22 @@ def same_process(pid: int, info: str | None) -> bool:
     return process_start(pid) == recorded
 
 
-def end_dead_peer_runs(peer: NodeRow, host: str) -> bool:
+def end_dead_peer_runs(peer: NodeRow, host: str) -> str | None:
     """Kill what is left in the run cgroups of ``peer``, judged dead, if it ran on this host
     (``host``): the cgroup its row names (each node of a process has its own), and only while
-    the row's pid and start time still name that node's process or no process at all. Whether
-    it did; a row that cannot say for sure is left alone."""
+    the row's pid and start time still name that node's process or no process at all. The
+    cgroup it killed (signalled: cgroups.wait_empty waits for them to be gone), or None; a row
+    that cannot say for sure is left alone."""
     if peer.host != host or peer.pid == os.getpid():
-        return False
+        return None
     try:
         info = json.loads(peer.info or "{}")
     except ValueError:
-        return False
+        return None
     home, started = (info.get("run_cgroups"), info.get("pid_start")) if isinstance(info, dict) else (None, None)
     if not isinstance(home, str) or started is None or not cgroups.is_home_of(home, peer.pid):
-        return False
+        return None
     if pid_alive(peer.pid) and process_start(peer.pid) != started:
-        return False  # the pid names another process now: its cgroups are not the dead node's
-    # Its slots (the home stays for that node, or the next node's start, to remove); ended
-    # before the takeover that follows, not only signalled.
-    cgroups.kill(home, wait=cgroups.EMPTY_WAIT)
-    return True
+        return None  # the pid names another process now: its cgroups are not the dead node's
+    cgroups.kill(home)  # (its slots; the home stays for that node, or the next node's start, to remove)
+    return home

@@ -269,11 +269,12 @@ class JobStore(ABC):
         """Write ``new`` if the stored row still matches ``expected`` (see the module docstring).
 
         Only the columns in which ``new`` differs from ``expected`` are written (so a candidate
-        row can be passed as ``expected``); the applied result's ``row`` is the full stored
-        row. ``new.revision`` is ignored: the stored revision becomes ``expected.revision + 1``.
-        ``new.key`` must equal ``expected.key``. ``whole``: as cas_many's; the row returned is
-        then exactly the one this write left, even if another change follows it at once (a
-        candidate's is read back, and such a read may already find the next change).
+        row can be passed as ``expected``); the applied result's ``row`` is the full row as
+        this write left it, even if another change follows it at once (a backend that reads a
+        candidate's row back takes from that read only what the candidate did not carry).
+        ``new.revision`` is ignored: the stored revision becomes ``expected.revision + 1``.
+        ``new.key`` must equal ``expected.key``. ``whole``: as cas_many's (answered without
+        reading the row back).
         """
 
     @abstractmethod

@@ -157,8 +157,13 @@ def kill(cgroup: str, wait: float = 0.0) -> None:
     ``wait`` s for them to be gone (a SIGKILL is delivered at once, but a process ends only
     once it is next scheduled: on a loaded host, a while later)."""
     _kill(cgroup)
+    wait_empty([cgroup], wait)
+
+
+def wait_empty(cgroups: list[str], wait: float) -> None:
+    """Wait up to ``wait`` s for every process of ``cgroups`` (killed) to be gone."""
     deadline = time.monotonic() + wait
-    while wait and populated(cgroup) and time.monotonic() < deadline:
+    while wait and any(populated(c) for c in cgroups) and time.monotonic() < deadline:
         time.sleep(0.01)
 
 

@@ -48,7 +48,7 @@ def test_a_bad_time_zone_or_a_calendar_on_a_one_time_job_is_a_400(site):
 def test_the_job_lists_filters_are_checked_as_the_statements_values(site):
     viewer = site.client("viewer")
     for params, says in (({"name": "a\x00b", "scope": "all"}, "NAME must not contain control characters"),
-                         ({"owner": "x" * 60_000}, "BY is 60,000 characters long"),
+                         ({"owner": "x" * 1025}, "BY is 1,025 characters long"),
                          ({"requestor": "a\nb"}, "REQUESTOR must not contain control characters")):
         refused = viewer.get("/jobs", params=params)
         assert refused.status_code == 400 and says in refused.json()["message"], refused.text
@@ -56,6 +56,8 @@ def test_the_job_lists_filters_are_checked_as_the_statements_values(site):
     refused = viewer.get("/jobs", params={"statuses": "FAILED"})
     assert refused.status_code == 400 and "unknown query parameter 'statuses'" in refused.json()["message"]
     assert "status" in refused.json()["message"].split("takes:")[1], refused.text
+    anonymous = site.client(None).get("/jobs", params={"statuses": "FAILED"})  # (told nothing of the route)
+    assert anonymous.status_code == 401 and "takes" not in anonymous.text, anonymous.text
     operator = site.client("operator")
     assert operator.post("/jobs", json={"type": "USER_JOB", "name": "Probe.noop", "uid": "misspelt",
                                         "exec_interval": "0 0 1 1 *"}).status_code == 201
@@ -68,8 +70,8 @@ def test_the_job_lists_filters_are_checked_as_the_statements_values(site):
 def test_a_script_sent_to_the_api_may_wait_once(site):
     operator = site.client("operator")
     text = ("startjob user_job name='Probe.noop' uid='two-waits';"
-            "waitjob user_job 'Probe.noop' with uid='two-waits' timeout 5;"
-            "joblog user_job 'Probe.noop' with uid='two-waits' follow timeout 5;")
+            "waitjob user_job 'Probe.noop' with uid='two-waits' timeout 30;"
+            "joblog user_job 'Probe.noop' with uid='two-waits' follow timeout 30;")
     refused = operator.post("/commands", json={"text": text})
     assert refused.status_code == 400 and "may wait once (it has 2 waits" in refused.json()["message"], refused.text
     assert operator.get("/jobs/USER_JOB/Probe.noop/two-waits").status_code == 404  # nothing ran
@@ -85,8 +87,14 @@ def test_a_follow_through_commands_holds_its_slot_while_its_lines_come(request, 
                                             "args": json.loads(args)}).status_code == 201
         follow = "joblog user_job 'Probe.started' with uid='followed' follow timeout 20;"
         answers: list[int] = []
-        following = threading.Thread(target=lambda: answers.append(
-            site.client("viewer").post("/commands", json={"text": follow}).status_code), daemon=True)
+
+        def follow_once_admitted() -> None:  # (a probe below may hold the one slot a moment: ask again)
+            for _ in range(100):
+                answers.append(site.client("viewer").post("/commands", json={"text": follow}).status_code)
+                if answers[-1] != 429:
+                    return
+
+        following = threading.Thread(target=follow_once_admitted, daemon=True)
         following.start()
         try:
             # While the follow's lines come, the token's one slot is taken: another follow is a 429.
@@ -100,4 +108,4 @@ def test_a_follow_through_commands_holds_its_slot_while_its_lines_come(request, 
         finally:
             operator.post("/jobs/USER_JOB/Probe.started/followed/stop")
             following.join(30)
-        assert answers and answers[0] in (200, 504), answers
+        assert answers and answers[-1] in (200, 504), answers

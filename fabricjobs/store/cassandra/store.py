@@ -461,10 +461,8 @@ class CassandraStore(Queue, Repair, History, Search, Nodes, Calendars, LiveLog, 
             except StoreError as exc:
                 error = exc
         else:
-            task = self._pool.submit(self.get_many, keys)
-            if not wait([task], timeout=patience).done or isinstance(task.exception(), StoreError):
-                if task.done():  # failed: tried again meanwhile, its answer as late as a straggler's
-                    task = self._pool.submit(self._read_again, keys)
+            task = self._pool.submit(self._read_again, keys)
+            if not wait([task], timeout=patience).done:
                 self._read_back_late(task, [c for _, c in wanted], [i for i, _ in wanted], results)
                 return
             error = task.exception()
@@ -685,7 +683,7 @@ def _as_left(read: Job, c: "_Change") -> Job:
     its expected row carried, as ``c`` had them; only the rest (arguments, counters: what a
     claim candidate does not carry) as read. The run of a claim is then the one claimed: its
     due time and epoch, and not a later change's (which the run sees as any other)."""
-    kept = {name: getattr(c.target, name) for name in (*c.written, *CANDIDATE_FIELDS)}
+    kept = {name: getattr(c.target, name) for name in (*c.written, *CANDIDATE_FIELDS, "archived")}
     return as_stored(read.replace(**kept, revision=c.revision))
 
 

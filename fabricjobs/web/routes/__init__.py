@@ -70,10 +70,15 @@ def take_long_request(request: Request, who: TokenInfo) -> Callable[[], None]:
 
 def known_query(request: Request) -> None:
     """Refuse a query parameter the route does not take: a misspelt one would be ignored, and
-    a list come back unfiltered or a stop not wait (``?statuses=``, ``?wiat=``)."""
+    a list come back unfiltered or a stop not wait (``?statuses=``, ``?wiat=``). Only for a
+    caller with a token or session: anyone else is answered 401 by the route, told nothing of
+    what it takes."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
     if dependant is None or not request.query_params:
+        return
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    if not request.app.state.authenticated(request.scope, headers):
         return
     known = _query_names(dependant)
     unknown = sorted(set(request.query_params) - known)
