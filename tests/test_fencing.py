@@ -103,7 +103,7 @@ def test_a_job_holding_the_gil_still_ends_before_its_paused_node_is_declared_dea
     try:
         # the run going on when a stopped (a paused node starts nothing new)
         pid = int([line for line in log.read_text().splitlines() if line.startswith("a start")][-1].split()[2])
-        wait_for(lambda: not process_alive(pid), 5, "the GIL-bound run to be ended by its lease")
+        wait_for(lambda: not process_alive(pid), 15, "the GIL-bound run to be ended by its lease")
         ended_after = time.time() - paused_at
         wait_for(lambda: "b start" in log.read_text(), 10, "b to take the job over")
         assert ended_after < 1.0, f"the stale run lived {ended_after:.2f} s; the dead threshold is 1.0 s"
@@ -210,7 +210,7 @@ def test_a_process_job_dies_with_its_worker(cluster, tmp_path):
         out = subprocess.run(["ps", "-o", "pid=", "-g", str(group)], capture_output=True, text=True).stdout
         return not out.strip()
 
-    wait_for(group_gone, 5, "the job's whole process group to be gone with its worker")
+    wait_for(group_gone, 15, "the job's whole process group to be gone with its worker")
     job = cluster.wait_job("PROCESS", "ignore_term.sh", "p", lambda j: j.tries == 1, 10)
     assert "worker process died" in job.error_msg
     assert worker.name == "a"

@@ -135,7 +135,7 @@ def test_joblog_follow_is_not_fooled_by_a_node_adopting_a_scheduled_job(cluster)
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cluster.tmp)
     try:
         cluster.start_node("n1")  # adopts it in its first full pass
-        cluster.wait_job("USER_JOB", "Probe.noop", "adopted", lambda j: j.worker_id == "n1" and j.epoch == 1, timeout=5)
+        cluster.wait_job("USER_JOB", "Probe.noop", "adopted", lambda j: j.worker_id == "n1" and j.epoch == 1, timeout=15)
         out, err = follow.communicate(timeout=30)
     finally:
         if follow.poll() is None:
@@ -151,7 +151,7 @@ def test_joblog_follow_waits_for_the_next_run_of_a_waiting_job(cluster, tmp_path
     r = cluster.shell("-e", f"startjob user_job name='Probe.log_and_wait' uid='w1' args='{{\"gate\": \"{gate}\"}}';")
     assert r.returncode == 0, r.stderr
     follow = Follow(cluster, "joblog user_job 'Probe.log_and_wait' follow timeout 60;")
-    wait_for(lambda: cluster.job("USER_JOB", "Probe.log_and_wait", "w1").status.name == "WAITING", 5, "waiting")
+    wait_for(lambda: cluster.job("USER_JOB", "Probe.log_and_wait", "w1").status.name == "WAITING", 15, "waiting")
     cluster.start_node("n1")
     follow.until("run 1 of USER_JOB.Probe.log_and_wait.w1 on n1: OK -> PROCESSED")
     code, err = follow.end()

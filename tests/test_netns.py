@@ -87,7 +87,7 @@ def test_an_isolated_host_reaches_nobody_and_nobody_reaches_it_until_healed(net)
     assert not _reaches(a, b) and not _reaches(b, c) and not _reaches(None, b)
     assert _reaches(a, c)  # the others still talk
     net.heal()
-    wait_for(lambda: _reaches(a, b) and _reaches(b, c), 5, "b to be reached again")  # an ARP round
+    wait_for(lambda: _reaches(a, b) and _reaches(b, c), 15, "b to be reached again")  # an ARP round
 
 
 def test_a_cut_between_two_hosts_leaves_their_other_links(net):
@@ -98,7 +98,7 @@ def test_a_cut_between_two_hosts_leaves_their_other_links(net):
     net.isolate_group(["c"])  # c alone on its side
     assert not _reaches(c, a) and not _reaches(b, c)
     net.heal()
-    wait_for(lambda: _reaches(a, b) and _reaches(c, a) and _reaches(b, c), 5, "every host to be reached again")
+    wait_for(lambda: _reaches(a, b) and _reaches(c, a) and _reaches(b, c), 15, "every host to be reached again")
 
 
 def test_closing_a_network_removes_every_namespace_and_link():

@@ -234,7 +234,7 @@ def test_nodes_details_and_json_logs(cluster, tmp_path):
     cluster.wait_job("USER_JOB", "Probe.noop", "j", lambda j: j.archived)
     details = cluster.fetch("nodes details;")
     assert details.vertical and details.first_row()["heartbeat"] == "500 ms x 8"
-    wait_for(lambda: "status was updated to PROCESSED" in node.log(), 5, "the outcome line")
+    wait_for(lambda: "status was updated to PROCESSED" in node.log(), 15, "the outcome line")
     lines = [json.loads(line) for line in node.log().splitlines() if line.startswith("{")]
     done = [l for l in lines if "status was updated to PROCESSED" in l["message"]]
     assert done and done[0]["node"] == "a" and done[0]["job"] == "USER_JOB.Probe.noop.j" and done[0]["epoch"] == 1

@@ -71,7 +71,7 @@ def test_stopjob_ends_a_run_and_the_daemon_it_left(cluster, tmp_path):
     cluster.fetch("stopjob user_job name='Isolation.escape' uid='s';")
     job = cluster.wait_job("USER_JOB", "Isolation.escape", "s", lambda j: j.archived, 15, "the stopped run to end")
     assert job.status is Status.TERMINATED
-    wait_for(lambda: not process_alive(daemon), 5, "the daemon the run left to be ended with it")
+    wait_for(lambda: not process_alive(daemon), 15, "the daemon the run left to be ended with it")
     _isolated_by(cluster, node)  # and the node said how
 
 
@@ -89,7 +89,7 @@ def test_kill_ends_a_run_at_once_whatever_its_daemon_holds(cluster, tmp_path):
     cluster.fetch(f"kill '{row.worker_id}' {task};")
     cluster.wait_job("USER_JOB", "Isolation.escape", "k", lambda j: j.tries >= 1 and j.status is not Status.IN_PROCESS
                      or j.epoch > row.epoch, 10, "the killed run to end")
-    wait_for(lambda: not process_alive(daemon), 5, "the daemon of the killed run to be ended with it")
+    wait_for(lambda: not process_alive(daemon), 15, "the daemon of the killed run to be ended with it")
     assert node.alive()
 
 
@@ -102,7 +102,7 @@ def test_a_time_limit_ends_a_process_run_and_its_daemon(cluster, tmp_path):
     run = wait_for(lambda: next(iter(cluster.fetch("jobhistory process 'escape.sh' with uid='t';")), None), 20,
                    "the run past its time limit to end")
     assert "time limit" in (run["Error"] or ""), run
-    wait_for(lambda: not process_alive(daemon), 5, "the daemon of the timed-out run to be ended with it")
+    wait_for(lambda: not process_alive(daemon), 15, "the daemon of the timed-out run to be ended with it")
 
 
 @pytest.mark.timing  # (the run notices its lease gone within the threshold's last second)

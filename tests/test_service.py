@@ -649,7 +649,7 @@ def test_a_startjob_wakes_the_nodes_listening_on_this_host_without_reading_the_n
 
         monkeypatch.setattr(client.store, "nodes", no_read)
         assert client.fetch("startjob user_job name='Customer.userJob1' uid='rung';").first_row()["Status"] == "WAITING"
-        wait_for(lambda: sorted(rings) == ["n1", "n2"], 5, "both listening nodes to be rung")
+        wait_for(lambda: sorted(rings) == ["n1", "n2"], 15, "both listening nodes to be rung")
     finally:
         for stop in stops:
             if stop is not None:
