@@ -5,8 +5,8 @@
 * An API request with a body and no valid token (or console session) is answered 401 before
   any of its body is read, so an anonymous client cannot make the process read, hold or
   parse anything. Elsewhere (the console's login form) a request without one may send
-  ``ANONYMOUS_BODY_BYTES`` at most, and a body it sends in chunks must arrive within
-  ``BODY_READ_SEC``: a client that stops sending does not hold what it sent.
+  ``ANONYMOUS_BODY_BYTES`` at most, and its body (in chunks or of a Content-Length) must
+  arrive within ``BODY_READ_SEC``: a client that stops sending does not hold what it sent.
 * Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) each hold a server thread while
   they wait: one token may have ``[web] MAX_WAITS_PER_TOKEN`` of them open, all tokens
   together ``[web] MAX_WAITS`` (fewer than the threads), and one more is answered 429. /healthz
@@ -70,7 +70,7 @@ class BodyGate:
         if length > limit:
             await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long", limit, anonymous))
             return
-        if chunked:
+        if chunked or (anonymous and length):
             try:  # (a client with a token may take its time: a big upload over a slow link)
                 body = await asyncio.wait_for(self._read_bounded(receive, limit), BODY_READ_SEC if anonymous else None)
             except asyncio.TimeoutError:
