@@ -6,7 +6,7 @@ Application code talks to it through :class:`fabricjobs.Client` (imported lazily
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = ["Client", "__version__"]
 

@@ -28,8 +28,9 @@ def schema_version(backend: str) -> int:
     return SQLITE
 
 
-def sqlite_file_version(path: str) -> int | None:
-    """The user_version of an existing SQLite file, read-only; None if there is none to read."""
+def sqlite_file_version(path: str) -> int | str | None:
+    """The user_version of an existing SQLite file, read-only; None if there is no file, why
+    not if it cannot be read (not a database, or not this user's to read)."""
     if not Path(path).is_file():
         return None
     try:
@@ -38,8 +39,8 @@ def sqlite_file_version(path: str) -> int | None:
             return int(conn.execute("PRAGMA user_version").fetchone()[0])
         finally:
             conn.close()
-    except sqlite3.Error:
-        return None
+    except sqlite3.Error as exc:
+        return str(exc)
 
 
 def version_text(cfg: Config) -> str:
@@ -51,7 +52,8 @@ def version_text(cfg: Config) -> str:
     if backend == "sqlite":
         path = cfg.get("store", "SQLITE_PATH")
         found = sqlite_file_version(path)
-        store += f"; {path}: " + ("not created yet" if found is None else f"schema version {found}")
+        store += f"; {path}: " + ("not created yet" if found is None else f"exists, cannot be read: {found}"
+                                  if isinstance(found, str) else f"schema version {found}")
     else:
         hosts = ", ".join(cfg.get("cassandra", "HOSTS"))
         store += f"; keyspace {cfg.get('cassandra', 'KEYSPACE')} on {hosts}"

@@ -95,6 +95,9 @@ def test_version_names_the_release_python_store_and_schema_versions(tmp_path):
     conn.close()
     after = fabricjobs("--config", str(cfg), "--version")
     assert f"{db}: schema version {SCHEMA_VERSION - 1}" in after.stdout
+    db.write_bytes(b"not a database, though a file is there")
+    damaged = fabricjobs("--config", str(cfg), "--version")
+    assert damaged.returncode == 0 and f"{db}: exists, cannot be read: file is not a database" in damaged.stdout
     cassandra = tmp_path / "c.ini"
     cassandra.write_text("[store]\nBACKEND = cassandra\n[cassandra]\nHOSTS = c1, c2\nKEYSPACE = jobs\n")
     named = fabricjobs("--config", str(cassandra), "--version", env={**os.environ})

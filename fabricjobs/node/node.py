@@ -38,7 +38,8 @@ from ..worker.spool import spool_dir
 from .livelog import LiveLogFlusher
 from ..worker.reaper import pid_alive as _pid_alive
 from .same_host import process_start, same_process
-from .. import dependencies
+from .. import __version__, dependencies
+from ..about import schema_version
 from ..jobs.registry import JobCatalog
 from ..model import NodeState, Status
 from ..schedule import resolve_zone
@@ -332,11 +333,12 @@ class Node:
         self._stop_doorbell = self.doorbell.listen(self.name, self.signals.wake_full)
         self._started = True
         limits = ", ".join(str(lim) for lim in self.affinity.limits.values())
-        log.info(
-            "node %s started (pid %d, dc %s, pool %d, affinity %s, priorities %s, heartbeat %.0f ms x %d, store %s, "
-            "runs isolated by %s)",
-            self.name, os.getpid(), self.dc, self.settings.pool_size, limits, self.affinity.priorities_text,
-            self.settings.heartbeat_interval * 1000, self.settings.heartbeat_miss, self.store.backend, self.isolation,
+        log.info(  # (the release and schema: what tells upgraded hosts apart during a rolling upgrade)
+            "node %s started (fabricjobs %s, pid %d, dc %s, pool %d, affinity %s, priorities %s, heartbeat %.0f ms "
+            "x %d, store %s schema version %d, runs isolated by %s)",
+            self.name, __version__, os.getpid(), self.dc, self.settings.pool_size, limits,
+            self.affinity.priorities_text, self.settings.heartbeat_interval * 1000, self.settings.heartbeat_miss,
+            self.store.backend, schema_version(self.store.backend), self.isolation,
         )
 
     # -- the loop ------------------------------------------------------------------------------------
