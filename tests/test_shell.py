@@ -469,6 +469,7 @@ def test_interactive_history_search_help_of_a_statement_and_a_job_just_started(c
         child.expect("fabric>")
         child.send("startjob user_job name='Probe.noop' uid='just-now' affinity='nowhere';\r")
         child.expect(r"\(1 row\)")
+        child.expect("no node is running, so the job waits until one starts")  # (no node was started)
         child.expect("fabric>")
         child.send("jobstatus user_job 'Probe.noop' with uid='just")
         child.send("\t")
@@ -476,6 +477,11 @@ def test_interactive_history_search_help_of_a_statement_and_a_job_just_started(c
         child.send(";\r")
         child.expect(r"\(1 row\)")
         child.expect("fabric>")
+        cluster.start_node("n1")  # (started: waited for until it beats)
+        child.send("startjob user_job name='Probe.noop' uid='with-a-node';\r")
+        child.expect(r"\(1 row\)")
+        child.expect("fabric>")
+        assert "no node is running" not in child.before, child.before
         child.sendcontrol("d")
         child.expect(pexpect.EOF)
     finally:

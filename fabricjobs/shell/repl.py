@@ -4,6 +4,7 @@ a bug is logged with its traceback and reported in one line."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
 
 from ..client import Client
+from ..cluster import read_cluster
+from ..errors import FabricJobsError
 from ..model import NodeState
 from ..private import private_file
 from .completer import Catalog, CommandCompleter
@@ -28,6 +31,20 @@ def history_path() -> Path:
 #: statement, and on Cassandra each job listed is a read: every live job was 2,009 requests a
 #: refresh with 2,000 live jobs (docs/guides/scripts-and-code.md).
 CATALOG_JOBS = 500
+
+
+#: Statements after which a job waits for a node to run it.
+_STARTS = re.compile(r"\b(startjob|resumejob|runjob|restartjob)\b", re.IGNORECASE)
+NO_NODE_NOTE = ("note: no node is running, so the job waits until one starts (`fabricjobs node`, or "
+                "./scripts/run for a local cluster; NODES lists them)")
+
+
+def _no_live_node(client: Client) -> bool:
+    """Whether the store shows no live node (a store that cannot say: not a reason to warn)."""
+    try:
+        return not any(n.is_live for n in read_cluster(client.store))
+    except FabricJobsError:
+        return False
 
 
 def _load_catalog(client: Client):
@@ -57,6 +74,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
     )
     catalog.refresh()
     out = sys.stdout
+    warned = False  # (once, until a node has been seen)
     while True:
         try:
             text = session.prompt()
@@ -75,7 +93,13 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         try:
             # An entry of many statements (a paste) runs as a script does: to its first error,
             # its consecutive STARTJOBs written together (docs/guides/scripts-and-code.md).
-            run_text(client, text, out, sys.stderr, fmt=fmt, zone=zone, width=width)
+            code = run_text(client, text, out, sys.stderr, fmt=fmt, zone=zone, width=width)
         except KeyboardInterrupt:
             print("cancelled", file=sys.stderr)
+            code = 1
         catalog.refresh(now=True)  # (the job just started is one the next Tab may name)
+        if code == 0 and _STARTS.search(text):  # a job started with no node to run it waits silently
+            alone = _no_live_node(client)
+            if alone and not warned:
+                print(NO_NODE_NOTE, file=sys.stderr)
+            warned = alone
