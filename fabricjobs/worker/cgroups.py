@@ -151,23 +151,11 @@ def join(cgroup: str) -> bool:
         return False
 
 
-def kill(cgroup: str, wait: float = 0.0) -> None:
+def kill(cgroup: str) -> None:
     """SIGKILL every process in ``cgroup`` and below it, including those forking meanwhile
-    (``cgroup.kill``; before Linux 5.14, frozen first and killed one by one); then wait up to
-    ``wait`` s for them to be gone (a SIGKILL is delivered at once, but a process ends only
-    once it is next scheduled: on a loaded host, a while later)."""
-    _kill(cgroup)
-    wait_empty([cgroup], wait)
-
-
-def wait_empty(cgroups: list[str], wait: float) -> None:
-    """Wait up to ``wait`` s for every process of ``cgroups`` (killed) to be gone."""
-    deadline = time.monotonic() + wait
-    while wait and any(populated(c) for c in cgroups) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _kill(cgroup: str) -> None:
+    (``cgroup.kill``; before Linux 5.14, frozen first and killed one by one). A SIGKILL is
+    delivered at once, but a process ends only once it is next scheduled (on a loaded host, a
+    while later): :func:`wait_empty` waits for them to be gone."""
     try:
         _write(os.path.join(cgroup, "cgroup.kill"), "1")
         return
@@ -217,11 +205,19 @@ def _signal_all(pids: list[int], sig: int) -> None:
 
 def remove(cgroup: str, wait: float = EMPTY_WAIT) -> None:
     """Kill what is left in ``cgroup`` and remove it with the cgroups below it."""
-    kill(cgroup, wait)
+    kill(cgroup)
+    wait_empty([cgroup], wait)
     for root, dirs, _files in os.walk(cgroup, topdown=False):
         for d in dirs:
             _rmdir(os.path.join(root, d))
     _rmdir(cgroup)
+
+
+def wait_empty(cgroups: list[str], wait: float) -> None:
+    """Wait up to ``wait`` s for every process of ``cgroups`` (killed) to be gone."""
+    deadline = time.monotonic() + wait
+    while any(populated(c) for c in cgroups) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _rmdir(path: str) -> None:
