@@ -157,24 +157,29 @@ def test_a_run_killed_by_its_node_keeps_what_it_logged(cluster):
         assert says in shown and "a line before the long sleep" in shown and "(no log lines)" not in shown, shown
 
 
-def test_a_jobs_log_lines_reach_the_node_log_one_line_each_and_a_run_log_worth_at_most(cluster):
+@pytest.mark.parametrize("job", ["Probe.logs", "Probe.logs_own"])
+def test_a_jobs_log_lines_reach_the_node_log_one_line_each_and_a_run_log_worth_at_most(cluster, job):
     """A job's logger lines go to the node's log too (as Fabric's do), but a line break in one
     cannot forge a line of the node's own, and a run's share of the node's log is bounded
-    (RUN_LOG_MAX_BYTES, 64 KiB here); JOBLOG has the run's lines."""
+    (RUN_LOG_MAX_BYTES, 64 KiB here); JOBLOG has the run's lines. The same holds of a Python
+    logger of the job's own (``logging.getLogger(__name__)``, ``Probe.logs_own``), whose lines
+    once reached the node's log as they were."""
     forged = "x\nWARNING 2026-01-01 00:00:00,000 [MainThread] fabricjobs.node - FORGED: node a lost its lease"
     node = cluster.nodes["a"]
     before = node.log_path.stat().st_size
-    cluster.fetch(f"startjob user_job name='Probe.logs' uid='forge' args='{json.dumps({'text': forged})}';"
-                  f"startjob user_job name='Probe.logs' uid='flood' args='{json.dumps({'text': 'y' * 1000, 'times': 2000})}';")
+    cluster.fetch(f"startjob user_job name='{job}' uid='forge' args='{json.dumps({'text': forged})}';"
+                  f"startjob user_job name='{job}' uid='flood' args='{json.dumps({'text': 'y' * 1000, 'times': 2000})}';")
     for uid in ("forge", "flood"):
-        assert cluster.wait_job("USER_JOB", "Probe.logs", uid, lambda j: j.archived, 60).status is Status.PROCESSED
+        assert cluster.wait_job("USER_JOB", job, uid, lambda j: j.archived, 60).status is Status.PROCESSED
     grown = node.log_path.read_bytes()[before:].decode()
     assert "FORGED" in grown and not any(line.startswith("WARNING 2026-01-01") for line in grown.splitlines()), grown[-2000:]
     assert "x\u240aWARNING 2026-01-01" in grown  # (the line break shown as a character, not kept)
     assert "bytes of this run's log lines are in the node's log; the rest are in the run's log only" in grown
     assert len(grown) < 4 * LOG_MAX, f"the node's log grew by {len(grown):,} bytes for 2 MB of log lines"
-    joblog = cluster.shell_ok("joblog user_job 'Probe.logs' with uid='forge';")
+    joblog = cluster.shell_ok(f"joblog user_job '{job}' with uid='forge';")
     assert "FORGED: node a lost its lease" in joblog
+    if job != "Probe.logs":
+        return
     # How a run ended is the node's own word: in its log whatever the run's share.
     cluster.fetch(f"startjob user_job name='Probe.logs_then_raises' uid='loud' "
                   f"args='{json.dumps({'text': 'z' * 1000, 'times': 200})}';")

@@ -51,7 +51,7 @@ from .node_link import NodeLink
 from .output import StdCapture
 from .reaper import become_subreaper, kill_descendants, reap_children
 from .protocol import ANSWER, BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec, encode
-from .runner import run_job
+from .runner import FOREIGN_LINES, run_job
 
 _WATCH_PERIOD = 0.02
 _WATCH_PERIOD_MAX = 0.1
@@ -95,6 +95,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     threading.current_thread().name = f"worker-{slot}@{node}"
     std = StdCapture()  # what a USER_JOB prints is its run's output, not the node's log
     setup_logging(log_level, log_format, node, thread_name=f"worker-{slot}@{node}", stream=std.log_stream)
+    for handler in logging.getLogger().handlers:  # (one: the node's log)
+        handler.addFilter(FOREIGN_LINES)
     worker = WorkerProcess(conn, board_path, slots, logging.getLogger("fabricjobs.job"), cgroup, std)
     threading.Thread(target=LeaseWatchdog(worker).run, name="lease-watchdog", daemon=True).start()
     worker.serve(idle_sec)

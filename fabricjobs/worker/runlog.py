@@ -171,6 +171,19 @@ def clean_text(text: str, limit: int) -> str:
 
 #: ``extra={ALWAYS: True}``: a line the node's log gets whatever the run's share (runner.py).
 ALWAYS = "fabricjobs_node_log_always"
+#: Set on the one-line copy a share hands to the node's log (:class:`ForeignLines` lets it by).
+SHARED = "fabricjobs_node_log_shared"
+
+
+def one_line_copy(record: logging.LogRecord, text: str | None = None) -> logging.LogRecord:
+    """``record`` as one line of the node's log: its message (or ``text``) and its traceback on
+    one line, so that a line break in either cannot forge a line of the node's own."""
+    if text is None:
+        text = one_line(record.getMessage())
+        if record.exc_info:  # its traceback, on the same line
+            text += " " + one_line(logging.Formatter().formatException(record.exc_info))
+    return logging.makeLogRecord({**record.__dict__, "msg": text, "args": None, "exc_info": None,
+                                  "exc_text": None, "stack_info": None, SHARED: True})
 
 
 class NodeLogShare(logging.Handler):
@@ -192,16 +205,37 @@ class NodeLogShare(logging.Handler):
         if self.closed and not always:
             return
         try:
-            text = one_line(record.getMessage())
-            if record.exc_info:  # its traceback, on the same line
-                text += " " + one_line(logging.Formatter().formatException(record.exc_info))
-            self.used += len(text.encode("utf-8", "replace")) + 1
+            copy = one_line_copy(record)
+            self.used += len(copy.msg.encode("utf-8", "replace")) + 1
             if self.used > self.limit and not always:
                 self.closed = True
-                text = (f"[{self.limit:,} bytes of this run's log lines are in the node's log; the rest are in the "
-                        "run's log only (JOBLOG)]")
-            copy = logging.makeLogRecord({**record.__dict__, "msg": text, "args": None, "exc_info": None,
-                                          "exc_text": None, "stack_info": None})
+                copy = one_line_copy(record, f"[{self.limit:,} bytes of this run's log lines are in the node's log; "
+                                             "the rest are in the run's log only (JOBLOG)]")
             logging.getLogger().handle(copy)  # the worker's handlers: the node's log
         except Exception:  # a log line must never fail a job
             pass
+
+
+class ForeignLines(logging.Filter):
+    """On the worker's own handlers (the node's log): the lines of a job's own Python loggers
+    (``logging.getLogger(__name__)``, a library's) take the road of ``current_job().logger``'s
+    lines. During a run they go to the run's log, and to the node's log one line each within
+    the run's share; between runs, one line each. Our own lines (``fabricjobs.*``) pass as
+    they are (docs/guides/run-isolation.md, "What a job prints")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run: tuple[logging.Handler, ...] = ()  # where a run's lines go, while one runs
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "fabricjobs" or record.name.startswith("fabricjobs.") or getattr(record, SHARED, False):
+            return True
+        try:
+            if self.run:
+                for handler in self.run:
+                    handler.handle(record)
+            else:
+                logging.getLogger().handle(one_line_copy(record))
+        except Exception:  # a log line must never fail a job
+            pass
+        return False

@@ -26,13 +26,16 @@ from .guard import JOB_ENV as GUARDED_JOB_ENV
 from ..jobs.limits import TERM_GRACE_SEC, LimitError, ProcessLimits
 from .node_link import NodeLink
 from .output import ProcessStream, RunOutput, StdCapture
-from .runlog import ALWAYS, NodeLogShare, RunLog, clean_text
+from .runlog import ALWAYS, ForeignLines, NodeLogShare, RunLog, clean_text
 from .spool import Spool
 from .protocol import ERROR, INTERRUPTED, KILLED, LEASE_LOST, NOT_BEGUN, OK, Outcome, OutcomeKind, RunSpec  # noqa: F401 (re-exported)
 from ..jobs.registry import JobResolutionError, process_argv
 
 _run_log: RunLog | None = None  # this worker's (one run at a time)
 _node_share = NodeLogShare()  # what of a run's log lines also goes to the node's log
+#: On the worker's handlers (process.py): a job's own Python loggers' lines go where its
+#: ``current_job().logger``'s go.
+FOREIGN_LINES = ForeignLines()
 
 
 def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[int], None], log: logging.Logger,
@@ -60,6 +63,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
     job_log.propagate = False  # to the node's log only through its share (NodeLogShare)
     job_log.addHandler(run_log)
     job_log.addHandler(_node_share.reset(spec.log_max))
+    FOREIGN_LINES.run = (run_log, _node_share)
     try:
         if spec.key.type == JobType.PROCESS:
             outcome = _run_process(spec, arguments, is_aborted, on_spawn, output, end_leftovers)
@@ -82,6 +86,7 @@ def run_job(spec: RunSpec, is_aborted: Callable[[], bool], on_spawn: Callable[[i
                   extra=job_extra(spec.key, spec.epoch))
         outcome = Outcome(ERROR, error=f"could not run: {_describe(exc)}", mode=FailMode.NO_RETRY)
     finally:
+        FOREIGN_LINES.run = ()
         job_log.removeHandler(run_log)
         job_log.removeHandler(_node_share)
         output.finish()

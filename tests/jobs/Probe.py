@@ -230,6 +230,16 @@ def logs(text: str, times: int = 1):
     return times
 
 
+def logs_own(text: str, times: int = 1):
+    """Logs ``text`` ``times`` times with a Python logger of its own, as library code does."""
+    import logging
+
+    logger = logging.getLogger(__name__)
+    for i in range(times):
+        logger.warning("%s", text)
+    return times
+
+
 def logs_then_raises(text: str, times: int = 1):
     """Logs ``text`` ``times`` times, then raises (after its share of the node's log is used up)."""
     logs(text, times)
