@@ -49,7 +49,21 @@ class NodeView:
     def is_live(self) -> bool:
         return self.state in (ALIVE, SUSPECT)
 
+    @property
+    def running(self) -> int:
+        """Runs the node is running now: none once it is not live (what it last published
+        is what it ran before it stopped or died; its runs are another node's business)."""
+        return self.row.running if self.is_live else 0
+
+    def running_by_affinity(self) -> dict:
+        """:attr:`running` per affinity pool."""
+        running = self.info.get("running") if self.is_live else None
+        return running if isinstance(running, dict) else {}
+
     def tasks(self) -> list[dict]:
+        """What the node runs now (PS): nothing once it is not live (see :attr:`running`)."""
+        if not self.is_live:
+            return []
         try:
             tasks = json.loads(self.row.tasks or "[]")
         except json.JSONDecodeError:

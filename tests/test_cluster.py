@@ -192,6 +192,9 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
     assert latest <= bound + slack, f"took {latest:.2f} s; the bound is {bound:.2f} s (+{slack} s to start the runs)"
     victim_state = lambda: next(r["state"] for r in cluster.fetch("nodes;") if r["node"] == "victim")  # noqa: E731
     wait_for(lambda: victim_state() == "dead", 15, "NODES to show the killed node dead")
+    # A dead node runs nothing: not the 20 runs of its last beat (those are the survivors' now).
+    shown = next(r for r in cluster.fetch("nodes details;") if r["node"] == "victim")
+    assert shown["running"] == 0 and shown["tasks"] == "-" and " 0/" in shown["capacity"], shown
     assert min(r["start"] for r in again) > killed_at
     wait_for(lambda: processed(cluster, uids), 20, "the re-runs to finish")
     rows = [cluster.job("USER_JOB", "Probe.record", u) for u in uids]

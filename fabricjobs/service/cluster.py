@@ -64,13 +64,13 @@ class ClusterCommands(ServiceCore):
             return self._node_details()
         rows = []
         for n in read_cluster(self.store):
-            running = n.info.get("running") or {}
+            running = n.running_by_affinity()
             parts = []
             for name, lim in sorted(n.affinity.limits.items()):
                 cap = f"{lim.recommended}" if lim.recommended == lim.absolute else f"{lim.recommended} (max {lim.absolute})"
                 parts.append(f"{name} {running.get(name, 0)}/{cap}")
             rows.append((
-                n.name, n.row.dc, n.row.host, n.row.pid, n.state, round(n.age, 1), n.row.running,
+                n.name, n.row.dc, n.row.host, n.row.pid, n.state, round(n.age, 1), n.running,
                 ", ".join(parts), n.row.version, n.row.started,
             ))
         return Result(NODES_COLUMNS, tuple(rows))

@@ -134,13 +134,13 @@ class LiveView:
 
 def node_row(n: NodeView) -> dict[str, Any]:
     """A node as NODES shows it, with its capacity per affinity and its tasks (PS) as data."""
-    running = n.info.get("running") or {}
+    running = n.running_by_affinity()
     capacity = [{"affinity": name, "running": int(running.get(name, 0)), "recommended": lim.recommended,
                  "absolute": lim.absolute} for name, lim in sorted(n.affinity.limits.items())]
     tasks = [{"task": t.get("task"), "key": t.get("key", ""), "job": task_job(t), "description": t.get("description", ""),
-              "elapsed_ms": int(t.get("elapsed_ms", 0)) + int(n.age * 1000)} for t in n.tasks()] if n.is_live else []
+              "elapsed_ms": int(t.get("elapsed_ms", 0)) + int(n.age * 1000)} for t in n.tasks()]
     return {"node": n.name, "dc": n.row.dc, "host": n.row.host, "pid": n.row.pid, "state": n.state.value,
-            "last_beat_s": round(n.age, 1) if n.age != float("inf") else None, "running": n.row.running,
+            "last_beat_s": round(n.age, 1) if n.age != float("inf") else None, "running": n.running,
             "capacity": capacity, "version": n.row.version, "started": iso(n.row.started), "tasks": tasks}
 
 
