@@ -283,6 +283,23 @@ def test_a_lost_run_whose_job_has_new_parents_is_not_run_again_until_they_are_pr
     assert (new.status, new.worker_id) == (Status.IN_PROCESS, "me")  # (as before: run again here)
 
 
+def test_a_run_ended_by_its_nodes_lost_lease_counts_as_a_retry_after_node_loss_not_after_error():
+    """A node whose lease ran out ends its runs itself (the workers see it first) and, its
+    lease back and the row still its own, writes their outcome: the retry is one after the
+    loss of a node (JOBSTATUS DETAILS' Retries After Node Loss), as a takeover's is."""
+    from fabricjobs.node.decisions import RunFacts, after_run
+    from fabricjobs.worker.protocol import ERROR, LEASE_LOST, Outcome
+
+    t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    running = Job(JobKey("USER_JOB", "A.b", "c"), Status.IN_PROCESS, t, worker_id="me", epoch=4, runs=2)
+    facts = RunFacts("me", 4, t, t)
+    for kind, lost, error in ((LEASE_LOST, 1, 0), (ERROR, 0, 1)):
+        _event, new = after_run(running, facts, Outcome(kind, error="run ended"), t, max_tries=3,
+                                retry_delay=timedelta(seconds=1), zone=UTC)
+        assert (new.status, new.tries, new.runs, new.failures) == (Status.WAITING, 1, 3, 1)
+        assert (new.retries_lost, new.retries_error) == (lost, error), kind
+
+
 def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error():
     """ON_FAILURE (IPF's failure command): one job per failed run, nothing before."""
     from fabricjobs.node.decisions import failure_job

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from ..calendar import Calendar
 from ..jobs.context import FailMode
 from ..jobs.given_keys import FAILURE_KEYS, LATE_KEYS
-from ..worker.protocol import KILLED, OK, Outcome, OutcomeKind
+from ..worker.protocol import KILLED, LEASE_LOST, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, JobKey, RunResult, Status
 from ..names import derived_uid
@@ -86,7 +86,7 @@ def after_run(
             hold_until=now + run.hold_for if run.hold_for is not None else None,
         )
     return failed(counted(), outcome.error or outcome.kind, outcome.mode, now, max_tries=max_tries,
-                  retry_delay=retry_delay)
+                  retry_delay=retry_delay, lost=outcome.kind == LEASE_LOST)
 
 
 def _after_success(row: Job, run: RunFacts, outcome: Outcome, now: datetime, zone, counted) -> tuple[Event, Job]:
@@ -127,19 +127,23 @@ def resumed_due(schedule: Schedule | None, kept: datetime, ended: datetime, over
 
 
 def failed(
-    row: Job, error: str, mode: FailMode, now: datetime, *, max_tries: int, retry_delay: timedelta
+    row: Job, error: str, mode: FailMode, now: datetime, *, max_tries: int, retry_delay: timedelta,
+    lost: bool = False,
 ) -> tuple[Event, Job]:
     """A failed attempt: WAITING with tries + 1 (others may take it at once, this node only
     after the retry delay), or FAILED when no tries are left or the job said no retry. The
     retry stands for the same due time (a recurring job's fixed rate stays anchored on its
-    fire, and the retry's current_job().due says which fire it is)."""
+    fire, and the retry's current_job().due says which fire it is). ``lost``: the run ended
+    because its node lost its lease, not by an error of its own: its retry counts as one after
+    a lost run, as a takeover's does."""
     tries = row.tries + 1
     if mode is FailMode.NO_RETRY or (mode is not FailMode.ALWAYS_RETRY and tries >= max_tries):
         return Event.FAIL_FINAL, failed_for_good(row, tries).replace(status=Status.FAILED, tries=tries, error_msg=error,
                                                                      end_time=now)
     return Event.FAIL_RETRY, row.replace(
         status=Status.WAITING, tries=tries, error_msg=error, end_time=now, next_run=row.next_run or now,
-        hold_until=now + retry_delay, retries_error=row.retries_error + 1,
+        hold_until=now + retry_delay,
+        **({"retries_lost": row.retries_lost + 1} if lost else {"retries_error": row.retries_error + 1}),
     )
 
 
