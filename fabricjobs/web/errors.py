@@ -89,6 +89,8 @@ def body_of(exc: FabricJobsError) -> dict[str, Any]:
         body.update(line=exc.line, column=exc.column, expected=list(exc.expected))
     if isinstance(exc, InsertInterrupted):
         body.update(failed=exc.failed, written=list(exc.written), also_failed=list(exc.also_failed))
+    if getattr(exc, "lines", None) is not None:  # a FOLLOW's lines until its time ran out (schemas.py)
+        body.update(lines=list(exc.lines))  # type: ignore[attr-defined]
     if getattr(exc, "statement", None) is not None:  # of a script (POST /commands)
         body.update(statement=exc.statement, ran=exc.ran)  # type: ignore[attr-defined]
     return body

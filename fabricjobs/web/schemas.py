@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from ..errors import WaitTimeout
 from ..model import MAX_PARALLELISM, MIN_PARALLELISM
 from ..result import Result
 from ..service import (
@@ -225,10 +226,22 @@ class ErrorBody(BaseModel):
     statement: int | None = Field(None, description="POST /commands with several statements: the one that failed "
                                   "(from 1)")
     ran: int | None = Field(None, description="POST /commands: statements that ran before it (what they did stays)")
+    lines: list[str] | None = Field(None, description="POST /commands, a JOBLOG ... FOLLOW whose time ran out (504): "
+                                    "the lines it followed until then")
 
 
 def command_result(result: Result) -> CommandResult:
+    """``result`` as JSON. A JOBLOG ... FOLLOW whose time runs out raises its WaitTimeout (a
+    504) with the lines shown before it (``lines`` in its body): the shell prints them as they
+    come, a client of the API must not lose them."""
+    lines: list[str] = []
+    if result.lines is not None:
+        try:
+            lines.extend(result.lines)
+        except WaitTimeout as exc:
+            exc.lines = lines  # type: ignore[attr-defined]
+            raise
     return CommandResult(columns=list(result.columns),
                          rows=[{c: _json_safe(v) for c, v in zip(result.columns, r)} for r in result.rows],
-                         status="\n".join(result.lines) if result.lines is not None else result.status,
+                         status="\n".join(lines) if result.lines is not None else result.status,
                          notices=list(result.notices))

@@ -25,6 +25,11 @@ def test_a_running_jobs_lines_stream_as_they_come_and_the_stream_ends_with_the_r
             if "first line, before the gate" in seen[-1].get("line", ""):
                 break
         assert api.get(job).json()["status"] == "IN_PROCESS" and not gate.exists()  # it came while the run went on
+        # Through POST /commands, a follow whose time runs out is a 504 that keeps its lines.
+        cut = site.client("viewer").post("/commands", json={
+            "text": "joblog user_job 'Probe.log_and_wait' with uid='api-follow' follow timeout 1;"})
+        assert cut.status_code == 504 and cut.json()["error"] == "WaitTimeout", cut.text
+        assert any("first line, before the gate" in line for line in cut.json()["lines"]), cut.text
         gate.touch()
         seen += [json.loads(text) for text in lines]
     assert seen[0] == {"line": "run 1 of USER_JOB.Probe.log_and_wait.api-follow on w1: following (ends with the run)"}
