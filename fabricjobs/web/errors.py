@@ -32,6 +32,10 @@ log = logging.getLogger("fabricjobs.web")
 #: console's cached pages are stale (console_data.ForgetPagesOnChange).
 PARTLY_CHANGED = "fabricjobs_partly_changed"
 
+#: An answer made by the server's outermost layer (a bug's 500) passes no middleware: it says
+#: this itself (app.NoSniff says it for the rest).
+NOSNIFF = {"X-Content-Type-Options": "nosniff"}
+
 #: Most specific first: the first class an error is an instance of gives its status.
 STATUSES: tuple[tuple[type[BaseException], int], ...] = (
     (CommandSyntaxError, 400),  # ValidationError too
@@ -131,7 +135,7 @@ def install(app: FastAPI) -> None:
         log.error("internal error %s in %s %s", incident, request.method, request.url.path, exc_info=exc)
         return JSONResponse({"error": "InternalError",
                              "message": f"internal error {incident}; the server's log has the details"},
-                            status_code=500)
+                            status_code=500, headers=NOSNIFF)  # (answered outside app.NoSniff)
 
 
 def _validation_message(exc: RequestValidationError) -> str:

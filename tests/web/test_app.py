@@ -63,6 +63,7 @@ def test_a_bug_is_a_500_with_an_incident_id_logged_with_its_traceback_and_never_
     with caplog.at_level(logging.ERROR, logger="fabricjobs.web"):
         answer = client.get("/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
     assert answer.status_code == 500 and answer.json()["error"] == "InternalError"
+    assert answer.headers.get_list("x-content-type-options") == ["nosniff"]  # (as every other answer)
     assert "Traceback" not in answer.text and "shadow" not in answer.text
     incident = answer.json()["message"].split()[2].rstrip(";")
     assert any(incident in r.getMessage() and r.exc_info for r in caplog.records)
