@@ -552,6 +552,31 @@ def test_an_outcome_whose_commit_hits_a_full_disk_is_written_later_and_the_job_r
         cluster.stop_all()
 
 
+def test_a_startjob_whose_commit_hits_a_full_disk_shows_no_job_and_records_none(tmp_path, small_disk):
+    """A script's STARTJOBs are written in one transaction: when its COMMIT failed on a full
+    disk, the shell still printed the job as created (and --started-jobs recorded it), though
+    the store had none. Nothing is shown or recorded now, and the shell says why."""
+    from harness import Cluster, fill_up
+
+    (tmp_path / "c").mkdir()
+    cluster = Cluster(tmp_path / "c", settings={"store": {"SQLITE_PATH": str(small_disk / "jobs.db")}})
+    filler, started = small_disk / "filler", tmp_path / "started.jsonl"
+    try:
+        cluster.start_node("a")  # (holds the store open: its -wal and -shm files stay)
+        assert cluster.shell("-e", "startjob user_job name='Probe.noop' uid='before';").returncode == 0
+        fill_up(filler)  # the disk is full now
+        r = cluster.shell("--format", "json", "--started-jobs", str(started), "-e",
+                          "startjob user_job name='Probe.noop' uid='lost' exec_interval='0 0 1 1 *';")
+        assert r.returncode == 1 and "full" in r.stderr, (r.stdout, r.stderr)
+        assert "lost" not in r.stdout and not (started.exists() and started.read_text()), (r.stdout, started)
+        filler.unlink()
+        assert cluster.client().store.get(JobKey("USER_JOB", "Probe.noop", "lost")) is None
+    finally:
+        if filler.exists():
+            filler.unlink()
+        cluster.stop_all()
+
+
 @pytest.mark.slow
 def test_an_outcome_whose_commit_fails_once_is_written_later_and_the_job_runs_once(tmp_path):
     """The tmpfs test above without root: the node (tests/helpers/failing_commit_node.py) fails

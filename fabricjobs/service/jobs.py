@@ -134,6 +134,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         # group's checks took time that is not its jobs' lateness.
         now = self.clock.now()
         rows = [_created_at(row, now) for row in rows]
+        made: list[Result] = []  # (into ``results`` once committed: a failed commit made none of them)
         with self.store.transaction():
             try:
                 inserted = self.store.insert_many(rows)
@@ -142,10 +143,11 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
                 inserted, error = [CasResult(True, row=row) for row in rows[:exc.position]], exc
             for row, res in zip(rows, inserted):
                 try:
-                    results.append(self._started(row, res))
+                    made.append(self._started(row, res))
                 except CommandError as exc:  # comes before any error of a later check
                     error = exc
                     break
+        results.extend(made)
         self._ring_now()  # nodes start on this group while the next one is written
         if error is not None:
             raise error
