@@ -18,6 +18,7 @@ from typing import Iterable
 
 from .dependencies import parents_of
 from .model import Job, Status
+from .names import text_complaint
 from .store.base import JobStore
 
 _PAGE = 1000
@@ -28,14 +29,25 @@ def quoted(text: str) -> str:
 
 
 def definition_args(arguments: str) -> str:
-    """A job's ARGS as given: its stored arguments without the session scope STARTJOB adds."""
+    """A job's ARGS as given: its stored arguments without the session scope STARTJOB adds.
+
+    The caller's own text where the scope is the one STARTJOB appended (service/session.py):
+    re-encoded, ARGS could outgrow [jobs] MAX_ARGS_BYTES (a restore then refused them) or hold
+    a lone surrogate its ``\\udXXX`` escape stood for (no output can be written)."""
+    text = arguments or "{}"
     try:
-        args = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return arguments
-    if isinstance(args, dict):
-        args.pop("session_scope", None)
-    return json.dumps(args, ensure_ascii=False, separators=(", ", ": "))
+        args = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return text
+    if not isinstance(args, dict) or "session_scope" not in args:
+        return text
+    appended = json.dumps({"session_scope": args["session_scope"]}, ensure_ascii=False, separators=(",", ":"))[1:-1]
+    if text.endswith(appended + "}"):
+        body = text[:-len(appended) - 1].rstrip()
+        return (body[:-1] if body.endswith(",") else body) + "}"
+    args.pop("session_scope")
+    plain = json.dumps(args, ensure_ascii=False, separators=(",", ":"))
+    return plain if text_complaint("ARGS", plain) is None else json.dumps(args, separators=(",", ":"))
 
 
 def startjob(job: Job, depends_on: str | None = None, hold: bool = False) -> str:

@@ -31,13 +31,13 @@ startjob user_job name='Probe.part' uid='bill' parallelism=3 args='{"log": "/dev
 """
 
 
-def _config(tmp_path, name):
+def _config(tmp_path, name, **jobs):
     root = tmp_path / "cleanup"
     root.mkdir(exist_ok=True)
     return write_config(tmp_path / f"{name}.ini", {
         "store": {"SQLITE_PATH": str(tmp_path / f"{name}.db")},
         "jobs": {"USER_JOBS_DIR": str(TESTS / "jobs"),
-                 "PROCESS_JOBS_DIR": str(TESTS / "process"), "CLEANUP_ROOT": str(root)},
+                 "PROCESS_JOBS_DIR": str(TESTS / "process"), "CLEANUP_ROOT": str(root), **jobs},
     })
 
 
@@ -119,3 +119,28 @@ def test_jobs_a_node_started_itself_are_exported_and_made_again(tmp_path):
     with Client.from_config(str(b_cfg)) as b:
         b.run_script(script)
         assert {str(j.key) for j in b.store.live_jobs()} == {str(j.key) for j in [*made, child]}
+
+
+def test_args_at_the_size_limit_or_with_an_escaped_lone_surrogate_are_exported_as_given(tmp_path):
+    """ARGS were re-encoded with spaces after each comma and colon: ARGS within [jobs]
+    MAX_ARGS_BYTES came out longer than it, and the restore refused them; and ``"\\ud800"``
+    (an escape the JSON allows) came out as a lone surrogate, which no output can hold: the
+    whole export failed with nothing written. The caller's own text is exported now."""
+    limit = 2000
+    configs = [_config(tmp_path, name, MAX_ARGS_BYTES=limit) for name in ("a", "b")]
+    packed = json.dumps({"a": [0] * 1200}, separators=(",", ":"))[:limit - 20]
+    packed = packed[:packed.rindex(",")] + "]}"
+    assert limit - 30 < len(packed) <= limit
+    given = {"packed": packed, "odd": '{"a": "x\\ud800"}'}
+    with Client.from_config(str(configs[0])) as a:
+        for uid, args in given.items():
+            a.fetch(f"startjob user_job name='Probe.echo' uid='{uid}' hold=true args='{args}';")
+    printed = subprocess.run([sys.executable, "-m", "fabricjobs", "--config", str(configs[0]), "export-jobs"],
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    with Client.from_config(str(configs[1])) as b:
+        b.run_script(printed.stdout)
+        for uid, args in given.items():
+            stored = json.loads(b.store.get(JobKey("USER_JOB", "Probe.echo", uid)).arguments)
+            stored.pop("session_scope")
+            assert stored == json.loads(args), uid
