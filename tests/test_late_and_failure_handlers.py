@@ -53,7 +53,7 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
         assert [h["Result"] for h in first["handled"]] == ["SKIPPED"]
         assert first["handled"][0]["Note"].endswith("(LATE_THRESHOLD 00:00:01); started USER_JOB.Probe.echo")
 
-        handler_uid = f"handled.late.{due['handled'].astimezone(timezone.utc):%Y%m%dT%H%M%S.%f}"[:-3]
+        handler_uid = f"USER_JOB.Probe.stamp.handled.late.{due['handled'].astimezone(timezone.utc):%Y%m%dT%H%M%S.%f}"[:-3]
         handler, args = _echoed(c, handler_uid)
         assert handler["Status"] == "PROCESSED"
         assert args["late_job"] == "USER_JOB.Probe.stamp.handled" and args["uid"] == "handled"
@@ -78,22 +78,24 @@ def test_the_job_a_setting_names_is_checked_before_anything_is_written(cluster, 
 
 def test_on_failure_starts_its_job_once_when_a_run_fails_for_good(cluster):
     """Probe.fails_no_retry fails at once; Probe.always_fails after MAX_TRIES (3) tries: each
-    starts Probe.echo once, with its key, run (epoch) and error in the ARGS."""
-    r = cluster.shell("-e", "startjob user_job name='Probe.fails_no_retry' uid='nr' on_failure='user_job.Probe.echo';"
-                            "startjob user_job name='Probe.always_fails' uid='af' on_failure='USER_JOB.Probe.echo';"
-                            "waitjob user_job 'Probe.fails_no_retry' with uid='nr' timeout 20;"
-                            "waitjob user_job 'Probe.always_fails' with uid='af' timeout 30;")
+    starts Probe.echo once, with its key, run (epoch) and error in the ARGS. The two share a
+    UID: their handlers' UIDs, made of the failed job's key, do not (once only one ran)."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.fails_no_retry' uid='d' on_failure='user_job.Probe.echo';"
+                            "startjob user_job name='Probe.always_fails' uid='d' on_failure='USER_JOB.Probe.echo';"
+                            "waitjob user_job 'Probe.fails_no_retry' with uid='d' timeout 20;"
+                            "waitjob user_job 'Probe.always_fails' with uid='d' timeout 30;")
     assert r.returncode == 0, r.stderr
-    assert row("USER_JOB", "Probe.fails_no_retry", "nr", "FAILED").search(r.stdout)
-    assert row("USER_JOB", "Probe.always_fails", "af", "FAILED").search(r.stdout)
-    for failed, uid in (("Probe.fails_no_retry", "nr"), ("Probe.always_fails", "af")):
-        job = cluster.job("USER_JOB", failed, uid)
-        handler, args = _echoed(cluster, f"{uid}.failed.{job.epoch}")
-        assert handler["Status"] == "PROCESSED" and args["failed_job"] == f"USER_JOB.{failed}.{uid}"
+    assert row("USER_JOB", "Probe.fails_no_retry", "d", "FAILED").search(r.stdout)
+    assert row("USER_JOB", "Probe.always_fails", "d", "FAILED").search(r.stdout)
+    for failed in ("Probe.fails_no_retry", "Probe.always_fails"):
+        job = cluster.job("USER_JOB", failed, "d")
+        handler, args = _echoed(cluster, f"USER_JOB.{failed}.d.failed.{job.epoch}")
+        assert handler["Status"] == "PROCESSED" and args["failed_job"] == f"USER_JOB.{failed}.d"
         assert args["run"] == job.epoch and args["error"] == job.error_msg and job.error_msg
     echoes = cluster.shell("-e", "jobstatus user_job 'Probe.echo' 1 day ago;", "--format", "json")
     uids = sorted(e["UID"] for e in json.loads(echoes.stdout) if ".failed." in e["UID"])
-    assert [u.split(".failed.")[0] for u in uids] == ["af", "nr"]  # one each: a retried try starts none
+    # One each: a retried try starts none.
+    assert [u.split(".failed.")[0] for u in uids] == ["USER_JOB.Probe.always_fails.d", "USER_JOB.Probe.fails_no_retry.d"]
 
 
 @pytest.mark.slow
@@ -116,7 +118,7 @@ def test_on_failure_after_a_lost_node_names_the_lost_run_as_jobhistory_numbers_i
         killed = datetime.now(timezone.utc)
         failed = c.wait_job("USER_JOB", "Probe.record", "lost", lambda j: j.status is Status.FAILED, 30)
         assert failed.epoch == 2 and "no tries left" in failed.error_msg, failed
-        handler, args = _echoed(c, "lost.failed.1")
+        handler, args = _echoed(c, "USER_JOB.Probe.record.lost.failed.1")
         assert handler["Status"] == "PROCESSED" and args["run"] == 1, args
         from fabricjobs.model import JobKey
         lost = c.client().store.run(JobKey("USER_JOB", "Probe.record", "lost"), 1)

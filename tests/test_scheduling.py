@@ -261,7 +261,7 @@ def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_a
     _new, record = late_fire(row, outage[1], Z_UTC)
     assert record.note.endswith("(LATE_THRESHOLD 00:05:00); started USER_JOB.Probe.echo")
     job = late_handler(row, outage[1])
-    assert job.key == JobKey("USER_JOB", "Probe.echo", "c.late.20260501T010000.000") and job.status is Status.WAITING
+    assert job.key == JobKey("USER_JOB", "Probe.echo", "USER_JOB.A.b.c.late.20260501T010000.000") and job.status is Status.WAITING
     assert json.loads(job.arguments) == {"late_job": "USER_JOB.A.b.c", "type": "USER_JOB", "name": "A.b", "uid": "c",
                                          "due": "2026-05-01T01:00:00.000+00:00", "late_seconds": 11220.0}
     assert late_handler(row.replace(late_action="SKIP"), outage[1]) is None
@@ -307,7 +307,7 @@ def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error(
     t = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
     row = Job(JobKey("USER_JOB", "A.b", "c"), Status.FAILED, t, epoch=3, error_msg="ValueError: no", on_failure="USER_JOB.Probe.echo")
     job = failure_job(row, t)
-    assert job.key == JobKey("USER_JOB", "Probe.echo", "c.failed.3") and job.status is Status.WAITING and job.next_run == t
+    assert job.key == JobKey("USER_JOB", "Probe.echo", "USER_JOB.A.b.c.failed.3") and job.status is Status.WAITING and job.next_run == t
     assert json.loads(job.arguments) == {"failed_job": "USER_JOB.A.b.c", "type": "USER_JOB", "name": "A.b", "uid": "c",
                                          "run": 3, "error": "ValueError: no"}
     assert failure_job(row.replace(status=Status.WAITING), t) is None  # a retry is not a failure for good
@@ -317,6 +317,10 @@ def test_a_job_that_failed_for_good_names_its_on_failure_job_with_run_and_error(
     # A UID at the limit: the failure job's UID stays within it, so that a statement can name it.
     longest = failure_job(row.replace(key=JobKey("USER_JOB", "A.b", "u" * 1024)), t)
     assert len(longest.key.uid) == 1024 and longest.key.uid.endswith(".failed.3")
+    # Two jobs of one UID that fail: one handler each (with the UID alone, only one was started).
+    other = failure_job(row.replace(key=JobKey("USER_JOB", "A.other", "c")), t)
+    assert other.key.uid == "USER_JOB.A.other.c.failed.3" != job.key.uid
+    assert failure_job(row.replace(key=JobKey("USER_JOB", "A.other", "u" * 1024)), t).key != longest.key
 
 
 def test_without_a_late_threshold_missed_fires_coalesce_into_one_run():

@@ -295,15 +295,16 @@ def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
 def late_handler(row: Job, now: datetime) -> Job | None:
     """The late-handler job LATE_ACTION='TYPE.NAME' names, for the fire of ``row`` due at its
     next_run that came too late (IPF's lateExecute): a one-time job to run now, with the late
-    job's key, due time and lateness in its ARGS. Its UID is the late job's and the fire's, so
-    a fire starts one handler however often the owner tries. None: no handler."""
+    job's key, due time and lateness in its ARGS. Its UID is the late job's key and the fire's,
+    so a fire starts one handler however often the owner tries, and two jobs of one UID one
+    each. None: no handler."""
     if "." not in row.late_action or row.next_run is None:
         return None
     job_type, _, name = row.late_action.partition(".")
     due = row.next_run.astimezone(timezone.utc)
     args = dict(zip(LATE_KEYS, (str(row.key), row.type, row.name, row.uid, due.isoformat(timespec="milliseconds"),
                                 round((now - due).total_seconds(), 3))))
-    return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".late.{due:%Y%m%dT%H%M%S.%f}"[:-3])), status=Status.WAITING,
+    return Job(key=JobKey(job_type, name, derived_uid(str(row.key), f".late.{due:%Y%m%dT%H%M%S.%f}"[:-3])), status=Status.WAITING,
                creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
 
@@ -312,14 +313,15 @@ def failure_job(row: Job, now: datetime, run: int | None = None) -> Job | None:
     """The job ON_FAILURE='TYPE.NAME' names, for ``row`` just FAILED (IPF's failure command): a
     one-time job to run now with the failed job's key, run and error in its ARGS. The run is
     the row's epoch, or ``run`` where the row moved past it (a takeover of a lost run writes
-    epoch + 1; the history numbers the lost run). Its UID is the failed job's and the run's, so
-    a failure starts one. None: nothing to start."""
+    epoch + 1; the history numbers the lost run). Its UID is the failed job's key and the run's,
+    so a failure starts one, and failures of two jobs of one UID one each. None: nothing to
+    start."""
     if row.status is not Status.FAILED or "." not in row.on_failure:
         return None
     run = row.epoch if run is None else run
     job_type, _, name = row.on_failure.partition(".")
     args = dict(zip(FAILURE_KEYS, (str(row.key), row.type, row.name, row.uid, run, row.error_msg)))
-    return Job(key=JobKey(job_type, name, derived_uid(row.uid, f".failed.{run}")), status=Status.WAITING, creation_time=now,
+    return Job(key=JobKey(job_type, name, derived_uid(str(row.key), f".failed.{run}")), status=Status.WAITING, creation_time=now,
                arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
 

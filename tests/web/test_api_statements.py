@@ -157,7 +157,7 @@ def test_on_failure_given_in_the_body_starts_its_job_when_a_run_fails_for_good(s
     api = site.client("operator")
     start(api, "Probe.fails_no_retry", "body-failed", on_failure="USER_JOB.Probe.echo")
     failed = site.cluster.wait_job("USER_JOB", "Probe.fails_no_retry", "body-failed", lambda j: j.archived, 30)
-    handler = site.cluster.wait_job("USER_JOB", "Probe.echo", f"body-failed.failed.{failed.epoch}", lambda j: j.archived, 30)
+    handler = site.cluster.wait_job("USER_JOB", "Probe.echo", f"{failed.key}.failed.{failed.epoch}", lambda j: j.archived, 30)
     assert json.loads(handler.arguments)["failed_job"] == "USER_JOB.Probe.fails_no_retry.body-failed"
 
 
