@@ -374,6 +374,23 @@ def test_a_late_fire_is_skipped_after_its_owner_restarts(cluster, tmp_path):
     assert not any(due.timestamp() - 0.5 < r["start"] < due.timestamp() + 4 for r in read_records(log))
 
 
+def test_updatejob_to_a_later_time_during_a_run_schedules_the_job_for_it_when_the_run_ends(cluster, tmp_path):
+    """UPDATEJOB's new schedule of a running job applies when its run ends: a timestamp there
+    ("run once at that time") left the job PROCESSED, archived, with nothing due then."""
+    log, starts, gate = tmp_path / "l", tmp_path / "s", tmp_path / "gate"
+    cluster.start_node("n1")
+    args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 60, "until": str(gate)})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='later' exec_interval='00:00:30' args='{args}';")
+    wait_for(lambda: read_records(starts), 20, "the run to start")
+    cluster.fetch("updatejob user_job name='Probe.record' uid='later' exec_interval='2030-01-01 00:00:00' tz='UTC';")
+    gate.touch()
+    row = cluster.wait_job("USER_JOB", "Probe.record", "later", lambda j: j.runs == 1, 20)
+    assert (row.status, row.archived, row.next_run) == (Status.SCHEDULED, False, datetime(2030, 1, 1, tzinfo=UTC)), row
+    # A one-time job at a time: its run ends it (the run stood for that time).
+    cluster.fetch(f"startjob user_job name='Probe.noop' uid='at' exec_interval='{datetime.now(UTC) + timedelta(seconds=1):%Y-%m-%d %H:%M:%S}' tz='UTC';")
+    assert cluster.wait_job("USER_JOB", "Probe.noop", "at", lambda j: j.archived, 20).status is Status.PROCESSED
+
+
 @pytest.mark.slow
 @pytest.mark.timing  # a queued run must start right after the one before it
 def test_overlap_skip_and_queue(cluster, tmp_path):

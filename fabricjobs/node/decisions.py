@@ -19,7 +19,7 @@ from ..worker.protocol import KILLED, LEASE_LOST, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
 from ..model import Event, Job, JobKey, RunResult, Status
 from ..names import derived_uid
-from ..schedule import Schedule, ScheduleError, parse_schedule
+from ..schedule import Schedule, ScheduleError, ScheduleKind, parse_schedule
 
 RELEASED = OutcomeKind.RELEASED  # the node itself gives a run back
 FIRE_LEAD_MAX = 1.0  # seconds ahead of its due time a scheduler prepares a fire at most (scheduler.py)
@@ -109,6 +109,11 @@ def _after_success(row: Job, run: RunFacts, outcome: Outcome, now: datetime, zon
             status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
             tries=0, hold_until=None,
         )
+    if schedule is not None and schedule.kind is ScheduleKind.ONCE_AT and not row.finishing:
+        at = schedule.first_due(now)
+        if at > run.due:  # UPDATEJOB EXEC_INTERVAL='<a later time>' during the run: it applies now
+            return Event.DONE_RECURRING, counted(status=Status.SCHEDULED, next_run=at, end_time=now,
+                                                 output=outcome.output, tries=0, hold_until=None)
     # A one-time job's run, or FINISHJOB's last run of a recurring job: no fire after it.
     return Event.DONE_ONCE, counted(status=Status.PROCESSED, end_time=now, output=outcome.output,
                                     finishing=False, archived=True)
