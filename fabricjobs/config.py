@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import configparser
 import logging
+import math
 import os
 import re
 import socket
@@ -64,6 +65,8 @@ def _float(minimum: float = 0.0) -> Callable[[str], float]:
             value = float(text.strip())
         except ValueError:
             raise ValueError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):  # (nan passed every bound: a grace of nan seconds was none)
+            raise ValueError(f"expected a finite number, got {text.strip()!r}")
         if value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
         return value
@@ -214,7 +217,7 @@ KEYS: tuple[Key, ...] = (
         "start it again. A node started before its store (a host booted before Cassandra, its DNS not up yet, Cassandra's "
         "roles not readable yet) waits, with a warning each try."),
     # [jobs]
-    Key("jobs", "K2JOBS_POOL_SIZE", _int(1), 25, "Runs at once on this node."),
+    Key("jobs", "K2JOBS_POOL_SIZE", _int(1, 4096), 25, "Runs at once on this node."),
     Key("jobs", "K2JOB_ARCHIVING_TIME_HOUR", _float(0.0), 720.0, "Hours an archived job row is kept before it is deleted."),
     Key("jobs", "CLAIM_EXCEPTIONAL_INTERVAL_SEC", _float(0.0), 60.0, "A node at its recommended count for an affinity claims more (up to absolute) only for jobs waiting this long."),
     Key("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES", _float(0.0), 1.0, "Lower bound of the random delay before a node over its recommended count gives a run back."),
@@ -270,7 +273,7 @@ KEYS: tuple[Key, ...] = (
     Key("store", "SQLITE_BUSY_TIMEOUT_MS", _int(0), 10000, "How long a writer waits for the database lock."),
     # [cassandra]
     Key("cassandra", "HOSTS", _list, ("127.0.0.1",), "Contact points, comma separated."),
-    Key("cassandra", "PORT", _int(1), 9042, "Native protocol port."),
+    Key("cassandra", "PORT", _int(1, 65535), 9042, "Native protocol port."),
     Key("cassandra", "KEYSPACE", _name, "k2system", "Keyspace of k2_jobs and nodes."),
     Key("cassandra", "REPLICATION", _str, "", "Used when the keyspace is created: 'SimpleStrategy:<factor>' or 'NetworkTopologyStrategy:DC1=3,DC2=3'. Empty: one replica, taken only on a one-node Cassandra cluster (a larger one needs it set)."),
     Key("cassandra", "LOCAL_DC", _str, "", "The Cassandra data centre this host is in (DC-aware load balancing, LOCAL_* levels); required when the cluster has several."),
@@ -294,7 +297,7 @@ KEYS: tuple[Key, ...] = (
     Key("cassandra", "MAX_CLOCK_SKEW_SEC", _float(1.0), 60.0, "Bound on this host's clock against Cassandra's: beyond it nothing is written (the store measures the difference; within it, writes and due times follow Cassandra's clock, not the host's)."),
     Key("cassandra", "PROTOCOL_VERSION", _int(3), 4, "Native protocol version (4 for the bundled test server and Cassandra 3.x; 5 for 4.x/5.x)."),
     # [metrics]
-    Key("metrics", "PORT", _int(0), 0, "Serve Prometheus metrics on this port (0: off). Several nodes on one host need different ports."),
+    Key("metrics", "PORT", _int(0, 65535), 0, "Serve Prometheus metrics on this port (0: off). Several nodes on one host need different ports."),
     Key("metrics", "ADDRESS", _str, "127.0.0.1", "Address the metrics port binds (loopback by default)."),
     # [web]
     Key("web", "BIND", _bind, "127.0.0.1:9470", "HOST:PORT the HTTP API (fabricjobs web) listens on; loopback by default ([::1]:PORT for IPv6)."),
@@ -379,7 +382,9 @@ def load_config(path: str | os.PathLike | None) -> Config:
 
 
 def parse_config(text: str, source: Path | None = None) -> Config:
-    parser = configparser.ConfigParser(interpolation=None, strict=True)
+    # No [DEFAULT] section of configparser's own: its keys would join every section unseen
+    # (or vanish where there is none). Here it is a section like any other: unknown, warned of.
+    parser = configparser.ConfigParser(interpolation=None, strict=True, default_section="\0")
     parser.optionxform = str  # type: ignore[assignment, method-assign]  # keep case; we compare case-insensitively ourselves
     where = str(source) if source else "config"
     try:
@@ -393,8 +398,16 @@ def parse_config(text: str, source: Path | None = None) -> Config:
         if sec not in SECTIONS:
             warnings.append(f"{where}: unknown section [{section}] ignored")
             continue
+        seen: dict[str, str] = {}
         for raw_name, raw_value in parser.items(section):
             name = raw_name.strip().upper()
+            if name in seen:  # (keys are case-insensitive: MAX_TRIES and max_tries are one key)
+                raise ConfigError(f"{where}: [{sec}] {name} is given twice ({seen[name]!r} and {raw_name!r})")
+            seen[name] = raw_name
+            comment = re.search(r"\s[#;]", raw_value)
+            if comment:  # (configparser keeps it: TIME_ZONE = Europe/Paris  # ... named no zone)
+                warnings.append(f"{where}: [{sec}] {name}: {comment.group().strip()!r} after a space is part of the "
+                                "value, not a comment (a comment is a line of its own)")
             key = _BY_NAME.get((sec, name))
             if key is None:
                 warnings.append(f"{where}: unknown key [{sec}] {raw_name} ignored")

@@ -63,6 +63,15 @@ def test_values_are_typed_and_keys_case_insensitive(tmp_path):
         ("[jobs\nK2JOBS_POOL_SIZE = 1\n", "config"),
         ("K2JOBS_POOL_SIZE = 1\n", "no section header"),
         ("[node]\nADDRESSES = 10.0.0.1, node-a\n", "[node] ADDRESSES: not an IP address: 'node-a'"),
+        # nan passed every bound (a SHUTDOWN_GRACE_SEC of nan gave running jobs no time at all)
+        ("[jobs]\nSHUTDOWN_GRACE_SEC = nan\n", "[jobs] SHUTDOWN_GRACE_SEC: expected a finite number, got 'nan'"),
+        ("[jobs]\nDEPENDENCY_CHECK_SEC = inf\n", "[jobs] DEPENDENCY_CHECK_SEC: expected a finite number"),
+        # ports past 65535 crashed the node with a traceback; a pool of 10^8 slots filled the disk
+        ("[metrics]\nPORT = 70000\n", "[metrics] PORT: must be at most 65535, got 70000"),
+        ("[cassandra]\nPORT = 99999\n", "[cassandra] PORT: must be at most 65535"),
+        ("[jobs]\nK2JOBS_POOL_SIZE = 100000000\n", "[jobs] K2JOBS_POOL_SIZE: must be at most 4096"),
+        # keys are case-insensitive, so two spellings are one key given twice (the last one won)
+        ("[jobs]\nMAX_TRIES = 3\nmax_tries = 4\n", "[jobs] MAX_TRIES is given twice ('MAX_TRIES' and 'max_tries')"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_key(text, message):
@@ -91,6 +100,15 @@ def test_unknown_keys_and_sections_are_warned_not_fatal(caplog):
     assert any("unknown key [jobs] K2JOBS_POOL_SZE" in w for w in cfg.warnings)
     assert any("unknown section [nonsense]" in w for w in cfg.warnings)
     assert "K2JOBS_POOL_SZE" in caplog.text
+
+
+def test_a_default_section_and_a_comment_after_a_value_are_warned_not_taken_silently():
+    """[DEFAULT]'s keys joined every section unseen (or vanished); a ``#`` after a value (the
+    deployment guide had them) is part of the value: a USER_JOBS_DIR of 'jobs   # ...'."""
+    cfg = parse_config("[DEFAULT]\nMAX_TRIES = 7\n[jobs]\nUSER_JOBS_DIR = jobs   # the job modules\n[store]\n")
+    assert cfg.get("jobs", "MAX_TRIES") == 10  # (the default: [DEFAULT] is no section of ours)
+    assert any("unknown section [DEFAULT] ignored" in w for w in cfg.warnings), cfg.warnings
+    assert any("[jobs] USER_JOBS_DIR: '#' after a space is part of the value" in w for w in cfg.warnings), cfg.warnings
 
 
 def test_config_is_found_by_flag_then_environment_then_cwd(tmp_path, monkeypatch):
