@@ -25,7 +25,7 @@ import logging
 import os
 import sys
 
-from .config import KEYS, Config, find_config, load_config
+from .config import KEYS, Config, find_config, load_config, parse_name
 from .errors import CommandError, ConfigError, FabricJobsError, StoreUnavailable, message_of
 
 
@@ -120,8 +120,10 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_init(args: argparse.Namespace) -> int:
     from .scaffold import init_directory
 
+    import shlex
+
     written = init_directory(args.directory, examples=args.examples)
-    config = written[0]
+    config = shlex.quote(str(written[0]))  # (commands to paste: a directory may hold a space or a quote)
     print(f"fabricjobs: wrote {', '.join(str(p) for p in written)}")
     print("next:")
     print(f"  fabricjobs --config {config} node")
@@ -142,8 +144,16 @@ def cmd_node(args: argparse.Namespace) -> int:
     # included) is read, so that no worker holds it. See worker/zygote.py.
     start_fork_server()
     cfg = load(args)
+    if args.name is not None:  # (checked as [node] NAME is: a job's AFFINITY must be able to name it)
+        try:
+            if not parse_name(args.name):
+                raise ValueError("it is empty")
+        except ValueError as exc:
+            raise ConfigError(f"--name: {exc}") from None
     log_format = args.log_format or cfg.get("node", "LOG_FORMAT").lower()
     setup_logging(args.log_level.upper(), log_format, args.name or cfg.node_name)
+    if args.node_id and not os.path.exists(args.node_id):  # (a missing [node] NODE_ID_FILE means ANY only)
+        raise ConfigError(f"--node-id: no such file {args.node_id!r}")
     node_id = load_node_id(args.node_id) if args.node_id else None
     node = Node(cfg, name=args.name, node_id=node_id, clock=SystemClock(offset=args.clock_offset),
                 log_format=log_format)
@@ -186,6 +196,10 @@ def cmd_shell(args: argparse.Namespace) -> int:
                 text = open(args.file, encoding="utf-8").read()
             except OSError as exc:
                 print(f"fabricjobs: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+                return 2
+            except UnicodeDecodeError as exc:
+                print(f"fabricjobs: cannot read {args.file}: it is not UTF-8 text "
+                      f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})", file=sys.stderr)
                 return 2
         elif not sys.stdin.isatty():
             text = sys.stdin.read()

@@ -186,6 +186,8 @@ _addresses.kind = "IP addresses, comma separated"  # type: ignore[attr-defined]
 _ceilings.kind = "user=0..9, comma separated"  # type: ignore[attr-defined]
 _zone.kind = "IANA time zone name"  # type: ignore[attr-defined]
 _name.kind = "name: letters, digits, _ . : @ -"  # type: ignore[attr-defined]
+#: A node, DC or keyspace name as config.ini's keys take it (``node --name`` too).
+parse_name = _name
 _bind.kind = "HOST:PORT"  # type: ignore[attr-defined]
 
 
@@ -425,6 +427,8 @@ def parse_config(text: str, source: Path | None = None) -> Config:
 
 
 def _check_cross(cfg: Config, where: str) -> None:
+    if cfg.store_backend == "sqlite" and not cfg.get("store", "SQLITE_PATH").strip():
+        raise ConfigError(f"{where}: [store] SQLITE_PATH is empty: name the SQLite file (BACKEND is sqlite)")
     lo = cfg.get("jobs", "MIN_GIVE_UP_EXCEPTIONAL_MINUTES")
     hi = cfg.get("jobs", "MAX_GIVE_UP_EXCEPTIONAL_MINUTES")
     if lo > hi:

@@ -105,4 +105,7 @@ def load_node_id(path: str | os.PathLike | None) -> NodeId:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read node.id file {str(p)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read node.id file {str(p)!r}: it is not UTF-8 text "
+                          f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
     return parse_node_id(text, source=str(p))

@@ -77,6 +77,26 @@ def test_a_directory_init_cannot_write_and_a_config_that_is_not_text_are_one_lin
     schema.write_text("[store]\nBACKEND = cassandra\n")
     printed = fabricjobs("--config", str(schema), "cassandra-schema")
     assert printed.returncode == 2 and "needs [cassandra] REPLICATION" in printed.stderr, printed.stderr
+    # Each of these once started a node under a name no AFFINITY could name, or ran a node on
+    # ANY alone, or printed a traceback or an "internal error".
+    fabricjobs("init", str(tmp_path / "home"))
+    config = str(tmp_path / "home" / "config.ini")
+    for args, says in ((("--name", "bad name/!"), "fabricjobs: --name: node names may use letters, digits and _ . : @ - only"),
+                       (("--name", ""), "fabricjobs: --name: it is empty"),
+                       (("--node-id", str(tmp_path / "no-such.id")), "fabricjobs: --node-id: no such file"),
+                       (("--node-id", str(binary)), f"fabricjobs: cannot read node.id file {str(binary)!r}: it is not UTF-8")):
+        node = fabricjobs("--config", config, "node", *args)
+        assert node.returncode == 2 and node.stderr.startswith(says) and "Traceback" not in node.stderr, (args, node.stderr)
+    script = fabricjobs("--config", config, "shell", "-f", str(binary))
+    assert script.returncode == 2 and script.stderr == (f"fabricjobs: cannot read {binary}: it is not UTF-8 text "
+                                                        "(byte 0xff at offset 14)\n"), script.stderr
+    empty = tmp_path / "empty.ini"
+    empty.write_text("[store]\nSQLITE_PATH =\n")
+    shown = fabricjobs("--config", str(empty), "config")
+    assert shown.returncode == 2 and "[store] SQLITE_PATH is empty" in shown.stderr, shown.stderr
+    # A directory to paste: quoted where it holds a space or a quote.
+    odd = tmp_path / "my dir's"
+    assert f"fabricjobs --config '{tmp_path}/my dir'\"'\"'s/config.ini' node" in fabricjobs("init", str(odd)).stdout
 
 
 def test_version_names_the_release_python_store_and_schema_versions(tmp_path):

@@ -87,8 +87,11 @@ class JobCatalog:
                 continue
             try:
                 mode = os.stat(directory).st_mode
-            except OSError:
-                continue  # a missing directory refuses every job of it already
+            except OSError as exc:  # every job of it is refused until it is there: said once, where an operator looks
+                logging.getLogger("fabricjobs.node").warning(
+                    "[jobs] %s = %s cannot be read (%s): its jobs are refused until it can", key, directory,
+                    exc.strerror or exc)
+                continue
             if mode & 0o022:
                 raise ConfigError(f"[jobs] {key} = {directory} is {_writable_by(mode)}: anyone who can write "
                                   f"there could make this node run code; chmod go-w {directory}")

@@ -502,6 +502,9 @@ class Node:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        # The terminal or ssh session a foreground node ran in went away: a clean stop, not
+        # the default death, which left its runs to be taken over as lost, a try counted each.
+        signal.signal(signal.SIGHUP, handler)
 
 
 def _row_threshold(row, default: float) -> float:

@@ -170,6 +170,8 @@ class Connections:
         text = str(exc)
         if "locked" in text or "busy" in text or "disk I/O" in text:
             return StoreUnavailable(f"SQLite store {self.path!r}: {exc}")
+        if "full" in text:  # (SQLITE_FULL: space freed, the same write succeeds; a node started again runs)
+            return StoreUnavailable(f"SQLite store {self.path!r}: {exc}; free space on its file system")
         if "readonly" in text:
             return StoreError(f"SQLite store {self.path!r} cannot be written by this process (user id "
                               f"{os.geteuid()}): {exc}; the file and its directory must be writable by every "
