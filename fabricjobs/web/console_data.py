@@ -27,7 +27,7 @@ from ..cluster import read_cluster
 from ..commands import statements as st
 from ..dependencies import parents_of, parse_key
 from ..errors import FabricJobsError, JobNotFound, ValidationError
-from ..model import JobKey, JobType
+from ..model import RUNNING_STATUSES, JobKey, JobType
 from ..names import MAX_CHARS, MAX_NAME_CHARS
 from ..service import HISTORY_COLUMNS, Session, history_row, run_summary
 from ..store.base import RunRecord
@@ -164,8 +164,18 @@ def job_page(request: Request, key: JobKey) -> dict[str, Any]:
     snap = live_of(request).snapshot()
     page_plots = plots.durations(runs) + ([plots.job_lag(runs)] if job["execution_interval"] else [])
     return {"job": job, "parents": _parents(api.store, job["depends_on"]), "children": _children(api.store, key),
-            "task": snap.tasks.get(str(key)), "runs": [_run(r) for r in runs], "last_log": _last_log(runs),
+            "task": _running_task(job, snap.tasks.get(str(key))), "runs": [_run(r) for r in runs],
+            "last_log": _last_log(runs),
             "plots": page_plots}
+
+
+def _running_task(job: dict[str, Any], task: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The task running the job's run now, or None. The nodes' published tasks are as old as
+    their last beat: a run that has ended since (or an earlier run) would be offered to KILL,
+    and refused as TaskNotFound."""
+    if task is None or job["is_archived"] or job["status"] not in {s.value for s in RUNNING_STATUSES}:
+        return None
+    return task if task.get("epoch") in (None, job["epoch"]) else None
 
 
 def _parents(store: Any, depends_on: str) -> list[dict[str, Any]]:

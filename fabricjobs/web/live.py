@@ -137,7 +137,8 @@ def node_row(n: NodeView) -> dict[str, Any]:
     running = n.running_by_affinity()
     capacity = [{"affinity": name, "running": int(running.get(name, 0)), "recommended": lim.recommended,
                  "absolute": lim.absolute} for name, lim in sorted(n.affinity.limits.items())]
-    tasks = [{"task": t.get("task"), "key": t.get("key", ""), "job": task_job(t), "description": t.get("description", ""),
+    tasks = [{"task": t.get("task"), "key": t.get("key", ""), "epoch": t.get("epoch"), "job": task_job(t),
+              "description": t.get("description", ""),
               "elapsed_ms": int(t.get("elapsed_ms", 0)) + int(n.age * 1000)} for t in n.tasks()]
     return {"node": n.name, "dc": n.row.dc, "host": n.row.host, "pid": n.row.pid, "state": n.state.value,
             "last_beat_s": round(n.age, 1) if n.age != float("inf") else None, "running": n.running,
@@ -165,7 +166,7 @@ def iso(value: Any) -> Any:
 
 
 def _tasks(nodes: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
-    return {t["key"]: {"node": n["node"], "task": t["task"], "elapsed_ms": t["elapsed_ms"]}
+    return {t["key"]: {"node": n["node"], "task": t["task"], "epoch": t.get("epoch"), "elapsed_ms": t["elapsed_ms"]}
             for n in nodes for t in n["tasks"] if t["key"]}
 
 

@@ -283,3 +283,18 @@ def test_a_session_key_or_tokens_file_others_may_read_is_made_private(console):
     api.tokens._seen = None
     api.tokens.find(tokens["viewer"])
     assert [stat.S_IMODE(os.stat(p).st_mode) for p in (key_file, tokens_file)] == [0o600, 0o600]
+
+
+def test_a_jobs_page_offers_the_task_of_its_running_run_only():
+    """The nodes' published tasks are as old as their last beat: a job's page offered KILL for
+    a run that had ended (or for an earlier run), which the node then refused (TaskNotFound)."""
+    from fabricjobs.web.console_data import _running_task
+
+    task = {"node": "n1", "task": 7, "epoch": 3, "elapsed_ms": 10}
+    running = {"status": "IN_PROCESS", "is_archived": False, "epoch": 3}
+    assert _running_task(running, task) == task
+    assert _running_task(running, None) is None
+    assert _running_task(dict(running, status="PROCESSED", is_archived=True), task) is None
+    assert _running_task(dict(running, status="SCHEDULED"), task) is None
+    assert _running_task(dict(running, epoch=4), task) is None  # the next run's row, the last run's task
+    assert _running_task(running, dict(task, epoch=None)) == dict(task, epoch=None)  # (a node that names none)

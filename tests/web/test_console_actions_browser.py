@@ -107,6 +107,28 @@ def test_an_operator_starts_a_job_and_runs_updates_holds_releases_and_finishes_i
     assert browser.find_elements("id", "action-resume") and not browser.find_elements("id", "action-finish")
 
 
+def test_a_page_put_off_while_its_update_form_has_the_focus_catches_up_after(site: Site, browser):
+    """A job's page does not redraw under the typing hand, but the answers that came while the
+    form had the focus counted as drawn: once it lost the focus the page stayed as it was
+    (HELD, with a Release button) until the job changed again, for an ended job never."""
+    url, key = site.web.url, ("USER_JOB", "Probe.noop", "stale")
+    site.cluster.fetch("startjob user_job name='Probe.noop' uid='stale' hold=true;")
+    log_in(browser, url, site.tokens["operator"])
+    browser.get(url + "/#/job/USER_JOB/Probe.noop/stale")
+    until(lambda: "HELD" in title(browser), "the held job's page")
+    click(browser, "#action-update")
+    click(browser, "#update-priority")  # the focus in the form
+    site.cluster.fetch("releasejob user_job name='Probe.noop' uid='stale';")
+    site.cluster.wait_job(*key, lambda j: j.archived, 20, "the released job to run and end")
+    for _ in range(2):  # two refreshes (their time, to the second, in the status line) read the ended job
+        shown = browser.find_element("id", "status").text
+        until(lambda: browser.find_element("id", "status").text != shown, "a refresh of the page's data")
+    assert "HELD" in title(browser)  # (not redrawn while the form has the focus)
+    browser.execute_script("document.activeElement.blur()")
+    until(lambda: "PROCESSED" in title(browser), "the page to catch up once the form lost the focus")
+    assert not browser.find_elements("id", "action-release")
+
+
 def test_an_admin_creates_and_drops_a_calendar(site: Site, browser):
     log_in(browser, site.web.url, site.tokens["admin"])
     browser.get(site.web.url + "/#/calendars")

@@ -37,3 +37,22 @@ def test_a_running_jobs_page_shows_its_log_lines_as_they_come(site, browser, tmp
     until(lambda: "second line, after the gate" in live_text(), "the second line in the live panel")
     until(lambda: "OK -> PROCESSED" in live_text(), "how the run ended")
     until(lambda: browser.find_element("id", "live-state").text == "The run has ended.", "the panel's end note")
+
+
+def test_the_live_log_follows_each_run_of_a_recurring_job_not_only_the_first(site, browser, tmp_path):
+    """The panel stayed on "The run has ended." after the first run it followed: a recurring
+    job's next fire (and a restart, a takeover) ran with no line shown."""
+    args = f'{{"log": "{tmp_path / "runs"}", "seconds": 1.5, "talk": 0.2}}'
+    done = site.cluster.shell("-e", f"startjob user_job name='Probe.record' uid='again' exec_interval='00:00:02' args='{args}';")
+    assert done.returncode == 0, done.stderr
+    log_in(browser, site.web.url, site.tokens["viewer"])
+    browser.get(site.web.url + "/#/job/USER_JOB/Probe.record/again")
+
+    def live_text() -> str:
+        found = browser.find_elements("id", "live-log")
+        return found[0].text if found else ""
+
+    until(lambda: "run 1 of USER_JOB.Probe.record.again" in live_text(), "the first run followed")
+    until(lambda: "run 2 of USER_JOB.Probe.record.again" in live_text(), "the second run followed", timeout=20)
+    until(lambda: "still running" in live_text(), "a line of the second run")
+    site.cluster.shell("-e", "stopjob user_job name='Probe.record' uid='again';")

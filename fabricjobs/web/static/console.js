@@ -176,9 +176,10 @@ var FJ = (function () {
     view.view.load(view.args, view.state).then(function (body) {
       if (mine !== generation) return;
       var text = JSON.stringify(body);
-      if (text !== lastBody) {
+      // (A view that put off drawing, not to redraw under the typing hand, returns false: the
+      // body is drawn at a later refresh, even if it does not change meanwhile.)
+      if (text !== lastBody && view.view.render(document.getElementById("main"), body, view.args, view.state) !== false) {
         lastBody = text;
-        view.view.render(document.getElementById("main"), body, view.args, view.state);
       }
       status("updated " + new Date().toLocaleTimeString() + (body.error ? " · " + body.error : ""));
     }).catch(function (e) {

@@ -116,7 +116,7 @@ FJ.views.job = (function () {
     if (following && following.state === state) return;
     if (following) following.abort.abort();
     var mine = following = {state: state, abort: new AbortController()};
-    state.live = {lines: [], ended: false};
+    state.live = {lines: [], ended: false, epoch: job.epoch};
     var url = FJ.apiPath(job.type, job.name, job.uid) + "/log?follow=true&timeout=55";
     fetch(url, {credentials: "same-origin", signal: mine.abort.signal}).then(function (r) {
       if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
@@ -148,7 +148,9 @@ FJ.views.job = (function () {
     if (note) note.textContent = "The run has ended.";
   }
   function livePanel(job, state) {
-    if (RUNNING[job.status] && !state.live) follow(job, state);
+    // The run followed has ended and another is going on (a recurring fire, a restart, a
+    // takeover, a resume): follow that one.
+    if (RUNNING[job.status] && (!state.live || (state.live.ended && state.live.epoch !== job.epoch))) follow(job, state);
     if (!state.live) return el("section", {id: "live"});
     return el("section", {id: "live"},
       el("h2", {text: "Live log"}),
@@ -158,7 +160,7 @@ FJ.views.job = (function () {
   function render(main, body, args, state) {
     var job = body.job, log = state.log || body.last_log;
     if (state.editing && document.activeElement && document.getElementById("update-form") &&
-        document.getElementById("update-form").contains(document.activeElement)) return;  // not under the typing hand
+        document.getElementById("update-form").contains(document.activeElement)) return false;  // not under the typing hand
     FJ.fill(main,
       el("p", null, el("a", {href: job.is_archived ? "#/history" : "#/jobs", text: job.is_archived ? "← History" : "← Jobs"})),
       el("h1", {id: "job-title"}, job.type + " · " + job.name + " · " + job.uid + " ", FJ.badge(job.status, job.blocked)),
