@@ -12,6 +12,11 @@ from web_site import running_site
 browser = browser_fixture()
 
 
+def live_text(browser) -> str:
+    found = browser.find_elements("id", "live-log")
+    return found[0].text if found else ""
+
+
 @pytest.fixture(scope="module")
 def site(request, tmp_path_factory):
     with running_site(request, tmp_path_factory.mktemp("follow-console"), {"web": {"CONSOLE_INTERVAL_SEC": 0.3}}) as site:
@@ -26,16 +31,12 @@ def test_a_running_jobs_page_shows_its_log_lines_as_they_come(site, browser, tmp
     log_in(browser, site.web.url, site.tokens["viewer"])
     browser.get(site.web.url + "/#/job/USER_JOB/Probe.log_and_wait/panel")
 
-    def live_text() -> str:
-        found = browser.find_elements("id", "live-log")
-        return found[0].text if found else ""
-
-    until(lambda: "first line, before the gate" in live_text(), "the first line in the live panel")
+    until(lambda: "first line, before the gate" in live_text(browser), "the first line in the live panel")
     assert site.cluster.job("USER_JOB", "Probe.log_and_wait", "panel").status.name == "IN_PROCESS"
-    assert "second line" not in live_text()
+    assert "second line" not in live_text(browser)
     gate.touch()
-    until(lambda: "second line, after the gate" in live_text(), "the second line in the live panel")
-    until(lambda: "OK -> PROCESSED" in live_text(), "how the run ended")
+    until(lambda: "second line, after the gate" in live_text(browser), "the second line in the live panel")
+    until(lambda: "OK -> PROCESSED" in live_text(browser), "how the run ended")
     until(lambda: browser.find_element("id", "live-state").text == "The run has ended.", "the panel's end note")
 
 
@@ -48,11 +49,7 @@ def test_the_live_log_follows_each_run_of_a_recurring_job_not_only_the_first(sit
     log_in(browser, site.web.url, site.tokens["viewer"])
     browser.get(site.web.url + "/#/job/USER_JOB/Probe.record/again")
 
-    def live_text() -> str:
-        found = browser.find_elements("id", "live-log")
-        return found[0].text if found else ""
-
-    until(lambda: "run 1 of USER_JOB.Probe.record.again" in live_text(), "the first run followed")
-    until(lambda: "run 2 of USER_JOB.Probe.record.again" in live_text(), "the second run followed", timeout=20)
-    until(lambda: "still running" in live_text(), "a line of the second run")
+    until(lambda: "run 1 of USER_JOB.Probe.record.again" in live_text(browser), "the first run followed")
+    until(lambda: "run 2 of USER_JOB.Probe.record.again" in live_text(browser), "the second run followed", timeout=20)
+    until(lambda: "still running" in live_text(browser), "a line of the second run")
     site.cluster.shell("-e", "stopjob user_job name='Probe.record' uid='again';")
