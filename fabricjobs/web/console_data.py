@@ -43,7 +43,8 @@ from .tokens import TokenInfo
 router = APIRouter(prefix="/console/data", include_in_schema=False)
 Viewer = Depends(requires(Need.READ, "read the console"))
 JOB_RUNS = 200
-CHILDREN_READ = 1000  # blocked jobs read for a job's page: its children still waiting for it
+CHILDREN_READ = 1000  # blocked jobs read at a time for a job's page: its children still waiting for it
+CHILDREN_EXAMINE = 10_000  # blocked jobs a job's page looks at, at most (then it says the list may go on)
 _OUTPUT_CHARS = 1000
 _MAX_TEXT = 1000  # characters of a filter
 _MAX_CURSOR = 16_000  # characters of a page cursor: a key of 1,024-character UID in 4-byte characters, base64
@@ -163,7 +164,9 @@ def job_page(request: Request, key: JobKey) -> dict[str, Any]:
     runs = api.store.runs(key.type, key.name, key.uid, limit=JOB_RUNS)
     snap = live_of(request).snapshot()
     page_plots = plots.durations(runs) + ([plots.job_lag(runs)] if job["execution_interval"] else [])
-    return {"job": job, "parents": _parents(api.store, job["depends_on"]), "children": _children(api.store, key),
+    children, children_cut = _children(api.store, key)
+    return {"job": job, "parents": _parents(api.store, job["depends_on"]), "children": children,
+            "children_cut": children_cut,
             "task": _running_task(job, snap.tasks.get(str(key))), "runs": [_run(r) for r in runs],
             "last_log": _last_log(runs),
             "plots": page_plots}
@@ -189,20 +192,32 @@ def _parents(store: Any, depends_on: str) -> list[dict[str, Any]]:
             for k, row in zip(keys, rows)]
 
 
-def _children(store: Any, key: JobKey) -> list[dict[str, Any]]:
-    """The children still waiting for this job: the blocked jobs that name it (the first
-    CHILDREN_READ blocked ones, longest due first). A child no longer blocked is not read:
-    no index leads from a job to its children."""
-    out = []
-    for j in store.blocked_jobs(CHILDREN_READ):
-        try:
-            parents = parents_of(j)
-        except FabricJobsError:
-            continue
-        if key in parents:
-            out.append({"key": str(j.key), "type": j.type, "name": j.name, "uid": j.uid, "status": j.status.value,
-                        "blocked": j.blocked})
-    return out
+def _children(store: Any, key: JobKey) -> tuple[list[dict[str, Any]], bool]:
+    """The children still waiting for this job: the blocked jobs that name it, read a page at a
+    time (longest due first), CHILDREN_EXAMINE of them at most; and whether blocked jobs were
+    left unread (then the page says the list may go on, rather than "None"). A child no longer
+    blocked is not read: no index leads from a job to its children."""
+    out: list[dict[str, Any]] = []
+    seen: set[JobKey] = set()
+    since: datetime | None = None
+    while len(seen) < CHILDREN_EXAMINE:
+        page = store.blocked_jobs(CHILDREN_READ, since=since)
+        new = [j for j in page if j.key not in seen]
+        for j in new:
+            seen.add(j.key)
+            try:
+                parents = parents_of(j)
+            except FabricJobsError:
+                continue
+            if key in parents:
+                out.append({"key": str(j.key), "type": j.type, "name": j.name, "uid": j.uid,
+                            "status": j.status.value, "blocked": j.blocked})
+        if len(page) < CHILDREN_READ:
+            return out, False
+        if not new or page[-1].next_run is None:  # (a page of one due time: paging by it goes no further)
+            return out, True
+        since = page[-1].next_run
+    return out, True
 
 
 def _run(r: RunRecord) -> dict[str, Any]:

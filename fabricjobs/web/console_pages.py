@@ -72,8 +72,9 @@ class LivePage:
 def live_page(store: JobStore, filters: LiveFilters, after: JobKey | None, limit: int,
               counts: dict[str, int]) -> LivePage:
     small = filters.status and counts.get(filters.status, 0) <= SMALL_STATUS
-    if small:
-        return _by_status(store, filters, after, limit)
+    page = _by_status(store, filters, after, limit) if small else None
+    if page is not None:
+        return page
     found: list[Job] = []
     looked, size, last = 0, limit + 1, after
     while len(found) <= limit and looked < LIVE_EXAMINE:
@@ -94,13 +95,17 @@ def live_page(store: JobStore, filters: LiveFilters, after: JobKey | None, limit
     return LivePage(found, last, True)
 
 
-def _by_status(store: JobStore, filters: LiveFilters, after: JobKey | None, limit: int) -> LivePage:
+def _by_status(store: JobStore, filters: LiveFilters, after: JobKey | None, limit: int) -> LivePage | None:
     """The jobs of a status with few of them, read through the index (candidates, then their
-    rows), in key order from the cursor on."""
+    rows), in key order from the cursor on. None where the index holds more than that: the
+    count leaves out rows the index has (WAITING's count is of those not blocked by parents,
+    its index has both), and a cut candidate list would hide some of the few."""
     if filters.status == BLOCKED:
         candidates = store.blocked_jobs(SMALL_STATUS + 1)
     else:
         candidates = store.by_status([Status(filters.status)], limit=SMALL_STATUS + 1)
+    if len(candidates) > SMALL_STATUS:
+        return None
     keys = sorted(j.key for j in candidates if after is None or j.key > after)
     rows = [r for r in store.get_many(keys) if r is not None and not r.archived and filters.keeps(r)]
     return LivePage(rows[:limit], rows[limit - 1].key if len(rows) > limit else None, False)

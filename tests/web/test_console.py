@@ -298,3 +298,26 @@ def test_a_jobs_page_offers_the_task_of_its_running_run_only():
     assert _running_task(dict(running, status="SCHEDULED"), task) is None
     assert _running_task(dict(running, epoch=4), task) is None  # the next run's row, the last run's task
     assert _running_task(running, dict(task, epoch=None)) == dict(task, epoch=None)  # (a node that names none)
+
+
+def test_more_than_a_thousand_blocked_jobs_hide_neither_waiting_jobs_nor_a_parents_children(console):
+    """WAITING's count leaves out the jobs blocked by parents, its index does not: with 1,100
+    blocked jobs the WAITING filter read 1,001 candidates, all blocked, and showed one of five
+    WAITING jobs. A parent's page read the first 1,000 blocked jobs only, and said "None" of
+    a child further on."""
+    make, api, tokens, app = console
+    parent = lambda uid: Job(JobKey("USER_JOB", "Probe.noop", uid), Status.HELD, NOW, next_run=NOW)  # noqa: E731
+    rows = [parent("parent1"), parent("parent2")]
+    rows += [Job(JobKey("USER_JOB", "Probe.noop", f"kid{i:04d}"), Status.WAITING, NOW, next_run=NOW + timedelta(milliseconds=i),
+                 depends_on="USER_JOB.Probe.noop.parent1", blocked=True) for i in range(1100)]
+    rows.append(Job(JobKey("USER_JOB", "Probe.noop", "kid2"), Status.WAITING, NOW, next_run=NOW + timedelta(hours=1),
+                    depends_on="USER_JOB.Probe.noop.parent2", blocked=True))
+    rows += [Job(JobKey("USER_JOB", "Probe.noop", f"zgpu{i}"), Status.WAITING, NOW, next_run=NOW + timedelta(hours=2),
+                 affinity="GPU") for i in range(5)]  # (after the blocked ones, in key and due order)
+    api.store.insert_many(rows)
+    client = make()
+    log_in(client, tokens["viewer"])
+    waiting = client.get("/console/data/jobs", params={"status": "WAITING"}).json()
+    assert [j["uid"] for j in waiting["jobs"]] == [f"zgpu{i}" for i in range(5)], waiting["jobs"][:3]
+    page = client.get("/console/data/job", params={"type": "USER_JOB", "name": "Probe.noop", "uid": "parent2"}).json()
+    assert [c["uid"] for c in page["children"]] == ["kid2"] and page["children_cut"] is False

@@ -174,7 +174,8 @@ FJ.views.job = (function () {
           el("h2", {text: "Dependencies"}),
           el("div", {class: "card"},
             el("strong", {text: "Parents"}), body.parents.length ? el("ul", {id: "parents"}, body.parents.map(jobLink)) : el("p", {class: "muted", text: "None."}),
-            el("strong", {text: "Children waiting for it"}), body.children.length ? el("ul", {id: "children"}, body.children.map(jobLink)) : el("p", {class: "muted", text: "None."})))),
+            el("strong", {text: "Children waiting for it"}), body.children.length ? el("ul", {id: "children"}, body.children.map(jobLink)) : el("p", {class: "muted", text: body.children_cut ? "None among the blocked jobs looked at." : "None."}),
+            body.children_cut ? el("p", {class: "muted", id: "children-cut", text: "The cluster has more blocked jobs than a page looks at: there may be more children."}) : null))),
       el("h2", {text: "Runs"}), runs(body, state),
       el("h2", {text: log ? "Log of run " + log.run : "Log"}),
       el("div", {id: "log-section"}, log ? [el("p", {class: "mono", text: log.summary}), el("pre", {id: "log", text: log.log || "(no log lines)"})]
