@@ -69,6 +69,8 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
     ("late_action", "USER_JOB.os:system", "refused"),
     ("on_failure", "RUN", "ON_FAILURE must be <TYPE>.<NAME> of a job, got 'RUN'"),
     ("on_failure", "USER_JOB.Probe.nothing_here", "nothing_here"),
+    # (a listener runs until it is stopped: it was accepted, and ran with ARGS it cannot take)
+    ("on_failure", "INTERFACE_LISTENER.Probe.handle_file", "ON_FAILURE must name a USER_JOB or a PROCESS job"),
 ])
 def test_the_job_a_setting_names_is_checked_before_anything_is_written(cluster, param, bad, says):
     r = cluster.shell("-e", f"startjob user_job name='Probe.noop' uid='bad' {param}='{bad}';")
@@ -96,6 +98,19 @@ def test_on_failure_starts_its_job_once_when_a_run_fails_for_good(cluster):
     uids = sorted(e["UID"] for e in json.loads(echoes.stdout) if ".failed." in e["UID"])
     # One each: a retried try starts none.
     assert [u.split(".failed.")[0] for u in uids] == ["USER_JOB.Probe.always_fails.d", "USER_JOB.Probe.fails_no_retry.d"]
+
+
+def test_a_process_on_failure_job_gets_what_happened_as_its_arguments(cluster):
+    """A PROCESS job takes arguments by position (ARGS "0", "1", ...): a handler's ARGS by
+    name reached it as no argument at all. It gets the same values, in the same order."""
+    r = cluster.shell("-e", "startjob user_job name='Probe.fails_no_retry' uid='pf' on_failure='PROCESS.print_args.sh';")
+    assert r.returncode == 0, r.stderr
+    failed = cluster.wait_job("USER_JOB", "Probe.fails_no_retry", "pf", lambda j: j.archived, 20)
+    handler = cluster.wait_job("PROCESS", "print_args.sh", f"USER_JOB.Probe.fails_no_retry.pf.failed.{failed.epoch}",
+                               lambda j: j.archived, 20)
+    assert handler.status.name == "PROCESSED", handler.error_msg
+    assert json.loads(handler.output).splitlines() == ["USER_JOB.Probe.fails_no_retry.pf", "USER_JOB", "Probe.fails_no_retry", "pf",
+                                           str(failed.epoch), failed.error_msg], handler.output
 
 
 @pytest.mark.slow

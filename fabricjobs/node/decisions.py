@@ -17,7 +17,7 @@ from ..jobs.context import FailMode
 from ..jobs.given_keys import FAILURE_KEYS, LATE_KEYS
 from ..worker.protocol import KILLED, LEASE_LOST, OK, Outcome, OutcomeKind
 from ..store.base import RunRecord
-from ..model import Event, Job, JobKey, RunResult, Status
+from ..model import Event, Job, JobKey, JobType, RunResult, Status
 from ..names import derived_uid
 from ..schedule import Schedule, ScheduleError, ScheduleKind, parse_schedule
 
@@ -307,11 +307,19 @@ def late_handler(row: Job, now: datetime) -> Job | None:
         return None
     job_type, _, name = row.late_action.partition(".")
     due = row.next_run.astimezone(timezone.utc)
-    args = dict(zip(LATE_KEYS, (str(row.key), row.type, row.name, row.uid, due.isoformat(timespec="milliseconds"),
-                                round((now - due).total_seconds(), 3))))
+    args = _handler_args(job_type, LATE_KEYS, (str(row.key), row.type, row.name, row.uid,
+                                               due.isoformat(timespec="milliseconds"), round((now - due).total_seconds(), 3)))
     return Job(key=JobKey(job_type, name, derived_uid(str(row.key), f".late.{due:%Y%m%dT%H%M%S.%f}"[:-3])), status=Status.WAITING,
                creation_time=now, arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)
+
+
+def _handler_args(job_type: str, keys: tuple[str, ...], values: tuple) -> dict:
+    """A handler's ARGS: by name for a USER_JOB (its parameters); for a PROCESS job the same
+    values in the same order as its arguments (ARGS "0", "1", ...: argv 1, 2, ...)."""
+    if job_type.upper() == JobType.PROCESS:
+        return {str(i): str(v) for i, v in enumerate(values)}
+    return dict(zip(keys, values))
 
 
 def failure_job(row: Job, now: datetime, run: int | None = None) -> Job | None:
@@ -325,7 +333,7 @@ def failure_job(row: Job, now: datetime, run: int | None = None) -> Job | None:
         return None
     run = row.epoch if run is None else run
     job_type, _, name = row.on_failure.partition(".")
-    args = dict(zip(FAILURE_KEYS, (str(row.key), row.type, row.name, row.uid, run, row.error_msg)))
+    args = _handler_args(job_type, FAILURE_KEYS, (str(row.key), row.type, row.name, row.uid, run, row.error_msg))
     return Job(key=JobKey(job_type, name, derived_uid(str(row.key), f".failed.{run}")), status=Status.WAITING, creation_time=now,
                arguments=json.dumps(args), next_run=now, affinity=row.affinity,
                owner=row.owner, requestor=row.requestor)

@@ -93,8 +93,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             time_zone=cmd.tz or "",
             late_threshold=cmd.late_threshold or "",
             overlap=cmd.overlap or "",
-            late_action=self._late_action(cmd.late_action),
-            on_failure=self._late_action(cmd.on_failure),
+            late_action=self._late_action(cmd.late_action, "LATE_ACTION"),
+            on_failure=self._late_action(cmd.on_failure, "ON_FAILURE"),
             owner=owner_of(session),
             requestor=cmd.requestor or "",
             calendar=self._calendar(cmd.calendar, schedule),
@@ -152,10 +152,15 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
         if error is not None:
             raise error
 
-    def _late_action(self, action: str | None) -> str:
-        """LATE_ACTION (or ON_FAILURE) as stored; a job it names must be one the catalog would start."""
+    def _late_action(self, action: str | None, what: str) -> str:
+        """LATE_ACTION (or ON_FAILURE) as stored; a job it names must be one the catalog would
+        start, and one that runs once: a USER_JOB (its ARGS by name) or a PROCESS job (the same
+        values as its arguments), not a listener, which runs until stopped."""
         if action and action not in ("SKIP", "RUN"):
             job_type, _, name = action.partition(".")
+            if job_type.upper() not in (JobType.USER_JOB, JobType.PROCESS):
+                raise ValidationError(f"{what} must name a USER_JOB or a PROCESS job, which runs once and is "
+                                      f"handed what happened; got {action!r}")
             self.catalog.check(job_type, name)
         return action or ""
 
@@ -368,8 +373,8 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
     def _check_update(self, cmd: statements.UpdateJob, session: Session) -> None:
         """UPDATEJOB's checks of its new values, before any row is read."""
         self._check_affinity(cmd.affinity)
-        self._late_action(cmd.late_action)
-        self._late_action(cmd.on_failure)
+        self._late_action(cmd.late_action, "LATE_ACTION")
+        self._late_action(cmd.on_failure, "ON_FAILURE")
         if cmd.priority is not None:
             self._priority(cmd.priority, session)
         if cmd.exec_interval is not None:
