@@ -71,6 +71,8 @@ def test_late_action_runs_a_late_fire_or_starts_the_late_handler(tmp_path):
     ("on_failure", "USER_JOB.Probe.nothing_here", "nothing_here"),
     # (a listener runs until it is stopped: it was accepted, and ran with ARGS it cannot take)
     ("on_failure", "INTERFACE_LISTENER.Probe.handle_file", "ON_FAILURE must name a USER_JOB or a PROCESS job"),
+    # (it said "must be HH:MM:SS", which 00:00:00 is)
+    ("late_threshold", "00:00:00", "LATE_THRESHOLD must be longer than 00:00:00 (no threshold: '' or none), got '00:00:00'"),
 ])
 def test_the_job_a_setting_names_is_checked_before_anything_is_written(cluster, param, bad, says):
     r = cluster.shell("-e", f"startjob user_job name='Probe.noop' uid='bad' {param}='{bad}';")

@@ -244,6 +244,14 @@ def test_late_threshold_skips_a_fire_after_a_3_hour_outage_and_records_it():
     assert [f.strftime("%H:%M") for f in fires] == ["00:15", "00:30", "00:45", "04:15", "04:30", "04:45", "05:00"]
     assert len(skipped) == 1 and skipped[0].result == "SKIPPED"
     assert "skipped: 11220 s late (LATE_THRESHOLD 00:05:00)" in skipped[0].note
+    # A skip barely past its threshold says by how much (it said "1 s late" of LATE_THRESHOLD 00:00:01).
+    from fabricjobs.node.decisions import late_fire
+
+    due = datetime(2026, 5, 1, 0, 0, 5, tzinfo=UTC)
+    every = Job(JobKey("USER_JOB", "A.b", "c"), Status.SCHEDULED, start, execution_interval="*/5 * * * * *",
+                next_run=due, late_threshold="00:00:01")
+    _row, record = late_fire(every, due + timedelta(milliseconds=1011), Z_UTC)
+    assert "skipped: 1.011 s late (LATE_THRESHOLD 00:00:01)" in record.note, record.note
 
 
 def test_late_action_run_runs_the_late_fire_and_a_handler_gets_the_fire_in_its_args():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any, Callable
 
 from ..errors import ScheduleError, ValidationError
@@ -64,6 +65,8 @@ def late_threshold(text: str) -> str:
             schedule = parse_schedule(text, "UTC")
         except ScheduleError:
             schedule = None
+        if schedule is None and re.fullmatch(r"0+:00:00(\.0+)?", text.strip()):
+            raise ValueError(f"LATE_THRESHOLD must be longer than 00:00:00 (no threshold: '' or none), got {_show(text)}")
         if schedule is None or schedule.interval is None:
             raise ValueError(f"LATE_THRESHOLD must be HH:MM:SS, got {_show(text)}")
     return text

@@ -291,7 +291,7 @@ def late_fire(row: Job, now: datetime, zone) -> tuple[Job, RunRecord] | None:
     record = RunRecord(
         key=row.key, epoch=row.epoch, node=row.worker_id or "", due=row.next_run, start=None, end=now,
         result=RunResult.SKIPPED, status=Status.SCHEDULED.value, tries=row.tries,
-        note=f"fire due at {row.next_run.isoformat(timespec='milliseconds')} skipped: {late.total_seconds():.0f} s late "
+        note=f"fire due at {row.next_run.isoformat(timespec='milliseconds')} skipped: {f'{late.total_seconds():.3f}'.rstrip('0').rstrip('.')} s late "
              f"(LATE_THRESHOLD {row.late_threshold})" + (f"; started {row.late_action}" if "." in row.late_action else ""),
     )
     return row.replace(next_run=nxt), record
