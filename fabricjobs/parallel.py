@@ -71,10 +71,25 @@ def progress(rows: list[Job | None]) -> str:
 def failed_task(parent: Job, parents: dict) -> str | None:
     """The parent's error if one of its tasks (read into ``parents`` by the dependency check)
     is FAILED: 'task i failed: <error>'; else None."""
+    found = _first_failed(parent, parents)
+    if found is None:
+        return None
+    i, row = found
+    return f"task {i} failed: {row.error_msg or 'no error given'}"
+
+
+def failed_task_run(parent: Job, parents: dict) -> int | None:
+    """The run (epoch) of the task whose failure failed the parent: the run ON_FAILURE names
+    (the parent has no run of its own), as the task's JOBHISTORY numbers it."""
+    found = _first_failed(parent, parents)
+    return found[1].epoch if found is not None else None
+
+
+def _first_failed(parent: Job, parents: dict) -> tuple[int, Job] | None:
     for i, key in enumerate(task_keys(parent.key, parent.parallelism)):
         row = parents.get(key)
         if row is not None and row.status is Status.FAILED:
-            return f"task {i} failed: {row.error_msg or 'no error given'}"
+            return i, row
     return None
 
 

@@ -44,12 +44,18 @@ def test_each_task_runs_once_with_its_index_and_the_job_ends_after_all(cluster, 
 
 def test_a_task_failing_for_good_fails_the_job_with_its_error(cluster, tmp_path):
     log, mended = tmp_path / "parts.log", tmp_path / "mended"
-    cluster.shell_ok(f"startjob user_job name='Probe.part' uid='f3' parallelism=3 "
+    cluster.shell_ok(f"startjob user_job name='Probe.part' uid='f3' parallelism=3 on_failure='USER_JOB.Probe.echo' "
                      f"args='{_args(log=str(log), fail_index=1, mended=str(mended))}';")
     job = cluster.wait_job("USER_JOB", "Probe.part", "f3", lambda j: j.status.name == "FAILED", 20)
     assert job.error_msg == "task 1 failed: part 1 broke", job.error_msg
     for i, status in ((0, "PROCESSED"), (1, "FAILED"), (2, "PROCESSED")):  # the others went on
         cluster.wait_job("USER_JOB", "Probe.part", f"f3/{i}", lambda j, s=status: j.status.name == s, 20)
+    # ON_FAILURE names the run that failed: the task's (the job has none of its own: it said 0).
+    task = cluster.job("USER_JOB", "Probe.part", "f3/1")
+    handler = cluster.wait_job("USER_JOB", "Probe.echo", f"USER_JOB.Probe.part.f3.failed.{task.epoch}", lambda j: j.archived, 20)
+    given = json.loads(handler.output)["args"]
+    assert (given["failed_job"], given["run"], given["error"]) == ("USER_JOB.Probe.part.f3", task.epoch, job.error_msg)
+    assert cluster.client().store.run(task.key, task.epoch) is not None  # (a run the task's JOBHISTORY has)
     out = cluster.shell_ok("jobstatus user_job 'Probe.part' with uid='f3';")
     assert "task 1 failed: part 1 broke" in out, out
     # Resumed while its task is still FAILED, the job fails again; once the task succeeds, it ends.
