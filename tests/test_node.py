@@ -376,6 +376,23 @@ def test_restartjob_reruns_a_running_job_and_resumejob_revives_an_archived_one(c
     assert not third.archived
 
 
+def test_stopjob_after_restartjob_of_a_running_job_is_told_as_a_stop(cluster, tmp_path):
+    """STOPJOB came while a RESTARTJOB's run was still ending (a job that ignores both, killed
+    at the stop grace): its history line said STOPPED, TERMINATED and "ended by RESTART"."""
+    log = tmp_path / "runs.jsonl"
+    node = cluster.start_node("node-a")
+    cluster.fetch(f"startjob user_job name='Probe.started' uid='both' args='{json.dumps({'log': str(log)})}';")
+    wait_for(lambda: read_records(log), 20, "the run to start")
+    cluster.fetch("restartjob user_job name='Probe.started' uid='both';")
+    wait_for(lambda: "'USER_JOB.Probe.started.both' is RESTART: aborting its run" in node.log(), 20, "the restart's abort")
+    cluster.fetch("stopjob user_job name='Probe.started' uid='both';")
+    ended = cluster.wait_job("USER_JOB", "Probe.started", "both", final, 30)
+    assert ended.status is Status.TERMINATED, ended
+    [line] = list(cluster.fetch("jobhistory user_job 'Probe.started' with uid='both';"))
+    assert (line["Result"], line["Status"]) == ("STOPPED", "TERMINATED"), line
+    assert "RESTART" not in line["Error"] and "STOPPING" in line["Error"], line
+
+
 def test_a_run_whose_epoch_was_bumped_behind_its_back_cannot_write_its_outcome(cluster, tmp_path):
     log = tmp_path / "runs.jsonl"
     cluster.start_node("node-a")

@@ -271,8 +271,9 @@ class Reconciler(UsesParts):
             if row.worker_id == self.me:
                 run = self.executor.run_for(row.key)
                 if run is not None and run.facts.epoch == row.epoch:
-                    if run.end_reason not in (EndReason.STOP, EndReason.RESTART, EndReason.KILL):
-                        reason = EndReason.STOP if row.status is Status.STOPPING else EndReason.RESTART
+                    reason = EndReason.STOP if row.status is Status.STOPPING else EndReason.RESTART
+                    if run.end_reason not in (EndReason.STOP, EndReason.RESTART, EndReason.KILL) or (
+                            run.end_reason, reason) == (EndReason.RESTART, EndReason.STOP):
                         log.info("'%s' is %s: aborting its run", row.key, row.status.value)
                         self.executor.abort(run, reason, self.s.stop_grace, f"ended by {row.status.value}")
                     continue

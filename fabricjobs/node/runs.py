@@ -237,7 +237,8 @@ class RunTable:
         """Record that the node ends ``run`` (kill it at ``deadline`` if it has not ended);
         return its worker, if it is on one."""
         with self.lock:
-            if run.end_reason is None or run.end_reason == EndReason.RELEASE:
+            # (STOPJOB after RESTARTJOB: the run ends as stopped, and its history line says so)
+            if run.end_reason in (None, EndReason.RELEASE) or (run.end_reason, reason) == (EndReason.RESTART, EndReason.STOP):
                 run.end_reason = reason
                 run.end_note = note
             if run.stop_deadline is None:
