@@ -383,9 +383,10 @@ def test_a_paste_of_startjobs_at_the_prompt_is_written_together(store_config, tm
         client.close()
 
 
-def _prompt(cluster, tmp_path) -> "pexpect.spawn":
-    """``fabricjobs shell`` at a terminal (a pty, 250 columns), its history under ``tmp_path``."""
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm")
+def _prompt(cluster, tmp_path, pager: str = "") -> "pexpect.spawn":
+    """``fabricjobs shell`` at a terminal (a pty, 40 lines of 250 columns), its history under
+    ``tmp_path``; no pager unless one is named (an answer taller than 40 lines would be less's)."""
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), TERM="xterm", FABRICJOBS_PAGER=pager)
     return pexpect.spawn(sys.executable, ["-m", "fabricjobs", "--config", str(cluster.config_path), "shell"],
                          env=env, cwd=str(tmp_path), encoding="utf-8", timeout=15, dimensions=(40, 250))
 
@@ -441,6 +442,31 @@ def test_interactive_prompt_multiline_statement_and_tab_completion(cluster, tmp_
     assert history.exists() and "startjob user_job nme=" in history.read_text()
     assert stat.S_IMODE(history.stat().st_mode) == 0o600  # it holds whatever ARGS were typed
     assert stat.S_IMODE(history.parent.stat().st_mode) == 0o700
+
+
+def test_an_answer_taller_than_the_terminal_goes_through_the_pager(cluster, tmp_path):
+    """As psql and pgcli do: a JOBSTATUS of 60 rows on a terminal of 40 lines is handed to the
+    pager (here a script that keeps what it was given), one of 3 rows is printed as it is."""
+    kept = tmp_path / "paged.txt"
+    pager = tmp_path / "pager.sh"
+    pager.write_text(f"#!/bin/sh\ncat > {kept}\necho paged\n")
+    pager.chmod(0o755)
+    cluster.fetch("".join(f"startjob user_job name='Probe.noop' uid='p{i:02d}' affinity='nowhere';" for i in range(60)))
+    child = _prompt(cluster, tmp_path, pager=str(pager))
+    try:
+        child.expect("fabric>")
+        child.send("jobstatus user_job 'Probe.noop' with uid='p01';\r")
+        child.expect(r"\(1 row\)")  # short: printed as it is
+        assert not kept.exists()
+        child.send("jobstatus user_job 'Probe.noop';\r")
+        child.expect("paged")
+        child.expect("fabric>")
+        shown = kept.read_text()
+        assert "| p00 " in shown and "| p59 " in shown and "(60 rows)" in shown, shown[-300:]
+        child.sendcontrol("d")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
 
 
 def test_interactive_history_search_help_of_a_statement_and_a_job_just_started(cluster, tmp_path):

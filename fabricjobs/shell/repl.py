@@ -4,10 +4,12 @@ a bug is logged with its traceback and reported in one line."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
 from pathlib import Path
+from typing import TextIO, cast
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.history import FileHistory
@@ -21,6 +23,7 @@ from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
 from .help import help_text
+from .pager import PagedOutput, pager_command
 from .script import run_text, shell_log_path
 
 def history_path() -> Path:
@@ -73,7 +76,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         enable_history_search=True,
     )
     catalog.refresh()
-    out = sys.stdout
+    out = cast(TextIO, PagedOutput(sys.stdout, pager_command(os.environ)))  # (an answer taller than the terminal: less)
     warned = False  # (once, until a node has been seen)
     while True:
         try:
