@@ -118,3 +118,23 @@ def test_runjob_refuses_a_job_whose_run_is_going_on(cluster, tmp_path):
                                 "job once between its fires")
     assert len(read_records(log)) == 1 and cluster.job("USER_JOB", "Probe.started", "busy").resume_at is None
     cluster.shell("-e", "stopjob user_job name='Probe.started' uid='busy';")
+
+
+def test_runjob_refuses_a_job_blocked_by_its_parents_and_changes_nothing(cluster):
+    """RUNJOB of a job waiting for its parents said "runs once now" (or "already due: its run
+    starts now") and nothing ran; a recurring one was even made WAITING, an extra run queued
+    for when its parents are done. It is refused, as FINISHJOB refuses one."""
+    cluster.shell_ok("startjob user_job name='Probe.noop' uid='parent' hold=true;"
+                     "startjob user_job name='Probe.noop' uid='cron' exec_interval='0 0 3 * * *' "
+                     "depends_on='USER_JOB.Probe.noop.parent';"
+                     "startjob user_job name='Probe.noop' uid='once' depends_on='USER_JOB.Probe.noop.parent';")
+    for uid in ("cron", "once"):
+        before = cluster.job("USER_JOB", "Probe.noop", uid)
+        r = cluster.shell("-e", f"runjob user_job name='Probe.noop' uid='{uid}';")
+        assert r.returncode == 1 and r.stdout == "", (uid, r.stdout)
+        assert r.stderr.strip() == (f"Job is blocked [type: USER_JOB, name: Probe.noop, uid: {uid}]: blocked by its parents: "
+                                    "it runs once they are PROCESSED, not now (RUNJOB runs a job once between its fires); "
+                                    "nothing was changed"), r.stderr
+        after = cluster.job("USER_JOB", "Probe.noop", uid)
+        assert (after.status, after.next_run, after.resume_at, after.epoch) == (
+            before.status, before.next_run, before.resume_at, before.epoch), after

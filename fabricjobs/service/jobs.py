@@ -36,6 +36,7 @@ FINISH_BLOCKED_NOTE = ("blocked by its parents, so not finished: it would end PR
 RUN_DUE_NOTE = "already due: its run starts now"
 RUN_GOING_NOTE = "a run is going on: not run again"
 RUN_HELD_NOTE = "held: RELEASEJOB runs it"
+RUN_BLOCKED_NOTE = "blocked by its parents: it runs once they are PROCESSED, not now"
 EXISTS_NOTE = "(it exists: left as it is)"  # STARTJOB ... IF NOT EXISTS met the key
 
 
@@ -253,6 +254,9 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
 
         def decide(row: Job):
             due = _due(row, now)
+            if not row.archived and row.waits_for_parents:  # (it said "runs once now", and nothing ran)
+                notes[row.key] = RUN_BLOCKED_NOTE
+                return None
             if row.archived or row.status is not Status.SCHEDULED or due:
                 status = Status.WAITING if due else row.status  # a due fire is under way
                 notes[row.key] = {Status.WAITING: RUN_DUE_NOTE, Status.HELD: RUN_HELD_NOTE}.get(status, RUN_GOING_NOTE)
@@ -266,6 +270,9 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
 
         rows = [r for r in (self._change(j.key, decide) for j in self._matching(cmd.type, cmd.name, cmd.uid))
                 if r is not None]
+        if rows and all(notes.get(r.key) == RUN_BLOCKED_NOTE for r in rows):
+            raise CommandError(f"Job is blocked {rows[0].key.describe()}: {RUN_BLOCKED_NOTE} (RUNJOB runs a job "
+                               "once between its fires); nothing was changed")
         if rows and all(notes.get(r.key) == RUN_HELD_NOTE for r in rows):
             raise CommandError(f"Job is held {rows[0].key.describe()}: RELEASEJOB runs it (RUNJOB runs a job once "
                                "between its fires)")
