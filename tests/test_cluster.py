@@ -292,6 +292,25 @@ def test_pausing_the_whole_process_group_ends_stale_runs_on_resume_before_they_r
 @pytest.mark.timing
 @pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 200, "FABRIC_HEARTBEAT_MISS": 10}}],
                          indirect=True)
+def test_a_run_a_node_lost_and_took_back_after_its_restart_ended_when_its_last_life_was_seen(cluster, tmp_path):
+    """A node SIGKILLed during a run and started again takes the run back. Its LOST history
+    line ended at the restart (its duration grew with the time the node was down), not when
+    the node was last seen, as when another node takes a run over (docs/guides/watching-jobs.md)."""
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    node = cluster.start_node("a")
+    args = json.dumps({"log": str(log), "starts": str(starts), "seconds": 600})
+    cluster.fetch(f"startjob user_job name='Probe.record' uid='back' args='{args}';")
+    wait_for(lambda: read_records(starts), 20, "the run to start")
+    node.signal_group(signal.SIGKILL)
+    killed_at = time.time()
+    wait_for(lambda: time.time() > killed_at + 3, 5, "the node to have been down for 3 s")
+    cluster.start_node("a")
+    wait_for(lambda: len(read_records(starts)) == 2, 20, "the run taken back and started again")
+    [lost] = [h for h in cluster.fetch("jobhistory user_job 'Probe.record' with uid='back';") if h["Result"] == "LOST"]
+    assert lost["End"].timestamp() <= killed_at + 0.05, (lost["End"], killed_at)  # (its last beat: before the kill)
+    cluster.fetch("stopjob user_job name='Probe.record' uid='back';")
+
+
 def test_a_node_restarted_with_the_same_id_takes_its_scheduled_jobs_back(cluster, tmp_path):
     log = tmp_path / "fires.jsonl"
     cluster.start_node("a")

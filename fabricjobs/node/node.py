@@ -256,6 +256,7 @@ class Node:
         row = self.store.node(self.name)
         if row is None or row.state == NodeState.STOPPED:
             return
+        self.reconciler.previous_life_seen = row.beat_time  # (the runs it lost ended then, not at this start)
         threshold = _row_threshold(row, self.settings.dead_after)
         if row.host == socket.gethostname() and row.pid != os.getpid():
             if _pid_alive(row.pid) and same_process(row.pid, row.info):

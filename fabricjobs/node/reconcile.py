@@ -72,6 +72,9 @@ class Reconciler(UsesParts):
         self._blocked_from: datetime | None = None  # where the next dependency check reads on
         self.claims = Claims(me, settings, parts)
         self._born = self.clock.now()  # KILL requests from before are an earlier life's (_kill_requests)
+        #: When this node's previous life was last seen (its row's last beat, read at start-up
+        #: before this life's first beat overwrote it): the end of the runs it lost.
+        self.previous_life_seen: datetime | None = None
         # Reads of the nodes table run here while the pass serves claims (_meanwhile).
         self._reader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodes-read")
         self._host = socket.gethostname()
@@ -294,6 +297,7 @@ class Reconciler(UsesParts):
             return
         at, pairs, records = [], [], []
         seen = {p.name: p.beat_time for p in self.peers if p.name != self.me}  # (a dead peer's last beat)
+        seen[self.me] = self.previous_life_seen  # (its own runs from before a crash: its last life's)
         for i, (row, full) in enumerate(zip(rows, self.store.get_many([r.key for r in rows]))):
             if full is None or Version.of(full) != Version.of(row):
                 continue
