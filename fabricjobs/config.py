@@ -395,17 +395,17 @@ def parse_config(text: str, source: Path | None = None) -> Config:
         raise ConfigError(f"{where}: {exc}".replace("\n", " ")) from None
     values = {(k.section, k.name): k.default for k in KEYS}
     warnings: list[str] = []
+    seen: dict[tuple[str, str], str] = {}  # (keys, and sections, are case-insensitive: [jobs] and [Jobs] are one)
     for section in parser.sections():
         sec = section.strip().lower()
         if sec not in SECTIONS:
             warnings.append(f"{where}: unknown section [{section}] ignored")
             continue
-        seen: dict[str, str] = {}
         for raw_name, raw_value in parser.items(section):
             name = raw_name.strip().upper()
-            if name in seen:  # (keys are case-insensitive: MAX_TRIES and max_tries are one key)
-                raise ConfigError(f"{where}: [{sec}] {name} is given twice ({seen[name]!r} and {raw_name!r})")
-            seen[name] = raw_name
+            if (sec, name) in seen:  # (MAX_TRIES and max_tries are one key)
+                raise ConfigError(f"{where}: [{sec}] {name} is given twice ({seen[sec, name]!r} and {raw_name!r})")
+            seen[sec, name] = raw_name
             comment = re.search(r"\s[#;]", raw_value)
             if comment:  # (configparser keeps it: TIME_ZONE = Europe/Paris  # ... named no zone)
                 warnings.append(f"{where}: [{sec}] {name}: {comment.group().strip()!r} after a space is part of the "

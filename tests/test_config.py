@@ -72,6 +72,7 @@ def test_values_are_typed_and_keys_case_insensitive(tmp_path):
         ("[jobs]\nK2JOBS_POOL_SIZE = 100000000\n", "[jobs] K2JOBS_POOL_SIZE: must be at most 4096"),
         # keys are case-insensitive, so two spellings are one key given twice (the last one won)
         ("[jobs]\nMAX_TRIES = 3\nmax_tries = 4\n", "[jobs] MAX_TRIES is given twice ('MAX_TRIES' and 'max_tries')"),
+        ("[jobs]\nMAX_TRIES = 3\n[Jobs]\nMAX_TRIES = 4\n", "[jobs] MAX_TRIES is given twice"),
     ],
 )
 def test_bad_values_are_rejected_naming_the_key(text, message):

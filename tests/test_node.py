@@ -484,15 +484,19 @@ def test_sigterm_stops_cleanly_and_an_interrupted_run_waits_again_without_a_try(
     [last] = list(cluster.fetch("jobhistory user_job 'Probe.record' with uid='long';"))
     assert last["Result"] == "RELEASED" and "node node-a shut down during the run" in last["Note"] + last["Error"]
     # Planned restarts, one after another: never a try, never FAILED. SIGHUP (the terminal or
-    # ssh session of a foreground node closed) is one too: it killed the node, a lost run.
-    for stop in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+    # ssh session of a foreground node closed) is one too: it killed the node, a lost run. A
+    # terminal's signals reach its whole foreground process group: the workers and the fork
+    # server too, which must leave the stop to the node (they died of a hangup: an error, a try).
+    for stop, to_group in ((signal.SIGHUP, True), (signal.SIGINT, True), (signal.SIGTERM, False)):
         node = cluster.start_node("node-a")
         again = cluster.wait_job("USER_JOB", "Probe.record", "long",
                                  lambda j: j.status is Status.IN_PROCESS and j.epoch > running.epoch, timeout=10)
         assert again.worker_id == "node-a" and again.tries == 0
         running = again
-        node.signal(stop)
+        (node.signal_group if to_group else node.signal)(stop)
         assert node.proc.wait(timeout=20) == 0, stop
+        row = cluster.job("USER_JOB", "Probe.record", "long")
+        assert (row.status, row.tries, row.failures) == (Status.WAITING, 0, 0), (stop, row)
     row = cluster.job("USER_JOB", "Probe.record", "long")
     assert (row.status, row.tries) == (Status.WAITING, 0)
 

@@ -394,6 +394,11 @@ def test_updatejob_to_a_later_time_during_a_run_schedules_the_job_for_it_when_th
     gate.touch()
     row = cluster.wait_job("USER_JOB", "Probe.record", "later", lambda j: j.runs == 1, 20)
     assert (row.status, row.archived, row.next_run) == (Status.SCHEDULED, False, datetime(2030, 1, 1, tzinfo=UTC)), row
+    # Its schedule unchanged, a timestamp job run early (RESTARTJOB of it idle) ends with the run:
+    # it is no new time to run at.
+    cluster.fetch("startjob user_job name='Probe.noop' uid='early' exec_interval='2030-01-01 00:00:00' tz='UTC';"
+                  "restartjob user_job name='Probe.noop' uid='early';")
+    assert cluster.wait_job("USER_JOB", "Probe.noop", "early", lambda j: j.archived, 20).status is Status.PROCESSED
     # A one-time job at a time: its run ends it (the run stood for that time).
     cluster.fetch(f"startjob user_job name='Probe.noop' uid='at' exec_interval='{datetime.now(UTC) + timedelta(seconds=1):%Y-%m-%d %H:%M:%S}' tz='UTC';")
     assert cluster.wait_job("USER_JOB", "Probe.noop", "at", lambda j: j.archived, 20).status is Status.PROCESSED

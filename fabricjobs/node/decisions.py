@@ -36,6 +36,9 @@ class RunFacts:
     # A run this node gives back: how long it leaves the job to the other nodes, counted from
     # the moment it is given back (not from the decision: stopping the run may take longer).
     hold_for: timedelta | None = None
+    # The job's schedule (EXEC_INTERVAL, TZ) when the run was claimed: an UPDATEJOB during the
+    # run is told from it.
+    schedule: tuple[str, str] | None = None
 
 
 def still_mine(row: Job | None, run: RunFacts) -> bool:
@@ -109,7 +112,8 @@ def _after_success(row: Job, run: RunFacts, outcome: Outcome, now: datetime, zon
             status=Status.SCHEDULED, next_run=nxt, end_time=now, output=outcome.output,
             tries=0, hold_until=None,
         )
-    if schedule is not None and schedule.kind is ScheduleKind.ONCE_AT and not row.finishing:
+    updated = run.schedule is not None and run.schedule != (row.execution_interval, row.time_zone)
+    if schedule is not None and schedule.kind is ScheduleKind.ONCE_AT and updated and not row.finishing:
         at = schedule.first_due(now)
         if at > run.due:  # UPDATEJOB EXEC_INTERVAL='<a later time>' during the run: it applies now
             return Event.DONE_RECURRING, counted(status=Status.SCHEDULED, next_run=at, end_time=now,

@@ -200,7 +200,7 @@ class Executor:
             task=self.table.next_task(),
             row=row,
             facts=RunFacts(self.me, row.epoch, row.next_run or row.start_time or self.clock.now(),
-                           row.start_time or self.clock.now()),
+                           row.start_time or self.clock.now(), schedule=(row.execution_interval, row.time_zone)),
             pool=pool,
             exceptional=exceptional,
             generation=generation,

@@ -283,8 +283,8 @@ class Node:
         it, until ``deadline`` (monotonic): a store not up yet, or a Cassandra host killed a
         moment ago, still thought alive by its peers for seconds, through which a read times
         out; the node then waits, it does not exit (docs/guides/cluster.md, "Starting a node").
-        Any other store error (this host's clock beyond the bound, a full disk) ends the
-        start-up at once. A step's False is a store that did not answer."""
+        Any other store error (this host's clock beyond the bound) ends the start-up at once
+        (a full SQLite disk is StoreUnavailable: waited out). A step's False is a store that did not answer."""
         pause = 0.2
         while True:
             try:
