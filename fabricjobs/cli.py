@@ -146,7 +146,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     cfg = load(args)
     if args.name is not None:  # (checked as [node] NAME is: a job's AFFINITY must be able to name it)
         try:
-            if not parse_name(args.name):
+            args.name = parse_name(args.name)
+            if not args.name:
                 raise ValueError("it is empty")
         except ValueError as exc:
             raise ConfigError(f"--name: {exc}") from None
@@ -193,7 +194,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
             text = args.commands
         elif args.file is not None:
             try:
-                text = open(args.file, encoding="utf-8").read()
+                text = open(args.file, encoding="utf-8-sig").read()  # (a BOM, as some editors write, is no statement)
             except OSError as exc:
                 print(f"fabricjobs: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
                 return 2
@@ -202,7 +203,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
                       f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})", file=sys.stderr)
                 return 2
         elif not sys.stdin.isatty():
-            text = sys.stdin.read()
+            text = sys.stdin.read().removeprefix("\ufeff")
         else:
             from .shell.repl import run_repl
 

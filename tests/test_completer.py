@@ -16,7 +16,7 @@ from fabricjobs.shell.repl import _load_catalog
 from fabricjobs.store import open_store
 from fabricjobs.store.base import NodeRow
 from backends import add_sections
-from harness import ROOT
+from harness import ROOT, wait_for
 
 
 @pytest.fixture
@@ -75,8 +75,29 @@ def test_a_value_edited_before_its_closing_quote_is_not_given_a_second_one(compl
     assert at("stopjob user_job name='Customer.userJob1' uid='u", "x';") == []
 
 
-def test_live_nodes_complete_after_kill(completer):
+def test_live_nodes_complete_after_kill(completer, store_config):
+    """Live nodes only: a node whose row still says running but whose beat is long past its
+    dead threshold (here 3 ms) was offered, and KILL then said it has no live node."""
+    store = open_store(load_config(store_config))
+    try:
+        store.write_node(NodeRow("node-gone", "i2", "DC1", "host", 2, datetime.now(timezone.utc), "x", 1,
+                                 info='{"heartbeat_ms": 1, "miss": 3}'))
+        from fabricjobs.cluster import read_cluster
+        wait_for(lambda: not [n for n in read_cluster(store) if n.name == "node-gone" and n.is_live], 5, "node-gone dead")
+    finally:
+        store.close()
+    completer.catalog.refresh(wait=True, now=True)
     assert offered(completer, "kill ") == [("'node-a'", 0)]
+
+
+def test_a_value_with_an_escaped_quote_and_a_parameter_before_its_equals_complete_in_place(completer):
+    """The value typed was counted unescaped (an escaped quote as one character), which left a
+    stray quote and broke the statement; a parameter completed just before its '=' got another."""
+    assert offered(completer, "jobstatus process 'echoArg.sh' with uid='it''") == [("'it''s'", -len("'it''"))]
+    event = CompleteEvent(completion_requested=True)
+    before = "stopjob user_job name='Customer.userJob1' ui"
+    document = Document(before + "='u1';", len(before))
+    assert [(c.text, c.start_position) for c in completer.get_completions(document, event)] == [("UID", -2)]
 
 
 def test_keywords_and_parameters_still_come_from_the_grammar(completer):

@@ -35,6 +35,7 @@ class Expectation:
     number: bool = False  # a number may come (JOBSTATUS n DAYS AGO, the task of KILL)
     statement: str | None = None  # keyword of the statement under the cursor, e.g. "STARTJOB"
     prefix: str = ""  # the partial word (or string text) before the cursor, to filter with
+    typed: int = 0  # characters before the cursor a completion replaces: the word, or the open string as typed (its quote, '' escapes)
 
 
 def expected_at(text_before_cursor: str) -> Expectation:
@@ -89,11 +90,11 @@ def _expected_at(text: str) -> Expectation:
         for tok in interactive.iter_parse():
             tokens.append(tok)
     except UnexpectedInput:
-        return Expectation(statement=_statement(tokens), in_string=in_string, prefix=prefix)
-    return _expectation(set(interactive.accepts()), tokens, in_string, prefix)
+        return Expectation(statement=_statement(tokens), in_string=in_string, prefix=prefix, typed=len(text) - head_end)
+    return _expectation(set(interactive.accepts()), tokens, in_string, prefix, len(text) - head_end)
 
 
-def _expectation(accepted: set[str], tokens: list[Token], in_string: bool, prefix: str) -> Expectation:
+def _expectation(accepted: set[str], tokens: list[Token], in_string: bool, prefix: str, typed: int) -> Expectation:
     statement = _statement(tokens)
     given = {t.type for t in tokens if is_param(t.type)}
     ordered = grammar_order(accepted)
@@ -109,6 +110,7 @@ def _expectation(accepted: set[str], tokens: list[Token], in_string: bool, prefi
         number="NUMBER" in accepted,
         statement=statement,
         prefix=prefix,
+        typed=typed,
     )
 
 

@@ -107,7 +107,7 @@ class CommandCompleter(Completer):
             closed = after.startswith("'") and not after.startswith("''")
             if after and not closed and not after[0].isspace():
                 return
-            start = -(len(prefix) + 1)
+            start = -exp.typed  # (the value as typed: an escaped quote is two characters, not one)
             for value in self._values(exp.string_for, text):
                 if value.lower().startswith(prefix.lower()):
                     quoted = _quote(value)
@@ -121,9 +121,10 @@ class CommandCompleter(Completer):
             for t in JobType:
                 if t.value.startswith(upper):
                     yield Completion(t.value, start_position=start, display_meta="job type")
+        equals = "" if document.text_after_cursor.lstrip(" ").startswith("=") else "="  # (not doubled before one)
         for p in exp.params:
             if p.startswith(upper):
-                yield Completion(p + "=", start_position=start, display_meta="parameter")
+                yield Completion(p + equals, start_position=start, display_meta="parameter")
         if exp.string_for and not prefix:
             for value in self._values(exp.string_for, text):
                 yield Completion(_quote(value), start_position=0, display=value)

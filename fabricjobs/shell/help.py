@@ -15,6 +15,29 @@ Each statement is described in the documentation's guide "Commands" and its stat
 (docs/guides/commands.md and docs/reference/statements.md in the source)."""
 
 
+#: Words of the shell, not statements: at the prompt and in a script alike (no ';' needed).
+SHELL_WORDS = {"exit", "quit", "\\q", "help", "\\?"}
+_NO_STATEMENT = "No statement"
+_EXIT_WORDS = {"exit", "quit", "\\q"}
+
+
+def starts_with_exit(text: str) -> bool:
+    """Whether ``text`` (a script's piece up to its ';') begins with a line that is only
+    ``exit``, ``quit`` or ``\\q`` (its ';' optional, comments aside): where a prompt session
+    saved as a script ended."""
+    kept = list(text)
+    for s, e, category in lex(text):
+        if category == "comment":
+            kept[s:e] = " " * (e - s)
+    lines = [line.strip() for line in "".join(kept).splitlines() if line.strip()]
+    return bool(lines) and lines[0].lower().rstrip(";").strip() in _EXIT_WORDS
+
+
+def unknown_statement(shown: str) -> bool:
+    """Whether :func:`help_text` said it knows no such statement (a script's error)."""
+    return shown.startswith(_NO_STATEMENT + " ")
+
+
 def help_text(text: str) -> str | None:
     """What ``help``, ``\\?`` or ``help <statement>`` prints (with or without its ';', with any
     comments around it: a shell word, not a statement); None for anything else."""
@@ -30,7 +53,7 @@ def help_text(text: str) -> str | None:
     if info is None:
         close = difflib.get_close_matches(asked, [s.keyword for s in statement_table.STATEMENTS], n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        return f"No statement {words[1]!r}{hint}: help lists them all."
+        return f"{_NO_STATEMENT} {words[1]!r}{hint}: help lists them all."
     lines = [*info.usage, "", info.summary]
     if info.doc:
         lines.append(f"More: docs/{info.doc}")

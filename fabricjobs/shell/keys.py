@@ -9,14 +9,13 @@ from prompt_toolkit.filters import is_searching
 from prompt_toolkit.key_binding import KeyBindings
 
 from ..commands import lex
-
-SHELL_WORDS = {"exit", "quit", "\\q", "help", "\\?"}
+from .help import SHELL_WORDS, help_text
 
 
 def input_complete(text: str) -> bool:
     stripped = text.strip()
-    if not stripped or stripped.lower().rstrip(";") in SHELL_WORDS:
-        return True
+    if not stripped or stripped.lower().rstrip(";") in SHELL_WORDS or help_text(text) is not None:
+        return True  # (help <statement> too, as its banner says: it needs no ';')
     spans = [s for s in lex(text) if s[2] != "comment"]
     if not spans:
         return False

@@ -17,7 +17,6 @@ from prompt_toolkit.history import FileHistory
 from ..client import Client
 from ..cluster import read_cluster
 from ..errors import FabricJobsError
-from ..model import NodeState
 from ..private import private_file
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
@@ -52,7 +51,7 @@ def _no_live_node(client: Client) -> bool:
 
 def _load_catalog(client: Client):
     jobs = [(j.type, j.name, j.uid) for j in client.store.live_jobs(limit=CATALOG_JOBS)]
-    nodes = [n.name for n in client.store.nodes() if n.state == NodeState.RUNNING]
+    nodes = [n.name for n in read_cluster(client.store) if n.is_live]  # (KILL names a live node; PS ... too)
     return jobs, nodes
 
 
@@ -97,8 +96,9 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
             # An entry of many statements (a paste) runs as a script does: to its first error,
             # its consecutive STARTJOBs written together (docs/guides/scripts-and-code.md).
             code = run_text(client, text, out, sys.stderr, fmt=fmt, zone=zone, width=width)
-        except KeyboardInterrupt:
-            print("cancelled", file=sys.stderr)
+        except KeyboardInterrupt:  # (a wait given up, or a long answer cut: what was sent stays done)
+            print("interrupted: the statements sent before stay done (a STOPJOB ... WAIT still stops its job); "
+                  "JOBSTATUS shows where things are", file=sys.stderr)
             code = 1
         catalog.refresh(now=True)  # (the job just started is one the next Tab may name)
         if code == 0 and _STARTS.search(text):  # a job started with no node to run it waits silently

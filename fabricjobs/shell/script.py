@@ -22,9 +22,9 @@ from ..commands.parser import MAX_COMMAND_BYTES
 from ..logs import shell_log_path
 from ..errors import CommandSyntaxError, FabricJobsError, InsertInterrupted, message_of
 from ..private import private_file
-from ..service import STARTJOB_GROUP
+from ..service import EXISTS_NOTE, STARTJOB_GROUP
 from .output import print_result
-from .help import help_text
+from .help import help_text, starts_with_exit, unknown_statement
 
 log = logging.getLogger("fabricjobs.shell")
 # Bugs, with their tracebacks, to the shell log alone: the CLI's handler would print them.
@@ -152,7 +152,8 @@ def run_text(
                     if not continue_on_error:
                         return False
                     continue
-                if started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob)):
+                if (started is not None and isinstance(statement.command, (statements.StartJob, statements.ResumeJob))
+                        and EXISTS_NOTE not in result.notices):  # (IF NOT EXISTS found it: not started here)
                     for row in result.rows:
                         note_started(row[:3])
             if error is None:
@@ -176,18 +177,28 @@ def run_text(
     def run_safely(parsed: list[statements.Statement], grouped: bool = False) -> bool:
         try:
             return run(parsed, grouped)
+        except BrokenPipeError:
+            raise  # the reader of the output has gone (| head): not a bug, the CLI ends quietly
         except Exception as exc:  # a bug in printing: never a traceback on the terminal
             report_internal_error(exc, err, "; ".join(st.text.strip() for st in parsed[:3]))
             return False
 
     for piece in split_statements(text):
         shown = help_text(piece.text)
-        if shown is not None:  # a shell word, as at the prompt: the statements held so far run first
+        if shown is not None or starts_with_exit(piece.text):  # a shell word, as at the prompt: the statements held so far run first
             held, batch = batch, []
             failed = not run_safely(held, grouped=True) or failed
             if failed and not continue_on_error:
                 return 1
-            print(shown, file=out)
+            if shown is None:  # exit, quit, \q: the rest is not run (a prompt session saved as a script)
+                return 1 if failed else 0
+            if unknown_statement(shown):
+                print(shown, file=err, flush=True)
+                failed = True
+                if not continue_on_error:
+                    return 1
+                continue
+            print(json.dumps({"help": shown}, ensure_ascii=False) if fmt == "json" else shown, file=out)
             continue
         try:
             parsed = piece.parse(text, limit)
