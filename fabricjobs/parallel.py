@@ -78,11 +78,16 @@ def failed_task(parent: Job, parents: dict) -> str | None:
     return f"task {i} failed: {row.error_msg or 'no error given'}"
 
 
-def failed_task_run(parent: Job, parents: dict) -> int | None:
-    """The run (epoch) of the task whose failure failed the parent: the run ON_FAILURE names
-    (the parent has no run of its own), as the task's JOBHISTORY numbers it."""
+def failed_task_run(parent: Job, parents: dict, store: JobStore) -> int | None:
+    """The run of the task whose failure failed the parent: the run ON_FAILURE names (the
+    parent has no run of its own), as the task's JOBHISTORY numbers it: its last recorded run
+    (a task failed by a takeover has an epoch one past its lost run), else its epoch."""
     found = _first_failed(parent, parents)
-    return found[1].epoch if found is not None else None
+    if found is None:
+        return None
+    task = found[1]
+    last = store.runs(task.key.type, task.key.name, task.key.uid, limit=1)
+    return last[0].epoch if last else task.epoch
 
 
 def _first_failed(parent: Job, parents: dict) -> tuple[int, Job] | None:

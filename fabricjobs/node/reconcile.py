@@ -494,7 +494,7 @@ class Reconciler(UsesParts):
                 res = self.store.cas(row, advance(row, *decision), whole=True)  # (blocked_jobs: whole rows)
                 if res.applied and res.stored.archived:  # a parallel job whose task failed for good
                     log.info("'%s' failed: %s", row.key, res.stored.error_msg, extra=job_extra(row.key, row.epoch))
-                    start_on_failure(self.store, res.stored, now, run=parallel.failed_task_run(row, cache))
+                    start_on_failure(self.store, res.stored, now, run=parallel.failed_task_run(row, cache, self.store))
                 elif res.applied and not blockers:
                     freed += 1
                     log.info("'%s' unblocked: its parents are PROCESSED", row.key, extra=job_extra(row.key, row.epoch))

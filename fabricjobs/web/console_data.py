@@ -212,11 +212,11 @@ def _children(store: Any, key: JobKey) -> tuple[list[dict[str, Any]], bool]:
             if key in parents:
                 out.append({"key": str(j.key), "type": j.type, "name": j.name, "uid": j.uid,
                             "status": j.status.value, "blocked": j.blocked})
-        if len(page) < CHILDREN_READ:
-            return out, False
-        if not new or page[-1].next_run is None:  # (a page of one due time: paging by it goes no further)
+        if not new:  # the end; or, a whole page of one due time, as far as paging by due time goes
+            return out, len(page) >= CHILDREN_READ
+        if page[-1].next_run is None:
             return out, True
-        since = page[-1].next_run
+        since = page[-1].next_run  # (a short page is no end: a store may drop stale index entries from one)
     return out, True
 
 
