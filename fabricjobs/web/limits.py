@@ -3,8 +3,8 @@
 * A request body is at most ``[web] MAX_BODY_BYTES``: a longer one is answered 413 before it
   is read (its Content-Length says so; a chunked one is read up to the limit, no further).
 * An API request with a body and no valid token (or console session) is answered 401 before
-  any of its body is read, so an anonymous client cannot make the process read, hold or
-  parse anything. Elsewhere (the console's login form) a request without one may send
+  any of its body is read into memory, so an anonymous client cannot make the process hold or
+  parse anything (a small body is read and dropped first: :func:`_drain`). Elsewhere (the console's login form) a request without one may send
   ``ANONYMOUS_BODY_BYTES`` at most, and its body (in chunks or of a Content-Length) must
   arrive within ``BODY_READ_SEC``: a client that stops sending does not hold what it sent.
 * Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) each hold a server thread while
@@ -33,6 +33,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 _CHALLENGE = (b"www-authenticate", b'Bearer realm="fabricjobs"')
 ANONYMOUS_BODY_BYTES = 16 * 1024  # a login form's nonce and token, with room to spare
 BODY_READ_SEC = 30.0
+#: A refused request's body, read and dropped before the answer (a small one, soon: see _drain).
+DRAIN_BYTES = 64 * 1024
+DRAIN_SEC = 1.0
 
 
 class BodyGate:
@@ -62,12 +65,14 @@ class BodyGate:
                 await _answer(send, 500, type(exc).__name__, without_paths(str(exc)))
                 return
             if not known and scope["path"].startswith("/api/"):
+                await _drain(receive, length, chunked)
                 await _answer(send, 401, "Unauthorized", "send an API token: Authorization: Bearer <token>",
                               [_CHALLENGE])
                 return
             if not known:
                 limit, anonymous = min(limit, ANONYMOUS_BODY_BYTES), True
         if length > limit:
+            await _drain(receive, length, chunked)
             await _answer(send, 413, "PayloadTooLarge", self._too_large(f"{length:,} bytes long", limit, anonymous))
             return
         if chunked or (anonymous and length):
@@ -102,6 +107,31 @@ class BodyGate:
             parts.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(parts)
+
+
+async def _drain(receive: Receive, length: int, chunked: bool) -> None:
+    """Read and drop a refused request's body when it is small (DRAIN_BYTES, within DRAIN_SEC),
+    kept in no buffer. The connection is closed after the answer; body bytes arriving after the
+    close would make the kernel reset it, and a reset drops the answer the client has not read
+    yet (it saw "connection reset" instead of the 401). A longer body is not read: that client
+    may see the reset."""
+    if chunked or not 0 < length <= DRAIN_BYTES:
+        return
+
+    async def read() -> None:
+        size = 0
+        while size < length:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+    try:
+        await asyncio.wait_for(read(), DRAIN_SEC)
+    except asyncio.TimeoutError:
+        pass
 
 
 def _replay(body: bytes) -> Receive:
