@@ -15,6 +15,7 @@ from harness import read_records, wait_for
 SLOW_BEAT = {"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 5000, "FABRIC_HEARTBEAT_MISS": 12}}
 
 
+@pytest.mark.timing  # (a latency bound: with nothing beside it, docs/explanation/testing.md)
 @pytest.mark.parametrize("cluster", [SLOW_BEAT], indirect=True)
 def test_ps_shows_a_run_within_half_a_second_of_its_start(cluster, tmp_path):
     cluster.start_node("ps1")
