@@ -155,6 +155,9 @@ def test_stdin_and_file_input_and_the_output_formats(cluster, tmp_path):
     r = cluster.shell("-f", str(script), "--format", "json")
     data = json.loads(r.stdout)
     assert data[0]["UID"] == "s" and data[0]["Status"] == "WAITING" and data[0]["Is Archived"] is False
+    # A table's notice stays out of the JSON (a document of rows) but is not dropped: stderr.
+    r = cluster.shell("--format", "json", "-e", "startjob user_job name='Probe.noop' uid='s' if not exists;")
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["UID"] == "s" and r.stderr.strip() == "(it exists: left as it is)"
     r = cluster.shell("-e", "jobstatus user_job;", "--format", "csv")
     assert r.stdout.splitlines()[0].startswith("Type,Name,UID,Status,Creation Time")
     assert r.stdout.splitlines()[1].startswith("USER_JOB,Probe.noop,s,WAITING,")

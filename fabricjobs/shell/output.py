@@ -28,11 +28,17 @@ def render(result: Result, fmt: str = "table", *, zone: tzinfo | None = None, wi
     return _table(result, zone, width)
 
 
-def print_result(result: Result, fmt: str, out: TextIO, *, zone: tzinfo | None = None, width: int | None = None) -> None:
+def print_result(result: Result, fmt: str, out: TextIO, *, zone: tzinfo | None = None, width: int | None = None,
+                 notes: TextIO | None = None) -> None:
     """Print ``result``; lines that come over time (JOBLOG ... FOLLOW) each as it comes
-    (json: one object a line, ``{"line": ...}``). Reading them may raise as the command would."""
+    (json: one object a line, ``{"line": ...}``). Reading them may raise as the command would.
+    json and csv keep their documents to the rows: a table's notices ("there are more ...") and
+    status line go to ``notes`` (stderr), where a program still sees that the list was cut."""
     if result.lines is None or result.has_table or result.status:
         print(render(result, fmt, zone=zone, width=width), file=out, flush=True)
+    if fmt in ("json", "csv") and result.has_table and notes is not None:
+        for note in (*result.notices, *([result.status] if result.status else [])):
+            print(shown(note), file=notes, flush=True)
     for line in result.lines or ():
         print(json.dumps({"line": line}, ensure_ascii=False) if fmt == "json" else line if fmt == "csv" else shown(line),
               file=out, flush=True)

@@ -145,7 +145,7 @@ def run_text(
             results, error = _run_until_error(client, [st.command for st in parsed], grouped)
             for statement, result in zip(parsed, results):
                 try:
-                    print_result(result, fmt, out, zone=zone, width=width)  # a FOLLOW's lines come as printed
+                    print_result(result, fmt, out, zone=zone, width=width, notes=err)  # a FOLLOW's lines come as printed
                 except FabricJobsError as exc:
                     print(message_of(exc), file=err, flush=True)
                     ok = False
