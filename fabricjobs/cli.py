@@ -26,7 +26,7 @@ import os
 import sys
 
 from .config import KEYS, Config, find_config, load_config, parse_name
-from .errors import CommandError, ConfigError, FabricJobsError, StoreUnavailable, message_of
+from .errors import CommandError, ConfigError, FabricJobsError, StoreUnavailable, message_of, not_utf8
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -199,8 +199,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
                 print(f"fabricjobs: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
                 return 2
             except UnicodeDecodeError as exc:
-                print(f"fabricjobs: cannot read {args.file}: it is not UTF-8 text "
-                      f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})", file=sys.stderr)
+                print(f"fabricjobs: cannot read {args.file}: {not_utf8(exc)}", file=sys.stderr)
                 return 2
         elif not sys.stdin.isatty():
             text = sys.stdin.read().removeprefix("\ufeff")

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, not_utf8
 
 log = logging.getLogger(__name__)
 
@@ -378,8 +378,7 @@ def load_config(path: str | os.PathLike | None) -> Config:
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read config file {str(p)!r}: it is not UTF-8 text "
-                          f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+        raise ConfigError(f"cannot read config file {str(p)!r}: {not_utf8(exc)}") from None
     return parse_config(text, source=p)
 
 

@@ -144,6 +144,11 @@ def _visible(text: str) -> str:
     return text if text.isprintable() else text.translate(_SHOWN)
 
 
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Why a file that should be text could not be read: which byte, where."""
+    return f"it is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+
+
 def one_line(text: str) -> str:
     """``text`` with every control character and line break made visible: one line of a log,
     whatever a job put in it (a line break could forge a line of its own)."""

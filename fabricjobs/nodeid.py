@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-from .errors import ConfigError
+from .errors import ConfigError, not_utf8
 
 ANY = "ANY"
 _NODE_ID_LINE = re.compile(r"^([A-Za-z0-9_.@-]+)\s*:\s*(\d+)(?:\s+(\d+))?$")
@@ -106,6 +106,5 @@ def load_node_id(path: str | os.PathLike | None) -> NodeId:
     except OSError as exc:
         raise ConfigError(f"cannot read node.id file {str(p)!r}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot read node.id file {str(p)!r}: it is not UTF-8 text "
-                          f"(byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+        raise ConfigError(f"cannot read node.id file {str(p)!r}: {not_utf8(exc)}") from None
     return parse_node_id(text, source=str(p))

@@ -15,10 +15,11 @@ Each statement is described in the documentation's guide "Commands" and its stat
 (docs/guides/commands.md and docs/reference/statements.md in the source)."""
 
 
-#: Words of the shell, not statements: at the prompt and in a script alike (no ';' needed).
-SHELL_WORDS = {"exit", "quit", "\\q", "help", "\\?"}
+#: The words that leave the shell (at the prompt) or end a script, ';' or not.
+EXIT_WORDS = {"exit", "quit", "\\q"}
+#: Words of the shell, not statements: the prompt runs them without a ';'.
+SHELL_WORDS = EXIT_WORDS | {"help", "\\?"}
 _NO_STATEMENT = "No statement"
-_EXIT_WORDS = {"exit", "quit", "\\q"}
 
 
 def starts_with_exit(text: str) -> bool:
@@ -30,7 +31,7 @@ def starts_with_exit(text: str) -> bool:
         if category == "comment":
             kept[s:e] = " " * (e - s)
     lines = [line.strip() for line in "".join(kept).splitlines() if line.strip()]
-    return bool(lines) and lines[0].lower().rstrip(";").strip() in _EXIT_WORDS
+    return bool(lines) and lines[0].lower().rstrip(";").strip() in EXIT_WORDS
 
 
 def unknown_statement(shown: str) -> bool:

@@ -21,7 +21,7 @@ from ..private import private_file
 from .completer import Catalog, CommandCompleter
 from .keys import key_bindings
 from .lexer import STYLE, CommandLexer
-from .help import help_text
+from .help import EXIT_WORDS, help_text
 from .pager import PagedOutput, pager_command
 from .script import run_text, shell_log_path
 
@@ -85,7 +85,7 @@ def run_repl(client: Client, *, fmt: str = "table", zone=None) -> int:
         except EOFError:
             return 0
         word = text.strip().lower().rstrip(";")
-        if word in ("exit", "quit", "\\q"):
+        if word in EXIT_WORDS:
             return 0
         shown = help_text(text)
         if shown is not None:

@@ -110,26 +110,15 @@ class BodyGate:
 
 
 async def _drain(receive: Receive, length: int, chunked: bool) -> None:
-    """Read and drop a refused request's body when it is small (DRAIN_BYTES, within DRAIN_SEC),
-    kept in no buffer. The connection is closed after the answer; body bytes arriving after the
-    close would make the kernel reset it, and a reset drops the answer the client has not read
-    yet (it saw "connection reset" instead of the 401). A longer body is not read: that client
-    may see the reset."""
+    """Read and drop a refused request's body when it is small (DRAIN_BYTES, within DRAIN_SEC).
+    The connection is closed after the answer; body bytes arriving after the close would make
+    the kernel reset it, and a reset drops the answer the client has not read yet (it saw
+    "connection reset" instead of the 401). A longer body is not read: that client may see the
+    reset."""
     if chunked or not 0 < length <= DRAIN_BYTES:
         return
-
-    async def read() -> None:
-        size = 0
-        while size < length:
-            message = await receive()
-            if message["type"] != "http.request":
-                return
-            size += len(message.get("body", b""))
-            if not message.get("more_body", False):
-                return
-
     try:
-        await asyncio.wait_for(read(), DRAIN_SEC)
+        await asyncio.wait_for(BodyGate._read_bounded(receive, length), DRAIN_SEC)
     except asyncio.TimeoutError:
         pass
 
