@@ -211,6 +211,42 @@ def test_sigkill_of_a_node_running_20_jobs_reruns_them_on_the_survivors_within_t
     assert len(finished) == 20 and all(r["node"] != "victim" for r in finished)
 
 
+@pytest.mark.parametrize("cluster", [{"jobs": {"K2JOBS_POOL_SIZE": 2}}], indirect=True)
+def test_a_dead_nodes_runs_are_taken_over_at_the_next_free_slot_not_after_the_waiting_backlog(cluster, tmp_path):
+    """A survivor whose slots are all busy with a backlog of WAITING jobs takes a dead node's
+    interrupted runs at its next free slot: the runs were claimed before the backlog's rows,
+    and their jobs are down until taken (docs/explanation/nodes.md, "Heartbeat and takeover").
+    The survivor's metrics count them as LOST runs (docs/reference/metrics.md)."""
+    log, starts = tmp_path / "runs.jsonl", tmp_path / "starts.jsonl"
+    victim = cluster.start_node("victim")
+    start_records(cluster.client(), ["v0", "v1"], log, 6.0, starts)
+    wait_for(lambda: len(read_records(starts)) == 2, 15, "the victim to start its 2 runs")
+    port = free_port()
+    metrics = cluster.tmp / "s1.ini"  # (the survivor alone serves metrics)
+    metrics.write_text(cluster.config_path.read_text() + f"\n[metrics]\nPORT = {port}\n")
+    survivor = cluster.start_node("s1", config=metrics)
+    backlog = [f"b{i:02d}" for i in range(40)]  # 2 slots, 0.5 s each: 10 s of work
+    start_records(cluster.client(), backlog, log, 0.5, starts)
+    wait_for(lambda: sum(r["node"] == "s1" for r in read_records(starts)) >= 2, 15, "the survivor to work the backlog")
+    killed_at = time.time()
+    victim.signal_group(signal.SIGKILL)
+
+    def taken():
+        again = [r for r in read_records(starts) if r["key"].endswith((".v0", ".v1")) and r["node"] == "s1"]
+        return len(again) == 2 and again
+
+    again = wait_for(taken, 30, "the survivor to take over the victim's 2 runs")
+    took = max(r["start"] for r in again)
+    before = [r for r in read_records(starts) if r["key"].rsplit(".", 1)[1] in backlog and r["start"] < took]
+    assert len(before) <= 30, (f"the dead node's runs were taken {took - killed_at:.1f} s after the kill, once "
+                               f"{len(before)} of the backlog's 40 jobs had started: they waited for the backlog")
+    assert survivor.alive()
+    # Each run lost with its node is counted once, by the node that wrote its LOST line.
+    assert scrape_metrics(port).get('fabricjobs_executions_total{result="LOST",type="USER_JOB"}') == 2
+    wait_for(lambda: processed(cluster, backlog + ["v0", "v1"]), 40,
+             "every job to finish")
+
+
 @pytest.mark.liveness
 def test_a_paused_node_process_ends_its_runs_before_anyone_takes_them_over(cluster, tmp_path):
     """SIGSTOP only the node process; its workers keep going, see the lease run out and end

@@ -55,6 +55,9 @@ class Claims(UsesParts):
         self._peers_refreshed = float("-inf")  # monotonic: the last full pass asked for by lost claims
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
         self._ahead_unanswered: dict[JobKey, datetime] = {}  # prepared fires' claims still being written: due when
+        # Runs of dead nodes (or of this node's last life) the last takeover had no room for:
+        # a freed slot is theirs before the WAITING rows' (Reconciler._take_runs).
+        self.takeover_waits = False
         # Writes still being settled: claims, and the reconciler's takeovers and adoptions.
         self.stragglers = Stragglers(lambda: self.signals.wake(), write_failed,
                                      lambda slot, count: self.executor.reserve(slot, count))
@@ -69,8 +72,14 @@ class Claims(UsesParts):
 
     def claim(self, now: datetime, full: bool = True) -> None:
         """Claim rows for the free slots. A claim pass (``full`` False: woken by ended runs)
-        reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane."""
+        reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane.
+        While interrupted runs wait for a slot here, a claim pass is a full pass instead: its
+        takeover comes before the claims, so the backlog of WAITING rows does not take every
+        freed slot first (docs/explanation/nodes.md, "Heartbeat and takeover")."""
         self.stragglers.act()
+        if self.takeover_waits and not full:
+            self.signals.wake_full()
+            return
         reread = False
         for _ in range(4):
             free = self.s.pool_size - self.executor.slots_used()
@@ -387,6 +396,10 @@ class Claims(UsesParts):
                   and ex.is_short(row) and self._may_claim(row, now)]
         apart = self._apart(riders, now, lambda row: row)
         return [seat for ahead, room in rooms.items() for seat in seat_passengers(apart[ahead], room, self._pools_of)]
+
+    def could_run(self, row: Job) -> bool:
+        """Whether a pool of this node may ever run ``row`` (room or not)."""
+        return bool(self._pools_of(row))
 
     def _pools_of(self, row: Job) -> list[AffinityLimit]:
         """The pools a run of ``row`` may count against here, in preference order."""

@@ -37,8 +37,8 @@ class MetricInfo:
 METRICS: tuple[MetricInfo, ...] = (
     MetricInfo("fabricjobs_running_jobs", "gauge", "Runs going on, by job type and affinity (the seed's systemJobs)",
                ("type", "affinity")),
-    MetricInfo("fabricjobs_executions", "counter", "Ended runs, by job type and result (the seed's systemJobsExecution)",
-               ("type", "result")),
+    MetricInfo("fabricjobs_executions", "counter", "Ended runs, by job type and result (the seed's systemJobsExecution); "
+               "a run lost with its node (LOST) is counted by the node that took it over", ("type", "result")),
     MetricInfo("fabricjobs_claim_attempts", "counter", "Claim CAS attempts"),
     MetricInfo("fabricjobs_claim_conflicts", "counter", "Claims another node won"),
     MetricInfo("fabricjobs_claim_unwritten", "counter",

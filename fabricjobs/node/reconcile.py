@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from ..affinity import parse_affinity
 from ..errors import StoreError
 from .. import dependencies, parallel
-from ..model import Event, Job, Status, advance
+from ..model import Event, Job, RunResult, Status, advance
 from ..logs import job_extra
 from ..store.base import CasResult, Version
 from ..worker import cgroups
@@ -318,6 +318,9 @@ class Reconciler(UsesParts):
     def _taken(self, row: Job, then: Callable[[Job, CasResult], None], res: CasResult | None) -> None:
         if res is None or not res.applied:
             return
+        # Its LOST history line was written with the takeover: counted here, by the node that
+        # wrote it, as its own node cannot (docs/reference/metrics.md).
+        self.metrics.execution(row.type, RunResult.LOST.value)
         if res.stored.status is Status.FAILED:
             # Its node was lost, and no tries were left: the run that failed is the lost one,
             # the epoch of the row as read (the takeover wrote epoch + 1).
@@ -340,6 +343,7 @@ class Reconciler(UsesParts):
         generation = self.claims.claimable()
         if generation is None:
             return
+        self.claims.takeover_waits = False  # (until a run below finds no room)
         if dead:
             self._end_dead_peers_here()
         budget = time.perf_counter() + _TAKEOVER_SLICE
@@ -394,7 +398,10 @@ class Reconciler(UsesParts):
                 continue  # node.id's PRIORITIES: a dead peer's run of another priority is another node's
             pool = self.claims.pool_for(row, now, taken)
             if pool is None:
-                continue  # no room (or not allowed) here; another node or a later pass takes it
+                # No room (or not allowed) here; another node or a later pass takes it. With
+                # room to come, the next freed slot here is this run's, not a WAITING row's.
+                self.claims.takeover_waits = self.claims.takeover_waits or self.claims.could_run(row)
+                continue
             taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
             chosen.append((row, pool))
         pools = {row.key: pool for row, pool in chosen}
