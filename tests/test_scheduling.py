@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from collections import Counter
@@ -557,6 +558,38 @@ def test_a_listener_resumes_after_a_clean_restart_of_its_node(tmp_path, request,
         cluster.stop_all()
 
 
+def test_a_listener_whose_directory_is_gone_for_a_while_goes_on_once_it_is_back(tmp_path, request):
+    """A listener only ends when asked to (docs/guides/writing-jobs.md): its directory removed for
+    a while (a remount, a rotation) is logged and looked at again, not a failed run that no
+    retry follows, also by a run that begins meanwhile, and the files dropped once it is back
+    are handled."""
+    root = tmp_path / "root"
+    inbox = root / "inbox"
+    inbox.mkdir(parents=True)
+    log = tmp_path / "handled.jsonl"
+    cluster = Cluster(tmp_path, backend="sqlite", request=request, settings={"jobs": {"LISTENER_ROOT": str(root)}})
+    try:
+        a = cluster.start_node("a")
+        start_inbox_listener(cluster, log)
+        (inbox / "before.csv").write_text("1")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv"}, 15, "before.csv handled")
+        shutil.rmtree(inbox)
+        wait_for(lambda: "cannot scan its directory" in a.log(), 15, "the listener to notice its directory gone")
+        a.signal(signal.SIGTERM)  # a run that begins while the directory is away waits for it too
+        assert a.proc.wait(timeout=20) == 0
+        a = cluster.start_node("a")
+        wait_for(lambda: "cannot scan its directory" in a.log(), 15, "the listener's next run to wait for it")
+        inbox.mkdir()
+        (inbox / "after.csv").write_text("2")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"before.csv", "after.csv"}, 30,
+                 "after.csv handled once the directory is back")
+        row = cluster.job("INTERFACE_LISTENER", "Probe.handle_file", "inbox")
+        assert row.status is Status.IN_PROCESS and row.tries == 0, row
+        assert "scans again" in a.log()
+    finally:
+        cluster.stop_all()
+
+
 def test_after_runjobs_extra_run_the_schedule_goes_on_with_its_kept_fire():
     """RUNJOB (docs/explanation/design-choices.md): the fire kept aside is next; one that came due during the extra run
     is queued (run right away) or skipped, by OVERLAP, as during a scheduled run."""
@@ -607,40 +640,56 @@ def test_a_listeners_file_swapped_after_it_was_seen_is_not_handed_to_the_job(tmp
     os.link(seen, tmp_path / "kept")  # (its inode stays taken: a new file cannot be given the same number)
     args = {"listener": "INTERFACE_LISTENER.Files.count.race", "file": str(seen), "name": "r.csv",
             "version": file_version(os.lstat(seen))}
-    assert changed_since_seen(args) is None
-    assert changed_since_seen({"file": str(seen)}) is None  # not a listener's job
+    assert changed_since_seen(args, first=True) is None
+    assert changed_since_seen({"file": str(seen)}, first=True) is None  # not a listener's job
     seen.unlink()
-    assert changed_since_seen(args) is None  # gone: the job decides
+    assert changed_since_seen(args, first=False) is None  # gone: the job decides
     seen.symlink_to("/etc/passwd")
-    assert "is no longer a regular file (a symlink?)" in changed_since_seen(args)
+    assert "is no longer a regular file (a symlink?)" in changed_since_seen(args, first=False)
     seen.unlink()
     other = tmp_path / "other.csv"
     other.write_text("another file under the same name\n")
     other.rename(seen)  # (a new inode under the name)
-    assert "was replaced since its listener saw it" in changed_since_seen(args)
+    assert "was replaced since its listener saw it" in changed_since_seen(args, first=False)
     args["version"] = file_version(os.lstat(seen))
     with open(seen, "a") as f:
         f.write("appended by the job's first try\n")
-    assert changed_since_seen(args) is None  # the same file, changed in place: its retry runs
+    assert changed_since_seen(args, first=False) is None  # the same file, changed in place: its retry runs
+    # Before its first run, the same inode is not enough: a file deleted and written again under
+    # the name may get the freed inode at once (ext4), and the listener starts a job for that one.
+    assert "was replaced or changed since its listener saw it" in changed_since_seen(args, first=True)
 
 
-def test_a_listeners_job_whose_file_became_a_symlink_fails_without_running(cluster, tmp_path):
-    """The check runs as the run begins, on a real node: the job's function never sees the file."""
+def _symlinked(seen, tmp_path) -> None:
+    os.link(seen, tmp_path / "kept")
+    seen.unlink()
+    seen.symlink_to("/etc/passwd")
+
+
+def _written_again(seen, tmp_path) -> None:
+    seen.write_text("written again: c,d,e\n")  # (the same inode, another size)
+
+
+@pytest.mark.parametrize("swap, why", [(_symlinked, "is no longer a regular file (a symlink?)"),
+                                       (_written_again, "was replaced or changed since its listener saw it")])
+def test_a_listeners_job_whose_file_was_swapped_before_its_first_run_fails_without_running(cluster, tmp_path, swap, why):
+    """The check runs as the run begins, on a real node: the job's function never sees the file.
+    Swapped: a symlink now, or the file deleted and written again under its name while its job
+    waited (ext4 may give it the same inode): that version has a job of its own, and the waiting
+    job must not hand it to the function as well (its content would be handled twice)."""
+    from fabricjobs.worker.listener import file_version
+
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     seen = inbox / "r.csv"
     seen.write_text("a,b\n")
-    from fabricjobs.worker.listener import file_version
-
     version = file_version(os.lstat(seen))
-    os.link(seen, tmp_path / "kept")
-    seen.unlink()
-    seen.symlink_to("/etc/passwd")
+    swap(seen, tmp_path)
     log = tmp_path / "handled.jsonl"
     args = {"file": str(seen), "name": "r.csv", "listener": "INTERFACE_LISTENER.Probe.handle_file.inbox",
             "version": version, "log": str(log)}
     cluster.start_node("n1")
     cluster.fetch(f"startjob user_job name='Probe.handle_file' uid='inbox/r.csv' args='{json.dumps(args)}';")
     job = cluster.wait_job("USER_JOB", "Probe.handle_file", "inbox/r.csv", lambda j: j.archived, 20)
-    assert job.status is Status.FAILED and "is no longer a regular file (a symlink?)" in job.error_msg, job
+    assert job.status is Status.FAILED and why in job.error_msg, job
     assert job.tries <= 1 and not log.exists()  # no retry, and the function never ran

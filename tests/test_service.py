@@ -199,6 +199,31 @@ def test_a_listener_may_only_watch_a_directory_under_listener_root(store_config,
         assert c.fetch(start("inbox")).first_row()["Status"] == "WAITING"
 
 
+def test_updatejob_may_not_change_what_a_listener_watches_but_may_change_its_other_args(store_config, tmp_path):
+    """A listener marks the files already there as present at its first run only: a new path or
+    pattern would make every old file there new to it (docs/guides/writing-jobs.md)."""
+    root = tmp_path / "root"
+    (root / "inbox").mkdir(parents=True)
+    (root / "in2").mkdir()
+    add_sections(store_config, {"jobs": {"USER_JOBS_DIR": ROOT / "examples" / "jobs", "LISTENER_ROOT": root}})
+    cfg = load_config(store_config)
+    with Client(open_store(cfg), cfg, owns_store=True) as c:
+        def args(**given) -> str:
+            return json.dumps({"path": "inbox", "pattern": "*.csv", **given})
+
+        c.fetch(f"startjob interface_listener name='Files.count_lines' uid='l' args='{args()}';")
+        key = ("INTERFACE_LISTENER", "Files.count_lines", "l")
+        before = c.store.get(JobKey(*key)).arguments
+        for changed in (args(path="in2"), args(pattern="*.txt"), json.dumps({"path": "inbox"})):
+            with pytest.raises(ValidationError, match="cannot change what a listener watches .* nothing was changed"):
+                c.fetch(f"updatejob interface_listener name='Files.count_lines' uid='l' args='{changed}';")
+            assert c.store.get(JobKey(*key)).arguments == before
+        with pytest.raises(ValidationError, match="pattern must be a file name pattern"):
+            c.fetch(f"startjob interface_listener name='Files.count_lines' uid='l2' args='{args(pattern='')}';")
+        c.fetch(f"updatejob interface_listener name='Files.count_lines' uid='l' args='{args(path='./inbox/', settle_sec=2)}';")
+        assert json.loads(c.store.get(JobKey(*key)).arguments)["settle_sec"] == 2
+
+
 def test_the_seeds_process_job_example_with_an_absolute_path_inside_the_dir(client):
     path = ROOT / "examples" / "process_jobs" / "echoArg.sh"
     r = client.fetch(f"startjob process NAME='{path}' UID='processJobtest' ARGS='{{\"0\":\"ARG 1 value\",\"1\":\"ARG 2 value\"}}';")

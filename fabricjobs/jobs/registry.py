@@ -127,9 +127,10 @@ class JobCatalog:
         elif type == JobType.PROCESS:
             self.process_path(name)
 
-    def check_listener(self, args_text: str | None) -> tuple[Path, str]:
+    def check_listener(self, args_text: str | None, must_exist: bool = True) -> tuple[Path, str]:
         """An INTERFACE_LISTENER's ARGS: {"path": "<dir under LISTENER_ROOT>", "pattern": "*.csv",
-        "settle_sec": 0.5, "poll_sec": 1}; the two times are checked against LISTENER_TIMES."""
+        "settle_sec": 0.5, "poll_sec": 1}; the two times are checked against LISTENER_TIMES.
+        ``must_exist`` False: the directory may be missing for now (a listener's run waits for it)."""
         try:
             args = json.loads(args_text or "{}")
         except ValueError:
@@ -137,7 +138,7 @@ class JobCatalog:
         if not isinstance(args, dict) or not isinstance(args.get("path"), str) or not args["path"]:
             raise JobResolutionError('INTERFACE_LISTENER needs ARGS=\'{"path": "<directory>", "pattern": "*.csv"}\'')
         pattern = args.get("pattern", "*")
-        if not isinstance(pattern, str) or "/" in pattern:
+        if not isinstance(pattern, str) or not pattern or "/" in pattern:
             raise JobResolutionError("INTERFACE_LISTENER pattern must be a file name pattern such as *.csv")
         for key, (low, high) in LISTENER_TIMES.items():
             value = args.get(key)
@@ -146,7 +147,7 @@ class JobCatalog:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
                 raise JobResolutionError(f"INTERFACE_LISTENER {key} must be a number of seconds from {low:g} "
                                          f"to {high:g}, not {json.dumps(value)[:40]}")
-        return self.listener_dir(args["path"]), pattern
+        return self.listener_dir(args["path"], must_exist), pattern
 
     def check_process_arguments(self, args_text: str | None) -> None:
         """A PROCESS job's ARGS, checked at STARTJOB as the worker will use them."""
@@ -163,7 +164,7 @@ class JobCatalog:
             process_argv("", args)
             check_limit_arguments(args)
 
-    def listener_dir(self, path: str) -> Path:
+    def listener_dir(self, path: str, must_exist: bool = True) -> Path:
         if not self.listener_root:
             raise JobResolutionError("INTERFACE_LISTENER jobs are disabled: set [jobs] LISTENER_ROOT to the directory they may watch")
         root = Path(self.listener_root).resolve()
@@ -172,7 +173,7 @@ class JobCatalog:
         target = (root / path).resolve()
         if target != root and root not in target.parents:
             raise JobResolutionError(f"INTERFACE_LISTENER path {path!r} refused: it is outside LISTENER_ROOT ({root})")
-        if not target.is_dir():
+        if must_exist and not target.is_dir():
             raise JobResolutionError(f"INTERFACE_LISTENER path {path!r}: no such directory under LISTENER_ROOT ({root})")
         return target
 

@@ -8,6 +8,7 @@ makes it by compare-and-set (:meth:`ServiceCore._change`), then wakes the nodes.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from datetime import datetime
@@ -405,6 +406,11 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             if cmd.affinity is not None:
                 new = new.replace(affinity=cmd.affinity)
             if cmd.args is not None:
+                if row.key.type == JobType.INTERFACE_LISTENER and _watched(row.arguments) != _watched(cmd.args):
+                    raise ValidationError(
+                        f"UPDATEJOB cannot change what a listener watches (ARGS path or pattern) {row.key.describe()}: "
+                        "every file already there would be new to it. STOPJOB it and STARTJOB a listener of another "
+                        "UID; nothing was changed")
                 new = new.replace(arguments=keep_session_scope(cmd.args, row.arguments))
             if cmd.exec_interval is not None:
                 new = new.replace(execution_interval=cmd.exec_interval)
@@ -514,3 +520,16 @@ def _check_definition(cmd: statements.StartJob | statements.UpdateJob) -> None:
             if isinstance(value, str) and (why := names.unwritable(field.upper(), value) or
                                            names.unroutable(field.upper(), value)) is not None:
                 raise ValidationError(why)
+
+
+def _watched(arguments: str | None) -> tuple[str, str] | None:
+    """A listener's directory and pattern as its ARGS give them (None: not readable as such).
+    Its files there before its STARTJOB are marked present at its first run only, so what it
+    watches cannot change under it (docs/guides/writing-jobs.md, "INTERFACE_LISTENER")."""
+    try:
+        args = json.loads(arguments or "{}")
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(args, dict) or not isinstance(args.get("path"), str):
+        return None
+    return os.path.normpath(args["path"]), str(args.get("pattern", "*"))

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import names
+from ..errors import StoreError
 from ..model import Job, JobKey, JobType
 from .node_link import NodeLink
 from ..jobs.registry import JobCatalog
@@ -61,14 +62,17 @@ def file_version(st: os.stat_result) -> str:
     return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
 
 
-def changed_since_seen(arguments: dict) -> str | None:
+def changed_since_seen(arguments: dict, first: bool) -> str | None:
     """Why the file a listener started this job for is not the file it saw (None: it is, or
     the job is no listener's). Checked as its run begins: a file swapped for a symlink (to
     /etc/shadow, say) or for another file after the listener looked must not be what the job
-    is handed. The same file changed in place (a retry after the job appended to it) is the
-    same file: only its kind and inode are compared. A file gone is left to the job (a retry
-    may follow a run that moved it). This narrows the window to the job's own open of the path;
-    a job that must be sure opens it with O_NOFOLLOW."""
+    is handed. Before the ``first`` run of the job the whole version must match: a file
+    deleted and written again may get the same inode at once (ext4 hands a freed one out
+    again), and the listener starts a job of its own for the new version. Later, the same
+    file changed in place (a retry after the job appended to it) is the same file: only its
+    kind and inode are compared. A file gone is left to the job (a retry may follow a run
+    that moved it). This narrows the window to the job's own open of the path; a job that
+    must be sure opens it with O_NOFOLLOW."""
     if not isinstance(arguments.get("listener"), str) or not isinstance(arguments.get("file"), str) \
             or not isinstance(arguments.get("version"), str):
         return None
@@ -79,8 +83,10 @@ def changed_since_seen(arguments: dict) -> str | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return f"the file {ascii(path)} is no longer a regular file (a symlink?) since its listener saw it: not run"
-    if arguments["version"].partition("-")[0] != str(st.st_ino):
-        return (f"the file {ascii(path)} was replaced since its listener saw it (version {arguments['version']}, now "
+    seen = arguments["version"] if first else arguments["version"].partition("-")[0]
+    if seen != (file_version(st) if first else str(st.st_ino)):
+        return (f"the file {ascii(path)} was {'replaced or changed' if first else 'replaced'} since its listener saw "
+                f"it (version {arguments['version']}, now "
                 f"{file_version(st)}): not run; the new file is a new file to the listener")
     return None
 
@@ -143,21 +149,65 @@ def listen(
     is_aborted: Callable[[], bool],
 ) -> int:
     """Run until aborted; returns how many files it started jobs for."""
-    directory, pattern = catalog.check_listener(json.dumps(args))
+    directory, pattern = catalog.check_listener(json.dumps(args), must_exist=False)  # (gone for now: waited for)
     settle = float(args.get("settle_sec", 0.5))
     poll = float(args.get("poll_sec", 1.0))
     wake = threading.Event()
     stop_watch = _watch(directory, wake)
-    inbox = _Inbox(listener, store, directory, pattern, settle)
+    inbox: _Inbox | None = None
+    trouble = _Trouble(listener.key)
     try:
         while not is_aborted():
-            inbox.scan(is_aborted)
-            wake.wait(min(poll, settle) if inbox.seen else poll)
+            try:
+                if inbox is None:
+                    inbox = _Inbox(listener, store, directory, pattern, settle)
+                inbox.scan(is_aborted)
+            except (StoreError, OSError) as exc:
+                # The store out for a while, the directory gone for a moment (a remount, a
+                # rotation): a listener only ends when asked to, so it waits and looks again;
+                # every start and mark is idempotent (docs/guides/writing-jobs.md, "INTERFACE_LISTENER").
+                wait = trouble.failed(exc, poll)
+            else:
+                trouble.over()
+                wait = min(poll, settle) if inbox.seen else poll
+            wake.wait(wait)
             wake.clear()
     finally:
         if stop_watch is not None:
             stop_watch()
-    return inbox.handled
+    return inbox.handled if inbox is not None else 0
+
+
+class _Trouble:
+    """A listener's failing scans: said once, then once a minute while they go on, and when
+    they are over; the wait before the next scan doubles up to 30 s."""
+
+    def __init__(self, listener: JobKey) -> None:
+        self.listener = listener
+        self.since: float | None = None
+        self.said = float("-inf")
+        self.wait = 0.0
+
+    def failed(self, exc: BaseException, poll: float) -> float:
+        now = time.monotonic()
+        if self.since is None:
+            self.since, self.wait = now, poll
+        else:
+            self.wait = min(2 * self.wait, max(poll, _TROUBLE_WAIT_MAX))
+        if now - self.said >= _TROUBLE_SAY_EVERY:
+            self.said = now
+            log.warning("listener %s cannot scan its directory (%s: %s); it looks again in %.1f s",
+                        self.listener, type(exc).__name__, exc, self.wait)
+        return self.wait
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.warning("listener %s scans again, after %.1f s", self.listener, time.monotonic() - self.since)
+            self.since, self.said = None, float("-inf")
+
+
+_TROUBLE_WAIT_MAX = 30.0
+_TROUBLE_SAY_EVERY = 60.0
 
 
 class _Inbox:

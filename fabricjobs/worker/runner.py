@@ -102,7 +102,7 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
                   progress: Callable[[float, float], None]) -> Outcome:
     from .listener import changed_since_seen
 
-    changed = changed_since_seen(arguments)
+    changed = changed_since_seen(arguments, first=spec.epoch == 1)  # (a job's first claim makes epoch 1)
     if changed is not None:  # (a listener's file job: the file it was started for, or none)
         return Outcome(ERROR, error=changed, mode=FailMode.NO_RETRY)
     fn = spec.catalog.load_user_job(spec.key.name)
