@@ -144,6 +144,26 @@ for hold, gap in json.loads(sys.argv[2]):
 """
 
 
+def test_a_shell_reads_the_sqlite_store_while_another_process_holds_its_write_lock(tmp_path, request):
+    """What an operator looks at while a node (SIGSTOPped, say) holds the store's write lock:
+    NODES and JOBSTATUS read, and reads need no lock in WAL mode. Opening the store took the
+    write lock to check its schema, and they failed after the busy timeout
+    (docs/explanation/stores.md)."""
+    cluster = Cluster(tmp_path, backend="sqlite", request=request)
+    try:
+        cluster.fetch("startjob user_job name='Probe.noop' uid='seen' hold=true;")
+        holder = sqlite3.connect(cluster._sqlite_path(), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            shown = cluster.shell("-e", "jobstatus; nodes;")
+            assert shown.returncode == 0 and "seen" in shown.stdout and "HELD" in shown.stdout, shown.stderr
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    finally:
+        cluster.stop_all()
+
+
 @pytest.mark.liveness
 @pytest.mark.parametrize("cluster", [{"heartbeat": {"FABRIC_HEARTBEAT_INTERVAL_MS": 500, "FABRIC_HEARTBEAT_MISS": 8},
                                       "jobs": {"K2JOBS_POOL_SIZE": 2, "MAX_TRIES": 20}}], indirect=True)
@@ -212,7 +232,7 @@ def test_a_process_job_dies_with_its_worker(cluster, tmp_path):
 
     wait_for(group_gone, 15, "the job's whole process group to be gone with its worker")
     job = cluster.wait_job("PROCESS", "ignore_term.sh", "p", lambda j: j.tries == 1, 10)
-    assert "worker process died" in job.error_msg
+    assert "worker process died (killed by signal 9 (SIGKILL))" in job.error_msg, job.error_msg
     assert worker.name == "a"
 
 
@@ -364,3 +384,14 @@ def test_partition_sqlite_a_store_whose_disk_fills_up_fences_the_nodes_and_loses
         if filler.exists():
             filler.unlink()
         cluster.stop_all()
+
+
+def test_a_dead_workers_end_is_told_as_a_process_jobs_is():
+    """A worker ended by a signal (the dead-man timer's SIGALRM, an OOM kill) is named by the
+    signal, not by a negative exit code (docs/guides/run-isolation.md)."""
+    from fabricjobs.node.collector import _ended_by
+
+    assert _ended_by(-signal.SIGALRM) == (
+        "killed by signal 14 (SIGALRM): the dead-man timer, the run held on past its node's lease")
+    assert _ended_by(-signal.SIGKILL) == "killed by signal 9 (SIGKILL)"
+    assert _ended_by(3) == "exit code 3"

@@ -174,11 +174,14 @@ def test_bad_arguments_and_bad_return_values_fail_without_retry(cluster):
     cluster.start_node("node-a")
     cluster.fetch("startjob user_job name='Probe.typed' uid='bad' args='{\"count\": \"many\"}';")
     cluster.fetch("startjob user_job name='Probe.not_json' uid='nj';")
+    cluster.fetch("startjob user_job name='Probe.not_a_number' uid='nan';")
     cluster.fetch("""startjob user_job name='Probe.typed' uid='good' args='{"count":"7","ratio":"0.5","flag":"true","name":"x","items":"[1,2]","opts":{"a":1}}';""")
     bad = cluster.wait_job("USER_JOB", "Probe.typed", "bad", final)
     assert bad.status is Status.FAILED and bad.tries == 1 and "argument 'count'" in bad.error_msg
     nj = cluster.wait_job("USER_JOB", "Probe.not_json", "nj", final)
     assert nj.status is Status.FAILED and "not JSON-serialisable" in nj.error_msg
+    nan = cluster.wait_job("USER_JOB", "Probe.not_a_number", "nan", final)
+    assert nan.status is Status.FAILED and "not JSON-serialisable" in nan.error_msg and nan.output is None, nan
     good = cluster.wait_job("USER_JOB", "Probe.typed", "good", final)
     assert json.loads(good.output) == {"count": 7, "ratio": 0.5, "flag": True, "name": "x", "items": [1, 2], "opts": {"a": 1}}
 

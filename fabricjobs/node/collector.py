@@ -18,6 +18,7 @@ import logging
 import os
 import select
 import selectors
+import signal
 import socket
 import threading
 import time
@@ -185,6 +186,11 @@ class Collector:
         elif kind == DONE:
             if run is not None:
                 self.table.detach(run, worker)
+            if len(msg) > 3:  # the worker retires after this run: nothing more is sent to it
+                worker.retiring = True
+                log.info("the worker of slot %d retires after the run of %s: %s", worker.slot,
+                         run.key if run is not None else f"task {task}", msg[3],
+                         extra=job_extra(run.key, run.facts.epoch) if run is not None else None)
             self.pool.release(worker, task)
             if run is not None and run.outcome is None:
                 if msg[2].kind in ("ok", "error"):  # it ran its course (not cut short, not skipped)
@@ -257,8 +263,8 @@ class Collector:
                 if run is None or run.outcome is not None or run.worker is not worker:
                     continue
                 if i == 0 and worker.killed_for in (None, task):
-                    code = worker.process.exitcode
-                    outcome = Outcome(ERROR, error=f"worker process died (exit code {code})", log=spooled)
+                    outcome = Outcome(ERROR, error=f"worker process died ({_ended_by(worker.process.exitcode)})",
+                                      log=spooled)
                 elif i == 0:  # killed to end a train-mate that had just ended: this one is innocent
                     outcome = Outcome(RELEASED, error="its worker was killed to end the run before it")
                 else:
@@ -298,3 +304,16 @@ def _readable(fd: int) -> bool:
         return bool(select.select([fd], [], [], 0)[0])
     except (OSError, ValueError):
         return False
+
+
+def _ended_by(code: int | None) -> str:
+    """How a worker process ended, as a PROCESS job's end is told: a negative exit code is the
+    signal that ended it (SIGALRM: the dead-man timer of a run that held on past its lease)."""
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    why = ": the dead-man timer, the run held on past its node's lease" if -code == signal.SIGALRM else ""
+    return f"killed by signal {-code} ({name}){why}"

@@ -26,6 +26,8 @@ import sys
 import threading
 from typing import IO
 
+from ..errors import one_line
+from .leftovers import own
 from .runlog import RunLog
 from .spool import LINE_MAX, Spool
 
@@ -136,7 +138,7 @@ class ProcessStream:
         self.dropped = 0
         self.limit = limit
         enlarge(stream.fileno())
-        self.thread = threading.Thread(target=self._pump, args=(stream, output, prefix), daemon=True)
+        self.thread = own(threading.Thread(target=self._pump, args=(stream, output, prefix), daemon=True))
         self.thread.start()
 
     def _pump(self, stream: IO[bytes], output: RunOutput, prefix: bytes) -> None:
@@ -228,7 +230,10 @@ class StdCapture:
             if self._output is not None:
                 self._output.feed(self._fds[fd], data)
             elif self._between < _BETWEEN_RUNS_MAX:
+                # A thread or process a run left behind, printing on: one line per write, its
+                # stream named and its line breaks shown, so it cannot forge a node's line.
                 self._between += len(data)
-                self.log_stream.write(data.decode("utf-8", "replace"))
+                self.log_stream.write(f"{self._fds[fd].decode()}(no run) "
+                                      f"{one_line(data.decode('utf-8', 'replace').rstrip(chr(10)))}\n")
             if once:
                 return

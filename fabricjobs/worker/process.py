@@ -39,6 +39,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -48,6 +49,7 @@ from .board import Board
 from .spool import spool_path
 from . import cgroups
 from .node_link import NodeLink
+from .leftovers import Leftovers
 from .output import StdCapture
 from .reaper import become_subreaper, kill_descendants, reap_children
 from .protocol import ANSWER, BOUNCED, DONE, INTERRUPTED, LEASE_LOST, NOT_BEGUN, SPAWNED, Outcome, RunSpec, encode
@@ -84,6 +86,10 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                 log_format: str = "text", cgroup: str | None = None) -> None:
     """The worker process's entry point (worker/pool.py starts it from the fork server).
     ``cgroup``: its slot's run cgroup (cgroups.py), None where the node has none."""
+    # A process group of its own: what a job starts signals its group, not the node's, with
+    # `kill 0` (a shell's `trap 'kill 0' EXIT`), which used to stop the node and every run on it
+    # (docs/guides/run-isolation.md).
+    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # and so is its hangup (it stops cleanly)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -101,6 +107,29 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     worker = WorkerProcess(conn, board_path, slots, logging.getLogger("fabricjobs.job"), cgroup, std)
     threading.Thread(target=LeaseWatchdog(worker).run, name="lease-watchdog", daemon=True).start()
     worker.serve(idle_sec)
+    _leave()
+
+
+def _leave() -> None:
+    """End the worker now, its output flushed: not as an interpreter exits, which waits for
+    every thread that is not a daemon, such as one a job left going for ever (the node would
+    take the worker for idle and send it runs that no one reads)."""
+    for handler in logging.getLogger().handlers:
+        lock = handler.lock
+        if lock is None or lock.acquire(timeout=0.5):  # (a job's thread may be halfway through a line)
+            try:
+                handler.flush()
+            except (OSError, ValueError):
+                pass
+            finally:
+                if lock is not None:
+                    lock.release()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def _arm(until: float) -> None:
@@ -130,6 +159,8 @@ class WorkerProcess:
         self.lost = threading.Event()  # the watchdog saw the lease go: the run must end
         self.busy = threading.Event()  # a run began: wake the watchdog
         self._send_lock = threading.Lock()
+        self.leftovers = Leftovers()
+        self.retiring: str | None = None  # why: a run left something later runs would inherit
 
     def send(self, msg) -> None:
         data = encode(msg)
@@ -137,9 +168,10 @@ class WorkerProcess:
             self.conn.send_bytes(data)
 
     def report(self, task: int, outcome: Outcome) -> bool:
-        """Tell the node how run ``task`` ended; False if the node can no longer be told."""
+        """Tell the node how run ``task`` ended (and, if so, that this worker retires with it:
+        the node sends it nothing more); False if the node can no longer be told."""
         try:
-            self.send((DONE, task, outcome))
+            self.send((DONE, task, outcome) if self.retiring is None else (DONE, task, outcome, self.retiring))
             return True
         except (OSError, ValueError):
             return False
@@ -156,8 +188,24 @@ class WorkerProcess:
                 return  # the node is gone
             if isinstance(msg, tuple) and msg[:1] == (ANSWER,):
                 continue  # a listener's store request answered after its run gave up on it
-            if msg is None or not self._run_train(msg if isinstance(msg, list) else [msg]):
+            if msg is None or not self._run_train(msg if isinstance(msg, list) else [msg]) or self.retiring:
                 return
+
+    def _look_for_leftovers(self, before: set[threading.Thread]) -> None:
+        """Retire after this run if it left what a later run would inherit (leftovers.py);
+        the rest of its train, not begun, goes back to the node."""
+        why = self.leftovers.of_run(before)
+        if why is None:
+            return
+        self.retiring = why
+        with self.current.lock:
+            bounced = [s.task for s in self.current.queue]
+            self.current.queue.clear()
+        if bounced:
+            try:
+                self.send((BOUNCED, bounced, None))
+            except (OSError, ValueError):
+                pass
 
     def _run_train(self, specs: list[RunSpec]) -> bool:
         """A train (or one run) in order, each run reported as it ends, so that the node knows
@@ -187,7 +235,9 @@ class WorkerProcess:
             return self.report(spec.task, Outcome(LEASE_LOST, error=_LOST))
         if spec.key.type == JobType.PROCESS:
             spec = dataclasses.replace(spec, board=(self.board_path, self.slots))  # for its guard
+        before = set(threading.enumerate())
         outcome, elapsed = self._execute(spec)
+        self._look_for_leftovers(before)
         with self.current.lock:
             if (self.lost.is_set() or not board.lease_valid(None, spec.generation)) and outcome.kind != LEASE_LOST:
                 outcome = Outcome(LEASE_LOST, error=_LOST)

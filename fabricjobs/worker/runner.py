@@ -139,7 +139,7 @@ def _run_user_job(spec: RunSpec, arguments: dict, is_aborted: Callable[[], bool]
     finally:
         _unbind(token)
     try:
-        output = json.dumps(value, ensure_ascii=False).encode("utf-8").decode("utf-8")
+        output = json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8").decode("utf-8")
     except (TypeError, ValueError, RecursionError, UnicodeError) as exc:
         return Outcome(ERROR, error=_describe(f"return value is not JSON-serialisable: {exc}"), mode=FailMode.NO_RETRY)
     return Outcome(OK, output=_cap_json(output, spec.output_max))

@@ -58,3 +58,43 @@ def shell_out_and_hog(log: str, n: int = 30):
     child = subprocess.Popen(["sleep", "45"])
     _line(log, f"{current_job().node} {child.pid}")
     re.match(r"(a+)+$", "a" * n + "b")
+
+
+def kills_its_group():
+    """A shell whose EXIT trap signals its whole process group (``kill 0``), as shell scripts
+    do to end the helpers they started in the background."""
+    import subprocess
+
+    subprocess.run(["sh", "-c", "trap 'kill 0' EXIT; sleep 30 & echo started"])
+
+
+def leaves_a_thread(seconds: float = 3600.0):
+    """Returns while a thread of its own (not a daemon) prints on, for an hour."""
+    import threading
+
+    def ghost():
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            os.write(1, b"ghost line of a run that has ended\n")
+            time.sleep(0.1)
+
+    threading.Thread(target=ghost, name="ghost").start()
+    return "left a thread"
+
+
+def changes_its_process():
+    """Changes what the next run of its worker would inherit."""
+    import sys
+
+    os.chdir("/")
+    os.environ["PATH"] = "/nonexistent"
+    os.umask(0)
+    sys.path.insert(0, "/nonexistent")
+
+
+def reports_its_process():
+    import sys
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return {"cwd": os.getcwd(), "path": os.environ.get("PATH"), "umask": mask, "sys_path_0": sys.path[0]}

@@ -134,6 +134,10 @@ def not_json():
     return object()
 
 
+def not_a_number():
+    return {"ratio": float("nan")}  # json.dumps would write NaN, which is not JSON
+
+
 def noisy(megabytes: int = 5):
     print("x" * (megabytes * 1024 * 1024))
     return "y" * (megabytes * 1024 * 1024)
