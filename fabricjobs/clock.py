@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Callable, Protocol
 
 UTC = timezone.utc
@@ -31,6 +31,17 @@ class Clock(Protocol):
 
 def utc_from_timestamp(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+def shown_time(when: datetime, zone: tzinfo | None) -> str:
+    """A time as tables and notes show it: in ``zone`` (None: as it is), to the millisecond.
+    A time near either end of the calendar that ``zone`` cannot hold is shown in UTC."""
+    try:
+        local = when.astimezone(zone) if zone is not None else when
+    except OverflowError:
+        local = when.astimezone(timezone.utc)
+    return (f"{local.year:04d}-{local.month:02d}-{local.day:02d} {local.hour:02d}:{local.minute:02d}:"
+            f"{local.second:02d}.{local.microsecond // 1000:03d}")
 
 
 def to_millis(value: datetime) -> datetime:

@@ -101,8 +101,9 @@ class Schedule:
         started at ``started`` and ended at ``ended``; ``None`` for one-time schedules."""
         return self.after_run(due, started, ended, overlap)[0]
 
-    def after_run(self, due: datetime, started: datetime, ended: datetime, overlap: str = "") -> tuple[datetime | None, int]:
-        """(next due time, fires skipped while the run went on).
+    def after_run(self, due: datetime, started: datetime, ended: datetime, overlap: str = "",
+                  most: int = 1000) -> tuple[datetime | None, int]:
+        """(next due time, fires skipped while the run went on: at most ``most`` are counted).
 
         Fixed rate: the next run is due one interval after the previous *scheduled* start
         (cron: the next fire time). Fires missed while no node ran the job (``started`` long
@@ -136,17 +137,34 @@ class Schedule:
                 return nxt + self.step * passed, 0
             return nxt + self.step * (passed + 1), passed + 1
         skipped = 0
-        while skipped < 100_000:
+        while skipped < most:
             following = self.next_fire_after(nxt)
             if queue and following >= ended:
                 return nxt, 0
             skipped += 1
             nxt = following
             if nxt >= ended:
-                break
-        return nxt, 0 if queue else skipped
+                return nxt, 0 if queue else skipped
+        # A run that outlasted ``most`` fires (a per-second cron, a run of hours): the fire
+        # times are not walked one by one any further (each step costs a croniter).
+        if queue:
+            return self._last_fire_before(ended, nxt), 0
+        return self.next_fire_after(ended - timedelta(microseconds=1)), skipped
 
-    def collapsed(self, due: datetime, started: datetime, most: int = 100_000) -> int:
+    def _last_fire_before(self, ended: datetime, floor: datetime) -> datetime:
+        """The last cron fire before ``ended`` (one at ``floor`` or later is known to be)."""
+        from croniter import croniter
+
+        assert self.cron is not None
+        it = croniter(self.cron, ended.astimezone(self.zone).replace(tzinfo=None),
+                      second_at_beginning=self.cron_has_seconds)
+        for _ in range(_MAX_CRON_STEPS):
+            instant = _to_instant(it.get_prev(datetime), self.zone)
+            if instant < ended:
+                return max(instant, floor)
+        return floor
+
+    def collapsed(self, due: datetime, started: datetime, most: int = 1000) -> int:
         """Fires after ``due`` that came due before a run of it started at ``started``: they
         ran as that run (missed fires collapse, after_run). At most ``most`` are counted."""
         if self.kind is ScheduleKind.INTERVAL:
@@ -178,6 +196,10 @@ def parse_schedule(text: str | None, zone: ZoneInfo | str | None = None) -> Sche
     return _parse(text or "", tz)
 
 
+#: The instants a timestamp may name: a job due then can be shown in any time zone.
+TIMESTAMPS = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
+
+
 @functools.lru_cache(maxsize=4096)
 def _parse(text: str, tz: ZoneInfo) -> Schedule:
     raw = text.strip()
@@ -202,10 +224,14 @@ def _parse(text: str, tz: ZoneInfo) -> Schedule:
         except ValueError as exc:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: {exc}") from None
         try:  # at the ends of the calendar a zone's offset leaves the range of dates
-            _to_instant(at, tz)
+            instant = _to_instant(at, tz)
         except OverflowError:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: out of the range of dates in time zone "
                                 f"{tz.key}") from None
+        if not TIMESTAMPS[0] <= instant < TIMESTAMPS[1]:
+            # (Every zone can show such a time: one day from either end of the calendar.)
+            raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: a timestamp must be from 1970-01-01 to "
+                                f"9998-12-31 (UTC)")
         return Schedule(text, ScheduleKind.ONCE_AT, tz, at_local=at)
     if ":" in raw and not raw.startswith("@"):
         raise ScheduleError(

@@ -629,6 +629,24 @@ def test_a_run_that_started_after_later_fires_came_due_says_how_many_it_stands_f
     assert record.note.startswith("1,000+ later fire(s)")  # counted so far, no further
 
 
+def test_a_cron_run_that_outlasts_a_thousand_fires_is_followed_by_the_right_fire():
+    """A per-second cron whose run took two days: the next fire is the first after the run
+    ended (SKIP) or the last one during it (QUEUE), found without stepping through each of the
+    172,800 fires between (each a croniter); the note counts a thousand and says there were more."""
+    from fabricjobs.node.decisions import run_record
+    from fabricjobs.schedule import parse_schedule
+
+    due = datetime(2026, 1, 1, tzinfo=UTC)
+    ended = due + timedelta(days=2, milliseconds=500)
+    cron = parse_schedule("* * * * * *", "Europe/Berlin")
+    assert cron.after_run(due, due, ended, "SKIP") == (datetime(2026, 1, 3, 0, 0, 1, tzinfo=UTC), 1000)
+    assert cron.after_run(due, due, ended, "QUEUE") == (datetime(2026, 1, 3, 0, 0, 0, tzinfo=UTC), 0)
+    assert cron.after_run(due, due, due + timedelta(seconds=2.5), "SKIP") == (due + timedelta(seconds=3), 2)
+    job = _cron_job("* * * * * *", due, Z_UTC)
+    record = run_record(RunFacts("n2", 2, due, due), job.key, Outcome(OK), job, ended, Z_UTC)
+    assert "1,000+ fire(s) skipped while this run was still going" in record.note, record.note
+
+
 def test_a_listeners_file_swapped_after_it_was_seen_is_not_handed_to_the_job(tmp_path):
     """Between the listener's look and its job's run, whoever may write the drop directory could
     swap the file for a symlink (to /etc/passwd) or another file: the run is refused (FAILED, no

@@ -244,9 +244,10 @@ def run_record(run: RunFacts, key, outcome: Outcome, new: Job, now: datetime, zo
             notes.append(f"{collapsed:,}{'+' if collapsed >= _COLLAPSED_COUNTED else ''} later fire(s) came due "
                          "before this run started and ran as this one")
     if outcome.kind == OK and new.status is Status.SCHEDULED and schedule is not None:
-        _, skipped = schedule.after_run(run.due, run.started, now, new.overlap)
+        _, skipped = schedule.after_run(run.due, run.started, now, new.overlap, most=_COLLAPSED_COUNTED)
         if skipped:
-            notes.append(f"{skipped} fire(s) skipped while this run was still going (OVERLAP=SKIP)")
+            notes.append(f"{skipped:,}{'+' if skipped >= _COLLAPSED_COUNTED else ''} fire(s) skipped while this run "
+                         "was still going (OVERLAP=SKIP)")
     note = "; ".join(notes)
     return RunRecord(
         key=key, epoch=run.epoch, node=run.me, due=run.due, start=run.started, end=now, result=result,

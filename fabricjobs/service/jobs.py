@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Sequence
 
 from .. import dependencies, names, parallel
+from ..clock import shown_time
 from ..commands import statements
 from ..errors import CommandError, InsertInterrupted, JobAlreadyRunning, JobNotFound, ValidationError
 from ..model import RUNNING_STATUSES, Event, Job, JobKey, JobType, Status, advance
@@ -482,8 +483,7 @@ def _next_due_for_update(schedule: Schedule, row: Job, now: datetime) -> datetim
 
 def _shown(when: datetime, zone: str | None) -> str:
     """A time in a note as the shell's tables show times (the node's TIME_ZONE, milliseconds)."""
-    local = when.astimezone(resolve_zone(zone))
-    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+    return shown_time(when, resolve_zone(zone))
 
 
 def _created_at(row: Job, now: datetime) -> Job:

@@ -14,6 +14,7 @@ import json
 from datetime import datetime, tzinfo
 from typing import Any, TextIO
 
+from ..clock import shown_time
 from ..errors import shown
 from ..result import Result
 
@@ -50,8 +51,7 @@ def _text(value: Any, zone: tzinfo | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime):
-        local = value.astimezone(zone) if zone is not None else value
-        return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{local.microsecond // 1000:03d}"
+        return shown_time(value, zone)
     return str(value)
 
 
