@@ -312,10 +312,11 @@ KEYS: tuple[Key, ...] = (
     Key("web", "SECURE_COOKIE", _bool, False, "Mark the console's cookie Secure over plain HTTP too: set it behind a TLS-terminating proxy (with --tls-cert it always is)."),
     Key("web", "MAX_BODY_BYTES", _int(1024), 16 * 1024 * 1024, "Largest HTTP request body, in bytes: a longer one is answered 413 before "
         "it is read (and a request without a token 401 before any of its body is read)."),
-    Key("web", "MAX_WAITS_PER_TOKEN", _int(1), 8, "Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) one token may have open at once; "
+    Key("web", "MAX_WAITS_PER_TOKEN", _int(1, 90), 8, "Long requests (WAITJOB, STOPJOB ... WAIT, JOBLOG ... FOLLOW) one token may have open at once; "
         "one more is answered 429."),
-    Key("web", "MAX_WAITS", _int(1), 64, "Long requests all tokens together may have open at once (each holds one of the web process's 100 "
-        "server threads while it waits); one more is answered 429, so that short requests always find a thread."),
+    Key("web", "MAX_WAITS", _int(1, 90), 64, "Long requests all tokens together may have open at once (each holds one of the web process's 100 "
+        "server threads while it waits; at most 90, so that 10 stay for the rest); one more is answered 429, so that short "
+        "requests always find a thread."),
     Key("web", "CONSOLE_INTERVAL_SEC", _float(0.1), 2.0, "How often the console's shared view reads the store (the jobs, nodes and queue depth all browsers see)."),
 )
 

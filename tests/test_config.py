@@ -70,6 +70,9 @@ def test_values_are_typed_and_keys_case_insensitive(tmp_path):
         ("[metrics]\nPORT = 70000\n", "[metrics] PORT: must be at most 65535, got 70000"),
         ("[cassandra]\nPORT = 99999\n", "[cassandra] PORT: must be at most 65535"),
         ("[jobs]\nK2JOBS_POOL_SIZE = 100000000\n", "[jobs] K2JOBS_POOL_SIZE: must be at most 4096"),
+        # each wait holds one of the web process's 100 threads: 10 stay for short requests
+        ("[web]\nMAX_WAITS = 500\n", "[web] MAX_WAITS: must be at most 90, got 500"),
+        ("[web]\nMAX_WAITS_PER_TOKEN = 100\n", "[web] MAX_WAITS_PER_TOKEN: must be at most 90"),
         # keys are case-insensitive, so two spellings are one key given twice (the last one won)
         ("[jobs]\nMAX_TRIES = 3\nmax_tries = 4\n", "[jobs] MAX_TRIES is given twice ('MAX_TRIES' and 'max_tries')"),
         ("[jobs]\nMAX_TRIES = 3\n[Jobs]\nMAX_TRIES = 4\n", "[jobs] MAX_TRIES is given twice"),

@@ -106,7 +106,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(FabricJobsError)
     async def fabricjobs_error(request: Request, exc: FabricJobsError) -> JSONResponse:
         status = status_of(exc)
-        if status >= 500:
+        if status >= 500 and not isinstance(exc, WaitTimeout):  # (a wait that ran out is a long poll's answer)
             log.error("%s %s: %s", request.method, request.url.path, exc)
         body = body_of(exc)
         if isinstance(exc, (WaitTimeout, InsertInterrupted)) or (body.get("ran") or 0) > 0:

@@ -78,8 +78,25 @@ def test_every_endpoint_under_every_role_and_without_a_valid_token(site):
                 assert f"'{who}-1' ({who}) may not" in r.json()["message"]
             else:
                 assert r.status_code == allowed, (who, method, path, r.text)
-    for path in ("/healthz", "/readyz"):  # no token needed
+    for path in ("/healthz", "/readyz"):  # no token needed, and HEAD too (what some load balancers probe with)
         assert site.client(None).get(site.web.url + path).status_code == 200
+        assert site.client(None).head(site.web.url + path).status_code == 200
+
+
+def test_a_script_names_the_statement_its_token_may_not_run_and_has_a_bounded_length(site):
+    """A refusal says which statement of a script the role does not allow; a script of more
+    statements than one request may hold (cheap reads hold a server thread for as long as
+    they take) is refused whole, before any of it runs (docs/guides/http-api.md)."""
+    operator = site.client("operator")
+    refused = operator.post("/commands", json={"text": "jobstatus; createcalendar 'c' exclude '2026-12-25';"})
+    assert refused.status_code == 403 and refused.json()["message"] == (
+        "token 'operator-1' (operator) may not run CREATECALENDAR (statement 2)"), refused.text
+    long = operator.post("/commands", json={"text": "startjob user_job name='Probe.noop' uid='many' hold=true;"
+                                                    + "jobstatus;" * 1000})
+    assert long.status_code == 400 and long.json()["message"] == (
+        "a script sent to the API has at most 1,000 statements (this one has 1,001): send the rest in further "
+        "requests; nothing was run"), long.text
+    assert operator.get("/jobs/USER_JOB/Probe.noop/many").status_code == 404
 
 
 @on_every_backend  # the real Cassandra's representative: list, a job, start, stop, runs, logs, nodes, commands

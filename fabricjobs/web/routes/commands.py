@@ -24,6 +24,10 @@ from ..tokens import TokenInfo
 from . import LONG, api_of, capped, long_request
 
 router = APIRouter(tags=["commands"])
+
+#: Statements one request may hold: a script of cheap reads still holds a server thread for as
+#: long as its statements take (0.4 ms each and more), and it is no long request (web/limits.py).
+MAX_STATEMENTS = 1000
 Anyone = Depends(requires(Need.READ, "run statements"))  # then each statement's own need
 
 
@@ -33,7 +37,12 @@ def commands(request: Request, body: CommandBody,
              who: TokenInfo = Anyone) -> CommandResult:
     api = api_of(request)
     script = [_bounded(s.command) for s in parse_script(body.text, api.config.get("jobs", "MAX_COMMAND_BYTES"))]
-    authorize(who, script_needs(script), "run these statements")
+    if len(script) > MAX_STATEMENTS:
+        raise ValidationError(f"a script sent to the API has at most {MAX_STATEMENTS:,} statements (this one has "
+                              f"{len(script):,}): send the rest in further requests; nothing was run")
+    for i, command in enumerate(script, 1):  # (the first one the token's role does not allow is named)
+        authorize(who, script_needs([command]), f"run {type(command).__name__.upper()} (statement {i})"
+                  if len(script) > 1 else f"run {type(command).__name__.upper()}")
     waits = sum(_long(c) for c in script)
     if waits > 1:
         raise ValidationError(f"a script sent to the API may wait once (it has {waits} waits: WAITJOB, STOPJOB or "

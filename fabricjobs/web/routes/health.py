@@ -24,12 +24,14 @@ router = APIRouter(tags=["health"])
 _READY_THREADS = anyio.CapacityLimiter(4)
 
 
+@router.head("/healthz", include_in_schema=False)  # (HEAD: what some load balancers probe with)
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:
     """Answered on the server's event loop: no thread of its pool is needed."""
     return {"status": "ok"}
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get("/readyz", responses={503: {"description": "the store cannot be reached"}})
 async def readyz(request: Request) -> JSONResponse:
     """Ready when a read of the store's ``nodes`` table answers within 2 s."""
