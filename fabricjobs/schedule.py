@@ -156,8 +156,12 @@ class Schedule:
         from croniter import croniter
 
         assert self.cron is not None
-        it = croniter(self.cron, ended.astimezone(self.zone).replace(tzinfo=None),
-                      second_at_beginning=self.cron_has_seconds)
+        local = ended.astimezone(self.zone)
+        if local.fold:  # in the repeated hour, which fires at its first occurrence only: from its end
+            local += local.replace(fold=0).utcoffset() - local.utcoffset()  # type: ignore[operator]
+        # (Wall-clock times map to their first occurrence, in order: walking back from there, the
+        # first instant before ``ended`` is the last fire before it.)
+        it = croniter(self.cron, local.replace(tzinfo=None), second_at_beginning=self.cron_has_seconds)
         for _ in range(_MAX_CRON_STEPS):
             instant = _to_instant(it.get_prev(datetime), self.zone)
             if instant < ended:
@@ -196,10 +200,6 @@ def parse_schedule(text: str | None, zone: ZoneInfo | str | None = None) -> Sche
     return _parse(text or "", tz)
 
 
-#: The instants a timestamp may name: a job due then can be shown in any time zone.
-TIMESTAMPS = (datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC))
-
-
 @functools.lru_cache(maxsize=4096)
 def _parse(text: str, tz: ZoneInfo) -> Schedule:
     raw = text.strip()
@@ -224,14 +224,10 @@ def _parse(text: str, tz: ZoneInfo) -> Schedule:
         except ValueError as exc:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: {exc}") from None
         try:  # at the ends of the calendar a zone's offset leaves the range of dates
-            instant = _to_instant(at, tz)
+            _to_instant(at, tz)
         except OverflowError:
             raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: out of the range of dates in time zone "
                                 f"{tz.key}") from None
-        if not TIMESTAMPS[0] <= instant < TIMESTAMPS[1]:
-            # (Every zone can show such a time: one day from either end of the calendar.)
-            raise ScheduleError(f"invalid EXEC_INTERVAL {raw!r}: a timestamp must be from 1970-01-01 to "
-                                f"9998-12-31 (UTC)")
         return Schedule(text, ScheduleKind.ONCE_AT, tz, at_local=at)
     if ":" in raw and not raw.startswith("@"):
         raise ScheduleError(

@@ -112,21 +112,13 @@ def process_alive(pid: int) -> bool:
 
 
 def group_stats(pgid: int) -> dict[int, list[str]]:
-    """pid -> /proc stat fields (as :func:`stat_fields`) of every process in group or session
-    ``pgid`` and of their descendants: a node's workers (and what their jobs start) have groups
-    of their own in the node's session, a PROCESS job a session of its own."""
-    every = {}
+    """pid -> /proc stat fields (as :func:`stat_fields`) of every process in group ``pgid``."""
+    out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = stat_fields(entry)
-            if fields is not None:
-                every[int(entry)] = fields
-    out = {pid: f for pid, f in every.items() if pgid in (int(f[2]), int(f[3]))}
-    grew = True
-    while grew:
-        more = {pid: f for pid, f in every.items() if pid not in out and int(f[1]) in out}
-        out.update(more)
-        grew = bool(more)
+            if fields is not None and int(fields[2]) == pgid:
+                out[int(entry)] = fields
     return out
 
 
@@ -145,22 +137,19 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def signal_group(pgid: int, sig: int) -> None:
-    """``sig`` to every process of group ``pgid`` and to the groups of their descendants (a
-    node's workers each lead one): a crashed or frozen host. Nothing if the group is gone."""
-    groups = [pgid]
-    for _ in range(2):  # (again: a process forked meanwhile, into a group not seen yet)
-        groups += [g for g in dict.fromkeys(int(f[2]) for f in group_stats(pgid).values()) if g not in groups]
-        for group in groups:
-            try:
-                os.killpg(group, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+    """``sig`` to every process of group ``pgid``; nothing if the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` (as :func:`group_stats` counts them) is left, not
-    counting the dead ones whose parents have not reaped them yet."""
-    return any(f[0] != "Z" for f in group_stats(pgid).values())
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def same_cpu_priority(pid: int) -> None:

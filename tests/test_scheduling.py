@@ -590,6 +590,33 @@ def test_a_listener_whose_directory_is_gone_for_a_while_goes_on_once_it_is_back(
         cluster.stop_all()
 
 
+def test_a_file_whose_job_is_refused_is_left_where_it_is_and_the_listener_goes_on(tmp_path, request):
+    """A file whose job STARTJOB refuses for good (here: its ARGS, the file's long path and name
+    twice, over [jobs] MAX_ARGS_BYTES) is logged and left; the files after it are handled, and the
+    listener goes on (docs/guides/writing-jobs.md). It stopped at that file for good, or failed."""
+    root = tmp_path / "root"
+    inbox = root / "inbox"
+    inbox.mkdir(parents=True)
+    deep = tmp_path / ("p" * 200) / ("q" * 200)  # (the log's path is in the listener's ARGS and its files')
+    deep.mkdir(parents=True)
+    log = deep / "handled.jsonl"
+    cluster = Cluster(tmp_path, backend="sqlite", request=request,
+                      settings={"jobs": {"LISTENER_ROOT": str(root), "MAX_ARGS_BYTES": 1024}})
+    try:
+        a = cluster.start_node("a")
+        start_inbox_listener(cluster, log)
+        long = "a" * 200 + ".csv"
+        (inbox / long).write_text("1")
+        (inbox / "b.csv").write_text("2")
+        wait_for(lambda: {r["file"] for r in read_records(log)} == {"b.csv"}, 20, "b.csv handled after the refused file")
+        assert "cannot start the job of the file" in a.log() and "MAX_ARGS_BYTES" in a.log()
+        row = cluster.job("INTERFACE_LISTENER", "Probe.handle_file", "inbox")
+        assert row.status is Status.IN_PROCESS and row.tries == 0, row
+        assert (inbox / long).exists()
+    finally:
+        cluster.stop_all()
+
+
 def test_after_runjobs_extra_run_the_schedule_goes_on_with_its_kept_fire():
     """RUNJOB (docs/explanation/design-choices.md): the fire kept aside is next; one that came due during the extra run
     is queued (run right away) or skipped, by OVERLAP, as during a scheduled run."""
@@ -642,6 +669,11 @@ def test_a_cron_run_that_outlasts_a_thousand_fires_is_followed_by_the_right_fire
     assert cron.after_run(due, due, ended, "SKIP") == (datetime(2026, 1, 3, 0, 0, 1, tzinfo=UTC), 1000)
     assert cron.after_run(due, due, ended, "QUEUE") == (datetime(2026, 1, 3, 0, 0, 0, tzinfo=UTC), 0)
     assert cron.after_run(due, due, due + timedelta(seconds=2.5), "SKIP") == (due + timedelta(seconds=3), 2)
+    # Ended in the second pass of an autumn hour, which fires at its first pass only: the last
+    # fire before the end is the first pass's last second (as walking every fire finds it).
+    paris, autumn = parse_schedule("* * * * * *", "Europe/Paris"), datetime(2024, 10, 27, tzinfo=UTC)
+    assert paris.after_run(autumn, autumn, datetime(2024, 10, 27, 1, 30, tzinfo=UTC), "QUEUE") == (
+        datetime(2024, 10, 27, 0, 59, 59, tzinfo=UTC), 0)
     job = _cron_job("* * * * * *", due, Z_UTC)
     record = run_record(RunFacts("n2", 2, due, due), job.key, Outcome(OK), job, ended, Z_UTC)
     assert "1,000+ fire(s) skipped while this run was still going" in record.note, record.note

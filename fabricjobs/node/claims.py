@@ -56,8 +56,8 @@ class Claims(UsesParts):
         self._left_ahead: list[Job] = []  # prepared fires the last _choose left to ride or to wait
         self._ahead_unanswered: dict[JobKey, datetime] = {}  # prepared fires' claims still being written: due when
         # Runs of dead nodes (or of this node's last life) the last takeover had no room for:
-        # a freed slot is theirs before the WAITING rows' (Reconciler._take_runs).
-        self.takeover_waits = False
+        # a freed slot that one of them fits is theirs before the WAITING rows' (Reconciler._take_runs).
+        self.takeover_waits: list[Job] = []
         # Writes still being settled: claims, and the reconciler's takeovers and adoptions.
         self.stragglers = Stragglers(lambda: self.signals.wake(), write_failed,
                                      lambda slot, count: self.executor.reserve(slot, count))
@@ -73,11 +73,11 @@ class Claims(UsesParts):
     def claim(self, now: datetime, full: bool = True) -> None:
         """Claim rows for the free slots. A claim pass (``full`` False: woken by ended runs)
         reads this node's own lane first (:meth:`_choose_in_lane`); a full pass reads every lane.
-        While interrupted runs wait for a slot here, a claim pass is a full pass instead: its
-        takeover comes before the claims, so the backlog of WAITING rows does not take every
-        freed slot first (docs/explanation/nodes.md, "Heartbeat and takeover")."""
+        While interrupted runs wait for a slot here, a claim pass that has room for one of them
+        is a full pass instead: its takeover comes before the claims, so the backlog of WAITING
+        rows does not take every freed slot first (docs/explanation/nodes.md, "Heartbeat and takeover")."""
         self.stragglers.act()
-        if self.takeover_waits and not full:
+        if self.takeover_waits and not full and any(self.pool_for(row, now) for row in self.takeover_waits):
             self.signals.wake_full()
             return
         reread = False

@@ -25,7 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from ..errors import FabricJobsError
+from ..errors import FabricJobsError, StoreError
 from ..worker.protocol import (ANSWER as LINK_ANSWER, BOUNCED, DONE, ERROR, REQUEST as LINK_REQUEST, SPAWNED,
                               Outcome)
 from ..logs import job_extra
@@ -186,16 +186,29 @@ class Collector:
         elif kind == DONE:
             if run is not None:
                 self.table.detach(run, worker)
-            if len(msg) > 3:  # the worker retires after this run: nothing more is sent to it
-                worker.retiring = True
-                log.info("the worker of slot %d retires after the run of %s: %s", worker.slot,
-                         run.key if run is not None else f"task {task}", msg[3],
-                         extra=job_extra(run.key, run.facts.epoch) if run is not None else None)
-            self.pool.release(worker, task)
+            if len(msg) > 3:  # the worker retires after this run (worker/leftovers.py)
+                self._retire(worker, run, task, msg[3])
+            else:
+                self.pool.release(worker, task)
             if run is not None and run.outcome is None:
                 if msg[2].kind in ("ok", "error"):  # it ran its course (not cut short, not skipped)
                     self.short_jobs.observe(run.row, msg[2].elapsed)
                 self.finish(run, msg[2])
+
+    def _retire(self, worker: Worker, run: Run | None, task: int, why: str) -> None:
+        """End a worker whose last run left what later runs would inherit. Here, on the thread
+        that watches its pipe: it leaves the pool before its run counts as reported, so the
+        node's loop never hands it another run, and no other thread closes a pipe this one
+        may be reading."""
+        worker.retiring = True
+        log.info("the worker of slot %d retires after the run of %s: %s", worker.slot,
+                 run.key if run is not None else f"task {task}", why,
+                 extra=job_extra(run.key, run.facts.epoch) if run is not None else None)
+        self.pool.kill(worker)
+        self.pool.forget(worker)
+        left = self.pool.kill_orphans(worker)
+        if left:
+            log.info("the retired worker left %d process(es) running; killed", left)
 
     def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple, seq: int) -> None:
         """Answer a listener run's store request (worker/node_link.py); anything else is refused.
@@ -218,7 +231,9 @@ class Collector:
         except Exception as exc:  # the listener's run reports it; the node goes on
             log.warning("store request %s of listener %s failed: %s", op, run.key, exc,
                         extra=job_extra(run.key, run.facts.epoch))
-            ok, value = False, str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
+            text = str(exc) if isinstance(exc, FabricJobsError) else f"{type(exc).__name__}: {exc}"
+            # (whether asking again may help: the store out for now, or a refusal, worker/node_link.py)
+            ok, value = False, (text, isinstance(exc, StoreError))
         if run.worker is worker and run.outcome is None:  # (else it ended meanwhile: nobody asks any more)
             self._send_answer(worker, seq, ok, value)
 

@@ -343,7 +343,7 @@ class Reconciler(UsesParts):
         generation = self.claims.claimable()
         if generation is None:
             return
-        self.claims.takeover_waits = False  # (until a run below finds no room)
+        self.claims.takeover_waits = []  # (until a run below finds no room)
         if dead:
             self._end_dead_peers_here()
         budget = time.perf_counter() + _TAKEOVER_SLICE
@@ -400,7 +400,8 @@ class Reconciler(UsesParts):
             if pool is None:
                 # No room (or not allowed) here; another node or a later pass takes it. With
                 # room to come, the next freed slot here is this run's, not a WAITING row's.
-                self.claims.takeover_waits = self.claims.takeover_waits or self.claims.could_run(row)
+                if self.claims.could_run(row):
+                    self.claims.takeover_waits.append(row)
                 continue
             taken[pool[0].name] = taken.get(pool[0].name, 0) + 1
             chosen.append((row, pool))

@@ -44,7 +44,7 @@ from typing import Callable
 from .. import names
 from ..errors import StoreError
 from ..model import Job, JobKey, JobType
-from .node_link import NodeLink
+from .node_link import NodeLink, Refused
 from ..jobs.registry import JobCatalog
 
 log = logging.getLogger("fabricjobs.job.listener")
@@ -167,15 +167,22 @@ def listen(
                 # rotation): a listener only ends when asked to, so it waits and looks again;
                 # every start and mark is idempotent (docs/guides/writing-jobs.md, "INTERFACE_LISTENER").
                 wait = trouble.failed(exc, poll)
-            else:
-                trouble.over()
-                wait = min(poll, settle) if inbox.seen else poll
-            wake.wait(wait)
+                wake.clear()
+                _pause(wait, is_aborted)  # the whole wait: file events do not cut it short
+                continue
+            trouble.over()
+            wake.wait(min(poll, settle) if inbox.seen else poll)
             wake.clear()
     finally:
         if stop_watch is not None:
             stop_watch()
     return inbox.handled if inbox is not None else 0
+
+
+def _pause(seconds: float, is_aborted: Callable[[], bool]) -> None:
+    end = time.monotonic() + seconds
+    while not is_aborted() and time.monotonic() < end:
+        time.sleep(min(0.1, max(end - time.monotonic(), 0)))
 
 
 class _Trouble:
@@ -222,7 +229,7 @@ class _Inbox:
         self.started_at = listener.creation_time.timestamp()
         self.handled = 0
         self.seen: dict[str, tuple[str, float]] = {}  # name -> (version, first seen unchanged)
-        self.refused: set[str] = set()  # names no job could carry, already logged
+        self.refused: set[str] = set()  # names no job could carry, already logged; versions whose job was refused
         self.marks = _Marks(store, listener.key)
         self.baseline = f"/present at {listener.creation_time.isoformat()}"  # a '/': never a file's name
         # A resumed life marks nothing as present at its start: what is not marked is new.
@@ -241,8 +248,16 @@ class _Inbox:
                 continue
             if is_aborted():
                 break
-            key = _start_child(self.store, self.listener, name, version, name in self.marks.names,
-                               str(self.directory / name))
+            if f"{name}/{version}" in self.refused:
+                continue  # (its job was refused: not asked again in this run)
+            try:
+                key = _start_child(self.store, self.listener, name, version, name in self.marks.names,
+                                   str(self.directory / name))
+            except Refused as exc:  # for good: this file waits where it is, the others go on
+                self.refused.add(f"{name}/{version}")
+                log.warning("listener %s cannot start the job of the file %s: %s; the file is left where it "
+                            "is (a restart of the listener tries it again)", self.listener.key, ascii(name), exc)
+                continue
             self.marks.add(f"{name}/{version}", f"started {key.uid}")
             self.seen.pop(name, None)
             self.handled += 1

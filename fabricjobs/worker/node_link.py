@@ -23,6 +23,12 @@ from .protocol import ANSWER, REQUEST
 TIMEOUT_SEC = 30.0
 
 
+class Refused(Exception):
+    """The node refused a listener's request for good (a STARTJOB of a file's job that its
+    checks refuse: ARGS too long, a job name that no longer resolves): asking again would not
+    help, unlike a StoreError."""
+
+
 class NodeLink:
     """The listener's store, as far as it may use one."""
 
@@ -49,7 +55,8 @@ class NodeLink:
             if seq == self._seq:
                 break
         if not ok:
-            raise StoreError(value)
+            text, transient = value if isinstance(value, tuple) else (value, True)
+            raise (StoreError if transient else Refused)(text)
         return value
 
     def marked_files(self, listener: JobKey) -> set[str]:

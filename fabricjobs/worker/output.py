@@ -27,7 +27,6 @@ import threading
 from typing import IO
 
 from ..errors import one_line
-from .leftovers import own
 from .runlog import RunLog
 from .spool import LINE_MAX, Spool
 
@@ -138,7 +137,7 @@ class ProcessStream:
         self.dropped = 0
         self.limit = limit
         enlarge(stream.fileno())
-        self.thread = own(threading.Thread(target=self._pump, args=(stream, output, prefix), daemon=True))
+        self.thread = threading.Thread(target=self._pump, args=(stream, output, prefix), daemon=True)
         self.thread.start()
 
     def _pump(self, stream: IO[bytes], output: RunOutput, prefix: bytes) -> None:

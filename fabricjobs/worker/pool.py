@@ -68,7 +68,7 @@ class Worker:
     reader: MessageReader = field(init=False)  # what it says, read by the collector thread only
     watched: bool = False  # the collector waits on its pipe and its exit (set by the collector, once)
     gone: bool = False  # the collector has seen it die (its pipe is no longer read)
-    retiring: bool = False  # it said it exits after its last run (worker/leftovers.py): given no more
+    retiring: bool = False  # it said it exits after its last run (worker/leftovers.py): ended by the collector
 
     def __post_init__(self) -> None:
         self.reader = MessageReader(self.conn.fileno())
@@ -134,12 +134,8 @@ class WorkerPool:
                 found = self._workers.get(slot)
                 if found is not None and found.tasks:
                     continue  # busy, or died holding a run: the collector must see that death first
-                if found is None or found.retiring or not found.process.is_alive():
+                if found is None or not found.process.is_alive():
                     if found is not None:
-                        if found.retiring:  # (its last run is reported: it is not waited for)
-                            found.gone = True  # the collector reads its pipe no more (closed below)
-                            if found.process.pid and found.process.exitcode is None:
-                                kill_tree(found.process.pid)
                         self._discard(found)
                         self._end_slot(slot)  # (idle when it died: nothing should be left, but be sure)
                     fresh = self._spawn(slot)

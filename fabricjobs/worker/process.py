@@ -86,11 +86,8 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
                 log_format: str = "text", cgroup: str | None = None) -> None:
     """The worker process's entry point (worker/pool.py starts it from the fork server).
     ``cgroup``: its slot's run cgroup (cgroups.py), None where the node has none."""
-    # A process group of its own: what a job starts signals its group, not the node's, with
-    # `kill 0` (a shell's `trap 'kill 0' EXIT`), which used to stop the node and every run on it
-    # (docs/guides/run-isolation.md).
-    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group writing to the node's terminal is not stopped
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # and so is its hangup (it stops cleanly)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved
@@ -111,9 +108,16 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
 
 
 def _leave() -> None:
-    """End the worker now, its output flushed: not as an interpreter exits, which waits for
-    every thread that is not a daemon, such as one a job left going for ever (the node would
-    take the worker for idle and send it runs that no one reads)."""
+    """End the worker now, its output flushed and multiprocessing's finalizers run (a job's
+    Manager cleans up after itself): not as an interpreter exits, which waits for every thread
+    that is not a daemon, such as one a job left going for ever (the node would take the worker
+    for idle and send it runs that no one reads)."""
+    try:
+        from multiprocessing import util
+
+        util._run_finalizers()  # type: ignore[attr-defined]  # (private: multiprocessing's own exit calls it)
+    except Exception:  # noqa: BLE001 - a job's finalizer may fail: the worker ends anyway
+        pass
     for handler in logging.getLogger().handlers:
         lock = handler.lock
         if lock is None or lock.acquire(timeout=0.5):  # (a job's thread may be halfway through a line)
@@ -191,10 +195,10 @@ class WorkerProcess:
             if msg is None or not self._run_train(msg if isinstance(msg, list) else [msg]) or self.retiring:
                 return
 
-    def _look_for_leftovers(self, before: set[threading.Thread]) -> None:
+    def _look_for_leftovers(self) -> None:
         """Retire after this run if it left what a later run would inherit (leftovers.py);
         the rest of its train, not begun, goes back to the node."""
-        why = self.leftovers.of_run(before)
+        why = self.leftovers.of_run()
         if why is None:
             return
         self.retiring = why
@@ -235,9 +239,8 @@ class WorkerProcess:
             return self.report(spec.task, Outcome(LEASE_LOST, error=_LOST))
         if spec.key.type == JobType.PROCESS:
             spec = dataclasses.replace(spec, board=(self.board_path, self.slots))  # for its guard
-        before = set(threading.enumerate())
         outcome, elapsed = self._execute(spec)
-        self._look_for_leftovers(before)
+        self._look_for_leftovers()
         with self.current.lock:
             if (self.lost.is_set() or not board.lease_valid(None, spec.generation)) and outcome.kind != LEASE_LOST:
                 outcome = Outcome(LEASE_LOST, error=_LOST)

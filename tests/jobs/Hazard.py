@@ -79,7 +79,7 @@ def leaves_a_thread(seconds: float = 3600.0):
             time.sleep(0.1)
 
     threading.Thread(target=ghost, name="ghost").start()
-    return "left a thread"
+    return {"worker": os.getpid()}
 
 
 def changes_its_process():

@@ -154,14 +154,19 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 }
 
 
-def migrate(conn: sqlite3.Connection, path: str) -> None:
-    """Apply the migrations ``conn``'s file has not had yet (inside the caller's write transaction)."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+def not_newer(version: int, path: str) -> None:
+    """Refuse a file a newer fabricjobs has migrated."""
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"SQLite store {path!r} has schema version {version}, newer than this "
             f"fabricjobs understands ({SCHEMA_VERSION}); upgrade fabricjobs"
         )
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Apply the migrations ``conn``'s file has not had yet (inside the caller's write transaction)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    not_newer(version, path)
     for v in range(version + 1, SCHEMA_VERSION + 1):
         for stmt in _MIGRATIONS[v]:
             conn.execute(stmt)

@@ -17,7 +17,7 @@ from ...model import Job, JobKey, JobType, Status
 from ..base import LIVE_LOG_KEEP_SEC, CasResult, JobStore, KillRequest, Lane, NodeRow, RunRecord, Version, Whole, each_whole
 from .connection import Connections
 from .rows import _COLS, _RUN_COLS, _STATUS, _STORE_NOW, _dt, _row_to_job, _row_to_run, _run_params, _ts, _when
-from .schema import SCHEMA_VERSION, migrate
+from .schema import SCHEMA_VERSION, migrate, not_newer
 from .search import Search
 from .statements import _BATCHED, _INSERT_RUN_SQL, _RETURNING, _insert_params, _insert_sql, cas_statements
 
@@ -30,8 +30,10 @@ class SqliteStore(Connections, Search, JobStore):
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL", busy_timeout_ms: int = 10_000) -> None:
         self._open(path, synchronous, busy_timeout_ms)
-        if self.schema_version() != SCHEMA_VERSION:  # (read first: a current file needs no write lock,
-            with self._write() as conn:          # so NODES and JOBSTATUS work while a writer holds it)
+        version = self.schema_version()  # (read first: a current file needs no write lock, so NODES
+        not_newer(version, self.path)     # and JOBSTATUS work while another process holds it)
+        if version != SCHEMA_VERSION:
+            with self._write() as conn:
                 migrate(conn, self.path)
 
     def schema_version(self) -> int:
