@@ -196,19 +196,23 @@ class Collector:
                 self.finish(run, msg[2])
 
     def _retire(self, worker: Worker, run: Run | None, task: int, why: str) -> None:
-        """End a worker whose last run left what later runs would inherit. Here, on the thread
-        that watches its pipe: it leaves the pool before its run counts as reported, so the
-        node's loop never hands it another run, and no other thread closes a pipe this one
-        may be reading."""
-        worker.retiring = True
+        """End a worker whose last run changed what later runs would inherit. Here, on the
+        thread that watches its pipe: it leaves the pool before its run counts as reported
+        (until then its task keeps it busy), so the node's loop never hands it another run, and
+        no other thread closes a pipe this one may be reading."""
         log.info("the worker of slot %d retires after the run of %s: %s", worker.slot,
                  run.key if run is not None else f"task {task}", why,
                  extra=job_extra(run.key, run.facts.epoch) if run is not None else None)
         self.pool.kill(worker)
+        self._drop(worker)
+
+    def _drop(self, worker: Worker) -> None:
+        """A worker ended (dead, or killed here): out of the pool, and what its run left
+        running, now the fork server's, killed (a worker the kernel ended could not)."""
         self.pool.forget(worker)
         left = self.pool.kill_orphans(worker)
         if left:
-            log.info("the retired worker left %d process(es) running; killed", left)
+            log.info("a dead worker left %d process(es) running; killed", left)
 
     def _on_link_request(self, worker: Worker, run: Run | None, op: str, args: tuple, seq: int) -> None:
         """Answer a listener run's store request (worker/node_link.py); anything else is refused.
@@ -265,10 +269,7 @@ class Collector:
     def on_worker_death(self, worker: Worker) -> None:
         tasks = list(worker.tasks)  # [0] was running; the rest of a train never began
         self.pool.kill_children(worker)  # whatever it started (a PROCESS job's group) goes with it
-        self.pool.forget(worker)
-        left = self.pool.kill_orphans(worker)  # a worker the kernel ended left its run's children
-        if left:
-            log.info("a dead worker left %d process(es) running; killed", left)
+        self._drop(worker)
         # What the run going on had logged, read before the table is locked (the spool file
         # stays until the run leaves the table): the worker that would have sent it is gone.
         spooled = self._spooled(tasks[0]) if tasks and worker.killed_for in (None, tasks[0]) else ""

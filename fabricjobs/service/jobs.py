@@ -8,10 +8,10 @@ makes it by compare-and-set (:meth:`ServiceCore._change`), then wakes the nodes.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from datetime import datetime
+from pathlib import Path
 from typing import Sequence
 
 from .. import dependencies, names, parallel
@@ -26,6 +26,7 @@ from .calendars import CalendarCommands
 from .hold import HoldCommands
 from .parallel import ParallelCommands
 from ..jobs.given_keys import CHILD_KEYS
+from ..jobs.source import JobResolutionError
 from ..worker.listener import OWN_ARGS, resumed_mark
 from .session import Session, keep_session_scope, owner_of, with_session_scope
 
@@ -395,6 +396,15 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             self._stored_calendar(cmd.calendar)  # (whether each row's schedule recurs: in decide)
         self._cleanup(cmd.delete_on_success)
 
+    def _watched(self, arguments: str | None) -> tuple[Path, str] | None:
+        """A listener's directory and pattern, as it reads its ARGS (None: it could not). Its
+        files there before its STARTJOB are marked present at its first run only, so what it
+        watches cannot change under it (docs/guides/writing-jobs.md, "INTERFACE_LISTENER")."""
+        try:
+            return self.catalog.check_listener(arguments, must_exist=False)
+        except JobResolutionError:
+            return None
+
     def update_job(self, cmd: statements.UpdateJob, session: Session) -> Result:
         _check_definition(cmd)
         self._check_update(cmd, session)
@@ -407,7 +417,7 @@ class JobCommands(HoldCommands, CalendarCommands, ParallelCommands):
             if cmd.affinity is not None:
                 new = new.replace(affinity=cmd.affinity)
             if cmd.args is not None:
-                if row.key.type == JobType.INTERFACE_LISTENER and _watched(row.arguments) != _watched(cmd.args):
+                if row.key.type == JobType.INTERFACE_LISTENER and self._watched(row.arguments) != self._watched(cmd.args):
                     raise ValidationError(
                         f"UPDATEJOB cannot change what a listener watches (ARGS path or pattern) {row.key.describe()}: "
                         "every file already there would be new to it. STOPJOB it and STARTJOB a listener of another "
@@ -520,16 +530,3 @@ def _check_definition(cmd: statements.StartJob | statements.UpdateJob) -> None:
             if isinstance(value, str) and (why := names.unwritable(field.upper(), value) or
                                            names.unroutable(field.upper(), value)) is not None:
                 raise ValidationError(why)
-
-
-def _watched(arguments: str | None) -> tuple[str, str] | None:
-    """A listener's directory and pattern as its ARGS give them (None: not readable as such).
-    Its files there before its STARTJOB are marked present at its first run only, so what it
-    watches cannot change under it (docs/guides/writing-jobs.md, "INTERFACE_LISTENER")."""
-    try:
-        args = json.loads(arguments or "{}")
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(args, dict) or not isinstance(args.get("path"), str):
-        return None
-    return os.path.normpath(args["path"]), str(args.get("pattern", "*"))

@@ -83,11 +83,11 @@ def changed_since_seen(arguments: dict, first: bool) -> str | None:
         return None
     if not stat.S_ISREG(st.st_mode):
         return f"the file {ascii(path)} is no longer a regular file (a symlink?) since its listener saw it: not run"
-    seen = arguments["version"] if first else arguments["version"].partition("-")[0]
-    if seen != (file_version(st) if first else str(st.st_ino)):
+    now = file_version(st)
+    same = arguments["version"] == now if first else arguments["version"].partition("-")[0] == str(st.st_ino)
+    if not same:
         return (f"the file {ascii(path)} was {'replaced or changed' if first else 'replaced'} since its listener saw "
-                f"it (version {arguments['version']}, now "
-                f"{file_version(st)}): not run; the new file is a new file to the listener")
+                f"it (version {arguments['version']}, now {now}): not run; the new file is a new file to the listener")
     return None
 
 

@@ -68,7 +68,6 @@ class Worker:
     reader: MessageReader = field(init=False)  # what it says, read by the collector thread only
     watched: bool = False  # the collector waits on its pipe and its exit (set by the collector, once)
     gone: bool = False  # the collector has seen it die (its pipe is no longer read)
-    retiring: bool = False  # it said it exits after its last run (worker/leftovers.py): ended by the collector
 
     def __post_init__(self) -> None:
         self.reader = MessageReader(self.conn.fileno())
@@ -128,7 +127,7 @@ class WorkerPool:
         node's loop starts runs, so nothing takes it between here and :meth:`start`.)"""
         with self._lock:
             for w in self._workers.values():
-                if not w.tasks and not w.retiring and w.process.is_alive():
+                if not w.tasks and w.process.is_alive():
                     return w
             for slot in range(self.size):
                 found = self._workers.get(slot)

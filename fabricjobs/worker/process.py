@@ -87,7 +87,6 @@ def worker_main(conn, board_path: str, slots: int, slot: int, idle_sec: float, l
     """The worker process's entry point (worker/pool.py starts it from the fork server).
     ``cgroup``: its slot's run cgroup (cgroups.py), None where the node has none."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C at the node's terminal is the node's business
-    signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # a background group writing to the node's terminal is not stopped
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # and so is its hangup (it stops cleanly)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the dead-man timer: terminate, no Python involved

@@ -60,14 +60,6 @@ def shell_out_and_hog(log: str, n: int = 30):
     re.match(r"(a+)+$", "a" * n + "b")
 
 
-def kills_its_group():
-    """A shell whose EXIT trap signals its whole process group (``kill 0``), as shell scripts
-    do to end the helpers they started in the background."""
-    import subprocess
-
-    subprocess.run(["sh", "-c", "trap 'kill 0' EXIT; sleep 30 & echo started"])
-
-
 def leaves_a_thread(seconds: float = 3600.0):
     """Returns while a thread of its own (not a daemon) prints on, for an hour."""
     import threading

@@ -41,8 +41,8 @@ def commands(request: Request, body: CommandBody,
         raise ValidationError(f"a script sent to the API has at most {MAX_STATEMENTS:,} statements (this one has "
                               f"{len(script):,}): send the rest in further requests; nothing was run")
     for i, command in enumerate(script, 1):  # (the first one the token's role does not allow is named)
-        authorize(who, script_needs([command]), f"run {type(command).__name__.upper()} (statement {i})"
-                  if len(script) > 1 else f"run {type(command).__name__.upper()}")
+        where = f" (statement {i})" if len(script) > 1 else ""
+        authorize(who, script_needs([command]), f"run {type(command).__name__.upper()}{where}")
     waits = sum(_long(c) for c in script)
     if waits > 1:
         raise ValidationError(f"a script sent to the API may wait once (it has {waits} waits: WAITJOB, STOPJOB or "
